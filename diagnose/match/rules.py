@@ -1,0 +1,242 @@
+"""The rules catalogue: load, validate and order rules written as TOML data.
+
+A catalogue is a folder of ``*.toml`` files, one per family, read in file-name order; rules keep their order inside
+a file. Order matters: when several rules match the same line, the LAST one in catalogue order wins (generic rules
+first, specific ones after them), as in PyTorch's Dr. CI log classifier. The schema is documented in
+``rules/README.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnose.model import CATEGORIES, PHASES, ROLES, SAFETIES, SEVERITIES, DiagnoseError, EnvVar, Fix, Override
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+@dataclass(slots=True)
+class Pattern:
+    anchor: str  # literal that occurs in every match (fast prefilter); case-sensitive
+    regex: str  # matched against the normalised line text with search semantics
+
+
+@dataclass(slots=True)
+class Context:
+    """What must surround a matching line for the rule to apply."""
+
+    frames_any: list[str] = field(default_factory=list)  # the line's traceback has a frame containing one
+    frames_none: list[str] = field(default_factory=list)  # ... and none containing these
+    before_any: list[str] = field(default_factory=list)  # a line of the same input before it contains one
+    before_window: int = 200  # how many lines back before_any looks
+
+
+@dataclass(slots=True)
+class Rule:
+    code: str
+    slug: str
+    title: str
+    category: str
+    severity: str
+    role: str
+    phase: str  # a PHASE, or "auto": derived from frames and phase markers
+    confidence: float
+    patterns: list[Pattern]
+    explanation: str
+    fix: Fix
+    context: Context = field(default_factory=Context)
+    parser: str | None = None  # name of a structured fact parser run on the evidence (e.g. "cuda_oom")
+    versions: str = ""
+    links: list[str] = field(default_factory=list)
+    doc: str = ""  # longer markdown: what it means, why, how to fix, fix safety
+    examples_match: list[str] = field(default_factory=list)
+    examples_no_match: list[str] = field(default_factory=list)
+    source: str = ""  # file it came from
+    order: int = 0  # global position in the catalogue
+
+
+@dataclass
+class Catalogue:
+    rules: list[Rule]
+    errors: list[str] = field(default_factory=list)  # problems found while loading (lint reports them)
+
+    def by_code(self, code: str) -> Rule | None:
+        for r in self.rules:
+            if r.code == code:
+                return r
+        return None
+
+
+def default_rules_dir() -> Path:
+    """The catalogue shipped with the package (``rules/`` in a checkout, ``diagnose/_rules`` in a wheel)."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "_rules", here.parent / "rules"):
+        if candidate.is_dir() and any(candidate.glob("*.toml")):
+            return candidate
+    raise DiagnoseError("the built-in rules catalogue is missing (reinstall diagnose)")
+
+
+def load_catalogue(extra_dirs: list[str | Path] | None = None, include_default: bool = True) -> Catalogue:
+    dirs: list[Path] = [default_rules_dir()] if include_default else []
+    for d in extra_dirs or []:
+        p = Path(d)
+        if not p.exists():
+            raise DiagnoseError(f"rules folder {d}: does not exist")
+        dirs.append(p)
+    rules: list[Rule] = []
+    errors: list[str] = []
+    for d in dirs:
+        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
+        if d.is_dir() and not files:
+            raise DiagnoseError(f"rules folder {d}: has no *.toml files")
+        for f in files:
+            loaded, errs = load_rule_file(f)
+            rules.extend(loaded)
+            errors.extend(errs)
+    seen: dict[str, str] = {}
+    for i, r in enumerate(rules):
+        r.order = i
+        if r.code in seen:
+            errors.append(f"{r.source}: rule {r.code}: duplicate code (also in {seen[r.code]})")
+        seen.setdefault(r.code, r.source)
+    return Catalogue(rules, errors)
+
+
+def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise DiagnoseError(f"rules file {path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise DiagnoseError(f"rules file {path}: invalid TOML: {e}") from None
+    rules, errors = [], []
+    for i, raw in enumerate(data.get("rule", [])):
+        try:
+            rules.append(parse_rule(raw, str(path)))
+        except ValueError as e:
+            code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
+            errors.append(f"{path}: rule {code}: {e}")
+    return rules, errors
+
+
+def _need(raw: dict, key: str, kind: type) -> Any:
+    if key not in raw:
+        raise ValueError(f"missing '{key}'")
+    v = raw[key]
+    if not isinstance(v, kind):
+        raise ValueError(f"'{key}' must be {kind.__name__}")
+    return v
+
+
+def _str_list(raw: dict, key: str) -> list[str]:
+    v = raw.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError(f"'{key}' must be a list of strings")
+    return list(v)
+
+
+def parse_rule(raw: Any, source: str) -> Rule:
+    if not isinstance(raw, dict):
+        raise ValueError("a rule must be a table")
+    code = _need(raw, "code", str)
+    if not (2 <= len(code) <= 8 and code[0].isalpha() and all(c in CODE_CHARS for c in code)):
+        raise ValueError(f"code {code!r} must be 2-8 upper-case letters and digits, starting with a letter")
+    category = _need(raw, "category", str)
+    if category not in CATEGORIES:
+        raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
+    severity = raw.get("severity", "error")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
+    role = raw.get("role", "root")
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    phase = raw.get("phase", "auto")
+    if phase != "auto" and phase not in PHASES:
+        raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
+    confidence = raw.get("confidence", 0.8)
+    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise ValueError("confidence must be a number in [0, 1]")
+
+    patterns = []
+    for p in _need(raw, "patterns", list):
+        if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
+            raise ValueError("each pattern needs string 'anchor' and 'regex'")
+        if len(p["anchor"]) < 3:
+            raise ValueError(f"anchor {p['anchor']!r} is shorter than 3 characters")
+        patterns.append(Pattern(p["anchor"], p["regex"]))
+    if not patterns:
+        raise ValueError("no patterns")
+
+    fix_raw = raw.get("fix", {})
+    if not isinstance(fix_raw, dict):
+        raise ValueError("'fix' must be a table")
+    safety = fix_raw.get("safety", "manual")
+    if safety not in SAFETIES:
+        raise ValueError(f"fix.safety {safety!r} is not one of {', '.join(SAFETIES)}")
+    overrides = []
+    for o in fix_raw.get("overrides", []):
+        if not isinstance(o, dict) or not isinstance(o.get("key"), str) or "value" not in o:
+            raise ValueError("each fix.overrides entry needs 'key' and 'value'")
+        overrides.append(Override(o["key"], o["value"]))
+    env = []
+    for e in fix_raw.get("env", []):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("value"), str):
+            raise ValueError("each fix.env entry needs string 'name' and 'value'")
+        env.append(EnvVar(e["name"], e["value"]))
+    fix = Fix(
+        summary=str(fix_raw.get("summary", "")),
+        safety=safety,
+        overrides=overrides,
+        env=env,
+        steps=_str_list(fix_raw, "steps"),
+    )
+
+    ctx_raw = raw.get("context", {})
+    if not isinstance(ctx_raw, dict):
+        raise ValueError("'context' must be a table")
+    window = ctx_raw.get("before_window", 200)
+    if not isinstance(window, int) or not 1 <= window <= 5000:
+        raise ValueError("context.before_window must be an integer in [1, 5000]")
+    context = Context(
+        frames_any=_str_list(ctx_raw, "frames_any"),
+        frames_none=_str_list(ctx_raw, "frames_none"),
+        before_any=_str_list(ctx_raw, "before_any"),
+        before_window=window,
+    )
+
+    ex = raw.get("examples", {})
+    if not isinstance(ex, dict):
+        raise ValueError("'examples' must be a table")
+    parser = raw.get("parser")
+    if parser is not None and not isinstance(parser, str):
+        raise ValueError("'parser' must be a string")
+
+    return Rule(
+        code=code,
+        slug=_need(raw, "slug", str),
+        title=_need(raw, "title", str),
+        category=category,
+        severity=severity,
+        role=role,
+        phase=phase,
+        confidence=float(confidence),
+        patterns=patterns,
+        explanation=_need(raw, "explanation", str).strip(),
+        fix=fix,
+        context=context,
+        parser=parser,
+        versions=str(raw.get("versions", "")),
+        links=_str_list(raw, "links"),
+        doc=str(raw.get("doc", "")).strip(),
+        examples_match=_str_list(ex, "match"),
+        examples_no_match=_str_list(ex, "no_match"),
+        source=source,
+    )

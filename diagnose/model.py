@@ -1,0 +1,220 @@
+"""The data that flows between pipeline stages.
+
+ingest -> normalize -> match -> explain -> present. Every stage speaks in these plain dataclasses; the JSON
+report (schema ``diagnose/report@1``) is ``Report.to_dict()`` and nothing else, so the presenters and other tools
+read the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+REPORT_SCHEMA = "diagnose/report@1"
+
+CATEGORIES = (
+    "cuda_oom",
+    "host_oom",
+    "fsdp_config",
+    "checkpoint_format",
+    "checkpoint_io",
+    "nccl_timeout",
+    "nccl_error",
+    "config_validation",
+    "slurm",
+    "launcher",
+    "import_version",
+    "hardware",
+    "numerics",
+    "data",
+    "other",
+)
+PHASES = (
+    "init",
+    "model_build",
+    "dp_wrap",
+    "checkpoint_load",
+    "first_iteration",
+    "training",
+    "optimizer_step",
+    "checkpoint_save",
+    "eval",
+    "shutdown",
+    "unknown",
+)
+SEVERITIES = ("error", "warning", "info")
+ROLES = ("root", "cascade", "context")
+SAFETIES = ("safe", "unsafe", "manual")
+
+Category = str
+Phase = str
+Severity = Literal["error", "warning", "info"]
+Role = Literal["root", "cascade", "context"]
+Safety = Literal["safe", "unsafe", "manual"]
+
+
+# --------------------------------------------------------------------------------------------- lines
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One input line after normalisation.
+
+    ``text`` is the message with every transport prefix removed (torchrun ``[rank3]:``/``[default0]:``,
+    ``srun --label`` ``3: ``, pdsh ``host: ``, glog header, timestamps), ANSI stripped and ``\\r`` rewrites
+    collapsed to what a terminal would show last. ``raw`` is the line as read (decoded with replacement).
+    ``lineno`` is 1-based in the original input ``path``.
+    """
+
+    path: str
+    lineno: int
+    raw: str
+    text: str
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    timestamp: str | None = None
+    level: str | None = None  # glog/logging level letter or word: "E", "W", "I", "ERROR"...
+
+    @property
+    def stream(self) -> tuple:
+        """Key of the process that wrote the line: lines of one stream belong to one traceback."""
+        if self.rank is not None:
+            return (self.path if self.host is None else self.host, "rank", self.rank)
+        if self.local_rank is not None:
+            return (self.path if self.host is None else self.host, "local", self.local_rank)
+        return (self.path if self.host is None else self.host, "main", None)
+
+
+@dataclass(slots=True)
+class Block:
+    """Consecutive lines of one stream captured after an anchor (a config dump, a torchrun summary...)."""
+
+    name: str
+    path: str
+    start_line: int
+    lines: list[LogLine]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSpec:
+    """Ask the scanner to collect lines after an anchor, for a later stage (config extraction, phase markers).
+
+    The scanner finds lines whose normalised text contains ``anchor`` (and matches ``regex`` if given), then takes
+    that line plus up to ``lines_after`` following lines of the same stream, stopping after a line containing
+    ``until`` (if given). ``keep`` says which occurrences to keep: "first", "last", "first_last" or "all"
+    (at most ``max_blocks``, the earliest ones). Lines that fire on every rank are thus counted, not all kept.
+    """
+
+    name: str
+    anchor: str
+    regex: str | None = None
+    lines_after: int = 0
+    until: str | None = None
+    keep: str = "first"
+    max_blocks: int = 64
+
+
+# ------------------------------------------------------------------------------------------ findings
+
+
+@dataclass(slots=True)
+class Evidence:
+    path: str
+    line: int
+    text: str
+
+
+@dataclass(slots=True)
+class Override:
+    key: str  # Megatron-Bridge ConfigContainer path, e.g. "ddp.use_megatron_fsdp"
+    value: Any
+
+
+@dataclass(slots=True)
+class EnvVar:
+    name: str
+    value: str
+
+
+@dataclass(slots=True)
+class Fix:
+    summary: str = ""
+    safety: Safety = "manual"
+    overrides: list[Override] = field(default_factory=list)
+    env: list[EnvVar] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.summary or self.overrides or self.env or self.steps)
+
+
+@dataclass(slots=True)
+class Finding:
+    rule: str
+    name: str
+    title: str
+    category: Category
+    phase: Phase
+    severity: Severity
+    role: Role
+    confidence: float
+    ranks: list[int] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    count: int = 1
+    first_line: int = 0
+    evidence: list[Evidence] = field(default_factory=list)
+    explanation: str = ""
+    fix: Fix = field(default_factory=Fix)
+    facts: dict[str, Any] = field(default_factory=dict)
+    # Not in JSON: which input the first evidence came from and a sort key in time, for ranking.
+    cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
+
+
+@dataclass(slots=True)
+class InputInfo:
+    path: str
+    bytes: int
+    lines: int
+
+
+@dataclass
+class Report:
+    inputs: list[InputInfo] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    root_cause: int | None = None
+    config: dict[str, Any] | None = None
+    replay: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    slurm: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
+
+    @property
+    def root(self) -> Finding | None:
+        return None if self.root_cause is None else self.findings[self.root_cause]
+
+    def to_dict(self) -> dict[str, Any]:
+        findings = []
+        for f in self.findings:
+            d = asdict(f)
+            d.pop("cause_of", None)
+            findings.append(d)
+        out: dict[str, Any] = {
+            "schema": REPORT_SCHEMA,
+            "inputs": [asdict(i) for i in self.inputs],
+            "root_cause": self.root_cause,
+            "findings": findings,
+            "config": self.config,
+            "replay": self.replay,
+            "memory": self.memory,
+        }
+        if self.slurm is not None:
+            out["slurm"] = self.slurm
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+class DiagnoseError(Exception):
+    """A problem with what the user gave us (a path, a rule file, a config). Printed as one line, exit 2."""

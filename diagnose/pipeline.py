@@ -1,0 +1,39 @@
+"""The pipeline, end to end: ingest -> normalize -> match -> explain. Presenters call this and render the Report.
+
+Each stage lives in its own package (``diagnose/ingest``, ``normalize``, ``match``, ``explain``, ``present``);
+this module only wires them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from diagnose.model import Report
+
+
+@dataclass
+class AnalyzeOptions:
+    rules_dirs: list[str] = field(default_factory=list)
+    config_path: str | None = None  # an explicit run_config.yaml / args file
+    bridge_version: str | None = None
+    gpu_memory_bytes: int | None = None
+    replay: bool = True  # run config replay and the memory model
+    jobs: int = 1
+    progress: Callable[[int, int], None] | None = None  # (bytes done, bytes total)
+
+
+def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
+    """Diagnose the given inputs (paths, folders, .gz, or "-" for stdin)."""
+    options = options or AnalyzeOptions()
+    from diagnose.ingest import open_inputs
+    from diagnose.match import load_catalogue, scan_and_match
+    from diagnose.explain import enrich
+
+    catalogue = load_catalogue(options.rules_dirs)
+    with open_inputs(inputs) as sources:
+        result = scan_and_match(sources, catalogue, jobs=options.jobs, progress=options.progress)
+    report = result.report
+    if options.replay:
+        enrich(report, result.blocks, options)
+    return report

@@ -1,0 +1,170 @@
+"""Command line: argument parsing and dispatch only.
+
+Each sub-command's work lives in ``diagnose/present/commands/<name>.py`` as ``run(args) -> int`` and is imported
+only when that command runs, so ``diagnose --help`` stays fast (no torch, textual or megatron import).
+
+Exit codes: 0 no failure found (or the config validates and fits), 1 failure diagnosed (or it would fail),
+2 usage or input error. Errors are one line on stderr; ``--debug`` shows the Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from diagnose import __version__
+
+EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage + exits 2; keep it to one line
+        self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
+
+
+def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) -> None:
+    p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (NO_COLOR is honoured)"
+    )
+
+
+def _rules_opt(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rules", action="append", default=[], metavar="DIR", help="add a folder (or file) of user rules; repeatable"
+    )
+
+
+def _set_opt(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+        help="override a config value, Megatron-Bridge path (e.g. ddp.use_megatron_fsdp=true); repeatable",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="diagnose",
+        description="Diagnose failed Megatron-Bridge / Megatron-Core training jobs: root cause, evidence, and "
+        "config overrides proven to pass validation and fit in memory.",
+    )
+    parser.add_argument("--version", action="version", version=f"diagnose {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
+    p.add_argument("paths", nargs="+", metavar="LOG", help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
+    _format(p)
+    _rules_opt(p)
+    p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
+    p.add_argument("--bridge-version", metavar="X.Y.Z", help="Megatron-Bridge release the job ran (default: inferred)")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory, e.g. 80GiB (default: from the OOM message)")
+    p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
+    p.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="scan with N processes (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _common(p)
+
+    p = sub.add_parser("rules", help="list, show and lint the rules catalogue")
+    rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", parser_class=_Parser, required=True)
+    q = rsub.add_parser("list", help="list every rule")
+    _rules_opt(q)
+    q.add_argument("--format", "-f", choices=("text", "json"), default="text")
+    _common(q)
+    q = rsub.add_parser("show", help="show one rule's documentation")
+    q.add_argument("code", help="rule code, e.g. MB101")
+    _rules_opt(q)
+    _common(q)
+    q = rsub.add_parser("lint", help="check the catalogue: schema, duplicate codes, anchors, every rule's examples")
+    _rules_opt(q)
+    q.add_argument("--only-user", action="store_true", help="lint only the --rules folders, not the built-in catalogue")
+    _common(q)
+
+    p = sub.add_parser("replay", help="replay a config through the validator, with overrides")
+    p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a Bridge YAML, a Megatron-LM args dump, or a log")
+    _set_opt(p)
+    p.add_argument("--bridge-version", metavar="X.Y.Z", help="validate as this Megatron-Bridge release (default: latest)")
+    p.add_argument("--gpus", type=int, metavar="N", help="world size (default: from the config or 1)")
+    _format(p, ("text", "json"))
+    _common(p)
+
+    p = sub.add_parser("check", help="pre-flight: will this config fail validation or run out of memory?")
+    p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
+    p.add_argument("--gpus", type=int, required=True, metavar="N", help="number of GPUs the job will use")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB")
+    g.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
+    _set_opt(p)
+    p.add_argument("--bridge-version", metavar="X.Y.Z", help="validate as this Megatron-Bridge release")
+    _format(p, ("text", "json"))
+    _common(p)
+
+    p = sub.add_parser("tui", help="triage in a terminal UI")
+    p.add_argument("paths", nargs="*", metavar="LOG", help="log(s) to open; none opens a paste screen; - reads stdin")
+    p.add_argument("--slurm", action="store_true", help="start with the list of recent failed Slurm jobs")
+    _rules_opt(p)
+    _common(p)
+
+    p = sub.add_parser("slurm", help="diagnose a Slurm job by id, or list recent failed jobs")
+    p.add_argument("jobid", nargs="?", metavar="JOBID", help="e.g. 123456, 123456_7 (array task), 123456+1 (het)")
+    p.add_argument("--step", metavar="STEP", help="only this step (e.g. 0, batch)")
+    p.add_argument("--follow", action="store_true", help="tail a running job's output and report the first failure")
+    p.add_argument("--failed", action="store_true", help="list recent failed jobs with a one-line diagnosis each")
+    p.add_argument("--since", default="1d", metavar="AGE", help="with --failed: how far back (e.g. 6h, 2d; default 1d)")
+    p.add_argument("--user", metavar="USER", help="with --failed: whose jobs (default: you)")
+    _rules_opt(p)
+    _format(p)
+    _common(p)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    name = args.command
+    debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
+    try:
+        module = importlib.import_module(f"diagnose.present.commands.{name}")
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        print("diagnose: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. `| head`): not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - the one place that turns any error into one line
+        from diagnose.model import DiagnoseError
+
+        if debug:
+            raise
+        if isinstance(e, DiagnoseError):
+            print(f"diagnose: error: {e}", file=sys.stderr)
+        else:
+            print(
+                f"diagnose: internal error: {type(e).__name__}: {_one_line(str(e))} (rerun with --debug for details)",
+                file=sys.stderr,
+            )
+        return EXIT_USAGE
+
+
+def _one_line(s: str, limit: int = 300) -> str:
+    s = " ".join(s.split())
+    s = "".join(ch if ch.isprintable() else "?" for ch in s)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
