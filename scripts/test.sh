@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run the whole test suite the way CI does: start the project's own single-node Slurm cluster (installing Debian's
+# Slurm packages when missing), run pytest, stop the cluster by PID whatever happened.
+# Usage: bash scripts/test.sh [pytest args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+slurm_up=0
+if [ "$(id -u)" = 0 ] && [ "${DIAGNOSE_SKIP_SLURM:-0}" != 1 ]; then
+  export SLURM_LOCAL_MIN_JOB_AGE=${SLURM_LOCAL_MIN_JOB_AGE:-30}
+  if bash scripts/slurm-local.sh up; then
+    slurm_up=1
+    # shellcheck disable=SC1091
+    source "${SLURM_LOCAL_DIR:-/tmp/slurm-local}/slurm.env"
+    export DIAGNOSE_SLURM_REQUIRED=1   # slurm tests must run, not skip
+  else
+    echo "test.sh: the local Slurm cluster did not start; slurm tests will fail" >&2
+    export DIAGNOSE_SLURM_REQUIRED=1
+  fi
+fi
+trap '[ "$slurm_up" = 1 ] && bash scripts/slurm-local.sh down' EXIT
+
+python3 -m pytest -n 2 -q "$@"
