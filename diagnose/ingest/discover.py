@@ -1,0 +1,107 @@
+"""Expand what the user named into the list of log files to read, in natural order, with rank hints.
+
+A folder is walked recursively. Files count as logs by name: ``*.log``, ``*.txt``, ``*.out``, ``*.err``, torchrun's
+``stdout``/``stderr`` files, and the same names ending in ``.gz``. Hidden files, JSON (torchrun's ``error.json``)
+and anything else are skipped. Rank hints come from the name: ``rank3.log``, ``log_rank_03.txt``, ``rank-7.out``,
+or torchrun's ``--log-dir`` layout ``<run>/attempt_N/<local_rank>/{stdout,stderr}.log`` (local rank; the same
+number is offered as the rank hint since torchrun's per-node folder does not say which node it is).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from diagnose.model import DiagnoseError
+
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
+_LOG_STEMS = ("stdout", "stderr", "output", "log")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
+_ATTEMPT = re.compile(r"^attempt_(\d+)$")
+_NATURAL_SPLIT = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class InputEntry:
+    path: str
+    rank_hint: int | None = None
+    local_rank_hint: int | None = None
+    attempt: int | None = None
+    stream_name: str | None = None
+
+
+def natural_key(text: str) -> tuple:
+    """``rank2`` before ``rank10``: digits compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in _NATURAL_SPLIT.split(text) if part)
+
+
+def looks_like_log(name: str) -> bool:
+    if name.startswith("."):
+        return False
+    lower = name.lower()
+    if lower.endswith(".gz"):
+        lower = lower[:-3]
+    return lower.endswith(_LOG_SUFFIXES) or lower in _LOG_STEMS
+
+
+def hints_for(path: str) -> InputEntry:
+    """Rank / local rank / attempt hints from a file's name and its parent folders."""
+    parts = os.path.normpath(path).split(os.sep)
+    name = parts[-1]
+    stem = name[:-3] if name.lower().endswith(".gz") else name
+    stem = os.path.splitext(stem)[0]
+    rank = local = attempt = None
+    stream_name = stem if stem in ("stdout", "stderr") else None
+    if len(parts) >= 3 and parts[-2].isdigit():
+        m = _ATTEMPT.match(parts[-3])
+        if m is not None and stream_name is not None:
+            local = int(parts[-2])
+            attempt = int(m.group(1))
+            rank = local
+    m = _RANK_IN_NAME.search(stem)
+    if m is not None:
+        rank = int(m.group(1))
+    return InputEntry(path=path, rank_hint=rank, local_rank_hint=local, attempt=attempt, stream_name=stream_name)
+
+
+def _walk_logs(folder: str) -> list[str]:
+    found: list[str] = []
+
+    def on_error(err: OSError) -> None:
+        raise DiagnoseError(f"{err.filename or folder}: cannot list folder ({err.strerror or err})")
+
+    for root, dirs, files in os.walk(folder, onerror=on_error, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if looks_like_log(name):
+                found.append(os.path.join(root, name))
+    found.sort(key=lambda p: natural_key(os.path.relpath(p, folder)))
+    return found
+
+
+def expand_inputs(inputs: list[str]) -> list[InputEntry]:
+    """Files stay as named (any name); folders become their log files. Raises DiagnoseError, one line."""
+    entries: list[InputEntry] = []
+    for raw in inputs:
+        if not isinstance(raw, str) or raw == "":
+            raise DiagnoseError(f"{raw!r}: not a path")
+        if "\x00" in raw:
+            raise DiagnoseError("input path contains a NUL byte")
+        if raw == "-":
+            entries.append(InputEntry(path="-"))
+            continue
+        if os.path.isdir(raw):
+            if not os.access(raw, os.R_OK | os.X_OK):
+                raise DiagnoseError(f"{raw}: permission denied (cannot list folder)")
+            logs = _walk_logs(raw)
+            if not logs:
+                raise DiagnoseError(
+                    f"{raw}: folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, .gz)"
+                )
+            entries.extend(hints_for(p) for p in logs)
+            continue
+        if not os.path.lexists(raw):
+            raise DiagnoseError(f"{raw}: no such file or directory")
+        entries.append(hints_for(raw))
+    return entries

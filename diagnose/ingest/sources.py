@@ -1,0 +1,197 @@
+"""Open what the user named (files, folders of per-rank logs, ``.gz``, ``-`` for stdin) as scannable Sources.
+
+A Source's ``buffer`` is an mmap of the file as it was when opened (so a multi-GB log is never read into memory
+and a file that grows or is truncated later cannot make the scan read past what was mapped), or ``bytes`` for an
+empty file (mmap refuses size 0) and for small FIFO reads. Compressed input and stdin are first copied into a
+temporary file (bounded for gzip) that is deleted when the context closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import IO, Iterator
+
+from diagnose.ingest.discover import expand_inputs
+from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
+from diagnose.model import DiagnoseError
+
+FIFO_TIMEOUT_S = 10.0
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass
+class Source:
+    """One input log. ``path`` is as the user named it (or the file inside a folder they named)."""
+
+    path: str
+    size: int
+    buffer: mmap.mmap | bytes
+    rank_hint: int | None = None
+    local_rank_hint: int | None = None
+    attempt: int | None = None  # torchrun --log-dir attempt_N
+    stream_name: str | None = None  # "stdout" / "stderr" for torchrun --log-dir files
+    _closers: list = field(default_factory=list, repr=False)
+
+    def close(self) -> None:
+        while self._closers:
+            closer = self._closers.pop()
+            with contextlib.suppress(Exception):
+                closer()
+
+
+@contextlib.contextmanager
+def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Iterator[list[Source]]:
+    """Open every input; close them (and delete temporary files) on exit. Raises DiagnoseError, one line."""
+    if isinstance(inputs, (str, bytes)):
+        inputs = [inputs]  # type: ignore[list-item]
+    if not inputs:
+        raise DiagnoseError("no input given: name a log file, a folder of logs, or - for stdin")
+    limits = gzip_limits or GzipLimits()
+    sources: list[Source] = []
+    with tempfile.TemporaryDirectory(prefix="diagnose-") as tmp:
+        try:
+            for entry in expand_inputs(list(inputs)):
+                sources.append(_open_one(entry.path, entry, tmp, limits))
+            yield sources
+        finally:
+            for source in sources:
+                source.close()
+
+
+def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
+    hints = dict(
+        rank_hint=entry.rank_hint,
+        local_rank_hint=entry.local_rank_hint,
+        attempt=entry.attempt,
+        stream_name=entry.stream_name,
+    )
+    if path == "-":
+        spooled = _spool_stdin(tmp)
+        return _map_file(spooled, display_path="-", **hints)
+    if path.endswith(".gz"):
+        out = os.path.join(tmp, f"gunzip-{len(os.listdir(tmp))}.log")
+        decompress_to_file(path, out, limits)
+        return _map_file(out, display_path=path, **hints)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DiagnoseError(f"{path}: no such file or directory") from None
+    except PermissionError:
+        raise DiagnoseError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot open ({e.strerror or e})") from None
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        return _read_stream(path, tmp, **hints)
+    if not stat.S_ISREG(st.st_mode):
+        raise DiagnoseError(f"{path}: not a regular file")
+    return _map_file(path, display_path=path, **hints)
+
+
+def _map_file(real_path: str, display_path: str, **hints) -> Source:
+    try:
+        fh = open(real_path, "rb")
+    except PermissionError:
+        raise DiagnoseError(f"{display_path}: permission denied (no read access)") from None
+    except IsADirectoryError:
+        raise DiagnoseError(f"{display_path}: is a directory") from None
+    except OSError as e:
+        raise DiagnoseError(f"{display_path}: cannot open ({e.strerror or e})") from None
+    try:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            fh.close()
+            return Source(path=display_path, size=0, buffer=b"", **hints)
+        try:
+            mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+        except (ValueError, OSError) as e:
+            # Truncated between fstat and mmap, or a file system without mmap: read it (bounded by size).
+            if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
+                raise DiagnoseError(f"{display_path}: cannot map ({e.strerror or e})") from None
+            data = fh.read(size)
+            fh.close()
+            return Source(path=display_path, size=len(data), buffer=data, **hints)
+    except DiagnoseError:
+        fh.close()
+        raise
+    except OSError as e:
+        fh.close()
+        raise DiagnoseError(f"{display_path}: cannot read ({e.strerror or e})") from None
+    source = Source(path=display_path, size=size, buffer=mapped, **hints)
+    source._closers.extend([fh.close, mapped.close])
+    return source
+
+
+def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: float | None) -> None:
+    """Copy a pipe into a file; with a timeout, give up if no writer shows up or it stalls that long."""
+    import select
+
+    with open(out_path, "wb") as out:
+        if timeout_s is None:
+            while True:
+                chunk = reader.read(_COPY_CHUNK)
+                if not chunk:
+                    return
+                out.write(chunk)
+        fd = reader.fileno()
+        while True:
+            if timeout_s is not None:
+                try:
+                    ready, _, _ = select.select([fd], [], [], timeout_s)
+                except (OSError, ValueError):
+                    ready = [fd]  # not selectable (e.g. a regular file on stdin): just read
+                if not ready:
+                    raise DiagnoseError(f"{what}: nothing to read after {timeout_s:.0f} s (no writer?)")
+            chunk = os.read(fd, _COPY_CHUNK)
+            if not chunk:
+                return
+            out.write(chunk)
+
+
+def _read_stream(path: str, tmp: str, **hints) -> Source:
+    """A FIFO or character device: read it until EOF, with a timeout when nothing comes."""
+    out = os.path.join(tmp, f"fifo-{len(os.listdir(tmp))}.log")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except PermissionError:
+        raise DiagnoseError(f"{path}: permission denied (no read access)") from None
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot open ({e.strerror or e})") from None
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", buffering=0) as reader:
+            fd = -1
+            _copy_with_deadline(reader, out, f"{path} (a FIFO)", FIFO_TIMEOUT_S)
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot read ({e.strerror or e})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return _map_file(out, display_path=path, **hints)
+
+
+def _spool_stdin(tmp: str) -> str:
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        raise DiagnoseError("-: standard input is closed")
+    buffer = getattr(stream, "buffer", None)
+    out = os.path.join(tmp, "stdin.log")
+    try:
+        if buffer is None:  # a text-only stream (tests, embedding): re-encode what it gives
+            with open(out, "wb") as fh:
+                while True:
+                    text = stream.read(_COPY_CHUNK)
+                    if not text:
+                        break
+                    fh.write(text.encode("utf-8", "surrogateescape"))
+            return out
+        _copy_with_deadline(buffer, out, "-", None)
+    except (ValueError, OSError) as e:
+        raise DiagnoseError(f"-: cannot read standard input ({getattr(e, 'strerror', None) or e})") from None
+    return out

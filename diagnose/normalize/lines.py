@@ -1,0 +1,203 @@
+"""Turn one raw log line into a :class:`~diagnose.model.LogLine`: the message plus the transport around it.
+
+Logs of large jobs are wrapped in layers, outermost first, e.g.::
+
+    node017: 3: [default0]:[rank24]:[E1129 15:25:31.123456789 ProcessGroupNCCL.cpp:683] [PG 0 Rank 24] Watchdog...
+    ^pdsh    ^srun --label ^torchrun --tee ^torch rank  ^c10 glog header
+
+``normalize_line`` peels those layers one at a time from the start of the line (in any order, any depth) and keeps
+what they say in the LogLine fields (rank, local_rank, host, timestamp, level). The message text keeps everything
+after the last prefix. ANSI escapes are removed and ``\\r`` rewrites are collapsed to what a terminal shows.
+
+Speed matters (the matcher calls this on every candidate line) so the common case is a handful of
+``str`` checks and one anchored regex attempt per layer. Nothing here raises: any input gives a LogLine.
+"""
+
+from __future__ import annotations
+
+import re
+
+from diagnose.model import LogLine
+
+# ---------------------------------------------------------------------------------------------- decode
+
+
+def _escape_bad_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
+    bad = err.object[err.start : err.end]
+    return "".join(f"\\x{b:02x}" for b in bad), err.end
+
+
+import codecs  # noqa: E402  (kept next to the handler it registers)
+
+codecs.register_error("diagnose_hex", _escape_bad_bytes)
+
+
+def decode(data: bytes | bytearray | memoryview) -> str:
+    """UTF-8 with every invalid byte shown as ``\\xNN`` and NUL shown as ``\\x00`` (never a real NUL)."""
+    try:
+        text = bytes(data).decode("utf-8", "diagnose_hex")
+    except Exception:  # pragma: no cover - decode with an error handler cannot fail, belt and braces
+        text = bytes(data).decode("latin-1")
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- ANSI / \r
+
+# CSI: ESC [ params intermediates final; OSC: ESC ] ... (BEL | ESC \\); DCS/SOS/PM/APC: ESC P/X/^/_ ... ESC \\;
+# other two/three-byte escapes: ESC followed by intermediates and one final byte. A lone 8-bit CSI (\x9b) too.
+_ANSI = re.compile(
+    r"""
+      \x1b\[ [0-?]* [ -/]* [@-~]?          # CSI (final byte optional: a truncated sequence is still dropped)
+    | \x9b [0-?]* [ -/]* [@-~]?            # 8-bit CSI
+    | \x1b\] [^\x07\x1b]* (?:\x07|\x1b\\)?  # OSC ... BEL or ST
+    | \x1b[PX^_] [^\x1b]* (?:\x1b\\)?       # DCS, SOS, PM, APC ... ST
+    | \x1b [ -/]* [0-~]?                   # any other escape (ESC c, ESC (B, ESC 7 ...)
+    """,
+    re.VERBOSE,
+)
+# Erase-in-line (ESC[K, ESC[2K...) after a carriage return means the terminal shows only the new text.
+_ERASE_LINE = re.compile(r"\x1b\[[012]?K")
+
+
+def strip_ansi(text: str) -> str:
+    if "\x1b" not in text and "\x9b" not in text:
+        return text
+    return _ANSI.sub("", text)
+
+
+def collapse_carriage_returns(text: str) -> str:
+    """What a terminal shows after printing ``text``: each ``\\r`` returns to column 0 and overwrites.
+
+    A trailing ``\\r`` (CRLF files, tqdm's last refresh) changes nothing on screen and is ignored.
+    """
+    text = text.rstrip("\r")
+    if "\r" not in text:
+        return strip_ansi(text)
+    shown = ""
+    for segment in text.split("\r"):
+        erased = _ERASE_LINE.search(segment) is not None
+        segment = strip_ansi(segment)
+        if erased or len(segment) >= len(shown):
+            shown = segment
+        else:
+            shown = segment + shown[len(segment) :]
+    return shown
+
+
+# ---------------------------------------------------------------------------------------------- prefixes
+
+# Every layer is tried at the current position with ``match``; alternatives share one compiled pattern so the
+# common "no prefix" case costs one failed match.
+_LAYER = re.compile(
+    r"""
+      \[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<role_n>\d+)\]:\ ?                       # [default0]: [rank3]: [trainer1]:
+    | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<bhost_n>\d+)\]:\ ?              # [host:3]:
+    | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
+        (?:\ +\d+)?(?:\ +[^\]\s]+:\d+)?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
+    | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
+        \ +\d+\ +[^\]\s]*:\d+\]\ ?                                              # E1129 15:24:33.203000 421 f.py:986]
+    | \ *(?P<task>\d{1,6}):\ (?!\d\d:)                                          # srun --label "  3: "
+    | \[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
+        (?:\ (?P<plog>[\w.<>-]+):)?(?:\ \[(?P<plevel>[A-Z]+)\])?\ ?              # [2024-07-25 06:36:18,293] n: [WARNING]
+    | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
+        (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
+        (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
+    | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]*\]\ ?  # [NeMo I 2024-.. f:12]
+    | (?P<host>(?:[a-z][a-z0-9-]*\d[a-z0-9-]*|localhost)(?:\.[a-z0-9-]+)*):\ (?!\ )   # pdsh "node017: "
+    """,
+    re.VERBOSE,
+)
+
+# Characters a prefix can start with; anything else skips the regex entirely.
+_PREFIX_START = frozenset("[ 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
+_MAX_LAYERS = 8
+
+
+def normalize_line(raw: str, path: str = "", lineno: int = 0) -> LogLine:
+    """Normalise one line (without or with its line ending). Never raises."""
+    try:
+        return _normalize(raw, path, lineno)
+    except Exception:  # pragma: no cover - defensive: a bug here must not take the whole scan down
+        return LogLine(path=path, lineno=lineno, raw=str(raw), text=str(raw))
+
+
+def _normalize(raw: str, path: str, lineno: int) -> LogLine:
+    text = raw
+    if text.endswith("\n"):
+        text = text[:-1]
+    raw_kept = text
+    if "\r" in text:
+        text = collapse_carriage_returns(text)
+    elif "\x1b" in text or "\x9b" in text:
+        text = strip_ansi(text)
+    line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
+    if not text or text[0] not in _PREFIX_START:
+        return line
+    _peel_prefixes(line, text)
+    return line
+
+
+def _peel_prefixes(line: LogLine, text: str) -> None:
+    pos = 0
+    srun_task: int | None = None
+    saw_local = False
+    saw_rank = False
+    for _ in range(_MAX_LAYERS):
+        if pos >= len(text) or text[pos] not in _PREFIX_START:
+            break
+        m = _LAYER.match(text, pos)
+        if m is None or m.end() == pos:
+            break
+        group = m.lastgroup
+        g = m.group
+        if g("role") is not None:
+            number = int(g("role_n"))
+            if g("role") == "rank":
+                line.rank = number
+                saw_rank = True
+            else:
+                line.local_rank = number
+                saw_local = True
+        elif g("bhost") is not None:
+            line.host = g("bhost")
+            line.rank = int(g("bhost_n"))
+            saw_rank = True
+        elif g("cglevel") is not None:
+            line.level = g("cglevel")
+            line.timestamp = f"{g('cgdate')} {g('cgtime')}"
+        elif g("glevel") is not None:
+            line.level = g("glevel")
+            line.timestamp = f"{g('gdate')} {g('gtime')}"
+        elif g("task") is not None:
+            if srun_task is not None or saw_rank or saw_local or line.timestamp is not None:
+                break  # "3: " after other prefixes is message text (e.g. "Failures: 3: ...")
+            srun_task = int(g("task"))
+        elif g("pts") is not None:
+            line.timestamp = g("pts")
+            if g("plevel"):
+                line.level = g("plevel")
+        elif g("ts") is not None:
+            line.timestamp = g("ts")
+            if g("tslevel"):
+                line.level = g("tslevel")
+        elif g("nlevel") is not None:
+            line.level = g("nlevel")
+            line.timestamp = g("nts")
+        elif g("host") is not None:
+            if pos != 0 or line.host is not None:
+                break  # a pdsh host is always the outermost layer
+            line.host = g("host")
+        else:  # pragma: no cover - every alternative has a named group
+            del group
+            break
+        pos = m.end()
+    if srun_task is not None:
+        if not saw_rank and not saw_local:
+            line.rank = srun_task
+        elif not saw_rank and line.host is None:
+            # One torchrun per srun task: the task number names the node, local ranks repeat across nodes.
+            line.host = f"task{srun_task}"
+    if pos:
+        line.text = text[pos:]
