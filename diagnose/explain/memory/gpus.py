@@ -1,0 +1,104 @@
+"""GPU memory capacities, and sizes written the way people and PyTorch write them.
+
+Capacities are what ``torch.cuda.get_device_properties(i).total_memory`` reports (the number PyTorch prints as
+"total capacity" in an OOM message), not the marketing number: an H200 sold as 141 GB reports 139.80 GiB
+(150,110,011,392 bytes, measured on the H200 behind ../shared/real_logs). Where no measured value is known we take
+the board's memory in GiB minus the same ~0.85 % the driver keeps on an H200/H100.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from diagnose.model import DiagnoseError
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    capacity_bytes: int  # as torch reports it
+    note: str = ""
+
+
+def _gib(x: float) -> int:
+    return int(round(x * GIB))
+
+
+GPUS: dict[str, GpuModel] = {
+    g.name: g
+    for g in (
+        GpuModel("h200", _gib(139.80), "141 GB HBM3e; torch reports 139.80 GiB (measured)"),
+        GpuModel("h100-80gb", _gib(79.11), "80 GB HBM3 (SXM); torch reports 79.11 GiB"),
+        GpuModel("h100-94gb", _gib(93.00), "H100 NVL 94 GB; torch reports ~93.0 GiB"),
+        GpuModel("h100-pcie", _gib(79.11), "80 GB PCIe"),
+        GpuModel("h20", _gib(95.00), "96 GB HBM3"),
+        GpuModel("a100-40gb", _gib(39.39), "40 GB HBM2; torch reports 39.39 GiB"),
+        GpuModel("a100-80gb", _gib(79.15), "80 GB HBM2e; torch reports 79.15 GiB"),
+        GpuModel("b200", _gib(178.35), "180 GB HBM3e per GPU (HGX B200)"),
+        GpuModel("gb200", _gib(184.31), "186 GB HBM3e per GPU (GB200 NVL72)"),
+        GpuModel("b300", _gib(268.00), "270 GB HBM3e per GPU"),
+        GpuModel("gb300", _gib(275.00), "279 GB HBM3e per GPU"),
+        GpuModel("l40s", _gib(44.39), "48 GB GDDR6; torch reports 44.39 GiB"),
+        GpuModel("l40", _gib(44.39), "48 GB GDDR6"),
+        GpuModel("a10", _gib(22.07), "24 GB GDDR6"),
+        GpuModel("v100-32gb", _gib(31.74), "32 GB HBM2"),
+        GpuModel("mi300x", _gib(191.98), "192 GB HBM3 (ROCm)"),
+    )
+}
+ALIASES = {
+    "h200-141gb": "h200",
+    "h100": "h100-80gb",
+    "h100-sxm": "h100-80gb",
+    "h100-nvl": "h100-94gb",
+    "a100": "a100-80gb",
+    "a100-40g": "a100-40gb",
+    "a100-80g": "a100-80gb",
+    "h100-80g": "h100-80gb",
+}
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "bytes": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": MIB,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": GIB,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1 << 40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int | float) -> int:
+    """'80GiB', '79.15 GiB', '141GB', '20.00 MiB', '0 bytes' or a number of bytes -> bytes."""
+    if isinstance(text, bool):
+        raise DiagnoseError(f"not a memory size: {text!r}")
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = _SIZE.match(str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise DiagnoseError(f"not a memory size: {str(text)[:60]!r} (try e.g. 80GiB, 79.15GiB, 141GB)")
+    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+def gpu_by_name(name: str) -> GpuModel:
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    key = ALIASES.get(key, key)
+    if key not in GPUS:
+        raise DiagnoseError(f"unknown GPU {name[:40]!r}; known: {', '.join(sorted(GPUS))} (or use --gpu-memory 80GiB)")
+    return GPUS[key]
+
+
+def fmt_gib(n: int | float | None) -> str:
+    return "?" if n is None else f"{n / GIB:.2f} GiB"

@@ -1,0 +1,121 @@
+"""Exact parameter count: build megatron-core's GPTModel on the meta device (no memory, no GPU).
+
+The build runs in a child process (``python -m diagnose.explain.memory.meta_count``, the shape as JSON on stdin)
+so that the single-process gloo group it needs, and megatron-core's global parallel state, never touch the
+caller. Only the local (non-Transformer-Engine) layer spec is used: TE holds the same parameters.
+Returns None when torch or megatron-core is missing or the build fails: callers fall back to the analytic count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+from diagnose.explain.memory.shape import ModelShape
+
+
+def available() -> bool:
+    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
+
+
+def exact_count(shape: ModelShape, timeout: float = 180.0) -> int | None:
+    """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here."""
+    if not available():
+        return None
+    payload = json.dumps(dataclasses.asdict(shape))
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "diagnose.explain.memory.meta_count"],
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return int(json.loads(line)["params"])
+            except (ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
+def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    norm = "LayerNorm" if shape.layernorm else "RMSNorm"
+    moe = {}
+    if shape.num_moe_experts:
+        moe = dict(
+            num_moe_experts=shape.num_moe_experts,
+            moe_ffn_hidden_size=shape.moe_ffn_hidden_size or shape.ffn,
+            moe_shared_expert_intermediate_size=shape.moe_shared_expert_intermediate_size,
+            moe_shared_expert_gate=shape.moe_shared_expert_gate,
+            moe_layer_freq=shape.moe_layer_freq if isinstance(shape.moe_layer_freq, int) else list(shape.moe_layer_freq),
+            moe_router_dtype="fp32",
+        )
+    cfg = TransformerConfig(
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        ffn_hidden_size=shape.ffn,
+        num_attention_heads=shape.num_attention_heads,
+        num_query_groups=shape.groups,
+        kv_channels=shape.kv,
+        gated_linear_unit=shape.gated_linear_unit,
+        add_bias_linear=shape.add_bias_linear,
+        add_qkv_bias=shape.add_qkv_bias,
+        qk_layernorm=shape.qk_layernorm,
+        normalization=norm,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        perform_initialization=False,
+        use_cpu_initialization=True,
+        **moe,
+    )
+    if shape.num_moe_experts:
+        spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=norm)
+    else:
+        spec = get_gpt_layer_local_spec(normalization=norm, qk_layernorm=shape.qk_layernorm)
+    with torch.device("meta"):
+        model = GPTModel(
+            config=cfg,
+            transformer_layer_spec=spec,
+            vocab_size=shape.padded_vocab(1),
+            max_sequence_length=shape.seq_length,
+            share_embeddings_and_output_weights=not shape.untie_embeddings,
+            position_embedding_type=shape.position_embedding,
+        )
+    return sum(p.numel() for p in model.parameters())
+
+
+def main() -> int:
+    raw = json.loads(sys.stdin.read())
+    if isinstance(raw.get("moe_layer_freq"), list):
+        raw["moe_layer_freq"] = tuple(raw["moe_layer_freq"])
+    shape = ModelShape(**raw)
+    print(json.dumps({"params": _build_and_count(shape)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Model shape and the analytic parameter count of a Megatron-Core GPT model, per rank.
+
+Counts follow how megatron-core builds ``GPTModel`` (local and Transformer Engine layer specs hold the same
+parameters; TE only fuses the norms into the next linear layer):
+
+- word embedding ``V x h`` (vocab-parallel: split over TP), learned absolute position embedding ``s x h``
+  (replicated) unless RoPE / none, output layer ``V x h`` when embeddings are untied;
+- per layer: ``linear_qkv`` ``(a*d + 2*g*d) x h`` (column-parallel) with an optional bias, ``linear_proj``
+  ``h x a*d`` (row-parallel, bias replicated), two norms of ``h`` (+ bias for LayerNorm), optional q/k norms of ``d``;
+  dense MLP ``fc1`` ``(2f if GLU else f) x h`` and ``fc2`` ``h x f``;
+- MoE layers: router ``E x h`` (replicated), ``E`` experts of the same MLP shape with ``moe_ffn_hidden_size``
+  (split over EP, and over the expert TP), optional shared experts (+ a gate ``h``);
+- final norm ``h``.
+``a`` heads, ``g`` query groups, ``d`` kv_channels (``h/a`` by default), ``V`` the padded vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int | None = None  # default 4h
+    num_query_groups: int | None = None  # default = heads (MHA)
+    kv_channels: int | None = None  # default h / heads
+    vocab_size: int = 32000  # before padding
+    make_vocab_size_divisible_by: int = 128
+    seq_length: int = 4096
+    gated_linear_unit: bool = False  # SwiGLU / GeGLU
+    untie_embeddings: bool = False  # share_embeddings_and_output_weights=False
+    add_bias_linear: bool = True
+    add_qkv_bias: bool = False
+    layernorm: bool = True  # LayerNorm has a bias; RMSNorm has not
+    qk_layernorm: bool = False
+    position_embedding: str = "learned_absolute"  # | "rope" | "none" | "yarn" | "mrope"
+    num_moe_experts: int | None = None
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    moe_shared_expert_gate: bool = False
+    moe_layer_freq: int | tuple[int, ...] = 1  # every n-th layer is MoE, or a 0/1 pattern per layer
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def kv(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        multiple = max(1, self.make_vocab_size_divisible_by) * max(1, tp)
+        return -(-self.vocab_size // multiple) * multiple
+
+    def moe_layers(self) -> list[bool]:
+        if not self.num_moe_experts:
+            return [False] * self.num_layers
+        freq = self.moe_layer_freq
+        if isinstance(freq, int):
+            return [i % max(1, freq) == 0 for i in range(self.num_layers)]
+        pattern = [bool(x) for x in freq]
+        return (pattern + [False] * self.num_layers)[: self.num_layers]
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters held by one rank. ``dense`` is everything sharded over (DP x CP); ``expert`` over expert DP."""
+
+    dense: int
+    expert: int = 0
+    embedding: int = 0  # part of ``dense``: word (+ output) embeddings on this rank
+    details: dict[str, int] = field(default_factory=dict, compare=False)
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def _mlp(h: int, f: int, glu: bool, bias: bool, tp: int) -> int:
+    fc1_out = (2 * f if glu else f) // tp
+    fc1 = fc1_out * h + (fc1_out if bias else 0)
+    fc2 = h * (f // tp) + (h if bias else 0)
+    return fc1 + fc2
+
+
+def _attention(s: ModelShape, tp: int) -> int:
+    h, a, g, d = s.hidden_size, s.num_attention_heads, s.groups, s.kv
+    qkv_out = (a * d + 2 * g * d) // tp
+    qkv = qkv_out * h + (qkv_out if (s.add_bias_linear or s.add_qkv_bias) else 0)
+    proj = h * (a * d // tp) + (h if s.add_bias_linear else 0)
+    qk_norm = 2 * d * (2 if s.layernorm else 1) if s.qk_layernorm else 0
+    return qkv + proj + qk_norm
+
+
+def _norm(s: ModelShape) -> int:
+    return s.hidden_size * (2 if s.layernorm else 1)
+
+
+def layer_params(s: ModelShape, moe: bool, tp: int = 1, ep: int = 1, etp: int | None = None) -> tuple[int, int]:
+    """(dense, expert) parameters of one transformer layer on one rank."""
+    etp = etp or tp
+    dense = _attention(s, tp) + 2 * _norm(s)
+    expert = 0
+    if not moe:
+        dense += _mlp(s.hidden_size, s.ffn, s.gated_linear_unit, s.add_bias_linear, tp)
+        return dense, expert
+    experts = s.num_moe_experts or 0
+    f = s.moe_ffn_hidden_size or s.ffn
+    dense += experts * s.hidden_size  # router
+    if s.moe_shared_expert_intermediate_size:
+        dense += _mlp(s.hidden_size, s.moe_shared_expert_intermediate_size, s.gated_linear_unit, s.add_bias_linear, tp)
+        if s.moe_shared_expert_gate:
+            dense += s.hidden_size
+    local_experts = -(-experts // ep)
+    expert = local_experts * _mlp(s.hidden_size, f, s.gated_linear_unit, s.add_bias_linear, etp)
+    return dense, expert
+
+
+def count_params(
+    s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None, stage: int | None = None
+) -> ParamCount:
+    """Parameters on one (TP, PP) rank; ``stage=None`` means the most-loaded pipeline stage.
+
+    This is the number Megatron prints as " > number of parameters on (tensor, pipeline) model parallel rank".
+    Layers are split evenly over PP (the remainder goes to the first stages); the first stage holds the
+    embeddings, the last one the final norm and the output layer (a copy of the word embedding when tied and PP>1).
+    """
+    tp, pp, ep = max(1, tp), max(1, pp), max(1, ep)
+    v = s.padded_vocab(tp)
+    h = s.hidden_size
+    word = v // tp * h
+    pos = s.seq_length * h if s.position_embedding == "learned_absolute" else 0
+    flags = s.moe_layers()
+    per, extra = divmod(s.num_layers, pp)
+    stages = []
+    start = 0
+    for i in range(pp):
+        n = per + (1 if i < extra else 0)
+        dense = expert = 0
+        for moe in flags[start : start + n]:
+            d, e = layer_params(s, moe, tp, ep, etp)
+            dense += d
+            expert += e
+        start += n
+        emb = 0
+        if i == 0:
+            dense += word + pos
+            emb += word
+        if i == pp - 1:
+            dense += _norm(s)  # final norm
+            if s.untie_embeddings or pp > 1:
+                dense += word
+                emb += word
+        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": n}))
+    if stage is not None:
+        return stages[stage]
+    return max(stages, key=lambda c: c.total)
+
+
+def with_overrides(s: ModelShape, **changes) -> ModelShape:
+    return replace(s, **changes)
