@@ -47,6 +47,13 @@ class Frame:
     line: int
     function: str
     code: str = ""
+    log_line: LogLine | None = None  # the ``File "..."`` line in the log (its lineno is the evidence line)
+
+    @property
+    def text(self) -> str:
+        """The frame as Python prints it, on one line: what ``frames_any`` substrings are checked against."""
+        head = f'File "{self.file}", line {self.line}, in {self.function}'
+        return f"{head} {self.code}" if self.code else head
 
 
 @dataclass(slots=True)
@@ -209,7 +216,9 @@ class _StreamParser:
         m = _FRAME.match(text)
         if m is not None:
             if len(tb.frames) < MAX_FRAMES:
-                tb.frames.append(Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip()))
+                tb.frames.append(
+                    Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip(), log_line=line)
+                )
             tb.lines.append(line)
             self.state = _CODE
             return
