@@ -1,0 +1,104 @@
+"""match: find what the rules catalogue says about a log, group it into findings and pick the root cause.
+
+``scan_and_match(sources, catalogue)`` is the stage entry point (see docs/ARCHITECTURE.md); ``match_text`` does the
+same on a string (rule examples, tests, the TUI's paste screen).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from diagnose.match.rules import Catalogue, Rule, load_catalogue
+from diagnose.model import Block, CaptureSpec, Report
+
+__all__ = [
+    "Catalogue",
+    "MatchResult",
+    "Rule",
+    "TextSource",
+    "all_captures",
+    "load_catalogue",
+    "match_text",
+    "scan_and_match",
+]
+
+_CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config")
+
+
+@dataclass
+class MatchResult:
+    report: Report
+    blocks: dict[str, list[Block]] = field(default_factory=dict)
+
+
+@dataclass
+class TextSource:
+    """A source made from bytes in memory (``match_text``, tests): the same fields as an ingest Source."""
+
+    path: str
+    buffer: bytes
+    rank_hint: int | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def close(self) -> None:
+        pass
+
+
+def all_captures() -> list[CaptureSpec]:
+    """Capture specs the later stages asked for; a stage that is missing or broken contributes none."""
+    specs: list[CaptureSpec] = []
+    for name in _CAPTURE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a stage still being written must not break matching
+            continue
+        for spec in getattr(module, "CAPTURES", None) or []:
+            if isinstance(spec, CaptureSpec):
+                specs.append(spec)
+    return specs
+
+
+def scan_and_match(
+    sources: list,
+    catalogue: Catalogue,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    captures: list[CaptureSpec] | None = None,
+    backend: str = "auto",
+) -> MatchResult:
+    """Scan ``sources`` with ``catalogue``: findings grouped across ranks, ranked, ``root_cause`` set.
+
+    ``jobs`` is accepted for the CLI's ``--jobs``; the scan runs in this process (phase 1 is a C engine and
+    usually disk-bound). ``backend`` picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give
+    the same answer.
+    """
+    from diagnose.match.compiled import compile_catalogue
+    from diagnose.match.engine import scan
+    from diagnose.match.findings import group_hits
+    from diagnose.match.ranking import rank
+
+    if captures is None:
+        captures = all_captures()
+    compiled = compile_catalogue(catalogue, captures)
+    warnings = list(compiled.warnings)
+    hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend)
+    findings, root = rank(group_hits(hits))
+    report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
+    return MatchResult(report, blocks)
+
+
+def match_text(
+    text: str,
+    catalogue: Catalogue,
+    path: str = "<text>",
+    captures: list[CaptureSpec] | None = None,
+    backend: str = "auto",
+) -> Report:
+    """``scan_and_match`` on a string: the same answers as on a file with that content."""
+    source = TextSource(path, text.encode("utf-8", "surrogateescape"))
+    return scan_and_match([source], catalogue, captures=captures, backend=backend).report

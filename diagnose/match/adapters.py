@@ -1,0 +1,125 @@
+"""Calls into the normalize stage (tracebacks, fact parsers, phases), tolerant of what is not there yet.
+
+The matcher needs three things from ``diagnose.normalize``: the Python traceback that ends at a line (for
+``frames_any``/``frames_none`` and the phase), a rule's fact parser, and the phase a line belongs to. They are
+imported lazily, once; when a module or name is missing the matcher falls back to a small built-in reading (frames
+are the ``File "..."`` / ``frame #N`` lines of the same stream above the line) so matching never breaks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+from typing import Any, Callable
+
+from diagnose.model import LogLine
+
+_HEADER = "Traceback (most recent call last)"
+
+
+@lru_cache(maxsize=None)
+def _module(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a stage still being written, or broken: fall back
+        return None
+
+
+def _attr(module: str, name: str):
+    mod = _module(module)
+    return getattr(mod, name, None) if mod is not None else None
+
+
+def is_frame_text(text: str) -> bool:
+    s = text.lstrip()
+    return s.startswith('File "') or s.startswith("frame #")
+
+
+def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
+    """The frame lines of the traceback that ends at ``lines[-1]`` (``lines``: one stream, oldest first)."""
+    ending_at = _attr("diagnose.normalize.tracebacks", "traceback_ending_at")
+    if ending_at is not None:
+        try:
+            tb = ending_at(lines, len(lines) - 1)
+        except Exception:  # noqa: BLE001
+            tb = None
+        if tb is not None:
+            frames = _frames_of(tb, lines)
+            if frames is not None:
+                return frames
+    return _fallback_frames(lines)
+
+
+def _frames_of(tb: Any, lines: list[LogLine]) -> list[LogLine] | None:
+    """Frame lines of a normalize Traceback object, as LogLines with their line numbers when we can find them."""
+    frames = getattr(tb, "frames", None)
+    if frames is None:
+        return None
+    by_lineno = {ln.lineno: ln for ln in lines}
+    out: list[LogLine] = []
+    for fr in frames:
+        lineno = getattr(fr, "lineno_in_log", None) or getattr(fr, "log_line", None)
+        if isinstance(lineno, LogLine):
+            out.append(lineno)
+            continue
+        if isinstance(lineno, int) and lineno in by_lineno:
+            out.append(by_lineno[lineno])
+            continue
+        text = getattr(fr, "text", None) or str(fr)
+        out.append(LogLine(path=lines[-1].path, lineno=0, raw=text, text=text))
+    return out
+
+
+def _fallback_frames(lines: list[LogLine]) -> list[LogLine]:
+    frames: list[LogLine] = []
+    for ln in reversed(lines[:-1]):
+        t = ln.text
+        if is_frame_text(t):
+            frames.append(ln)
+        elif t.startswith(_HEADER):
+            break
+    frames.reverse()
+    return frames
+
+
+def parser(name: str) -> Callable[..., Any] | None:
+    parsers = _attr("diagnose.normalize.facts", "PARSERS")
+    if isinstance(parsers, dict):
+        return parsers.get(name)
+    return None
+
+
+def run_parser(name: str, line: LogLine) -> dict[str, Any]:
+    fn = parser(name)
+    if fn is None:
+        return {}
+    try:
+        out = fn(line.text)
+    except TypeError:
+        try:
+            out = fn(line)
+        except Exception:  # noqa: BLE001
+            return {}
+    except Exception:  # noqa: BLE001 - a parser must never break matching
+        return {}
+    return dict(out) if isinstance(out, dict) else {}
+
+
+def phase_of(line: LogLine, frames: list[LogLine], markers: list[tuple[str, LogLine]]) -> str:
+    """The phase of an error line: from its frames first, else from the last phase marker seen before it."""
+    fn = _attr("diagnose.normalize.phases", "phase_of")
+    if fn is not None:
+        try:
+            phase = fn(line=line, frames=[f.text for f in frames], markers=markers)
+        except TypeError:
+            phase = None
+        except Exception:  # noqa: BLE001
+            phase = None
+        if isinstance(phase, str) and phase:
+            return phase
+    return "unknown"
+
+
+def phase_capture_names() -> set[str]:
+    captures = _attr("diagnose.normalize.phases", "CAPTURES") or []
+    return {getattr(c, "name", "") for c in captures}

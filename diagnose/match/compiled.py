@@ -1,0 +1,113 @@
+"""The catalogue and capture specs compiled for scanning: regexes, the anchor table, which rules hang off which anchor.
+
+Regexes are compiled with the ``regex`` module (it can time out a search: a user's catastrophic regex is reported,
+named, and switched off instead of hanging the tool). A rule whose regex does not compile is skipped with a
+warning; it never stops the scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import regex
+
+from diagnose.match.anchors import ESCAPE
+from diagnose.match.rules import Catalogue, Rule
+from diagnose.model import CaptureSpec
+
+REGEX_TIMEOUT_S = 1.0  # per search; only a pathological pattern comes near it
+
+
+@dataclass(slots=True)
+class CompiledPattern:
+    anchor: str
+    regex: "regex.Pattern"
+
+
+@dataclass(slots=True)
+class CompiledRule:
+    index: int  # position in ``Compiled.rules`` (= catalogue order among the rules that compiled)
+    rule: Rule
+    patterns: list[CompiledPattern]
+    has_context: bool
+    disabled: bool = False  # set when a search timed out
+
+
+@dataclass(slots=True)
+class CompiledCapture:
+    spec: CaptureSpec
+    regex: "regex.Pattern | None"
+
+
+@dataclass
+class Compiled:
+    rules: list[CompiledRule]
+    captures: list[CompiledCapture]
+    anchors: list[str]  # distinct anchor strings, rules' and captures' together
+    literals: list[bytes]  # the anchors as UTF-8 bytes, plus ESC last (lines with ANSI escapes)
+    rules_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of rules having a pattern with that anchor
+    captures_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of captures with that anchor
+    warnings: list[str] = field(default_factory=list)
+
+
+def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None) -> Compiled:
+    warnings: list[str] = []
+    anchor_index: dict[str, int] = {}
+    rules_by_anchor: list[list[int]] = []
+    captures_by_anchor: list[list[int]] = []
+
+    def anchor_id(a: str) -> int:
+        if a not in anchor_index:
+            anchor_index[a] = len(anchor_index)
+            rules_by_anchor.append([])
+            captures_by_anchor.append([])
+        return anchor_index[a]
+
+    compiled_rules: list[CompiledRule] = []
+    for rule in catalogue.rules:
+        patterns = []
+        try:
+            for p in rule.patterns:
+                patterns.append(CompiledPattern(p.anchor, regex.compile(p.regex)))
+        except (regex.error, TypeError, ValueError) as e:
+            warnings.append(f"rule {rule.code}: regex does not compile ({e}); rule skipped")
+            continue
+        ctx = rule.context
+        cr = CompiledRule(
+            index=len(compiled_rules),
+            rule=rule,
+            patterns=patterns,
+            has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any),
+        )
+        compiled_rules.append(cr)
+        for p in patterns:
+            ids = rules_by_anchor[anchor_id(p.anchor)]
+            if cr.index not in ids:
+                ids.append(cr.index)
+
+    compiled_captures: list[CompiledCapture] = []
+    for spec in captures or []:
+        if not spec.anchor:
+            warnings.append(f"capture {spec.name}: empty anchor; ignored")
+            continue
+        rx = None
+        if spec.regex:
+            try:
+                rx = regex.compile(spec.regex)
+            except (regex.error, TypeError, ValueError) as e:
+                warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
+                continue
+        captures_by_anchor[anchor_id(spec.anchor)].append(len(compiled_captures))
+        compiled_captures.append(CompiledCapture(spec, rx))
+
+    anchors = list(anchor_index)
+    literals = [a.encode("utf-8") for a in anchors] + [ESCAPE]
+    return Compiled(
+        rules=compiled_rules,
+        captures=compiled_captures,
+        anchors=anchors,
+        literals=literals,
+        rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
+        captures_by_anchor=[tuple(x) for x in captures_by_anchor],
+        warnings=warnings,
+    )

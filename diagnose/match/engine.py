@@ -1,0 +1,322 @@
+"""Scan sources for rule matches and capture blocks: phase 1 (anchors in raw bytes), phase 2 (candidate lines).
+
+Phase 2 runs only on the lines phase 1 found. For each: decode, ``normalize_line``, the anchors present in the
+normalised text, then the regexes of the rules hanging off those anchors in REVERSE catalogue order: the first rule
+whose regex and context both pass wins (last match wins). Regex results depend only on the text, so they are
+memoised by text: a line repeated on 512 ranks is matched once and counted 512 times. Context (frames, earlier
+lines) depends on the position and is checked per line, reading backwards from the buffer with a small cache of
+normalised lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import regex
+
+from diagnose.match import adapters
+from diagnose.match.anchors import candidate_line_starts, make_scanner, windows
+from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
+from diagnose.model import Block, InputInfo, LogLine
+from diagnose.normalize import decode, normalize_line
+
+MEMO_MAX = 8192  # distinct normalised texts remembered
+LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
+TRACEBACK_LOOKBACK_LINES = 4000
+TRACEBACK_LOOKBACK_BYTES = 1 << 20
+MARKERS_KEPT = 16
+
+_MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+@dataclass(slots=True)
+class Hit:
+    """One line that a rule matched, with what the finding needs from it."""
+
+    rule: CompiledRule
+    line: LogLine
+    source_index: int
+    rank: int | None
+    facts: dict[str, Any]
+    phase: str
+    key: str  # grouping key: rule code + the matched text with numbers masked
+    extra_evidence: list[LogLine] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Occurrence:
+    source_index: int
+    start: int  # byte offset of the line in its source
+    line: LogLine
+
+
+class _LineReader:
+    """Reads and normalises lines of one source around a byte offset, with a bounded cache."""
+
+    def __init__(self, buffer, path: str):
+        self.buffer = buffer
+        self.path = path
+        self.cache: dict[int, LogLine] = {}
+
+    def line_at(self, start: int, end: int, lineno: int) -> LogLine:
+        ll = self.cache.get(start)
+        if ll is None:
+            if len(self.cache) >= LINE_CACHE_MAX:
+                self.cache.clear()
+            ll = normalize_line(decode(self.buffer[start:end]), self.path, lineno)
+            self.cache[start] = ll
+        return ll
+
+    def backwards(self, start: int, lineno: int, max_lines: int, max_bytes: int):
+        """Yield ``(start, LogLine)`` of the lines before the line at ``start``, nearest first."""
+        buf = self.buffer
+        floor = max(0, start - max_bytes)
+        pos = start
+        for _ in range(max_lines):
+            if pos <= floor:
+                return
+            end = pos - 1  # the newline ending the previous line
+            nl = buf.rfind(b"\n", floor, end)
+            if nl == -1 and floor > 0:
+                return
+            s = nl + 1
+            lineno -= 1
+            yield s, self.line_at(s, end, lineno)
+            pos = s
+
+    def forwards(self, start: int, lineno: int, max_lines: int, max_bytes: int):
+        """Yield ``(start, LogLine)`` of the lines after the line at ``start``."""
+        buf = self.buffer
+        total = len(buf)
+        limit = min(total, start + max_bytes)
+        nl = buf.find(b"\n", start, limit)
+        for _ in range(max_lines):
+            if nl == -1 or nl + 1 >= limit:
+                return
+            s = nl + 1
+            nl = buf.find(b"\n", s, limit)
+            end = nl if nl != -1 else limit
+            lineno += 1
+            yield s, self.line_at(s, end, lineno)
+
+
+class Matcher:
+    """Matches candidate lines of one scan (one or more sources) and collects hits and capture occurrences."""
+
+    def __init__(self, compiled: Compiled, warnings: list[str]):
+        self.c = compiled
+        self.warnings = warnings
+        self.memo: dict[str, tuple[list[tuple[CompiledRule, dict, str]], list[int]]] = {}
+        self.hits: list[Hit] = []
+        self.occurrences: list[list[_Occurrence]] = [[] for _ in compiled.captures]
+        self.occurrence_counts: list[int] = [0] * len(compiled.captures)
+        self.phase_captures = adapters.phase_capture_names()
+        self.markers: list[tuple[str, LogLine]] = []
+
+    # ---------------------------------------------------------------------------------------- per text
+
+    def classify(self, text: str) -> tuple[list[tuple[CompiledRule, dict, str]], list[int]]:
+        """Rules whose regex matches ``text`` (latest in catalogue first) and captures whose anchor/regex match."""
+        entry = self.memo.get(text)
+        if entry is not None:
+            return entry
+        c = self.c
+        present = [i for i, a in enumerate(c.anchors) if a in text]
+        rule_ids: set[int] = set()
+        capture_ids: list[int] = []
+        for i in present:
+            rule_ids.update(c.rules_by_anchor[i])
+            capture_ids.extend(c.captures_by_anchor[i])
+        matches: list[tuple[CompiledRule, dict, str]] = []
+        for ri in sorted(rule_ids, reverse=True):
+            cr = c.rules[ri]
+            if cr.disabled:
+                continue
+            for p in cr.patterns:
+                if p.anchor not in text:
+                    continue
+                m = self._search(cr, p.regex, text)
+                if m is not None:
+                    facts = {k: v for k, v in m.groupdict().items() if v is not None}
+                    key = f"{cr.rule.code}|{_MASK.sub('#', m.group(0))[:200]}"
+                    matches.append((cr, facts, key))
+                    break
+        kept_captures = []
+        for ci in sorted(set(capture_ids)):
+            cc = c.captures[ci]
+            if cc.regex is None or cc.regex.search(text) is not None:
+                kept_captures.append(ci)
+        entry = (matches, kept_captures)
+        if len(self.memo) >= MEMO_MAX:
+            self.memo.clear()
+        self.memo[text] = entry
+        return entry
+
+    def _search(self, cr: CompiledRule, rx, text: str):
+        try:
+            return rx.search(text, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            cr.disabled = True
+            self.warnings.append(
+                f"rule {cr.rule.code} ({cr.rule.source}): regex took over {REGEX_TIMEOUT_S:g}s on one line "
+                "(catastrophic backtracking?); rule switched off for this run"
+            )
+            return None
+
+    # ---------------------------------------------------------------------------------------- per line
+
+    def line(self, reader: _LineReader, source_index: int, rank_hint, start: int, raw: bytes, lineno: int) -> None:
+        ll = normalize_line(decode(raw), reader.path, lineno)
+        matches, captures = self.classify(ll.text)
+        for ci in captures:
+            self._record_capture(ci, _Occurrence(source_index, start, ll))
+        if not matches:
+            return
+        frames: list[LogLine] | None = None
+        for cr, facts, key in matches:
+            rule = cr.rule
+            extra: list[LogLine] = []
+            if cr.has_context:
+                ctx = rule.context
+                if ctx.frames_any or ctx.frames_none:
+                    if frames is None:
+                        frames = self._frames(reader, start, ll)
+                    if ctx.frames_none and any(n in f.text for f in frames for n in ctx.frames_none):
+                        continue
+                    if ctx.frames_any:
+                        hit_frames = [f for f in frames if any(a in f.text for a in ctx.frames_any)]
+                        if not hit_frames:
+                            continue
+                        extra.append(hit_frames[-1])
+                if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window):
+                    continue
+            if rule.phase != "auto":
+                phase = rule.phase
+            else:
+                if frames is None:
+                    frames = self._frames(reader, start, ll)
+                phase = adapters.phase_of(ll, frames, self.markers)
+            all_facts = dict(facts)
+            if rule.parser:
+                for k, v in adapters.run_parser(rule.parser, ll).items():
+                    all_facts.setdefault(k, v)
+            rank = ll.rank if ll.rank is not None else rank_hint
+            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra))
+            return  # last match wins: one rule per line
+
+    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
+        stream = ll.stream
+        same: list[LogLine] = []
+        for _s, prev in reader.backwards(start, ll.lineno, TRACEBACK_LOOKBACK_LINES, TRACEBACK_LOOKBACK_BYTES):
+            if prev.stream != stream:
+                continue
+            same.append(prev)
+            if prev.text.startswith("Traceback (most recent call last)"):
+                break
+        same.reverse()
+        same.append(ll)
+        return adapters.traceback_frames(same)
+
+    @staticmethod
+    def _before_any(reader: _LineReader, start: int, needles: list[str], window: int) -> bool:
+        buf = reader.buffer
+        lo = start
+        for _ in range(window):
+            if lo <= 0:
+                break
+            nl = buf.rfind(b"\n", 0, lo - 1)
+            lo = nl + 1
+            if nl == -1:
+                break
+        region = bytes(buf[lo:start])
+        return any(n.encode("utf-8") in region for n in needles)
+
+    def _record_capture(self, ci: int, occ: _Occurrence) -> None:
+        spec = self.c.captures[ci].spec
+        if spec.name in self.phase_captures:
+            self.markers.append((spec.name, occ.line))
+            if len(self.markers) > MARKERS_KEPT:
+                del self.markers[0]
+        kept = self.occurrences[ci]
+        self.occurrence_counts[ci] += 1
+        keep = spec.keep
+        if keep == "last":
+            kept[:] = [occ]
+        elif keep == "first_last":
+            if len(kept) < 2:
+                kept.append(occ)
+            else:
+                kept[1] = occ
+        elif keep == "all":
+            if len(kept) < spec.max_blocks:
+                kept.append(occ)
+        elif not kept:  # "first" (and anything unknown)
+            kept.append(occ)
+
+
+def scan(
+    sources: list,
+    compiled: Compiled,
+    warnings: list[str],
+    progress: Callable[[int, int], None] | None = None,
+    backend: str = "auto",
+    window_size: int = 8 << 20,
+) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo]]:
+    """Scan every source; return the hits (in input order), the captured blocks and per-input sizes."""
+    scanner = make_scanner(compiled.literals, backend)
+    matcher = Matcher(compiled, warnings)
+    total_bytes = sum(len(s.buffer) for s in sources)
+    done = 0
+    infos: list[InputInfo] = []
+    readers: list[_LineReader] = []
+    for si, source in enumerate(sources):
+        buf = source.buffer
+        reader = _LineReader(buf, source.path)
+        readers.append(reader)
+        rank_hint = getattr(source, "rank_hint", None)
+        lines_before = 0
+        last_byte_nl = True
+        for offset, w in windows(buf, window_size):
+            present = scanner.present(w)
+            if present:
+                cursor, lineno = 0, lines_before + 1
+                for s in candidate_line_starts(w, compiled.literals, present):
+                    lineno += w.count(b"\n", cursor, s)
+                    cursor = s
+                    e = w.find(b"\n", s)
+                    if e == -1:
+                        e = len(w)
+                    matcher.line(reader, si, rank_hint, offset + s, w[s:e], lineno)
+            lines_before += w.count(b"\n")
+            last_byte_nl = w.endswith(b"\n")
+            done += len(w)
+            if progress is not None:
+                progress(done, total_bytes)
+        size = len(buf)
+        infos.append(InputInfo(source.path, size, lines_before + (0 if last_byte_nl or size == 0 else 1)))
+    blocks = _materialise_blocks(matcher, readers)
+    return matcher.hits, blocks, infos
+
+
+def _materialise_blocks(matcher: Matcher, readers: list[_LineReader]) -> dict[str, list[Block]]:
+    blocks: dict[str, list[Block]] = {}
+    for ci, cc in enumerate(matcher.c.captures):
+        spec = cc.spec
+        out = blocks.setdefault(spec.name, [])
+        for occ in matcher.occurrences[ci]:
+            reader = readers[occ.source_index]
+            lines = [occ.line]
+            if spec.lines_after > 0:
+                stream = occ.line.stream
+                budget = max(spec.lines_after * 64, 1024)
+                for _s, nxt in reader.forwards(occ.start, occ.line.lineno, budget, 16 << 20):
+                    if nxt.stream != stream:
+                        continue
+                    lines.append(nxt)
+                    if spec.until and spec.until in nxt.text:
+                        break
+                    if len(lines) > spec.lines_after:
+                        break
+            out.append(Block(spec.name, reader.path, occ.line.lineno, lines))
+    return blocks

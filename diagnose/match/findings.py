@@ -1,0 +1,92 @@
+"""Group hits into findings: the same rule (and the same matched text, numbers masked) across ranks and hosts.
+
+A finding keeps the count, the sorted ranks and hosts, the first line, a few evidence lines with exact line numbers
+(text made inert), the explanation and fix from the rule, and the facts of its first hit (later hits only fill
+keys the first one lacked).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from diagnose.match.engine import Hit
+from diagnose.model import Evidence, Finding, LogLine
+from diagnose.normalize import collapse_carriage_returns
+from diagnose.present.safe import inert, shorten
+
+EVIDENCE_KEPT = 3
+EVIDENCE_CHARS = 500
+MAX_GROUPS = 500  # distinct findings; beyond it, hits join their rule's first finding
+
+
+@dataclass
+class Group:
+    finding: Finding
+    first_hit: Hit
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+
+
+def evidence_of(line: LogLine) -> Evidence:
+    """The line as the user sees it in a terminal (ANSI and ``\\r`` rewrites resolved), made inert."""
+    return Evidence(line.path, line.lineno, shorten(inert(collapse_carriage_returns(line.raw)), EVIDENCE_CHARS))
+
+
+def group_hits(hits: list[Hit]) -> list[Group]:
+    groups: dict[str, Group] = {}
+    first_by_rule: dict[str, Group] = {}
+    for hit in hits:
+        g = groups.get(hit.key)
+        if g is None and len(groups) >= MAX_GROUPS:
+            g = first_by_rule.get(hit.rule.rule.code)
+        if g is None:
+            g = Group(_new_finding(hit), hit)
+            groups[hit.key] = g
+            first_by_rule.setdefault(hit.rule.rule.code, g)
+        else:
+            _add(g, hit)
+        if hit.rank is not None:
+            g.ranks.add(hit.rank)
+        if hit.line.host:
+            g.hosts.add(hit.line.host)
+    out = list(groups.values())
+    for g in out:
+        g.finding.ranks = sorted(g.ranks)
+        g.finding.hosts = sorted(g.hosts)
+    return out
+
+
+def _new_finding(hit: Hit) -> Finding:
+    rule = hit.rule.rule
+    evidence = [evidence_of(hit.line)]
+    for extra in hit.extra_evidence:
+        if extra.lineno > 0:
+            evidence.insert(0, evidence_of(extra))
+    return Finding(
+        rule=rule.code,
+        name=rule.slug,
+        title=rule.title,
+        category=rule.category,
+        phase=hit.phase,
+        severity=rule.severity,  # type: ignore[arg-type]
+        role=rule.role,  # type: ignore[arg-type] - final role is set by ranking
+        confidence=rule.confidence,
+        count=1,
+        first_line=hit.line.lineno,
+        evidence=evidence,
+        explanation=rule.explanation,
+        fix=copy.deepcopy(rule.fix),
+        facts=dict(hit.facts),
+    )
+
+
+def _add(g: Group, hit: Hit) -> None:
+    f = g.finding
+    f.count += 1
+    if len(f.evidence) < EVIDENCE_KEPT + len(g.first_hit.extra_evidence):
+        f.evidence.append(evidence_of(hit.line))
+    for k, v in hit.facts.items():
+        f.facts.setdefault(k, v)
+    if f.phase == "unknown" and hit.phase != "unknown":
+        f.phase = hit.phase

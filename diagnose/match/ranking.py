@@ -1,0 +1,104 @@
+"""Root-cause ranking: which finding explains the failure, which ones are its consequences.
+
+* Candidates are error findings whose rule is role ``root``. A catch-all (category ``other``) is a candidate only
+  when no specific error matched.
+* Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
+* Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
+  win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
+* The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
+  everything else is ``context``. Findings are ordered root first, then the rest by time, then cascades.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import regex
+
+from diagnose.match.findings import Group
+from diagnose.model import Finding
+
+CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
+CONTESTED_FACTOR = 0.9  # another distinct specific error came later: slightly less sure
+
+_TS = regex.compile(
+    r"(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})|(?P<gmo>\d{2})(?P<gd>\d{2}))[ T]"
+    r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:[.,](?P<f>\d+))?"
+)
+
+
+def time_of(ts: str | None) -> float | None:
+    """Seconds since the start of the year (year ignored unless present) for a log timestamp, or None."""
+    if not ts:
+        return None
+    m = _TS.search(ts)
+    if m is None:
+        return None
+    month = int(m.group("mo") or m.group("gmo"))
+    day = int(m.group("d") or m.group("gd"))
+    year = int(m.group("y")) if m.group("y") else 0
+    frac = float("0." + m.group("f")) if m.group("f") else 0.0
+    return (
+        ((year * 12 + month) * 31 + day) * 86400.0
+        + int(m.group("h")) * 3600
+        + int(m.group("mi")) * 60
+        + int(m.group("s"))
+        + frac
+    )
+
+
+def _compare(a: Group, b: Group) -> int:
+    ha, hb = a.first_hit, b.first_hit
+    ta, tb = time_of(ha.line.timestamp), time_of(hb.line.timestamp)
+    # Year-less glog times against dated ones are not comparable: fall back to position.
+    if ta is not None and tb is not None and (ta < 86400 * 400) == (tb < 86400 * 400) and ta != tb:
+        return -1 if ta < tb else 1
+    pa = (ha.source_index, ha.line.lineno)
+    pb = (hb.source_index, hb.line.lineno)
+    return (pa > pb) - (pa < pb)
+
+
+by_time = functools.cmp_to_key(_compare)
+
+
+def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
+    """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
+    ordered = sorted(groups, key=by_time)
+    errors = [g for g in ordered if g.finding.severity == "error"]
+    root_role = [g for g in errors if g.first_hit.rule.rule.role == "root"]
+    specific = [g for g in root_role if g.finding.category != "other"]
+    cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade"]
+
+    root: Group | None = None
+    confidence = None
+    if specific or root_role:
+        pool = specific or root_role
+        root = pool[0]
+        confidence = root.finding.confidence
+        if len({g.first_hit.rule.rule.code for g in pool}) > 1:
+            confidence *= CONTESTED_FACTOR
+    elif cascades:
+        root = cascades[0]
+        confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
+
+    if root is None:
+        findings = [g.finding for g in ordered]
+        for f in findings:
+            f.role = "cascade" if f.role == "cascade" else "context"
+            f.cause_of = None
+        return findings, None
+
+    rest = [g for g in ordered if g is not root]
+    secondary = [g for g in rest if g.first_hit.rule.rule.role != "cascade"]
+    consequences = [g for g in rest if g.first_hit.rule.rule.role == "cascade"]
+    final = [root] + secondary + consequences
+    root.finding.role = "root"
+    root.finding.confidence = round(float(confidence), 3)
+    root.finding.cause_of = None
+    for g in secondary:
+        g.finding.role = "context"
+        g.finding.cause_of = None
+    for g in consequences:
+        g.finding.role = "cascade"
+        g.finding.cause_of = 0
+    return [g.finding for g in final], 0
