@@ -1,0 +1,33 @@
+"""Attach to a Slurm job: find its output, diagnose it, and add what Slurm itself knows.
+
+Public API (for the CLI and the TUI):
+
+- ``parse_job_id(text, step=None) -> JobRef``: strict validation of ``123``, ``123_7``, ``123+1``, ``.STEP``.
+- ``lookup_job(ref) -> SlurmJob``: state, exit code/signal, DerivedExitCode, steps, nodes, elapsed vs limit,
+  requeues, output files and the route that found them (scontrol, else sacct SubmitLine / --env-vars /
+  --batch-script / the slurm-%j.out default).
+- ``list_failed_jobs(since="1d", user=None) -> list[JobSummary]``: recent jobs that ended badly, newest first
+  (``JobSummary`` is documented in ``listing.py``). For the TUI's job list (``diagnose tui --slurm``).
+- ``diagnose_job(ref, options) -> SlurmDiagnosis``: the pipeline's Report on the job's output with Slurm's facts
+  merged in as findings (rules ``SJ0xx``, category "slurm") and ``Report.slurm`` filled.
+
+Slurm commands run with argument lists (never a shell) and timeouts; a missing scontrol/sacct raises
+``SlurmUnavailable`` (a DiagnoseError) with a one-line message.
+"""
+
+from diagnose.ingest.slurm.commands import SlurmUnavailable
+from diagnose.ingest.slurm.job import OutputFile, SlurmJob, SlurmStep, lookup_job
+from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.listing import JobSummary, list_failed_jobs
+
+__all__ = [
+    "JobRef",
+    "JobSummary",
+    "OutputFile",
+    "SlurmJob",
+    "SlurmStep",
+    "SlurmUnavailable",
+    "list_failed_jobs",
+    "lookup_job",
+    "parse_job_id",
+]

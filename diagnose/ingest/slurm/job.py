@@ -1,0 +1,441 @@
+"""What Slurm knows about one job, gathered from ``scontrol`` (while slurmctld remembers it) and ``sacct``.
+
+``lookup_job(ref)`` returns a ``SlurmJob``: state, exit code and signal, DerivedExitCode, steps, nodes, elapsed
+against the limit, requeues, and the job's output files with the route that found them. The evidence lines
+(``scontrol:ID`` / ``sacct:ID`` with the record's line number) let findings point at what Slurm said.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.jobid import JobRef
+from diagnose.ingest.slurm.output_path import (
+    OutputOptions,
+    PatternFields,
+    default_output,
+    expand_pattern,
+    first_node,
+    parse_batch_script_options,
+    parse_sbatch_options,
+    resolve,
+)
+from diagnose.ingest.slurm.parse import (
+    ExitStatus,
+    ScontrolRecord,
+    SacctRow,
+    parse_duration,
+    parse_env_outputs,
+    parse_exit_code,
+    parse_sacct,
+    parse_scontrol_jobs,
+    split_state,
+)
+from diagnose.model import DiagnoseError
+
+Runner = Callable[[list[str]], CommandResult]
+
+# States in which a job has ended; anything else is still pending/running
+ENDED_STATES = {
+    "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL",
+    "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+}  # fmt: skip
+SACCT_FIELDS = [
+    "JobID", "JobIDRaw", "JobName", "User", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed",
+    "Timelimit", "NodeList", "Start", "End", "WorkDir",
+]  # fmt: skip
+
+
+@dataclass(slots=True)
+class SlurmRecordLine:
+    """One line of Slurm output that a finding can cite: ``source`` is e.g. ``scontrol:123`` or ``sacct:123``."""
+
+    source: str
+    line: int
+    text: str
+
+
+@dataclass(slots=True)
+class SlurmStep:
+    step_id: str  # "123.batch", "123.0", "123_7.0"
+    name: str
+    state: str
+    exit: ExitStatus
+    nodes: str
+    record: SlurmRecordLine
+
+    @property
+    def short_id(self) -> str:
+        return self.step_id.rsplit(".", 1)[-1]
+
+
+@dataclass(slots=True)
+class OutputFile:
+    path: str
+    stream: str  # "stdout", "stderr" or "stdout+stderr"
+    exists: bool = False
+    readable: bool = False
+    size: int = 0
+    problem: str | None = None  # why it cannot be read, for the user
+
+
+@dataclass(slots=True)
+class SlurmJob:
+    ref: JobRef
+    job_id: str  # as Slurm shows it: "123", "123_7", "123+1"
+    raw_id: int | None = None  # the numeric id of this job or task (%j)
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_offset: int | None = None
+    name: str = ""
+    user: str = ""
+    state: str = ""
+    reason: str = ""
+    cancelled_by: str | None = None  # a user name (or uid) when sacct says "CANCELLED by N"
+    exit: ExitStatus = field(default_factory=lambda: ExitStatus(None, None))
+    derived_exit: ExitStatus = field(default_factory=lambda: ExitStatus(None, None))
+    nodes: str = ""
+    batch_host: str = ""
+    elapsed_s: int | None = None
+    time_limit_s: int | None = None
+    time_limit_text: str = ""
+    restarts: int = 0
+    work_dir: str = ""
+    start: str = ""
+    end: str = ""
+    batch: bool = True  # False for srun/salloc jobs: their output went to a terminal
+    steps: list[SlurmStep] = field(default_factory=list)
+    outputs: list[OutputFile] = field(default_factory=list)
+    output_route: str = ""  # "scontrol", "sacct StdOut", "sacct SubmitLine", "sacct --env-vars", ...
+    source: str = ""  # "scontrol" or "sacct": where the job's state came from
+    record: SlurmRecordLine | None = None  # the job's own line, for evidence
+    state_record: SlurmRecordLine | None = None  # the sacct job line (CANCELLED by ...), when it was read
+    notes: list[str] = field(default_factory=list)  # what the user should know (file gone, record incomplete)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def failed_step(self) -> SlurmStep | None:
+        """The step that failed: a numbered (srun) step first, then batch; None if no step failed."""
+        bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ("COMPLETED", "RUNNING", "PENDING", ""))]
+        numbered = [s for s in bad if s.short_id.isdigit()]
+        return (numbered or bad or [None])[0]
+
+    @property
+    def readable_outputs(self) -> list[str]:
+        seen: list[str] = []
+        for o in self.outputs:
+            if o.readable and o.path not in seen:
+                seen.append(o.path)
+        return seen
+
+
+def lookup_job(
+    ref: JobRef,
+    runner: Runner = run_slurm,
+    settle_s: float = 8.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SlurmJob:
+    """Ask scontrol, then sacct, about ``ref``; raise DiagnoseError if neither knows the job.
+
+    ``settle_s`` bounds the wait for sacct's record to complete: for a few seconds after a job ends, sacct shows
+    JobName "allocation" and no WorkDir/SubmitLine.
+    """
+    record = _scontrol_record(ref, runner)
+    sacct_rows, sacct_fields = _sacct_rows(ref, runner)
+    if record is None:
+        deadline = time.monotonic() + settle_s
+        while sacct_rows and _incomplete(sacct_rows) and time.monotonic() < deadline:
+            sleep(0.5)
+            sacct_rows, sacct_fields = _sacct_rows(ref, runner)
+    if record is None and not sacct_rows:
+        raise DiagnoseError(f"Slurm does not know job {ref.slurm_id} (not in scontrol, not in sacct)")
+    job = SlurmJob(ref=ref, job_id=ref.slurm_id)
+    if record is not None:
+        _fill_from_scontrol(job, record)
+    job_rows = [r for r in sacct_rows if "." not in r.fields.get("JobID", "")]
+    if job_rows:
+        _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
+    if record is None and _incomplete(sacct_rows):
+        job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
+    _find_outputs(job, record, job_rows[-1] if job_rows else None, sacct_fields, runner)
+    return job
+
+
+# ------------------------------------------------------------------------------------------- scontrol
+
+
+def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:
+    result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
+    if not result.ok:
+        message = result.first_error_line()
+        if "Invalid job id" in message:
+            return None
+        raise SlurmUnavailable(f"scontrol show job {ref.slurm_id}: {message}")
+    records = parse_scontrol_jobs(result.stdout)
+    if not records:
+        return None
+    if len(records) > 1:  # an array job asked by its array id: one record per task; take the first failed one
+        failing = [r for r in records if r.fields.get("JobState") not in ("COMPLETED", "RUNNING", "PENDING")]
+        return (failing or records)[0]
+    return records[0]
+
+
+def _fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
+    f = rec.fields
+    job.source = "scontrol"
+    job.raw_id = _int(f.get("JobId"))
+    job.array_job_id = _int(f.get("ArrayJobId"))
+    job.array_task_id = _int(f.get("ArrayTaskId"))
+    job.het_job_id = _int(f.get("HetJobId"))
+    job.het_offset = _int(f.get("HetJobOffset"))
+    if job.array_job_id is not None and job.array_task_id is not None:
+        job.job_id = f"{job.array_job_id}_{job.array_task_id}"
+    elif job.het_job_id is not None and job.het_offset is not None:
+        job.job_id = f"{job.het_job_id}+{job.het_offset}"
+    job.name = f.get("JobName", "")
+    job.user = f.get("UserId", "").split("(", 1)[0]
+    job.state, _ = split_state(f.get("JobState"))
+    job.reason = f.get("Reason", "")
+    job.exit = parse_exit_code(f.get("ExitCode"))
+    job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
+    job.nodes = _none_to_empty(f.get("NodeList"))
+    job.batch_host = _none_to_empty(f.get("BatchHost"))
+    job.elapsed_s = parse_duration(f.get("RunTime"))
+    job.time_limit_text = f.get("TimeLimit", "")
+    job.time_limit_s = parse_duration(job.time_limit_text)
+    job.restarts = _int(f.get("Restarts")) or 0
+    job.work_dir = _none_to_empty(f.get("WorkDir"))
+    job.start, job.end = f.get("StartTime", ""), f.get("EndTime", "")
+    job.batch = f.get("BatchFlag", "1") != "0"
+    keys = ("JobState", "Reason", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "Restarts", "NodeList")
+    text = " ".join(f"JobId={f.get('JobId', '')}".split() + [f"{k}={f[k]}" for k in keys if k in f])
+    job.record = SlurmRecordLine(f"scontrol:{job.job_id}", rec.line, text)
+
+
+# ---------------------------------------------------------------------------------------------- sacct
+
+
+_SACCT_HAS_STDOUT: bool | None = None
+
+
+def sacct_has_stdout(runner: Runner = run_slurm) -> bool:
+    """Slurm 24.05+ has StdOut/StdErr in sacct; asking 22.05 for them fails the whole command, so probe first."""
+    global _SACCT_HAS_STDOUT
+    if _SACCT_HAS_STDOUT is None:
+        result = runner(["sacct", "--helpformat"])
+        _SACCT_HAS_STDOUT = result.ok and "StdOut" in result.stdout.split()
+    return _SACCT_HAS_STDOUT
+
+
+def _sacct_rows(ref: JobRef, runner: Runner) -> tuple[list[SacctRow], list[str]]:
+    """The job's rows (the job line(s), with -D earlier runs of a requeued job, and its steps)."""
+    fields = list(SACCT_FIELDS)
+    if sacct_has_stdout(runner):
+        fields += ["StdOut", "StdErr"]
+    fields.append("SubmitLine")  # last: it may contain "|" itself
+    result = runner(["sacct", "-j", ref.slurm_id, "-D", "--parsable2", "--format=" + ",".join(fields)])
+    if not result.ok:
+        message = result.first_error_line()
+        if "accounting storage is disabled" in message or "Problem talking to" in message:
+            return [], fields  # no accounting: scontrol is all we have
+        raise SlurmUnavailable(f"sacct -j {ref.slurm_id}: {message}")
+    return parse_sacct(result.stdout), fields
+
+
+def _incomplete(rows: list[SacctRow]) -> bool:
+    job_rows = [r for r in rows if "." not in r.fields.get("JobID", "")]
+    return bool(job_rows) and not job_rows[-1].fields.get("WorkDir")
+
+
+def _fill_from_sacct(
+    job: SlurmJob, ref: JobRef, job_rows: list[SacctRow], rows: list[SacctRow], scontrol_known: bool
+) -> None:
+    # an array asked by its array id lists every task: keep the one scontrol chose, else the first failed task
+    ids = []
+    for r in job_rows:
+        if r.fields["JobID"] not in ids:
+            ids.append(r.fields["JobID"])
+    if job.source == "scontrol":
+        chosen = job.job_id if job.job_id in ids else ids[-1]
+    else:
+        failing = [r.fields["JobID"] for r in job_rows if split_state(r.fields.get("State"))[0] not in ("COMPLETED", "RUNNING", "PENDING")]
+        chosen = ref.slurm_id if ref.slurm_id in ids else (failing or ids)[0]
+    runs = [r for r in job_rows if r.fields["JobID"] == chosen]
+    row = runs[-1]  # with -D, earlier (requeued) runs come first
+    f = row.fields
+    job.job_id = chosen
+    state, by = split_state(f.get("State"))
+    job.state_record = SlurmRecordLine(f"sacct:{chosen}", row.line, row.text)
+    if by is not None:
+        job.cancelled_by = _user_name(by)
+    if not scontrol_known:
+        job.source = "sacct"
+        job.raw_id = _int(f.get("JobIDRaw"))
+        if "_" in chosen:
+            a, t = chosen.split("_", 1)
+            job.array_job_id, job.array_task_id = _int(a), _int(t)
+        if "+" in chosen:
+            h, o = chosen.split("+", 1)
+            job.het_job_id, job.het_offset = _int(h), _int(o)
+        job.name = f.get("JobName", "")
+        job.user = f.get("User", "")
+        job.state = state
+        job.reason = f.get("Reason", "")
+        job.exit = parse_exit_code(f.get("ExitCode"))
+        job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
+        job.nodes = _none_to_empty(f.get("NodeList"))
+        job.elapsed_s = parse_duration(f.get("Elapsed"))
+        job.time_limit_text = f.get("Timelimit", "")
+        job.time_limit_s = parse_duration(job.time_limit_text)
+        job.restarts = len(runs) - 1
+        job.work_dir = f.get("WorkDir", "")
+        job.start, job.end = f.get("Start", ""), f.get("End", "")
+        job.record = job.state_record
+    elif job.derived_exit.code is None:
+        job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
+    for r in rows:
+        step_id = r.fields.get("JobID", "")
+        if step_id.startswith(chosen + "."):
+            step_state, _ = split_state(r.fields.get("State"))
+            job.steps.append(
+                SlurmStep(
+                    step_id=step_id,
+                    name=r.fields.get("JobName", ""),
+                    state=step_state,
+                    exit=parse_exit_code(r.fields.get("ExitCode")),
+                    nodes=_none_to_empty(r.fields.get("NodeList")),
+                    record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
+                )
+            )
+    # a TIMEOUT job line says 0:0; the signal that ended it is on the batch step
+    if job.source == "sacct" and not job.exit.failed:
+        batch = next((s for s in job.steps if s.short_id == "batch"), None)
+        if batch is not None and batch.exit.failed:
+            job.exit = batch.exit
+
+
+# -------------------------------------------------------------------------------------------- outputs
+
+
+def _find_outputs(
+    job: SlurmJob, record: ScontrolRecord | None, row: SacctRow | None, fields: list[str], runner: Runner
+) -> None:
+    if not job.batch:
+        job.notes.append("not a batch job (srun/salloc): its output went to the terminal that started it")
+        return
+    fields_for_patterns = PatternFields(
+        job_id=job.raw_id or job.ref.job,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        job_name=job.name,
+        user=job.user,
+        first_node=first_node(job.batch_host or job.nodes),
+        restarts=job.restarts,
+    )
+    options: OutputOptions | None = None
+    if record is not None and record.fields.get("StdOut"):
+        options = OutputOptions(record.fields.get("StdOut"), record.fields.get("StdErr") or None)
+        job.output_route = "scontrol"
+    elif row is not None:
+        options = _outputs_from_sacct(job, row, fields, runner)
+    if options is None or not options.output:
+        if not job.work_dir:
+            job.notes.append("Slurm has no record of the job's output location or working directory")
+            return
+        options = OutputOptions(default_output(job.array_task_id is not None), options.error if options else None)
+        job.output_route = job.output_route or "default"
+        if job.output_route != "default":
+            job.output_route += " + default"
+    out_path = _expanded(options.output or "", fields_for_patterns, job.work_dir)
+    err_path = _expanded(options.error, fields_for_patterns, job.work_dir) if options.error else None
+    if err_path is None or err_path == out_path:
+        job.outputs.append(_probe(out_path, "stdout+stderr"))
+    else:
+        job.outputs.append(_probe(out_path, "stdout"))
+        job.outputs.append(_probe(err_path, "stderr"))
+    for o in job.outputs:
+        if o.problem:
+            job.notes.append(f"{o.stream} file {o.path}: {o.problem}")
+
+
+def _outputs_from_sacct(job: SlurmJob, row: SacctRow, fields: list[str], runner: Runner) -> OutputOptions | None:
+    """Rebuild --output/--error from sacct: StdOut (24.05+), SubmitLine, --env-vars, --batch-script, in that order
+    of Slurm's own precedence; record the route that gave the answer."""
+    f = row.fields
+    if "StdOut" in fields and f.get("StdOut"):
+        job.output_route = "sacct StdOut"
+        return OutputOptions(f.get("StdOut"), f.get("StdErr") or None)
+    routes: list[tuple[str, OutputOptions]] = []
+    if f.get("SubmitLine"):
+        routes.append(("sacct SubmitLine", parse_sbatch_options(f["SubmitLine"])))
+    env = runner(["sacct", "-j", job.job_id, "--env-vars"])
+    if env.ok:
+        values = parse_env_outputs(env.stdout)
+        routes.append(("sacct --env-vars", OutputOptions(values.get("SBATCH_OUTPUT"), values.get("SBATCH_ERROR"))))
+    script = runner(["sacct", "-j", job.job_id, "--batch-script"])
+    if script.ok:
+        routes.append(("sacct --batch-script", parse_batch_script_options(script.stdout)))
+    output = next(((name, o.output) for name, o in routes if o.output), None)
+    error = next(((name, o.error) for name, o in routes if o.error), None)
+    if output is None and error is None:
+        return None
+    used = list(dict.fromkeys(name for name, _ in (output, error) if name is not None))
+    job.output_route = " + ".join(used)
+    return OutputOptions(output[1] if output else None, error[1] if error else None)
+
+
+def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
+    """Expand a pattern; scontrol has already expanded most of it but leaves padded forms like %4j."""
+    if pattern and os.path.exists(resolve(pattern, work_dir)):
+        return resolve(pattern, work_dir)
+    return resolve(expand_pattern(pattern, f), work_dir)
+
+
+def _probe(path: str, stream: str) -> OutputFile:
+    out = OutputFile(path=path, stream=stream)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        out.problem = "does not exist (deleted, or on a file system this machine does not mount)"
+        return out
+    except OSError as e:
+        out.problem = f"cannot be read ({e.strerror})"
+        return out
+    out.exists, out.size = True, st.st_size
+    if not os.path.isfile(path):
+        out.problem = "is not a regular file"
+    elif not os.access(path, os.R_OK):
+        out.problem = "exists but is not readable by you (permission denied)"
+    else:
+        out.readable = True
+    return out
+
+
+# -------------------------------------------------------------------------------------------- helpers
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text not in (None, "", "N/A", "(null)") else None
+    except ValueError:
+        return None
+
+
+def _none_to_empty(text: str | None) -> str:
+    return "" if text in (None, "(null)", "None", "None assigned") else text
+
+
+def _user_name(uid_text: str) -> str:
+    try:
+        return pwd.getpwuid(int(uid_text)).pw_name
+    except (ValueError, KeyError):
+        return uid_text

@@ -1,0 +1,58 @@
+"""Job ids as a user types them, validated before anything reaches a Slurm command.
+
+Accepted forms: ``123456`` (a job), ``123456_7`` (array task 7 of array job 123456), ``123456+1`` (component 1 of
+a heterogeneous job), each optionally followed by ``.STEP`` (``.0``, ``.batch``, ``.extern``, ``.interactive``).
+Anything else (spaces, ``;``, ``$(...)``, ranges like ``123_[1-3]``) is refused with a one-line DiagnoseError.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from diagnose.model import DiagnoseError
+
+_STEP = r"(?:\d{1,10}|batch|extern|interactive)"
+_JOB_ID = re.compile(rf"(\d{{1,10}})(?:_(\d{{1,10}})|\+(\d{{1,4}}))?(?:\.({_STEP}))?")
+_STEP_ONLY = re.compile(_STEP)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A validated reference to one job (or array task, or het component), and optionally one step."""
+
+    job: int
+    array_task: int | None = None
+    het_offset: int | None = None
+    step: str | None = None
+
+    @property
+    def slurm_id(self) -> str:
+        """The id as scontrol/sacct take it, without the step (``123``, ``123_7``, ``123+1``)."""
+        if self.array_task is not None:
+            return f"{self.job}_{self.array_task}"
+        if self.het_offset is not None:
+            return f"{self.job}+{self.het_offset}"
+        return str(self.job)
+
+    def __str__(self) -> str:
+        return self.slurm_id if self.step is None else f"{self.slurm_id}.{self.step}"
+
+
+def parse_job_id(text: str, step: str | None = None) -> JobRef:
+    """Validate ``text`` (and an explicit ``--step``) strictly; raise DiagnoseError on anything else."""
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    match = _JOB_ID.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise DiagnoseError(
+            f"not a Slurm job id: {shown!r} (expected e.g. 123456, 123456_7 for an array task, 123456+1 for a het "
+            "component, optionally .STEP)"
+        )
+    job, task, het, id_step = match.groups()
+    if step is not None:
+        if not _STEP_ONLY.fullmatch(step.strip()):
+            raise DiagnoseError(f"not a Slurm step: {step[:40]!r} (expected a number, batch, extern or interactive)")
+        if id_step is not None and id_step != step.strip():
+            raise DiagnoseError(f"two different steps given: .{id_step} in the job id and --step {step.strip()}")
+        id_step = step.strip()
+    return JobRef(int(job), None if task is None else int(task), None if het is None else int(het), id_step)

@@ -1,0 +1,170 @@
+"""Where a batch job's output went: sbatch option parsing and Slurm's filename patterns.
+
+Slurm's precedence for ``--output``/``--error`` is: command line > ``SBATCH_OUTPUT``/``SBATCH_ERROR`` in the
+submit environment > ``#SBATCH`` lines of the script > the default ``slurm-%j.out`` (``slurm-%A_%a.out`` for an
+array task). stderr goes to the stdout file unless ``--error`` is given.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+# sbatch short options that take no value; every other short option takes one (attached or the next token)
+_SHORT_FLAGS = set("hHIkOQsvVW")
+# sbatch long options that take no value (or only an optional one, which must then be attached with "=")
+_LONG_FLAGS = {
+    "parsable", "hold", "wait", "exclusive", "requeue", "no-requeue", "overcommit", "quiet", "verbose",
+    "test-only", "spread-job", "use-min-nodes", "contiguous", "ignore-pbs", "no-kill", "oversubscribe", "reboot",
+    "get-user-env", "help", "usage", "version", "export-file", "kill-on-invalid-dep", "exact",
+}  # fmt: skip
+_OUTPUT_NAMES = {"-o": "output", "--output": "output", "-e": "error", "--error": "error"}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    output: str | None = None
+    error: str | None = None
+
+    def merged_over(self, lower: "OutputOptions") -> "OutputOptions":
+        """These options win; the lower-precedence ones fill the gaps."""
+        return OutputOptions(self.output or lower.output, self.error or lower.error)
+
+
+def _tokens(text: str) -> list[str]:
+    try:
+        return shlex.split(text, comments=False)
+    except ValueError:  # an unbalanced quote (SubmitLine is stored without quoting): fall back to whitespace
+        return text.split()
+
+
+def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOptions:
+    """Find ``-o/--output/-e/--error`` in an sbatch command line (or the options of one ``#SBATCH`` line).
+
+    Options after the batch script's name belong to the script, so scanning stops at the first bare word that is
+    not an option's value (unless ``--wrap`` was given: then there is no script and the wrapped command's words,
+    stored unquoted, are skipped).
+    """
+    found: dict[str, str] = {}
+    words = _tokens(text)
+    if words and words[0].rsplit("/", 1)[-1] == "sbatch":
+        words = words[1:]
+    wrapped = False
+    i = 0
+    while i < len(words):
+        word = words[i]
+        value: str | None = None
+        name: str | None = None
+        if word == "--":
+            break
+        if word.startswith("--"):
+            key, eq, attached = word.partition("=")
+            if eq:
+                name, value = key, attached
+            elif key[2:] not in _LONG_FLAGS:
+                name = key
+                value = words[i + 1] if i + 1 < len(words) else None
+                i += 1
+            if name == "--wrap":
+                wrapped = True
+        elif word.startswith("-") and len(word) > 1:
+            letter = word[1]
+            if letter not in _SHORT_FLAGS:
+                name = "-" + letter
+                if len(word) > 2:
+                    value = word[2:].removeprefix("=")
+                else:
+                    value = words[i + 1] if i + 1 < len(words) else None
+                    i += 1
+        elif stop_at_script and not wrapped:
+            break  # the script; what follows are its own arguments
+        if name in _OUTPUT_NAMES and value:
+            found[_OUTPUT_NAMES[name]] = value
+        i += 1
+    return OutputOptions(found.get("output"), found.get("error"))
+
+
+def parse_batch_script_options(script: str) -> OutputOptions:
+    """The ``#SBATCH`` lines of a batch script: read until the first command, as sbatch does."""
+    merged = OutputOptions()
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and not stripped.startswith("#SBATCH")):
+            continue
+        if not stripped.startswith("#SBATCH"):
+            break
+        body = stripped[len("#SBATCH") :]
+        if not body[:1].isspace():
+            continue  # "#SBATCHX" is a comment
+        body = body.split(" #", 1)[0]  # a trailing comment
+        this = parse_sbatch_options(body, stop_at_script=True)
+        merged = OutputOptions(this.output or merged.output, this.error or merged.error)  # later lines win
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class PatternFields:
+    """What Slurm substitutes into ``--output`` patterns for the batch step."""
+
+    job_id: int  # %j: the job's own id (JobIDRaw; for an array task, the task's id)
+    array_job_id: int | None = None  # %A (defaults to %j)
+    array_task_id: int | None = None  # %a (4294967294 when not an array, as Slurm does)
+    job_name: str = ""
+    user: str = ""
+    first_node: str = ""
+    restarts: int = 0
+
+
+_PATTERN = re.compile(r"%(\d{0,2})([%AabJjNnstuxr])")
+_NO_ARRAY = 4294967294  # NO_VAL - 1, what sbatch writes for %a outside an array
+
+
+def expand_pattern(pattern: str, f: PatternFields) -> str:
+    """Expand ``%j %A %a %b %J %N %n %s %t %u %x %r %%`` and padded numbers (``%4j`` -> ``0042``, at most 10).
+
+    For the batch step: ``%s`` is ``batch``, ``%J`` is ``JOBID.batch``, ``%n`` and ``%t`` are 0. Unknown ``%``
+    sequences are kept as they are.
+    """
+
+    def one(m: re.Match[str]) -> str:
+        width_text, letter = m.groups()
+        width = min(int(width_text), 10) if width_text else 0
+        numbers = {
+            "j": f.job_id,
+            "A": f.array_job_id if f.array_job_id is not None else f.job_id,
+            "a": f.array_task_id if f.array_task_id is not None else _NO_ARRAY,
+            "b": (f.array_task_id if f.array_task_id is not None else _NO_ARRAY) % 10,
+            "n": 0,
+            "t": 0,
+            "r": f.restarts,
+        }
+        if letter == "%":
+            return "%" + width_text if width_text else "%"
+        if letter in numbers:
+            return str(numbers[letter]).zfill(width)
+        text = {"x": f.job_name, "u": f.user, "N": f.first_node, "s": "batch", "J": f"{f.job_id}.batch"}[letter]
+        return text
+
+    return _PATTERN.sub(one, pattern)
+
+
+def default_output(is_array_task: bool) -> str:
+    return "slurm-%A_%a.out" if is_array_task else "slurm-%j.out"
+
+
+def first_node(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``gpu[01-04,07]`` -> ``gpu01``, ``a,b`` -> ``a``."""
+    s = (nodelist or "").strip()
+    if not s or s in ("None", "(null)", "None assigned"):
+        return ""
+    m = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", s)
+    if not m:
+        return ""
+    return m.group(1) + (m.group(2) or "")
+
+
+def resolve(path: str, work_dir: str) -> str:
+    if path.startswith("/") or not work_dir:
+        return path
+    return work_dir.rstrip("/") + "/" + path
