@@ -21,6 +21,7 @@ class AnalyzeOptions:
     replay: bool = True  # run config replay and the memory model
     jobs: int = 1
     progress: Callable[[int, int], None] | None = None  # (bytes done, bytes total)
+    backend: str = "auto"  # phase-1 scan engine: auto | hyperscan | re2 | python
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -28,12 +29,26 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     options = options or AnalyzeOptions()
     from diagnose.ingest import open_inputs
     from diagnose.match import load_catalogue, scan_and_match
-    from diagnose.explain import enrich
 
     catalogue = load_catalogue(options.rules_dirs)
     with open_inputs(inputs) as sources:
-        result = scan_and_match(sources, catalogue, jobs=options.jobs, progress=options.progress)
+        result = scan_and_match(
+            sources, catalogue, jobs=options.jobs, progress=options.progress, backend=options.backend
+        )
     report = result.report
+    report.warnings[:0] = catalogue.errors
     if options.replay:
-        enrich(report, result.blocks, options)
+        _enrich(report, result.blocks, options)
     return report
+
+
+def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:
+    """Config, replay and memory sections; the explain stage reports its own partial failures as warnings."""
+    try:
+        from diagnose.explain import enrich
+    except ImportError:
+        return  # the explain stage is not installed in this build
+    try:
+        enrich(report, blocks, options)
+    except Exception as e:  # noqa: BLE001 - a broken explanation must never lose the diagnosis
+        report.warnings.append(f"config/memory explanation failed: {type(e).__name__}: {e}")

@@ -51,22 +51,26 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
 
 
 def _frames_of(tb: Any, lines: list[LogLine]) -> list[LogLine] | None:
-    """Frame lines of a normalize Traceback object, as LogLines with their line numbers when we can find them."""
-    frames = getattr(tb, "frames", None)
-    if frames is None:
+    """Frame lines of a normalize Traceback (and of the exceptions chained before it), oldest first.
+
+    Python frames keep their log line (so a matched frame can be shown as evidence with its line number); C++
+    frames are plain text (line number 0).
+    """
+    if getattr(tb, "frames", None) is None:
         return None
-    by_lineno = {ln.lineno: ln for ln in lines}
+    chain = list(getattr(tb, "chain", []) or []) + [tb]
+    path = lines[-1].path
     out: list[LogLine] = []
-    for fr in frames:
-        lineno = getattr(fr, "lineno_in_log", None) or getattr(fr, "log_line", None)
-        if isinstance(lineno, LogLine):
-            out.append(lineno)
-            continue
-        if isinstance(lineno, int) and lineno in by_lineno:
-            out.append(by_lineno[lineno])
-            continue
-        text = getattr(fr, "text", None) or str(fr)
-        out.append(LogLine(path=lines[-1].path, lineno=0, raw=text, text=text))
+    for t in chain:
+        for fr in getattr(t, "frames", []) or []:
+            log_line = getattr(fr, "log_line", None)
+            text = getattr(fr, "text", None) or str(fr)
+            if isinstance(log_line, LogLine):
+                out.append(LogLine(path=log_line.path, lineno=log_line.lineno, raw=log_line.raw, text=text))
+            else:
+                out.append(LogLine(path=path, lineno=0, raw=text, text=text))
+        for cpp in getattr(t, "cpp_frames", []) or []:
+            out.append(LogLine(path=path, lineno=0, raw=str(cpp), text=str(cpp)))
     return out
 
 
