@@ -1,0 +1,126 @@
+"""Megatron-Bridge defaults per release family, for the keys the validator and the memory model read.
+
+Source: Megatron-Bridge ``src/megatron/bridge/training/config.py`` dataclasses and their megatron-core bases
+(../shared/knowledge/megatron-bridge.md §1.5, megatron-core.md §1). Release families: "old" = up to 0.4.x,
+"new" = 0.5.0 and later. The defaults that decide the checks did not change between families; the differences
+are recorded in ``FAMILY_DEFAULTS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.explain.config.view import ConfigView
+
+COMMON_DEFAULTS: dict[str, Any] = {
+    # cfg.dist (DistributedInitConfig)
+    "dist.distributed_backend": "nccl",
+    "dist.use_megatron_fsdp": False,
+    "dist.use_torch_fsdp2": False,
+    "dist.use_tp_pp_dp_mapping": False,
+    "dist.use_gloo_process_groups": True,
+    "dist.lazy_mpu_init": False,
+    # cfg.ddp (DistributedDataParallelConfig)
+    "ddp.grad_reduce_in_fp32": False,
+    "ddp.overlap_grad_reduce": False,
+    "ddp.overlap_param_gather": False,
+    "ddp.use_distributed_optimizer": False,
+    "ddp.num_distributed_optimizer_instances": 1,
+    "ddp.bucket_size": None,
+    "ddp.average_in_collective": False,
+    "ddp.use_megatron_fsdp": False,
+    "ddp.megatron_fsdp_version": 1,
+    "ddp.data_parallel_sharding_strategy": "no_shard",
+    "ddp.nccl_ub": False,
+    "ddp.fsdp_double_buffer": False,
+    "ddp.disable_symmetric_registration": False,
+    "ddp.fsdp_manual_registration": False,
+    "ddp.fp8_param_gather": False,
+    "ddp.reuse_grad_buf_for_mxfp8_param_ag": False,
+    # cfg.optimizer (OptimizerConfig)
+    "optimizer.optimizer": "adam",
+    "optimizer.bf16": False,
+    "optimizer.fp16": False,
+    "optimizer.use_precision_aware_optimizer": False,
+    "optimizer.use_distributed_optimizer": False,
+    "optimizer.overlap_param_gather": False,
+    "optimizer.optimizer_cpu_offload": False,
+    "optimizer.optimizer_offload_fraction": 0.0,
+    # cfg.checkpoint (CheckpointConfig)
+    "checkpoint.save": None,
+    "checkpoint.load": None,
+    "checkpoint.ckpt_format": "torch_dist",
+    "checkpoint.async_save": False,
+    "checkpoint.finetune": False,
+    "checkpoint.pretrained_checkpoint": None,
+    # cfg.train (TrainingConfig)
+    "train.micro_batch_size": None,
+    "train.global_batch_size": None,
+    "train.check_weight_hash_across_dp_replicas_interval": None,
+    # cfg.model (GPTModelProvider: TransformerConfig / ModelParallelConfig)
+    "model.tensor_model_parallel_size": 1,
+    "model.pipeline_model_parallel_size": 1,
+    "model.virtual_pipeline_model_parallel_size": None,
+    "model.context_parallel_size": 1,
+    "model.expert_model_parallel_size": 1,
+    "model.expert_tensor_parallel_size": None,
+    "model.sequence_parallel": False,
+    "model.recompute_granularity": None,
+    "model.recompute_method": None,
+    "model.recompute_num_layers": None,
+    "model.cpu_offloading": False,
+    "model.cpu_offloading_num_layers": 0,
+    "model.fine_grained_activation_offloading": False,
+    "model.init_model_with_meta_device": False,
+    "model.bf16": False,
+    "model.fp16": False,
+    "model.calculate_per_token_loss": False,
+    "model.cuda_graph_impl": "none",
+    "model.seq_length": 1024,
+}
+
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Bridge <=0.3.x restricted ckpt_format to torch_dist|zarr|fsdp_dtensor; the default is the same.
+    "old": {},
+    "new": {},
+}
+
+
+def family_of(version: str | None) -> str:
+    """"old" for Megatron-Bridge <= 0.4.x, "new" for >= 0.5.0 or unknown (validate as the latest release)."""
+    v = version_tuple(version)
+    if v is None:
+        return "new"
+    return "old" if v < (0, 5, 0) else "new"
+
+
+def version_tuple(version: str | None) -> tuple[int, int, int] | None:
+    """``"0.4.2"`` -> (0, 4, 2); ``"0.5"`` -> (0, 5, 0); ``"0.3.0rc1"`` -> (0, 3, 0); junk -> None."""
+    if not version:
+        return None
+    parts: list[int] = []
+    for piece in str(version).strip().lstrip("vV").split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if ch.isdigit():
+                digits += ch
+            else:
+                break
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        return None
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+def apply_defaults(view: ConfigView, version: str | None = None) -> ConfigView:
+    """Fill every key the job did not show with the release default (origin "default"). Returns ``view``."""
+    fam = family_of(version or view.version)
+    for key, value in COMMON_DEFAULTS.items():
+        view.set_default(key, value)
+    for key, value in FAMILY_DEFAULTS[fam].items():
+        view.set_default(key, value)
+    return view

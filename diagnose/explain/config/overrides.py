@@ -1,0 +1,75 @@
+"""Overrides: parsing ``key=value`` (Hydra style, as on a Bridge launch line or ``--set``) and applying them.
+
+``apply_overrides(view, overrides)`` returns a new ConfigView; the input is not changed. Keys are Megatron-Bridge
+dotted paths (``ddp.use_megatron_fsdp``) or ``env.<NAME>`` for the process environment. Hydra's ``+key=value``
+(append) and ``++key=value`` (force) are accepted as plain sets; ``~key`` removes a value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+from diagnose.explain.config.values import parse_scalar
+from diagnose.explain.config.view import ConfigView
+from diagnose.model import DiagnoseError, Override
+
+KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+")
+_DELETE = object()
+
+
+def parse_set(text: str) -> Override:
+    """``"ddp.use_megatron_fsdp=true"`` -> Override("ddp.use_megatron_fsdp", True). Bad input: DiagnoseError."""
+    raw = text.strip()
+    if raw.startswith("~"):
+        key = raw[1:].split("=", 1)[0].strip()
+        if not KEY_RE.fullmatch(key):
+            raise DiagnoseError(f"bad override {_short(text)!r}: expected KEY=VALUE with a dotted key")
+        return Override(key=key, value=_DELETE)
+    if "=" not in raw:
+        raise DiagnoseError(f"bad override {_short(text)!r}: expected KEY=VALUE (e.g. ddp.use_megatron_fsdp=true)")
+    key, value = raw.split("=", 1)
+    key = key.strip().lstrip("+")
+    if not KEY_RE.fullmatch(key):
+        raise DiagnoseError(f"bad override key {_short(key)!r}: expected a dotted path like model.num_layers")
+    return Override(key=key, value=parse_scalar(value))
+
+
+def is_delete(override: Override) -> bool:
+    return override.value is _DELETE
+
+
+def normalize_overrides(overrides: Iterable[Override | str] | Mapping[str, Any] | None) -> list[Override]:
+    """Accept Override objects, ``"k=v"`` strings or a {key: value} mapping; later entries win."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [Override(key=str(k), value=v) for k, v in overrides.items()]
+    out: list[Override] = []
+    for item in overrides:
+        if isinstance(item, Override):
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(parse_set(item))
+        else:
+            raise DiagnoseError(f"bad override {_short(repr(item))}: expected KEY=VALUE")
+    return out
+
+
+def apply_overrides(view: ConfigView, overrides: Iterable[Override | str] | Mapping[str, Any] | None) -> ConfigView:
+    """A copy of ``view`` with the overrides applied (origin "override"). ``view`` itself is left unchanged."""
+    out = view.copy()
+    for o in normalize_overrides(overrides):
+        if is_delete(o):
+            out.remove(o.key)
+        else:
+            value = o.value
+            if o.key.startswith("env.") and value is not None and not isinstance(value, str):
+                value = "True" if value is True else "False" if value is False else str(value)
+            out.set(o.key, value, "override")
+    return out
+
+
+def _short(s: str, limit: int = 80) -> str:
+    s = "".join(ch if ch.isprintable() else "?" for ch in s)
+    return s if len(s) <= limit else s[: limit - 1] + "…"

@@ -1,0 +1,61 @@
+"""The validator: Megatron-Bridge's ``ConfigContainer.validate()`` and ``_ddp_wrap`` checks, mirrored per release.
+
+``validate(view, bridge_version=None) -> list[Violation]`` returns what would make the job fail (hard errors),
+in a stable order; ``run_checks`` also returns the notes (settings the real code silently auto-fixes and prints).
+With ``real_mcore=True`` (the default) and megatron-core importable, megatron-core's own
+``DistributedDataParallelConfig``, ``OptimizerConfig`` and ``TransformerConfig`` are built from the view and what
+their ``__post_init__`` raises is added as violations with check names ``mcore:<Class>``; a duplicate of a
+mirrored check with the same message is dropped.
+
+Release families: "old" (Megatron-Bridge <= 0.4.x) and "new" (>= 0.5.0, also used when the release is unknown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnose.explain.config.view import ConfigView
+from diagnose.explain.validate import checks_fsdp as _checks_fsdp  # noqa: F401 - registers checks
+from diagnose.explain.validate import checks_parallel as _checks_parallel  # noqa: F401 - registers checks
+from diagnose.explain.validate.registry import CHECKS, CheckContext, Violation, make_context
+
+__all__ = ["Violation", "ValidationResult", "validate", "run_checks", "CHECKS", "CheckContext"]
+
+
+@dataclass
+class ValidationResult:
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[Violation] = field(default_factory=list)
+    family: str = "new"
+    mcore_checked: bool = False  # real megatron-core config classes were built
+
+    @property
+    def passes(self) -> bool:
+        return not self.violations
+
+
+def run_checks(view: ConfigView, bridge_version: str | None = None, real_mcore: bool = True) -> ValidationResult:
+    """Run every registered check for the view's framework (and the real megatron-core classes if asked)."""
+    ctx = make_context(view, bridge_version)
+    result = ValidationResult(family=ctx.family)
+    for spec in CHECKS:
+        if ctx.framework not in spec.frameworks:
+            continue
+        for v in spec.fn(ctx):
+            v.source = v.source or spec.source
+            (result.notes if v.kind == "note" else result.violations).append(v)
+    if real_mcore:
+        from diagnose.explain.validate import mcore
+
+        found = mcore.check_with_mcore(view)
+        if found is not None:
+            result.mcore_checked = True
+            mirrored = {v.message for v in result.violations}
+            result.violations.extend(v for v in found if v.message not in mirrored)
+    return result
+
+
+def validate(view: ConfigView, bridge_version: str | None = None, real_mcore: bool = True) -> list[Violation]:
+    """The hard violations the job's config (as in ``view``) would hit, for ``bridge_version`` (default: the
+    view's version, else the latest family). Never raises on odd values; unknown values skip their checks."""
+    return run_checks(view, bridge_version, real_mcore).violations

@@ -1,0 +1,295 @@
+"""Checks on data-parallel wrapping: Megatron FSDP, Torch FSDP2, checkpoint format and the environment they need.
+
+Sources: Megatron-Bridge ``src/megatron/bridge/training/config.py`` (``ConfigContainer.validate`` and
+``_validate_and_apply_megatron_fsdp_v1_configs``), ``_ddp_wrap`` (``models/model_provider.py`` <= 0.3.x,
+``models/common/unimodal.py`` 0.4.x), megatron-core ``distributed_data_parallel_config.py`` and Megatron-LM
+``megatron/training/arguments.py``. Messages are the ones the real code prints, per release family
+(../shared/knowledge/megatron-bridge.md §1.2, §1.4, §2; megatron-core.md §1a, §3).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+
+MSG_BOTH_FSDP_OLD = "Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."
+MSG_BOTH_FSDP_NEW = "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."
+MSG_FSDP_CKPT_OLD = "Megatron FSDP only supports fsdp_dtensor checkpoint format"
+MSG_FSDP_CKPT_NEW = "Megatron-FSDP requires the fsdp_dtensor checkpointing format!"
+MSG_DTENSOR_ONLY_MFSDP = "fsdp_dtensor checkpoint format only supports Megatron FSDP"
+MSG_MAX_CONN_BRIDGE = "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."
+MSG_MAX_CONN_MLM_FSDP = "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one"
+MSG_MAX_CONN_MLM_TP = (
+    "Using tensor model parallelism or context parallelism require setting the environment variable "
+    "CUDA_DEVICE_MAX_CONNECTIONS to 1"
+)
+MSG_TP_PP_DP_MAPPING = "use_tp_pp_dp_mapping is not supported with Megatron FSDP"
+MSG_MANUAL_REG = "DDP.fsdp_manual_registration requires DDP.nccl_ub!"
+MSG_WEIGHT_HASH = (
+    "TrainingConfig.check_weight_hash_across_dp_replicas_interval is not supported with the Megatron-FSDP "
+    "optim_grads_params sharding strategy"
+)
+MSG_WEIGHT_HASH_MLM = "check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params"
+MSG_NCCL_UB_EXPANDABLE = (
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with nccl_ub due to "
+    "compatibility issue with torch.cuda.MemPool API."
+)
+MSG_FSDP2_PG_COLLECTION = "TorchFullyShardedDataParallel.__init__() got an unexpected keyword argument 'pg_collection'"
+MSG_DIST_OPT_FORCED = "use_distributed_optimizer=True is required for Megatron-FSDP. Activating..."
+MSG_DIST_OPT_SYNC = (
+    "Distributed optimizer settings were not in sync: ddp.use_distributed_optimizer={a}, "
+    "optimizer.use_distributed_optimizer={b}. Automatically enabling distributed optimizer for both settings."
+)
+MSG_AVG_COLLECTIVE = {
+    "old_0.3": "average_in_collective is not supported with Megatron FSDP, setting to True",
+    "old_0.4": "average_in_collective is not supported with NCCL symmetric registration, setting to False",
+    "new": "average_in_collective not supported with NCCL symmetric registration. Deactivating...",
+}
+MSG_FSDP_VERSION = "megatron_fsdp_version must be either 1 or 2"
+MSG_ASYNC_SAVE_OLD = "async_save is only supported with ckpt_format='torch_dist'"
+MSG_ASYNC_SAVE_NEW = "async_save is only supported with ckpt_format='torch_dist','fsdp_dtensor'"
+MSG_ASYNC_NO_SAVE = "async_save is enabled, but save is not set. Set save to a valid path."
+MSG_FSDP2_PP_MLM = "--use-torch-fsdp2 is not supported with pipeline parallelism"
+
+
+def _saves_or_loads(ctx: CheckContext) -> bool:
+    return ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, "")
+
+
+@check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)")
+def fsdp_exclusive(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"):
+        msg = MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW
+        yield Violation(
+            "fsdp_exclusive", msg, ["ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
+            fixes=[[ov("dist.use_torch_fsdp2", False)], [ov("ddp.use_megatron_fsdp", False),
+                                                       ov("dist.use_megatron_fsdp", False)]],
+        )
+
+
+@check("fsdp_requires_fsdp_dtensor",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs ~L1099; "
+       "Megatron-LM arguments.py ~L690")
+def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.megatron_fsdp or ctx.get("checkpoint.ckpt_format") == "fsdp_dtensor":
+        return
+    if ctx.mlm:  # Megatron-LM asserts at argument parsing, with or without --save/--load
+        msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
+    elif _saves_or_loads(ctx):
+        msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else MSG_FSDP_CKPT_NEW
+    else:
+        return
+    yield Violation(
+        "fsdp_requires_fsdp_dtensor", msg, ["ddp.use_megatron_fsdp", "checkpoint.ckpt_format"],
+        fixes=[[ov("checkpoint.ckpt_format", "fsdp_dtensor")]],
+    )
+
+
+@check("fsdp_dtensor_only_megatron_fsdp", "Megatron-Bridge training/config.py validate() ~L1526")
+def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.mlm or ctx.get("checkpoint.ckpt_format") != "fsdp_dtensor" or not _saves_or_loads(ctx):
+        return
+    if ctx.megatron_fsdp and not ctx.flag("dist.use_torch_fsdp2"):
+        return
+    yield Violation(
+        "fsdp_dtensor_only_megatron_fsdp", MSG_DTENSOR_ONLY_MFSDP,
+        ["checkpoint.ckpt_format", "ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
+        fixes=[[ov("checkpoint.ckpt_format", "torch_dist")],
+               [ov("ddp.use_megatron_fsdp", True), ov("dist.use_torch_fsdp2", False)]],
+    )
+
+
+@check("fsdp_cuda_device_max_connections",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0, PR #3510); "
+       "Megatron-LM arguments.py ~L680")
+def fsdp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
+    if not (ctx.megatron_fsdp or (ctx.mlm and ctx.flag("dist.use_torch_fsdp2"))):
+        return
+    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        return
+    if ctx.mlm:
+        msg = MSG_MAX_CONN_MLM_FSDP if ctx.family == "old" else MSG_MAX_CONN_BRIDGE
+    elif ctx.family == "new":
+        msg = MSG_MAX_CONN_BRIDGE
+    else:
+        return  # Bridge <= 0.4.x does not check it
+    yield Violation(
+        "fsdp_cuda_device_max_connections", msg, ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
+        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]],
+    )
+
+
+@check("mlm_tp_cp_cuda_device_max_connections",
+       "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)", ("megatron-lm",))
+def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2"):
+        return
+    tp = ctx.int("model.tensor_model_parallel_size", 1) or 1
+    cp = ctx.int("model.context_parallel_size", 1) or 1
+    if tp == 1 and cp == 1 or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
+        return
+    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        return
+    yield Violation(
+        "mlm_tp_cp_cuda_device_max_connections", MSG_MAX_CONN_MLM_TP,
+        ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
+        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]],
+    )
+
+
+@check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
+       "(>=0.2.0, PR #716)", ("megatron-bridge",))
+def fsdp_tp_pp_dp_mapping(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping"):
+        if ctx.version is not None and ctx.version < (0, 2, 0):
+            return
+        yield Violation(
+            "fsdp_tp_pp_dp_mapping", MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
+            fixes=[[ov("dist.use_tp_pp_dp_mapping", False)]],
+        )
+
+
+@check("fsdp_manual_registration_needs_nccl_ub",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0); "
+       "Megatron-LM arguments.py ~L695")
+def fsdp_manual_registration_needs_nccl_ub(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.flag("ddp.fsdp_manual_registration") or ctx.flag("ddp.nccl_ub"):
+        return
+    if ctx.mlm:
+        msg = "FSDP manual registration is only supported with nccl-ub option"
+    elif ctx.megatron_fsdp and ctx.family == "new":
+        msg = MSG_MANUAL_REG
+    else:
+        return
+    yield Violation(
+        "fsdp_manual_registration_needs_nccl_ub", msg, ["ddp.fsdp_manual_registration", "ddp.nccl_ub"],
+        fixes=[[ov("ddp.fsdp_manual_registration", False)]],
+    )
+
+
+@check("fsdp_optim_grads_params_weight_hash",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; Megatron-LM arguments.py ~L675")
+def fsdp_optim_grads_params_weight_hash(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.megatron_fsdp or ctx.get("ddp.data_parallel_sharding_strategy") != "optim_grads_params":
+        return
+    if ctx.get("train.check_weight_hash_across_dp_replicas_interval") is None:
+        return
+    yield Violation(
+        "fsdp_optim_grads_params_weight_hash", MSG_WEIGHT_HASH_MLM if ctx.mlm else MSG_WEIGHT_HASH,
+        ["train.check_weight_hash_across_dp_replicas_interval", "ddp.data_parallel_sharding_strategy"],
+        fixes=[[ov("train.check_weight_hash_across_dp_replicas_interval", None)]],
+    )
+
+
+@check("nccl_ub_expandable_segments",
+       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149-161; torch<2.11 in main)")
+def nccl_ub_expandable_segments(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.flag("ddp.nccl_ub"):
+        return
+    conf = ctx.env("PYTORCH_CUDA_ALLOC_CONF") or ctx.env("PYTORCH_ALLOC_CONF") or ""
+    if "expandable_segments:True" not in [part.strip() for part in conf.split(",")]:
+        return
+    yield Violation(
+        "nccl_ub_expandable_segments", MSG_NCCL_UB_EXPANDABLE, ["ddp.nccl_ub", "env.PYTORCH_CUDA_ALLOC_CONF"],
+        fixes=[[ov("ddp.nccl_ub", False), ov("ddp.fsdp_manual_registration", False)],
+               [ov("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")]],
+    )
+
+
+@check("fsdp2_pg_collection",
+       "Megatron-Bridge 0.3.0-0.4.2 _ddp_wrap passes pg_collection= to TorchFullyShardedDataParallel "
+       "(models/common/unimodal.py ~L233; issue #2785)", ("megatron-bridge",))
+def fsdp2_pg_collection(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.flag("dist.use_torch_fsdp2") or ctx.megatron_fsdp:
+        return
+    if not ctx.version_between((0, 3, 0), (0, 4, 2)):
+        return
+    yield Violation(
+        "fsdp2_pg_collection", f"TypeError: {MSG_FSDP2_PG_COLLECTION}", ["dist.use_torch_fsdp2"],
+        fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)],
+               [ov("dist.use_torch_fsdp2", False)]],
+    )
+
+
+@check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605", ("megatron-lm",))
+def mlm_fsdp2_pipeline_parallel(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("dist.use_torch_fsdp2") and (ctx.int("model.pipeline_model_parallel_size", 1) or 1) > 1:
+        yield Violation(
+            "mlm_fsdp2_pipeline_parallel", MSG_FSDP2_PP_MLM,
+            ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],
+            fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)]],
+        )
+
+
+@check("megatron_fsdp_version", "Megatron-Bridge config.py _validate_and_apply_megatron_fsdp_configs ~L1065; "
+       "megatron-core DDP config __post_init__ (main)")
+def megatron_fsdp_version(ctx: CheckContext) -> Iterable[Violation]:
+    v = ctx.get("ddp.megatron_fsdp_version", 1)
+    if ctx.megatron_fsdp and v not in (1, 2, None):
+        yield Violation(
+            "megatron_fsdp_version", MSG_FSDP_VERSION, ["ddp.megatron_fsdp_version"],
+            fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
+        )
+
+
+@check("async_save_format", "Megatron-Bridge training/config.py validate() ~L1530; CheckpointConfig.finalize ~L589")
+def async_save_format(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.mlm or not ctx.flag("checkpoint.async_save"):
+        return
+    if ctx.get("checkpoint.save") in (None, ""):
+        yield Violation(
+            "async_save_requires_save", MSG_ASYNC_NO_SAVE, ["checkpoint.async_save", "checkpoint.save"],
+            fixes=[[ov("checkpoint.async_save", False)]],
+        )
+        return
+    fmt = ctx.get("checkpoint.ckpt_format")
+    allowed = ("torch_dist",) if ctx.family == "old" else ("torch_dist", "fsdp_dtensor")
+    if fmt not in allowed:
+        yield Violation(
+            "async_save_format", MSG_ASYNC_SAVE_OLD if ctx.family == "old" else MSG_ASYNC_SAVE_NEW,
+            ["checkpoint.async_save", "checkpoint.ckpt_format"],
+            fixes=[[ov("checkpoint.async_save", False)]],
+        )
+
+
+# ----------------------------------------------------------------------------------------------- notes
+
+
+@check("fsdp_forces_distributed_optimizer",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)")
+def fsdp_forces_distributed_optimizer(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.megatron_fsdp and not (ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")):
+        yield Violation(
+            "fsdp_forces_distributed_optimizer", MSG_DIST_OPT_FORCED,
+            ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"], kind="note",
+        )
+
+
+@check("distributed_optimizer_sync",
+       "Megatron-Bridge training/config.py _validate_and_sync_distributed_optimizer_settings ~L2101 (warning)",
+       ("megatron-bridge",))
+def distributed_optimizer_sync(ctx: CheckContext) -> Iterable[Violation]:
+    a, b = ctx.flag("ddp.use_distributed_optimizer"), ctx.flag("optimizer.use_distributed_optimizer")
+    if a != b and not ctx.megatron_fsdp:
+        yield Violation(
+            "distributed_optimizer_sync", MSG_DIST_OPT_SYNC.format(a=a, b=b),
+            ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"], kind="note",
+        )
+
+
+@check("fsdp_average_in_collective",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix; PR #729)",
+       ("megatron-bridge",))
+def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.megatron_fsdp or not ctx.flag("ddp.average_in_collective"):
+        return
+    if ctx.family == "new":
+        if ctx.flag("ddp.disable_symmetric_registration"):
+            return
+        msg = MSG_AVG_COLLECTIVE["new"]
+    elif ctx.version is not None and ctx.version < (0, 4, 0):
+        msg = MSG_AVG_COLLECTIVE["old_0.3"]
+    else:
+        msg = MSG_AVG_COLLECTIVE["old_0.4"]
+    yield Violation("fsdp_average_in_collective", msg, ["ddp.average_in_collective"], kind="note")

@@ -1,0 +1,258 @@
+"""Checks on parallel sizes, batch sizes, activation offloading and precision.
+
+Sources: Megatron-Bridge ``training/config.py`` (``validate``, ``get_data_parallel_size`` ~L1013,
+``_validate_mixed_precision_consistency`` ~L2140), megatron-core ``model_parallel_config.py`` and
+``transformer/transformer_config.py`` ``__post_init__`` (0.16.1), ``num_microbatches_calculator.py`` ~L341.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+
+MSG_SP_WITHOUT_TP = "Cannot use sequence parallelism without tensor parallelism"
+MSG_SEQ_CP = "Sequence length must be divisible by 2 * context parallel size if context parallel is used."
+MSG_CPU_OFFLOAD_LAYERS = "CPU offloading can be done only for layers less than {num_layers}"
+MSG_CPU_OFFLOAD_PP = "Currently there is no support for Pipeline parallelism with CPU offloading"
+MSG_CPU_OFFLOAD_RECOMPUTE = "CPU offloading does not work when activation recomputation is enabled"
+MSG_CPU_OFFLOAD_CUDA_GRAPHS = "CUDA graphs not supported with CPU offloading."
+MSG_CPU_OFFLOAD_FINE_GRAINED = "fine_grained_activation_offloading cannot be enabled with cpu_offloading."
+MSG_BF16_FP16 = "Model config cannot have both bf16=True and fp16=True. Please set only one precision mode."
+MSG_MFSDP_V2_BF16 = "MFSDP V2 requires BF16 training (model.bf16=True and optimizer.bf16=True)."
+MSG_MFSDP_V2_DP_ONLY = "MFSDP V2 currently supports DP-only training; unsupported settings: {settings}"
+MSG_MFSDP_V2_CKPT = "MFSDP V2 checkpoint save and load are not yet supported."
+MSG_MFSDP_V2_CPU_OFFLOAD = "MFSDP V2 does not support optimizer CPU offload."
+
+
+def _tp(ctx: CheckContext) -> int:
+    return ctx.int("model.tensor_model_parallel_size", 1) or 1
+
+
+def _pp(ctx: CheckContext) -> int:
+    return ctx.int("model.pipeline_model_parallel_size", 1) or 1
+
+
+def _cp(ctx: CheckContext) -> int:
+    return ctx.int("model.context_parallel_size", 1) or 1
+
+
+def data_parallel_size(ctx: CheckContext) -> int | None:
+    """DP = world // (TP*PP*CP) (EP is not in the product), or None when the world size is unknown."""
+    world = ctx.int("launch.world_size")
+    if not world:
+        return None
+    model = _tp(ctx) * _pp(ctx) * _cp(ctx)
+    return world // model if model and world % model == 0 else None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@check("world_size_divisible", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013; "
+       "Megatron-LM arguments.py L316")
+def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
+    world = ctx.int("launch.world_size")
+    tp, pp, cp = _tp(ctx), _pp(ctx), _cp(ctx)
+    if not world or world % (tp * pp * cp) == 0:
+        return
+    if ctx.mlm:
+        msg = f"world size ({world}) is not divisible by total_model_size (total_model_size={tp * pp * cp})"
+    else:
+        msg = (
+            f"world size ({world}) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size={tp} * "
+            f"model_cfg.pipeline_model_parallel_size={pp} * model_cfg.context_parallel_size={cp})"
+        )
+    fixes = []
+    for new_tp in sorted((d for d in _divisors(world) if d < tp), reverse=True):
+        if world % (new_tp * pp * cp) == 0:
+            fixes.append([ov("model.tensor_model_parallel_size", new_tp)])
+            break
+    yield Violation(
+        "world_size_divisible", msg,
+        ["launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+         "model.context_parallel_size"],
+        fixes=fixes,
+    )
+
+
+@check("global_batch_divisible", "megatron-core num_microbatches_calculator.py ~L341")
+def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
+    gbs, mbs, dp = ctx.int("train.global_batch_size"), ctx.int("train.micro_batch_size"), data_parallel_size(ctx)
+    if not gbs or not mbs or not dp or gbs % (mbs * dp) == 0:
+        return
+    step = mbs * dp
+    new_gbs = max(step, (gbs // step) * step)
+    yield Violation(
+        "global_batch_divisible",
+        f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) times data parallel size ({dp})",
+        ["train.global_batch_size", "train.micro_batch_size", "launch.world_size"],
+        fixes=[[ov("train.global_batch_size", new_gbs)]],
+    )
+
+
+@check("heads_divisible_by_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L960)")
+def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
+    heads, tp = ctx.int("model.num_attention_heads"), _tp(ctx)
+    if not heads or heads % tp == 0:
+        return
+    fixes = [[ov("model.tensor_model_parallel_size", d)] for d in sorted(_divisors(heads), reverse=True) if d < tp][:1]
+    yield Violation(
+        "heads_divisible_by_tp",
+        f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp}).",
+        ["model.num_attention_heads", "model.tensor_model_parallel_size"], fixes=fixes,
+    )
+
+
+@check("query_groups_vs_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L970)")
+def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
+    groups, tp = ctx.int("model.num_query_groups"), _tp(ctx)
+    if not groups or groups % tp == 0 or tp % groups == 0:
+        return
+    heads = ctx.int("model.num_attention_heads")
+    fixes = []
+    for d in range(tp - 1, 0, -1):
+        if (groups % d == 0 or d % groups == 0) and (not heads or heads % d == 0):
+            fixes.append([ov("model.tensor_model_parallel_size", d)])
+            break
+    yield Violation(
+        "query_groups_vs_tp",
+        f"num_query_groups ({groups}) must be a multiple or divisor of tensor_model_parallel_size ({tp}).",
+        ["model.num_query_groups", "model.tensor_model_parallel_size"], fixes=fixes,
+    )
+
+
+@check("layers_divisible_by_pp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L1449)")
+def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
+    layers, pp = ctx.int("model.num_layers"), _pp(ctx)
+    if not layers or pp == 1 or layers % pp == 0:
+        return
+    if ctx.get("model.num_layers_in_first_pipeline_stage") is not None or ctx.get(
+        "model.num_layers_in_last_pipeline_stage"
+    ) is not None or ctx.get("model.pipeline_model_parallel_layout") is not None:
+        return  # uneven splits have their own arithmetic; not mirrored
+    fixes = [[ov("model.pipeline_model_parallel_size", d)] for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
+    yield Violation(
+        "layers_divisible_by_pp",
+        f"number of middle layers: {layers} must be divisible by middle pipeline_model_parallel_size {pp}",
+        ["model.num_layers", "model.pipeline_model_parallel_size"], fixes=fixes,
+    )
+
+
+@check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)")
+def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("model.sequence_parallel") and _tp(ctx) <= 1:
+        yield Violation(
+            "sequence_parallel_needs_tp", MSG_SP_WITHOUT_TP,
+            ["model.sequence_parallel", "model.tensor_model_parallel_size"],
+            fixes=[[ov("model.sequence_parallel", False)]],
+        )
+
+
+@check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))
+def seq_length_context_parallel(ctx: CheckContext) -> Iterable[Violation]:
+    cp = _cp(ctx)
+    seq = ctx.int("model.seq_length")
+    if cp <= 1 or not seq or seq % (2 * cp) == 0:
+        return
+    fixes = [[ov("model.context_parallel_size", d)] for d in range(cp - 1, 0, -1) if seq % (2 * d) == 0 or d == 1][:1]
+    yield Violation(
+        "seq_length_context_parallel", MSG_SEQ_CP, ["model.seq_length", "model.context_parallel_size"], fixes=fixes,
+    )
+
+
+@check("cpu_offloading_layers", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1137)")
+def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
+    layers = ctx.int("model.num_layers")
+    n = ctx.int("model.cpu_offloading_num_layers", 0) or 0
+    if ctx.flag("model.cpu_offloading") and layers and (n < 0 or n >= layers):
+        yield Violation(
+            "cpu_offloading_layers", MSG_CPU_OFFLOAD_LAYERS.format(num_layers=layers),
+            ["model.cpu_offloading_num_layers", "model.num_layers"],
+            fixes=[[ov("model.cpu_offloading_num_layers", layers - 1)]],
+        )
+
+
+@check("cpu_offloading_pipeline", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1142)")
+def cpu_offloading_pipeline(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("model.cpu_offloading") and _pp(ctx) > 1:
+        yield Violation(
+            "cpu_offloading_pipeline", MSG_CPU_OFFLOAD_PP,
+            ["model.cpu_offloading", "model.pipeline_model_parallel_size"],
+            fixes=[[ov("model.cpu_offloading", False)]],
+        )
+
+
+@check("cpu_offloading_recompute", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1147)")
+def cpu_offloading_recompute(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("model.cpu_offloading") and ctx.get("model.recompute_granularity") is not None:
+        yield Violation(
+            "cpu_offloading_recompute", MSG_CPU_OFFLOAD_RECOMPUTE,
+            ["model.cpu_offloading", "model.recompute_granularity"],
+            fixes=[[ov("model.recompute_granularity", None), ov("model.recompute_method", None),
+                    ov("model.recompute_num_layers", None)],
+                   [ov("model.cpu_offloading", False)]],
+        )
+
+
+@check("cpu_offloading_cuda_graphs", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1722)")
+def cpu_offloading_cuda_graphs(ctx: CheckContext) -> Iterable[Violation]:
+    impl = ctx.get("model.cuda_graph_impl", "none")
+    if ctx.flag("model.cpu_offloading") and impl not in (None, "none"):
+        yield Violation(
+            "cpu_offloading_cuda_graphs", MSG_CPU_OFFLOAD_CUDA_GRAPHS,
+            ["model.cpu_offloading", "model.cuda_graph_impl"],
+            fixes=[[ov("model.cuda_graph_impl", "none")], [ov("model.cpu_offloading", False)]],
+        )
+
+
+@check("cpu_offloading_fine_grained", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1270)")
+def cpu_offloading_fine_grained(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("model.cpu_offloading") and ctx.flag("model.fine_grained_activation_offloading"):
+        yield Violation(
+            "cpu_offloading_fine_grained", MSG_CPU_OFFLOAD_FINE_GRAINED,
+            ["model.cpu_offloading", "model.fine_grained_activation_offloading"],
+            fixes=[[ov("model.fine_grained_activation_offloading", False)]],
+        )
+
+
+@check("bf16_and_fp16", "Megatron-Bridge training/config.py _validate_mixed_precision_consistency ~L2140",
+       ("megatron-bridge",))
+def bf16_and_fp16(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("model.bf16") and ctx.flag("model.fp16"):
+        yield Violation(
+            "bf16_and_fp16", MSG_BF16_FP16, ["model.bf16", "model.fp16"], fixes=[[ov("model.fp16", False)]],
+        )
+
+
+@check("megatron_fsdp_v2_guards",
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v2_configs ~L1126 (>=0.6.0)",
+       ("megatron-bridge",))
+def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.megatron_fsdp or ctx.get("ddp.megatron_fsdp_version") != 2:
+        return
+    if ctx.version is not None and ctx.version < (0, 6, 0):
+        return
+    if not (ctx.flag("model.bf16") and ctx.flag("optimizer.bf16")):
+        yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
+                        fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)], [ov("ddp.megatron_fsdp_version", 1)]])
+    sizes = [(k, ctx.int(f"model.{k}", 1) or 1) for k in (
+        "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        "expert_model_parallel_size")]
+    bad = [(k, v) for k, v in sizes if v > 1]
+    if bad:
+        yield Violation(
+            "megatron_fsdp_v2_dp_only",
+            MSG_MFSDP_V2_DP_ONLY.format(settings=", ".join(f"{k}={v}" for k, v in bad)),
+            [f"model.{k}" for k, _ in bad] + ["ddp.megatron_fsdp_version"],
+            fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
+        )
+    if ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, ""):
+        yield Violation("megatron_fsdp_v2_checkpoint", MSG_MFSDP_V2_CKPT,
+                        ["checkpoint.save", "checkpoint.load", "ddp.megatron_fsdp_version"],
+                        fixes=[[ov("ddp.megatron_fsdp_version", 1)]])
+    if ctx.flag("optimizer.optimizer_cpu_offload"):
+        yield Violation("megatron_fsdp_v2_cpu_offload", MSG_MFSDP_V2_CPU_OFFLOAD,
+                        ["optimizer.optimizer_cpu_offload", "ddp.megatron_fsdp_version"],
+                        fixes=[[ov("optimizer.optimizer_cpu_offload", False)], [ov("ddp.megatron_fsdp_version", 1)]])

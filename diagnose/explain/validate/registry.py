@@ -1,0 +1,101 @@
+"""The check registry: every validation check is a small named function with its source reference.
+
+A check takes a ``CheckContext`` and returns ``Violation``s (hard failures the real code raises) or notes (the
+real code auto-fixes and prints). Each ``Violation`` carries alternative fixes, most preferred first, so replay
+can pick one that does not undo an override the user asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from diagnose.explain.config.defaults import family_of, version_tuple
+from diagnose.explain.config.values import as_bool, as_int
+from diagnose.explain.config.view import ConfigView
+from diagnose.model import Override
+
+
+@dataclass
+class Violation:
+    check: str
+    message: str
+    keys: list[str]
+    source: str = ""
+    fixes: list[list[Override]] = field(default_factory=list)  # alternatives; each one a complete set
+    kind: str = "error"  # "error": the job fails; "note": the real code auto-fixes it and prints this
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "message": self.message, "keys": list(self.keys)}
+
+
+@dataclass
+class CheckContext:
+    view: ConfigView
+    version: tuple[int, int, int] | None
+    family: str  # "old" (<= 0.4.x) | "new" (>= 0.5.0)
+    framework: str  # "megatron-bridge" | "megatron-lm"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.view.get(key, default)
+
+    def flag(self, key: str) -> bool:
+        return as_bool(self.view.get(key, False))
+
+    def int(self, key: str, default: int | None = None) -> int | None:
+        return as_int(self.view.get(key), default)
+
+    def env(self, name: str) -> str | None:
+        value = self.view.get(f"env.{name}")
+        return None if value is None else str(value)
+
+    @property
+    def megatron_fsdp(self) -> bool:
+        """Either flag turns Megatron FSDP on (Bridge then forces both True)."""
+        return self.flag("ddp.use_megatron_fsdp") or self.flag("dist.use_megatron_fsdp")
+
+    @property
+    def mlm(self) -> bool:
+        return self.framework == "megatron-lm"
+
+    def version_between(self, low: tuple[int, int, int], high: tuple[int, int, int]) -> bool:
+        """Inclusive; False when the release is unknown (we do not claim a version-specific failure)."""
+        return self.version is not None and low <= self.version <= high
+
+
+CheckFn = Callable[[CheckContext], Iterable[Violation]]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    fn: CheckFn
+    source: str
+    frameworks: tuple[str, ...]
+
+
+CHECKS: list[CheckSpec] = []
+
+
+def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm")):
+    """Register a check function under ``name`` with its upstream source reference."""
+
+    def wrap(fn: CheckFn) -> CheckFn:
+        CHECKS.append(CheckSpec(name, fn, source, frameworks))
+        return fn
+
+    return wrap
+
+
+def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckContext:
+    version = bridge_version or view.version
+    return CheckContext(
+        view=view,
+        version=version_tuple(version),
+        family=family_of(version),
+        framework=view.framework or "megatron-bridge",
+    )
+
+
+def ov(key: str, value: Any) -> Override:
+    return Override(key=key, value=value)
