@@ -1,0 +1,171 @@
+"""NCCL facts: the c10d watchdog timeout, ``NCCL error in:`` exceptions and ``NCCL WARN`` log lines.
+
+Formats (../shared/knowledge/megatron-core.md section 6):
+
+* ``<prefix>Watchdog caught collective operation timeout: WorkNCCL(SeqNum=78, OpType=BROADCAST, NumelIn=80,
+  NumelOut=80, Timeout(ms)=600000) ran for 600096 milliseconds before timing out.`` where prefix is ``[Rank 1] ``
+  (<= 2.2), ``[PG 0 Rank 1] `` (~2.3) or ``[PG ID 0 PG GUID 0(default_pg) Rank 3] `` (2.4+). The same WorkNCCL
+  repr also appears in ``Process group watchdog thread terminated with exception: ...`` and follow-ups.
+* ``NCCL error in: <file>:<line>, <reason>, NCCL version <v>`` then ``ncclXxx: <detail>`` and optionally
+  ``Last error:`` and the line NCCL gave.
+* ``<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+_PREFIX = re.compile(
+    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\] "
+)
+_WORK = re.compile(
+    r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>[A-Z_]+), NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+), "
+    r"Timeout\(ms\)=(?P<timeout>\d+)\)"
+)
+_RAN_FOR = re.compile(r" ran for (?P<ran>\d+) milliseconds before timing out\.")
+_WATCHDOG_TEXT = "Watchdog caught collective operation timeout: "
+
+WATCHDOG_KEYS = (
+    "prefix_style",
+    "rank",
+    "pg",
+    "pg_guid",
+    "pg_desc",
+    "seq_num",
+    "op_type",
+    "numel_in",
+    "numel_out",
+    "timeout_ms",
+    "ran_for_ms",
+)
+
+
+def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
+    """Facts of a watchdog timeout line (or any line carrying a WorkNCCL repr); None when there is none."""
+    work = _WORK.search(text)
+    if work is None:
+        return None
+    out: dict[str, Any] = {k: None for k in WATCHDOG_KEYS}
+    out.update(
+        seq_num=int(work.group("seq")),
+        op_type=work.group("op"),
+        numel_in=int(work.group("nin")),
+        numel_out=int(work.group("nout")),
+        timeout_ms=int(work.group("timeout")),
+    )
+    ran = _RAN_FOR.match(text, work.end())
+    if ran is not None:
+        out["ran_for_ms"] = int(ran.group("ran"))
+    prefix = None
+    for m in _PREFIX.finditer(text, 0, work.start()):
+        prefix = m  # the last rank prefix before the WorkNCCL repr
+    if prefix is not None:
+        out["rank"] = int(prefix.group("rank"))
+        if prefix.group("pgid") is not None:
+            out["prefix_style"] = "pg_id"
+            out["pg"] = int(prefix.group("pgid"))
+            out["pg_guid"] = prefix.group("guid")
+            out["pg_desc"] = prefix.group("desc")
+        elif prefix.group("pg") is not None:
+            out["prefix_style"] = "pg"
+            out["pg"] = int(prefix.group("pg"))
+        else:
+            out["prefix_style"] = "rank"
+    return out
+
+
+def format_nccl_watchdog(f: dict[str, Any]) -> str:
+    style = f.get("prefix_style")
+    if style == "pg_id":
+        desc = f"({f['pg_desc']})" if f.get("pg_desc") is not None else ""
+        prefix = f"[PG ID {f['pg']} PG GUID {f['pg_guid']}{desc} Rank {f['rank']}] "
+    elif style == "pg":
+        prefix = f"[PG {f['pg']} Rank {f['rank']}] "
+    elif style == "rank":
+        prefix = f"[Rank {f['rank']}] "
+    else:
+        prefix = ""
+    text = (
+        f"{prefix}{_WATCHDOG_TEXT}WorkNCCL(SeqNum={f['seq_num']}, OpType={f['op_type']}, "
+        f"NumelIn={f['numel_in']}, NumelOut={f['numel_out']}, Timeout(ms)={f['timeout_ms']})"
+    )
+    if f.get("ran_for_ms") is not None:
+        text += f" ran for {f['ran_for_ms']} milliseconds before timing out."
+    return text
+
+
+# ------------------------------------------------------------------------------------------- NCCL error
+
+_NCCL_ERROR = re.compile(
+    r"NCCL error in: (?P<file>[^\s,]+?):(?P<line>\d+), (?P<reason>.+?), NCCL version (?P<version>[\w.+-]+)"
+)
+_NCCL_DETAIL = re.compile(r"(?P<code>nccl[A-Z]\w+): (?P<detail>.*)$")
+_EXCEPTION_HEAD = re.compile(r"(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)): ")
+
+NCCL_ERROR_KEYS = ("exception", "file", "line", "reason", "version", "code", "detail", "last_error")
+
+
+def parse_nccl_error(text: str, context: Iterable[str] = ()) -> dict[str, Any] | None:
+    """``NCCL error in: f:l, reason, NCCL version v`` plus the detail lines that follow (from ``context``)."""
+    m = _NCCL_ERROR.search(text)
+    if m is None:
+        return None
+    out: dict[str, Any] = {k: None for k in NCCL_ERROR_KEYS}
+    head = _EXCEPTION_HEAD.match(text)
+    if head is not None and head.end() == m.start():
+        out["exception"] = head.group("exc")
+    out.update(
+        file=m.group("file"), line=int(m.group("line")), reason=m.group("reason"), version=m.group("version")
+    )
+    lines = [t.strip() for t in context]
+    for i, t in enumerate(lines[:8]):
+        d = _NCCL_DETAIL.match(t)
+        if d is not None and out["code"] is None:
+            out["code"] = d.group("code")
+            out["detail"] = d.group("detail").strip()
+            continue
+        if t == "Last error:" and i + 1 < len(lines):
+            out["last_error"] = lines[i + 1]
+            break
+    return out
+
+
+def format_nccl_error(f: dict[str, Any]) -> list[str]:
+    """The lines an NCCL error prints (first line, detail, ``Last error:`` and its line)."""
+    exc = f"{f['exception']}: " if f.get("exception") else ""
+    lines = [f"{exc}NCCL error in: {f['file']}:{f['line']}, {f['reason']}, NCCL version {f['version']}"]
+    if f.get("code") is not None:
+        lines.append(f"{f['code']}: {f['detail']}" if f.get("detail") else f"{f['code']}: ")
+    if f.get("last_error") is not None:
+        lines += ["Last error:", f["last_error"]]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------- NCCL WARN
+
+_NCCL_WARN = re.compile(
+    r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
+    r"(?:(?P<file>[\w./-]+):(?P<line>\d+) )?NCCL WARN (?P<message>.*)$"
+)
+_CUDA_FAILURE = re.compile(r"Cuda failure (?P<code>\d+) '(?P<what>[^']*)'")
+
+
+def parse_nccl_warn(text: str) -> dict[str, Any] | None:
+    m = _NCCL_WARN.search(text)
+    if m is None:
+        return None
+    out: dict[str, Any] = {
+        "host": m.group("host"),
+        "pid": int(m.group("pid")) if m.group("pid") else None,
+        "tid": int(m.group("tid")) if m.group("tid") else None,
+        "device": int(m.group("dev")) if m.group("dev") else None,
+        "file": m.group("file"),
+        "line": int(m.group("line")) if m.group("line") else None,
+        "message": m.group("message").rstrip(),
+        "cuda_error": None,
+    }
+    cuda = _CUDA_FAILURE.search(out["message"])
+    if cuda is not None:
+        out["cuda_error"] = {"code": int(cuda.group("code")), "text": cuda.group("what")}
+    return out

@@ -1,0 +1,237 @@
+"""CUDA / HIP out-of-memory messages of every PyTorch version, as facts (sizes in bytes).
+
+Templates (see ../shared/knowledge/megatron-core.md section 5):
+
+* >= 2.1: ``CUDA out of memory. Tried to allocate X. GPU g has a total capacity of T of which F is free.
+  [Including non-PyTorch memory, this process has P memory in use. ][Process N has P memory in use. ]...
+  [A allowed; ]Of the allocated memory A is allocated by PyTorch, [with X allocated in private pools (e.g., CUDA
+  Graphs), ]and R is reserved by PyTorch but unallocated. <hint>``. 2.1 spells ``capacty``; its hint names
+  max_split_size_mb; 2.2+ names ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, recent builds
+  ``PYTORCH_ALLOC_CONF``.
+* <= 2.0: ``CUDA out of memory. Tried to allocate X (GPU g; T total capacity; A already allocated; F free;
+  [L allowed; ]R reserved in total by PyTorch) <hint>`` (before 1.4: ``R cached)``).
+* ROCm: ``HIP out of memory.`` in the same templates.
+
+The fact dict always has the same keys (None when the message does not say); ``format_cuda_oom`` renders it back
+to the exact message so that ``parse_cuda_oom(format_cuda_oom(f)) == f``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.normalize.facts.sizes import SIZE_PATTERN, format_size, parse_size
+
+S = SIZE_PATTERN
+
+_HEAD = re.compile(
+    rf"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)):\s*)?(?P<device>CUDA|HIP) out of memory\. "
+    rf"Tried to allocate (?P<req>{S})"
+)
+_NEW = re.compile(
+    rf"\. GPU (?P<gpu>\d+) has a total (?P<cap>capacity|capacty) of (?P<total>{S}) of which (?P<free>{S}) is free\. "
+)
+_THIS_PROCESS = re.compile(rf"Including non-PyTorch memory, this process has (?P<used>{S}) memory in use\. ")
+_OTHER_PROCESS = re.compile(rf"Process (?P<pid>\d+) has (?P<used>{S}) memory in use\. ")
+_ALLOWED_NEW = re.compile(rf"(?P<allowed>{S}) allowed; ")
+_ALLOCATED_NEW = re.compile(
+    rf"Of the allocated memory (?P<alloc>{S}) is allocated by PyTorch, "
+    rf"(?:with (?P<pool>{S}) allocated in private pools \(e\.g\., CUDA Graphs\), )?"
+    rf"and (?P<unalloc>{S}) is reserved by PyTorch but unallocated\."
+)
+_OLD = re.compile(
+    rf" \(GPU (?P<gpu>\d+); (?P<total>{S}) total capacity; (?P<alloc>{S}) already allocated; (?P<free>{S}) free; "
+    rf"(?:(?P<allowed>{S}) allowed; )?(?P<reserved>{S}) (?P<rword>reserved in total by PyTorch|cached)\)"
+)
+_HINT_EXPANDABLE = re.compile(
+    r" If reserved but unallocated memory is large try setting (?P<env>PYTORCH_(?:CUDA_)?ALLOC_CONF)="
+    r"expandable_segments:True to avoid fragmentation\."
+)
+_HINT_SPLIT_NEW = " If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation."
+_HINT_SPLIT_OLD = " If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
+_DOCS_URL_DEFAULT = "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables"
+_DOCS_NEW = re.compile(r"  See documentation for Memory Management  \((?P<url>[^()\s]+)\)")
+_DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
+
+KEYS = (
+    "exception",
+    "device",
+    "template",
+    "capacity_typo",
+    "gpu",
+    "requested_bytes",
+    "total_bytes",
+    "free_bytes",
+    "process_in_use_bytes",
+    "other_processes",
+    "allowed_bytes",
+    "allocated_bytes",
+    "private_pool_bytes",
+    "reserved_unallocated_bytes",
+    "reserved_bytes",
+    "old_reserved_word",
+    "hint",
+    "alloc_conf_env",
+    "docs_url",
+)
+
+
+def _empty() -> dict[str, Any]:
+    out: dict[str, Any] = {k: None for k in KEYS}
+    out["other_processes"] = []
+    out["capacity_typo"] = False
+    return out
+
+
+def parse_cuda_oom(text: str) -> dict[str, Any] | None:
+    """Facts of one OOM message line (with or without its exception name); None if it is not one."""
+    if "out of memory. Tried to allocate" not in text:
+        return None
+    head = _HEAD.search(text)
+    if head is None:
+        return None
+    out = _empty()
+    out["exception"] = head.group("exc")
+    out["device"] = head.group("device")
+    out["requested_bytes"] = parse_size(head.group("req"))
+    rest = text[head.end() :]
+    new = _NEW.match(rest)
+    if new is not None:
+        _parse_new(out, new, rest)
+    else:
+        old = _OLD.match(rest)
+        if old is None:
+            out["template"] = "unknown"
+            return out
+        _parse_old(out, old, rest)
+    return out
+
+
+def _parse_new(out: dict[str, Any], m: re.Match, rest: str) -> None:
+    out["template"] = "2.1+"
+    out["capacity_typo"] = m.group("cap") == "capacty"
+    out["gpu"] = int(m.group("gpu"))
+    out["total_bytes"] = parse_size(m.group("total"))
+    out["free_bytes"] = parse_size(m.group("free"))
+    pos = m.end()
+    this = _THIS_PROCESS.match(rest, pos)
+    others: list[dict[str, int]] = []
+    while True:
+        if this is not None and out["process_in_use_bytes"] is None:
+            out["process_in_use_bytes"] = parse_size(this.group("used"))
+            pos = this.end()
+        other = _OTHER_PROCESS.match(rest, pos)
+        if other is None:
+            this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
+            if this is None:
+                break
+            continue
+        others.append({"pid": int(other.group("pid")), "bytes": parse_size(other.group("used")) or 0})
+        pos = other.end()
+        this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
+    out["other_processes"] = others
+    allowed = _ALLOWED_NEW.match(rest, pos)
+    if allowed is not None:
+        out["allowed_bytes"] = parse_size(allowed.group("allowed"))
+        pos = allowed.end()
+    alloc = _ALLOCATED_NEW.match(rest, pos)
+    if alloc is not None:
+        out["allocated_bytes"] = parse_size(alloc.group("alloc"))
+        out["private_pool_bytes"] = parse_size(alloc.group("pool")) if alloc.group("pool") else None
+        out["reserved_unallocated_bytes"] = parse_size(alloc.group("unalloc"))
+        out["reserved_bytes"] = (out["allocated_bytes"] or 0) + (out["reserved_unallocated_bytes"] or 0)
+        pos = alloc.end()
+    hint = _HINT_EXPANDABLE.match(rest, pos)
+    if hint is not None:
+        out["hint"] = "expandable_segments"
+        out["alloc_conf_env"] = hint.group("env")
+        docs = _DOCS_NEW.match(rest, hint.end())
+        if docs is not None:
+            out["docs_url"] = docs.group("url")
+    elif rest.startswith(_HINT_SPLIT_NEW, pos):
+        out["hint"] = "max_split_size_mb"
+
+
+def _parse_old(out: dict[str, Any], m: re.Match, rest: str) -> None:
+    out["template"] = "<=2.0"
+    out["gpu"] = int(m.group("gpu"))
+    out["total_bytes"] = parse_size(m.group("total"))
+    out["allocated_bytes"] = parse_size(m.group("alloc"))
+    out["free_bytes"] = parse_size(m.group("free"))
+    out["allowed_bytes"] = parse_size(m.group("allowed")) if m.group("allowed") else None
+    out["reserved_bytes"] = parse_size(m.group("reserved"))
+    out["old_reserved_word"] = "cached" if m.group("rword") == "cached" else None
+    if out["reserved_bytes"] is not None and out["allocated_bytes"] is not None:
+        out["reserved_unallocated_bytes"] = max(0, out["reserved_bytes"] - out["allocated_bytes"])
+    if rest.startswith(_HINT_SPLIT_OLD, m.end()):
+        out["hint"] = "max_split_size_mb"
+
+
+def format_cuda_oom(f: dict[str, Any]) -> str:
+    """The message PyTorch would print for these facts (the inverse of parse_cuda_oom)."""
+    parts = []
+    if f.get("exception"):
+        parts.append(f"{f['exception']}: ")
+    parts.append(f"{f.get('device') or 'CUDA'} out of memory. Tried to allocate {format_size(f['requested_bytes'])}")
+    if f.get("template") == "<=2.0":
+        allowed = f"{format_size(f['allowed_bytes'])} allowed; " if f.get("allowed_bytes") is not None else ""
+        word = "cached" if f.get("old_reserved_word") == "cached" else "reserved in total by PyTorch"
+        parts.append(
+            f" (GPU {f['gpu']}; {format_size(f['total_bytes'])} total capacity; "
+            f"{format_size(f['allocated_bytes'])} already allocated; {format_size(f['free_bytes'])} free; "
+            f"{allowed}{format_size(f['reserved_bytes'])} {word})"
+        )
+        if f.get("hint") == "max_split_size_mb":
+            parts.append(_HINT_SPLIT_OLD + _DOCS_OLD)
+        return "".join(parts)
+    if f.get("template") != "2.1+":
+        return "".join(parts)
+    cap = "capacty" if f.get("capacity_typo") else "capacity"
+    parts.append(
+        f". GPU {f['gpu']} has a total {cap} of {format_size(f['total_bytes'])} of which "
+        f"{format_size(f['free_bytes'])} is free. "
+    )
+    if f.get("process_in_use_bytes") is not None:
+        parts.append(f"Including non-PyTorch memory, this process has {format_size(f['process_in_use_bytes'])} memory in use. ")
+    for other in f.get("other_processes") or []:
+        parts.append(f"Process {other['pid']} has {format_size(other['bytes'])} memory in use. ")
+    if f.get("allowed_bytes") is not None:
+        parts.append(f"{format_size(f['allowed_bytes'])} allowed; ")
+    if f.get("allocated_bytes") is not None and f.get("reserved_unallocated_bytes") is not None:
+        pool = ""
+        if f.get("private_pool_bytes") is not None:
+            pool = f"with {format_size(f['private_pool_bytes'])} allocated in private pools (e.g., CUDA Graphs), "
+        parts.append(
+            f"Of the allocated memory {format_size(f['allocated_bytes'])} is allocated by PyTorch, {pool}"
+            f"and {format_size(f['reserved_unallocated_bytes'])} is reserved by PyTorch but unallocated."
+        )
+    if f.get("hint") == "expandable_segments":
+        env = f.get("alloc_conf_env") or "PYTORCH_CUDA_ALLOC_CONF"
+        parts.append(
+            f" If reserved but unallocated memory is large try setting {env}=expandable_segments:True to avoid "
+            "fragmentation."
+        )
+        if f.get("docs_url"):
+            parts.append(f"  See documentation for Memory Management  ({f['docs_url']})")
+    elif f.get("hint") == "max_split_size_mb":
+        parts.append(_HINT_SPLIT_NEW + _DOCS_OLD)
+    return "".join(parts)
+
+
+_CUDA_ERROR_OOM = re.compile(
+    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)):\s*)?(?P<device>CUDA|HIP) error: out of memory"
+)
+
+
+def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:
+    """``RuntimeError: CUDA error: out of memory`` (a non-allocator OOM: cuBLAS/NCCL/kernel launch)."""
+    m = _CUDA_ERROR_OOM.search(text)
+    if m is None:
+        return None
+    return {"exception": m.group("exc"), "device": m.group("device"), "kind": "cuda_error"}
+
+
+def format_cuda_error_oom(f: dict[str, Any]) -> str:
+    exc = f"{f['exception']}: " if f.get("exception") else ""
+    return f"{exc}{f.get('device') or 'CUDA'} error: out of memory"

@@ -1,0 +1,177 @@
+"""torchrun (torch.distributed.elastic) facts: the ChildFailedError summary block and the agent's lines.
+
+The summary block (printed after ``torch.distributed.elastic.multiprocessing.errors.ChildFailedError:``)::
+
+    ============================================================
+    train.py FAILED
+    ------------------------------------------------------------
+    Failures:
+    [1]:
+      time      : 2026-11-29_15:26:45
+      host      : node01
+      rank      : 1 (local_rank: 1)
+      exitcode  : -6 (pid: 1124)  (SIGABRT)          older torch: no "(SIGNAME)"
+      error_file: <N/A>
+      traceback : Signal 6 (SIGABRT) received by PID 1124
+    ------------------------------------------------------------
+    Root Cause (first observed failure):
+    [0]:
+      ...the same six fields...
+    ============================================================
+
+``Failures:`` holds ``<NO_OTHER_FAILURES>`` when only one rank failed. Agent lines:
+``failed (exitcode: 1) local_rank: 0 (pid: 447) of binary: /usr/bin/python`` and
+``Sending process 179 closing signal SIGTERM``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+_FIELD = re.compile(r"\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
+_INDEX = re.compile(r"\s*\[(?P<i>\d+)\]:\s*$")
+_RANK = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<local>-?\d+)\)")
+_EXITCODE = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
+_TITLE = re.compile(r"\s*(?P<script>.+) FAILED\s*$")
+
+ENTRY_KEYS = ("index", "time", "host", "rank", "local_rank", "exitcode", "pid", "signal", "error_file", "traceback")
+
+
+def _entry(index: int) -> dict[str, Any]:
+    out: dict[str, Any] = {k: None for k in ENTRY_KEYS}
+    out["index"] = index
+    return out
+
+
+def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
+    """Facts of a ChildFailedError summary; ``lines`` may start anywhere before its ``====`` border."""
+    out: dict[str, Any] = {"script": None, "failures": [], "root_cause": None, "no_other_failures": False}
+    section: str | None = None
+    current: dict[str, Any] | None = None
+    seen_any = False
+    for raw in lines:
+        text = raw.rstrip()
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Failures:"):
+            section, current, seen_any = "failures", None, True
+            continue
+        if stripped.startswith("Root Cause (first observed failure):"):
+            section, current, seen_any = "root", None, True
+            continue
+        if stripped == "<NO_OTHER_FAILURES>":
+            out["no_other_failures"] = True
+            continue
+        if set(stripped) <= {"="} or set(stripped) <= {"-"}:
+            if section == "root" and current is not None and set(stripped) <= {"="}:
+                break  # the closing border
+            current = None
+            continue
+        title = _TITLE.match(text)
+        if title is not None and section is None and out["script"] is None:
+            out["script"] = title.group("script")
+            seen_any = True
+            continue
+        index = _INDEX.match(text)
+        if index is not None and section is not None:
+            current = _entry(int(index.group("i")))
+            if section == "root":
+                out["root_cause"] = current
+            else:
+                out["failures"].append(current)
+            continue
+        field_m = _FIELD.match(text)
+        if field_m is not None and current is not None:
+            _set_field(current, field_m.group("key"), field_m.group("value").strip())
+    if not seen_any:
+        return None
+    return out
+
+
+def _set_field(entry: dict[str, Any], key: str, value: str) -> None:
+    if key == "rank":
+        m = _RANK.match(value)
+        if m is not None:
+            entry["rank"], entry["local_rank"] = int(m.group("rank")), int(m.group("local"))
+        return
+    if key == "exitcode":
+        m = _EXITCODE.match(value)
+        if m is not None:
+            entry["exitcode"], entry["pid"] = int(m.group("code")), int(m.group("pid"))
+            entry["signal"] = m.group("sig")
+        return
+    entry[key] = value
+
+
+def _format_entry(e: dict[str, Any]) -> list[str]:
+    signal = f"  ({e['signal']})" if e.get("signal") else ""
+    return [
+        f"[{e['index']}]:",
+        f"  time      : {e['time']}",
+        f"  host      : {e['host']}",
+        f"  rank      : {e['rank']} (local_rank: {e['local_rank']})",
+        f"  exitcode  : {e['exitcode']} (pid: {e['pid']}){signal}",
+        f"  error_file: {e['error_file']}",
+        f"  traceback : {e['traceback']}",
+    ]
+
+
+def format_torchrun_failure(f: dict[str, Any]) -> list[str]:
+    """The summary block torch prints for these facts (border width fixed at 60)."""
+    out = ["=" * 60, f"{f['script']} FAILED", "-" * 60, "Failures:"]
+    if f.get("no_other_failures"):
+        out.append("  <NO_OTHER_FAILURES>")
+    for e in f.get("failures") or []:
+        out += _format_entry(e)
+    out += ["-" * 60, "Root Cause (first observed failure):"]
+    if f.get("root_cause") is not None:
+        out += _format_entry(f["root_cause"])
+    out.append("=" * 60)
+    return out
+
+
+_AGENT_FAILED = re.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>-?\d+) \(pid: (?P<pid>\d+)\) of binary: (?P<binary>\S+)"
+)
+_AGENT_SIGNAL = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_AGENT_RESTART = re.compile(r"\[(?P<role>\w+)\] Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left")
+
+
+def parse_torchrun_agent(text: str) -> dict[str, Any] | None:
+    m = _AGENT_FAILED.search(text)
+    if m is not None:
+        return {
+            "event": "worker_failed",
+            "exitcode": int(m.group("code")),
+            "local_rank": int(m.group("local")),
+            "pid": int(m.group("pid")),
+            "binary": m.group("binary"),
+        }
+    m = _AGENT_SIGNAL.search(text)
+    if m is not None:
+        return {"event": "closing_signal", "pid": int(m.group("pid")), "signal": m.group("sig")}
+    m = _AGENT_RESTART.search(text)
+    if m is not None:
+        return {
+            "event": "restart",
+            "role": m.group("role"),
+            "attempts_left": int(m.group("left")),
+            "max_restarts": int(m.group("max")),
+        }
+    return None
+
+
+def format_torchrun_agent(f: dict[str, Any]) -> str:
+    if f["event"] == "worker_failed":
+        return (
+            f"failed (exitcode: {f['exitcode']}) local_rank: {f['local_rank']} (pid: {f['pid']}) "
+            f"of binary: {f['binary']}"
+        )
+    if f["event"] == "closing_signal":
+        return f"Sending process {f['pid']} closing signal {f['signal']}"
+    return (
+        f"[{f['role']}] Worker group FAILED. {f['attempts_left']}/{f['max_restarts']} attempts left; "
+        "will restart worker group"
+    )
