@@ -1,0 +1,88 @@
+"""A Slurm job, end to end: find it, diagnose its output with the pipeline, add Slurm's facts, fill Report.slurm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.ingest.slurm.commands import run_slurm
+from diagnose.ingest.slurm.findings import slurm_findings
+from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
+from diagnose.ingest.slurm.jobid import JobRef
+from diagnose.ingest.slurm.merge import merge_slurm_findings
+from diagnose.ingest.slurm.parse import format_duration
+from diagnose.model import Report
+
+
+@dataclass
+class SlurmDiagnosis:
+    job: SlurmJob
+    report: Report
+
+
+def diagnose_job(
+    ref: JobRef,
+    options: Any = None,
+    runner: Runner = run_slurm,
+    job: SlurmJob | None = None,
+) -> SlurmDiagnosis:
+    """Diagnose a Slurm job. ``options`` is a ``diagnose.pipeline.AnalyzeOptions`` (None: defaults).
+
+    When the output file is gone or unreadable the report still carries what Slurm knows, with a warning saying
+    why the log could not be read.
+    """
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    job = job or lookup_job(ref, runner=runner)
+    paths = job.readable_outputs
+    report = analyze(paths, options or AnalyzeOptions()) if paths else Report()
+    if not paths:
+        report.warnings.append(f"no readable output file for job {job.job_id}: reporting what Slurm knows only")
+    report.warnings.extend(job.notes)
+    merge_slurm_findings(report, slurm_findings(job), job.state)
+    report.slurm = slurm_section(job)
+    return SlurmDiagnosis(job, report)
+
+
+def slurm_section(job: SlurmJob) -> dict[str, Any]:
+    """The ``"slurm"`` section of the JSON report."""
+    step = job.failed_step
+    return {
+        "job_id": job.job_id,
+        "raw_id": job.raw_id,
+        "array_job_id": job.array_job_id,
+        "array_task_id": job.array_task_id,
+        "het_job_id": job.het_job_id,
+        "het_offset": job.het_offset,
+        "name": job.name,
+        "user": job.user,
+        "state": job.state,
+        "reason": job.reason,
+        "cancelled_by": job.cancelled_by,
+        "exit_code": job.exit.code,
+        "signal": job.exit.signal_name,
+        "derived_exit_code": job.derived_exit.code,
+        "derived_signal": job.derived_exit.signal_name,
+        "failed_step": step.step_id if step else None,
+        "steps": [
+            {"id": s.step_id, "name": s.name, "state": s.state, "exit_code": s.exit.code, "signal": s.exit.signal_name}
+            for s in job.steps
+        ],
+        "nodes": job.nodes,
+        "elapsed_s": job.elapsed_s,
+        "elapsed": format_duration(job.elapsed_s) if job.elapsed_s is not None else None,
+        "time_limit_s": job.time_limit_s,
+        "time_limit": job.time_limit_text or None,
+        "restarts": job.restarts,
+        "start": job.start or None,
+        "end": job.end or None,
+        "work_dir": job.work_dir or None,
+        "source": job.source,
+        "output_route": job.output_route or None,
+        "outputs": [
+            {"path": o.path, "stream": o.stream, "exists": o.exists, "readable": o.readable, "size": o.size,
+             "problem": o.problem}
+            for o in job.outputs
+        ],
+        "notes": list(job.notes),
+    }
