@@ -1,0 +1,350 @@
+"""``DiagnoseApp``: findings on the left, the selected finding on the right, the log one key away.
+
+Analysis runs in a worker thread (``diagnose.pipeline.analyze`` with a progress callback) and each input's line
+index builds in its own thread, so the findings appear while a big log is still being indexed and the UI never
+waits on either.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, OptionList, ProgressBar, Static, TabbedContent
+
+from diagnose.model import DiagnoseError, Finding, Report
+from diagnose.present.safe import inert
+from diagnose.present.tui.detail import FindingDetail
+from diagnose.present.tui.export import export_report
+from diagnose.present.tui.findings import FindingsList
+from diagnose.present.tui.logindex import LogIndex
+from diagnose.present.tui.screens import ExportScreen, HelpScreen, LogScreen, PasteScreen
+
+Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
+DARK, LIGHT = "textual-dark", "textual-light"
+
+
+def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
+    """The real engine: ``diagnose.pipeline.analyze`` with the user's rule folders and our progress callback."""
+
+    def run(inputs: list[str], progress: Callable[[int, int], None]) -> Report:
+        from diagnose.pipeline import AnalyzeOptions, analyze
+
+        return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress))
+
+    return run
+
+
+class MainScreen(Screen):
+    BINDINGS = [
+        Binding("c", "copy_fix", "Copy fix"),
+        Binding("l", "open_log", "Log"),
+        Binding("e", "export", "Export"),
+        Binding("1", "fix_tab('cli')", "CLI", show=False),
+        Binding("2", "fix_tab('python')", "Python", show=False),
+        Binding("3", "fix_tab('yaml')", "YAML", show=False),
+        Binding("4", "fix_tab('mlm')", "MLM", show=False),
+    ]
+    DEFAULT_CSS = """
+    MainScreen #body { height: 1fr; }
+    MainScreen #left { width: 42%; min-width: 30; border-right: vkey $primary; }
+    MainScreen #left-title { height: 1; padding: 0 1; background: $panel; text-style: bold; }
+    MainScreen FindingDetail { width: 1fr; }
+    MainScreen #status-bar { height: auto; padding: 0 1; background: $panel; }
+    MainScreen #progress { height: 1; }
+    MainScreen #progress.hidden { display: none; }
+    """
+
+    def compose(self) -> ComposeResult:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        yield Header(show_clock=False, icon="◆")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield Static("Findings", id="left-title")
+                yield FindingsList(id="findings")
+            yield FindingDetail(app.display_names, id="detail")
+        with Vertical(id="status-bar"):
+            yield Static(id="status")
+            yield ProgressBar(id="progress", total=100, show_eta=False)
+        yield Footer()
+
+    @property
+    def findings(self) -> FindingsList:
+        return self.query_one(FindingsList)
+
+    @property
+    def detail(self) -> FindingDetail:
+        return self.query_one(FindingDetail)
+
+    def on_mount(self) -> None:
+        self.findings.focus()
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        app.start_up()
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        if app.report is not None:
+            self.detail.show(app.report, self.findings.finding_index(event.option_index))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        index = self.findings.finding_index(event.option_index)
+        if app.report is not None and index is not None:
+            app.open_evidence(app.report.findings[index])
+
+    def action_copy_fix(self) -> None:
+        title, text = self.detail.active_form
+        if not text:
+            self.notify("This finding has no config change to copy.", severity="warning")
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify(f"Copied the fix ({title}) to the clipboard.")
+
+    def action_fix_tab(self, key: str) -> None:
+        self.query_one("#fix-tabs", TabbedContent).active = f"fix-{key}"
+
+    def action_open_log(self) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        index = self.findings.selected_finding
+        finding = app.report.findings[index] if app.report is not None and index is not None else None
+        path = finding.evidence[0].path if finding is not None and finding.evidence else None
+        path = path or next((p for p in app.inputs if os.path.isfile(p)), None)
+        if path is None:
+            self.notify("No log file to show.", severity="warning")
+            return
+        app.open_log(path, None, set())
+
+    def action_export(self) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        if app.report is None:
+            self.notify("Nothing to export yet: the analysis is still running.", severity="warning")
+            return
+        self.app.push_screen(ExportScreen(app.export_default), app.export_to)
+
+
+class DiagnoseApp(App):
+    """The TUI. Give ``inputs`` (and an ``analyzer``), or a ready ``report``, or ``paste=True``."""
+
+    TITLE = "diagnose"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("t", "toggle_theme", "Theme"),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(
+        self,
+        inputs: list[str] | None = None,
+        *,
+        analyzer: Analyzer | None = None,
+        report: Report | None = None,
+        display_names: dict[str, str] | None = None,
+        paste: bool = False,
+        index_gate: threading.Event | None = None,
+        export_default: str = "diagnose-report.md",
+    ) -> None:
+        super().__init__()
+        self.inputs = list(inputs or [])
+        self.analyzer = analyzer
+        self.report: Report | None = report
+        self.display_names = dict(display_names or {})  # real path -> what the user should see
+        self.paste = paste
+        self.index_gate = index_gate  # tests hold the log indexing at a gate
+        self.export_default = export_default
+        self.indices: dict[str, LogIndex] = {}
+        self.error: str | None = None
+        self._temp_files: list[str] = []
+        self._last_percent = -1
+        self.theme = DARK
+
+    # ---------------------------------------------------------------------------------------- start
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen()
+
+    @property
+    def main(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
+
+    def start_up(self) -> None:
+        """Called once the main screen is mounted: paste screen, or index the inputs and analyze them."""
+        self.sub_title = self._inputs_title()
+        if self.paste and not self.inputs and self.report is None:
+            self._set_status(Text("Waiting for a pasted log…", style="dim"))
+            self.push_screen(PasteScreen(), self._diagnose_pasted)
+            return
+        self._start()
+
+    def _start(self) -> None:
+        self.sub_title = self._inputs_title()
+        for path in self.inputs:
+            if os.path.isfile(path):
+                self.index_for(path)  # index now, in the background, while the engine reads
+        if self.report is not None:
+            self.show_report(self.report)
+        elif self.analyzer is not None:
+            self._set_status(Text("Reading the log…"))
+            self.analyze_worker()
+        else:
+            self._set_status(Text("Nothing to analyze.", style="dim"))
+
+    def _inputs_title(self) -> str:
+        names = [self.display_names.get(p, p) for p in self.inputs]
+        if not names:
+            return ""
+        return inert(names[0]) if len(names) == 1 else f"{inert(names[0])} +{len(names) - 1} more"
+
+    def _diagnose_pasted(self, text: str | None) -> None:
+        if not text:
+            self.exit()
+            return
+        fd, path = tempfile.mkstemp(prefix="diagnose-paste-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        self._temp_files.append(path)
+        self.display_names[path] = "pasted log"
+        self.main.detail.display_names = self.display_names
+        self.inputs = [path]
+        self._start()
+
+    # ------------------------------------------------------------------------------------- analysis
+
+    @work(thread=True, exclusive=True, group="analyze")
+    def analyze_worker(self) -> None:
+        assert self.analyzer is not None
+        try:
+            report = self.analyzer(self.inputs, self._progress_from_thread)
+        except DiagnoseError as e:
+            self._call_from_worker(self.show_error, str(e))
+        except Exception as e:  # noqa: BLE001 - an engine bug must not take the UI down
+            self._call_from_worker(self.show_error, f"internal error: {type(e).__name__}: {e}")
+        else:
+            self._call_from_worker(self.show_report, report)
+
+    def _call_from_worker(self, fn: Callable, *args: object) -> None:
+        try:
+            self.call_from_thread(fn, *args)
+        except RuntimeError:  # the app is closing
+            pass
+
+    def _progress_from_thread(self, done: int, total: int) -> None:
+        percent = 100 if total <= 0 else min(100, int(100 * done / total))
+        if percent != self._last_percent:
+            self._last_percent = percent
+            self._call_from_worker(self._show_progress, done, total)
+
+    def _show_progress(self, done: int, total: int) -> None:
+        bar = self.main.query_one("#progress", ProgressBar)
+        bar.update(total=max(total, 1), progress=done)
+        self._set_status(Text(f"Reading the log… {done / max(total, 1):.0%} of {_size(total)}"))
+
+    def show_report(self, report: Report) -> None:
+        self.report = report
+        main = self.main
+        main.query_one("#progress").add_class("hidden")
+        main.findings.show_report(report)
+        main.detail.show(report, main.findings.selected_finding)
+        self._set_status(self._summary(report))
+        main.findings.focus()
+
+    def show_error(self, message: str) -> None:
+        self.error = message
+        self.main.query_one("#progress").add_class("hidden")
+        self._set_status(Text(f"error: {inert(message)}", style="bold red"))
+        self.notify(inert(message), title="Cannot analyze", severity="error", timeout=10)
+
+    def _summary(self, report: Report) -> Text:
+        text = Text()
+        n = len(report.findings)
+        text.append(f"{n} finding{'s' if n != 1 else ''}")
+        root = report.root
+        if root is not None:
+            text.append(" · root cause ")
+            text.append(f"{inert(root.rule)} ({inert(root.category)}, {inert(root.phase)})", "bold")
+        elif n == 0:
+            text.append(" · no failure found", "green")
+        if report.warnings:
+            text.append(f" · {len(report.warnings)} warning(s): ", "yellow")
+            text.append(inert(report.warnings[0]), "yellow")
+        return text
+
+    def _set_status(self, text: Text) -> None:
+        self.main.query_one("#status", Static).update(text)
+
+    # ------------------------------------------------------------------------------------------ log
+
+    def index_for(self, path: str) -> LogIndex:
+        index = self.indices.get(path)
+        if index is None:
+            try:
+                index = LogIndex(path, gate=self.index_gate).start()
+            except OSError as e:
+                raise DiagnoseError(f"cannot open {path}: {e.strerror or e}") from None
+            self.indices[path] = index
+        return index
+
+    def open_log(self, path: str, line: int | None, marked: set[int]) -> None:
+        try:
+            index = self.index_for(path)
+        except DiagnoseError as e:
+            self.notify(inert(str(e)), severity="error")
+            return
+        self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked))
+
+    def open_evidence(self, finding: Finding) -> None:
+        if not finding.evidence:
+            self.notify("This finding has no evidence line to open.", severity="warning")
+            return
+        first = finding.evidence[0]
+        marked = {e.line - 1 for e in finding.evidence if e.path == first.path}
+        self.open_log(first.path, max(0, first.line - 1), marked)
+
+    # --------------------------------------------------------------------------------------- actions
+
+    def export_to(self, path: str | None) -> None:
+        if not path or self.report is None:
+            return
+        try:
+            fmt = export_report(self.report, path)
+        except DiagnoseError as e:
+            self.notify(inert(str(e)), severity="error")
+            return
+        self.notify(f"Saved the report as {fmt} to {inert(path)}.")
+
+    def action_toggle_theme(self) -> None:
+        self.theme = LIGHT if self.theme == DARK else DARK
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def on_unmount(self) -> None:
+        for index in self.indices.values():
+            index.close()
+        for path in self._temp_files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _size(n: int) -> str:
+    from diagnose.present.tui.fmt import format_bytes
+
+    return format_bytes(n)

@@ -1,0 +1,49 @@
+"""Small formatting helpers shared by the TUI widgets (no Textual import)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """Compress a rank list into runs: [0, 1, 2, 3, 9, 11, 12] -> "0-3, 9, 11-12"."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return ""
+    runs: list[str] = []
+    start = prev = ordered[0]
+    for rank in ordered[1:]:
+        if rank == prev + 1:
+            prev = rank
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = rank
+    runs.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(runs)
+
+
+def rank_phrase(ranks: list[int], hosts: list[str], count: int) -> str:
+    """"ranks 0-7, 9 · 2 hosts · ×512": who saw a finding and how often."""
+    parts: list[str] = []
+    if ranks:
+        word = "rank" if len(set(ranks)) == 1 else "ranks"
+        parts.append(f"{word} {format_ranks(ranks)}")
+    if len(hosts) > 1:
+        parts.append(f"{len(hosts)} hosts")
+    elif hosts:
+        parts.append(hosts[0])
+    if count > 1:
+        parts.append(f"×{count}")
+    return " · ".join(parts)
+
+
+def format_bytes(n: int | float | None) -> str:
+    """Human size in binary units, as PyTorch prints them: 135.33 GiB."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} TiB"  # pragma: no cover - loop always returns

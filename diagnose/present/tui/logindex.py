@@ -1,0 +1,170 @@
+"""A line index over a memory-mapped log, built in a background thread, so a multi-GB log opens at once.
+
+The index is one ``array('q')`` of line start offsets (8 bytes a line, not a list of Python ints). The builder
+thread publishes lines as it goes: readers see ``line_count`` complete lines and can draw, search and jump within
+them while the rest is still being indexed. No Textual import: the log view widget reads this.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import re
+import threading
+from array import array
+from itertools import accumulate
+from typing import Callable
+
+CHUNK_BYTES = 8 << 20
+DEFAULT_LINE_CAP = 4096  # bytes of one line ever decoded for display
+SEARCH_WINDOW = 4 << 20
+
+
+class LogIndex:
+    """Offsets of every line of ``path``; ``start()`` builds them in a daemon thread.
+
+    ``gate`` (optional) is waited on before each chunk: the tests hold it closed to prove the UI never waits for
+    the index. ``on_progress`` is called from the builder thread after each chunk.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        chunk_bytes: int = CHUNK_BYTES,
+        gate: threading.Event | None = None,
+        on_progress: Callable[[LogIndex], None] | None = None,
+    ) -> None:
+        self.path = path
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self.size = os.fstat(self._file.fileno()).st_size
+        self._buf: mmap.mmap | bytes = (
+            mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
+        )
+        self._chunk = max(1, chunk_bytes)
+        self._gate = gate
+        self._on_progress = on_progress
+        self._offsets = array("q", [0])
+        self._count = 0  # complete lines published to readers
+        self.indexed_bytes = 0
+        self.longest_line = 0  # bytes, a lower bound while building (exact for lines inside one chunk)
+        self.done = threading.Event()
+        self.error: str | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------------------------------- build
+
+    def start(self) -> LogIndex:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._build, name=f"log-index:{self.path}", daemon=True)
+            self._thread.start()
+        return self
+
+    def build_now(self) -> LogIndex:
+        """Build in the calling thread (small inputs, tests)."""
+        self._build()
+        return self
+
+    def _build(self) -> None:
+        try:
+            scan = 0
+            while scan < self.size and not self._closed:
+                if self._gate is not None:
+                    self._gate.wait()
+                end = min(scan + self._chunk, self.size)
+                parts = self._buf[scan:end].split(b"\n")
+                if len(parts) > 1:
+                    starts = accumulate((len(p) + 1 for p in parts[:-1]), initial=scan)
+                    next(starts)  # the chunk start itself is not a new line
+                    self._offsets.extend(starts)
+                    self.longest_line = max(self.longest_line, max(len(p) for p in parts))
+                self._count = len(self._offsets) - 1
+                scan = end
+                self.indexed_bytes = scan
+                if self._on_progress is not None:
+                    self._on_progress(self)
+            if self._closed:
+                return
+            if self._offsets[-1] < self.size:  # last line has no newline: a sentinel one past its end
+                self._offsets.append(self.size + 1)
+                self.longest_line = max(self.longest_line, self.size - self._offsets[-2])
+            self._count = len(self._offsets) - 1
+            self.indexed_bytes = self.size
+        except Exception as e:  # noqa: BLE001 - shown in the log view, never a crash of the UI
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
+            if self._on_progress is not None and not self._closed:
+                self._on_progress(self)
+
+    # ------------------------------------------------------------------------------------------- read
+
+    @property
+    def line_count(self) -> int:
+        return self._count
+
+    @property
+    def progress(self) -> float:
+        return 1.0 if self.size == 0 else self.indexed_bytes / self.size
+
+    def line_bytes(self, index: int, cap: int = DEFAULT_LINE_CAP) -> bytes:
+        """Line ``index`` (0-based) without its newline, at most ``cap`` bytes."""
+        if not 0 <= index < self._count:
+            return b""
+        start = self._offsets[index]
+        end = self._offsets[index + 1] - 1
+        data = self._buf[start : min(end, start + cap)]
+        return data[:-1] if data.endswith(b"\r") else data
+
+    def line_text(self, index: int, cap: int = DEFAULT_LINE_CAP) -> str:
+        return self.line_bytes(index, cap).decode("utf-8", errors="backslashreplace")
+
+    def line_of_offset(self, offset: int) -> int:
+        """0-based line holding byte ``offset`` (among published lines)."""
+        return max(0, bisect.bisect_right(self._offsets, offset, 0, self._count) - 1)
+
+    def line_span(self, index: int) -> tuple[int, int]:
+        return self._offsets[index], self._offsets[index + 1]
+
+    # ------------------------------------------------------------------------------------------ search
+
+    def search(self, term: str, from_line: int, backward: bool = False) -> int | None:
+        """Next (or previous) line after (before) ``from_line`` containing ``term``; None if none yet.
+
+        Smart case: a term with an upper-case letter is matched exactly, else case-insensitively. Only the
+        published lines are searched; the caller says "still indexing" when the index is not done.
+        """
+        if not term or self._count == 0:
+            return None
+        flags = 0 if any(c.isupper() for c in term) else re.IGNORECASE
+        pattern = re.compile(re.escape(term.encode("utf-8")), flags)
+        limit = self._offsets[self._count]
+        if not backward:
+            start = self._offsets[min(from_line + 1, self._count)]
+            match = pattern.search(self._buf, start, limit)
+            return None if match is None else self.line_of_offset(match.start())
+        stop = self._offsets[max(0, min(from_line, self._count))]
+        overlap = len(term.encode("utf-8"))
+        while stop > 0:
+            window_start = max(0, stop - SEARCH_WINDOW)
+            last = None
+            for last in pattern.finditer(self._buf, window_start, min(limit, stop + overlap - 1)):
+                pass
+            if last is not None and last.start() < stop:
+                return self.line_of_offset(last.start())
+            stop = window_start
+        return None
+
+    def close(self) -> None:
+        self._closed = True
+        if self._gate is not None:
+            self._gate.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        if isinstance(self._buf, mmap.mmap):
+            try:
+                self._buf.close()
+            except BufferError:  # a view still alive somewhere: the GC closes it
+                pass
+        self._file.close()

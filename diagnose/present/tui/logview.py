@@ -1,0 +1,224 @@
+"""The log view: only the visible rows are drawn (Textual's line API), from a background-built ``LogIndex``.
+
+Rows are lines of the file, or of one rank when the rank facet is on. Each line is made inert
+(``diagnose.present.safe.inert``) and put in a rich ``Text``: markup and escape sequences in a log never style or
+drive the screen. Lines are cut at ``MAX_LINE_CELLS`` so one 10 MB line does not stall drawing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.events import Click
+from textual.geometry import Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from diagnose.present.safe import inert, shorten
+from diagnose.present.tui.logindex import LogIndex
+from diagnose.present.tui.rankfacet import RankFacet
+
+MAX_LINE_CELLS = 1000
+LINE_BYTES_CAP = 4096
+
+
+class LogView(ScrollView, can_focus=True):
+    """Rows of a ``LogIndex`` (or of one ``RankFacet``), a cursor row, and search-term highlights."""
+
+    COMPONENT_CLASSES = {"logview--gutter", "logview--cursor", "logview--match", "logview--evidence"}
+    DEFAULT_CSS = """
+    LogView { background: $surface; }
+    LogView > .logview--gutter { color: $text-muted; }
+    LogView > .logview--cursor { background: $primary 40%; }
+    LogView > .logview--match { background: $warning 60%; color: $text; }
+    LogView > .logview--evidence { color: $error; text-style: bold; }
+    """
+    BINDINGS = [
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown,space", "page(1)", "Page down", show=False),
+        Binding("home", "edge(0)", "Top", show=False),
+        Binding("end,G", "edge(1)", "Bottom", show=False),
+    ]
+
+    cursor = reactive(0, always_update=True)
+
+    def __init__(self, index: LogIndex, *, marked_lines: set[int] | None = None, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.index = index
+        self.facet: RankFacet | None = None
+        self.term: str = ""
+        self.marked_lines = marked_lines or set()  # 0-based evidence lines: a marker in the gutter
+        self._pending_line: int | None = None
+        self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._rows_seen = -1
+
+    # ----------------------------------------------------------------------------------------- rows
+
+    @property
+    def row_count(self) -> int:
+        return len(self.facet.rows) if self.facet is not None else self.index.line_count
+
+    def line_at_row(self, row: int) -> int:
+        return self.facet.rows[row] if self.facet is not None else row
+
+    @property
+    def cursor_line(self) -> int:
+        """0-based file line under the cursor (0 when the view is empty)."""
+        return self.line_at_row(self.cursor) if 0 <= self.cursor < self.row_count else 0
+
+    def on_mount(self) -> None:
+        self._poll()
+        self.set_interval(0.1, self._poll)
+
+    def _poll(self) -> None:
+        """Grow the scrollable area as the index (or facet) grows; honour a jump waiting for its line."""
+        rows = self.row_count
+        if rows != self._rows_seen:
+            self._rows_seen = rows
+            gutter = self._gutter_width()
+            width = min(self.index.longest_line, MAX_LINE_CELLS) + gutter + 2
+            self.virtual_size = Size(width, rows)
+            self._strips.clear()
+            self.refresh()
+        if self._pending_line is not None:
+            line = self._pending_line
+            if line < self.index.line_count or self.index.done.is_set():
+                self._pending_line = None
+                self.go_to_line(line)
+
+    def _gutter_width(self) -> int:
+        total = self.index.line_count if self.index.done.is_set() else max(self.index.line_count, 999_999)
+        return len(str(max(total, 1)))
+
+    # ------------------------------------------------------------------------------------------ draw
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        row = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if row >= self.row_count:
+            return Strip.blank(width, base)
+        line = self.line_at_row(row)
+        key = (line, row == self.cursor, self.term, self._gutter_width())
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._render_row(line, row == self.cursor)
+            self._strips[key] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    def _render_row(self, line: int, is_cursor: bool) -> Strip:
+        gutter_style = self.get_component_rich_style("logview--gutter")
+        marker = " "
+        if line in self.marked_lines:
+            gutter_style = self.get_component_rich_style("logview--evidence")
+            marker = "▶"
+        body = shorten(inert(self.index.line_text(line, LINE_BYTES_CAP)), MAX_LINE_CELLS)
+        text = Text(no_wrap=True, end="")
+        text.append(f"{line + 1:>{self._gutter_width()}}{marker}", gutter_style)
+        text.append(" ")
+        start = len(text)
+        text.append(body)
+        if self.term:
+            flags = 0 if any(c.isupper() for c in self.term) else re.IGNORECASE
+            match_style = self.get_component_rich_style("logview--match")
+            for m in re.finditer(re.escape(inert(self.term)), body, flags):
+                text.stylize(match_style, start + m.start(), start + m.end())
+        if is_cursor:
+            text.stylize(self.get_component_rich_style("logview--cursor"))
+        segments = [Segment(s.text, self.rich_style + s.style if s.style else self.rich_style) for s in
+                    text.render(self.app.console)]
+        return Strip(segments)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+
+    # ---------------------------------------------------------------------------------------- moving
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self._strips.clear()
+        self.refresh()
+
+    def _show_row(self, row: int, center: bool = False) -> None:
+        height = max(1, self.size.height)
+        top = self.scroll_offset.y
+        if center:
+            self.scroll_to(y=max(0, row - height // 2), animate=False, immediate=True)
+        elif row < top:
+            self.scroll_to(y=row, animate=False, immediate=True)
+        elif row >= top + height:
+            self.scroll_to(y=row - height + 1, animate=False, immediate=True)
+
+    def move_to_row(self, row: int, center: bool = False) -> None:
+        rows = self.row_count
+        if rows == 0:
+            return
+        row = max(0, min(row, rows - 1))
+        self.cursor = row
+        self._show_row(row, center)
+
+    def action_cursor(self, delta: int) -> None:
+        self.move_to_row(self.cursor + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.move_to_row(self.cursor + direction * max(1, self.size.height - 1))
+
+    def action_edge(self, end: int) -> None:
+        self.move_to_row(self.row_count - 1 if end else 0)
+
+    def go_to_line(self, line: int) -> None:
+        """Put the cursor on 0-based file ``line`` (centred); waits for the index when not there yet."""
+        if line >= self.index.line_count and not self.index.done.is_set():
+            self._pending_line = line
+            return
+        row = self.facet.row_of_line(line) if self.facet is not None else line
+        self.move_to_row(row, center=True)
+
+    def on_click(self, event: Click) -> None:
+        row = self.scroll_offset.y + event.y
+        if 0 <= row < self.row_count:
+            self.cursor = row
+
+    # ---------------------------------------------------------------------------------------- facets
+
+    def set_facet(self, facet: RankFacet | None) -> None:
+        line = self.cursor_line
+        if self.facet is not None and self.facet is not facet:
+            self.facet.stop()
+        self.facet = facet
+        self._rows_seen = -1
+        self._poll()
+        self.go_to_line(line)
+
+    def set_term(self, term: str) -> None:
+        self.term = term
+        self._strips.clear()
+        self.refresh()
+
+    def find(self, term: str, backward: bool = False) -> int | None:
+        """Move to the next (previous) line containing ``term`` in the current rows; its 0-based line or None."""
+        self.set_term(term)
+        line = self.cursor_line
+        while True:
+            found = self.index.search(term, line, backward)
+            if found is None:
+                return None
+            if self.facet is None or self._in_facet(found):
+                self.go_to_line(found)
+                return found
+            line = found
+
+    def _in_facet(self, line: int) -> bool:
+        assert self.facet is not None
+        rows = self.facet.rows
+        row = self.facet.row_of_line(line)
+        return row < len(rows) and rows[row] == line

@@ -1,0 +1,237 @@
+"""Secondary screens: the log view, help, export and paste."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Input, Static, TextArea
+
+from diagnose.present.safe import inert
+from diagnose.present.tui.logindex import LogIndex
+from diagnose.present.tui.logview import LogView
+from diagnose.present.tui.rankfacet import RankFacet
+
+
+class LogScreen(Screen):
+    """One log file, opened at a line; ``/`` search, ``n``/``N`` next/previous, ``r`` rank facet, esc back."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("slash", "prompt('search')", "Search"),
+        Binding("n", "find(False)", "Next"),
+        Binding("N", "find(True)", "Previous"),
+        Binding("r", "prompt('rank')", "Rank filter"),
+        Binding("colon", "prompt('line')", "Go to line"),
+        Binding("question_mark", "app.help", "Help"),
+    ]
+    DEFAULT_CSS = """
+    LogScreen #log-status { height: 1; background: $panel; padding: 0 1; }
+    LogScreen #log-prompt { dock: bottom; display: none; }
+    LogScreen #log-prompt.visible { display: block; }
+    """
+
+    def __init__(self, index: LogIndex, display_name: str, line: int | None = None,
+                 marked_lines: set[int] | None = None) -> None:
+        super().__init__()
+        self.index = index
+        self.display_name = display_name
+        self.start_line = line
+        self.marked_lines = marked_lines or set()
+        self.prompt_mode = ""
+        self.term = ""
+        self.message = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="log-status")
+        yield LogView(self.index, marked_lines=self.marked_lines, id="log-view")
+        yield Input(id="log-prompt")
+        yield Footer()
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.view.focus()
+        if self.start_line is not None:
+            self.view.go_to_line(self.start_line)
+        self._update_status()
+        self.set_interval(0.2, self._update_status)
+
+    def _update_status(self) -> None:
+        index = self.index
+        text = Text()
+        text.append(inert(self.display_name), "bold")
+        if index.error:
+            text.append(f" · cannot read: {inert(index.error)}", "red")
+        elif index.done.is_set():
+            text.append(f" · {index.line_count:,} lines")
+        else:
+            text.append(f" · indexing {index.progress:.0%} ({index.line_count:,} lines so far)", "yellow")
+        facet = self.view.facet
+        if facet is not None:
+            state = "" if facet.done.is_set() else ", scanning…"
+            text.append(f" · rank {facet.rank}: {len(facet.rows):,} lines{state}", "cyan")
+        text.append(f" · line {self.view.cursor_line + 1:,}")
+        if self.message:
+            text.append(f" · {self.message}", "italic")
+        self.query_one("#log-status", Static).update(text)
+
+    def action_back(self) -> None:
+        prompt = self.query_one("#log-prompt", Input)
+        if prompt.has_class("visible"):
+            self._close_prompt()
+            return
+        if self.view.facet is not None:
+            self.view.facet.stop()
+        self.app.pop_screen()
+
+    def action_prompt(self, mode: str) -> None:
+        self.prompt_mode = mode
+        prompt = self.query_one("#log-prompt", Input)
+        prompt.placeholder = {
+            "search": "search (smart case), enter to find",
+            "rank": "show only this rank (empty: all ranks)",
+            "line": "go to line number",
+        }[mode]
+        prompt.value = self.term if mode == "search" else ""
+        prompt.add_class("visible")
+        prompt.focus()
+
+    def _close_prompt(self) -> None:
+        prompt = self.query_one("#log-prompt", Input)
+        prompt.remove_class("visible")
+        self.view.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        value = event.value.strip()
+        self._close_prompt()
+        if self.prompt_mode == "search":
+            self.term = event.value
+            if self.term:
+                self.action_find(False)
+        elif self.prompt_mode == "rank":
+            self.set_rank(int(value) if value.isdigit() else None)
+            if value and not value.isdigit():
+                self.message = f"not a rank: {inert(value)}"
+        elif self.prompt_mode == "line" and value.isdigit():
+            self.view.go_to_line(max(0, int(value) - 1))
+        self._update_status()
+
+    def set_rank(self, rank: int | None) -> None:
+        self.view.set_facet(None if rank is None else RankFacet(self.index, rank).start())
+        self.message = "" if rank is None else self.message
+
+    def action_find(self, backward: bool) -> None:
+        if not self.term:
+            self.message = "no search term: press /"
+        else:
+            found = self.view.find(self.term, backward)
+            if found is None:
+                still = "" if self.index.done.is_set() else " (still indexing)"
+                self.message = f"{'no earlier' if backward else 'no further'} match for {inert(self.term)!r}{still}"
+            else:
+                self.message = f"match on line {found + 1:,}"
+        self._update_status()
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 76; height: auto; max-height: 90%; border: round $primary; background: $surface;
+                            padding: 1 2; }
+    """
+    HELP = (
+        ("Findings", ""),
+        ("up/down, mouse", "select a finding (root cause is selected first)"),
+        ("enter", "open the log at the finding's evidence"),
+        ("l", "open the log at the top"),
+        ("c", "copy the fix shown in the tab (OSC 52: works over SSH)"),
+        ("1 2 3 4", "fix as Bridge CLI / Python / YAML / Megatron-LM flags"),
+        ("e", "export the report (.md markdown, .json JSON)"),
+        ("t", "toggle light / dark theme"),
+        ("q", "quit"),
+        ("Log view", ""),
+        ("/  n  N", "search, next match, previous match (smart case)"),
+        ("r", "show only one rank's lines (empty: all)"),
+        (":", "go to line"),
+        ("escape", "back to the findings"),
+    )
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        for key, what in self.HELP:
+            if not what:
+                text.append(f"\n{key}\n", "bold underline")
+                continue
+            text.append(f"  {key:<16}", "bold cyan")
+            text.append(f"{what}\n")
+        text.append("\nNO_COLOR is honoured. Press escape to close.", "dim")
+        with Vertical():
+            yield Static(Text("diagnose tui: keys", style="bold"))
+            yield Static(text)
+
+
+class ExportScreen(ModalScreen[str | None]):
+    """Ask for a file name; returns it (the app writes the file) or None."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    DEFAULT_CSS = """
+    ExportScreen { align: center middle; }
+    ExportScreen > Vertical { width: 70; height: auto; border: round $primary; background: $surface; padding: 1 2; }
+    """
+
+    def __init__(self, default_name: str) -> None:
+        super().__init__()
+        self.default_name = default_name
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text("Export the report: a name ending in .json writes JSON, anything else markdown."))
+            yield Input(value=self.default_name, id="export-path")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PasteScreen(Screen[str]):
+    """Paste a log, then ctrl+r (or the button) diagnoses it."""
+
+    BINDINGS = [Binding("ctrl+r", "diagnose", "Diagnose", priority=True), Binding("ctrl+q", "app.quit", "Quit")]
+    DEFAULT_CSS = """
+    PasteScreen #paste-hint { height: auto; padding: 0 1; }
+    PasteScreen TextArea { height: 1fr; }
+    PasteScreen #paste-bar { height: auto; align: right middle; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            Text("Paste a failed job's log below (your terminal's paste), then press ctrl+r to diagnose it.",
+                 style="bold"),
+            id="paste-hint",
+        )
+        yield TextArea(id="paste-area", soft_wrap=False, show_line_numbers=True)
+        with Vertical(id="paste-bar"):
+            yield Button("Diagnose (ctrl+r)", id="paste-go", variant="primary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(TextArea).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "paste-go":
+            self.action_diagnose()
+
+    def action_diagnose(self) -> None:
+        text = self.query_one(TextArea).text
+        if not text.strip():
+            self.notify("Nothing pasted yet.", severity="warning")
+            return
+        self.dismiss(text)

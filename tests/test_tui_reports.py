@@ -1,0 +1,192 @@
+"""Report fixtures for the TUI tests, and checks that they mirror the real logs they stand for.
+
+``ddp_wrap_oom_report`` is what a diagnosis of /work/shared/real_logs/ddp_wrap_oom.log looks like (root cause:
+CUDA OOM while DistributedDataParallel allocates its fp32 grad buffer at wrap time), with ``replay`` and
+``memory`` sections in the shapes of issues 3 and 4. The TUI tests use it where they need a report that does not
+depend on the state of the engine; the tests against the real pipeline live in test_tui_real_logs.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diagnose.model import Evidence, Finding, Fix, InputInfo, Override, Report
+
+REAL_LOGS = Path(os.environ.get("DIAGNOSE_REAL_LOGS", "/work/shared/real_logs"))
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_LOGS = REPO / "sample_logs"
+GIB = 1024**3
+
+
+def find_log(name: str) -> Path | None:
+    """A real log by name: in the repo's sample_logs (CI) or in the shared capture folder (here)."""
+    for folder in (SAMPLE_LOGS, REAL_LOGS):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def copy_log(name: str, dest: Path) -> Path:
+    src = find_log(name)
+    if src is None:
+        pytest.skip(f"{name} not available")
+    target = dest / name
+    shutil.copyfile(src, target)
+    return target
+
+
+def line_of(path: Path, needle: str) -> tuple[int, str]:
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if needle in line:
+            return n, line
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
+    shown = shown_path or str(log)
+    oom_line, oom_text = line_of(log, "torch.OutOfMemoryError: CUDA out of memory")
+    frame_line, frame_text = line_of(log, "self.grad_data = torch.zeros(")
+    nccl_line, nccl_text = line_of(log, "destroy_process_group() was not called")
+    child_line, child_text = line_of(log, "failed (exitcode: 1)")
+    size = log.stat().st_size
+    lines = len(log.read_text(encoding="utf-8").splitlines())
+    oom = Finding(
+        rule="OOM103",
+        name="cuda-oom-dp-wrap",
+        title="CUDA out of memory while wrapping the model for data parallelism",
+        category="cuda_oom",
+        phase="dp_wrap",
+        severity="error",
+        role="root",
+        confidence=0.9,
+        ranks=[0],
+        hosts=["localhost"],
+        count=1,
+        first_line=oom_line,
+        evidence=[Evidence(shown, oom_line, oom_text), Evidence(shown, frame_line, frame_text)],
+        explanation=(
+            "DistributedDataParallel allocates the gradient buffer for every parameter when it wraps the model. "
+            "With grad_reduce_in_fp32 the buffer holds 4 bytes per parameter: 135.33 GiB for 36.3B parameters, "
+            "on top of the 67.67 GiB of bf16 weights."
+        ),
+        fix=Fix(
+            summary="Shard the model state with Megatron FSDP",
+            safety="safe",
+            overrides=[
+                Override("ddp.use_megatron_fsdp", True),
+                Override("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
+            ],
+            steps=["Or run on more GPUs so that each holds a smaller shard"],
+        ),
+        facts={"requested_bytes": int(135.33 * GIB), "capacity_bytes": int(139.80 * GIB), "gpu": 0},
+    )
+    destroy = Finding(
+        rule="LA010",
+        name="destroy-process-group-not-called",
+        title="destroy_process_group() was not called",
+        category="launcher",
+        phase="shutdown",
+        severity="warning",
+        role="cascade",
+        confidence=0.5,
+        ranks=[0],
+        count=1,
+        first_line=nccl_line,
+        evidence=[Evidence(shown, nccl_line, nccl_text)],
+        explanation="Printed because the process died; a consequence, not a cause.",
+    )
+    child = Finding(
+        rule="LA001",
+        name="torchrun-child-failed",
+        title="torchrun: a worker failed (exit code 1)",
+        category="launcher",
+        phase="shutdown",
+        severity="error",
+        role="cascade",
+        confidence=0.6,
+        ranks=[0],
+        count=1,
+        first_line=child_line,
+        evidence=[Evidence(shown, child_line, child_text)],
+        explanation="torchrun reports the worker that failed first.",
+        facts={"exitcode": 1, "local_rank": 0},
+    )
+    replay = {
+        "reproduced": True,
+        "violations": [],
+        "fix": [
+            {"key": "ddp.use_megatron_fsdp", "value": True},
+            {"key": "ddp.data_parallel_sharding_strategy", "value": "optim_grads_params"},
+            {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"},
+        ],
+        "after_fix": {"violations": [], "passes": True},
+        "render": {
+            "cli": "ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=optim_grads_params "
+            "checkpoint.ckpt_format=fsdp_dtensor",
+            "python": "cfg.ddp.use_megatron_fsdp = True\ncfg.ddp.data_parallel_sharding_strategy = "
+            "'optim_grads_params'\ncfg.checkpoint.ckpt_format = 'fsdp_dtensor'",
+            "yaml": "ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n"
+            "checkpoint:\n  ckpt_format: fsdp_dtensor",
+        },
+    }
+    params = 36_327_530_496
+    memory = {
+        "gpu_capacity_bytes": int(139.80 * GIB),
+        "requested_bytes": int(135.33 * GIB),
+        "verdict": "capacity",
+        "params": params,
+        "params_source": "log",
+        "current": {
+            "strategy": "ddp",
+            "dp": 1,
+            "bytes_per_param": 18.0,
+            "model_state_bytes": 18 * params,
+            "components": {
+                "params": 2 * params,
+                "grads": 4 * params,
+                "main_params": 4 * params,
+                "optimizer": 8 * params,
+                "buffers": 0,
+            },
+        },
+        "options": [
+            {
+                "overrides": [{"key": "ddp.use_megatron_fsdp", "value": True}],
+                "gpus": 16,
+                "model_state_bytes": 18 * params // 16,
+                "activation_bytes": None,
+                "fits": True,
+                "cost": "more communication: all-gather of parameters every step",
+            },
+            {
+                "overrides": [{"key": "ddp.grad_reduce_in_fp32", "value": False}],
+                "gpus": 1,
+                "model_state_bytes": 16 * params,
+                "activation_bytes": None,
+                "fits": False,
+                "cost": "bf16 gradient reduction: small numerics change",
+            },
+        ],
+    }
+    return Report(
+        inputs=[InputInfo(shown, size, lines)],
+        findings=[child, oom, destroy],
+        root_cause=1,
+        replay=replay,
+        memory=memory,
+    )
+
+
+def test_fixture_evidence_is_the_real_log_text(tmp_path: Path) -> None:
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    report = ddp_wrap_oom_report(log)
+    text = log.read_text(encoding="utf-8").splitlines()
+    for finding in report.findings:
+        for ev in finding.evidence:
+            assert text[ev.line - 1] == ev.text
+    assert report.root is not None and report.root.category == "cuda_oom"
+    assert "Tried to allocate 135.33 GiB" in report.root.evidence[0].text
