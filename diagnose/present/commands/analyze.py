@@ -1,0 +1,114 @@
+"""``diagnose analyze LOG...``: run the pipeline and print the report (text, JSON or markdown).
+
+Exit codes: 0 no failure found, 1 failure diagnosed, 2 usage or input error (raised as DiagnoseError, printed as
+one line by the CLI). A progress bar goes to stderr when the input is large and stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Callable
+
+from diagnose.model import DiagnoseError, Report
+
+PROGRESS_MIN_BYTES = 64 << 20
+EXIT_OK, EXIT_FAILURE_FOUND = 0, 1
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes."""
+    m = _SIZE.match(text or "")
+    if m is None:
+        raise DiagnoseError(f"--gpu-memory {text!r}: expected a size like 80GiB, 141GB or 85899345920")
+    number, prefix, binary, byte = m.groups()
+    power = "KMGT".find(prefix.upper()) + 1 if prefix else 0
+    base = 1000 if (byte and not binary and prefix) else 1024
+    value = int(float(number) * base**power)
+    if value <= 0:
+        raise DiagnoseError(f"--gpu-memory {text!r}: must be positive")
+    return value
+
+
+def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A callback drawing a rich progress bar on stderr once the input turns out to be large."""
+    if not enabled:
+        return None, lambda: None
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        if total < PROGRESS_MIN_BYTES:
+            return
+        if "bar" not in state:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+            bar = Progress(
+                "scanning", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                console=Console(file=sys.stderr), transient=True,
+            )
+            bar.start()
+            state["bar"] = bar
+            state["task"] = bar.add_task("scan", total=total)
+        state["bar"].update(state["task"], completed=done, total=total)
+
+    def stop() -> None:
+        if "bar" in state:
+            state["bar"].stop()
+
+    return update, stop
+
+
+def render(report: Report, fmt: str, out, color: str) -> None:
+    if fmt == "json":
+        from diagnose.present.json_report import render_json
+
+        out.write(render_json(report))
+    elif fmt == "markdown":
+        from diagnose.present.markdown import render_markdown
+
+        out.write(render_markdown(report))
+    else:
+        from diagnose.present.text import make_console, render as render_text
+
+        render_text(report, make_console(out, color))
+
+
+def run(args) -> int:
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    jobs = args.jobs if getattr(args, "jobs", 0) and args.jobs > 0 else (os.cpu_count() or 1)
+    if getattr(args, "jobs", 0) and args.jobs < 0:
+        raise DiagnoseError("--jobs must be a positive number")
+    gpu_memory = parse_size(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
+    want_bar = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    progress, stop = _progress_bar(want_bar)
+    options = AnalyzeOptions(
+        rules_dirs=list(getattr(args, "rules", []) or []),
+        config_path=getattr(args, "config", None),
+        bridge_version=getattr(args, "bridge_version", None),
+        gpu_memory_bytes=gpu_memory,
+        replay=not getattr(args, "no_replay", False),
+        jobs=jobs,
+        progress=progress,
+    )
+    try:
+        report = analyze(list(args.paths), options)
+    finally:
+        stop()
+
+    fmt = getattr(args, "format", "text") or "text"
+    color = getattr(args, "color", "auto") or "auto"
+    output = getattr(args, "output", None)
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                render(report, fmt, fh, color if color == "always" else "never")
+        except OSError as e:
+            raise DiagnoseError(f"cannot write {output}: {e.strerror or e}") from None
+    else:
+        render(report, fmt, sys.stdout, color)
+    return EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK

@@ -1,0 +1,112 @@
+"""A markdown report that pastes into a GitHub issue: root cause, evidence in fenced blocks, the fix, the rest.
+
+Log text only ever appears inside fenced code blocks (made inert, with a fence longer than any backtick run in
+it), so nothing from a log can become a link, an image, a mention or HTML in the rendered issue.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.model import Finding, Report
+from diagnose.present.safe import inert, inert_block
+from diagnose.present.text import (
+    SAFETY_NOTE,
+    cli_line,
+    collapsed_line,
+    fact_value,
+    mapping_lines,
+    python_lines,
+    where,
+    yaml_text,
+)
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>~@])")
+
+
+def md_inline(text: str) -> str:
+    """Inline text with markdown punctuation escaped (rule titles, paths)."""
+    return _MD_SPECIAL.sub(r"\\\1", inert(text))
+
+
+def fenced(body: str, lang: str = "text") -> str:
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{body}\n{fence}"
+
+
+def _finding(f: Finding, heading: str) -> list[str]:
+    out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
+    meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
+    w = where(f)
+    if w:
+        meta.append(md_inline(w))
+    meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    out += [" · ".join(meta), ""]
+    if f.evidence:
+        body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
+        out += ["**Evidence**", "", fenced(body), ""]
+    if f.facts:
+        body = "\n".join(f"{inert(str(k))} = {inert(fact_value(v))}" for k, v in f.facts.items())
+        out += ["**Facts**", "", fenced(body), ""]
+    if f.explanation:
+        out += [inert_block(f.explanation), ""]
+    fix = f.fix
+    if not fix.empty:
+        line = "**Fix**"
+        if fix.summary:
+            line += f": {md_inline(fix.summary)}"
+        line += f" ({SAFETY_NOTE.get(fix.safety, fix.safety)})"
+        out += [line, ""]
+        if fix.overrides:
+            out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
+            out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
+            out += ["YAML:", "", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""]
+        if fix.env:
+            body = "\n".join(f"export {e.name}={e.value}" for e in fix.env)
+            out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
+        for step in fix.steps:
+            out.append(f"- {md_inline(step)}")
+        if fix.steps:
+            out.append("")
+    return out
+
+
+def _section(title: str, data: Any) -> list[str]:
+    if not data:
+        return []
+    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(data))), "yaml"), ""]
+
+
+def render_markdown(report: Report) -> str:
+    out: list[str] = []
+    root = report.root
+    if root is None:
+        out += ["## diagnose: no failure found", ""]
+    else:
+        out += [f"## diagnose: {md_inline(root.title)} (`{inert(root.rule)}`)", ""]
+    if report.inputs:
+        inputs = ", ".join(f"`{inert(i.path)}` ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
+        if len(report.inputs) > 8:
+            inputs += f", … ({len(report.inputs)} inputs)"
+        out += [f"Input: {inputs}", ""]
+    if root is not None:
+        out += _finding(root, "Root cause")
+    secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
+    for f in secondary:
+        out += _finding(f, f.severity.capitalize())
+    cascades = [f for f in report.findings if f.role == "cascade"]
+    if cascades:
+        out += ["### Cascade (consequences)", ""]
+        for f in cascades:
+            text = collapsed_line(f, root if f.cause_of is not None else None)
+            out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
+        out.append("")
+    for name in ("config", "replay", "memory", "slurm"):
+        out += _section(name.capitalize(), getattr(report, name))
+    if report.warnings:
+        out += ["### Warnings", ""]
+        out += [f"- {md_inline(w)}" for w in report.warnings]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,348 @@
+"""The terminal report (rich): root cause first, then secondary findings, then cascades collapsed to one line each.
+
+Everything that came from a log (evidence, facts, config values) is made inert and put in ``Text`` objects, never
+in markup strings. Helpers here (rank compaction, override rendering) are shared with the markdown report.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any, Iterable
+
+import yaml
+from rich.console import Console, Group
+from rich.text import Text
+
+from diagnose.model import Finding, Fix, Override, Report
+from diagnose.present.safe import inert, inert_block, log_text
+
+SAFETY_NOTE = {
+    "safe": "safe: no change to numerics or speed",
+    "unsafe": "unsafe: changes numerics or speed, review before applying",
+    "manual": "manual: needs a human step",
+}
+ROOT_NOUN = {
+    "cuda_oom": "the OOM",
+    "host_oom": "the host OOM",
+    "fsdp_config": "the FSDP config error",
+    "checkpoint_format": "the checkpoint format error",
+    "checkpoint_io": "the checkpoint I/O error",
+    "nccl_timeout": "the NCCL timeout",
+    "nccl_error": "the NCCL error",
+    "config_validation": "the config error",
+    "slurm": "the Slurm event",
+    "launcher": "the launcher error",
+    "import_version": "the import error",
+    "hardware": "the hardware fault",
+    "numerics": "the numerics failure",
+    "data": "the data error",
+    "other": "the error",
+}
+MAX_RANK_RUNS = 12
+
+
+# ------------------------------------------------------------------------------------------ shared helpers
+
+
+def compact_ranks(ranks: Iterable[int]) -> str:
+    """``[0,1,2,3,9,11,12]`` -> ``"0-3, 9, 11-12"``; very long lists are cut with a count."""
+    values = sorted(set(ranks))
+    runs: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    if len(runs) > MAX_RANK_RUNS:
+        return ", ".join(runs[:MAX_RANK_RUNS]) + f", … ({len(values)} ranks)"
+    return ", ".join(runs)
+
+
+def where(f: Finding) -> str:
+    """"ranks 0-7, 9 on node1, node2" (or "rank 3", or "" when the log names no rank)."""
+    parts = []
+    if f.ranks:
+        parts.append(("rank " if len(f.ranks) == 1 else "ranks ") + compact_ranks(f.ranks))
+    if f.hosts:
+        hosts = f.hosts if len(f.hosts) <= 4 else f.hosts[:4] + [f"… ({len(f.hosts)} hosts)"]
+        parts.append(("on " if parts else "hosts ") + ", ".join(hosts))
+    return " ".join(parts)
+
+
+def cli_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"))
+    s = str(v)
+    return f'"{s}"' if (not s or any(c.isspace() for c in s) or any(c in s for c in "\"'$`\\;&|<>()")) else s
+
+
+def python_value(v: Any) -> str:
+    return repr(v)
+
+
+def cli_line(overrides: list[Override]) -> str:
+    """Megatron-Bridge / Hydra-style ``key=value`` overrides for a training script's command line."""
+    return " ".join(f"{o.key}={cli_value(o.value)}" for o in overrides)
+
+
+def python_lines(overrides: list[Override], var: str = "cfg") -> list[str]:
+    return [f"{var}.{o.key} = {python_value(o.value)}" for o in overrides]
+
+
+def yaml_text(overrides: list[Override]) -> str:
+    nested: dict[str, Any] = {}
+    for o in overrides:
+        node = nested
+        parts = o.key.split(".")
+        for p in parts[:-1]:
+            child = node.get(p)
+            if not isinstance(child, dict):
+                child = node[p] = {}
+            node = child
+        node[parts[-1]] = o.value
+    return yaml.safe_dump(nested, sort_keys=False, default_flow_style=False).rstrip()
+
+
+def collapsed_line(f: Finding, root: Finding | None) -> str:
+    """"NCCL watchdog timeout on 511 ranks, caused by the OOM above"."""
+    n = len(f.ranks)
+    if n > 1:
+        spread = f" on {n} ranks"
+    elif n == 1:
+        spread = f" on rank {f.ranks[0]}"
+    else:
+        spread = f" ({f.count} lines)" if f.count > 1 else ""
+    cause = f", caused by {ROOT_NOUN.get(root.category, 'the error')} above" if root is not None else ""
+    return f"{f.title}{spread}{cause}"
+
+
+def wrap_paragraphs(text: str, width: int, indent: str) -> list[str]:
+    """Reflow hard-wrapped paragraphs (rule explanations are wrapped in TOML) to the terminal width."""
+    out: list[str] = []
+    for para in text.split("\n\n"):
+        lines = para.splitlines()
+        if any(ln.lstrip().startswith(("-", "*", "`")) for ln in lines):  # a list or code: keep its lines
+            out.extend(indent + ln for ln in lines)
+        else:
+            out.extend(textwrap.wrap(" ".join(ln.strip() for ln in lines), max(40, width - 1),
+                                     initial_indent=indent, subsequent_indent=indent) or [""])
+        out.append("")
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def fact_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, default=str)
+    return str(v)
+
+
+def mapping_lines(data: Any, indent: int = 0) -> list[str]:
+    """A dict/list section (config, replay, memory) as readable indented ``key: value`` lines (not inert yet)."""
+    pad = "  " * indent
+    lines: list[str] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{k}:")
+                lines.extend(mapping_lines(v, indent + 1))
+            else:
+                lines.append(f"{pad}{k}: {_scalar(v)}")
+    elif isinstance(data, list):
+        for item in data:
+            if isinstance(item, dict) and item:
+                sub = mapping_lines(item, indent + 1)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines.extend(sub[1:])
+            elif isinstance(item, list) and item:
+                lines.append(f"{pad}-")
+                lines.extend(mapping_lines(item, indent + 1))
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    else:
+        lines.append(f"{pad}{_scalar(data)}")
+    return lines
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return "{}" if isinstance(v, dict) else "[]"
+    return str(v)
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _header(report: Report) -> Text:
+    t = Text("diagnose", style="bold")
+    inputs = report.inputs
+    if len(inputs) == 1:
+        i = inputs[0]
+        t.append(" · ")
+        t.append(inert(i.path))
+        t.append(f" ({_size(i.bytes)}, {i.lines:,} lines)", style="dim")
+    elif inputs:
+        t.append(f" · {len(inputs)} inputs ({_size(sum(i.bytes for i in inputs))}, "
+                 f"{sum(i.lines for i in inputs):,} lines)", style="dim")
+    return t
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _finding_meta(f: Finding) -> Text:
+    bits = [f"phase {f.phase}", f.category, f"confidence {f.confidence:.2f}"]
+    w = where(f)
+    if w:
+        bits.append(w)
+    bits.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    return Text(" · ".join(inert(b) for b in bits), style="dim")
+
+
+def _evidence(f: Finding) -> list[Text]:
+    out = []
+    for e in f.evidence:
+        t = Text("    ")
+        t.append(f"{inert(e.path)}:{e.line}", style="cyan")
+        t.append("  ")
+        t.append_text(log_text(e.text, limit=400))
+        out.append(t)
+    return out
+
+
+def _facts(f: Finding) -> list[Text]:
+    if not f.facts:
+        return []
+    items = [f"{k}={fact_value(v)}" for k, v in f.facts.items()]
+    return [Text("  Facts  ", style="bold").append(inert("  ".join(items)), style="")]
+
+
+def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
+    """The fix as overrides (Bridge CLI, Python, YAML), env vars and steps."""
+    if fix.empty:
+        return []
+    head = Text("  Fix", style="bold green")
+    head.append(f"  ({SAFETY_NOTE.get(fix.safety, fix.safety)})", style="yellow" if fix.safety == "unsafe" else "dim")
+    out = [head]
+    if fix.summary:
+        out.extend(Text(line, style="bold") for line in wrap_paragraphs(inert_block(fix.summary), width, indent))
+    if fix.overrides:
+        out.append(Text(f"{indent}Bridge CLI  ", style="dim").append(inert(cli_line(fix.overrides)), style="bold"))
+        for i, line in enumerate(python_lines(fix.overrides)):
+            label = "Python      " if i == 0 else "            "
+            out.append(Text(f"{indent}{label}", style="dim").append(inert(line)))
+        out.append(Text(f"{indent}YAML", style="dim"))
+        for line in yaml_text(fix.overrides).splitlines():
+            out.append(Text(f"{indent}  {inert(line)}"))
+    for e in fix.env:
+        out.append(Text(f"{indent}Env         ", style="dim").append(inert(f"export {e.name}={e.value}"), style="bold"))
+    for step in fix.steps:
+        out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
+                                                        initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))
+    return out
+
+
+def render_finding(f: Finding, headline: str, style: str, width: int = 100) -> list[Any]:
+    title = Text()
+    title.append(f"{headline}  ", style=style)
+    title.append(inert(f.rule), style="bold")
+    title.append("  ")
+    title.append(inert(f.title), style="bold")
+    parts: list[Any] = [title, Text("  ").append_text(_finding_meta(f))]
+    if f.evidence:
+        parts.append(Text("  Evidence", style="bold"))
+        parts.extend(_evidence(f))
+    parts.extend(_facts(f))
+    if f.explanation:
+        parts.append(Text("  Why", style="bold"))
+        parts.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
+    parts.extend(fix_texts(f.fix, width=width))
+    return parts
+
+
+def _section(title: str, data: Any) -> list[Any]:
+    if not data:
+        return []
+    out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
+    out.extend(Text("  " + inert_block(line)) for line in mapping_lines(data))
+    return out
+
+
+def renderables(report: Report, width: int = 100) -> list[Any]:
+    parts: list[Any] = [_header(report), Text("")]
+    root = report.root
+    if root is None:
+        parts.append(Text("No failure found.", style="bold green"))
+        if not report.findings:
+            parts.append(Text("No rule matched this log.", style="dim"))
+    else:
+        parts.extend(render_finding(root, "ROOT CAUSE", "bold white on red", width))
+    secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
+    cascades = [f for f in report.findings if f.role == "cascade"]
+    if secondary:
+        parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
+        for f in secondary:
+            parts.append(Text(""))
+            parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width))
+    if cascades:
+        parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
+        for f in cascades:
+            line = Text("  ")
+            line.append(inert(collapsed_line(f, root if f.cause_of is not None else None)))
+            line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
+            parts.append(line)
+    for name in ("config", "replay", "memory", "slurm"):
+        parts.extend(_section(name, getattr(report, name)))
+    if report.warnings:
+        parts += [Text(""), Text("WARNINGS", style="bold yellow")]
+        parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
+    return parts
+
+
+def _severity_style(severity: str) -> str:
+    return {"error": "bold red", "warning": "bold yellow"}.get(severity, "bold blue")
+
+
+def render(report: Report, console: Console) -> None:
+    console.print(Group(*renderables(report, console.width)), soft_wrap=False, highlight=False, markup=False)
+
+
+def make_console(file, color: str = "auto", width: int | None = None) -> Console:
+    """A console honouring ``--color`` (auto/always/never) and NO_COLOR (which ``auto`` respects)."""
+    import os
+
+    if color == "always":
+        return Console(file=file, force_terminal=True, color_system="standard", width=width or 100,
+                       highlight=False, emoji=False)
+    if color == "never" or os.environ.get("NO_COLOR"):
+        return Console(file=file, no_color=True, color_system=None, width=width or 100, highlight=False,
+                       emoji=False, force_terminal=False)
+    is_tty = hasattr(file, "isatty") and file.isatty()
+    return Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
+
+
+def render_to_string(report: Report, color: str = "never", width: int = 100) -> str:
+    import io
+
+    buf = io.StringIO()
+    render(report, make_console(buf, color, width))
+    return buf.getvalue()
