@@ -167,10 +167,21 @@ def lookup_job(
     if record is None and _incomplete(sacct_rows):
         job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
     _find_outputs(job, record, job_rows[-1] if job_rows else None, sacct_fields, runner)
+    if ref.step is not None:
+        chosen = [s for s in job.steps if s.short_id == ref.step]
+        if not chosen:
+            job.notes.append(f"step {ref.step} not found in sacct's record of job {job.job_id}")
+        job.steps = chosen
     return job
 
 
 # ------------------------------------------------------------------------------------------- scontrol
+
+
+def scontrol_state(ref: JobRef, runner: Runner = run_slurm) -> str | None:
+    """The job's state from scontrol alone (cheap enough to poll), or None once slurmctld has forgotten it."""
+    record = _scontrol_record(ref, runner)
+    return None if record is None else split_state(record.fields.get("JobState"))[0]
 
 
 def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:

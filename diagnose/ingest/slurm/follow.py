@@ -1,0 +1,100 @@
+"""``diagnose slurm JOBID --follow``: tail a running job's output and stop at the first root-cause failure.
+
+Polls (never inotify: output usually lives on a network file system): the job's state through scontrol only, the
+output file by size. The log is re-matched when it grew; following stops when a root-cause error appears, when the
+job ends, or after ``max_s`` seconds, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from diagnose.ingest.slurm.commands import run_slurm
+from diagnose.ingest.slurm.diagnosis import SlurmDiagnosis, diagnose_job
+from diagnose.ingest.slurm.job import ENDED_STATES, Runner, lookup_job, scontrol_state
+from diagnose.ingest.slurm.jobid import JobRef
+from diagnose.model import DiagnoseError
+
+DEFAULT_MAX_S = 7 * 86400.0
+MAX_CHUNK = 1 << 20  # bytes read per poll, so a huge burst cannot stall the loop
+
+
+@dataclass
+class FollowResult:
+    diagnosis: SlurmDiagnosis
+    stopped_because: str  # "failure", "job ended", "time bound", "job forgotten"
+    seconds: float
+
+
+def follow_job(
+    ref: JobRef,
+    options: Any = None,
+    on_text: Callable[[str], None] | None = None,
+    poll_s: float = 1.0,
+    max_s: float | None = None,
+    runner: Runner = run_slurm,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> FollowResult:
+    """Follow ``ref`` until a root-cause failure appears in its output or it ends; ``on_text`` gets new output."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    if max_s is None:
+        max_s = float(os.environ.get("DIAGNOSE_FOLLOW_MAX_S", DEFAULT_MAX_S))
+    started = clock()
+    quick = AnalyzeOptions(rules_dirs=list(getattr(options, "rules_dirs", []) or []), replay=False)
+    path: str | None = None
+    offset = 0
+    state: str | None = ""
+    while True:
+        if path is None:
+            job = lookup_job(ref, runner=runner, settle_s=0)
+            state = job.state
+            readable = job.readable_outputs
+            if readable:
+                path = readable[0]
+            elif job.ended or not job.batch:
+                break
+        else:
+            state = scontrol_state(ref, runner)
+        grew = False
+        if path is not None:
+            offset, grew = _read_new(path, offset, on_text)
+        if grew:
+            quick_report = analyze([path], quick)
+            root = quick_report.root
+            if root is not None and root.severity == "error" and root.role == "root":
+                return FollowResult(diagnose_job(ref, options, runner=runner), "failure", clock() - started)
+        if state is None:
+            return FollowResult(diagnose_job(ref, options, runner=runner), "job forgotten", clock() - started)
+        if state in ENDED_STATES:
+            if path is not None:
+                _read_new(path, offset, on_text)
+            break
+        if clock() - started >= max_s:
+            result = diagnose_job(ref, options, runner=runner)
+            result.report.warnings.append(f"stopped following job {ref} after {max_s:.0f} s; it is still {state}")
+            return FollowResult(result, "time bound", clock() - started)
+        sleep(poll_s)
+    return FollowResult(diagnose_job(ref, options, runner=runner), "job ended", clock() - started)
+
+
+def _read_new(path: str, offset: int, on_text: Callable[[str], None] | None) -> tuple[int, bool]:
+    """Read what was appended since ``offset``; a file that shrank (truncated, rotated) is read from the start."""
+    try:
+        size = os.path.getsize(path)
+        if size < offset:
+            offset = 0
+        if size == offset:
+            return offset, False
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read(min(size - offset, MAX_CHUNK))
+    except OSError as e:
+        raise DiagnoseError(f"cannot read the job's output {path}: {e.strerror}") from None
+    if on_text is not None and chunk:
+        on_text(chunk.decode("utf-8", "replace"))
+    return offset + len(chunk), bool(chunk)
