@@ -1,0 +1,296 @@
+"""Megatron-LM / Megatron-Bridge phase markers, and the phase of a failure derived from them and its frames.
+
+``CAPTURES`` asks the scanner to collect the progress lines these programs print (see
+../shared/knowledge/megatron-bridge.md 3.3-3.6 and megatron-core.md 4), in the order they appear in a run::
+
+    > initializing torch distributed ...                                  init
+    [after megatron is initialized] datetime: ...                         (model build is next)
+     > number of parameters on (tensor, pipeline) model parallel rank ... (the model exists; DP wrap is next)
+    Setting up DistributedDataParallel with config ...                    DP wrap (DDP and Megatron FSDP)
+     loading distributed checkpoint from ... / successfully loaded ...    checkpoint load
+    [after model, optimizer, and learning rate scheduler are built] ...   (first iteration is next)
+    Starting training loop at iteration N                                 first iteration
+     [ts] iteration   10/  500 | ...                                      training
+    saving checkpoint at iteration ... / successfully saved checkpoint    checkpoint save
+    [after training is done]                                              shutdown
+
+``phase_of`` answers with a value of ``diagnose.model.PHASES``. Traceback frames win over markers (an OOM with
+``_ddp_wrap`` in its stack is a DP-wrap OOM whatever was printed last); without telling frames, the last marker
+seen before the failure line in the same file decides.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+from diagnose.model import Block, CaptureSpec, LogLine
+
+CAPTURES: list[CaptureSpec] = [
+    CaptureSpec("init_distributed", anchor="> initializing torch distributed"),
+    CaptureSpec("megatron_initialized", anchor="[after megatron is initialized]"),
+    CaptureSpec(
+        "param_count",
+        anchor="> number of parameters on (",
+        regex=r"> number of parameters on \([\w, ]+\) model parallel rank \([\d, ]+\): \d+",
+        keep="first_last",
+    ),
+    CaptureSpec("ddp_setup", anchor="Setting up DistributedDataParallel with config", keep="first_last"),
+    CaptureSpec("fsdp_setup", anchor="Setting up Megatron-FSDP MixedPrecisionPolicy", keep="first_last"),
+    CaptureSpec("ddp_buckets", anchor="Number of buckets for gradient all-reduce", keep="first_last"),
+    CaptureSpec(
+        "model_optimizer_built", anchor="[after model, optimizer, and learning rate scheduler are built]"
+    ),
+    CaptureSpec("dataloaders_built", anchor="[after dataloaders are built]"),
+    CaptureSpec("training_start", anchor="Starting training loop at iteration", keep="first_last"),
+    CaptureSpec("before_training_step", anchor="[before the start of training step]", keep="first_last"),
+    CaptureSpec(
+        "iteration",
+        anchor="iteration ",
+        regex=r"(?:^|\s)iteration\s+\d+/\s*\d+ \|",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "memory_report",
+        anchor=" iterations) memory (",
+        regex=r"\(after \d+ iterations\) memory \((?:MB|GB)\)",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "checkpoint_save_start",
+        anchor="saving checkpoint at iteration",
+        regex=r"saving checkpoint at iteration\s+\d+",
+        keep="first_last",
+    ),
+    CaptureSpec("checkpoint_saved", anchor="successfully saved checkpoint", keep="first_last"),
+    CaptureSpec(
+        "checkpoint_load_start",
+        anchor="checkpoint from ",
+        regex=r"\bloading (?:distributed )?checkpoint from ",
+        keep="first_last",
+    ),
+    CaptureSpec("checkpoint_loaded", anchor="successfully loaded checkpoint from", keep="first_last"),
+    CaptureSpec("eval_start", anchor="Evaluating iter", regex=r"Evaluating iter\s*\d+", keep="first_last"),
+    CaptureSpec(
+        "eval_done",
+        anchor="validation loss at ",
+        regex=r"validation loss at (?:iteration \d+|the end of training)",
+        keep="first_last",
+    ),
+    CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
+    CaptureSpec("exiting", anchor="exiting program ", keep="last"),
+]
+
+MARKER_NAMES = tuple(spec.name for spec in CAPTURES)
+
+# What a failure right after each marker is in the middle of.
+_PHASE_AFTER_MARKER = {
+    "init_distributed": "init",
+    "megatron_initialized": "model_build",
+    "param_count": "dp_wrap",  # printed by get_model once the model exists, right before the DP wrapper
+    "ddp_setup": "dp_wrap",
+    "fsdp_setup": "dp_wrap",
+    "ddp_buckets": "dp_wrap",
+    "checkpoint_load_start": "checkpoint_load",
+    "checkpoint_loaded": "first_iteration",
+    "model_optimizer_built": "first_iteration",
+    "dataloaders_built": "first_iteration",
+    "training_start": "first_iteration",
+    "before_training_step": "first_iteration",
+    "iteration": "training",
+    "memory_report": "training",
+    "checkpoint_save_start": "checkpoint_save",
+    "checkpoint_saved": "training",
+    "eval_start": "eval",
+    "eval_done": "training",
+    "training_done": "shutdown",
+    "exiting": "shutdown",
+}
+_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done")
+
+# Frame patterns, most specific phase first: the first phase with a matching frame wins. Each frame is reduced to
+# ``path/file.py:function`` (from a ``File "...", line N, in function`` line; code lines are ignored, they mention
+# names like ``forward_step`` as arguments) or kept as given when it is already a name (``DDP.__init__``).
+_FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "checkpoint_save",
+        re.compile(r":(?:save_checkpoint\w*|save_sharded_\w*)$|dist_checkpointing/serialization\.py:save$", re.M),
+    ),
+    (
+        "checkpoint_load",
+        re.compile(
+            r":(?:load_checkpoint\w*|_load_checkpoint\w*|_load_base_checkpoint|load_sharded_\w*)$|"
+            r"dist_checkpointing/serialization\.py:load$",
+            re.M,
+        ),
+    ),
+    (
+        "optimizer_step",
+        re.compile(
+            r"optim\w*(?:/\S*)?\.py:(?:step|_step|step_with_ready_grads|prepare_grads|clip_grad\w*|"
+            r"get_grad_norm\w*|_copy_main_params_to_model_params|_copy_model_grads_to_main_grads)$|:optimizer_step$|"
+            r"Optimizer\w*\.step$",
+            re.M,
+        ),
+    ),
+    (
+        "dp_wrap",
+        re.compile(
+            r":(?:_ddp_wrap|_allocate_buffers_for_parameters|_init_fsdp_param_and_grad_buffer|fully_shard|"
+            r"wrap_with_ddp)$|"
+            r"(?:distributed_data_parallel|fully_sharded_data_parallel|param_and_grad_buffer|mcore_fsdp_adapter|"
+            r"megatron_fsdp)\.py:__init__$|"
+            r"(?:DistributedDataParallel|FullyShardedDataParallel|ParamAndGradBuffer)\.__init__$",
+            re.M,
+        ),
+    ),
+    ("eval", re.compile(r":(?:evaluate|evaluate_and_print_results|evaluate_\w+)$", re.M)),
+    (
+        "model_build",
+        re.compile(
+            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers)$|"
+            r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
+            r"embedding\w*)\.py:__init__$",
+            re.M,
+        ),
+    ),
+    (
+        "training",
+        re.compile(
+            r":(?:train_step|forward_backward_\w+|forward_step\w*|backward_step|forward|backward|"
+            r"_engine_run_backward|run_backward|train)$",
+            re.M,
+        ),
+    ),
+    (
+        "init",
+        re.compile(
+            r":(?:validate|runtime_config_update|initialize_megatron|_initialize_distributed|init_process_group|"
+            r"finalize|__post_init__|initialize_model_parallel)$",
+            re.M,
+        ),
+    ),
+]
+_FRAME_HEAD = re.compile(r'\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>[\w.<>]+)')
+
+
+def _frame_key(frame: Any) -> str:
+    text = frame if isinstance(frame, str) else getattr(frame, "text", str(frame))
+    m = _FRAME_HEAD.match(text)
+    if m is not None:
+        return f"{m.group('file')}:{m.group('func')}"
+    text = text.strip()
+    return text if ":" in text else f":{text}"
+
+
+def phase_from_frames(frames: Iterable[Any]) -> str | None:
+    """The phase named by traceback frames (``File "..."`` lines, Frame objects or function names), or None."""
+    keys = [_frame_key(f) for f in frames or ()]
+    if not keys:
+        return None
+    joined = "\n".join(keys)
+    for phase, pattern in _FRAME_PHASES:
+        if pattern.search(joined):
+            return phase
+    return None
+
+
+def _marker_events(markers: Any, path: str | None, line_no: int | None) -> list[tuple[int, str]]:
+    """(line, marker name) of markers before the failure line in the same file, oldest first."""
+    events: list[tuple[int, str]] = []
+
+    def add(name: str, where_path: str, where_line: int) -> None:
+        if name not in _PHASE_AFTER_MARKER:
+            return
+        if path is not None and where_path != path:
+            return
+        if line_no is not None and where_line >= line_no:
+            return
+        events.append((where_line, name))
+
+    if isinstance(markers, Mapping):
+        for name, blocks in markers.items():
+            for block in blocks or ():
+                if isinstance(block, Block):
+                    add(name, block.path, block.start_line)
+                elif isinstance(block, LogLine):
+                    add(name, block.path, block.lineno)
+    elif markers:
+        for item in markers:
+            try:
+                name, where = item
+            except (TypeError, ValueError):
+                continue
+            if isinstance(where, LogLine):
+                add(name, where.path, where.lineno)
+            elif isinstance(where, Block):
+                add(name, where.path, where.start_line)
+    events.sort()
+    return events
+
+
+def phase_of(
+    line_no: int | None = None,
+    path: str | None = None,
+    markers: Any = None,
+    frames: Iterable[str] | None = None,
+    *,
+    line: LogLine | None = None,
+) -> str:
+    """Phase of a failure at ``line_no`` of ``path`` (or at ``line``). Never raises; "unknown" when unsure.
+
+    ``markers``: ``{capture name: [Block, ...]}`` (what the scanner collected for ``CAPTURES``) or a list of
+    ``(capture name, LogLine)`` in scan order. ``frames``: the failure's traceback frames, outermost first.
+    """
+    try:
+        if line is not None:
+            line_no = line.lineno if line_no is None else line_no
+            path = line.path if path is None else path
+        events = _marker_events(markers, path, line_no)
+        seen_progress = any(name in _TRAINING_PROGRESS for _, name in events)
+        from_frames = phase_from_frames(frames or ())
+        if from_frames == "training":
+            return "training" if seen_progress else "first_iteration"
+        if from_frames is not None:
+            return from_frames
+        if not events:
+            return "unknown"
+        return _PHASE_AFTER_MARKER[events[-1][1]]
+    except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------- facts
+
+_ITERATION = re.compile(r"iteration\s+(?P<it>\d+)/\s*(?P<total>\d+) \|")
+_FIELD = re.compile(r" (?P<key>[a-zA-Z][\w ()/-]*?): +(?P<value>[-+\w.]+) \|")
+_NUMERIC_KEYS = {
+    "consumed samples": "consumed_samples",
+    "elapsed time per iteration (ms)": "elapsed_ms",
+    "throughput per GPU (TFLOP/s/GPU)": "tflops_per_gpu",
+    "learning rate": "learning_rate",
+    "global batch size": "global_batch_size",
+    "lm loss": "lm_loss",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+    "number of skipped iterations": "skipped_iterations",
+    "number of nan iterations": "nan_iterations",
+}
+
+
+def parse_iteration(text: str) -> dict[str, Any] | None:
+    """Facts of a Megatron iteration line (numbers as int/float; ``nan``/``inf`` kept as floats)."""
+    m = _ITERATION.search(text)
+    if m is None:
+        return None
+    out: dict[str, Any] = {"iteration": int(m.group("it")), "train_iters": int(m.group("total"))}
+    for f in _FIELD.finditer(text, m.end() - 2):
+        key = _NUMERIC_KEYS.get(f.group("key").strip())
+        if key is None:
+            continue
+        value = f.group("value")
+        try:
+            out[key] = int(value) if value.lstrip("-+").isdigit() else float(value)
+        except ValueError:
+            continue
+    return out
