@@ -1,0 +1,107 @@
+"""Fix rendering (the four tabs), rank-set formatting and the findings order: pure helpers of the TUI."""
+
+from __future__ import annotations
+
+from diagnose.model import EnvVar, Evidence, Finding, Fix, Override, Report
+from diagnose.present.tui.findings import finding_order
+from diagnose.present.tui.fixrender import mlm_flag, render_fix
+from diagnose.present.tui.fmt import format_bytes, format_ranks, rank_phrase
+
+
+def finding(rule: str, role: str = "root", severity: str = "error", line: int = 1, **kw) -> Finding:
+    return Finding(rule=rule, name=rule.lower(), title=f"title {rule}", category="other", phase="unknown",
+                   severity=severity, role=role, confidence=0.5, first_line=line,
+                   evidence=[Evidence("x.log", line, "text")], **kw)
+
+
+def test_format_ranks_compresses_runs() -> None:
+    assert format_ranks([9, 0, 1, 2, 3, 4, 5, 6, 7]) == "0-7, 9"
+    assert format_ranks([5]) == "5"
+    assert format_ranks([3, 3, 4, 10, 11, 12, 20]) == "3-4, 10-12, 20"
+    assert format_ranks([]) == ""
+    assert rank_phrase(list(range(512)), ["a", "b"], 512) == "ranks 0-511 · 2 hosts · ×512"
+    assert rank_phrase([3], ["node7"], 1) == "rank 3 · node7"
+
+
+def test_format_bytes_in_binary_units() -> None:
+    assert format_bytes(int(135.33 * 1024**3)) == "135.33 GiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(None) == "?"
+
+
+def test_rule_overrides_render_in_four_forms() -> None:
+    fix = Fix(summary="s", safety="unsafe",
+              overrides=[Override("dist.use_torch_fsdp2", False), Override("ddp.use_megatron_fsdp", True),
+                         Override("checkpoint.ckpt_format", "fsdp_dtensor"), Override("train.micro_batch_size", 1)],
+              env=[EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "8")])
+    f = finding("MB101", fix=fix)
+    rendered = render_fix(Report(findings=[f], root_cause=0), f)
+    assert not rendered.proven
+    assert rendered.forms["cli"].splitlines() == [
+        "export CUDA_DEVICE_MAX_CONNECTIONS=8",
+        "dist.use_torch_fsdp2=false ddp.use_megatron_fsdp=true checkpoint.ckpt_format=fsdp_dtensor "
+        "train.micro_batch_size=1",
+    ]
+    assert "cfg.ddp.use_megatron_fsdp = True" in rendered.forms["python"]
+    assert "cfg.checkpoint.ckpt_format = 'fsdp_dtensor'" in rendered.forms["python"]
+    assert "os.environ['CUDA_DEVICE_MAX_CONNECTIONS'] = '8'" in rendered.forms["python"]
+    yaml_lines = rendered.forms["yaml"].splitlines()
+    assert yaml_lines[:4] == ["dist:", "  use_torch_fsdp2: false", "ddp:", "  use_megatron_fsdp: true"]
+    assert "--use-megatron-fsdp" in rendered.forms["mlm"].splitlines()
+    assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"].splitlines()
+    assert "not replayed" in rendered.verdict
+
+
+def test_yaml_form_parses_back_to_the_overrides() -> None:
+    import yaml
+
+    fix = Fix(overrides=[Override("ddp.use_megatron_fsdp", True), Override("ddp.bucket_size", 1000),
+                         Override("model.seq_length", 8192), Override("checkpoint.save", "/ckpt dir/a")])
+    f = finding("X1", fix=fix)
+    data = yaml.safe_load(render_fix(Report(findings=[f]), f).forms["yaml"])
+    assert data == {"ddp": {"use_megatron_fsdp": True, "bucket_size": 1000}, "model": {"seq_length": 8192},
+                    "checkpoint": {"save": "/ckpt dir/a"}}
+
+
+def test_mlm_flag_names() -> None:
+    assert mlm_flag(Override("ddp.grad_reduce_in_fp32", True)) == "--accumulate-allreduce-grads-in-fp32"
+    assert mlm_flag(Override("ddp.data_parallel_sharding_strategy", "optim_grads_params")) == (
+        "--data-parallel-sharding-strategy optim_grads_params")
+    assert mlm_flag(Override("dist.use_torch_fsdp2", False)) == "# drop --use-torch-fsdp2"
+
+
+def test_replay_render_is_preferred_for_the_root_cause() -> None:
+    own = Fix(overrides=[Override("ddp.use_megatron_fsdp", True)])
+    root = finding("MB1", fix=own)
+    other = finding("MB2", role="context", severity="warning", fix=Fix(overrides=[Override("x.y", 1)]))
+    replay = {"reproduced": True, "fix": [{"key": "ddp.use_megatron_fsdp", "value": True},
+                                          {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"}],
+              "after_fix": {"violations": [], "passes": True},
+              "render": {"cli": "REPLAY-CLI", "python": "REPLAY-PY", "yaml": "REPLAY-YAML"}}
+    report = Report(findings=[root, other], root_cause=0, replay=replay)
+    rendered = render_fix(report, root)
+    assert rendered.proven
+    assert rendered.forms["cli"] == "REPLAY-CLI" and rendered.forms["python"] == "REPLAY-PY"
+    assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"]  # not in render: built from replay's fix
+    assert rendered.verdict.startswith("✔") and "reproduced" in rendered.verdict
+    assert not render_fix(report, other).proven  # replay did not cover x.y
+
+    failing = dict(replay, after_fix={"violations": [{"check": "c", "message": "m", "keys": []}], "passes": False})
+    assert render_fix(Report(findings=[root], root_cause=0, replay=failing), root).verdict.startswith("✘ still fails")
+
+
+def test_findings_order_root_first_then_errors_warnings_cascade_context() -> None:
+    findings = [
+        finding("CASC", role="cascade", line=50),
+        finding("WARN", role="context", severity="warning", line=5),
+        finding("ROOT", line=30),
+        finding("ERR2", role="root", line=40),
+        finding("INFO", role="context", severity="info", line=1),
+        finding("WARN2", role="root", severity="warning", line=2),
+    ]
+    sections = finding_order(Report(findings=findings, root_cause=2))
+    titles = [s.title for s in sections]
+    assert titles == ["Root cause", "Other errors", "Warnings", "Consequences of the root cause", "Context"]
+    assert [[findings[i].rule for i in s.indices] for s in sections] == [
+        ["ROOT"], ["ERR2"], ["WARN2"], ["CASC"], ["WARN", "INFO"]]
+    assert finding_order(Report()) == []

@@ -1,0 +1,161 @@
+"""LogIndex and RankFacet: the line index the log view draws from, built in a background thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose.present.tui.logindex import LogIndex
+from diagnose.present.tui.rankfacet import RankFacet, rank_of_line
+
+
+def expected_lines(data: bytes) -> list[bytes]:
+    """What a text editor shows: split on \\n, no empty line after a final newline, \\r\\n endings dropped."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def build(tmp_path: Path, data: bytes, chunk: int = 1 << 20) -> LogIndex:
+    path = tmp_path / "x.log"
+    path.write_bytes(data)
+    return LogIndex(str(path), chunk_bytes=chunk).build_now()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r\n", b"\xff", b" ", b"[rank1]: "]), max_size=60).map(
+        b"".join
+    ),
+    chunk=st.integers(min_value=1, max_value=16),
+)
+def test_lines_match_a_plain_split_for_any_chunking(tmp_path_factory, data: bytes, chunk: int) -> None:
+    index = build(tmp_path_factory.mktemp("ix"), data, chunk)
+    want = expected_lines(data)
+    assert index.line_count == len(want)
+    assert [index.line_bytes(i) for i in range(index.line_count)] == want
+    index.close()
+
+
+def test_line_text_decodes_bad_bytes_and_caps_width(tmp_path: Path) -> None:
+    index = build(tmp_path, b"ok \xff\xfe\n" + b"x" * 10_000 + b"\nlast")
+    assert index.line_text(0) == "ok \\xff\\xfe"
+    assert len(index.line_text(1, cap=100)) == 100
+    assert index.line_text(2) == "last"
+    assert index.longest_line == 10_000
+    assert index.line_text(99) == ""
+
+
+def test_empty_file_has_no_lines(tmp_path: Path) -> None:
+    index = build(tmp_path, b"")
+    assert index.line_count == 0 and index.done.is_set() and index.progress == 1.0
+    assert index.search("x", 0) is None
+
+
+def test_search_forward_backward_and_smart_case(tmp_path: Path) -> None:
+    lines = [b"alpha", b"Error one", b"beta", b"error two", b"gamma", b"ERROR three"]
+    index = build(tmp_path, b"\n".join(lines) + b"\n", chunk=7)
+    assert index.search("error", 0) == 1  # lower case: case-insensitive
+    assert index.search("error", 1) == 3
+    assert index.search("error", 3) == 5
+    assert index.search("error", 5) is None
+    assert index.search("Error", 1) is None  # an upper-case letter: exact case
+    assert index.search("error", 5, backward=True) == 3
+    assert index.search("error", 1, backward=True) is None
+    assert index.search("ERROR", 5, backward=True) is None
+    assert index.search("ERROR", 6, backward=True) == 5
+
+
+def test_backward_search_crosses_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import diagnose.present.tui.logindex as logindex
+
+    monkeypatch.setattr(logindex, "SEARCH_WINDOW", 16)
+    lines = [b"needle here"] + [b"filler line %d" % i for i in range(50)]
+    index = build(tmp_path, b"\n".join(lines))
+    assert index.search("needle", 50, backward=True) == 0
+    assert index.search("line 3", 50, backward=True) == 40  # "filler line 39" (line 40) is the last before 50
+
+
+def test_index_builds_in_the_background_and_readers_see_partial_lines(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    path.write_bytes(b"".join(b"line %06d\n" % i for i in range(5000)))  # 12 bytes a line
+    gate = threading.Event()
+    index = LogIndex(str(path), chunk_bytes=1200, gate=gate).start()
+    try:
+        assert not index.done.wait(0.2)  # held at the gate: start() returned without indexing
+        assert index.line_count == 0
+        gate.set()
+        assert index.done.wait(10)
+        assert index.line_count == 5000
+        assert index.line_text(4999) == "line 004999"
+    finally:
+        index.close()
+
+
+def test_partial_index_is_usable(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    path.write_bytes(b"".join(b"line %06d\n" % i for i in range(1000)))
+    published = threading.Event()
+    release = threading.Event()
+
+    def on_progress(ix: LogIndex) -> None:
+        if ix.line_count and not published.is_set():
+            published.set()
+            release.wait(10)
+
+    index = LogIndex(str(path), chunk_bytes=120, on_progress=on_progress).start()
+    try:
+        assert published.wait(10)
+        assert 0 < index.line_count < 1000 and not index.done.is_set()
+        assert index.line_text(0) == "line 000000"
+        assert index.search("line 000005", 0) == 5
+        assert index.search("line 000900", 0) is None  # not indexed yet
+        release.set()
+        assert index.done.wait(10)
+        assert index.search("line 000900", 0) == 900
+    finally:
+        release.set()
+        index.close()
+
+
+@pytest.mark.parametrize(
+    "line, rank",
+    [
+        ("[rank3]: Traceback (most recent call last):", 3),
+        ("[default1]:[rank9]: x", 9),
+        ("[default2]: only a local rank", 2),
+        ("12: srun label", 12),
+        ("plain text", None),
+        ("[bold]x[/]", None),
+    ],
+)
+def test_rank_of_line_uses_normalize_line(line: str, rank: int | None) -> None:
+    assert rank_of_line(line) == rank
+
+
+def test_rank_facet_lists_one_ranks_lines(tmp_path: Path) -> None:
+    rows = []
+    for i in range(300):
+        rows.append(b"[rank%d]: step %d" % (i % 3, i))
+        if i % 10 == 0:
+            rows.append(b"no prefix %d" % i)
+    path = tmp_path / "ranks.log"
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    index = LogIndex(str(path), chunk_bytes=256).start()
+    facet = RankFacet(index, 1).start()
+    try:
+        assert facet.done.wait(10)
+        lines = [index.line_text(r) for r in facet.rows]
+        assert len(lines) == 100
+        assert all(line.startswith("[rank1]: ") for line in lines)
+        assert lines[0] == "[rank1]: step 1" and lines[-1] == "[rank1]: step 298"
+        assert facet.row_of_line(facet.rows[5]) == 5
+    finally:
+        index.close()
