@@ -1,0 +1,40 @@
+"""Shared fixtures: the built-in catalogue (loaded once) and a factory for small in-test rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
+
+REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+
+
+@pytest.fixture(scope="session")
+def builtin_catalogue() -> Catalogue:
+    return load_catalogue()
+
+
+def make_rule(code: str, anchor: str, regex: str, **fields):
+    """A rule built through the real schema parser (so tests exercise the same validation as TOML files)."""
+    raw = {
+        "code": code,
+        "slug": code.lower(),
+        "title": fields.pop("title", f"Rule {code}"),
+        "category": fields.pop("category", "other"),
+        "phase": fields.pop("phase", "training"),
+        "role": fields.pop("role", "root"),
+        "severity": fields.pop("severity", "error"),
+        "explanation": fields.pop("explanation", f"explanation of {code}"),
+        "patterns": [{"anchor": anchor, "regex": regex}],
+    }
+    raw.update(fields)
+    return parse_rule(raw, fields.get("source", "test"))
+
+
+def make_catalogue(*rules) -> Catalogue:
+    rules = list(rules)
+    for i, r in enumerate(rules):
+        r.order = i
+    return Catalogue(rules)

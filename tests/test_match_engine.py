@@ -1,0 +1,156 @@
+"""The match engine on small texts: grouping, last-match-wins, context, exact line numbers, timeouts, captures."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.match import TextSource, match_text, scan_and_match
+from diagnose.match import engine
+from diagnose.match.compiled import compile_catalogue
+from diagnose.model import CaptureSpec
+from conftest import make_catalogue, make_rule
+
+OOM = make_rule("OOM1", "CUDA out of memory", r"CUDA out of memory\. Tried to allocate (?P<req>[\d.]+ [GM]iB)",
+                category="cuda_oom")
+GENERIC = make_rule("PY1", "Error: ", r"(?P<exc>\w+Error): (?P<msg>.*)")
+BACKENDS = ["python", "re2", "hyperscan"]
+
+
+def test_same_rule_on_many_ranks_is_one_finding():
+    lines = [f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {r}.00 GiB" for r in (5, 0, 3, 1)]
+    report = match_text("\n".join(lines), make_catalogue(OOM))
+    assert len(report.findings) == 1
+    f = report.findings[0]
+    assert f.ranks == [0, 1, 3, 5]
+    assert f.count == 4
+    assert f.first_line == 1
+    assert f.facts["req"] == "5.00 GiB"  # facts of the first hit
+    assert [e.line for e in f.evidence] == [1, 2, 3]
+
+
+def test_different_matched_text_gives_different_findings():
+    text = "ValueError: bad shape\nKeyError: 'weight'\nValueError: bad shape\n"
+    report = match_text(text, make_catalogue(GENERIC))
+    assert sorted((f.facts["exc"], f.count) for f in report.findings) == [("KeyError", 1), ("ValueError", 2)]
+
+
+def test_last_match_wins_on_one_line():
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    later_specific = match_text(text, make_catalogue(GENERIC, OOM))
+    assert [f.rule for f in later_specific.findings] == ["OOM1"]
+    later_generic = match_text(text, make_catalogue(OOM, GENERIC))
+    assert [f.rule for f in later_generic.findings] == ["PY1"]
+
+
+def test_context_failure_falls_back_to_earlier_rule():
+    wrap = make_rule("OOM2", "CUDA out of memory", r"CUDA out of memory", context={"frames_any": ["_ddp_wrap"]},
+                     phase="dp_wrap", category="cuda_oom")
+    cat = make_catalogue(OOM, wrap)
+    in_wrap = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/model_provider.py", line 10, in _ddp_wrap\n'
+        "    DistributedDataParallel(config)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    elsewhere = in_wrap.replace("_ddp_wrap", "train_step")
+    r1 = match_text(in_wrap, cat)
+    assert [f.rule for f in r1.findings] == ["OOM2"]
+    assert r1.findings[0].phase == "dp_wrap"
+    assert [e.line for e in r1.findings[0].evidence] == [2, 4]  # the matched frame is evidence too
+    assert [f.rule for f in match_text(elsewhere, cat).findings] == ["OOM1"]
+
+
+def test_frames_are_read_from_the_same_rank_only():
+    wrap = make_rule("OOM2", "CUDA out of memory", r"CUDA out of memory", context={"frames_any": ["_ddp_wrap"]})
+    text = (
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/x/a.py", line 10, in _ddp_wrap\n'
+        '[rank0]:   File "/x/a.py", line 99, in train_step\n'
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n"
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory.\n"
+    )
+    report = match_text(text, make_catalogue(wrap))
+    assert [(f.ranks, f.first_line) for f in report.findings] == [([1], 6)]
+
+
+def test_before_any_looks_back_within_the_window():
+    rule = make_rule("NC9", "Watchdog caught", "Watchdog caught", context={"before_any": ["NCCL WARN"], "before_window": 3})
+    near = "NCCL WARN Cuda failure\na\nb\nWatchdog caught collective operation timeout\n"
+    far = "NCCL WARN Cuda failure\na\nb\nc\nWatchdog caught collective operation timeout\n"
+    assert len(match_text(near, make_catalogue(rule)).findings) == 1
+    assert match_text(far, make_catalogue(rule)).findings == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_line_numbers_are_exact_with_cr_crlf_and_long_lines(backend):
+    lines = [
+        "progress 10%\rprogress 50%\rprogress 100%",
+        "x" * 100_000,
+        "ok\r",
+        "",
+        "\x1b[31mtorch.OutOfMemoryError: CUDA out of \x1b[0mmemory. Tried to allocate 1.00 GiB\x1b[0m",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB\r",
+    ]
+    report = match_text("\n".join(lines), make_catalogue(OOM), backend=backend)
+    (f,) = report.findings
+    assert [e.line for e in f.evidence] == [5, 6]
+    assert "\x1b" not in f.evidence[0].text
+    assert report.inputs[0].lines == 6
+
+
+@pytest.mark.parametrize("window", [7, 64, 1 << 20])
+def test_windows_do_not_change_answers(window):
+    text = "".join(f"line {i}\n" if i % 5 else f"CUDA out of memory. Tried to allocate {i}.0 GiB\n" for i in range(1, 200))
+    compiled = compile_catalogue(make_catalogue(OOM))
+    hits, _blocks, infos = engine.scan([TextSource("a.log", text.encode())], compiled, [], window_size=window)
+    assert [h.line.lineno for h in hits] == list(range(5, 200, 5))
+    assert infos[0].lines == 199
+
+
+def test_multi_file_inputs_keep_their_own_paths_lines_and_rank_hints():
+    a = TextSource("rank0.log", b"hello\nworld\nCUDA out of memory. Tried to allocate 1.0 GiB\n", rank_hint=0)
+    b = TextSource("rank7.log", b"CUDA out of memory. Tried to allocate 1.0 GiB\n", rank_hint=7)
+    report = scan_and_match([a, b], make_catalogue(OOM)).report
+    (f,) = report.findings
+    assert f.ranks == [0, 7]
+    assert [(e.path, e.line) for e in f.evidence] == [("rank0.log", 3), ("rank7.log", 1)]
+    assert [(i.path, i.lines) for i in report.inputs] == [("rank0.log", 3), ("rank7.log", 1)]
+
+
+def test_catastrophic_user_regex_times_out_is_named_and_scan_goes_on(monkeypatch):
+    monkeypatch.setattr(engine, "REGEX_TIMEOUT_S", 0.05)
+    evil = make_rule("USR1", "aaaa", r"^(a|aa)+$", source="my-rules/evil.toml")
+    text = "a" * 40 + "b\n" + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.0 GiB\n"
+    report = match_text(text, make_catalogue(OOM, evil))
+    assert [f.rule for f in report.findings] == ["OOM1"]
+    assert any("USR1" in w and "switched off" in w for w in report.warnings)
+
+
+def test_rule_with_broken_regex_is_skipped_with_a_warning():
+    bad = make_rule("BAD1", "CUDA out", r"CUDA out (")
+    report = match_text("CUDA out of memory. Tried to allocate 1.0 GiB\n", make_catalogue(OOM, bad))
+    assert [f.rule for f in report.findings] == ["OOM1"]
+    assert any("BAD1" in w for w in report.warnings)
+
+
+def test_captures_keep_policy_and_lines_after_of_same_stream():
+    specs = [
+        CaptureSpec("cfg", "CONFIG BEGIN", lines_after=5, until="CONFIG END", keep="first"),
+        CaptureSpec("iter", "iteration", regex=r"iteration\s+\d+", keep="first_last"),
+    ]
+    text = (
+        "[rank0]: CONFIG BEGIN\n[rank1]: noise\n[rank0]: a: 1\n[rank0]: CONFIG END\n[rank0]: after\n"
+        "[rank0]: iteration 1\n[rank0]: iteration 2\n[rank0]: iteration 3\n[rank1]: CONFIG BEGIN\n"
+    )
+    result = scan_and_match([TextSource("x.log", text.encode())], make_catalogue(OOM), captures=specs)
+    (cfg,) = result.blocks["cfg"]
+    assert cfg.start_line == 1
+    assert [ln.text for ln in cfg.lines] == ["CONFIG BEGIN", "a: 1", "CONFIG END"]
+    assert [b.start_line for b in result.blocks["iter"]] == [6, 8]
+
+
+def test_empty_input_and_no_match():
+    assert match_text("", make_catalogue(OOM)).findings == []
+    report = match_text("all good\n", make_catalogue(OOM))
+    assert report.findings == [] and report.root_cause is None

@@ -1,0 +1,80 @@
+"""Root-cause ranking: the first real error beats the cascade that followed it; a lone cascade is still a root."""
+
+from __future__ import annotations
+
+from conftest import make_catalogue, make_rule
+
+from diagnose.match import TextSource, match_text, scan_and_match
+from diagnose.present.text import collapsed_line
+
+OOM = make_rule("OOM1", "CUDA out of memory", r"CUDA out of memory", category="cuda_oom", confidence=0.9)
+NCCL = make_rule("NC1", "Watchdog caught", r"Watchdog caught collective operation timeout", role="cascade",
+                 category="nccl_timeout", title="NCCL watchdog timeout", confidence=0.9)
+CHILD = make_rule("LA1", "ChildFailedError", r"ChildFailedError", role="cascade", category="launcher",
+                  title="torchrun ChildFailedError")
+GENERIC = make_rule("PY1", "Error: ", r"\w+Error: .*", category="other", confidence=0.3)
+CKPT = make_rule("CK1", "checkpoint format", r"checkpoint format", category="checkpoint_format")
+CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT)
+
+
+def _nccl(rank: int) -> str:
+    return f"[rank{rank}]:[E1129 15:25:31.000 ProcessGroupNCCL.cpp:683] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)"
+
+
+def test_the_rank_that_oomed_beats_511_nccl_timeouts_after_it():
+    lines = [f"[rank{r}]: iteration 10 ok" for r in range(512)]
+    lines.append("[rank137]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB")
+    lines += [_nccl(r) for r in range(512) if r != 137]
+    lines.append("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
+    report = match_text("\n".join(lines), CAT)
+    root = report.root
+    assert root is not None and root.rule == "OOM1" and root.role == "root" and root.ranks == [137]
+    assert report.root_cause == 0
+    nccl = next(f for f in report.findings if f.rule == "NC1")
+    assert nccl.role == "cascade" and nccl.cause_of == 0 and len(nccl.ranks) == 511 and nccl.count == 511
+    assert next(f for f in report.findings if f.rule == "LA1").role == "cascade"
+    assert collapsed_line(nccl, root) == "NCCL watchdog timeout on 511 ranks, caused by the OOM above"
+    # cascades come last
+    assert [f.role for f in report.findings][-2:] == ["cascade", "cascade"]
+
+
+def test_a_lone_nccl_timeout_is_the_root_when_nothing_else_explains():
+    report = match_text("\n".join(_nccl(r) for r in range(8)), CAT)
+    assert report.root is not None and report.root.rule == "NC1" and report.root.role == "root"
+    assert report.root.confidence < 0.9  # chosen only because nothing else matched
+    assert report.root.ranks == list(range(8))
+
+
+def test_earliest_real_error_wins_by_line():
+    text = "checkpoint format mismatch\nCUDA out of memory\n"
+    assert match_text(text, CAT).root.rule == "CK1"
+    text = "CUDA out of memory\ncheckpoint format mismatch\n"
+    report = match_text(text, CAT)
+    assert report.root.rule == "OOM1"
+    second = next(f for f in report.findings if f.rule == "CK1")
+    assert second.role == "context" and second.cause_of is None
+
+
+def test_earlier_timestamp_in_another_file_wins():
+    a = TextSource("rank0.log", b"2026-11-29 15:30:00,000 checkpoint format mismatch\n", rank_hint=0)
+    b = TextSource("rank1.log", b"2026-11-29 15:20:00,000 CUDA out of memory\n", rank_hint=1)
+    report = scan_and_match([a, b], CAT).report
+    assert report.root.rule == "OOM1" and report.root.ranks == [1]
+
+
+def test_a_catch_all_loses_to_a_specific_error_even_when_earlier():
+    text = "ValueError: something generic\nCUDA out of memory\n"
+    report = match_text(text, CAT)
+    assert report.root.rule == "OOM1"
+    assert next(f for f in report.findings if f.rule == "PY1").role == "context"
+
+
+def test_catch_all_is_root_when_alone():
+    report = match_text("ValueError: something generic\n", CAT)
+    assert report.root.rule == "PY1"
+
+
+def test_warnings_only_is_no_failure():
+    warn = make_rule("W1", "deprecated", "deprecated", severity="warning")
+    report = match_text("this is deprecated\n", make_catalogue(warn))
+    assert report.root_cause is None and report.findings[0].role == "context"
