@@ -98,8 +98,9 @@ _LAYER = re.compile(
         (?:\ +\d+)?(?:\ +[^\]\s]+:\d+)?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         \ +\d+\ +[^\]\s]*:\d+\]\ ?                                              # E1129 15:24:33.203000 421 f.py:986]
+    | \[(?P<oglevel>[IWEF])\ [^\]\s]+:\d+\]\ ?                                      # [E ProcessGroupNCCL.cpp:475]
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)                                          # srun --label "  3: "
-    | \[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
+    | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
         (?:\ (?P<plog>[\w.<>-]+):)?(?:\ \[(?P<plevel>[A-Z]+)\])?\ ?              # [2024-07-25 06:36:18,293] n: [WARNING]
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
@@ -109,6 +110,9 @@ _LAYER = re.compile(
     """,
     re.VERBOSE,
 )
+
+# Tokens shaped like host names that are really config keys or program names ("bf16: true", "slurmstepd-n1: ").
+_NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|srun|sbatch|salloc")
 
 # Characters a prefix can start with; anything else skips the regex entirely.
 _PREFIX_START = frozenset("[ 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
@@ -167,6 +171,8 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         elif g("cglevel") is not None:
             line.level = g("cglevel")
             line.timestamp = f"{g('cgdate')} {g('cgtime')}"
+        elif g("oglevel") is not None:
+            line.level = g("oglevel")
         elif g("glevel") is not None:
             line.level = g("glevel")
             line.timestamp = f"{g('gdate')} {g('gtime')}"
@@ -186,8 +192,8 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.level = g("nlevel")
             line.timestamp = g("nts")
         elif g("host") is not None:
-            if pos != 0 or line.host is not None:
-                break  # a pdsh host is always the outermost layer
+            if pos != 0 or line.host is not None or _NOT_A_HOST.match(g("host")):
+                break  # a pdsh host is always the outermost layer; "bf16: true" is a config line
             line.host = g("host")
         else:  # pragma: no cover - every alternative has a named group
             del group
