@@ -1,0 +1,249 @@
+"""From an OOM finding (and the job's config, when we have it) to the report's ``memory`` section."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from diagnose.explain.memory import from_config as fc
+from diagnose.explain.memory.gpus import GIB, fmt_gib
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, search
+from diagnose.explain.memory.replay_check import prove
+from diagnose.explain.memory.state import Layout
+from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts
+
+PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
+
+
+def _oom_finding(report: Any):
+    findings = list(getattr(report, "findings", []) or [])
+    root = getattr(report, "root", None)
+    if root is not None and root.category == "cuda_oom":
+        return root
+    for f in findings:
+        if f.category == "cuda_oom" and f.role == "root":
+            return f
+    return next((f for f in findings if f.category == "cuda_oom"), None)
+
+
+def _log_params(report: Any, view: Any) -> int | None:
+    value = fc._int(fc._get(view, "launch.num_parameters"))
+    if value:
+        return value
+    for f in getattr(report, "findings", []) or []:
+        for k in PARAM_FACT_KEYS:
+            v = fc._int((f.facts or {}).get(k))
+            if v:
+                return v
+    return None
+
+
+def _set_in_job(view: Any, key: str) -> bool:
+    origin = fc._origin(view, key)
+    return origin is not None and origin != "default"
+
+
+def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
+    return a is not None and b > 0 and abs(a - b) <= tol * b
+
+
+def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]) -> tuple[Layout, list[str]]:
+    """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
+
+    With DDP at wrap time the request is the grad buffer (4 or 2 bytes per parameter, whole: DDP never shards it);
+    if the allocated memory is already two bf16 copies of the model, the distributed optimizer's param buffer was
+    allocated first (param_and_grad_buffer.py allocates ``param_data`` before ``grad_data``).
+    """
+    notes: list[str] = []
+    if not params:
+        return layout, notes
+    joined = "\n".join(texts)
+    strategy_known = any(_set_in_job(view, k) for k in (
+        "ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "ddp.use_distributed_optimizer",
+        "optimizer.use_distributed_optimizer"))
+    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    if not strategy_known and "megatron_fsdp" in joined:
+        layout = replace(layout, strategy="fsdp:optim_grads_params")
+        notes.append("strategy inferred from the traceback: Megatron FSDP")
+    if not layout.fsdp and ("param_and_grad_buffer" in joined or "grad_data" in joined or not strategy_known):
+        if not grads_known:
+            if _near(n.requested, 4 * params):
+                layout = replace(layout, grad_bytes=4)
+                notes.append("fp32 grads inferred: the request is 4 bytes x the parameters (the grad buffer)")
+            elif _near(n.requested, 2 * params) and "grad_data" in joined:
+                layout = replace(layout, grad_bytes=2)
+                notes.append("bf16 grads inferred: the request is 2 bytes x the parameters (the grad buffer)")
+        if not strategy_known and _near(n.allocated, 4 * params):
+            layout = replace(layout, strategy="distributed_optimizer")
+            notes.append("distributed optimizer inferred: two bf16 copies of the model were allocated (module + "
+                         "param buffer)")
+    return layout, notes
+
+
+def _which_buffer(n: OomNumbers, plan: Plan, params: int) -> str | None:
+    req = n.requested
+    if not req:
+        return None
+    lay = plan.layout
+    prec = "fp32" if lay.grad_bytes == 4 else "bf16"
+    comps = plan.state.components
+    named = [
+        (comps["grads"], f"the {prec} grad buffer"),
+        (comps["params"], "the bf16 param buffer"),
+        (comps["main_params"], "the fp32 main params"),
+        (comps["optimizer"] / 2, "an Adam moment (exp_avg / exp_avg_sq)"),
+        (comps["optimizer"], "the Adam state"),
+    ]
+    for size, name in named:
+        if size and _near(req, size, 0.03):
+            return name
+    return None
+
+
+def _pct(a: int | None, b: int | None) -> str:
+    return "" if not a or not b else f" ({100 * a / b:.0f} % of the GPU)"
+
+
+def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None) -> str:
+    billions = f"{params / 1e9:.1f}B"
+    req = fmt_gib(n.requested) if n.requested else "?"
+    if verdict == "fragmentation":
+        return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
+                f"enough for the {req} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
+                "expandable_segments:True (not with ddp.nccl_ub on torch < 2.11).")
+    what = buffer or f"a {req} allocation"
+    where = {"dp_wrap": "at DP wrap time", "model_build": "while building the model",
+             "optimizer_step": "at the first optimizer step", "first_iteration": "in the first iteration",
+             "training": "during training", "checkpoint_save": "while saving a checkpoint",
+             "checkpoint_load": "while loading a checkpoint"}.get(phase, "")
+    head = f"{what[0].upper() + what[1:]} ({req}) of {billions} parameters did not fit in {fmt_gib(capacity)} {where}".rstrip()
+    state = plan.state
+    lines = [head + "."]
+    if verdict == "capacity":
+        lines.append(
+            f"Model state alone needs {fmt_gib(state.total)} per GPU with {plan.layout.strategy} on "
+            f"{plan.layout.gpus} GPU(s) ({state.bytes_per_param:.1f} bytes/param): it cannot fit whatever the batch.")
+    elif verdict == "activations":
+        lines.append(f"Model state ({fmt_gib(state.total)}) fits; the activations of the micro batch "
+                     f"(~{fmt_gib(plan.activations)}) do not.")
+    elif verdict == "transient_peak":
+        lines.append(f"Steady model state ({fmt_gib(state.total)}) fits; a one-off peak {where} "
+                     f"(predicted {fmt_gib(plan.phases.peak)}) does not.")
+    if n.allocated:
+        lines.append(f"Already allocated by PyTorch: {fmt_gib(n.allocated)}{_pct(n.allocated, capacity)}.")
+    return " ".join(lines)
+
+
+def _plan_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "overrides": [{"key": o.key, "value": o.value} for o in plan.overrides],
+        "gpus": plan.layout.gpus,
+        "model_state_bytes": plan.state.total,
+        "activation_bytes": plan.activations,
+        "fits": plan.fits,
+        "cost": plan.cost,
+        "strategy": plan.layout.strategy,
+        "dp": plan.layout.dp,
+        "tp": plan.layout.tp,
+        "pp": plan.layout.pp,
+        "cp": plan.layout.cp,
+        "peak_bytes": plan.peak,
+        "valid": plan.valid,
+        "label": plan.label,
+    }
+
+
+def _ensure_view(view: Any) -> Any:
+    """A view to replay options on: the job's, or release defaults when the log showed no config."""
+    if view is not None:
+        return view
+    try:
+        from diagnose.explain.config import ConfigView, apply_defaults
+    except ImportError:
+        return None
+    return apply_defaults(ConfigView())
+
+
+def _replay_view(view: Any, layout: Layout) -> Any:
+    """Write the inferred layout into a copy of the view so replay validates the job as it ran."""
+    if view is None or not hasattr(view, "copy"):
+        return view
+    out = view.copy()
+    pairs = {
+        "ddp.use_distributed_optimizer": layout.strategy != "ddp",
+        "optimizer.use_distributed_optimizer": layout.strategy != "ddp",
+        "ddp.grad_reduce_in_fp32": layout.grad_bytes == 4,
+    }
+    if layout.fsdp:
+        pairs["ddp.use_megatron_fsdp"] = True
+        pairs["ddp.data_parallel_sharding_strategy"] = layout.strategy.split(":", 1)[1]
+    for key, value in pairs.items():
+        if not _set_in_job(out, key):
+            out.set(key, value, "inferred")
+    return out
+
+
+def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | None:
+    finding = _oom_finding(report)
+    if finding is None:
+        return None
+    texts = [e.text for e in (finding.evidence or [])]
+    n = from_facts(finding.facts or {}, texts)
+    capacity = getattr(options, "gpu_memory_bytes", None) or n.capacity
+    phase = finding.phase or "unknown"
+    shape = fc.shape_from_config(view)
+    log_params = _log_params(report, view)
+    layout = fc.layout_from_config(view)
+    layout, notes = infer_layout(layout, view, n, log_params, texts)
+    work = fc.workload_from_config(view, shape, layout) if shape is not None else None
+    params_source = "log" if log_params else "config"
+    scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
+                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")))
+    out: dict[str, Any] = {
+        "gpu_capacity_bytes": capacity,
+        "requested_bytes": n.requested,
+        "verdict": "unknown",
+        "params": log_params,
+        "params_source": params_source if (log_params or shape) else None,
+        "phase": phase,
+        "current": None,
+        "options": [],
+        "notes": notes,
+    }
+    current = evaluate(scn, "as configured", [], layout, work, "", 0.0) if (capacity or 0) > 0 else None
+    if current is None:
+        if (capacity or 0) > 0 and shape is None and not log_params:
+            out["notes"].append("no parameter count in the log and no model shape in the config")
+        out["verdict"] = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
+        return out
+    params = log_params or current.state.params
+    out["params"] = params
+    if shape is not None and log_params and abs(current.state.params - log_params) > 0.01 * log_params:
+        out["notes"].append(f"the config's shape gives {current.state.params:,} parameters per rank, the log "
+                            f"{log_params:,}: using the log")
+    phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,
+                  "optimizer_step": current.phases.first_step_peak}.get(phase, current.phases.peak)
+    verdict = decide(n, phase, current.state.persistent, phase_peak, current.activations, capacity)
+    out["verdict"] = verdict
+    buffer = _which_buffer(n, current, params)
+    out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
+    out["request_is"] = buffer
+    out["current"] = {
+        "strategy": layout.strategy,
+        "dp": layout.dp,
+        "gpus": layout.gpus,
+        "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
+        "bytes_per_param": round(current.state.bytes_per_param, 3),
+        "model_state_bytes": current.state.total,
+        "components": dict(current.state.components),
+        "activation_bytes": current.activations,
+        "phase_peaks": {"dp_wrap": current.phases.wrap_peak, "after_wrap": current.phases.after_wrap,
+                        "optimizer_step": current.phases.first_step_peak, "training": current.phases.steady_peak},
+        "peak_bytes": current.peak,
+        "usable_bytes": capacity - headroom(capacity),
+    }
+    replay_view = _replay_view(_ensure_view(view), layout)
+    bridge_version = getattr(options, "bridge_version", None)
+    plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
+    out["options"] = [_plan_dict(p) for p in plans]
+    return out

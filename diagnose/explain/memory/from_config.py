@@ -1,0 +1,196 @@
+"""Read a model shape, a layout and a workload from a job's config (a ConfigView, or a flat dict of dotted
+Megatron-Bridge paths), with the defaults that changed across releases.
+
+Release-dependent defaults (../shared/knowledge/megatron-core.md §2b):
+- Megatron-FSDP's default ``data_parallel_sharding_strategy`` is ``no_shard`` up to megatron-core 0.17 and
+  ``optim_grads_params`` from 0.18 (applied only when the job did not set it);
+- Megatron-FSDP grads: ``grad_reduce_in_fp32`` decides up to core 0.18; from 0.19 only
+  ``ddp.megatron_fsdp_main_grads_dtype`` does (default: the param dtype, bf16);
+- Megatron-Bridge's ``mixed_precision`` (``bf16_mixed``) sets ``grad_reduce_in_fp32=True`` unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.explain.memory.activations import Workload
+from diagnose.explain.memory.shape import ModelShape
+from diagnose.explain.memory.state import Layout
+
+_FALSE = {"false", "no", "off", "0", "none", "null", "~", ""}
+
+
+def _get(view: Any, key: str, default: Any = None) -> Any:
+    if view is None:
+        return default
+    try:
+        value = view.get(key, None)
+    except TypeError:
+        value = view.get(key)
+    if value is not None and hasattr(value, "value") and hasattr(value, "origin"):
+        value = value.value
+    return default if value is None else value
+
+
+def _origin(view: Any, key: str) -> str | None:
+    fn = getattr(view, "origin", None)
+    return fn(key) if callable(fn) else ("set" if view is not None and _get(view, key) is not None else None)
+
+
+def _bool(v: Any, default: bool = False) -> bool:
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() not in _FALSE
+    return bool(v)
+
+
+def _int(v: Any, default: int | None = None) -> int | None:
+    if v is None or isinstance(v, bool):
+        return default
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return int(f) if f.is_integer() else default
+
+
+def _float(v: Any, default: float = 0.0) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _version(text: Any) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    out = []
+    for piece in str(text).lstrip("vV").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits[: len(piece)]))
+    return tuple(out) if out else None
+
+
+def mcore_version(view: Any) -> tuple[int, ...] | None:
+    return _version(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
+
+
+def shape_from_config(view: Any) -> ModelShape | None:
+    """The model's shape, or None when the config lacks the sizes (layers, hidden, heads)."""
+    layers = _int(_get(view, "model.num_layers"))
+    hidden = _int(_get(view, "model.hidden_size"))
+    heads = _int(_get(view, "model.num_attention_heads"))
+    if not (layers and hidden and heads):
+        return None
+    vocab = _int(_get(view, "model.vocab_size")) or _int(_get(view, "tokenizer.vocab_size")) or _int(
+        _get(view, "model.padded_vocab_size")) or 32000
+    norm = str(_get(view, "model.normalization", "LayerNorm"))
+    freq = _get(view, "model.moe_layer_freq", 1)
+    if isinstance(freq, (list, tuple)):
+        freq = tuple(int(x) for x in freq)
+    else:
+        freq = _int(freq, 1) or 1
+    return ModelShape(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        ffn_hidden_size=_int(_get(view, "model.ffn_hidden_size")),
+        num_query_groups=_int(_get(view, "model.num_query_groups")),
+        kv_channels=_int(_get(view, "model.kv_channels")),
+        vocab_size=vocab,
+        make_vocab_size_divisible_by=_int(_get(view, "model.make_vocab_size_divisible_by"), 128) or 128,
+        seq_length=_int(_get(view, "model.seq_length")) or _int(_get(view, "dataset.seq_length")) or 4096,
+        gated_linear_unit=_bool(_get(view, "model.gated_linear_unit")),
+        untie_embeddings=not _bool(_get(view, "model.share_embeddings_and_output_weights"), True),
+        add_bias_linear=_bool(_get(view, "model.add_bias_linear"), True),
+        add_qkv_bias=_bool(_get(view, "model.add_qkv_bias")),
+        layernorm=norm.lower() != "rmsnorm",
+        qk_layernorm=_bool(_get(view, "model.qk_layernorm")),
+        position_embedding=str(_get(view, "model.position_embedding_type", "learned_absolute")),
+        num_moe_experts=_int(_get(view, "model.num_moe_experts")),
+        moe_ffn_hidden_size=_int(_get(view, "model.moe_ffn_hidden_size")),
+        moe_shared_expert_intermediate_size=_int(_get(view, "model.moe_shared_expert_intermediate_size")),
+        moe_shared_expert_gate=_bool(_get(view, "model.moe_shared_expert_gate")),
+        moe_layer_freq=freq,
+    )
+
+
+def strategy_from_config(view: Any) -> str:
+    fsdp = _bool(_get(view, "ddp.use_megatron_fsdp")) or _bool(_get(view, "dist.use_megatron_fsdp"))
+    if fsdp:
+        key = "ddp.data_parallel_sharding_strategy"
+        value = _get(view, key)
+        ver = mcore_version(view)
+        if value is None or (_origin(view, key) == "default" and ver is not None and ver >= (0, 18)):
+            value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
+        value = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}.get(str(value), str(value))
+        return f"fsdp:{value}" if f"fsdp:{value}" in (
+            "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
+    if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):
+        return "distributed_optimizer"
+    return "ddp"
+
+
+def grad_bytes_from_config(view: Any, strategy: str) -> int:
+    ver = mcore_version(view)
+    if strategy.startswith("fsdp:") and ver is not None and ver >= (0, 19):
+        dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
+        return 4 if ("32" in dtype or "float" == dtype) else 2
+    value = _get(view, "ddp.grad_reduce_in_fp32")
+    mp = _get(view, "mixed_precision")
+    mp_flag = _get(view, "mixed_precision.grad_reduce_in_fp32")
+    if mp_flag is not None:
+        return 4 if _bool(mp_flag) else 2
+    if mp is not None and str(mp).lower() not in _FALSE:
+        return 4  # Bridge presets (bf16_mixed...) reduce grads in fp32
+    return 4 if _bool(value) else 2
+
+
+def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
+    strategy = strategy_from_config(view)
+    tp = _int(_get(view, "model.tensor_model_parallel_size"), 1) or 1
+    pp = _int(_get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    cp = _int(_get(view, "model.context_parallel_size"), 1) or 1
+    ep = _int(_get(view, "model.expert_model_parallel_size"), 1) or 1
+    world = gpus or _int(_get(view, "launch.world_size")) or tp * pp * cp
+    params_dtype = str(_get(view, "model.params_dtype", "")).lower()
+    mixed = _get(view, "mixed_precision") is not None or _bool(_get(view, "model.bf16")) or _bool(_get(view, "model.fp16"))
+    param_bytes = 4 if (("float32" in params_dtype or "fp32" in params_dtype) and not mixed) else 2
+    offload = _bool(_get(view, "optimizer.optimizer_cpu_offload"))
+    return Layout(
+        strategy=strategy,
+        gpus=max(1, world),
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=_int(_get(view, "model.expert_tensor_parallel_size")),
+        dist_opt_instances=_int(_get(view, "ddp.num_distributed_optimizer_instances"), 1) or 1,
+        grad_bytes=grad_bytes_from_config(view, strategy),
+        param_bytes=param_bytes,
+        optimizer=str(_get(view, "optimizer.optimizer", "adam")),
+        optimizer_offload_fraction=_float(_get(view, "optimizer.optimizer_offload_fraction"), 1.0) if offload else 0.0,
+        meta_init=_bool(_get(view, "model.init_model_with_meta_device")),
+        overlap_grad_reduce=_bool(_get(view, "ddp.overlap_grad_reduce"), False),
+    )
+
+
+def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) -> Workload:
+    mbs = _int(_get(view, "train.micro_batch_size"), 1) or 1
+    gbs = _int(_get(view, "train.global_batch_size"))
+    granularity = _get(view, "model.recompute_granularity")
+    granularity = None if granularity is None or str(granularity).lower() in _FALSE else str(granularity).lower()
+    seq = (shape.seq_length if shape else None) or _int(_get(view, "model.seq_length")) or 4096
+    micro = gbs // (mbs * layout.dp) if gbs and gbs >= mbs * layout.dp else None
+    return Workload(
+        micro_batch_size=mbs,
+        seq_length=seq,
+        sequence_parallel=_bool(_get(view, "model.sequence_parallel")),
+        recompute=granularity,
+        recompute_num_layers=_int(_get(view, "model.recompute_num_layers")),
+        num_microbatches=micro,
+        virtual_pp=_int(_get(view, "model.virtual_pipeline_model_parallel_size")),
+    )

@@ -1,0 +1,244 @@
+"""Bytes of model state per GPU: parameters, gradients, fp32 main parameters, optimizer state, buffers.
+
+Sources (../shared/knowledge/megatron-core.md §2): megatron-core ``DistributedDataParallel`` /
+``param_and_grad_buffer.py``, ``DistributedOptimizer`` and Megatron-FSDP's ``_init_each_parameter_group_buffers``.
+bf16 (or fp16) parameters, fp32 main parameters, Adam with two fp32 moments; ``g`` is the grad-buffer dtype size
+(4 with ``grad_reduce_in_fp32``, 2 otherwise). ``N`` is the group the buffers and the optimizer shard over: DP x CP
+divided by ``num_distributed_optimizer_instances`` for dense parameters, expert DP for expert parameters.
+
+| strategy | params | grads | main params | Adam | g=4 total |
+|---|---|---|---|---|---|
+| ddp | 2 | g | 4 | 8 | 18 |
+| distributed_optimizer | 2 | g | 4/N | 8/N | 6 + 12/N |
+| fsdp:no_shard | 2 | g | 4 | 8 | 18 |
+| fsdp:optim | 2 | g | 4/N | 8/N | 6 + 12/N |
+| fsdp:optim_grads | 2 | g/N | 4/N | 8/N | 2 + 16/N |
+| fsdp:optim_grads_params | 2/N | g/N | 4/N | 8/N | 18/N |
+
+``buffers`` are the transient communication buffers live during forward/backward: Megatron-FSDP's unsharded
+all-gathered weights and unsharded gradients of the layer(s) in flight, or with ``optim_grads`` and a single bucket
+(no ``overlap_grad_reduce``) the whole unsharded gradient (Megatron-LM issue #6314).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnose.explain.memory.shape import ModelShape, ParamCount, count_params
+
+STRATEGIES = (
+    "ddp",
+    "distributed_optimizer",
+    "fsdp:no_shard",
+    "fsdp:optim",
+    "fsdp:optim_grads",
+    "fsdp:optim_grads_params",
+)
+COMPONENTS = ("params", "grads", "main_params", "optimizer", "buffers")
+
+# which state is divided by N, per strategy: (params, grads, main params + optimizer)
+_SHARDED = {
+    "ddp": (False, False, False),
+    "distributed_optimizer": (False, False, True),
+    "fsdp:no_shard": (False, False, False),
+    "fsdp:optim": (False, False, True),
+    "fsdp:optim_grads": (False, True, True),
+    "fsdp:optim_grads_params": (True, True, True),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one job places its model on GPUs, and the knobs that change bytes per parameter."""
+
+    strategy: str = "ddp"
+    gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    dist_opt_instances: int = 1
+    grad_bytes: int = 4  # 4: fp32 grads (grad_reduce_in_fp32), 2: bf16
+    param_bytes: int = 2  # 2: bf16/fp16 training, 4: fp32
+    optimizer: str = "adam"
+    optimizer_offload_fraction: float = 0.0  # optimizer.optimizer_cpu_offload with this fraction on the CPU
+    meta_init: bool = False  # model.init_model_with_meta_device
+    overlap_grad_reduce: bool = True
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}")
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        return max(1, self.gpus // self.model_parallel)
+
+    @property
+    def shard_group(self) -> int:
+        return max(1, self.dp * self.cp // max(1, self.dist_opt_instances))
+
+    @property
+    def expert_shard_group(self) -> int:
+        return max(1, self.gpus // ((self.etp or self.tp) * self.ep * self.pp) // max(1, self.dist_opt_instances))
+
+    @property
+    def fsdp(self) -> bool:
+        return self.strategy.startswith("fsdp:")
+
+
+@dataclass
+class StateBytes:
+    components: dict[str, int]
+    params: int  # parameters on this rank
+    shard_group: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.components.values())
+
+    @property
+    def persistent(self) -> int:
+        return self.total - self.components.get("buffers", 0)
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.total / self.params if self.params else 0.0
+
+
+def optimizer_state_bytes(optimizer: str) -> int:
+    """fp32 optimizer state per parameter: Adam/AdamW two moments, SGD one momentum buffer."""
+    return 4 if optimizer.lower() in ("sgd",) else 8
+
+
+def persistent_bytes_per_param(strategy: str, n: int, grad_bytes: int = 4, param_bytes: int = 2,
+                               optimizer: str = "adam") -> float:
+    """The §2 table: bytes per parameter of params + grads + main params + optimizer, sharded over ``n``."""
+    p_sh, g_sh, o_sh = _SHARDED[strategy]
+    main = 4 if param_bytes < 4 else 0
+    opt = optimizer_state_bytes(optimizer)
+    return (param_bytes / (n if p_sh else 1) + grad_bytes / (n if g_sh else 1) + (main + opt) / (n if o_sh else 1))
+
+
+def _group_bytes(p: int, n: int, layout: Layout) -> dict[str, float]:
+    p_sh, g_sh, o_sh = _SHARDED[layout.strategy]
+    main_b = 4 if layout.param_bytes < 4 else 0
+    opt_b = optimizer_state_bytes(layout.optimizer)
+    on_gpu = 1.0 - min(1.0, max(0.0, layout.optimizer_offload_fraction))
+    return {
+        "params": layout.param_bytes * p / (n if p_sh else 1),
+        "grads": layout.grad_bytes * p / (n if g_sh else 1),
+        "main_params": main_b * p / (n if o_sh else 1) * on_gpu,
+        "optimizer": opt_b * p / (n if o_sh else 1) * on_gpu,
+    }
+
+
+def layer_params_max(shape: ModelShape, layout: Layout) -> int:
+    """Parameters of the largest transformer layer on one rank (the unit Megatron-FSDP gathers)."""
+    from diagnose.explain.memory.shape import layer_params
+
+    best = 0
+    for moe in set(shape.moe_layers()):
+        d, e = layer_params(shape, moe, layout.tp, layout.ep, layout.etp)
+        best = max(best, d + e)
+    return best
+
+
+def fsdp_buffers(count: ParamCount, layout: Layout, layer_params: int | None) -> int:
+    """Transient unsharded buffers of Megatron-FSDP during forward/backward (0 for DDP / distributed optimizer)."""
+    if not layout.fsdp or layout.strategy == "fsdp:no_shard":
+        return 0
+    n = layout.shard_group
+    if n <= 1:
+        return 0
+    if layout.strategy == "fsdp:optim_grads_params":
+        unit = layer_params or max(1, count.total // 16)
+        # current + prefetched layer of gathered weights, and the layer whose gradient is being reduce-scattered
+        return int(2 * unit * layout.param_bytes + unit * layout.grad_bytes)
+    if layout.strategy == "fsdp:optim_grads":
+        if not layout.overlap_grad_reduce:
+            return int(count.total * layout.grad_bytes * (1 - 1 / n))
+        unit = layer_params or max(1, count.total // 16)
+        return int(2 * unit * layout.grad_bytes)
+    return 0
+
+
+def model_state(count: ParamCount, layout: Layout, layer_params: int | None = None) -> StateBytes:
+    """Per-GPU bytes of model state on the most-loaded rank, steady state (after the first optimizer step)."""
+    dense = _group_bytes(count.dense, layout.shard_group, layout)
+    expert = _group_bytes(count.expert, layout.expert_shard_group, layout) if count.expert else {}
+    comps = {k: int(round(dense[k] + expert.get(k, 0))) for k in dense}
+    comps["buffers"] = fsdp_buffers(count, layout, layer_params)
+    return StateBytes(comps, count.total, layout.shard_group)
+
+
+def state_for(shape: ModelShape, layout: Layout) -> StateBytes:
+    count = count_params(shape, layout.tp, layout.pp, layout.ep, layout.etp)
+    return model_state(count, layout, layer_params_max(shape, layout))
+
+
+@dataclass
+class Phases:
+    """Predicted allocated bytes at the moments where jobs run out of memory."""
+
+    wrap_peak: int  # during the DP wrap: the model plus the buffers being allocated
+    after_wrap: int  # after the wrap, before the optimizer exists
+    first_step_peak: int  # the first optimizer.step(): Adam state appears
+    steady_peak: int  # state + activations (+ buffers) of later iterations
+    activations: int
+    detail: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def peak(self) -> int:
+        return max(self.wrap_peak, self.first_step_peak, self.steady_peak)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(
+            (("dp_wrap", self.wrap_peak), ("optimizer_step", self.first_step_peak), ("training", self.steady_peak)),
+            key=lambda kv: kv[1],
+        )[0]
+
+
+def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
+    """Phase-aware peaks from the steady-state components.
+
+    - DP wrap: the bf16 module built on the GPU (unless meta-device init) is still there while the buffers are
+      allocated: DDP allocates the grad buffer (and with the distributed optimizer a bf16 param buffer the weights
+      are then copied into); Megatron-FSDP allocates its weight / main-weight / grad buffers, then frees the module.
+    - After the wrap: the buffers (params now live in them); fp32 main params of DDP / the distributed optimizer
+      are created with the optimizer, Adam moments lazily at the first ``optimizer.step()``.
+    - First step: everything, plus with bf16 grads the fp32 copy of the grads handed to the optimizer.
+    """
+    c = state.components
+    params, grads, main, opt, buffers = (c["params"], c["grads"], c["main_params"], c["optimizer"], c["buffers"])
+    module = 0 if (layout.meta_init and layout.fsdp) else params if not layout.fsdp else (
+        layout.param_bytes * state.params)
+    if layout.strategy == "ddp":
+        wrap_peak = params + grads
+        after_wrap = params + grads
+    elif layout.strategy == "distributed_optimizer":
+        wrap_peak = module + params + grads  # old module storage + new param buffer + grad buffer
+        after_wrap = params + grads
+    elif layout.strategy == "fsdp:no_shard":
+        wrap_peak = params + grads + main
+        after_wrap = wrap_peak
+    else:
+        after_wrap = params + grads + main
+        wrap_peak = module + after_wrap
+    cast = main if layout.grad_bytes < 4 else 0  # fp32 copy of the (sharded) bf16 grads handed to the optimizer
+    first_step = params + grads + main + opt + cast
+    before_step = after_wrap + (0 if layout.fsdp else main) + buffers + activations
+    steady = params + grads + main + opt + buffers + activations
+    return Phases(
+        wrap_peak=int(wrap_peak),
+        after_wrap=int(after_wrap),
+        first_step_peak=int(max(first_step, before_step)),
+        steady_peak=int(steady),
+        activations=int(activations),
+        detail={"grad_cast": cast},
+    )

@@ -1,0 +1,150 @@
+"""The numbers of a CUDA OOM message, and a verdict on why the allocation failed.
+
+Numbers come from the engine's facts on the OOM finding; when a fact is missing we read it from the finding's
+evidence line (PyTorch >= 2.1 and <= 2.0 wordings, megatron-core.md §5). Verdicts:
+
+- ``fragmentation``: the free memory plus the cached-but-unallocated memory would have held the request, but no
+  single free block did (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
+- ``capacity``: the model state the job needs at that phase cannot fit the GPU at all, whatever the batch;
+- ``activations``: the model state fits; the forward/backward activations of the micro batch do not;
+- ``transient_peak``: the steady state fits but a one-off buffer did not (wrap-time copies, the lazily created
+  optimizer state at the first step, checkpoint staging, all-gather prefetch, fp32 logits);
+- ``unknown``: not enough numbers or config to say.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.explain.memory.gpus import parse_size
+
+_S = r"(\d+(?:\.\d+)?\s?(?:bytes|[KMGT]iB))"
+_NEW = re.compile(
+    r"Tried to allocate " + _S + r"\. GPU \S+ has a total capac(?:i)?ty of " + _S + r" of which " + _S + r" is free\."
+    r"(?:.*?this process has " + _S + r" memory in use\.)?"
+    r"(?:.*?Of the allocated memory " + _S + r" is allocated by PyTorch,.*?and " + _S + r" is reserved by PyTorch but unallocated)?"
+)
+_OLD = re.compile(
+    r"Tried to allocate " + _S + r" \(GPU \S+; " + _S + r" total capacity; " + _S + r" already allocated; " + _S
+    + r" free;(?: " + _S + r" allowed;)? " + _S + r" reserved in total by PyTorch\)"
+)
+
+VERDICTS = ("capacity", "fragmentation", "transient_peak", "activations", "unknown")
+
+# fact names the engine's OOM parser may use, in order of preference
+_KEYS = {
+    "requested": ("requested_bytes", "requested", "tried_to_allocate_bytes", "tried_to_allocate", "alloc_bytes"),
+    "capacity": ("capacity_bytes", "total_capacity_bytes", "capacity", "total_capacity", "total_bytes"),
+    "free": ("free_bytes", "free"),
+    "in_use": ("in_use_bytes", "process_in_use_bytes", "process_bytes", "in_use", "this_process_bytes"),
+    "allocated": ("allocated_bytes", "allocated_by_pytorch_bytes", "allocated", "pytorch_allocated_bytes"),
+    "reserved_unallocated": ("reserved_unallocated_bytes", "reserved_but_unallocated_bytes", "reserved_unallocated",
+                             "unallocated_bytes"),
+    "reserved": ("reserved_bytes", "reserved_total_bytes", "reserved"),
+}
+
+
+@dataclass
+class OomNumbers:
+    requested: int | None = None
+    capacity: int | None = None
+    free: int | None = None
+    in_use: int | None = None
+    allocated: int | None = None
+    reserved_unallocated: int | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.requested is not None and self.capacity is not None
+
+
+def _size(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    try:
+        return parse_size(str(value))
+    except Exception:  # noqa: BLE001 - a fact we cannot read is a fact we do not have
+        return None
+
+
+def from_text(text: str) -> OomNumbers:
+    m = _NEW.search(text)
+    if m:
+        req, cap, free, in_use, alloc, unalloc = (_size(g) for g in m.groups())
+        return OomNumbers(req, cap, free, in_use, alloc, unalloc)
+    m = _OLD.search(text)
+    if m:
+        req, cap, alloc, free, _allowed, reserved = (_size(g) for g in m.groups())
+        unalloc = reserved - alloc if reserved is not None and alloc is not None else None
+        return OomNumbers(req, cap, free, reserved, alloc, unalloc)
+    return OomNumbers()
+
+
+def from_facts(facts: dict[str, Any], texts: list[str] = ()) -> OomNumbers:
+    out = OomNumbers()
+    for name, keys in _KEYS.items():
+        if name == "reserved":
+            continue
+        for k in keys:
+            if k in facts and _size(facts[k]) is not None:
+                setattr(out, name, _size(facts[k]))
+                break
+    if out.reserved_unallocated is None and out.allocated is not None:
+        for k in _KEYS["reserved"]:
+            if _size(facts.get(k)) is not None:
+                out.reserved_unallocated = max(0, _size(facts[k]) - out.allocated)
+                break
+    if not out.known or out.free is None:
+        for text in texts:
+            parsed = from_text(text)
+            if parsed.known:
+                for name in ("requested", "capacity", "free", "in_use", "allocated", "reserved_unallocated"):
+                    if getattr(out, name) is None:
+                        setattr(out, name, getattr(parsed, name))
+                break
+    return out
+
+
+def fragmented(n: OomNumbers) -> bool:
+    """Enough memory was cached and free together, just not in one block."""
+    if n.requested is None or n.reserved_unallocated is None:
+        return False
+    free = n.free or 0
+    return n.reserved_unallocated + free >= n.requested and n.reserved_unallocated >= max(n.requested // 4, 256 << 20)
+
+
+def decide(
+    n: OomNumbers,
+    phase: str,
+    state_bytes: int | None,
+    phase_peak: int | None,
+    activation_bytes: int | None,
+    capacity: int | None,
+) -> str:
+    """One verdict from the numbers, the phase and the model's prediction (any may be None)."""
+    cap = capacity or n.capacity
+    if fragmented(n):
+        return "fragmentation"
+    if cap is None:
+        return "unknown"
+    if state_bytes is not None and state_bytes > cap:
+        return "capacity"
+    if phase in ("model_build", "dp_wrap", "init"):
+        if phase_peak is not None and phase_peak > cap:
+            return "capacity"
+        return "transient_peak" if state_bytes is not None else "capacity"
+    if phase in ("optimizer_step", "checkpoint_save", "checkpoint_load"):
+        return "transient_peak"
+    if phase in ("first_iteration", "training", "eval"):
+        if activation_bytes is not None and state_bytes is not None:
+            if state_bytes + activation_bytes > cap or activation_bytes > state_bytes * 0.25:
+                return "activations"
+            return "transient_peak"
+        if n.requested is not None and n.in_use is not None and state_bytes is not None:
+            return "activations" if state_bytes < cap else "capacity"
+        return "activations" if state_bytes is not None else "unknown"
+    return "unknown" if state_bytes is None else ("transient_peak" if state_bytes < cap else "capacity")
