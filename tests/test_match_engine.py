@@ -28,7 +28,14 @@ def test_same_rule_on_many_ranks_is_one_finding():
     assert [e.line for e in f.evidence] == [1, 2, 3]
 
 
-def test_different_matched_text_gives_different_findings():
+def test_rule_without_named_groups_groups_all_its_lines():
+    child = make_rule("LA1", "ChildFailedError", r"(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError:?")
+    text = "    raise ChildFailedError(\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    (f,) = match_text(text, make_catalogue(child)).findings
+    assert f.count == 2 and f.first_line == 1
+
+
+def test_different_named_groups_give_different_findings():
     text = "ValueError: bad shape\nKeyError: 'weight'\nValueError: bad shape\n"
     report = match_text(text, make_catalogue(GENERIC))
     assert sorted((f.facts["exc"], f.count) for f in report.findings) == [("KeyError", 1), ("ValueError", 2)]

@@ -93,17 +93,13 @@ def parser(name: str) -> Callable[..., Any] | None:
     return None
 
 
-def run_parser(name: str, line: LogLine) -> dict[str, Any]:
+def run_parser(name: str, line: LogLine, context: list[LogLine] | None = None) -> dict[str, Any]:
+    """Facts from a rule's parser: ``parser(line, context)`` where context is the same stream's following lines."""
     fn = parser(name)
     if fn is None:
         return {}
     try:
-        out = fn(line.text)
-    except TypeError:
-        try:
-            out = fn(line)
-        except Exception:  # noqa: BLE001
-            return {}
+        out = fn(line, list(context or []))
     except Exception:  # noqa: BLE001 - a parser must never break matching
         return {}
     return dict(out) if isinstance(out, dict) else {}

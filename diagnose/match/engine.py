@@ -26,8 +26,16 @@ LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
 MARKERS_KEPT = 16
+PARSER_CONTEXT_LINES = 30
+PARSER_CONTEXT_BYTES = 256 << 10
 
 _MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def group_key(code: str, facts: dict[str, str]) -> str:
+    """Hits of one rule with the same named groups (numbers and hex masked) are one finding across ranks."""
+    parts = [f"{k}={_MASK.sub('#', str(v))[:120]}" for k, v in sorted(facts.items())]
+    return code + "|" + "|".join(parts)
 
 
 @dataclass(slots=True)
@@ -40,7 +48,7 @@ class Hit:
     rank: int | None
     facts: dict[str, Any]
     phase: str
-    key: str  # grouping key: rule code + the matched text with numbers masked
+    key: str  # grouping key: rule code + its named groups with numbers masked
     extra_evidence: list[LogLine] = field(default_factory=list)
 
 
@@ -139,7 +147,7 @@ class Matcher:
                 m = self._search(cr, p.regex, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
-                    key = f"{cr.rule.code}|{_MASK.sub('#', m.group(0))[:200]}"
+                    key = group_key(cr.rule.code, facts)
                     matches.append((cr, facts, key))
                     break
         kept_captures = []
@@ -199,7 +207,8 @@ class Matcher:
                 phase = adapters.phase_of(ll, frames, self.markers)
             all_facts = dict(facts)
             if rule.parser:
-                for k, v in adapters.run_parser(rule.parser, ll).items():
+                following = self._following(reader, start, ll)
+                for k, v in adapters.run_parser(rule.parser, ll, following).items():
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra))
@@ -217,6 +226,18 @@ class Matcher:
         same.reverse()
         same.append(ll)
         return adapters.traceback_frames(same)
+
+    @staticmethod
+    def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
+        """Up to PARSER_CONTEXT_LINES lines of the same stream after ``ll`` (a summary block, an NCCL reason)."""
+        stream = ll.stream
+        out: list[LogLine] = []
+        for _s, nxt in reader.forwards(start, ll.lineno, PARSER_CONTEXT_LINES * 8, PARSER_CONTEXT_BYTES):
+            if nxt.stream == stream:
+                out.append(nxt)
+                if len(out) >= PARSER_CONTEXT_LINES:
+                    break
+        return out
 
     @staticmethod
     def _before_any(reader: _LineReader, start: int, needles: list[str], window: int) -> bool:
