@@ -92,7 +92,7 @@ def collapse_carriage_returns(text: str) -> str:
 # common "no prefix" case costs one failed match.
 _LAYER = re.compile(
     r"""
-      \[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<role_n>\d+)\]:\ ?                       # [default0]: [rank3]: [trainer1]:
+      \[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<role_n>\d+)\]:                          # [default0]: [rank3]: [trainer1]:
     | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<bhost_n>\d+)\]:\ ?              # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         (?:\ +\d+)?(?:\ +[^\]\s]+:\d+)?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
@@ -161,6 +161,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             if g("role") == "rank":
                 line.rank = number
                 saw_rank = True
+                if text.startswith(" ", m.end()):
+                    pos = m.end() + 1  # torch's excepthook writes "[rank3]: "; torchrun --tee "[default3]:"
+                    continue
             else:
                 line.local_rank = number
                 saw_local = True
