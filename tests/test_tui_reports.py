@@ -8,6 +8,8 @@ depend on the state of the engine; the tests against the real pipeline live in t
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -20,6 +22,16 @@ REAL_LOGS = Path(os.environ.get("DIAGNOSE_REAL_LOGS", "/work/shared/real_logs"))
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_LOGS = REPO / "sample_logs"
 GIB = 1024**3
+
+
+def run_async(fn):
+    """Run an ``async def`` test with asyncio.run (no pytest async plugin is a dependency)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
 
 
 def find_log(name: str) -> Path | None:

@@ -1,0 +1,261 @@
+"""Pilot tests: drive ``DiagnoseApp`` with keys and check what it shows, copies and exports.
+
+These use a report fixture that mirrors the diagnosis of the real ddp_wrap_oom.log (test_tui_reports.py), so
+they do not depend on the state of the rules catalogue; test_tui_real_logs.py runs the real pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_tui_reports import copy_log, ddp_wrap_oom_report, run_async
+
+from diagnose.model import Evidence, Finding, InputInfo, Report
+from diagnose.present.tui.app import DiagnoseApp, MainScreen
+from diagnose.present.tui.logview import LogView
+from diagnose.present.tui.screens import ExportScreen, HelpScreen, LogScreen
+
+SIZE = (140, 45)
+
+
+def shown(widget) -> str:
+    content = widget.content
+    return content.plain if hasattr(content, "plain") else str(content)
+
+
+def view_text(view: LogView) -> list[str]:
+    return [view.render_line(y).text for y in range(view.size.height)]
+
+
+@pytest.fixture
+def oom_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DiagnoseApp:
+    monkeypatch.chdir(tmp_path)
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    report = ddp_wrap_oom_report(log)
+    return DiagnoseApp([str(log)], report=report, display_names={str(log): "ddp_wrap_oom.log"})
+
+
+@run_async
+async def test_opens_with_root_cause_selected_evidence_and_fix_shown(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        main = oom_app.screen
+        assert isinstance(main, MainScreen)
+        assert main.findings.selected_finding == oom_app.report.root_cause == 1
+        assert main.findings.has_focus
+        header = shown(main.query_one("#finding-header"))
+        assert "CUDA out of memory while wrapping" in header and "OOM103" in header and "dp_wrap" in header
+        evidence = shown(main.query_one("#finding-evidence"))
+        assert "ddp_wrap_oom.log:34" in evidence and "Tried to allocate 135.33 GiB" in evidence
+        assert "ddp_wrap_oom.log:32" in evidence
+        cli = shown(main.query_one("#fix-text-cli"))
+        assert "ddp.use_megatron_fsdp=true" in cli and "checkpoint.ckpt_format=fsdp_dtensor" in cli
+        assert shown(main.query_one("#fix-verdict")).startswith("✔ passes validation")
+        memory = shown(main.query_one("#memory"))
+        assert "GPU capacity 139.80 GiB" in memory and "grads" in memory and "135.33 GiB" in memory
+        assert "fits" in memory and "ddp.use_megatron_fsdp=True" in memory
+        status = shown(main.query_one("#status"))
+        assert "3 findings" in status and "OOM103" in status
+
+
+@run_async
+async def test_moving_the_selection_shows_the_other_finding(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("down")
+        main = oom_app.screen
+        index = main.findings.selected_finding
+        assert index in (0, 2) and index != oom_app.report.root_cause
+        assert oom_app.report.findings[index].title in shown(main.query_one("#finding-header"))
+        assert not main.query_one("#memory").display  # not an OOM finding
+        assert shown(main.query_one("#fix-text-cli")) == "(nothing to set)"
+
+
+@run_async
+async def test_copy_sends_the_shown_form_to_the_clipboard(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("c")
+        assert oom_app.clipboard == oom_app.report.replay["render"]["cli"]
+        await pilot.press("2", "c")
+        assert oom_app.clipboard == oom_app.report.replay["render"]["python"]
+        await pilot.press("4", "c")
+        assert oom_app.clipboard.splitlines() == [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy optim_grads_params",
+            "--ckpt-format fsdp_dtensor",
+        ]
+
+
+@run_async
+async def test_copy_writes_osc52(oom_app: DiagnoseApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        written: list[str] = []
+        monkeypatch.setattr(oom_app._driver, "write", written.append)
+        await pilot.press("c")
+        import base64
+
+        payload = base64.b64encode(oom_app.report.replay["render"]["cli"].encode()).decode()
+        assert f"\x1b]52;c;{payload}\a" in written
+
+
+@pytest.mark.parametrize("name, fmt", [("out.json", "json"), ("out.md", "markdown")])
+@run_async
+async def test_export_writes_the_report(oom_app: DiagnoseApp, tmp_path: Path, name: str, fmt: str) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        assert isinstance(oom_app.screen, ExportScreen)
+        field = oom_app.screen.query_one("#export-path")
+        field.value = ""
+        await pilot.press(*name, "enter")
+        await pilot.pause()
+        assert isinstance(oom_app.screen, MainScreen)
+    written = (tmp_path / name).read_text(encoding="utf-8")
+    if fmt == "json":
+        data = json.loads(written)
+        assert data == json.loads(json.dumps(oom_app.report.to_dict(), default=str))
+        assert data["findings"][data["root_cause"]]["rule"] == "OOM103"
+    else:
+        assert "CUDA out of memory while wrapping" in written and "OOM103" in written
+
+
+@run_async
+async def test_export_to_a_bad_path_says_so(oom_app: DiagnoseApp, tmp_path: Path) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        oom_app.screen.query_one("#export-path").value = str(tmp_path / "no" / "such" / "dir.md")
+        await pilot.press("enter")
+        await pilot.pause()
+        messages = [n.message for n in oom_app._notifications]
+        assert any("cannot write" in m for m in messages)
+
+
+@run_async
+async def test_enter_opens_the_log_at_the_evidence_and_escape_returns(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        screen = oom_app.screen
+        assert isinstance(screen, LogScreen)
+        view = screen.view
+        assert view.cursor_line == 33  # 0-based: line 34, the OOM message
+        rows = view_text(view)
+        cursor_rows = [r for r in rows if "Tried to allocate 135.33 GiB" in r]
+        assert cursor_rows and cursor_rows[0].lstrip().startswith("34▶")
+        assert any(r.lstrip().startswith("32▶") for r in rows)  # the other evidence line is marked
+        await pilot.press("escape")
+        assert isinstance(oom_app.screen, MainScreen)
+        assert oom_app.screen.findings.selected_finding == 1
+
+
+@run_async
+async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        screen = oom_app.screen
+        assert isinstance(screen, LogScreen)
+        assert screen.view.cursor_line == 0
+        await pilot.press("slash", *"warnings.warn", "enter")
+        assert screen.view.cursor_line == 1
+        await pilot.press("n")
+        assert screen.view.cursor_line == 3
+        await pilot.press("N")
+        assert screen.view.cursor_line == 1
+        await pilot.press("colon", *"60", "enter")
+        assert screen.view.cursor_line == 59
+        await pilot.press("N")  # previous "warnings.warn" before line 60: line 15
+        assert screen.view.cursor_line == 14
+        await pilot.press("slash", *"no such text", "enter")
+        await pilot.pause(0.3)
+        assert "no further match" in shown(screen.query_one("#log-status"))
+
+
+@run_async
+async def test_rank_facet_shows_one_rank(tmp_path: Path) -> None:
+    log = copy_log("nccl_duplicate_gpu.log", tmp_path)
+    report = Report(inputs=[InputInfo(str(log), log.stat().st_size, 0)])
+    app = DiagnoseApp([str(log)], report=report, display_names={str(log): "nccl_duplicate_gpu.log"})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, LogScreen)
+        await pilot.press("r", "1", "enter")
+        facet = screen.view.facet
+        assert facet is not None and facet.done.wait(5)
+        await pilot.pause(0.3)
+        rows = [r for r in view_text(screen.view) if r.strip()]
+        assert rows and all("[rank1]:" in r or "[default1]:" in r for r in rows)
+        total = sum(1 for line in log.read_text().splitlines() if "[rank1]:" in line or line.startswith("[default1]:"))
+        assert len(facet.rows) == total
+        assert "rank 1:" in shown(screen.query_one("#log-status"))
+        await pilot.press("r", "enter")  # empty: all ranks again
+        assert screen.view.facet is None
+
+
+@run_async
+async def test_log_markup_and_escapes_are_shown_as_text(tmp_path: Path) -> None:
+    log = tmp_path / "hostile.log"
+    hostile = "[rank0]: [bold]x[/] [link=https://evil.example]click[/link] \x1b[2J\x1b]52;c;AAAA\x07 done"
+    log.write_text("first line\n" + hostile + "\n", encoding="utf-8")
+    finding = Finding(rule="PY001", name="py", title="[bold]t[/] \x1b[31mred", category="other", phase="unknown",
+                      severity="error", role="root", confidence=0.3, ranks=[0],
+                      evidence=[Evidence(str(log), 2, hostile)], explanation="[i]why[/i]")
+    report = Report(inputs=[InputInfo(str(log), log.stat().st_size, 2)], findings=[finding], root_cause=0)
+    app = DiagnoseApp([str(log)], report=report, display_names={str(log): "hostile.log"})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        main = app.screen
+        evidence = shown(main.query_one("#finding-evidence"))
+        assert "[bold]x[/]" in evidence and "\\x1b[2J" in evidence and "\x1b" not in evidence
+        assert "[bold]t[/] \\x1b[31mred" in shown(main.query_one("#finding-header"))
+        assert "[i]why[/i]" in shown(main.query_one("#finding-explanation"))
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        view = app.screen.view
+        strip = view.render_line(1)
+        assert "[bold]x[/] [link=https://evil.example]click[/link] \\x1b[2J\\x1b]52;c;AAAA\\x07 done" in strip.text
+        assert not any(seg.style and (seg.style.bold or seg.style.link) for seg in strip if "x[/]" in seg.text)
+        assert all("\x1b" not in seg.text and "\x07" not in seg.text for seg in strip)
+
+
+@run_async
+async def test_help_theme_and_no_color(oom_app: DiagnoseApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert oom_app.theme == "textual-dark"
+        await pilot.press("t")
+        assert oom_app.theme == "textual-light"
+        await pilot.press("t")
+        assert oom_app.theme == "textual-dark"
+        await pilot.press("question_mark")
+        assert isinstance(oom_app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(oom_app.screen, MainScreen)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert DiagnoseApp([], report=Report()).no_color
+
+
+@run_async
+async def test_empty_report_says_no_failure(tmp_path: Path) -> None:
+    app = DiagnoseApp([], report=Report())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        options = app.screen.findings
+        assert options.option_count == 1 and "No failure found" in str(options.get_option_at_index(0).prompt)
+        assert "0 findings" in shown(app.screen.query_one("#status"))
+        await pilot.press("c")
+        assert oom_app_clipboard_empty(app)
+
+
+def oom_app_clipboard_empty(app: DiagnoseApp) -> bool:
+    return app.clipboard == ""
