@@ -1,0 +1,244 @@
+"""tracebacks.rebuild / traceback_ending_at on real interleaved output, chains, carets, C++ stacks; fuzzed."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose.normalize import normalize_line
+from diagnose.normalize.tracebacks import rebuild, traceback_ending_at
+
+# Excerpt of ../shared/real_logs/nccl_duplicate_gpu.log (torchrun --tee 3, two ranks interleaving line by line).
+INTERLEAVED = """\
+[default0]:[rank0]: Traceback (most recent call last):
+[default1]:[rank1]: Traceback (most recent call last):
+[default0]:[rank0]:   File "/workspace/repro.py", line 101, in <module>
+[default0]:[rank0]:     torch.distributed.barrier()
+[default0]:[rank0]:   File "/opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper
+[default0]:[rank0]:     return func(*args, **kwargs)
+[default1]:[rank1]:   File "/workspace/repro.py", line 101, in <module>
+[default1]:[rank1]:     torch.distributed.barrier()
+[default0]:[rank0]:            ^^^^^^^^^^^^^^^^^^^^^
+[default0]:[rank0]:   File "/opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 5030, in barrier
+[default0]:[rank0]:     work = group.barrier(opts=opts)
+[default1]:[rank1]:   File "/opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper
+[default1]:[rank1]:     return func(*args, **kwargs)
+[default1]:[rank1]:            ^^^^^^^^^^^^^^^^^^^^^
+[default1]:[rank1]:   File "/opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 5030, in barrier
+[default0]:[rank0]:            ^^^^^^^^^^^^^^^^^^^^^^^^
+[default0]:[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9
+[default0]:[rank0]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+[default1]:[rank1]:     work = group.barrier(opts=opts)
+[default1]:[rank1]:            ^^^^^^^^^^^^^^^^^^^^^^^^
+[default1]:[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9
+[default1]:[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+[default1]:[rank1]: Last error:
+[default1]:[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60
+[default0]:[rank0]: Last error:
+[default0]:[rank0]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60
+[default1]:[rank1]:[W1129 15:26:44.448687069 ProcessGroupNCCL.cpp:1575] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.
+W1129 15:26:45.353000 1098 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 1123 closing signal SIGTERM
+"""
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "/w/train.py", line 10, in load
+    state = torch.load(path)
+            ^^^^^^^^^^^^^^^^
+FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/iter_0000100'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/w/train.py", line 30, in <module>
+    main()
+  File "/w/train.py", line 12, in load
+    raise RuntimeError("cannot resume") from None
+RuntimeError: cannot resume
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/w/run.py", line 3, in <module>
+    x[0] + y
+    ~~~~~^~~
+SystemExit: 3
+"""
+
+CPP_WATCHDOG = """\
+[rank3]:[E1129 15:25:31.123456789 ProcessGroupNCCL.cpp:683] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.
+[rank3]: terminate called after throwing an instance of 'c10::DistBackendError'
+[rank3]:   what():  [PG 0 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.
+[rank3]: Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 (most recent call first):
+[rank3]: frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f00 in /usr/lib/libc10.so)
+[rank3]: frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout() + 0x1d2 (0x7f01 in /usr/lib/libtorch_cuda.so)
+[rank3]: frame #2: <unknown function> + 0x94ac3 (0x7f02 in /lib/x86_64-linux-gnu/libc.so.6)
+[rank3]: 
+"""
+
+
+def _lines(text: str, path: str = "t.log"):
+    return [normalize_line(raw, path, i + 1) for i, raw in enumerate(text.splitlines())]
+
+
+def test_interleaved_ranks_are_rebuilt_per_stream():
+    tbs = rebuild(_lines(INTERLEAVED))
+    assert [tb.stream[1:] for tb in tbs] == [("rank", 0), ("rank", 1)]
+    for tb in tbs:
+        assert tb.exc_type == "torch.distributed.DistBackendError"
+        assert [f.function for f in tb.frames] == ["<module>", "wrapper", "barrier"]
+        assert tb.frames[2].code == "work = group.barrier(opts=opts)"  # caret lines skipped
+        assert tb.message.splitlines()[1:3] == [
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+            "Last error:",
+        ]
+        assert tb.message.splitlines()[-1].startswith("Duplicate GPU detected : rank")
+        assert tb.exc_line.text.startswith("torch.distributed.DistBackendError: NCCL error in:")
+    assert tbs[0].exc_line.lineno == 17 and tbs[1].exc_line.lineno == 21
+    # The warning with a glog header ends rank 1's message; the launcher line is not in any traceback.
+    owned = {ln.lineno for tb in tbs for ln in tb.lines}
+    assert 27 not in owned and 28 not in owned
+
+
+def test_frame_keeps_its_log_line():
+    tb = rebuild(_lines(INTERLEAVED))[1]
+    assert [f.log_line.lineno for f in tb.frames] == [7, 12, 15]
+    assert tb.frames[0].text.startswith('File "/workspace/repro.py", line 101, in <module>')
+
+
+def test_chained_exceptions_are_linked():
+    tbs = rebuild(_lines(CHAINED))
+    assert [tb.exc_type for tb in tbs] == ["FileNotFoundError", "RuntimeError", "SystemExit"]
+    first, second, third = tbs
+    assert second.cause is first and second.chain_kind == "context"
+    assert third.cause is second and third.chain_kind == "cause"
+    assert third.chain == [first, second]
+    assert third.frames[0].code == "x[0] + y"  # ~~~~~^~~ is a caret line, not code
+    assert first.message == "[Errno 2] No such file or directory: '/ckpt/iter_0000100'"
+
+
+def test_cpp_terminate_block():
+    tbs = rebuild(_lines(CPP_WATCHDOG))
+    assert len(tbs) == 1
+    tb = tbs[0]
+    assert tb.exc_type == "c10::DistBackendError"
+    assert tb.message.startswith("[PG 0 Rank 3] Process group watchdog thread terminated")
+    assert tb.exc_line.lineno == 3
+    assert tb.cpp_raised_from.startswith("checkTimeout at /pytorch/")
+    assert len(tb.cpp_frames) == 3 and tb.cpp_frames[1].startswith("c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout")
+
+
+def test_python_exception_with_cpp_stack_in_message():
+    text = """\
+Traceback (most recent call last):
+  File "/w/t.py", line 5, in <module>
+    torch.ones(1, device="cuda")
+RuntimeError: CUDA error: out of memory
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1 in libc10.so)
+frame #1: c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool) + 0x1 (0x2 in libc10_cuda.so)
+after the stack
+"""
+    (tb,) = rebuild(_lines(text))
+    assert tb.exc_type == "RuntimeError" and tb.message.startswith("CUDA error: out of memory")
+    assert len(tb.cpp_frames) == 2
+    assert all(ln.text != "after the stack" for ln in tb.lines)
+
+
+def test_traceback_ending_at_picks_the_matched_ranks_traceback():
+    lines = _lines(INTERLEAVED)
+    index = next(i for i, ln in enumerate(lines) if ln.rank == 1 and ln.text.startswith("ncclInvalidUsage"))
+    tb = traceback_ending_at(lines[: index + 1], index)
+    assert tb is not None and tb.stream[1:] == ("rank", 1)
+    assert tb.functions == ["<module>", "wrapper", "barrier"]
+    assert traceback_ending_at(lines, len(lines) - 1) is None  # the launcher line
+    assert traceback_ending_at(lines, 10_000) is None
+
+
+def test_window_cut_inside_a_traceback_is_headless():
+    lines = _lines(INTERLEAVED)[4:]
+    index = next(i for i, ln in enumerate(lines) if ln.rank == 0 and "DistBackendError" in ln.text)
+    tb = traceback_ending_at(lines, index)
+    assert tb is not None and tb.headless and tb.functions[-1] == "barrier"
+
+
+LINE_POOL = st.sampled_from(
+    [
+        "Traceback (most recent call last):",
+        '  File "/a/b.py", line 3, in f',
+        "    x = f()",
+        "        ^^^^^",
+        "ValueError: bad",
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "terminate called after throwing an instance of 'c10::Error'",
+        "  what():  boom",
+        "Exception raised from f at a.cpp:1 (most recent call first):",
+        "frame #0: f() + 0x1",
+        "continuation text",
+        "E1129 15:24:33.203000 421 f.py:986] glog",
+    ]
+)
+PREFIX = st.sampled_from(["", "[rank0]: ", "[rank1]: ", "[default2]:", " 3: "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(PREFIX, LINE_POOL | st.text(max_size=40)), max_size=60))
+def test_rebuild_never_raises_and_accounts_for_every_line(pairs):
+    lines = [normalize_line(p + t, "f.log", i + 1) for i, (p, t) in enumerate(pairs)]
+    tbs = rebuild(lines)
+    owners: dict[int, int] = {}
+    for k, tb in enumerate(tbs):
+        for ln in tb.lines:
+            assert id(ln) not in owners, "a line belongs to two tracebacks"
+            owners[id(ln)] = k
+        if tb.exc_line is not None:
+            assert any(ln is tb.exc_line for ln in tb.lines)
+        assert all(ln.stream == tb.stream for ln in tb.lines)
+
+
+FUNC = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
+
+
+@st.composite
+def interleaved_tracebacks(draw):
+    """Several ranks each print one well-formed traceback; the lines interleave in a random order."""
+    ranks = draw(st.lists(st.integers(0, 4095), min_size=1, max_size=5, unique=True))
+    per_rank = {}
+    for r in ranks:
+        funcs = draw(st.lists(FUNC, min_size=1, max_size=6))
+        body = ["Traceback (most recent call last):"]
+        for f in funcs:
+            body += [f'  File "/m/{f}.py", line 1, in {f}', f"    {f}()", "    ^^^^^"]
+        exc = f"RuntimeError: rank {r} failed"
+        body.append(exc)
+        per_rank[r] = (funcs, exc, [f"[rank{r}]: {t}" for t in body])
+    order = draw(st.permutations([r for r in ranks for _ in per_rank[r][2]]))
+    cursors = {r: 0 for r in ranks}
+    merged = []
+    for r in order:
+        merged.append(per_rank[r][2][cursors[r]])
+        cursors[r] += 1
+    return per_rank, merged
+
+
+@settings(max_examples=200, deadline=None)
+@given(interleaved_tracebacks())
+def test_interleaving_never_loses_an_exception_line(case):
+    per_rank, merged = case
+    lines = [normalize_line(t, "f.log", i + 1) for i, t in enumerate(merged)]
+    tbs = {tb.stream[2]: tb for tb in rebuild(lines)}
+    assert set(tbs) == set(per_rank)
+    for r, (funcs, exc, _) in per_rank.items():
+        assert tbs[r].exc_line is not None and tbs[r].exc_line.text == exc
+        assert tbs[r].functions == funcs
+        assert len(tbs[r].lines) == 2 + 3 * len(funcs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=60), max_size=40), st.integers(-5, 50))
+def test_traceback_ending_at_never_raises(texts, index):
+    lines = [normalize_line(t, "f", i + 1) for i, t in enumerate(texts)]
+    traceback_ending_at(lines, index)
