@@ -64,16 +64,16 @@ _UNITS = {
     "": 1,
     "b": 1,
     "bytes": 1,
-    "k": 1000,
+    "k": 1 << 10,
     "kb": 1000,
     "kib": 1 << 10,
-    "m": 1000**2,
+    "m": MIB,
     "mb": 1000**2,
     "mib": MIB,
-    "g": 1000**3,
+    "g": GIB,
     "gb": 1000**3,
     "gib": GIB,
-    "t": 1000**4,
+    "t": 1 << 40,
     "tb": 1000**4,
     "tib": 1 << 40,
 }
@@ -81,7 +81,7 @@ _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str | int | float) -> int:
-    """'80GiB', '79.15 GiB', '141GB', '20.00 MiB', '0 bytes' or a number of bytes -> bytes."""
+    """'80GiB', '80G' (binary), '141GB' (decimal), '20.00 MiB', '0 bytes' or a number of bytes -> bytes."""
     if isinstance(text, bool):
         raise DiagnoseError(f"not a memory size: {text!r}")
     if isinstance(text, (int, float)):

@@ -1,0 +1,96 @@
+"""The pre-flight memory plan for ``diagnose check``: the config as given, then the alternatives worth knowing at
+the same GPU count (sharding strategies, DP/TP/PP/CP splits dividing it, bf16 grads, recompute, micro batch),
+each predicted per GPU and marked fits / does not fit; working changes cheapest first."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.explain.memory import from_config as fc
+from diagnose.explain.memory.meta_count import available as meta_available
+from diagnose.explain.memory.meta_count import exact_count
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, search
+from diagnose.explain.memory.shape import count_params
+from diagnose.model import DiagnoseError
+
+
+@dataclass
+class MemoryPlan:
+    capacity: int
+    params: int  # whole model
+    params_source: str  # "config" (analytic) | "meta" (built on the meta device)
+    plans: list[Plan]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def given(self) -> Plan:
+        return self.plans[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_capacity_bytes": self.capacity,
+            "params": self.params,
+            "params_source": self.params_source,
+            "plans": [plan_dict(p) for p in self.plans],
+            "notes": list(self.notes),
+        }
+
+
+def plan_dict(p: Plan) -> dict[str, Any]:
+    return {
+        "overrides": [{"key": o.key, "value": o.value} for o in p.overrides],
+        "strategy": p.layout.strategy,
+        "dp": p.layout.dp,
+        "tp": p.layout.tp,
+        "pp": p.layout.pp,
+        "cp": p.layout.cp,
+        "bytes_per_param": round(p.state.bytes_per_param, 3),
+        "model_state_bytes": p.state.total,
+        "activation_bytes": int(p.activations or 0),
+        "peak_bytes": p.peak,
+        "fits": p.fits,
+        "cost": p.cost,
+        "label": p.label,
+        "components": dict(p.state.components),
+        "valid": p.valid,
+    }
+
+
+def _exact_wanted() -> bool:
+    return os.environ.get("DIAGNOSE_EXACT_PARAMS", "1") != "0" and meta_available()
+
+
+def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int = 14) -> MemoryPlan:
+    shape = fc.shape_from_config(view)
+    if shape is None:
+        raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
+                            "model.num_attention_heads): cannot plan memory")
+    layout = fc.layout_from_config(view, gpus)
+    if gpus % layout.model_parallel:
+        layout_note = (f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}")
+    else:
+        layout_note = ""
+    work = fc.workload_from_config(view, shape, layout)
+    scn = Scenario(shape, layout, work, capacity, view=view,
+                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")))
+    analytic = count_params(shape).total
+    params, source, notes = analytic, "config", []
+    if layout_note:
+        notes.append(layout_note)
+    if _exact_wanted():
+        exact = exact_count(shape)
+        if exact is not None:
+            source = "meta"
+            if exact != analytic:
+                notes.append(f"analytic count {analytic:,} differs from the meta-device build {exact:,}")
+            params = exact
+    given = evaluate(scn, "as given", [], layout, work, "", 0.0)
+    if given is None:
+        raise DiagnoseError("cannot evaluate the config's memory")
+    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans)
+    fitting = [p for p in alternatives if p.fits]
+    other = [p for p in alternatives if not p.fits]
+    plans = [given] + (fitting + other)[: max_plans - 1]
+    return MemoryPlan(capacity, params, source, plans, notes)

@@ -1,0 +1,232 @@
+"""``diagnose check CONFIG --gpus N``: before launch, will this config fail validation or run out of memory?
+
+Loads the config (run_config.yaml, a recipe's YAML dump, a Megatron-LM argument list), applies ``--set``
+overrides, replays it through the validator (every violation with the fix proven by replay), then plans memory
+per GPU for the config as given and the alternatives at the same GPU count.
+Exit codes: 0 validates and fits, 1 does not validate or does not fit, 2 bad input.
+JSON (``--format json``): schema ``diagnose/check@1`` = {"schema", "replay", "memory"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from diagnose.explain.memory.gpus import GPUS, fmt_gib, gpu_by_name, parse_size
+from diagnose.model import DiagnoseError, Override
+
+SCHEMA = "diagnose/check@1"
+EXIT_OK, EXIT_FAIL = 0, 1
+DEFAULT_GPU = "h100-80gb"
+SHORT = {"distributed_optimizer": "dist-opt", "fsdp:optim_grads_params": "fsdp:optim_grads_params"}
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def capacity_from_args(args: Any) -> tuple[int, str]:
+    """(bytes, where the number came from)."""
+    if getattr(args, "gpu_memory", None):
+        n = parse_size(args.gpu_memory)
+        if n <= 0:
+            raise DiagnoseError(f"--gpu-memory {args.gpu_memory!r}: must be more than 0")
+        return n, f"--gpu-memory {args.gpu_memory}"
+    name = getattr(args, "gpu", None) or DEFAULT_GPU
+    gpu = gpu_by_name(name)
+    where = f"--gpu {gpu.name}" if getattr(args, "gpu", None) else f"default GPU {gpu.name} (use --gpu or --gpu-memory)"
+    return gpu.capacity_bytes, where
+
+
+def load_view(path: str) -> Any:
+    """The config engineer's loader (YAML, Megatron-LM args, logs); a plain YAML fallback while it is absent."""
+    try:
+        from diagnose.explain.config import load_config
+    except (ImportError, AttributeError):
+        load_config = None
+    if load_config is not None:
+        return load_config(path)
+    return _load_yaml_view(path)
+
+
+def _load_yaml_view(path: str) -> Any:
+    import yaml
+
+    from diagnose.explain.config import ConfigView
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise DiagnoseError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DiagnoseError(f"{path}: is a directory, expected a config file") from None
+    except PermissionError:
+        raise DiagnoseError(f"{path}: permission denied") from None
+    except yaml.YAMLError as e:
+        raise DiagnoseError(f"{path}: not valid YAML ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict):
+        raise DiagnoseError(f"{path}: expected a YAML mapping of config sections (model:, ddp:, ...)")
+    view = ConfigView(framework="megatron-bridge", sources=[path])
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if str(k) == "_target_":
+                    continue
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            view.set(prefix, node, f"file:{path}")
+
+    walk("", data)
+    return view
+
+
+def prepare_view(args: Any) -> Any:
+    from diagnose.explain.config import apply_defaults, apply_overrides, parse_set
+
+    view = load_view(args.config)
+    sets = [parse_set(s) for s in (getattr(args, "sets", None) or [])]
+    if sets:
+        view = apply_overrides(view, sets)
+    view.set("launch.world_size", int(args.gpus), "override")
+    apply_defaults(view, getattr(args, "bridge_version", None))
+    return view
+
+
+# ------------------------------------------------------------------------------------------ replay
+
+
+def replay_section(view: Any, bridge_version: str | None) -> dict[str, Any]:
+    """Validator verdict; each violation with a fix proven by replay (the replay engineer's API when present)."""
+    try:
+        from diagnose.explain import replay as replay_mod  # type: ignore[attr-defined]
+    except ImportError:
+        replay_mod = None
+    fn = getattr(replay_mod, "replay_view", None) or getattr(replay_mod, "replay_config", None)
+    if callable(fn):
+        try:
+            result = fn(view, bridge_version=bridge_version)
+            if isinstance(result, dict):
+                return result
+            if hasattr(result, "to_dict"):
+                return result.to_dict()
+        except TypeError:
+            pass
+    return _own_replay(view, bridge_version)
+
+
+def _own_replay(view: Any, bridge_version: str | None) -> dict[str, Any]:
+    from diagnose.explain.config import apply_overrides
+    from diagnose.explain.validate import validate
+
+    violations = validate(view, bridge_version)
+    items = []
+    for v in violations:
+        proven = None
+        for fix in v.fixes or []:
+            after = validate(apply_overrides(view, fix), bridge_version)
+            if not any((a.check, a.message) == (v.check, v.message) for a in after):
+                proven = {"overrides": [{"key": o.key, "value": o.value} for o in fix],
+                          "passes_after": not after, "remaining": [a.message for a in after]}
+                break
+        items.append({**v.to_dict(), "fix": proven})
+    return {
+        "passes": not violations,
+        "bridge_version": bridge_version or getattr(view, "version", None),
+        "violations": items,
+    }
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _render_text(out: dict[str, Any], where: str, console_file=None, color: str = "auto") -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from diagnose.present.safe import inert
+
+    force = {"always": True, "never": False}.get(color)
+    console = Console(file=console_file or sys.stdout, force_terminal=force, no_color=(color == "never"),
+                      highlight=False, width=140 if console_file is not None and color != "always" else None)
+    rep = out["replay"]
+    if rep.get("passes", not rep.get("violations")):
+        console.print(Text("Validation: passes", style="bold green"))
+    else:
+        console.print(Text(f"Validation: {len(rep.get('violations', []))} violation(s)", style="bold red"))
+        for v in rep.get("violations", []):
+            line = Text("  - ")
+            line.append(inert(str(v.get("message", ""))))
+            console.print(line)
+            fix = v.get("fix")
+            if fix:
+                ov = " ".join(f"{o['key']}={o['value']}" for o in fix.get("overrides", []))
+                console.print(Text("    fix (proven by replay): " + inert(ov), style="green"))
+    mem = out["memory"]
+    cap = mem["gpu_capacity_bytes"]
+    console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({mem['params_source']}), "
+                       f"GPU {fmt_gib(cap)} ({where})", style="bold"))
+    table = Table(show_lines=False, pad_edge=False, box=None)
+    for col, just in (("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
+                      ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left")):
+        table.add_column(col, justify=just, no_wrap=True)
+    for i, p in enumerate(mem["plans"]):
+        frac = p["peak_bytes"] / cap if cap else 0
+        bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
+        table.add_row(
+            "given" if i == 0 else str(i), SHORT.get(p["strategy"], p["strategy"]),
+            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", _gib(p["model_state_bytes"]), _gib(p["activation_bytes"]),
+            _gib(p["peak_bytes"]), Text(bar, style="red" if frac > 1 else "green"),
+            Text("yes" if p["fits"] else "NO", style="green" if p["fits"] else "bold red"),
+        )
+    console.print(table)
+    for i, p in enumerate(mem["plans"]):
+        if i == 0 or not p["overrides"]:
+            continue
+        line = Text(f"{i:>2}  ", style="bold")
+        line.append(inert(" ".join(f"{o['key']}={o['value']}" for o in p["overrides"])))
+        line.append(Text("\n    " + inert(p["cost"] or ""), style="dim"))
+        console.print(line)
+    for note in mem.get("notes", []):
+        console.print(Text("note: " + inert(note), style="dim"))
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f}G"
+
+
+def build(args: Any) -> tuple[dict[str, Any], int, str]:
+    from diagnose.explain.memory.plan import memory_plan
+    from diagnose.explain.memory.replay_check import prove
+
+    if args.gpus is None or int(args.gpus) < 1:
+        raise DiagnoseError("--gpus must be at least 1")
+    capacity, where = capacity_from_args(args)
+    view = prepare_view(args)
+    version = getattr(args, "bridge_version", None)
+    replay = replay_section(view, version)
+    plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
+    out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
+    passes = replay.get("passes", not replay.get("violations"))
+    code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
+    return out, code, where
+
+
+def run(args: Any) -> int:
+    out, code, where = build(args)
+    dest = getattr(args, "output", None)
+    fh = open(dest, "w", encoding="utf-8") if dest else None  # noqa: SIM115
+    try:
+        if getattr(args, "format", "text") == "json":
+            (fh or sys.stdout).write(json.dumps(out, indent=2, default=str) + "\n")
+        else:
+            _render_text(out, where, fh, getattr(args, "color", "auto"))
+    finally:
+        if fh:
+            fh.close()
+    return code
+
+
+__all__ = ["run", "build", "capacity_from_args", "GPUS", "Override"]
