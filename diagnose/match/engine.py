@@ -25,10 +25,11 @@ MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
-MARKERS_KEPT = 16
 PARSER_CONTEXT_LINES = 30
 PARSER_CONTEXT_BYTES = 256 << 10
 
+_HEADER = "Traceback (most recent call last)"
+_CHAIN_PHRASES = ("During handling of the above exception", "The above exception was the direct cause")
 _MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
@@ -120,7 +121,7 @@ class Matcher:
         self.occurrences: list[list[_Occurrence]] = [[] for _ in compiled.captures]
         self.occurrence_counts: list[int] = [0] * len(compiled.captures)
         self.phase_captures = adapters.phase_capture_names()
-        self.markers: list[tuple[str, LogLine]] = []
+        self.markers: dict[tuple[str, str], LogLine] = {}  # last phase marker per (path, capture name)
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -204,7 +205,8 @@ class Matcher:
             else:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
-                phase = adapters.phase_of(ll, frames, self.markers)
+                markers = sorted(((n, m) for (_p, n), m in self.markers.items()), key=lambda nm: nm[1].lineno)
+                phase = adapters.phase_of(ll, frames, markers)
             all_facts = dict(facts)
             if rule.parser:
                 following = self._following(reader, start, ll)
@@ -215,14 +217,27 @@ class Matcher:
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
+        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too)."""
         stream = ll.stream
         same: list[LogLine] = []
+        header_at: int | None = None  # index in ``same`` of the last header passed
         for _s, prev in reader.backwards(start, ll.lineno, TRACEBACK_LOOKBACK_LINES, TRACEBACK_LOOKBACK_BYTES):
             if prev.stream != stream:
                 continue
+            text = prev.text
+            if header_at is not None:
+                stripped = text.strip()
+                if not stripped:
+                    same.append(prev)
+                    continue
+                if not stripped.startswith(_CHAIN_PHRASES):
+                    break  # the traceback is not chained to an earlier exception: stop at its header
+                header_at = None
             same.append(prev)
-            if prev.text.startswith("Traceback (most recent call last)"):
-                break
+            if text.startswith(_HEADER):
+                header_at = len(same) - 1
+        if header_at is not None:
+            del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
         return adapters.traceback_frames(same)
@@ -256,9 +271,8 @@ class Matcher:
     def _record_capture(self, ci: int, occ: _Occurrence) -> None:
         spec = self.c.captures[ci].spec
         if spec.name in self.phase_captures:
-            self.markers.append((spec.name, occ.line))
-            if len(self.markers) > MARKERS_KEPT:
-                del self.markers[0]
+            self.markers.pop((occ.line.path, spec.name), None)
+            self.markers[(occ.line.path, spec.name)] = occ.line
         kept = self.occurrences[ci]
         self.occurrence_counts[ci] += 1
         keep = spec.keep
