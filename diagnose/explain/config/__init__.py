@@ -12,7 +12,7 @@ Public names:
 from __future__ import annotations
 
 from diagnose.explain.config.captures import CAPTURES
-from diagnose.explain.config.defaults import apply_defaults, family_of, version_tuple
+from diagnose.explain.config.defaults import apply_defaults, family_of, version_range, version_tuple
 from diagnose.explain.config.overrides import apply_overrides, normalize_overrides, parse_set
 from diagnose.explain.config.view import ConfigValue, ConfigView
 
@@ -27,6 +27,7 @@ __all__ = [
     "load_config",
     "normalize_overrides",
     "parse_set",
+    "version_range",
     "version_tuple",
 ]
 

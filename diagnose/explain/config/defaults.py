@@ -86,20 +86,21 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def family_of(version: str | None) -> str:
-    """"old" for Megatron-Bridge <= 0.4.x, "new" for >= 0.5.0 or unknown (validate as the latest release)."""
-    v = version_tuple(version)
-    if v is None:
-        return "new"
-    return "old" if v < (0, 5, 0) else "new"
+Version = tuple[int, int, int]
+VersionRange = tuple[Version, Version]
+_LOWEST: Version = (0, 0, 0)
+_HIGHEST: Version = (999, 0, 0)
 
 
-def version_tuple(version: str | None) -> tuple[int, int, int] | None:
-    """``"0.4.2"`` -> (0, 4, 2); ``"0.5"`` -> (0, 5, 0); ``"0.3.0rc1"`` -> (0, 3, 0); junk -> None."""
+def version_tuple(version: str | None) -> Version | None:
+    """``"0.4.2"`` -> (0, 4, 2); ``"0.5"`` -> (0, 5, 0); ``"0.3.0rc1"`` -> (0, 3, 0); ``"0.4.x"`` -> (0, 4, 999)."""
     if not version:
         return None
     parts: list[int] = []
     for piece in str(version).strip().lstrip("vV").split(".")[:3]:
+        if piece.lower() == "x" and parts:
+            parts.append(999)
+            break
         digits = ""
         for ch in piece:
             if ch.isdigit():
@@ -114,6 +115,44 @@ def version_tuple(version: str | None) -> tuple[int, int, int] | None:
     while len(parts) < 3:
         parts.append(0)
     return (parts[0], parts[1], parts[2])
+
+
+def version_range(version: str | None) -> VersionRange | None:
+    """The releases a version string allows: ``"0.4.2"``, ``">=0.5.0"``, ``"<=0.4.x"``, ``"0.3.0-0.4.2"``,
+    or several joined by "," (intersection). None when nothing is known."""
+    if not version:
+        return None
+    lo, hi = _LOWEST, _HIGHEST
+    seen = False
+    for part in str(version).replace(" ", "").split(","):
+        if not part:
+            continue
+        if part.startswith(">="):
+            v = version_tuple(part[2:])
+            if v:
+                lo, seen = max(lo, v), True
+        elif part.startswith("<="):
+            v = version_tuple(part[2:])
+            if v:
+                hi, seen = min(hi, v), True
+        elif "-" in part.lstrip("v"):
+            a, b = part.split("-", 1)
+            va, vb = version_tuple(a), version_tuple(b)
+            if va and vb:
+                lo, hi, seen = max(lo, va), min(hi, vb), True
+        else:
+            v = version_tuple(part)
+            if v:
+                lo, hi, seen = max(lo, v), min(hi, v), True
+    return (lo, hi) if seen else None
+
+
+def family_of(version: str | None) -> str:
+    """"old" for Megatron-Bridge <= 0.4.x, "new" for >= 0.5.0 or unknown (validate as the latest release)."""
+    r = version_range(version)
+    if r is None:
+        return "new"
+    return "old" if r[1] < (0, 5, 0) else "new"
 
 
 def apply_defaults(view: ConfigView, version: str | None = None) -> ConfigView:

@@ -71,6 +71,9 @@ class ConfigView:
     def __len__(self) -> int:
         return len(self.values)
 
+    def __bool__(self) -> bool:  # an empty view is still a view (``view or ConfigView()`` must keep it)
+        return True
+
     # -- writing (used by extraction; replay works on copies)
     def set(self, key: str, value: Any, origin: str) -> None:
         self.values[key] = ConfigValue(value, origin)

@@ -142,7 +142,7 @@ def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violati
        "(>=0.2.0, PR #716)", ("megatron-bridge",))
 def fsdp_tp_pp_dp_mapping(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping"):
-        if ctx.version is not None and ctx.version < (0, 2, 0):
+        if ctx.surely_before((0, 2, 0)):
             return
         yield Violation(
             "fsdp_tp_pp_dp_mapping", MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
@@ -288,7 +288,7 @@ def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
         if ctx.flag("ddp.disable_symmetric_registration"):
             return
         msg = MSG_AVG_COLLECTIVE["new"]
-    elif ctx.version is not None and ctx.version < (0, 4, 0):
+    elif ctx.surely_before((0, 4, 0)):
         msg = MSG_AVG_COLLECTIVE["old_0.3"]
     else:
         msg = MSG_AVG_COLLECTIVE["old_0.4"]

@@ -232,7 +232,7 @@ def bf16_and_fp16(ctx: CheckContext) -> Iterable[Violation]:
 def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
     if not ctx.megatron_fsdp or ctx.get("ddp.megatron_fsdp_version") != 2:
         return
-    if ctx.version is not None and ctx.version < (0, 6, 0):
+    if ctx.surely_before((0, 6, 0)):
         return
     if not (ctx.flag("model.bf16") and ctx.flag("optimizer.bf16")):
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],

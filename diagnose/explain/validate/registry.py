@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from diagnose.explain.config.defaults import family_of, version_tuple
+from diagnose.explain.config.defaults import VersionRange, family_of, version_range
 from diagnose.explain.config.values import as_bool, as_int
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Override
@@ -32,7 +32,7 @@ class Violation:
 @dataclass
 class CheckContext:
     view: ConfigView
-    version: tuple[int, int, int] | None
+    version: VersionRange | None  # (lowest, highest) release the job can be
     family: str  # "old" (<= 0.4.x) | "new" (>= 0.5.0)
     framework: str  # "megatron-bridge" | "megatron-lm"
 
@@ -59,8 +59,12 @@ class CheckContext:
         return self.framework == "megatron-lm"
 
     def version_between(self, low: tuple[int, int, int], high: tuple[int, int, int]) -> bool:
-        """Inclusive; False when the release is unknown (we do not claim a version-specific failure)."""
-        return self.version is not None and low <= self.version <= high
+        """The job's release is surely in [low, high]; False when unknown (no version-specific claim)."""
+        return self.version is not None and low <= self.version[0] and self.version[1] <= high
+
+    def surely_before(self, v: tuple[int, int, int]) -> bool:
+        """The job's release is known to be older than ``v``."""
+        return self.version is not None and self.version[1] < v
 
 
 CheckFn = Callable[[CheckContext], Iterable[Violation]]
@@ -91,7 +95,7 @@ def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckCo
     version = bridge_version or view.version
     return CheckContext(
         view=view,
-        version=version_tuple(version),
+        version=version_range(version),
         family=family_of(version),
         framework=view.framework or "megatron-bridge",
     )

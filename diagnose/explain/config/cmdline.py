@@ -1,0 +1,150 @@
+"""Launch command lines: torchrun / ``python -m torch.distributed.run`` / ``python script.py``.
+
+Reads the launcher's ``--nproc_per_node`` / ``--nnodes`` (world size = their product when both are fixed
+numbers), environment assignments before the command (``CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``), and the
+script's arguments: Hydra-style ``key=value`` overrides (Megatron-Bridge ``run_recipe.py`` and friends), the
+``run_recipe.py`` short flags (``-tp 2``, ``-gb 256``...), or a Megatron-LM argument list (``pretrain_*.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from diagnose.explain.config.mlm_args import parse_arg_list
+from diagnose.explain.config.overrides import KEY_RE
+from diagnose.explain.config.values import as_int, parse_scalar
+from diagnose.explain.config.view import ConfigView
+from diagnose.model import LogLine
+
+MAX_COMMAND_CHARS = 64 * 1024
+_ENV_TOKEN = re.compile(r"[A-Z_][A-Z0-9_]*=.*")
+
+# scripts/training/run_recipe.py flags (Megatron-Bridge) -> Bridge paths
+RECIPE_FLAGS: dict[str, str] = {
+    "-tp": "model.tensor_model_parallel_size", "--tensor_model_parallel_size": "model.tensor_model_parallel_size",
+    "-pp": "model.pipeline_model_parallel_size", "--pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
+    "-cp": "model.context_parallel_size", "--context_parallel_size": "model.context_parallel_size",
+    "-vp": "model.virtual_pipeline_model_parallel_size",
+    "-ep": "model.expert_model_parallel_size", "-etp": "model.expert_tensor_parallel_size",
+    "-gb": "train.global_batch_size", "--global_batch_size": "train.global_batch_size",
+    "-mb": "train.micro_batch_size", "--micro_batch_size": "train.micro_batch_size",
+    "-sl": "model.seq_length", "--seq_length": "model.seq_length",
+    "-ms": "train.train_iters", "--max_steps": "train.train_iters",
+    "--save_dir": "checkpoint.save", "--load_dir": "checkpoint.load", "--save_interval": "checkpoint.save_interval",
+    "--pretrained_checkpoint": "checkpoint.pretrained_checkpoint",
+    "--use_megatron_fsdp": "ddp.use_megatron_fsdp", "--nccl_ub": "ddp.nccl_ub",
+}
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def join_continuations(lines: list[LogLine]) -> tuple[str, int]:
+    """The command starting at ``lines[0]``, with ``\\``-continued lines joined; returns (text, lineno)."""
+    parts: list[str] = []
+    for line in lines:
+        text = line.text.rstrip()
+        if text.endswith("\\"):
+            parts.append(text[:-1])
+            if sum(map(len, parts)) > MAX_COMMAND_CHARS:
+                break
+            continue
+        parts.append(text)
+        break
+    return " ".join(p.strip() for p in parts), lines[0].lineno if lines else 0
+
+
+def split_command(text: str) -> list[str]:
+    text = text[:MAX_COMMAND_CHARS]
+    try:
+        return shlex.split(text, comments=False, posix=True)
+    except ValueError:
+        return text.split()
+
+
+def parse_command(text: str, origin: str, view: ConfigView | None = None) -> ConfigView:
+    """Parse one launch command line onto ``view``."""
+    view = view or ConfigView()
+    tokens = split_command(text)
+    # strip shell noise: "+ " (set -x), "srun ...", "env", "export"
+    start = 0
+    for i, tok in enumerate(tokens):
+        base = tok.rsplit("/", 1)[-1]
+        if base in ("torchrun",) or tok in _LAUNCHERS or re.fullmatch(r"python[0-9.]*", base):
+            start = i
+            break
+    else:
+        return view
+    for tok in tokens[:start]:
+        if _ENV_TOKEN.fullmatch(tok):
+            name, value = tok.split("=", 1)
+            view.set(f"env.{name}", value, origin)
+    tokens = tokens[start:]
+    script_at = _find_script(tokens)
+    launcher_args = tokens[:script_at] if script_at is not None else tokens
+    _parse_launcher(launcher_args, origin, view)
+    if script_at is None:
+        return view
+    script = tokens[script_at]
+    args = tokens[script_at + 1:]
+    _parse_script_args(script, args, origin, view)
+    return view
+
+
+def _find_script(tokens: list[str]) -> int | None:
+    for i, tok in enumerate(tokens):
+        if tok.endswith(".py") and i > 0:
+            return i
+        if tok == "-m" and i + 1 < len(tokens) and tokens[i + 1] not in _LAUNCHERS:
+            return i + 1
+    return None
+
+
+def _parse_launcher(tokens: list[str], origin: str, view: ConfigView) -> None:
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--"):
+            if "=" in tok:
+                k, v = tok[2:].split("=", 1)
+                opts[k.replace("-", "_")] = v
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                opts[tok[2:].replace("-", "_")] = tokens[i + 1]
+                i += 1
+        i += 1
+    nproc = as_int(parse_scalar(opts.get("nproc_per_node", "")))
+    nnodes_raw = opts.get("nnodes", "")
+    nnodes = as_int(parse_scalar(nnodes_raw)) if ":" not in nnodes_raw else None
+    if nproc:
+        view.set("launch.nproc_per_node", nproc, origin)
+    if nnodes:
+        view.set("launch.nnodes", nnodes, origin)
+    if nproc and (nnodes or (not nnodes_raw)):
+        view.set("launch.world_size", nproc * (nnodes or 1), origin)
+
+
+def _parse_script_args(script: str, args: list[str], origin: str, view: ConfigView) -> None:
+    hydra = [a for a in args if "=" in a and not a.startswith("-") and KEY_RE.fullmatch(a.split("=", 1)[0].lstrip("+"))]
+    flags = [a for a in args if a not in hydra]
+    name = script.rsplit("/", 1)[-1]
+    bridge_like = bool(hydra) or "recipe" in name or any(f in RECIPE_FLAGS for f in flags)
+    if bridge_like:
+        view.framework = view.framework or "megatron-bridge"
+        i = 0
+        while i < len(flags):
+            tok = flags[i]
+            key, value = (tok.split("=", 1) + [None])[:2] if "=" in tok else (tok, None)
+            if key in RECIPE_FLAGS:
+                if value is None and i + 1 < len(flags) and not flags[i + 1].startswith("-"):
+                    value = flags[i + 1]
+                    i += 1
+                if value is not None:
+                    view.set(RECIPE_FLAGS[key], parse_scalar(value), origin)
+            i += 1
+        for a in hydra:
+            key, value = a.split("=", 1)
+            view.set(key.lstrip("+"), parse_scalar(value), origin)
+        return
+    if flags and (name.startswith("pretrain") or any(f.startswith("--") and "-" in f[2:] for f in flags)):
+        view.framework = view.framework or "megatron-lm"
+        parse_arg_list(flags, origin, view)

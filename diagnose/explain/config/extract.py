@@ -1,0 +1,230 @@
+"""Building a ConfigView from captured log blocks or from a file.
+
+``from_blocks(blocks, findings)``: blocks are what the scanner captured for ``CAPTURES`` (by name).
+``load_config(path)``: a Bridge YAML / ``run_config.yaml``, a Megatron-LM arguments dump or argument list, or a
+whole log (scanned here for the same blocks, without the engine). Every value keeps its origin; release
+defaults fill the rest (origin "default").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable
+
+from diagnose.explain.config import captures as C
+from diagnose.explain.config.bridge_yaml import flatten_bridge, looks_like_bridge
+from diagnose.explain.config.cmdline import join_continuations, parse_command
+from diagnose.explain.config.defaults import apply_defaults
+from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
+from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
+from diagnose.explain.config.safe_yaml import MAX_DOCUMENT_BYTES, safe_load
+from diagnose.explain.config.summary import parse_summary
+from diagnose.explain.config.version import infer_version
+from diagnose.explain.config.view import ConfigView
+from diagnose.model import Block, DiagnoseError, Finding, LogLine
+
+MAX_CONFIG_FILE_BYTES = 256 * 1024 * 1024
+_MIXED_PRECISION = {  # Bridge presets (training/mixed_precision.py): what they set that the checks read
+    "bf16_mixed": {"model.bf16": True, "optimizer.bf16": True, "ddp.grad_reduce_in_fp32": True},
+    "bf16-mixed": {"model.bf16": True, "optimizer.bf16": True, "ddp.grad_reduce_in_fp32": True},
+    "fp16_mixed": {"model.fp16": True, "optimizer.fp16": True, "ddp.grad_reduce_in_fp32": True},
+    "16-mixed": {"model.fp16": True, "optimizer.fp16": True, "ddp.grad_reduce_in_fp32": True},
+}
+
+
+def from_blocks(
+    blocks: dict[str, list[Block]] | None,
+    findings: Iterable[Finding] = (),
+    defaults: bool = True,
+) -> ConfigView:
+    """The job's config from captured blocks (unknown names are ignored) plus version clues from findings."""
+    blocks = blocks or {}
+    view = ConfigView()
+    texts: list[str] = []
+
+    def each(name: str) -> list[Block]:
+        return list(blocks.get(name, []))
+
+    for block in each("config.task_yaml"):
+        _parse_task_yaml(block, view)
+        texts.append(C.TASK_CONFIG_BANNER)
+    for block in each("config.summary"):
+        parse_summary(block.lines, view)
+        view.framework = "megatron-bridge"
+        view.sources.append(f"log:{block.start_line} Configuration Summary")
+        texts.extend(line.text for line in block.lines[:1])
+        texts.extend(line.text for line in block.lines if "sequence_length" in line.text)
+    for block in each("config.mlm_args"):
+        parse_args_dump(block.lines, view)
+        view.sources.append(f"log:{block.start_line} Megatron-LM arguments")
+    for name in ("config.launch_torchrun", "config.launch_distrun", "config.launch_python"):
+        for block in each(name):
+            text, lineno = join_continuations(block.lines)
+            before = len(view)
+            parse_command(text, f"log:{lineno}", view)
+            if len(view) > before:
+                view.sources.append(f"log:{lineno} launch command")
+    for name in ("config.env_max_connections", "config.env_alloc_conf", "config.env_slurm"):
+        for block in each(name):
+            for line in block.lines[:1]:
+                if parse_env_line(line, view):
+                    _add_source(view, f"log:{line.lineno} environment")
+    for block in each("config.world_size"):
+        for line in block.lines[:1]:
+            if parse_world_size(line, view):
+                _add_source(view, f"log:{line.lineno} world size")
+    for block in each("config.ddp_repr"):
+        for line in block.lines[:1]:
+            if parse_ddp_repr(line, view):
+                _add_source(view, f"log:{line.lineno} DistributedDataParallelConfig")
+    for block in each("config.num_parameters"):
+        for line in block.lines[:1]:
+            parse_num_parameters(line, view)
+    for block in each("config.version_line"):
+        texts.extend(line.text for line in block.lines[:1])
+    for f in findings:
+        texts.extend(e.text for e in f.evidence)
+    _finish(view, texts, defaults)
+    return view
+
+
+def _parse_task_yaml(block: Block, view: ConfigView) -> None:
+    body: list[str] = []
+    for line in block.lines[1:]:
+        if line.text.strip().startswith(C.TASK_CONFIG_END):
+            break
+        body.append(line.text)
+    data = safe_load("\n".join(body), what="Task Configuration block")
+    if looks_like_bridge(data):
+        flatten_bridge(data, f"log:{block.start_line}", view)
+        view.framework = "megatron-bridge"
+        view.sources.append(f"log:{block.start_line} Task Configuration")
+
+
+def _add_source(view: ConfigView, source: str) -> None:
+    if source not in view.sources:
+        view.sources.append(source)
+
+
+def _finish(view: ConfigView, texts: list[str], defaults: bool) -> None:
+    version, mcore, clues = infer_version(texts)
+    view.version = view.version or version
+    view.mcore_version = view.mcore_version or mcore
+    view.version_clues.extend(c for c in clues if c not in view.version_clues)
+    preset = view.get("mixed_precision")
+    if isinstance(preset, str) and preset in _MIXED_PRECISION:
+        for key, value in _MIXED_PRECISION[preset].items():
+            if not view.has(key):
+                view.set(key, value, view.origin("mixed_precision") or "default")
+    if not view.has("model.seq_length"):
+        for key in ("dataset.seq_length", "dataset.sequence_length"):
+            if view.has(key):
+                view.set("model.seq_length", view.get(key), view.origin(key) or "default")
+                break
+    if view.get("ddp.use_megatron_fsdp") is True and not view.has("dist.use_megatron_fsdp"):
+        pass  # either flag enables Megatron FSDP; the checks read both
+    if defaults and view.known():
+        apply_defaults(view)
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def load_config(path: str, defaults: bool = True) -> ConfigView:
+    """Read a config file (any supported kind, detected from its content). DiagnoseError on bad input."""
+    text = _read(path)
+    name = os.path.basename(path)
+    stripped = text.lstrip()
+    if any(marker in text for marker in (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)) or _looks_like_log(text):
+        view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
+        if not view.known():
+            raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")
+        return view
+    if stripped.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", stripped):
+        view = ConfigView(framework="megatron-lm")
+        tokens = text.split()
+        parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
+        view.sources.append(f"file:{name}")
+        _finish(view, [], defaults)
+        return view
+    if re.search(r"^\s*[A-Za-z_]\w* \.{2,} ", text, re.M):
+        view = ConfigView()
+        parse_args_dump(lines_of(text, path), view)
+        for key, item in list(view.values.items()):
+            view.set(key, item.value, f"file:{name}")
+        view.sources.append(f"file:{name}")
+        _finish(view, [], defaults)
+        return view
+    data = safe_load(text, what=name)
+    if not looks_like_bridge(data):
+        raise DiagnoseError(
+            f"{name} is not a Megatron-Bridge config (no model:/ddp:/checkpoint: sections), an arguments dump or a log"
+        )
+    view = flatten_bridge(data, f"file:{name}")
+    view.framework = "megatron-bridge"
+    view.sources.append(f"file:{name}")
+    _finish(view, [], defaults)
+    return view
+
+
+def _read(path: str) -> str:
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_CONFIG_FILE_BYTES:
+            raise DiagnoseError(f"config {path} is too large ({size} bytes)")
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise DiagnoseError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise DiagnoseError(f"config path is a directory, expected a file: {path}") from None
+    except PermissionError:
+        raise DiagnoseError(f"permission denied reading config: {path}") from None
+    except OSError as e:
+        raise DiagnoseError(f"cannot read config {path}: {e.strerror or e}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def _looks_like_log(text: str) -> bool:
+    head = text[:200_000]
+    return bool(re.search(r"(torchrun|Traceback \(most recent call last\)|\[rank\d+\]:|using world size:|"
+                          r"number of parameters on)", head))
+
+
+def lines_of(text: str, path: str) -> list[LogLine]:
+    try:
+        from diagnose.normalize import normalize_line
+    except ImportError:  # pragma: no cover - normalize is part of the package
+        normalize_line = None
+    out: list[LogLine] = []
+    for i, raw in enumerate(text.splitlines(), 1):
+        out.append(normalize_line(raw, path, i) if normalize_line else LogLine(path, i, raw, raw))
+    return out
+
+
+def blocks_from_lines(lines: list[LogLine]) -> dict[str, list[Block]]:
+    """Collect CAPTURES blocks from lines (one stream), for files read without the engine."""
+    out: dict[str, list[Block]] = {}
+    for spec in C.CAPTURES:
+        rx = re.compile(spec.regex) if spec.regex else None
+        found: list[Block] = []
+        for i, line in enumerate(lines):
+            if spec.anchor not in line.text or (rx is not None and not rx.search(line.text)):
+                continue
+            taken = [line]
+            for nxt in lines[i + 1: i + 1 + spec.lines_after]:
+                taken.append(nxt)
+                if spec.until and spec.until in nxt.text:
+                    break
+            found.append(Block(spec.name, line.path, line.lineno, taken))
+        if not found:
+            continue
+        if spec.keep == "first":
+            found = found[:1]
+        elif spec.keep == "last":
+            found = found[-1:]
+        elif spec.keep == "first_last":
+            found = [found[0]] + ([found[-1]] if len(found) > 1 else [])
+        out[spec.name] = found[: spec.max_blocks]
+    return out

@@ -1,0 +1,190 @@
+"""Megatron-LM arguments: the rank-0 dump and argument lists, mapped to Megatron-Bridge paths.
+
+Dump format (``megatron/training/arguments.py`` ``_print_args``)::
+
+    ------------------------ arguments ------------------------
+      tensor_model_parallel_size ...................... 8
+    -------------------- end of arguments ---------------------
+
+An argument list is what follows ``pretrain_gpt.py`` on a launch line: ``--tensor-model-parallel-size 2
+--use-megatron-fsdp --ckpt-format=fsdp_dtensor``. Names with no Bridge equivalent are kept as ``mlm.<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from diagnose.explain.config.values import as_bool, parse_scalar
+from diagnose.explain.config.view import ConfigView
+from diagnose.model import LogLine
+
+# Megatron-LM argument name -> Megatron-Bridge paths it sets.
+MLM_TO_BRIDGE: dict[str, tuple[str, ...]] = {
+    "tensor_model_parallel_size": ("model.tensor_model_parallel_size",),
+    "pipeline_model_parallel_size": ("model.pipeline_model_parallel_size",),
+    "virtual_pipeline_model_parallel_size": ("model.virtual_pipeline_model_parallel_size",),
+    "context_parallel_size": ("model.context_parallel_size",),
+    "expert_model_parallel_size": ("model.expert_model_parallel_size",),
+    "expert_tensor_parallel_size": ("model.expert_tensor_parallel_size",),
+    "sequence_parallel": ("model.sequence_parallel",),
+    "num_layers": ("model.num_layers",),
+    "hidden_size": ("model.hidden_size",),
+    "ffn_hidden_size": ("model.ffn_hidden_size",),
+    "num_attention_heads": ("model.num_attention_heads",),
+    "num_query_groups": ("model.num_query_groups",),
+    "kv_channels": ("model.kv_channels",),
+    "seq_length": ("model.seq_length", "dataset.seq_length"),
+    "max_position_embeddings": ("model.max_position_embeddings",),
+    "padded_vocab_size": ("model.vocab_size",),
+    "num_experts": ("model.num_moe_experts",),
+    "moe_router_topk": ("model.moe_router_topk",),
+    "bf16": ("model.bf16", "optimizer.bf16"),
+    "fp16": ("model.fp16", "optimizer.fp16"),
+    "params_dtype": ("model.params_dtype",),
+    "transformer_impl": ("model.transformer_impl",),
+    "recompute_granularity": ("model.recompute_granularity",),
+    "recompute_method": ("model.recompute_method",),
+    "recompute_num_layers": ("model.recompute_num_layers",),
+    "recompute_modules": ("model.recompute_modules",),
+    "cpu_offloading": ("model.cpu_offloading",),
+    "cpu_offloading_num_layers": ("model.cpu_offloading_num_layers",),
+    "fine_grained_activation_offloading": ("model.fine_grained_activation_offloading",),
+    "cuda_graph_impl": ("model.cuda_graph_impl",),
+    "init_model_with_meta_device": ("model.init_model_with_meta_device",),
+    "use_cpu_initialization": ("model.use_cpu_initialization",),
+    "gradient_accumulation_fusion": ("model.gradient_accumulation_fusion",),
+    "calculate_per_token_loss": ("model.calculate_per_token_loss",),
+    "micro_batch_size": ("train.micro_batch_size",),
+    "global_batch_size": ("train.global_batch_size",),
+    "train_iters": ("train.train_iters",),
+    "check_weight_hash_across_dp_replicas_interval": ("train.check_weight_hash_across_dp_replicas_interval",),
+    "use_distributed_optimizer": ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce",),
+    "overlap_param_gather": ("ddp.overlap_param_gather", "optimizer.overlap_param_gather"),
+    "accumulate_allreduce_grads_in_fp32": ("ddp.grad_reduce_in_fp32",),
+    "ddp_average_in_collective": ("ddp.average_in_collective",),
+    "ddp_bucket_size": ("ddp.bucket_size",),
+    "num_distributed_optimizer_instances": ("ddp.num_distributed_optimizer_instances",),
+    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp"),
+    "use_custom_fsdp": ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp"),
+    "megatron_fsdp_version": ("ddp.megatron_fsdp_version",),
+    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy",),
+    "nccl_ub": ("ddp.nccl_ub",),
+    "fsdp_double_buffer": ("ddp.fsdp_double_buffer",),
+    "fsdp_manual_registration": ("ddp.fsdp_manual_registration",),
+    "suggested_communication_unit_size": ("ddp.suggested_communication_unit_size",),
+    "use_torch_fsdp2": ("dist.use_torch_fsdp2",),
+    "use_tp_pp_dp_mapping": ("dist.use_tp_pp_dp_mapping",),
+    "distributed_backend": ("dist.distributed_backend",),
+    "distributed_timeout_minutes": ("dist.distributed_timeout_minutes",),
+    "optimizer": ("optimizer.optimizer",),
+    "lr": ("optimizer.lr",),
+    "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer",),
+    "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload",),
+    "optimizer_offload_fraction": ("optimizer.optimizer_offload_fraction",),
+    "ckpt_format": ("checkpoint.ckpt_format",),
+    "save": ("checkpoint.save",),
+    "load": ("checkpoint.load",),
+    "save_interval": ("checkpoint.save_interval",),
+    "async_save": ("checkpoint.async_save",),
+    "pretrained_checkpoint": ("checkpoint.pretrained_checkpoint",),
+    "world_size": ("launch.world_size",),
+    "data_parallel_size": ("launch.data_parallel_size",),
+}
+
+# Bridge path -> Megatron-LM flag, for rendering a fix as Megatron-LM flags.
+BRIDGE_TO_MLM: dict[str, str] = {}
+for _name, _paths in MLM_TO_BRIDGE.items():
+    for _p in _paths:
+        BRIDGE_TO_MLM.setdefault(_p, _name)
+BRIDGE_TO_MLM["ddp.use_megatron_fsdp"] = "use_megatron_fsdp"
+BRIDGE_TO_MLM["dist.use_megatron_fsdp"] = "use_megatron_fsdp"
+
+_DUMP_LINE = re.compile(r"^\s*([A-Za-z_]\w*) \.{2,} (.*)$")
+_DUMP_LONG = re.compile(r"^\s*([A-Za-z_]\w{47,})\s+(.*)$")
+
+
+def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
+    """Set one Megatron-LM argument (underscore name) on the view, under its Bridge paths."""
+    if name == "grad_reduce_in_bf16":
+        if as_bool(value):
+            view.set("ddp.grad_reduce_in_fp32", False, origin)
+        return
+    if name == "untie_embeddings_and_output_weights":
+        view.set("model.share_embeddings_and_output_weights", not as_bool(value), origin)
+        return
+    if name == "swiglu":
+        view.set("model.gated_linear_unit", as_bool(value), origin)
+        return
+    paths = MLM_TO_BRIDGE.get(name)
+    if not paths:
+        view.set(f"mlm.{name}", value, origin)
+        return
+    for path in paths:
+        view.set(path, value, origin)
+
+
+def parse_args_dump(lines: Iterable[LogLine], view: ConfigView | None = None) -> ConfigView:
+    view = view or ConfigView()
+    view.framework = "megatron-lm"
+    values: dict[str, tuple[Any, str]] = {}
+    for line in lines:
+        if "end of arguments" in line.text:
+            break
+        m = _DUMP_LINE.match(line.text) or _DUMP_LONG.match(line.text)
+        if m:
+            values[m.group(1)] = (parse_scalar(m.group(2)), f"log:{line.lineno}")
+    _apply_values(view, values)
+    return view
+
+
+def _apply_values(view: ConfigView, values: dict[str, tuple[Any, str]]) -> None:
+    gqa = values.get("group_query_attention")
+    for name, (value, origin) in values.items():
+        if name == "num_query_groups" and gqa is not None and not as_bool(gqa[0]):
+            continue  # without --group-query-attention megatron ignores num_query_groups
+        set_mlm_arg(view, name, value, origin)
+
+
+def parse_arg_list(tokens: list[str], origin: str, view: ConfigView | None = None) -> ConfigView:
+    """``--tensor-model-parallel-size 2 --use-megatron-fsdp --ckpt-format=fsdp_dtensor`` onto the view."""
+    view = view or ConfigView()
+    values: dict[str, tuple[Any, str]] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if not tok.startswith("--") or len(tok) <= 2:
+            continue
+        body = tok[2:]
+        if "=" in body:
+            name, raw = body.split("=", 1)
+            values[name.replace("-", "_")] = (parse_scalar(raw), origin)
+            continue
+        name = body.replace("-", "_")
+        nxt = tokens[i] if i < len(tokens) else None
+        if nxt is None or (nxt.startswith("-") and not _is_number(nxt)):
+            if name.startswith("no_") and name[3:] in MLM_TO_BRIDGE:
+                values[name[3:]] = (False, origin)
+            else:
+                values[name] = (True, origin)
+            continue
+        # flags that take several values (--recompute-modules a b) keep the first values as a list
+        items = [nxt]
+        i += 1
+        while i < len(tokens) and not tokens[i].startswith("-") and "=" not in tokens[i]:
+            items.append(tokens[i])
+            i += 1
+        value = parse_scalar(items[0]) if len(items) == 1 else [parse_scalar(x) for x in items]
+        values[name] = (value, origin)
+    _apply_values(view, values)
+    return view
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False

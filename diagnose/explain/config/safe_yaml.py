@@ -1,0 +1,106 @@
+"""Safe YAML for configs from users and logs.
+
+A ``yaml.SafeLoader`` subclass that (1) never constructs Python objects: any tag it does not know
+(``!!python/object/apply:os.system``, custom ``!foo``) is loaded as the plain data under it, inert; (2) refuses
+alias bombs (billion laughs) by counting alias uses; (3) refuses documents over a size limit. Failures are a
+one-line ``DiagnoseError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from diagnose.model import DiagnoseError
+
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+MAX_ALIASES = 256
+MAX_NODES = 500_000
+MAX_EXPANDED = 1_000_000  # values after alias expansion (what flattening or printing would walk)
+
+
+class InertSafeLoader(yaml.SafeLoader):
+    """SafeLoader that loads unknown tags as plain data and limits aliases and nodes."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - counting only
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise DiagnoseError(f"YAML refused: more than {MAX_ALIASES} aliases (an alias bomb?)")
+        else:
+            self._nodes += 1
+            if self._nodes > MAX_NODES:
+                raise DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")
+        return super().compose_node(parent, index)
+
+
+def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
+    """Unknown tag: keep the data, drop the tag (never import or call what it names)."""
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+InertSafeLoader.add_multi_constructor("", _construct_inert)
+InertSafeLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
+
+
+def safe_load(text: str, what: str = "YAML") -> Any:
+    """Parse one YAML document safely; DiagnoseError (one line) on bad or hostile input."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise DiagnoseError(f"{what} refused: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB")
+    loader = InertSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node) > MAX_EXPANDED:
+            raise DiagnoseError(f"{what} refused: aliases expand to more than {MAX_EXPANDED} values (an alias bomb?)")
+        return loader.construct_document(node)
+    except DiagnoseError:
+        raise
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise DiagnoseError(f"{what} is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise DiagnoseError(f"{what} refused: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Number of nodes the document has once every alias is expanded, computed without expanding it
+    (aliases are shared node objects, so each distinct node is sized once)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key not in sizes:
+            sizes[key] = MAX_EXPANDED + 1  # a cycle counts as too big
+            total = 1
+            for child in _children(node):
+                total += size(child)
+                if total > MAX_EXPANDED:
+                    break
+            sizes[key] = min(total, MAX_EXPANDED + 1)
+        return sizes[key]
+
+    return size(root)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
