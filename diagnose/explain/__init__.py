@@ -1,0 +1,107 @@
+"""The explain stage: the job's config, replay of the validator with proven fixes, and the memory model.
+
+``enrich(report, blocks, options)`` fills ``report.config``, ``report.replay`` and ``report.memory``. Each part
+that fails adds one line to ``report.warnings`` and leaves the rest of the report intact.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from diagnose.model import DiagnoseError, Finding, Override, Report
+
+
+def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
+    view = None
+    try:
+        view = build_view(report, blocks, options)
+        report.config = config_section(view)
+    except DiagnoseError as e:
+        report.warnings.append(f"config: {e}")
+    except Exception as e:  # noqa: BLE001 - one part failing never breaks the report
+        report.warnings.append(f"config extraction failed: {type(e).__name__}: {e}")
+    if view is not None:
+        try:
+            report.replay = replay_findings(report, view, getattr(options, "bridge_version", None))
+        except Exception as e:  # noqa: BLE001
+            report.warnings.append(f"config replay failed: {type(e).__name__}: {e}")
+    _run_memory(report, view, options)
+
+
+def build_view(report: Report, blocks: dict | None, options: Any = None):
+    """Config from the captured blocks, merged over an explicit ``options.config_path`` (the log wins: it shows
+    what the job really ran with)."""
+    from diagnose.explain.config import apply_defaults
+    from diagnose.explain.config.extract import from_blocks, load_config
+
+    view = from_blocks(blocks or {}, report.findings, defaults=False)
+    path = getattr(options, "config_path", None)
+    if path:
+        file_view = load_config(path, defaults=False)
+        file_view.merge(view)
+        view = file_view
+    forced = getattr(options, "bridge_version", None)
+    if forced:
+        view.version = forced
+    if view.known():
+        apply_defaults(view)
+    return view
+
+
+def config_section(view) -> dict[str, Any]:
+    section = view.to_dict()
+    if not view.known():
+        section["values"] = {}
+    return section
+
+
+def fix_overrides(finding: Finding) -> list[Override]:
+    """A finding's fix as overrides: config keys plus its environment changes as ``env.<NAME>``."""
+    out = list(finding.fix.overrides)
+    out.extend(Override(key=f"env.{e.name}", value=e.value) for e in finding.fix.env)
+    return out
+
+
+def replay_findings(report: Report, view, bridge_version: str | None = None) -> dict[str, Any] | None:
+    """Replay every finding's fix; the report's section is the root cause's (or the first fixable one's).
+
+    Each replayed finding gets ``facts["replay"] = {"proven": bool, "added": [...]}``. With no fix to replay but
+    a known config that fails validation, the validator's own suggested fix is replayed.
+    """
+    from diagnose.explain.replay import replay
+
+    chosen = None
+    for index, finding in enumerate(report.findings):
+        overrides = fix_overrides(finding)
+        if not overrides:
+            continue
+        result = replay(view, overrides, bridge_version, finding=finding)
+        finding.facts["replay"] = {
+            "proven": result.passes,
+            "reproduced": result.reproduced,
+            "added": [{"key": o.key, "value": o.value} for o in result.added],
+        }
+        if chosen is None or index == report.root_cause:
+            chosen = result if chosen is None or index == report.root_cause else chosen
+    if chosen is None:
+        if not view.known():
+            return None
+        chosen = replay(view, [], bridge_version, finding=report.root)
+    return chosen.to_dict()
+
+
+def _run_memory(report: Report, view, options: Any) -> None:
+    if importlib.util.find_spec("diagnose.explain.memory") is None:
+        return
+    try:
+        from diagnose.explain import memory
+
+        run = getattr(memory, "run", None)
+        if run is None:
+            return
+        result = run(report, view, options)
+        if result is not None:
+            report.memory = result
+    except Exception as e:  # noqa: BLE001
+        report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")

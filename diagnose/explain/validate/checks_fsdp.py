@@ -206,7 +206,7 @@ def fsdp2_pg_collection(ctx: CheckContext) -> Iterable[Violation]:
     if not ctx.version_between((0, 3, 0), (0, 4, 2)):
         return
     yield Violation(
-        "fsdp2_pg_collection", f"TypeError: {MSG_FSDP2_PG_COLLECTION}", ["dist.use_torch_fsdp2"],
+        "fsdp2_pg_collection", MSG_FSDP2_PG_COLLECTION, ["dist.use_torch_fsdp2"],
         fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)],
                [ov("dist.use_torch_fsdp2", False)]],
     )

@@ -1,0 +1,198 @@
+"""Replay: run the job's config through the validator, apply a fix, prove it passes, extend it if it trips.
+
+``replay(view, overrides, ...)``:
+1. validate the config as the job had it; ``reproduced`` says whether that reproduces the failure
+   (the finding's message is among the violations), or None when the job's config is unknown;
+2. apply the overrides and validate again;
+3. while violations remain (e.g. turning on Megatron FSDP with ``checkpoint.save`` set and ``ckpt_format`` still
+   ``torch_dist``), add the first suggested fix of each violation that does not undo a key already in the fix;
+   bounded by ``max_rounds``;
+4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM
+from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
+from diagnose.explain.config.values import render_hydra, render_python
+from diagnose.explain.config.view import ConfigView
+from diagnose.explain.validate import ValidationResult, Violation, run_checks
+from diagnose.model import Finding, Override
+
+MAX_ROUNDS = 8
+
+
+@dataclass
+class ReplayResult:
+    reproduced: bool | None
+    before: ValidationResult
+    fix: list[Override]
+    after: ValidationResult
+    added: list[Override] = field(default_factory=list)  # what the extension added to the requested fix
+    framework: str | None = None
+    rule: str | None = None
+
+    @property
+    def passes(self) -> bool:
+        return self.after.passes
+
+    def render(self) -> dict[str, str]:
+        return render_fix(self.fix, self.framework)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
+        out: dict[str, Any] = {
+            "reproduced": self.reproduced,
+            "violations": [v.to_dict() for v in self.before.violations],
+            "fix": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.fix],
+            "after_fix": {"violations": [v.to_dict() for v in self.after.violations], "passes": self.passes},
+            "render": self.render(),
+        }
+        if self.rule:
+            out["rule"] = self.rule
+            out["proven"] = self.passes and bool(self.fix)
+        if self.added:
+            out["extended"] = [{"key": o.key, "value": o.value} for o in self.added]
+        notes = [v.message for v in self.after.notes]
+        if notes:
+            out["notes"] = notes
+        return out
+
+
+def replay(
+    view: ConfigView,
+    overrides: Iterable[Override | str] | Mapping[str, Any] | None = None,
+    bridge_version: str | None = None,
+    finding: Finding | None = None,
+    extend: bool = True,
+    max_rounds: int = MAX_ROUNDS,
+) -> ReplayResult:
+    version = bridge_version or view.version
+    before = run_checks(view, version)
+    fix = _dedupe(normalize_overrides(overrides))
+    after = run_checks(apply_overrides(view, fix), version) if fix else before
+    added: list[Override] = []
+    rounds = 0
+    while extend and not after.passes and rounds < max_rounds:
+        rounds += 1
+        extra = _extension(after.violations, fix)
+        if not extra:
+            break
+        fix.extend(extra)
+        added.extend(extra)
+        after = run_checks(apply_overrides(view, fix), version)
+    return ReplayResult(
+        reproduced=_reproduced(view, before, finding),
+        before=before,
+        fix=fix,
+        after=after,
+        added=added,
+        framework=view.framework,
+        rule=finding.rule if finding is not None else None,
+    )
+
+
+def _dedupe(overrides: list[Override]) -> list[Override]:
+    last: dict[str, Override] = {}
+    for o in overrides:
+        last.pop(o.key, None)
+        last[o.key] = o
+    return list(last.values())
+
+
+def _extension(violations: list[Violation], fix: list[Override]) -> list[Override]:
+    """First compatible suggested fix of every violation: never change a key the fix already sets."""
+    pinned = {o.key: o.value for o in fix}
+    extra: list[Override] = []
+    for v in violations:
+        for alternative in v.fixes:
+            if any(o.key in pinned and pinned[o.key] != o.value for o in alternative):
+                continue
+            new = [o for o in alternative if o.key not in pinned]
+            if not new:
+                continue
+            for o in new:
+                pinned[o.key] = o.value
+            extra.extend(new)
+            break
+    return extra
+
+
+def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | None) -> bool | None:
+    if not view.known():
+        return None
+    if finding is None:
+        return bool(before.violations)
+    texts = [e.text for e in finding.evidence] + [finding.title]
+    for v in before.violations:
+        core = v.message.strip().rstrip(".!")
+        if core and any(core in t for t in texts):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------ render
+
+
+def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, str]:
+    config = [o for o in fix if not o.key.startswith("env.")]
+    env = [o for o in fix if o.key.startswith("env.")]
+    out = {
+        "cli": " ".join(_cli(o) for o in config),
+        "python": "\n".join(_python(o) for o in fix),
+        "yaml": _yaml(fix),
+    }
+    if env:
+        out["env"] = "\n".join(_env(o) for o in env)
+    if framework == "megatron-lm":
+        out["megatron_lm"] = " ".join(filter(None, (_mlm(o) for o in config)))
+    return out
+
+
+def _cli(o: Override) -> str:
+    return f"~{o.key}" if is_delete(o) else f"{o.key}={render_hydra(o.value)}"
+
+
+def _python(o: Override) -> str:
+    if o.key.startswith("env."):
+        name = o.key[4:]
+        return f"cfg.env_vars[{name!r}] = {render_python(None if is_delete(o) else str(o.value))}"
+    return f"cfg.{o.key} = {render_python(None if is_delete(o) else o.value)}"
+
+
+def _env(o: Override) -> str:
+    name = o.key[4:]
+    return f"unset {name}" if is_delete(o) or o.value is None else f"export {name}={o.value}"
+
+
+def _yaml(fix: list[Override]) -> str:
+    tree: dict[str, Any] = {}
+    for o in fix:
+        parts = o.key.split(".")
+        if parts[0] == "env":
+            parts = ["env_vars", ".".join(parts[1:])]
+        node = tree
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[parts[-1]] = None if is_delete(o) else o.value
+    return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False) if tree else ""
+
+
+def _mlm(o: Override) -> str:
+    name = BRIDGE_TO_MLM.get(o.key)
+    if name is None:
+        return ""
+    flag = "--" + name.replace("_", "-")
+    if o.value is True:
+        return flag
+    if o.value is False or o.value is None or is_delete(o):
+        return f"(remove {flag})"
+    return f"{flag} {o.value}"
