@@ -55,7 +55,7 @@ class MainScreen(Screen):
     ]
     DEFAULT_CSS = """
     MainScreen #body { height: 1fr; }
-    MainScreen #left { width: 42%; min-width: 30; border-right: vkey $primary; }
+    MainScreen #left { width: 42%; min-width: 30; }
     MainScreen #left-title { height: 1; padding: 0 1; background: $panel; text-style: bold; }
     MainScreen FindingDetail { width: 1fr; }
     MainScreen #status-bar { height: auto; padding: 0 1; background: $panel; }

@@ -56,8 +56,8 @@ class LogScreen(Screen):
 
     def on_mount(self) -> None:
         self.view.focus()
-        if self.start_line is not None:
-            self.view.go_to_line(self.start_line)
+        if self.start_line is not None:  # after the first layout, so the view knows its height to centre
+            self.call_after_refresh(self.view.go_to_line, self.start_line)
         self._update_status()
         self.set_interval(0.2, self._update_status)
 
@@ -142,7 +142,7 @@ class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 76; height: auto; max-height: 90%; border: round $primary; background: $surface;
+    HelpScreen > Vertical { width: 90; height: auto; max-height: 90%; border: round $primary; background: $surface;
                             padding: 1 2; }
     """
     HELP = (

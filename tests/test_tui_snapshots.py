@@ -1,0 +1,52 @@
+"""Snapshot tests (pytest-textual-snapshot) of the main screens at a fixed size.
+
+Deterministic: a fixed report (test_tui_reports.py), display names instead of temp paths, no clock, dark theme
+unless the test toggles it. Update with ``pytest tests/test_tui_snapshots.py --snapshot-update`` after a
+deliberate UI change, and look at the SVGs in tests/__snapshots__/ before committing them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_tui_reports import copy_log, ddp_wrap_oom_report
+
+from diagnose.model import Report
+from diagnose.present.tui.app import DiagnoseApp
+
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> DiagnoseApp:
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    return DiagnoseApp([str(log)], report=ddp_wrap_oom_report(log), display_names={str(log): "ddp_wrap_oom.log"})
+
+
+async def settle(pilot) -> None:
+    await pilot.pause(0.3)
+
+
+def test_main_screen(snap_compare, app: DiagnoseApp) -> None:
+    assert snap_compare(app, terminal_size=SIZE, run_before=settle)
+
+
+def test_main_screen_python_tab_light_theme(snap_compare, app: DiagnoseApp) -> None:
+    assert snap_compare(app, terminal_size=SIZE, press=["2", "t"], run_before=settle)
+
+
+def test_log_view_at_evidence(snap_compare, app: DiagnoseApp) -> None:
+    assert snap_compare(app, terminal_size=SIZE, press=["enter", "_", "_"], run_before=settle)
+
+
+def test_help_screen(snap_compare, app: DiagnoseApp) -> None:
+    assert snap_compare(app, terminal_size=SIZE, press=["question_mark"], run_before=settle)
+
+
+def test_paste_screen(snap_compare) -> None:
+    assert snap_compare(DiagnoseApp([], paste=True), terminal_size=SIZE, run_before=settle)
+
+
+def test_no_failure_found(snap_compare) -> None:
+    assert snap_compare(DiagnoseApp([], report=Report()), terminal_size=SIZE, run_before=settle)
