@@ -78,14 +78,14 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
             continue
         result = replay(view, overrides, bridge_version, finding=finding)
         finding.facts["replay"] = {
-            "proven": result.passes,
+            "proven": result.passes if result.reproduced is not None else None,
             "reproduced": result.reproduced,
             "added": [{"key": o.key, "value": o.value} for o in result.added],
         }
         if chosen is None or index == report.root_cause:
-            chosen = result if chosen is None or index == report.root_cause else chosen
+            chosen = result
     if chosen is None:
-        if not view.known():
+        if not view.config_known:
             return None
         chosen = replay(view, [], bridge_version, finding=report.root)
     return chosen.to_dict()

@@ -30,7 +30,7 @@ MAX_ROUNDS = 8
 @dataclass
 class ReplayResult:
     reproduced: bool | None
-    before: ValidationResult
+    before: ValidationResult  # the config as the job had it
     fix: list[Override]
     after: ValidationResult
     added: list[Override] = field(default_factory=list)  # what the extension added to the requested fix
@@ -55,7 +55,8 @@ class ReplayResult:
         }
         if self.rule:
             out["rule"] = self.rule
-            out["proven"] = self.passes and bool(self.fix)
+            # proven only against the job's own config; against release defaults it is not a proof
+            out["proven"] = (self.passes and bool(self.fix)) if self.reproduced is not None else None
         if self.added:
             out["extended"] = [{"key": o.key, "value": o.value} for o in self.added]
         notes = [v.message for v in self.after.notes]
@@ -124,7 +125,7 @@ def _extension(violations: list[Violation], fix: list[Override]) -> list[Overrid
 
 
 def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | None) -> bool | None:
-    if not view.known():
+    if not view.config_known:
         return None
     if finding is None:
         return bool(before.violations)

@@ -60,6 +60,15 @@ class ConfigView:
         """True when anything beyond release defaults was recovered from the job."""
         return any(v.origin != "default" for v in self.values.values())
 
+    @property
+    def config_known(self) -> bool:
+        """True when the job's own settings were recovered (a config dump, arguments or overrides), not just
+        the environment, world size or parameter counts: only then can replay say "reproduced"."""
+        return any(
+            v.origin != "default" and not k.startswith(("launch.", "env."))
+            for k, v in self.values.items()
+        )
+
     def section(self, prefix: str) -> dict[str, Any]:
         """Values under ``prefix.`` with the prefix removed (``view.section("env")``)."""
         p = prefix + "."
