@@ -399,7 +399,7 @@ def _outputs_from_sacct(job: SlurmJob, row: SacctRow, fields: list[str], runner:
     error = next(((name, o.error) for name, o in routes if o.error), None)
     if output is None and error is None:
         return None
-    used = list(dict.fromkeys(name for name, _ in (output, error) if name is not None))
+    used = list(dict.fromkeys(found[0] for found in (output, error) if found is not None))
     job.output_route = " + ".join(used)
     return OutputOptions(output[1] if output else None, error[1] if error else None)
 

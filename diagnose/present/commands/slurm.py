@@ -198,7 +198,7 @@ def _list_failed(args: Any, options: Any) -> int:
         try:
             report = diagnose_job(parse_job_id(summary.job_id), quick).report
             root = report.root
-            line = f"[{root.rule}] {root.title}" if root else "no failure found in the output"
+            line = one_line_diagnosis(report)
             outputs = [o["path"] for o in (report.slurm or {}).get("outputs", [])]
         except DiagnoseError as e:
             line, outputs = f"could not diagnose: {e}", []
@@ -229,6 +229,18 @@ def _list_failed(args: Any, options: Any) -> int:
             if len(jobs) > MAX_LISTED:
                 console.print(log_text(f"... and {len(jobs) - MAX_LISTED} older ones (narrow --since)"))
     return 1 if rows else 0
+
+
+def one_line_diagnosis(report: Report) -> str:
+    """``[RULE] title``; for a catch-all rule (category other) the evidence line says more than the title."""
+    root = report.root
+    if root is None:
+        return "no failure found in the output"
+    line = f"[{root.rule}] {root.title}"
+    if root.category == "other" and root.evidence:
+        text = " ".join(root.evidence[0].text.split())
+        line += ": " + (text if len(text) <= 120 else text[:119] + "…")
+    return line
 
 
 # ------------------------------------------------------------------------------------------- --follow

@@ -1,0 +1,379 @@
+"""`diagnose slurm` against a REAL single-node Slurm cluster (scripts/slurm-local.sh), through both routes.
+
+Real jobs are submitted (tests/slurm_jobs/), and `python -m diagnose slurm` runs on them as a user would:
+first while slurmctld still remembers them (the scontrol route), then after it has forgotten them (MinJobAge=30 s)
+so only accounting is left (the sacct route: SubmitLine, --env-vars, --batch-script, the slurm-%j.out default).
+The fixture starts the cluster when it is not up; without root or apt it skips, except in CI (CI=1) where it fails.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = REPO / "tests" / "slurm_jobs"
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
+MIN_JOB_AGE = "30"  # seconds slurmctld keeps a finished job; short so the sacct route can be tested
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> dict[str, str]:
+    if os.geteuid() != 0:
+        _unavailable("scripts/slurm-local.sh needs root")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        _unavailable("no apt-get to install Slurm and Slurm is not installed")
+    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE=MIN_JOB_AGE)
+    env.pop("SBATCH_OUTPUT", None)
+    env.pop("SBATCH_ERROR", None)
+    LOCAL_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCAL_DIR / ".pytest.lock", "w") as lock:  # xdist workers: one `up` at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        was_up = subprocess.run(["bash", str(SCRIPT), "status"], env=env, capture_output=True).returncode == 0
+        up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600)
+    if up.returncode != 0:
+        _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
+    env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
+    yield env
+    if not was_up and not os.environ.get("PYTEST_XDIST_WORKER"):
+        subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("slurmjobs")
+    d.chmod(0o755)
+    return d
+
+
+def sbatch(env: dict[str, str], *args: str, cwd: Path, extra_env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["sbatch", "--parsable", *args], env={**env, **(extra_env or {})}, cwd=cwd, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def squeue_active(env: dict[str, str], job: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG,CF,S"], env=env, capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+def wait_ended(env: dict[str, str], job: str, limit: float = 120) -> None:
+    end = time.monotonic() + limit
+    while squeue_active(env, job):
+        assert time.monotonic() < end, f"job {job} still running after {limit} s"
+        time.sleep(0.3)
+
+
+def wait_state(env: dict[str, str], job: str, state: str, limit: float = 60) -> None:
+    end = time.monotonic() + limit
+    while True:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True, text=True)
+        if out.stdout.strip() == state:
+            return
+        assert time.monotonic() < end, f"job {job} never reached {state}"
+        time.sleep(0.3)
+
+
+def wait_forgotten(env: dict[str, str], job: str, limit: float = 240) -> None:
+    """Until slurmctld has purged the job (MinJobAge) and sacct's record is complete."""
+    end = time.monotonic() + limit
+    while True:
+        out = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True, text=True)
+        if out.returncode != 0 and "Invalid job id" in out.stderr:
+            break
+        assert time.monotonic() < end, f"slurmctld still remembers job {job} after {limit} s"
+        time.sleep(1)
+    while not subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", job, "-o", "WorkDir"], env=env, capture_output=True, text=True
+    ).stdout.strip():
+        assert time.monotonic() < end, f"sacct record of {job} incomplete"
+        time.sleep(0.5)
+
+
+def diagnose(env: dict[str, str], *args: str) -> tuple[int, dict, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", *args, "--format", "json"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode in (0, 1), f"exit {done.returncode}: {done.stderr}"
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+@pytest.fixture(scope="session")
+def jobs(slurm_env, workdir) -> dict[str, str]:
+    """Submit every short job at once, wait for them, and diagnose each at once (while scontrol knows them)."""
+    log = str(JOBS / "ddp_wrap_oom.log")
+    ids = {
+        "script_output": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "print_log.sh"), log, cwd=workdir),
+        "cli_output": sbatch(
+            slurm_env, "-D", str(workdir), "-J", "diag-cli", "-o", "cli-%x-%4j.log", str(JOBS / "print_log.sh"), log,
+            cwd=workdir,
+        ),
+        "env_output": sbatch(
+            slurm_env, "-D", str(workdir), str(JOBS / "print_log.sh"), log, cwd=workdir,
+            extra_env={"SBATCH_OUTPUT": str(workdir / "env-%j.txt")},
+        ),
+        "default_output": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "exit3.sh"), cwd=workdir),
+        "array": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "array.sh"), cwd=workdir),
+        "srun_label": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "srun_label.sh"), cwd=workdir),
+        "gone": sbatch(slurm_env, "-D", str(workdir), "-o", "gone-%j.out", str(JOBS / "print_log.sh"), log, cwd=workdir),
+    }
+    for job in ids.values():
+        wait_ended(slurm_env, job)
+    return ids
+
+
+@pytest.fixture(scope="session")
+def scontrol_reports(slurm_env, jobs, workdir) -> dict[str, tuple[int, dict, str]]:
+    """`diagnose slurm` on each job right after it ended: slurmctld still remembers it (MinJobAge 30 s)."""
+    (workdir / f"gone-{jobs['gone']}.out").unlink()
+    out = {}
+    for name, job in jobs.items():
+        job_id = f"{job}_1" if name == "array" else job
+        out[name] = diagnose(slurm_env, job_id)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sacct_reports(slurm_env, jobs, scontrol_reports) -> dict[str, tuple[int, dict, str]]:
+    """The same jobs once slurmctld has forgotten them: only sacct (accounting) is left."""
+    out = {}
+    for name, job in jobs.items():
+        job_id = f"{job}_1" if name == "array" else job
+        wait_forgotten(slurm_env, job_id)
+        out[name] = diagnose(slurm_env, job_id)
+    return out
+
+
+def finding(report: dict, code: str) -> dict:
+    matches = [f for f in report["findings"] if f["rule"] == code]
+    assert matches, f"{code} not in {[f['rule'] for f in report['findings']]}"
+    return matches[0]
+
+
+def assert_log_root_is_the_oom(report: dict) -> None:
+    """The log's CUDA OOM is the root cause (a cuda_oom rule, or the generic exception rule before one exists)."""
+    r = root(report)
+    assert r["category"] in ("cuda_oom", "other"), r
+    assert any("CUDA out of memory" in e["text"] for e in r["evidence"]), r["evidence"]
+    assert not r["evidence"][0]["path"].startswith(("scontrol:", "sacct:"))
+
+
+def root(report: dict) -> dict:
+    assert report["root_cause"] is not None, report["findings"]
+    return report["findings"][report["root_cause"]]
+
+
+# --------------------------------------------------------------------------------------- scontrol route
+
+
+def test_failed_job_with_megatron_oom_log_scontrol_route(scontrol_reports, jobs, workdir):
+    code, report, _ = scontrol_reports["script_output"]
+    s = report["slurm"]
+    assert code == 1
+    assert s["source"] == "scontrol" and s["output_route"] == "scontrol"
+    assert s["state"] == "FAILED" and s["exit_code"] == 1 and s["signal"] is None
+    assert s["outputs"][0]["path"] == str(workdir / f"diag-printlog-{jobs['script_output']}.out")
+    assert s["outputs"][0]["readable"] is True
+    assert report["inputs"][0]["path"] == s["outputs"][0]["path"]
+    # the log explains the FAILED state: the CUDA OOM stays the root cause, Slurm's fact is its consequence
+    assert_log_root_is_the_oom(report)
+    sj = finding(report, "SJ006")
+    assert sj["role"] == "cascade" and sj["category"] == "slurm"
+    assert sj["evidence"][0]["path"] == f"scontrol:{jobs['script_output']}"
+    assert "JobState=FAILED" in sj["evidence"][0]["text"] and "ExitCode=1:0" in sj["evidence"][0]["text"]
+
+
+def test_padded_pattern_is_expanded_even_from_scontrol(scontrol_reports, jobs, workdir):
+    # scontrol 22.05 expands %x and %j but leaves %4j as it is: the tool expands the rest itself
+    _, report, _ = scontrol_reports["cli_output"]
+    out = report["slurm"]["outputs"][0]
+    assert out["path"] == str(workdir / f"cli-diag-cli-{int(jobs['cli_output']):04d}.log")
+    assert out["readable"]
+    assert_log_root_is_the_oom(report)
+
+
+def test_array_task(scontrol_reports, jobs, workdir):
+    code, report, _ = scontrol_reports["array"]
+    s = report["slurm"]
+    assert code == 1
+    assert s["job_id"] == f"{jobs['array']}_1" and s["array_task_id"] == 1 and s["array_job_id"] == int(jobs["array"])
+    assert s["state"] == "FAILED" and s["exit_code"] == 1
+    assert s["outputs"][0]["path"] == str(workdir / f"diag-arr-{jobs['array']}_1.out")
+    r = root(report)
+    assert r["category"] != "slurm"  # the Python exception in the log is the cause
+    assert any("task 1 exploded" in e["text"] for e in r["evidence"])
+
+
+def test_srun_label_step_failure_in_completed_job(scontrol_reports, jobs):
+    code, report, _ = scontrol_reports["srun_label"]
+    s = report["slurm"]
+    assert code == 1
+    assert s["state"] == "COMPLETED" and s["exit_code"] == 0 and s["derived_exit_code"] == 1
+    assert s["failed_step"] == f"{jobs['srun_label']}.0"
+    step = finding(report, "SJ008")
+    assert step["facts"]["failed_step"] == f"{jobs['srun_label']}.0"
+    # the rank's JSONDecodeError (prefixed "1: ") is the root, read through srun's interleaved error line
+    r = root(report)
+    assert r["rule"] != "SJ008"
+    assert any("JSONDecodeError" in e["text"] or "Expecting property name" in e["text"] for e in r["evidence"]), r
+
+
+def test_default_output_and_exit_code(scontrol_reports, jobs, workdir):
+    code, report, _ = scontrol_reports["default_output"]
+    s = report["slurm"]
+    assert code == 1 and s["exit_code"] == 3
+    assert s["outputs"][0]["path"] == str(workdir / f"slurm-{jobs['default_output']}.out")
+    # nothing in the log explains the exit: Slurm's state is the root cause
+    r = root(report)
+    assert r["rule"] == "SJ006" and r["role"] == "root" and r["facts"]["exit_code"] == 3
+
+
+def test_output_file_gone_still_reports_slurm_facts(scontrol_reports, jobs, workdir):
+    code, report, _ = scontrol_reports["gone"]
+    s = report["slurm"]
+    assert code == 1
+    assert s["outputs"][0]["exists"] is False and "does not exist" in s["outputs"][0]["problem"]
+    assert any("no readable output" in w for w in report["warnings"])
+    assert root(report)["rule"] == "SJ006" and report["inputs"] == []
+
+
+def test_text_report_names_the_route(slurm_env, jobs, scontrol_reports):
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", jobs["script_output"], "--color", "never"],
+        env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"Slurm job {jobs['script_output']} (diag-printlog" in done.stdout
+    assert "found via scontrol" in done.stdout and "Root cause" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------- time limit
+
+
+def test_timeout_job(slurm_env, workdir):
+    """A real TIMEOUT: the job runs, its limit is lowered to 0 and Slurm's own time-limit check kills it (<= 30 s
+    plus KillWait, instead of the 60-90 s of --time=1)."""
+    job = sbatch(slurm_env, "-D", str(workdir), str(JOBS / "sleeper.sh"), cwd=workdir)
+    wait_state(slurm_env, job, "RUNNING")
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=0"], env=slurm_env, check=True, timeout=30)
+    wait_ended(slurm_env, job, limit=120)
+    code, report, _ = diagnose(slurm_env, job)
+    s = report["slurm"]
+    assert code == 1
+    assert s["state"] == "TIMEOUT" and s["signal"] == "SIGTERM" and s["time_limit_s"] == 0
+    sj = finding(report, "SJ001")
+    assert sj["facts"]["elapsed_s"] >= 2
+    # the log ends with slurmstepd's "CANCELLED ... DUE TO TIME LIMIT": the root is a Slurm fact either way
+    assert root(report)["category"] == "slurm"
+
+
+# ----------------------------------------------------------------------------------------- sacct route
+
+
+def test_sacct_route_batch_script(sacct_reports, jobs, workdir):
+    code, report, _ = sacct_reports["script_output"]
+    s = report["slurm"]
+    assert code == 1
+    assert s["source"] == "sacct" and s["output_route"] == "sacct --batch-script"
+    assert s["state"] == "FAILED" and s["exit_code"] == 1
+    assert s["outputs"][0]["path"] == str(workdir / f"diag-printlog-{jobs['script_output']}.out")
+    assert_log_root_is_the_oom(report)
+    sj = finding(report, "SJ006")
+    assert sj["evidence"][0]["path"] == f"sacct:{jobs['script_output']}" and sj["evidence"][0]["line"] == 2
+
+
+def test_sacct_route_submit_line_beats_script(sacct_reports, jobs, workdir):
+    _, report, _ = sacct_reports["cli_output"]
+    s = report["slurm"]
+    assert s["source"] == "sacct" and s["output_route"] == "sacct SubmitLine"
+    assert s["outputs"][0]["path"] == str(workdir / f"cli-diag-cli-{int(jobs['cli_output']):04d}.log")
+    assert_log_root_is_the_oom(report)
+
+
+def test_sacct_route_env_beats_script(sacct_reports, jobs, workdir):
+    _, report, _ = sacct_reports["env_output"]
+    s = report["slurm"]
+    assert s["output_route"] == "sacct --env-vars"
+    assert s["outputs"][0]["path"] == str(workdir / f"env-{jobs['env_output']}.txt")
+    assert s["outputs"][0]["readable"]
+    assert_log_root_is_the_oom(report)
+
+
+def test_sacct_route_default_and_array(sacct_reports, jobs, workdir):
+    _, report, _ = sacct_reports["default_output"]
+    assert report["slurm"]["output_route"] == "default"
+    assert report["slurm"]["outputs"][0]["path"] == str(workdir / f"slurm-{jobs['default_output']}.out")
+    assert root(report)["rule"] == "SJ006"
+    _, report, _ = sacct_reports["array"]
+    s = report["slurm"]
+    assert s["source"] == "sacct" and s["array_task_id"] == 1
+    assert s["outputs"][0]["path"] == str(workdir / f"diag-arr-{jobs['array']}_1.out")
+    assert root(report)["category"] != "slurm"
+
+
+def test_sacct_route_srun_label(sacct_reports, jobs):
+    _, report, _ = sacct_reports["srun_label"]
+    s = report["slurm"]
+    assert s["source"] == "sacct" and s["state"] == "COMPLETED" and s["derived_exit_code"] == 1
+    assert s["failed_step"] == f"{jobs['srun_label']}.0"
+    assert finding(report, "SJ008")["role"] == "cascade"
+
+
+# ---------------------------------------------------------------------------------- --failed, --follow
+
+
+def test_failed_list(slurm_env, jobs, scontrol_reports):
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", "--failed", "--since", "2h", "--format", "json"],
+        env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    listed = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
+    assert "FAILED exit 1" == listed[jobs["script_output"]]["state"]
+    assert "out of memory" in listed[jobs["script_output"]]["diagnosis"].lower()
+    assert listed[jobs["srun_label"]]["state"].startswith("COMPLETED (a step exited 1")
+    assert f"{jobs['array']}_1" in listed and f"{jobs['array']}_0" not in listed
+
+
+def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
+    job = sbatch(slurm_env, "-D", str(workdir), str(JOBS / "follow.sh"), str(JOBS / "ddp_wrap_oom.log"), cwd=workdir)
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "diagnose", "slurm", job, "--follow", "--color", "never"],
+            env={**slurm_env, "DIAGNOSE_FOLLOW_MAX_S": "120"}, cwd=REPO, capture_output=True, text=True, timeout=200,
+        )
+        took = time.monotonic() - started
+        assert done.returncode == 1, done.stderr
+        assert "iteration 3" in done.stdout  # the tail
+        assert "stopped following: failure" in done.stdout
+        assert "Root cause" in done.stdout and "CUDA out of memory" in done.stdout
+        assert took < 60  # the job itself sleeps 300 s after the failure
+        assert squeue_active(slurm_env, job)  # reported while the job was still running
+    finally:
+        subprocess.run(["scancel", job], env=slurm_env, timeout=30)
