@@ -1,0 +1,115 @@
+"""``diagnose replay CONFIG [--set k=v ...] [--bridge-version X] [--gpus N] [--format text|json]``.
+
+CONFIG is a Megatron-Bridge YAML (``run_config.yaml``), a Megatron-LM arguments dump or argument list, or a log.
+The config is validated as is, then with the ``--set`` overrides; a fix that trips another check is extended
+until it passes (or no compatible fix is known). Exit codes: 0 passes, 1 violations remain, 2 bad input.
+JSON: {"schema": "diagnose/replay@1", "config": {...}, "replay": {...}} (sections as in the analyze report).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from diagnose.model import DiagnoseError
+
+SCHEMA = "diagnose/replay@1"
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+def run(args: Any) -> int:
+    from diagnose.explain.config import apply_defaults, normalize_overrides
+    from diagnose.explain.config.extract import load_config
+    from diagnose.explain.replay import replay
+
+    overrides = normalize_overrides(getattr(args, "sets", None) or [])
+    view = load_config(args.config, defaults=False)
+    if getattr(args, "bridge_version", None):
+        view.version = args.bridge_version
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None:
+        if gpus <= 0:
+            raise DiagnoseError(f"--gpus {gpus}: must be at least 1")
+        view.set("launch.world_size", gpus, "override")
+    apply_defaults(view)
+    result = replay(view, overrides, view.version)
+    payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict()}
+    if getattr(args, "format", "text") == "json":
+        text = json.dumps(payload, indent=2, default=str) + "\n"
+        _write(args, text)
+    else:
+        _print_text(args, view, result)
+    return EXIT_OK if result.passes else EXIT_FAIL
+
+
+def _write(args: Any, text: str) -> None:
+    path = getattr(args, "output", None)
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as e:
+            raise DiagnoseError(f"cannot write {path}: {e.strerror or e}") from None
+    else:
+        sys.stdout.write(text)
+
+
+def _print_text(args: Any, view: Any, result: Any) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    from diagnose.present.safe import inert, inert_block
+
+    color = getattr(args, "color", "auto")
+    out_path = getattr(args, "output", None)
+    fh = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    try:
+        console = Console(
+            file=fh or sys.stdout,
+            no_color=color == "never" or fh is not None,
+            force_terminal=True if color == "always" else None,
+            highlight=False,
+        )
+        head = Text("config: ", style="bold")
+        head.append(inert(", ".join(view.sources) or "(nothing recovered)"))
+        head.append(f"  framework: {view.framework or 'unknown'}  megatron-bridge: {inert(view.version or 'unknown')}")
+        console.print(head)
+        console.print(_violations_text("as given", result.before.violations))
+        if result.fix:
+            fix = Text("fix: ", style="bold")
+            fix.append(inert(result.render()["cli"]))
+            if result.added:
+                fix.append("  (extended with: " + inert(" ".join(f"{o.key}={o.value}" for o in result.added)) + ")",
+                           style="yellow")
+            console.print(fix)
+            console.print(_violations_text("with the fix", result.after.violations))
+        for note in result.after.notes:
+            console.print(Text("note: ", style="cyan") + Text(inert(note.message)))
+        verdict = Text("passes validation" if result.passes else "still fails validation",
+                       style="bold green" if result.passes else "bold red")
+        console.print(verdict)
+        if result.fix:
+            render = result.render()
+            for key in ("python", "yaml", "env", "megatron_lm"):
+                if render.get(key):
+                    console.print(Text(f"{key}:", style="bold"))
+                    console.print(Text(inert_block(render[key]).rstrip("\n")))
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _violations_text(label: str, violations: list) -> Any:
+    from rich.text import Text
+
+    from diagnose.present.safe import inert
+
+    if not violations:
+        return Text(f"{label}: no violations", style="green")
+    t = Text(f"{label}: {len(violations)} violation(s)", style="red")
+    for v in violations:
+        t.append("\n  ")
+        t.append(inert(v.check), style="bold")
+        t.append(": " + inert(v.message))
+    return t
