@@ -12,6 +12,7 @@ from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts
 
+OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
 
 
@@ -23,7 +24,16 @@ def _oom_finding(report: Any):
     for f in findings:
         if f.category == "cuda_oom" and f.role == "root":
             return f
-    return next((f for f in findings if f.category == "cuda_oom"), None)
+    oom = next((f for f in findings if f.category == "cuda_oom"), None)
+    if oom is not None:
+        return oom
+    # a generic rule (a Python exception catch-all) may hold the OOM before a specific rule exists
+    ordered = ([root] if root is not None else []) + [f for f in findings if f is not root]
+    for f in ordered:
+        texts = [e.text for e in (f.evidence or [])] + [str(v) for v in (f.facts or {}).values() if isinstance(v, str)]
+        if any(OOM_MARK in t for t in texts):
+            return f
+    return None
 
 
 def _log_params(report: Any, view: Any) -> int | None:
@@ -187,7 +197,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     finding = _oom_finding(report)
     if finding is None:
         return None
-    texts = [e.text for e in (finding.evidence or [])]
+    texts = [e.text for e in (finding.evidence or [])] + [
+        str(v) for v in (finding.facts or {}).values() if isinstance(v, str)]
     n = from_facts(finding.facts or {}, texts)
     capacity = getattr(options, "gpu_memory_bytes", None) or n.capacity
     phase = finding.phase or "unknown"

@@ -24,9 +24,15 @@ def available() -> bool:
 
 def exact_count(shape: ModelShape, timeout: float = 180.0) -> int | None:
     """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here."""
+    counts = exact_counts([shape], timeout)
+    return None if counts is None else counts[0]
+
+
+def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int | None] | None:
+    """Several models in one child process (megatron-core is imported once); None if it cannot run here."""
     if not available():
         return None
-    payload = json.dumps(dataclasses.asdict(shape))
+    payload = json.dumps([dataclasses.asdict(s) for s in shapes])
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     try:
         proc = subprocess.run(
@@ -43,7 +49,7 @@ def exact_count(shape: ModelShape, timeout: float = 180.0) -> int | None:
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             try:
-                return int(json.loads(line)["params"])
+                return [None if c is None else int(c) for c in json.loads(line)["params"]]
             except (ValueError, KeyError, TypeError):
                 return None
     return None
@@ -62,7 +68,8 @@ def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
     norm = "LayerNorm" if shape.layernorm else "RMSNorm"
     moe = {}
     if shape.num_moe_experts:
@@ -109,11 +116,16 @@ def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
 
 
 def main() -> int:
-    raw = json.loads(sys.stdin.read())
-    if isinstance(raw.get("moe_layer_freq"), list):
-        raw["moe_layer_freq"] = tuple(raw["moe_layer_freq"])
-    shape = ModelShape(**raw)
-    print(json.dumps({"params": _build_and_count(shape)}), flush=True)
+    counts: list[int | None] = []
+    for raw in json.loads(sys.stdin.read()):
+        if isinstance(raw.get("moe_layer_freq"), list):
+            raw["moe_layer_freq"] = tuple(raw["moe_layer_freq"])
+        try:
+            counts.append(_build_and_count(ModelShape(**raw)))
+        except Exception as e:  # noqa: BLE001 - one shape megatron-core refuses must not hide the others
+            print(f"meta build failed: {type(e).__name__}: {e}", file=sys.stderr)
+            counts.append(None)
+    print(json.dumps({"params": counts}), flush=True)
     return 0
 
 

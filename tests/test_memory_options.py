@@ -1,0 +1,127 @@
+"""Options search: each option a set of overrides with predicted bytes, ranked cheapest first, valid by replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.explain.config import ConfigView, apply_defaults
+from diagnose.explain.memory import run
+from diagnose.explain.memory.activations import Workload, activation_bytes
+from diagnose.explain.memory.gpus import GIB, gpu_by_name
+from diagnose.explain.memory.options import Scenario, evaluate, headroom, search
+from diagnose.explain.memory.replay_check import prove
+from diagnose.explain.memory.shape import ModelShape
+from diagnose.explain.memory.state import Layout
+from diagnose.model import Evidence, Finding, Override, Report
+
+LLAMA_8B = ModelShape(num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                      num_query_groups=8, vocab_size=128256, seq_length=8192, gated_linear_unit=True,
+                      untie_embeddings=True, add_bias_linear=False, layernorm=False, position_embedding="rope")
+H100 = gpu_by_name("h100-80gb").capacity_bytes
+
+
+def _scenario(layout: Layout, work: Workload | None = Workload(1, 8192), capacity: int = H100) -> Scenario:
+    return Scenario(LLAMA_8B, layout, work, capacity)
+
+
+def test_ranked_fitting_first_cheapest_first_and_all_fit():
+    scn = _scenario(Layout("ddp", gpus=8, grad_bytes=4))
+    plans = search(scn)
+    fitting = [p for p in plans if p.fits]
+    assert fitting, "a Llama-8B on 8 x 80 GiB must have a fitting option"
+    assert plans[: len(fitting)] == fitting
+    ranks = [p.cost_rank for p in fitting]
+    assert ranks == sorted(ranks)
+    for p in fitting:
+        assert p.peak <= H100 - headroom(H100)
+        assert p.overrides or p.layout.gpus != 8
+
+
+def test_non_fitting_options_shown_only_when_they_reduce_memory():
+    scn = _scenario(Layout("ddp", gpus=1, grad_bytes=4))
+    base = evaluate(scn, "given", [], scn.layout, scn.workload, "", 0)
+    for p in search(scn):
+        if not p.fits:
+            assert p.peak < base.peak
+
+
+def test_tp_options_divide_heads_and_query_groups():
+    shape = ModelShape(num_layers=4, hidden_size=768, num_attention_heads=12, num_query_groups=4, vocab_size=1000)
+    scn = Scenario(shape, Layout("ddp", gpus=8), Workload(64, 8192), 1 * GIB)
+    from diagnose.explain.memory.options import candidates
+
+    tps = {c.layout.tp for c in candidates(scn) if c.label.startswith("TP")}
+    assert tps and all(12 % t == 0 and (4 % t == 0 or t % 4 == 0) for t in tps)
+    assert 3 not in tps and 6 not in tps  # divide the 12 heads, but are neither divisors nor multiples of 4 groups
+
+
+def test_fragmentation_puts_expandable_segments_first():
+    scn = _scenario(Layout("fsdp:optim_grads_params", gpus=8, meta_init=True))
+    plans = search(scn, verdict="fragmentation")
+    assert plans[0].overrides[0].key == "env.PYTORCH_CUDA_ALLOC_CONF"
+    assert plans[0].overrides[0].value == "expandable_segments:True"
+    assert "nccl_ub" in plans[0].cost
+
+
+def test_smaller_micro_batch_and_recompute_cut_activations():
+    work = Workload(8, 8192)
+    full = activation_bytes(LLAMA_8B, work)
+    assert activation_bytes(LLAMA_8B, Workload(4, 8192)) < full
+    assert activation_bytes(LLAMA_8B, Workload(8, 8192, recompute="full", recompute_num_layers=1)) < full / 5
+    assert activation_bytes(LLAMA_8B, Workload(8, 8192, sequence_parallel=True), tp=4) < full / 3
+    assert activation_bytes(LLAMA_8B, work, cp=2) < full * 0.55
+
+
+def test_options_are_proven_by_replay_and_extended_with_the_checkpoint_format():
+    view = apply_defaults(ConfigView())
+    view.set("checkpoint.save", "/ckpt", "file:test")
+    proof = prove(view, [Override("ddp.use_megatron_fsdp", True)])
+    assert proof.valid is True
+    assert any(o.key == "checkpoint.ckpt_format" and o.value == "fsdp_dtensor" for o in proof.overrides)
+
+
+def _b042_view() -> ConfigView:
+    """Values of ../shared/real_logs/b042_first_iter_oom.log's configuration summary (Bridge 0.4.2, core 0.17.1)."""
+    view = ConfigView(framework="megatron-bridge", version="0.4.2", mcore_version="0.17.1")
+    for key, value in {
+        "model.num_layers": 8, "model.hidden_size": 4096, "model.ffn_hidden_size": 14336,
+        "model.num_attention_heads": 32, "model.num_query_groups": 32, "model.kv_channels": 128,
+        "model.vocab_size": 32000, "model.seq_length": 8192, "model.bf16": True, "train.micro_batch_size": 256,
+        "train.global_batch_size": 256, "ddp.use_megatron_fsdp": True, "ddp.grad_reduce_in_fp32": True,
+        "ddp.data_parallel_sharding_strategy": "optim_grads_params", "ddp.use_distributed_optimizer": True,
+        "launch.world_size": 1,
+    }.items():
+        view.set(key, value, "log:1")
+    return apply_defaults(view)
+
+
+def test_first_iteration_oom_of_b042_is_activations_and_smaller_micro_batches_fit():
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 56.00 GiB. GPU 0 has a total capacity of "
+           "139.80 GiB of which 26.65 GiB is free. Including non-PyTorch memory, this process has 113.14 GiB memory "
+           "in use. Of the allocated memory 112.00 GiB is allocated by PyTorch, and 1.97 MiB is reserved by PyTorch "
+           "but unallocated.")
+    finding = Finding(rule="OOM", name="oom", title="t", category="cuda_oom", phase="first_iteration",
+                      severity="error", role="root", confidence=0.9, evidence=[Evidence("b042.log", 308, oom)])
+    mem = run(Report(findings=[finding], root_cause=0), _b042_view(), None)
+    assert mem["verdict"] == "activations"
+    assert mem["params_source"] == "config"
+    fitting = [o for o in mem["options"] if o["fits"]]
+    assert fitting and all(o["valid"] is not False for o in fitting)
+    mbs = [dict((x["key"], x["value"]) for x in o["overrides"]).get("train.micro_batch_size") for o in fitting]
+    assert any(m is not None and m < 256 for m in mbs)
+    for o in fitting:
+        assert o["activation_bytes"] < mem["current"]["activation_bytes"]
+
+
+def test_unknown_shape_still_gives_strategy_and_gpu_options_from_the_log_count():
+    scn = Scenario(None, Layout("ddp", gpus=1), None, gpu_by_name("h200").capacity_bytes, log_params=20 * 10**9)
+    plans = search(scn)
+    assert plans and all(p.layout.tp == 1 and p.layout.pp == 1 for p in plans)
+    assert any(p.fits and p.layout.gpus > 1 for p in plans)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "distributed_optimizer", "fsdp:optim_grads_params"])
+def test_more_gpus_never_increase_per_gpu_state(strategy):
+    small = evaluate(_scenario(Layout(strategy, gpus=8)), "", [], Layout(strategy, gpus=8), None, "", 0)
+    big = evaluate(_scenario(Layout(strategy, gpus=64)), "", [], Layout(strategy, gpus=64), None, "", 0)
+    assert big.state.total <= small.state.total

@@ -1,0 +1,91 @@
+"""Bytes per parameter per strategy (megatron-core.md §2 tables) and phase-aware peaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.explain.memory.shape import ParamCount
+from diagnose.explain.memory.state import Layout, model_state, persistent_bytes_per_param, phases
+
+P = 1_000_000_000
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+@pytest.mark.parametrize(
+    "strategy, g4, g2",
+    [
+        ("ddp", lambda n: 18, lambda n: 16),
+        ("distributed_optimizer", lambda n: 6 + 12 / n, lambda n: 4 + 12 / n),
+        ("fsdp:no_shard", lambda n: 18, lambda n: 16),
+        ("fsdp:optim", lambda n: 6 + 12 / n, lambda n: 4 + 12 / n),
+        ("fsdp:optim_grads", lambda n: 2 + 16 / n, lambda n: 2 + 14 / n),
+        ("fsdp:optim_grads_params", lambda n: 18 / n, lambda n: 16 / n),
+    ],
+)
+def test_bytes_per_param_tables(strategy, g4, g2, n):
+    assert persistent_bytes_per_param(strategy, n, grad_bytes=4) == pytest.approx(g4(n))
+    assert persistent_bytes_per_param(strategy, n, grad_bytes=2) == pytest.approx(g2(n))
+
+
+def test_shard_group_is_dp_times_cp_over_instances():
+    lay = Layout("fsdp:optim_grads_params", gpus=64, tp=2, pp=2, cp=2, dist_opt_instances=2)
+    assert lay.dp == 8
+    assert lay.shard_group == 8 * 2 // 2
+    state = model_state(ParamCount(P), lay)
+    assert state.components["optimizer"] == pytest.approx(8 * P / 8, rel=1e-9)
+
+
+def test_expert_params_shard_over_expert_dp():
+    lay = Layout("distributed_optimizer", gpus=64, tp=1, ep=8)
+    dense_only = model_state(ParamCount(P), lay)
+    with_experts = model_state(ParamCount(P, expert=8 * P), lay)
+    # dense optimizer state over DP=64, expert state over expert DP = 64 / 8 = 8
+    extra_opt = with_experts.components["optimizer"] - dense_only.components["optimizer"]
+    assert extra_opt == pytest.approx(8 * 8 * P / 8, rel=1e-9)
+
+
+def test_cpu_offload_moves_optimizer_and_main_params_off_the_gpu():
+    lay = Layout("distributed_optimizer", gpus=8, optimizer_offload_fraction=1.0)
+    c = model_state(ParamCount(P), lay).components
+    assert c["optimizer"] == 0 and c["main_params"] == 0 and c["params"] == 2 * P
+
+
+def test_wrap_peak_ddp_with_distributed_optimizer_holds_two_bf16_copies_and_the_grad_buffer():
+    lay = Layout("distributed_optimizer", gpus=1, grad_bytes=4)
+    st = model_state(ParamCount(P), lay)
+    ph = phases(st, lay)
+    assert ph.wrap_peak == 2 * P + 2 * P + 4 * P
+    assert ph.after_wrap == 2 * P + 4 * P
+    assert ph.first_step_peak == 18 * P  # Adam appears at the first step
+
+
+def test_wrap_peak_fsdp_meta_init_avoids_the_full_bf16_model():
+    base = Layout("fsdp:optim_grads_params", gpus=8, grad_bytes=4)
+    plain = phases(model_state(ParamCount(P), base), base)
+    meta = phases(model_state(ParamCount(P), Layout(**{**base.__dict__, "meta_init": True})),
+                  Layout(**{**base.__dict__, "meta_init": True}))
+    assert plain.wrap_peak - meta.wrap_peak == 2 * P
+    assert meta.after_wrap == int(10 * P / 8)  # wbuf 2 + mbuf 4 + gbuf 4, all sharded
+
+
+def test_bf16_grads_add_an_fp32_cast_at_the_step():
+    lay = Layout("distributed_optimizer", gpus=4, grad_bytes=2)
+    st = model_state(ParamCount(P), lay)
+    ph = phases(st, lay)
+    assert ph.detail["grad_cast"] == st.components["main_params"] == P  # 4 bytes / 4 ranks
+    assert ph.first_step_peak == st.persistent + P
+
+
+def test_fsdp_optim_grads_without_overlap_holds_the_whole_grad():
+    overlap = Layout("fsdp:optim_grads", gpus=8, overlap_grad_reduce=True)
+    single_bucket = Layout("fsdp:optim_grads", gpus=8, overlap_grad_reduce=False)
+    a = model_state(ParamCount(P), overlap, layer_params=P // 32)
+    b = model_state(ParamCount(P), single_bucket, layer_params=P // 32)
+    assert b.components["buffers"] == int(4 * P * 7 / 8)
+    assert a.components["buffers"] < b.components["buffers"] / 4
+
+
+def test_activations_reported_in_the_steady_peak():
+    lay = Layout("fsdp:optim_grads_params", gpus=8)
+    st = model_state(ParamCount(P), lay)
+    assert phases(st, lay, activations=5 * P).steady_peak == st.total + 5 * P

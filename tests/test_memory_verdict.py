@@ -1,0 +1,99 @@
+"""OOM numbers (from the engine's facts, or the message itself) and the verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.explain.memory.gpus import GIB, gpu_by_name, parse_size
+from diagnose.explain.memory.verdict import OomNumbers, decide, fragmented, from_facts, from_text
+from diagnose.model import DiagnoseError
+
+# the OOM line of ../shared/real_logs/ddp_wrap_oom.log (torch 2.11, H200), without its "[rank0]: " prefix
+REAL_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 135.33 GiB. GPU 0 has a total capacity of "
+    "139.80 GiB of which 3.80 GiB is free. Including non-PyTorch memory, this process has 136.00 GiB memory in use. "
+    "Of the allocated memory 135.33 GiB is allocated by PyTorch, and 1.47 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF="
+    "expandable_segments:True to avoid fragmentation."
+)
+OLD_OOM = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total capacity; 77.23 GiB "
+    "already allocated; 3.06 MiB free; 78.01 GiB reserved in total by PyTorch) If reserved memory is >> allocated"
+)
+
+
+def test_numbers_from_the_new_message():
+    n = from_text(REAL_OOM)
+    assert n.requested == pytest.approx(135.33 * GIB, rel=1e-4)
+    assert n.capacity == pytest.approx(139.80 * GIB, rel=1e-4)
+    assert n.free == pytest.approx(3.80 * GIB, rel=1e-3)
+    assert n.in_use == pytest.approx(136.00 * GIB, rel=1e-4)
+    assert n.reserved_unallocated == pytest.approx(1.47 * 2**20, rel=1e-2)
+
+
+def test_numbers_from_the_old_message():
+    n = from_text(OLD_OOM)
+    assert n.capacity == pytest.approx(79.15 * GIB, rel=1e-4)
+    assert n.reserved_unallocated == pytest.approx((78.01 - 77.23) * GIB, rel=1e-3)
+
+
+def test_engine_facts_are_read_by_their_names():
+    from diagnose.normalize.facts.oom import parse_cuda_oom
+
+    facts = parse_cuda_oom(REAL_OOM)
+    assert facts is not None
+    n = from_facts(facts)
+    assert n == from_text(REAL_OOM)
+
+
+def test_missing_facts_are_filled_from_the_evidence_text():
+    n = from_facts({"requested_bytes": 10}, [REAL_OOM])
+    assert n.requested == 10 and n.capacity == pytest.approx(139.80 * GIB, rel=1e-4)
+
+
+def test_fragmentation_when_cached_free_blocks_would_have_held_the_request():
+    n = OomNumbers(requested=4 * GIB, capacity=80 * GIB, free=1 * GIB, in_use=79 * GIB, allocated=70 * GIB,
+                   reserved_unallocated=8 * GIB)
+    assert fragmented(n)
+    assert decide(n, "training", 40 * GIB, None, 20 * GIB, None) == "fragmentation"
+    assert not fragmented(from_text(REAL_OOM))
+
+
+def test_capacity_when_state_cannot_fit():
+    n = from_text(REAL_OOM)
+    assert decide(n, "dp_wrap", 609 * GIB, 270 * GIB, None, None) == "capacity"
+
+
+def test_activations_when_state_fits_and_activations_do_not():
+    n = OomNumbers(requested=56 * GIB, capacity=int(139.8 * GIB), free=26 * GIB, in_use=113 * GIB,
+                   allocated=112 * GIB, reserved_unallocated=2 << 20)
+    assert decide(n, "first_iteration", 30 * GIB, None, 2900 * GIB, None) == "activations"
+
+
+def test_transient_peak_at_the_first_optimizer_step_or_checkpoint():
+    n = OomNumbers(requested=10 * GIB, capacity=80 * GIB, free=2 * GIB, allocated=70 * GIB, reserved_unallocated=0)
+    assert decide(n, "optimizer_step", 60 * GIB, 85 * GIB, None, None) == "transient_peak"
+    assert decide(n, "checkpoint_save", 60 * GIB, None, None, None) == "transient_peak"
+
+
+def test_unknown_without_numbers():
+    assert decide(OomNumbers(), "training", None, None, None, None) == "unknown"
+
+
+@pytest.mark.parametrize("text, expected", [("80GiB", 80 * GIB), ("80G", 80 * GIB), ("141GB", 141 * 10**9),
+                                            ("139.80 GiB", int(round(139.8 * GIB))), ("1024", 1024)])
+def test_sizes(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "eighty", "80 parsecs", "-5GiB"])
+def test_bad_sizes_are_one_line_errors(bad):
+    with pytest.raises(DiagnoseError):
+        parse_size(bad)
+
+
+def test_gpu_table():
+    assert gpu_by_name("H200").capacity_bytes == pytest.approx(139.80 * GIB, rel=1e-4)
+    assert gpu_by_name("h100").name == "h100-80gb"
+    with pytest.raises(DiagnoseError):
+        gpu_by_name("h9000")
