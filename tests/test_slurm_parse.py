@@ -1,0 +1,321 @@
+"""Pure unit tests of the Slurm side: job id validation, scontrol/sacct parsing, output patterns, sbatch options,
+the SJ findings and the merge with a log's report. No cluster needed (see test_slurm_cluster.py for that).
+
+The scontrol/sacct texts below are real output of Slurm 22.05.8 captured on the local cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.findings import slurm_findings
+from diagnose.ingest.slurm.job import SlurmJob, SlurmRecordLine, SlurmStep
+from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.listing import sacct_since
+from diagnose.ingest.slurm.merge import merge_slurm_findings
+from diagnose.ingest.slurm.output_path import (
+    PatternFields,
+    expand_pattern,
+    first_node,
+    parse_batch_script_options,
+    parse_sbatch_options,
+    resolve,
+)
+from diagnose.ingest.slurm.parse import (
+    ExitStatus,
+    format_duration,
+    parse_duration,
+    parse_env_outputs,
+    parse_exit_code,
+    parse_sacct,
+    parse_scontrol_jobs,
+    split_state,
+)
+from diagnose.model import DiagnoseError, Evidence, Finding, Report
+
+REPO = Path(__file__).resolve().parents[1]
+
+SCONTROL_O = (
+    "JobId=6 ArrayJobId=3 ArrayTaskId=1 JobName=arr UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 "
+    "Nice=0 Account=root QOS=normal JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 Restarts=2 "
+    "BatchFlag=1 Reboot=0 ExitCode=1:0 DerivedExitCode=0:0 RunTime=00:01:05 TimeLimit=01:00:00 TimeMin=N/A "
+    "SubmitTime=2026-11-29T15:35:45 StartTime=2026-11-29T15:35:48 EndTime=2026-11-29T15:36:53 Partition=debug "
+    "AllocNode:Sid=localhost:3809 ReqNodeList=(null) NodeList=gpu[01-02] BatchHost=gpu01 NumNodes=2 CPUs/Task=1 "
+    "ReqB:S:C:T=0:0:*:* Command=/home/a b/train.sh --x=1 WorkDir=/home/a b Comment=my long comment  "
+    "StdErr=/home/a b/arr-3_1.out StdIn=/dev/null StdOut=/home/a b/arr-3_1.out Power="
+)
+
+SACCT = """JobID|JobIDRaw|JobName|User|State|ExitCode|DerivedExitCode|SubmitLine
+4|4|srunlbl|root|COMPLETED|0:0|1:0|sbatch --parsable srunlabel.sh
+4.batch|4.batch|batch||COMPLETED|0:0||
+4.0|4.0|bash||FAILED|1:0||
+7|7|wrap|root|CANCELLED by 0|0:15|0:0|sbatch --wrap=echo a | tee b -o x-%j.out
+"""
+
+
+# ---------------------------------------------------------------------------------------------- job ids
+
+
+@pytest.mark.parametrize(
+    "text, ref",
+    [
+        ("123456", JobRef(123456)),
+        ("123456_7", JobRef(123456, array_task=7)),
+        ("123456+1", JobRef(123456, het_offset=1)),
+        ("123.batch", JobRef(123, step="batch")),
+        ("123_4.0", JobRef(123, array_task=4, step="0")),
+        (" 42 ", JobRef(42)),
+    ],
+)
+def test_job_ids_accepted(text, ref):
+    assert parse_job_id(text) == ref
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "123;ls", "$(id)", "123 456", "123_[1-3]", "-1", "123_", "123+", "1.2.3", "12\n3", "`id`", "12345678901"],
+)
+def test_job_ids_refused(text):
+    with pytest.raises(DiagnoseError, match="not a Slurm job id"):
+        parse_job_id(text)
+
+
+def test_step_option():
+    assert parse_job_id("5", step="batch") == JobRef(5, step="batch")
+    assert str(parse_job_id("5_2", step="0")) == "5_2.0"
+    with pytest.raises(DiagnoseError, match="not a Slurm step"):
+        parse_job_id("5", step="0;rm")
+    with pytest.raises(DiagnoseError, match="two different steps"):
+        parse_job_id("5.1", step="2")
+
+
+@given(st.text(max_size=30))
+def test_any_text_is_a_valid_id_or_a_one_line_error(text):
+    try:
+        ref = parse_job_id(text)
+    except DiagnoseError as e:
+        assert "\n" not in str(e)
+    else:  # what reaches a Slurm command is digits, "_", "+", "." and a step word only
+        assert set(str(ref)) <= set("0123456789_+.batchextrnilvy")
+
+
+def test_bad_id_on_the_command_line_exits_2_with_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", "123;touch /tmp/x"], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "not a Slurm job id" in done.stderr
+
+
+def test_missing_slurm_commands_is_a_clear_message(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH: no scontrol
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", "123"], cwd=REPO, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2
+    assert "scontrol not found on PATH" in done.stderr and done.stderr.count("\n") == 1
+    with pytest.raises(SlurmUnavailable, match="sacct not found"):
+        old = os.environ["PATH"]
+        os.environ["PATH"] = str(tmp_path)
+        try:
+            run_slurm(["sacct", "-j", "1"])
+        finally:
+            os.environ["PATH"] = old
+
+
+# ------------------------------------------------------------------------------------- scontrol, sacct
+
+
+def test_scontrol_one_line_record():
+    (rec,) = parse_scontrol_jobs(SCONTROL_O)
+    f = rec.fields
+    assert f["JobId"] == "6" and f["ArrayJobId"] == "3" and f["ArrayTaskId"] == "1"
+    assert f["JobState"] == "FAILED" and f["ExitCode"] == "1:0" and f["Restarts"] == "2"
+    assert f["WorkDir"] == "/home/a b"  # values with spaces stay whole
+    assert f["Command"] == "/home/a b/train.sh --x=1"
+    assert f["Comment"] == "my long comment"
+    assert f["StdOut"] == "/home/a b/arr-3_1.out" and f["Power"] == ""
+    assert f["AllocNode:Sid"] == "localhost:3809" and f["CPUs/Task"] == "1"
+
+
+def test_scontrol_multi_line_and_several_records():
+    text = (
+        "JobId=1 JobName=a\n   JobState=FAILED Reason=NonZeroExitCode\n   ExitCode=2:0\n\n"
+        "JobId=2 JobName=b\n   JobState=TIMEOUT Reason=TimeLimit\n"
+    )
+    a, b = parse_scontrol_jobs(text)
+    assert a.fields["ExitCode"] == "2:0" and a.line == 1
+    assert b.fields["JobState"] == "TIMEOUT" and b.line == 5
+
+
+def test_sacct_rows_steps_and_bars_in_submit_line():
+    rows = parse_sacct(SACCT)
+    assert [r.fields["JobID"] for r in rows] == ["4", "4.batch", "4.0", "7"]
+    assert rows[0].line == 2 and rows[2].fields["State"] == "FAILED"
+    assert rows[3].fields["SubmitLine"] == "sbatch --wrap=echo a | tee b -o x-%j.out"
+    assert split_state(rows[3].fields["State"]) == ("CANCELLED", "0")
+
+
+def test_exit_codes_and_signals():
+    assert parse_exit_code("1:0") == ExitStatus(1, 0)
+    timeout = parse_exit_code("0:15")
+    assert timeout.signal_name == "SIGTERM" and timeout.failed
+    assert not parse_exit_code("0:0").failed
+    assert parse_exit_code("") == ExitStatus(None, None) and str(parse_exit_code("junk")) == "unknown"
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("00:01:25", 85), ("1-02:03:04", 93784), ("03:04", 184), ("2-12", 216000), ("UNLIMITED", None),
+     ("Partition_Limit", None), ("", None)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_format_duration_round_trips():
+    for s in (0, 59, 3600, 93784):
+        assert parse_duration(format_duration(s)) == s
+
+
+def test_env_vars_keep_only_output_names():
+    text = "Environment used for 5\n---\nSECRET_TOKEN=abc\nSBATCH_OUTPUT=./out-%j.log\nSBATCH_ERROR=e.log\nPWD=/x\n"
+    assert parse_env_outputs(text) == {"SBATCH_OUTPUT": "./out-%j.log", "SBATCH_ERROR": "e.log"}
+
+
+def test_since():
+    assert sacct_since("6h") == "now-6hours" and sacct_since("2d") == "now-2days" and sacct_since("90") == "now-90seconds"
+    assert sacct_since("2026-11-29T10:00") == "2026-11-29T10:00"
+    with pytest.raises(DiagnoseError):
+        sacct_since("yesterday; rm")
+
+
+# --------------------------------------------------------------------------------------- output paths
+
+
+def test_pattern_expansion():
+    f = PatternFields(job_id=6, array_job_id=3, array_task_id=1, job_name="train", user="alice", first_node="gpu01")
+    assert expand_pattern("%x-%A_%a.out", f) == "train-3_1.out"
+    assert expand_pattern("%4j-%3a-%%j-%u-%N", f) == "0006-001-%j-alice-gpu01"
+    assert expand_pattern("log-%J-%s-%t-%b.txt", f) == "log-6.batch-batch-0-1.txt"
+    assert expand_pattern("%12j", f) == "0000000006"  # padding stops at 10
+    assert expand_pattern("no-pattern %q", f) == "no-pattern %q"
+    plain = PatternFields(job_id=9)
+    assert expand_pattern("slurm-%A_%a.out", plain) == "slurm-9_4294967294.out"
+
+
+def test_sbatch_command_line_options():
+    assert parse_sbatch_options("sbatch --parsable -o out-%j.txt train.sh").output == "out-%j.txt"
+    assert parse_sbatch_options("sbatch -oout.txt -e err.txt job.sh").error == "err.txt"
+    assert parse_sbatch_options("sbatch --output=o.txt --error e.txt -J n job.sh").output == "o.txt"
+    # options after the script are the script's own arguments
+    assert parse_sbatch_options("sbatch -J x job.sh -o not-mine.txt").output is None
+    assert parse_sbatch_options("sbatch --hold -N 2 job.sh --output x").output is None
+    # --wrap: no script; the wrapped words are stored unquoted, later options still count
+    assert parse_sbatch_options("sbatch --parsable --wrap=echo default; exit 3 -o w-%j.out").output == "w-%j.out"
+    assert parse_sbatch_options('sbatch -o "a b.txt" job.sh').output == "a b.txt"
+    assert parse_sbatch_options("sbatch -o 'unbalanced job.sh").output == "'unbalanced"
+
+
+def test_batch_script_options_until_first_command():
+    script = (
+        "#!/bin/bash\n# comment\n#SBATCH --job-name=x\n#SBATCH -o first.out\n#SBATCH --output=second.out # c\n"
+        "\n#SBATCH -e err.out\necho go\n#SBATCH --output=ignored.out\n"
+    )
+    opts = parse_batch_script_options(script)
+    assert opts.output == "second.out" and opts.error == "err.out"
+    assert parse_batch_script_options("#!/bin/sh\n# This script was created by sbatch --wrap.\n\nexit 3\n").output is None
+
+
+def test_node_lists_and_resolution():
+    assert first_node("gpu[01-04,07]") == "gpu01" and first_node("a,b") == "a" and first_node("None assigned") == ""
+    assert resolve("out.txt", "/w") == "/w/out.txt" and resolve("/abs.txt", "/w") == "/abs.txt"
+
+
+# ---------------------------------------------------------------------------------- findings and merge
+
+
+def _job(state: str, exit_text: str = "0:0", derived: str = "0:0", **kw) -> SlurmJob:
+    job = SlurmJob(ref=JobRef(77), job_id="77", state=state, exit=parse_exit_code(exit_text),
+                   derived_exit=parse_exit_code(derived), nodes="gpu01", elapsed_s=3600, time_limit_s=3600, **kw)
+    job.record = SlurmRecordLine("scontrol:77", 1, f"JobId=77 JobState={state} ExitCode={exit_text}")
+    return job
+
+
+def _log_finding(category: str, severity: str = "error") -> Finding:
+    return Finding(rule="NC001", name="n", title="NCCL watchdog timeout", category=category, phase="training",
+                   severity=severity, role="root", confidence=0.9, evidence=[Evidence("job.log", 10, "Watchdog")])
+
+
+def test_slurm_finding_codes_per_state():
+    assert slurm_findings(_job("TIMEOUT", "0:15"))[0].rule == "SJ001"
+    assert slurm_findings(_job("OUT_OF_MEMORY", "0:125"))[0].rule == "SJ002"
+    assert slurm_findings(_job("NODE_FAIL"))[0].rule == "SJ003"
+    assert slurm_findings(_job("PREEMPTED"))[0].rule == "SJ004"
+    cancelled = slurm_findings(_job("CANCELLED", cancelled_by="alice"))[0]
+    assert cancelled.rule == "SJ005" and "by alice" in cancelled.title
+    assert slurm_findings(_job("FAILED", "1:0"))[0].rule == "SJ006"
+    assert slurm_findings(_job("FAILED", "0:9"))[0].rule == "SJ007"
+    assert slurm_findings(_job("COMPLETED")) == []
+    requeued = slurm_findings(_job("COMPLETED", restarts=2))
+    assert [f.rule for f in requeued] == ["SJ011"] and requeued[0].severity == "info"
+
+
+def test_step_failure_names_the_step():
+    job = _job("COMPLETED", derived="1:0")
+    job.steps = [
+        SlurmStep("77.batch", "batch", "COMPLETED", ExitStatus(0, 0), "gpu01", SlurmRecordLine("sacct:77", 3, "b")),
+        SlurmStep("77.0", "python", "FAILED", ExitStatus(1, 0), "gpu01", SlurmRecordLine("sacct:77", 4, "s")),
+    ]
+    (f,) = slurm_findings(job)
+    assert f.rule == "SJ008" and f.facts["failed_step"] == "77.0" and "step 0 (python)" in f.title
+    assert [e.line for e in f.evidence] == [1, 4]
+    assert f.category == "slurm" and f.evidence[0].path == "scontrol:77"
+
+
+def test_timeout_title_has_elapsed_and_limit():
+    f = slurm_findings(_job("TIMEOUT", "0:15"))[0]
+    assert "01:00:00 of 01:00:00" in f.title and f.facts["signal"] == "SIGTERM"
+
+
+def test_log_root_explains_timeout_stays_root():
+    report = Report(findings=[_log_finding("nccl_timeout")], root_cause=0)
+    merge_slurm_findings(report, slurm_findings(_job("TIMEOUT", "0:15")), "TIMEOUT")
+    assert report.root_cause == 0 and report.root.rule == "NC001"
+    sj = report.findings[1]
+    assert sj.rule == "SJ001" and sj.role == "cascade" and sj.cause_of == 0
+
+
+def test_empty_log_makes_slurm_state_the_root():
+    report = Report()
+    merge_slurm_findings(report, slurm_findings(_job("TIMEOUT", "0:15")), "TIMEOUT")
+    assert report.root_cause == 0 and report.root.rule == "SJ001" and report.root.role == "root"
+    warn_only = Report(findings=[_log_finding("numerics", severity="warning")], root_cause=None)
+    merge_slurm_findings(warn_only, slurm_findings(_job("FAILED", "1:0")), "FAILED")
+    assert warn_only.root.rule == "SJ006"
+
+
+def test_preemption_is_root_over_its_consequences():
+    cascade = _log_finding("other")
+    cascade.cause_of = 0
+    report = Report(findings=[_log_finding("nccl_error"), cascade], root_cause=0)
+    merge_slurm_findings(report, slurm_findings(_job("PREEMPTED")), "PREEMPTED")
+    assert report.root.rule == "SJ004" and report.root_cause == 0
+    assert report.findings[1].role == "cascade" and report.findings[1].cause_of == 0
+    assert report.findings[2].cause_of == 1  # indices shifted with the insertion
+
+
+def test_host_oom_log_explains_out_of_memory_but_cuda_oom_does_not():
+    report = Report(findings=[_log_finding("host_oom")], root_cause=0)
+    merge_slurm_findings(report, slurm_findings(_job("OUT_OF_MEMORY")), "OUT_OF_MEMORY")
+    assert report.root.category == "host_oom"
+    report = Report(findings=[_log_finding("cuda_oom")], root_cause=0)
+    merge_slurm_findings(report, slurm_findings(_job("OUT_OF_MEMORY")), "OUT_OF_MEMORY")
+    assert report.root.rule == "SJ002"
