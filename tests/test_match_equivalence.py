@@ -78,7 +78,8 @@ def generate_log(catalogue: Catalogue, seed: int, noise_lines: int = 3000) -> st
     for rule in catalogue.rules:
         for ex in rule.examples_match + rule.examples_no_match:
             blocks.append(ex.splitlines() or [""])
-    blocks += [OOM_TB, CHAINED_TB, ["NCCL WARN Cuda failure 'out of memory'"], ["Watchdog caught collective operation timeout"]] * 3
+    blocks += [OOM_TB, CHAINED_TB, ["NCCL WARN Cuda failure 'out of memory'"], ["Watchdog caught collective operation timeout"],
+               ["NCCL WARN Cuda failure", "Watchdog caught collective operation timeout"]] * 3
     out: list[str] = []
     noise_left = noise_lines
     rng.shuffle(blocks)
@@ -145,7 +146,10 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             hits.append((rule.code, ll.lineno, phase))
             break
         for s in specs:
-            if s.anchor in text_i and (spec_rx[s.name] is None or spec_rx[s.name].search(text_i)):
+            # a capture's anchor is searched in the raw bytes, then checked on the normalised text
+            if s.anchor.encode() in raw_lines[i] and s.anchor in text_i and (
+                spec_rx[s.name] is None or spec_rx[s.name].search(text_i)
+            ):
                 markers.append((s.name, ll))
     return hits
 

@@ -43,10 +43,11 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
             tb = ending_at(lines, len(lines) - 1)
         except Exception:  # noqa: BLE001
             tb = None
-        if tb is not None:
-            frames = _frames_of(tb, lines)
-            if frames is not None:
-                return frames
+        if tb is None:
+            return []  # the line is not part of a traceback
+        frames = _frames_of(tb, lines)
+        if frames is not None:
+            return frames
     return _fallback_frames(lines)
 
 

@@ -37,16 +37,20 @@ class CompiledRule:
 class CompiledCapture:
     spec: CaptureSpec
     regex: "regex.Pattern | None"
+    literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
+
+    def accepts(self, text: str) -> bool:
+        """Does a normalised line qualify (anchor present, regex matches if any)?"""
+        return self.spec.anchor in text and (self.regex is None or self.regex.search(text) is not None)
 
 
 @dataclass
 class Compiled:
     rules: list[CompiledRule]
     captures: list[CompiledCapture]
-    anchors: list[str]  # distinct anchor strings, rules' and captures' together
+    anchors: list[str]  # distinct anchor strings of the rules' patterns
     literals: list[bytes]  # the anchors as UTF-8 bytes, plus ESC last (lines with ANSI escapes)
     rules_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of rules having a pattern with that anchor
-    captures_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of captures with that anchor
     warnings: list[str] = field(default_factory=list)
 
 
@@ -54,13 +58,11 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
     warnings: list[str] = []
     anchor_index: dict[str, int] = {}
     rules_by_anchor: list[list[int]] = []
-    captures_by_anchor: list[list[int]] = []
 
     def anchor_id(a: str) -> int:
         if a not in anchor_index:
             anchor_index[a] = len(anchor_index)
             rules_by_anchor.append([])
-            captures_by_anchor.append([])
         return anchor_index[a]
 
     compiled_rules: list[CompiledRule] = []
@@ -97,8 +99,7 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             except (regex.error, TypeError, ValueError) as e:
                 warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
                 continue
-        captures_by_anchor[anchor_id(spec.anchor)].append(len(compiled_captures))
-        compiled_captures.append(CompiledCapture(spec, rx))
+        compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8")))
 
     anchors = list(anchor_index)
     literals = [a.encode("utf-8") for a in anchors] + [ESCAPE]
@@ -108,6 +109,5 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         anchors=anchors,
         literals=literals,
         rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
-        captures_by_anchor=[tuple(x) for x in captures_by_anchor],
         warnings=warnings,
     )

@@ -10,6 +10,7 @@ normalised lines.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ import regex
 
 from diagnose.match import adapters
 from diagnose.match.anchors import candidate_line_starts, make_scanner, windows
+from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
@@ -51,13 +53,6 @@ class Hit:
     phase: str
     key: str  # grouping key: rule code + its named groups with numbers masked
     extra_evidence: list[LogLine] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Occurrence:
-    source_index: int
-    start: int  # byte offset of the line in its source
-    line: LogLine
 
 
 class _LineReader:
@@ -113,30 +108,25 @@ class _LineReader:
 class Matcher:
     """Matches candidate lines of one scan (one or more sources) and collects hits and capture occurrences."""
 
-    def __init__(self, compiled: Compiled, warnings: list[str]):
+    def __init__(self, compiled: Compiled, warnings: list[str], markers: MarkerTracker):
         self.c = compiled
         self.warnings = warnings
-        self.memo: dict[str, tuple[list[tuple[CompiledRule, dict, str]], list[int]]] = {}
+        self.memo: dict[str, list[tuple[CompiledRule, dict, str]]] = {}
         self.hits: list[Hit] = []
-        self.occurrences: list[list[_Occurrence]] = [[] for _ in compiled.captures]
-        self.occurrence_counts: list[int] = [0] * len(compiled.captures)
-        self.phase_captures = adapters.phase_capture_names()
-        self.markers: dict[tuple[str, str], LogLine] = {}  # last phase marker per (path, capture name)
+        self.markers = markers
 
     # ---------------------------------------------------------------------------------------- per text
 
-    def classify(self, text: str) -> tuple[list[tuple[CompiledRule, dict, str]], list[int]]:
-        """Rules whose regex matches ``text`` (latest in catalogue first) and captures whose anchor/regex match."""
+    def classify(self, text: str) -> list[tuple[CompiledRule, dict, str]]:
+        """Rules whose regex matches ``text``, latest in catalogue order first (memoised by text)."""
         entry = self.memo.get(text)
         if entry is not None:
             return entry
         c = self.c
-        present = [i for i, a in enumerate(c.anchors) if a in text]
         rule_ids: set[int] = set()
-        capture_ids: list[int] = []
-        for i in present:
-            rule_ids.update(c.rules_by_anchor[i])
-            capture_ids.extend(c.captures_by_anchor[i])
+        for i, a in enumerate(c.anchors):
+            if a in text:
+                rule_ids.update(c.rules_by_anchor[i])
         matches: list[tuple[CompiledRule, dict, str]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]
@@ -148,19 +138,12 @@ class Matcher:
                 m = self._search(cr, p.regex, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
-                    key = group_key(cr.rule.code, facts)
-                    matches.append((cr, facts, key))
+                    matches.append((cr, facts, group_key(cr.rule.code, facts)))
                     break
-        kept_captures = []
-        for ci in sorted(set(capture_ids)):
-            cc = c.captures[ci]
-            if cc.regex is None or cc.regex.search(text) is not None:
-                kept_captures.append(ci)
-        entry = (matches, kept_captures)
         if len(self.memo) >= MEMO_MAX:
             self.memo.clear()
-        self.memo[text] = entry
-        return entry
+        self.memo[text] = matches
+        return matches
 
     def _search(self, cr: CompiledRule, rx, text: str):
         try:
@@ -175,11 +158,10 @@ class Matcher:
 
     # ---------------------------------------------------------------------------------------- per line
 
-    def line(self, reader: _LineReader, source_index: int, rank_hint, start: int, raw: bytes, lineno: int) -> None:
+    def line(self, reader: _LineReader, source_index: int, rank_hint, start: int, raw: bytes, lineno: int,
+             pos_in_window: int) -> None:
         ll = normalize_line(decode(raw), reader.path, lineno)
-        matches, captures = self.classify(ll.text)
-        for ci in captures:
-            self._record_capture(ci, _Occurrence(source_index, start, ll))
+        matches = self.classify(ll.text)
         if not matches:
             return
         frames: list[LogLine] | None = None
@@ -205,8 +187,7 @@ class Matcher:
             else:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
-                markers = sorted(((n, m) for (_p, n), m in self.markers.items()), key=lambda nm: nm[1].lineno)
-                phase = adapters.phase_of(ll, frames, markers)
+                phase = adapters.phase_of(ll, frames, self.markers.markers_before(pos_in_window))
             all_facts = dict(facts)
             if rule.parser:
                 following = self._following(reader, start, ll)
@@ -268,27 +249,6 @@ class Matcher:
         region = bytes(buf[lo:start])
         return any(n.encode("utf-8") in region for n in needles)
 
-    def _record_capture(self, ci: int, occ: _Occurrence) -> None:
-        spec = self.c.captures[ci].spec
-        if spec.name in self.phase_captures:
-            self.markers.pop((occ.line.path, spec.name), None)
-            self.markers[(occ.line.path, spec.name)] = occ.line
-        kept = self.occurrences[ci]
-        self.occurrence_counts[ci] += 1
-        keep = spec.keep
-        if keep == "last":
-            kept[:] = [occ]
-        elif keep == "first_last":
-            if len(kept) < 2:
-                kept.append(occ)
-            else:
-                kept[1] = occ
-        elif keep == "all":
-            if len(kept) < spec.max_blocks:
-                kept.append(occ)
-        elif not kept:  # "first" (and anything unknown)
-            kept.append(occ)
-
 
 def scan(
     sources: list,
@@ -299,8 +259,14 @@ def scan(
     window_size: int = 8 << 20,
 ) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo]]:
     """Scan every source; return the hits (in input order), the captured blocks and per-input sizes."""
-    scanner = make_scanner(compiled.literals, backend)
-    matcher = Matcher(compiled, warnings)
+    n_rule_literals = len(compiled.literals)
+    capture_literals = [cc.literal for cc in compiled.captures]
+    scanner = make_scanner(compiled.literals + capture_literals, backend)
+    phase_names = adapters.phase_capture_names()
+    phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
+    markers = MarkerTracker(compiled.captures, phase_ids)
+    collector = BlockCollector(compiled.captures)
+    matcher = Matcher(compiled, warnings, markers)
     total_bytes = sum(len(s.buffer) for s in sources)
     done = 0
     infos: list[InputInfo] = []
@@ -309,49 +275,54 @@ def scan(
         buf = source.buffer
         reader = _LineReader(buf, source.path)
         readers.append(reader)
+        index = LineIndex(buf)
         rank_hint = getattr(source, "rank_hint", None)
         lines_before = 0
         last_byte_nl = True
+        released = 0
         for offset, w in windows(buf, window_size):
+            newlines = lines_before
+            for sub in range(0, len(w), CHECKPOINT_BYTES):
+                index.add(offset + sub, newlines)
+                newlines += w.count(b"\n", sub, sub + CHECKPOINT_BYTES)
             present = scanner.present(w)
-            if present:
+            rule_present = [i for i in present if i < n_rule_literals]
+            capture_present = [i - n_rule_literals for i in present if i >= n_rule_literals]
+            view = WindowView(si, source.path, offset, w, index)
+            markers.begin(view, capture_present)
+            if rule_present:
                 cursor, lineno = 0, lines_before + 1
-                for s in candidate_line_starts(w, compiled.literals, present):
+                for s in candidate_line_starts(w, compiled.literals, rule_present):
                     lineno += w.count(b"\n", cursor, s)
                     cursor = s
                     e = w.find(b"\n", s)
                     if e == -1:
                         e = len(w)
-                    matcher.line(reader, si, rank_hint, offset + s, w[s:e], lineno)
-            lines_before += w.count(b"\n")
+                    matcher.line(reader, si, rank_hint, offset + s, w[s:e], lineno, s)
+            markers.end()
+            if capture_present:
+                collector.window(view, capture_present)
+            lines_before = newlines
             last_byte_nl = w.endswith(b"\n")
             done += len(w)
+            released = _release(buf, released, offset)
             if progress is not None:
                 progress(done, total_bytes)
         size = len(buf)
         infos.append(InputInfo(source.path, size, lines_before + (0 if last_byte_nl or size == 0 else 1)))
-    blocks = _materialise_blocks(matcher, readers)
+    blocks = materialise(collector, readers)
     return matcher.hits, blocks, infos
 
 
-def _materialise_blocks(matcher: Matcher, readers: list[_LineReader]) -> dict[str, list[Block]]:
-    blocks: dict[str, list[Block]] = {}
-    for ci, cc in enumerate(matcher.c.captures):
-        spec = cc.spec
-        out = blocks.setdefault(spec.name, [])
-        for occ in matcher.occurrences[ci]:
-            reader = readers[occ.source_index]
-            lines = [occ.line]
-            if spec.lines_after > 0:
-                stream = occ.line.stream
-                budget = max(spec.lines_after * 64, 1024)
-                for _s, nxt in reader.forwards(occ.start, occ.line.lineno, budget, 16 << 20):
-                    if nxt.stream != stream:
-                        continue
-                    lines.append(nxt)
-                    if spec.until and spec.until in nxt.text:
-                        break
-                    if len(lines) > spec.lines_after:
-                        break
-            out.append(Block(spec.name, reader.path, occ.line.lineno, lines))
-    return blocks
+def _release(buf, released: int, upto: int) -> int:
+    """Tell the kernel we are done with the mapped pages before ``upto`` so resident memory stays flat."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return released
+    end = (upto // mmap.PAGESIZE) * mmap.PAGESIZE
+    if end > released:
+        try:
+            buf.madvise(mmap.MADV_DONTNEED, released, end - released)
+        except (OSError, ValueError):
+            return released
+        return end
+    return released

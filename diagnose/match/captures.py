@@ -1,0 +1,208 @@
+"""Capture specs without per-line cost: phase markers and blocks (config dumps...) found by byte search per window.
+
+Capture anchors are in the phase-1 database, so the scan knows which of them occur in each window; a window where
+an anchor does not occur costs nothing. Where it occurs, only the occurrences a keep policy needs are verified
+(normalised, anchor and regex checked): the first one from the front, the last one from the back. A marker line
+repeated on every rank every iteration is therefore never processed line by line.
+
+Known limit: an anchor split by an ANSI escape in the raw line is not seen by a capture (rules do see it).
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from dataclasses import dataclass
+
+from diagnose.match.compiled import CompiledCapture
+from diagnose.model import Block, LogLine
+from diagnose.normalize import decode, normalize_line
+
+CHECKPOINT_BYTES = 1 << 20
+
+
+class LineIndex:
+    """Line number of any byte offset of one source, from newline counts recorded every ~1 MiB during the scan."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+        self.offsets = array("q", [0])
+        self.newlines = array("q", [0])  # newlines before offsets[i]
+
+    def add(self, offset: int, newlines_before: int) -> None:
+        if offset > self.offsets[-1]:
+            self.offsets.append(offset)
+            self.newlines.append(newlines_before)
+
+    def lineno(self, offset: int) -> int:
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        base = self.offsets[i]
+        return self.newlines[i] + bytes(self.buffer[base:offset]).count(b"\n") + 1
+
+
+@dataclass(slots=True)
+class Occurrence:
+    source_index: int
+    start: int  # byte offset of the line in its source
+    line: LogLine
+
+
+def line_bounds(window: bytes, pos: int) -> tuple[int, int]:
+    start = window.rfind(b"\n", 0, pos) + 1
+    end = window.find(b"\n", pos)
+    return start, (end if end != -1 else len(window))
+
+
+class WindowView:
+    """One window of one source, for verifying capture occurrences in it."""
+
+    def __init__(self, source_index: int, path: str, offset: int, window: bytes, index: LineIndex):
+        self.source_index = source_index
+        self.path = path
+        self.offset = offset
+        self.window = window
+        self.index = index
+
+    def verify(self, cc: CompiledCapture, pos: int) -> tuple[int, Occurrence | None]:
+        """(line start in window, the occurrence if the line at ``pos`` qualifies)."""
+        s, e = line_bounds(self.window, pos)
+        ll = normalize_line(decode(self.window[s:e]), self.path, 0)
+        if not cc.accepts(ll.text):
+            return s, None
+        ll.lineno = self.index.lineno(self.offset + s)
+        return s, Occurrence(self.source_index, self.offset + s, ll)
+
+    def first(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> tuple[int, Occurrence] | None:
+        """The first qualifying line in ``[lo, hi)``, as (end of its line in window, occurrence)."""
+        w = self.window
+        hi = len(w) if hi is None else hi
+        pos = w.find(cc.literal, lo, hi)
+        while pos != -1:
+            s, occ = self.verify(cc, pos)
+            _s, e = line_bounds(w, pos)
+            if occ is not None:
+                return e, occ
+            pos = w.find(cc.literal, e, hi)
+        return None
+
+    def last(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> Occurrence | None:
+        """The last qualifying line whose anchor lies in ``[lo, hi)``."""
+        w = self.window
+        hi = len(w) if hi is None else hi
+        pos = w.rfind(cc.literal, lo, hi)
+        while pos != -1:
+            s, occ = self.verify(cc, pos)
+            if occ is not None:
+                return occ
+            if s <= lo:
+                return None
+            pos = w.rfind(cc.literal, lo, s)
+        return None
+
+
+class BlockCollector:
+    """Keeps the occurrences each capture's keep policy asks for, across all windows of all sources."""
+
+    def __init__(self, captures: list[CompiledCapture]):
+        self.captures = captures
+        self.kept: list[list[Occurrence]] = [[] for _ in captures]
+        self.last: list[Occurrence | None] = [None] * len(captures)
+
+    def window(self, view: WindowView, present: list[int]) -> None:
+        for ci in present:
+            cc = self.captures[ci]
+            keep, kept = cc.spec.keep, self.kept[ci]
+            if keep in ("last", "first_last"):
+                occ = view.last(cc)
+                if occ is not None:
+                    self.last[ci] = occ
+            if keep == "all":
+                lo = 0
+                while len(kept) < cc.spec.max_blocks:
+                    found = view.first(cc, lo)
+                    if found is None:
+                        break
+                    lo, occ = found
+                    kept.append(occ)
+            elif keep != "last" and not kept:  # first, first_last (and anything unknown: first)
+                found = view.first(cc)
+                if found is not None:
+                    kept.append(found[1])
+
+    def occurrences(self, ci: int) -> list[Occurrence]:
+        kept = list(self.kept[ci])
+        last = self.last[ci]
+        keep = self.captures[ci].spec.keep
+        if keep == "last":
+            return [last] if last is not None else []
+        if keep == "first_last" and last is not None:
+            if not kept or (kept[0].source_index, kept[0].start) != (last.source_index, last.start):
+                kept.append(last)
+        return kept
+
+
+class MarkerTracker:
+    """The latest phase marker of each kind before a position, for ``phase = "auto"`` rules.
+
+    Within a window, each query searches only the bytes between the previous query and this one, backwards, so a
+    window is searched at most once per marker anchor that occurs in it.
+    """
+
+    def __init__(self, captures: list[CompiledCapture], phase_ids: list[int]):
+        self.captures = captures
+        self.phase_ids = phase_ids
+        self.latest: dict[tuple[int, int], Occurrence] = {}  # (source, capture) -> latest marker seen
+        self.view: WindowView | None = None
+        self.present: list[int] = []
+        self.searched = 0
+
+    def begin(self, view: WindowView, present: list[int]) -> None:
+        self.view = view
+        self.present = [ci for ci in present if ci in self.phase_ids]
+        self.searched = 0
+
+    def _advance(self, upto: int) -> None:
+        view = self.view
+        if view is None or upto <= self.searched:
+            return
+        for ci in self.present:
+            occ = view.last(self.captures[ci], self.searched, upto)
+            if occ is not None:
+                self.latest[(view.source_index, ci)] = occ
+        self.searched = upto
+
+    def markers_before(self, pos_in_window: int) -> list[tuple[str, LogLine]]:
+        self._advance(pos_in_window)
+        view = self.view
+        si = view.source_index if view is not None else -1
+        found = [(occ.start, self.captures[ci].spec.name, occ.line)
+                 for (s, ci), occ in self.latest.items() if s == si]
+        found.sort(key=lambda t: t[0])
+        return [(name, line) for _start, name, line in found]
+
+    def end(self) -> None:
+        if self.view is not None:
+            self._advance(len(self.view.window))
+        self.view = None
+
+
+def materialise(collector: BlockCollector, readers: list) -> dict[str, list[Block]]:
+    """Blocks from the kept occurrences: the anchor line plus following lines of the same stream."""
+    blocks: dict[str, list[Block]] = {}
+    for ci, cc in enumerate(collector.captures):
+        spec = cc.spec
+        out = blocks.setdefault(spec.name, [])
+        for occ in collector.occurrences(ci):
+            reader = readers[occ.source_index]
+            lines = [occ.line]
+            if spec.lines_after > 0:
+                stream = occ.line.stream
+                budget = max(spec.lines_after * 64, 1024)
+                for _s, nxt in reader.forwards(occ.start, occ.line.lineno, budget, 16 << 20):
+                    if nxt.stream != stream:
+                        continue
+                    lines.append(nxt)
+                    if (spec.until and spec.until in nxt.text) or len(lines) > spec.lines_after:
+                        break
+            out.append(Block(spec.name, reader.path, occ.line.lineno, lines))
+    return blocks
