@@ -1,0 +1,44 @@
+"""Hostile YAML is loaded inert or refused with a one-line DiagnoseError; nothing named in it is executed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from diagnose.explain.config import load_config
+from diagnose.explain.config.safe_yaml import safe_load
+from diagnose.model import DiagnoseError
+
+DATA = Path(__file__).parent / "data" / "configs"
+PWNED = "/tmp/diagnose_yaml_pwned_dir"
+
+
+def test_python_object_tags_are_loaded_as_plain_data_and_not_executed():
+    if os.path.exists(PWNED):
+        os.rmdir(PWNED)
+    view = load_config(str(DATA / "hostile_python_tag.yaml"))
+    assert not os.path.exists(PWNED)
+    assert view.get("model.num_layers") == [PWNED]  # the argument list, as data
+    assert view.get("ddp.use_megatron_fsdp") == "true"  # unknown tag: the scalar, untyped
+
+
+def test_billion_laughs_is_refused():
+    with pytest.raises(DiagnoseError, match="alias"):
+        load_config(str(DATA / "billion_laughs.yaml"))
+
+
+def test_self_referencing_and_oversized_documents_are_refused():
+    with pytest.raises(DiagnoseError):
+        safe_load("a: &a [*a]")
+    with pytest.raises(DiagnoseError, match="larger than"):
+        safe_load("a: " + "x" * (17 * 1024 * 1024))
+
+
+def test_target_keys_are_never_imported(tmp_path):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("model:\n  _target_: os.system\n  num_layers: 2\ncheckpoint:\n  _target_: subprocess.Popen\n")
+    view = load_config(str(p))
+    assert view.get("model.num_layers") == 2
+    assert "model._target_" not in view.values
