@@ -214,3 +214,24 @@ def test_speed_per_line_is_a_few_microseconds():
     per_line_us = (time.perf_counter() - start) / len(lines) * 1e6
     # Measured about 2-4 us/line on the 2-core dev VM; the bound leaves room for slow CI machines.
     assert per_line_us < 40, per_line_us
+
+
+@pytest.mark.parametrize(
+    "huge",
+    [
+        "node" + "1" * 2_000_000 + "x",
+        "[E1129 15:25:31.1 " + "a" * 2_000_000,
+        "[rank" + "a" * 2_000_000,
+        "A" * 2_000_000 + "\rb" * 500_000,
+        "\x1b[" + "1;" * 1_000_000,
+    ],
+)
+def test_normalize_line_is_linear_on_huge_lines(huge):
+    start = time.perf_counter()
+    line = normalize_line(huge)
+    assert time.perf_counter() - start < 2.0
+    assert line.raw == huge
+
+
+def test_carriage_return_overlay_of_long_line_keeps_the_tail():
+    assert collapse_carriage_returns("A" * 10 + "\rbb" * 3) == "bb" + "A" * 8

@@ -75,15 +75,19 @@ def collapse_carriage_returns(text: str) -> str:
     text = text.rstrip("\r")
     if "\r" not in text:
         return strip_ansi(text)
-    shown = ""
-    for segment in text.split("\r"):
-        erased = _ERASE_LINE.search(segment) is not None
-        segment = strip_ansi(segment)
-        if erased or len(segment) >= len(shown):
-            shown = segment
-        else:
-            shown = segment + shown[len(segment) :]
-    return shown
+    # Walk the segments from the last one back: each shows its own text and, beyond its length, what earlier
+    # (longer) segments left on screen, unless it erased the rest of the line. Linear in the line length.
+    pieces: list[str] = []
+    covered = 0
+    for raw_segment in reversed(text.split("\r")):
+        erased = "\x1b[" in raw_segment and _ERASE_LINE.search(raw_segment) is not None
+        segment = strip_ansi(raw_segment)
+        if len(segment) > covered:
+            pieces.append(segment[covered:])
+            covered = len(segment)
+        if erased:
+            break
+    return "".join(pieces)  # pieces were found in screen order: columns 0.., then further right
 
 
 # ---------------------------------------------------------------------------------------------- prefixes
@@ -92,21 +96,21 @@ def collapse_carriage_returns(text: str) -> str:
 # common "no prefix" case costs one failed match.
 _LAYER = re.compile(
     r"""
-      \[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<role_n>\d+)\]:                          # [default0]: [rank3]: [trainer1]:
-    | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<bhost_n>\d+)\]:\ ?              # [host:3]:
+      \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                          # [default0]: [rank3]: [trainer1]:
+    | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?              # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        (?:\ +\d+)?(?:\ +[^\]\s]+:\d+)?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
+        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        \ +\d+\ +[^\]\s]*:\d+\]\ ?                                              # E1129 15:24:33.203000 421 f.py:986]
-    | \[(?P<oglevel>[IWEF])\ [^\]\s]+:\d+\]\ ?                                      # [E ProcessGroupNCCL.cpp:475]
+        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?                                              # E1129 15:24:33.203000 421 f.py:986]
+    | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?                                      # [E ProcessGroupNCCL.cpp:475]
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)                                          # srun --label "  3: "
     | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
-        (?:\ (?P<plog>[\w.<>-]+):)?(?:\ \[(?P<plevel>[A-Z]+)\])?\ ?              # [2024-07-25 06:36:18,293] n: [WARNING]
+        (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?              # [2024-07-25 06:36:18,293] n: [WARNING]
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
-    | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]*\]\ ?  # [NeMo I 2024-.. f:12]
-    | (?P<host>(?:[a-z][a-z0-9-]*\d[a-z0-9-]*|localhost)(?:\.[a-z0-9-]+)*):\ (?!\ )   # pdsh "node017: "
+    | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
+    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\ (?!\ )   # pdsh "node017: "
     """,
     re.VERBOSE,
 )
@@ -195,9 +199,12 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.level = g("nlevel")
             line.timestamp = g("nts")
         elif g("host") is not None:
-            if pos != 0 or line.host is not None or _NOT_A_HOST.match(g("host")):
+            host = g("host")
+            first_label = host.split(".", 1)[0]
+            looks_like_host = first_label == "localhost" or any(ch.isdigit() for ch in first_label)
+            if pos != 0 or line.host is not None or not looks_like_host or _NOT_A_HOST.match(host):
                 break  # a pdsh host is always the outermost layer; "bf16: true" is a config line
-            line.host = g("host")
+            line.host = host
         else:  # pragma: no cover - every alternative has a named group
             del group
             break

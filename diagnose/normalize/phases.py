@@ -263,7 +263,6 @@ def phase_of(
 # ---------------------------------------------------------------------------------------------- facts
 
 _ITERATION = re.compile(r"iteration\s+(?P<it>\d+)/\s*(?P<total>\d+) \|")
-_FIELD = re.compile(r" (?P<key>[a-zA-Z][\w ()/-]*?): +(?P<value>[-+\w.]+) \|")
 _NUMERIC_KEYS = {
     "consumed samples": "consumed_samples",
     "elapsed time per iteration (ms)": "elapsed_ms",
@@ -284,11 +283,12 @@ def parse_iteration(text: str) -> dict[str, Any] | None:
     if m is None:
         return None
     out: dict[str, Any] = {"iteration": int(m.group("it")), "train_iters": int(m.group("total"))}
-    for f in _FIELD.finditer(text, m.end() - 2):
-        key = _NUMERIC_KEYS.get(f.group("key").strip())
+    for field_text in text[m.end() :].split(" |"):
+        name, sep, value = field_text.rpartition(":")
+        key = _NUMERIC_KEYS.get(name.strip()) if sep else None
         if key is None:
             continue
-        value = f.group("value")
+        value = value.strip()
         try:
             out[key] = int(value) if value.lstrip("-+").isdigit() else float(value)
         except ValueError:

@@ -31,7 +31,7 @@ MAX_MESSAGE_LINES = 60
 MAX_FRAMES = 2000
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
-_CARET = re.compile(r"\s*[\^~]+[\^~ ]*$")
+_CARET = re.compile(r"\s*[\^~][\^~ ]*$")
 _EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:\[[^\]]*\])?)(?::(?: ?(?P<msg>.*))?)?$")
 _CPP_RAISED = re.compile(r"Exception raised from (?P<where>.*?) \(most recent call first\):\s*$")
 _CPP_FRAME = re.compile(r"\s*frame #(?P<n>\d+): (?P<what>.*)$")

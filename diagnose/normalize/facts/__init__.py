@@ -43,7 +43,7 @@ from diagnose.normalize.facts.torchrun import (
 
 Parser = Callable[..., "dict[str, Any] | None"]
 
-_EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)?): ?(?P<msg>.*)$")
+_EXCEPTION = re.compile(r"\s{0,8}(?P<type>[A-Za-z_][\w.]{0,255}): ?(?P<msg>.*)$")
 
 
 def _text(item: LogLine | str | Any) -> str:
@@ -66,7 +66,7 @@ def _safe(fn: Callable[[str, list[str]], "dict[str, Any] | None"]) -> Parser:
 
 def _python_exception(text: str, context: list[str]) -> dict[str, Any] | None:
     """``pkg.module.SomeError: message`` -> {"exception": ..., "message": ...} (message continues in context)."""
-    m = _EXCEPTION.search(text)
+    m = _EXCEPTION.match(text)
     if m is None:
         return None
     return {"exception": m.group("type"), "message": m.group("msg").strip()}

@@ -144,27 +144,30 @@ def format_nccl_error(f: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- NCCL WARN
 
-_NCCL_WARN = re.compile(
-    r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
-    r"(?:(?P<file>[\w./-]+):(?P<line>\d+) )?NCCL WARN (?P<message>.*)$"
-)
+_WARN_HOST = re.compile(r"(?P<host>[\w.-]{1,255}):(?P<pid>\d{1,12}):(?P<tid>\d{1,12})")
+_WARN_DEV = re.compile(r"\[(?P<dev>\d{1,6})\]")
+_WARN_FILE = re.compile(r"(?P<file>[\w./-]{1,1024}):(?P<line>\d{1,9})")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?P<code>\d+) '(?P<what>[^']*)'")
 
 
 def parse_nccl_warn(text: str) -> dict[str, Any] | None:
-    m = _NCCL_WARN.search(text)
-    if m is None:
+    at = text.find("NCCL WARN ")
+    if at < 0:
         return None
     out: dict[str, Any] = {
-        "host": m.group("host"),
-        "pid": int(m.group("pid")) if m.group("pid") else None,
-        "tid": int(m.group("tid")) if m.group("tid") else None,
-        "device": int(m.group("dev")) if m.group("dev") else None,
-        "file": m.group("file"),
-        "line": int(m.group("line")) if m.group("line") else None,
-        "message": m.group("message").rstrip(),
-        "cuda_error": None,
+        "host": None, "pid": None, "tid": None, "device": None, "file": None, "line": None,
+        "message": text[at + len("NCCL WARN ") :].rstrip(), "cuda_error": None,
     }
+    # The header before "NCCL WARN" is "host:pid:tid [dev] file:line " (each part optional), read right to left.
+    tokens = text[:at].split()[-3:]
+    if tokens and (m := _WARN_FILE.fullmatch(tokens[-1])) is not None and not _WARN_HOST.fullmatch(tokens[-1]):
+        out["file"], out["line"] = m.group("file"), int(m.group("line"))
+        tokens.pop()
+    if tokens and (m := _WARN_DEV.fullmatch(tokens[-1])) is not None:
+        out["device"] = int(m.group("dev"))
+        tokens.pop()
+    if tokens and (m := _WARN_HOST.fullmatch(tokens[-1])) is not None:
+        out["host"], out["pid"], out["tid"] = m.group("host"), int(m.group("pid")), int(m.group("tid"))
     cuda = _CUDA_FAILURE.search(out["message"])
     if cuda is not None:
         out["cuda_error"] = {"code": int(cuda.group("code")), "text": cuda.group("what")}

@@ -25,10 +25,22 @@ from diagnose.normalize.facts.sizes import SIZE_PATTERN, format_size, parse_size
 
 S = SIZE_PATTERN
 
-_HEAD = re.compile(
-    rf"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)):\s*)?(?P<device>CUDA|HIP) out of memory\. "
-    rf"Tried to allocate (?P<req>{S})"
-)
+_REQUEST = re.compile(rf"(?P<device>CUDA|HIP) out of memory\. Tried to allocate (?P<req>{S})")
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]{0,200}(?:Error|Exception)")
+
+
+def exception_before(text: str, end: int) -> str | None:
+    """The ``pkg.SomeError`` written as ``pkg.SomeError: `` right before ``end`` (linear, no regex search)."""
+    head = text[:end].rstrip()
+    if not head.endswith(":"):
+        return None
+    words = head[:-1].rsplit(None, 1)
+    if not words:
+        return None
+    name = words[-1]
+    for opener in ("[", "]"):  # "[rank0]:RuntimeError" style leftovers
+        name = name.rsplit(opener, 1)[-1]
+    return name if _EXCEPTION_NAME.fullmatch(name) else None
 _NEW = re.compile(
     rf"\. GPU (?P<gpu>\d+) has a total (?P<cap>capacity|capacty) of (?P<total>{S}) of which (?P<free>{S}) is free\. "
 )
@@ -86,13 +98,15 @@ def _empty() -> dict[str, Any]:
 
 def parse_cuda_oom(text: str) -> dict[str, Any] | None:
     """Facts of one OOM message line (with or without its exception name); None if it is not one."""
-    if "out of memory. Tried to allocate" not in text:
+    at = text.find(" out of memory. Tried to allocate ")
+    if at < 3:
         return None
-    head = _HEAD.search(text)
+    device_at = at - 4 if text.startswith("CUDA", at - 4) else at - 3
+    head = _REQUEST.match(text, device_at)
     if head is None:
         return None
     out = _empty()
-    out["exception"] = head.group("exc")
+    out["exception"] = exception_before(text, device_at)
     out["device"] = head.group("device")
     out["requested_bytes"] = parse_size(head.group("req"))
     rest = text[head.end() :]
@@ -219,17 +233,19 @@ def format_cuda_oom(f: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-_CUDA_ERROR_OOM = re.compile(
-    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)):\s*)?(?P<device>CUDA|HIP) error: out of memory"
-)
+
 
 
 def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:
     """``RuntimeError: CUDA error: out of memory`` (a non-allocator OOM: cuBLAS/NCCL/kernel launch)."""
-    m = _CUDA_ERROR_OOM.search(text)
-    if m is None:
+    at = text.find(" error: out of memory")
+    if at < 3:
         return None
-    return {"exception": m.group("exc"), "device": m.group("device"), "kind": "cuda_error"}
+    for device in ("CUDA", "HIP"):
+        if text.startswith(device, at - len(device)):
+            start = at - len(device)
+            return {"exception": exception_before(text, start), "device": device, "kind": "cuda_error"}
+    return None
 
 
 def format_cuda_error_oom(f: dict[str, Any]) -> str:
