@@ -52,6 +52,7 @@ class MainScreen(Screen):
         Binding("2", "fix_tab('python')", "Python", show=False),
         Binding("3", "fix_tab('yaml')", "YAML", show=False),
         Binding("4", "fix_tab('mlm')", "MLM", show=False),
+        Binding("j", "jobs", "Jobs"),
     ]
     DEFAULT_CSS = """
     MainScreen #body { height: 1fr; }
@@ -127,6 +128,17 @@ class MainScreen(Screen):
             return
         app.open_log(path, None, set())
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "jobs":
+            app = self.app
+            return isinstance(app, DiagnoseApp) and app.slurm is not None
+        return True
+
+    def action_jobs(self) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        app.open_jobs()
+
     def action_export(self) -> None:
         app = self.app
         assert isinstance(app, DiagnoseApp)
@@ -156,6 +168,8 @@ class DiagnoseApp(App):
         paste: bool = False,
         index_gate: threading.Event | None = None,
         export_default: str = "diagnose-report.md",
+        slurm: tuple[str, str | None] | None = None,
+        rules_dirs: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.inputs = list(inputs or [])
@@ -165,6 +179,10 @@ class DiagnoseApp(App):
         self.paste = paste
         self.index_gate = index_gate  # tests hold the log indexing at a gate
         self.export_default = export_default
+        self.slurm = slurm  # (since, user): start with the list of recent failed Slurm jobs
+        self.rules_dirs = list(rules_dirs or [])
+        self.job_id: str | None = None
+        self._job_outputs: list[str] = []
         self.indices: dict[str, LogIndex] = {}
         self.error: str | None = None
         self._temp_files: list[str] = []
@@ -185,6 +203,10 @@ class DiagnoseApp(App):
     def start_up(self) -> None:
         """Called once the main screen is mounted: paste screen, or index the inputs and analyze them."""
         self.sub_title = self._inputs_title()
+        if self.slurm is not None:
+            self._set_status(Text("Pick a job to diagnose.", style="dim"))
+            self.open_jobs()
+            return
         if self.paste and not self.inputs and self.report is None:
             self._set_status(Text("Waiting for a pasted log…", style="dim"))
             self.push_screen(PasteScreen(), self._diagnose_pasted)
@@ -223,6 +245,29 @@ class DiagnoseApp(App):
         self.inputs = [path]
         self._start()
 
+    def open_jobs(self) -> None:
+        from diagnose.present.tui.slurmjobs import JobsScreen
+
+        since, user = self.slurm or ("1d", None)
+        self.push_screen(JobsScreen(since, user), self._diagnose_job)
+
+    def _diagnose_job(self, job_id: str | None) -> None:
+        if job_id is None:
+            if self.report is None and self.job_id is None:
+                self.exit()
+            return
+        from diagnose.present.tui.slurmjobs import job_analyzer
+
+        self.job_id = job_id
+        self.report = None
+        self._job_outputs = []
+        self.analyzer = job_analyzer(job_id, self.rules_dirs, self._job_outputs)
+        self.sub_title = f"Slurm job {inert(job_id)}"
+        self.main.query_one("#progress").remove_class("hidden")
+        self.main.findings.clear_options()
+        self._set_status(Text(f"Diagnosing Slurm job {inert(job_id)}…"))
+        self.analyze_worker()
+
     # ------------------------------------------------------------------------------------- analysis
 
     @work(thread=True, exclusive=True, group="analyze")
@@ -256,6 +301,9 @@ class DiagnoseApp(App):
 
     def show_report(self, report: Report) -> None:
         self.report = report
+        if self.job_id is not None:
+            self.inputs = list(self._job_outputs)
+            self.sub_title = f"Slurm job {inert(self.job_id)}" + (f" · {self._inputs_title()}" if self.inputs else "")
         main = self.main
         main.query_one("#progress").add_class("hidden")
         main.findings.show_report(report)
