@@ -98,22 +98,15 @@ def prepare_view(args: Any) -> Any:
 
 
 def replay_section(view: Any, bridge_version: str | None) -> dict[str, Any]:
-    """Validator verdict; each violation with a fix proven by replay (the replay engineer's API when present)."""
+    """The report's ``replay`` section for the config as given: its violations, the fix the validator suggests
+    extended until it passes, and the result after the fix (``diagnose.explain.replay``)."""
     try:
-        from diagnose.explain import replay as replay_mod  # type: ignore[attr-defined]
+        from diagnose.explain.replay import replay
     except ImportError:
-        replay_mod = None
-    fn = getattr(replay_mod, "replay_view", None) or getattr(replay_mod, "replay_config", None)
-    if callable(fn):
-        try:
-            result = fn(view, bridge_version=bridge_version)
-            if isinstance(result, dict):
-                return result
-            if hasattr(result, "to_dict"):
-                return result.to_dict()
-        except TypeError:
-            pass
-    return _own_replay(view, bridge_version)
+        return _own_replay(view, bridge_version)
+    out = replay(view, [], bridge_version).to_dict()
+    out["passes"] = not out.get("violations")
+    return out
 
 
 def _own_replay(view: Any, bridge_version: str | None) -> dict[str, Any]:
@@ -152,18 +145,21 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     console = Console(file=console_file or sys.stdout, force_terminal=force, no_color=(color == "never"),
                       highlight=False, width=140 if console_file is not None and color != "always" else None)
     rep = out["replay"]
-    if rep.get("passes", not rep.get("violations")):
+    violations = rep.get("violations", [])
+    if not violations:
         console.print(Text("Validation: passes", style="bold green"))
     else:
-        console.print(Text(f"Validation: {len(rep.get('violations', []))} violation(s)", style="bold red"))
-        for v in rep.get("violations", []):
+        console.print(Text(f"Validation: {len(violations)} violation(s)", style="bold red"))
+        for v in violations:
             line = Text("  - ")
             line.append(inert(str(v.get("message", ""))))
             console.print(line)
-            fix = v.get("fix")
-            if fix:
-                ov = " ".join(f"{o['key']}={o['value']}" for o in fix.get("overrides", []))
-                console.print(Text("    fix (proven by replay): " + inert(ov), style="green"))
+        fix = rep.get("fix") or []
+        after = rep.get("after_fix") or {}
+        if fix:
+            ov = " ".join(f"{o['key']}={o['value']}" for o in fix)
+            proven = "passes after replay" if after.get("passes") else "still fails after replay"
+            console.print(Text(f"  fix ({proven}): " + inert(ov), style="green" if after.get("passes") else "yellow"))
     mem = out["memory"]
     cap = mem["gpu_capacity_bytes"]
     console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({mem['params_source']}), "
@@ -209,7 +205,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     replay = replay_section(view, version)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
     out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
-    passes = replay.get("passes", not replay.get("violations"))
+    passes = not replay.get("violations")
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
     return out, code, where
 

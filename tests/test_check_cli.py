@@ -1,0 +1,156 @@
+"""``diagnose check CONFIG --gpus N``: JSON schema diagnose/check@1, exit codes, validation caught before launch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from diagnose.explain.memory.meta_count import available as meta_available
+from diagnose.present.cli import main
+
+LLAMA_8B = {
+    "model": {
+        "_target_": "megatron.bridge.models.llama.Llama3ModelProvider8B",
+        "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
+        "num_query_groups": 8, "vocab_size": 128256, "seq_length": 8192, "gated_linear_unit": True,
+        "share_embeddings_and_output_weights": False, "add_bias_linear": False, "normalization": "RMSNorm",
+        "position_embedding_type": "rope", "bf16": True,
+    },
+    "train": {"micro_batch_size": 1, "global_batch_size": 128},
+    "ddp": {"grad_reduce_in_fp32": True, "use_distributed_optimizer": True},
+    "optimizer": {"use_distributed_optimizer": True},
+    "checkpoint": {"save": "/ckpt"},
+}
+PLAN_KEYS = {"overrides", "strategy", "dp", "tp", "pp", "cp", "bytes_per_param", "model_state_bytes",
+             "activation_bytes", "peak_bytes", "fits", "cost"}
+STRATEGIES = {"ddp", "distributed_optimizer", "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads",
+              "fsdp:optim_grads_params"}
+
+
+@pytest.fixture(autouse=True)
+def _analytic_counts(monkeypatch):
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the meta-device build is tested on its own below
+
+
+def _write(tmp_path: Path, cfg: dict, name: str = "run_config.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _check(capsys, *argv) -> tuple[int, dict | str]:
+    code = main(["check", *argv])
+    out = capsys.readouterr()
+    if "--format" in argv:
+        return code, json.loads(out.out) if out.out.strip() else out.err
+    return code, out.out + out.err
+
+
+def test_json_schema_and_first_plan_is_the_config_as_given(tmp_path, capsys):
+    code, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h100-80gb", "--format", "json")
+    assert out["schema"] == "diagnose/check@1"
+    assert set(out) == {"schema", "replay", "memory"}
+    mem = out["memory"]
+    assert mem["gpu_capacity_bytes"] == pytest.approx(79.11 * 2**30, rel=1e-3)
+    assert mem["params"] == 8_030_261_248
+    plans = mem["plans"]
+    assert plans[0]["overrides"] == [] and plans[0]["strategy"] == "distributed_optimizer"
+    assert (plans[0]["dp"], plans[0]["tp"], plans[0]["pp"], plans[0]["cp"]) == (8, 1, 1, 1)
+    for p in plans:
+        assert PLAN_KEYS <= set(p)
+        assert p["strategy"] in STRATEGIES
+        assert isinstance(p["activation_bytes"], int) and p["peak_bytes"] >= p["model_state_bytes"]
+        assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == 8, "alternatives keep the GPU count"
+        assert p["fits"] == (p["peak_bytes"] <= mem["gpu_capacity_bytes"] - max(2 * 2**30,
+                                                                                 mem["gpu_capacity_bytes"] * 0.04))
+    # exit code follows the config as given
+    assert code == (0 if plans[0]["fits"] and not out["replay"]["violations"] else 1)
+
+
+def test_alternatives_cheapest_working_change_first(tmp_path, capsys):
+    _, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h100-80gb", "--format", "json")
+    alternatives = out["memory"]["plans"][1:]
+    fitting = [p for p in alternatives if p["fits"]]
+    assert fitting and alternatives[: len(fitting)] == fitting
+    assert all(p["valid"] is not False for p in fitting)
+    # Megatron FSDP with saving needs fsdp_dtensor: the replay adds it
+    fsdp = next(p for p in fitting if p["strategy"].startswith("fsdp:"))
+    assert {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"} in fsdp["overrides"]
+
+
+def test_fits_exit_0(tmp_path, capsys):
+    code, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h200",
+                       "--set", "model.recompute_granularity=full", "--set", "model.recompute_method=uniform",
+                       "--set", "model.recompute_num_layers=1", "--format", "json")
+    assert out["memory"]["plans"][0]["fits"] and not out["replay"]["violations"]
+    assert code == 0
+
+
+def test_does_not_fit_exit_1(tmp_path, capsys):
+    code, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "1", "--gpu-memory", "40GiB", "--format", "json")
+    assert out["memory"]["gpu_capacity_bytes"] == 40 * 2**30
+    assert not out["memory"]["plans"][0]["fits"]
+    assert code == 1
+
+
+def test_validation_failure_is_caught_before_launch_with_a_proven_fix(tmp_path, capsys):
+    cfg = {"model": {"num_layers": 4, "hidden_size": 448, "num_attention_heads": 7, "vocab_size": 1000,
+                     "seq_length": 512, "tensor_model_parallel_size": 2},
+           "train": {"micro_batch_size": 1, "global_batch_size": 8}}
+    code, out = _check(capsys, _write(tmp_path, cfg), "--gpus", "2", "--gpu", "h200", "--format", "json")
+    assert code == 1
+    messages = [v["message"] for v in out["replay"]["violations"]]
+    assert any("must be a multiple of tensor_model_parallel_size" in m for m in messages)
+    assert out["replay"]["after_fix"]["passes"] is True
+
+
+def test_megatron_fsdp_without_fsdp_dtensor_is_caught(tmp_path, capsys):
+    code, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h200",
+                       "--set", "ddp.use_megatron_fsdp=true", "--format", "json")
+    assert code == 1
+    assert any("fsdp_dtensor" in v["message"] for v in out["replay"]["violations"])
+    assert {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"} in out["replay"]["fix"]
+
+
+def test_set_changes_the_plan(tmp_path, capsys):
+    _, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h200",
+                    "--set", "model.tensor_model_parallel_size=2", "--format", "json")
+    given = out["memory"]["plans"][0]
+    assert (given["tp"], given["dp"]) == (2, 4)
+
+
+def test_text_output_shows_the_plan(tmp_path, capsys):
+    code, text = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h100-80gb")
+    assert "Validation: passes" in text and "given" in text and "fsdp:optim_grads_params" in text
+    assert code in (0, 1)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["/nonexistent/run_config.yaml", "--gpus", "8"], "/nonexistent/run_config.yaml"),
+    (["{cfg}", "--gpus", "0"], "--gpus"),
+    (["{cfg}", "--gpus", "8", "--gpu", "h9000"], "unknown GPU"),
+    (["{cfg}", "--gpus", "8", "--gpu-memory", "lots"], "lots"),
+    (["{cfg}", "--gpus", "8", "--set", "not-an-override"], "override"),
+    (["{empty}", "--gpus", "8"], "model shape"),
+])
+def test_bad_input_exit_2_one_line(tmp_path, capsys, argv, needle):
+    cfg = _write(tmp_path, LLAMA_8B)
+    empty = _write(tmp_path, {"train": {"micro_batch_size": 1}}, "empty.yaml")
+    argv = [a.replace("{cfg}", cfg).replace("{empty}", empty) for a in argv]
+    code = main(["check", *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.megatron
+def test_exact_count_from_the_meta_device(tmp_path, capsys, monkeypatch):
+    if not meta_available():
+        pytest.skip("torch and megatron-core are not installed")
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "1")
+    _, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h200", "--format", "json")
+    assert out["memory"]["params_source"] == "meta"
+    assert out["memory"]["params"] == 8_030_261_248
