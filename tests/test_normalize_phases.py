@@ -1,0 +1,159 @@
+"""Phase markers (CAPTURES) and phase_of: frames first, then the last marker before the failure."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose.model import PHASES, Block, CaptureSpec, LogLine
+from diagnose.normalize import normalize_line
+from diagnose.normalize.phases import CAPTURES, parse_iteration, phase_from_frames, phase_of
+
+SITE = "/opt/venv/lib/python3.12/site-packages"
+
+# Frames from ../shared/real_logs/ddp_wrap_oom.log (OOM allocating DDP grad buffers inside _ddp_wrap).
+DDP_WRAP_FRAMES = [
+    '  File "/workspace/repro.py", line 92, in <module>',
+    f'  File "{SITE}/megatron/bridge/models/model_provider.py", line 712, in _ddp_wrap',
+    f'  File "{SITE}/megatron/core/distributed/distributed_data_parallel.py", line 291, in __init__',
+    f'  File "{SITE}/megatron/core/distributed/distributed_data_parallel.py", line 200, in _allocate_buffers_for_parameters',
+    f'  File "{SITE}/megatron/core/distributed/param_and_grad_buffer.py", line 811, in __init__',
+]
+# From ../shared/real_logs/b062_heads_not_divisible_by_tp.log: the code line mentions forward_step as an argument.
+VALIDATE_FRAMES = [
+    '  File "/workspace/train.py", line 17, in main',
+    f'  File "{SITE}/megatron/bridge/training/pretrain.py", line 74, in pretrain',
+    f'  File "{SITE}/megatron/bridge/training/config.py", line 1888, in runtime_config_update',
+    f'  File "{SITE}/megatron/bridge/training/config.py", line 1262, in validate',
+    f'  File "{SITE}/megatron/core/transformer/transformer_config.py", line 1324, in __post_init__',
+]
+
+
+def _frames(*funcs_and_files):
+    return [f'  File "{path}", line 1, in {func}' for path, func in funcs_and_files]
+
+
+def test_real_frames():
+    assert phase_from_frames(DDP_WRAP_FRAMES) == "dp_wrap"
+    assert phase_from_frames(VALIDATE_FRAMES) == "init"
+
+
+def test_code_lines_do_not_decide_the_phase():
+    frames = VALIDATE_FRAMES[:2] + ["    pretrain(config=cfg, forward_step_func=forward_step)"]
+    assert phase_from_frames(frames) is None
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        (_frames(("m/training/train.py", "train"), ("m/training/checkpointing.py", "save_checkpoint")), "checkpoint_save"),
+        (_frames(("m/training/setup.py", "setup"), ("m/training/checkpointing.py", "load_checkpoint")), "checkpoint_load"),
+        (
+            _frames(("m/training/train.py", "train_step"), ("megatron/core/optimizer/distrib_optimizer.py", "step")),
+            "optimizer_step",
+        ),
+        (_frames(("m/training/train.py", "train"), ("m/training/eval.py", "evaluate"), ("m/x.py", "forward")), "eval"),
+        (_frames(("m/training/setup.py", "setup"), ("m/models/model_provider.py", "get_model")), "model_build"),
+        (_frames(("m/core/models/gpt/gpt_model.py", "__init__"),), "model_build"),
+        (["DistributedDataParallel.__init__"], "dp_wrap"),
+        (_frames(("m/training/initialize.py", "initialize_megatron"),), "init"),
+        (_frames(("a.py", "helper"),), None),
+    ],
+)
+def test_phase_from_frames(frames, phase):
+    assert phase_from_frames(frames) == phase
+
+
+def _marker_lines(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]:
+    """Do what the scanner does with CAPTURES: (name, line) for each line matching a spec."""
+    out = []
+    for i, raw in enumerate(text.splitlines()):
+        line = normalize_line(raw, path, i + 1)
+        for spec in CAPTURES:
+            if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)):
+                out.append((spec.name, line))
+    return out
+
+
+RUN = """\
+> initializing torch distributed ...
+[after megatron is initialized] datetime: 2026-11-29 15:00:00
+ > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 36327530496
+Setting up DistributedDataParallel with config DistributedDataParallelConfig(grad_reduce_in_fp32=True)
+ loading distributed checkpoint from /ckpt at iteration 100
+  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 100
+[after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 15:01:00
+Starting training loop at iteration 100
+ [2026-11-29 15:02:00] iteration      110/    1000 | consumed samples:        11264 | lm loss: 2.404998E+00 |
+saving checkpoint at iteration     120 to /ckpt in torch_dist format
+  successfully saved checkpoint from iteration     120 to /ckpt [ t 1/1, p 1/1 ]
+ [2026-11-29 15:03:00] iteration      130/    1000 | consumed samples:        13312 | lm loss: 2.104998E+00 |
+saving checkpoint at iteration     140 to /ckpt in torch_dist format
+[after training is done] datetime: 2026-11-29 15:09:00
+"""
+
+
+@pytest.mark.parametrize(
+    "after_line, phase",
+    [(0, "unknown"), (1, "init"), (2, "model_build"), (3, "dp_wrap"), (4, "dp_wrap"), (5, "checkpoint_load"),
+     (6, "first_iteration"), (8, "first_iteration"), (9, "training"), (10, "checkpoint_save"), (11, "training"),
+     (13, "checkpoint_save"), (14, "shutdown")],
+)
+def test_marker_sequence(after_line, phase):
+    markers = _marker_lines(RUN)
+    # A failure on the line right after ``after_line`` (1-based), with no telling frames.
+    assert phase_of(after_line + 1, "job.log", markers, []) == phase
+
+
+def test_markers_as_blocks_and_other_files_ignored():
+    blocks = {}
+    for name, line in _marker_lines(RUN):
+        blocks.setdefault(name, []).append(Block(name, line.path, line.lineno, [line]))
+    assert phase_of(12, "job.log", blocks, []) == "training"
+    assert phase_of(12, "rank1.log", blocks, []) == "unknown"  # line numbers of another file mean nothing here
+    assert phase_of(line=LogLine("job.log", 11, "x", "x"), markers=blocks) == "checkpoint_save"
+
+
+def test_frames_win_over_markers_and_training_frames_split_on_progress():
+    markers = _marker_lines(RUN)
+    forward = _frames(("m/training/train.py", "train_step"), ("m/model.py", "forward"))
+    assert phase_of(8, "job.log", markers, forward) == "first_iteration"  # no iteration line yet
+    assert phase_of(12, "job.log", markers, forward) == "training"
+    assert phase_of(12, "job.log", markers, DDP_WRAP_FRAMES) == "dp_wrap"
+
+
+def test_every_capture_is_valid_and_every_phase_is_known():
+    names = [spec.name for spec in CAPTURES]
+    assert len(names) == len(set(names))
+    for spec in CAPTURES:
+        assert isinstance(spec, CaptureSpec) and spec.keep in ("first", "last", "first_last", "all")
+        if spec.regex:
+            re.compile(spec.regex)
+    for k in range(len(RUN.splitlines()) + 2):
+        assert phase_of(k, "job.log", _marker_lines(RUN), []) in PHASES
+
+
+def test_iteration_facts():
+    f = parse_iteration(
+        " [2025-12-28 00:20:24] iteration        1/     100 | consumed samples:         1024 | elapsed time per "
+        "iteration (ms): 27003.9 | learning rate: 9.900000E-05 | global batch size:  1024 | lm loss: 2.404998E+00 |"
+        " loss scale: 1.0 | grad norm: 3.048 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+    assert (f["iteration"], f["train_iters"], f["consumed_samples"], f["global_batch_size"]) == (1, 100, 1024, 1024)
+    assert f["lm_loss"] == pytest.approx(2.404998) and f["nan_iterations"] == 0
+    assert parse_iteration("no iteration here") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(-3, 50),
+    st.lists(st.tuples(st.sampled_from([s.name for s in CAPTURES] + ["bogus"]), st.integers(-5, 60)), max_size=20),
+    st.lists(st.text(max_size=60), max_size=8),
+)
+def test_phase_of_never_raises(line_no, marks, frames):
+    markers = [(name, LogLine("p", n, "", "")) for name, n in marks]
+    assert phase_of(line_no, "p", markers, frames) in PHASES
+    assert phase_of(line_no, "p", "garbage", frames) in PHASES
