@@ -123,7 +123,9 @@ def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("layers_divisible_by_pp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L1449)")
+@check("layers_divisible_by_pp",
+       "megatron-core transformer/transformer_block.py get_num_layers_to_build (0.16.1 ~L157), at model build; "
+       "TransformerConfig itself only checks uneven/standalone-stage splits")
 def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
     layers, pp = ctx.int("model.num_layers"), _pp(ctx)
     if not layers or pp == 1 or layers % pp == 0:
@@ -135,7 +137,7 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
     fixes = [[ov("model.pipeline_model_parallel_size", d)] for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
     yield Violation(
         "layers_divisible_by_pp",
-        f"number of middle layers: {layers} must be divisible by middle pipeline_model_parallel_size {pp}",
+        "num_layers should be divisible by pipeline_model_parallel_size",
         ["model.num_layers", "model.pipeline_model_parallel_size"], fixes=fixes,
     )
 
