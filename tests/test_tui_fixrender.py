@@ -105,3 +105,17 @@ def test_findings_order_root_first_then_errors_warnings_cascade_context() -> Non
     assert [[findings[i].rule for i in s.indices] for s in sections] == [
         ["ROOT"], ["ERR2"], ["WARN2"], ["CASC"], ["WARN", "INFO"]]
     assert finding_order(Report()) == []
+
+
+def test_replay_that_names_its_rule_covers_that_finding_only() -> None:
+    root = finding("OOM102", fix=Fix(overrides=[Override("ddp.use_megatron_fsdp", True)]))
+    other = finding("MB111", role="context", severity="warning",
+                    fix=Fix(overrides=[Override("ddp.use_megatron_fsdp", True)]))
+    replay = {"rule": "MB111", "reproduced": None, "fix": [{"key": "ddp.use_megatron_fsdp", "value": True}],
+              "after_fix": {"passes": True}, "notes": ["Activating \x1b[31m..."],
+              "render": {"cli": "REPLAYED"}}
+    report = Report(findings=[root, other], root_cause=0, replay=replay)
+    assert not render_fix(report, root).proven
+    covered = render_fix(report, other)
+    assert covered.proven and covered.forms["cli"] == "REPLAYED"
+    assert "enough config" in covered.verdict and "note: Activating" in covered.verdict

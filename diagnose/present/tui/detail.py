@@ -74,7 +74,7 @@ def fix_header(finding: Finding, rendered: RenderedFix) -> Text:
 
 def verdict_text(rendered: RenderedFix) -> Text:
     style = "green" if rendered.verdict.startswith("✔") else ("red" if rendered.verdict.startswith("✘") else "dim")
-    return Text(rendered.verdict, style=style)
+    return Text(inert_multiline(rendered.verdict), style=style)
 
 
 class FindingDetail(VerticalScroll):

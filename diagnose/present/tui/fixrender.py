@@ -130,10 +130,13 @@ def _as_overrides(items: Any) -> list[Override]:
 
 
 def replay_covers(report: Report, finding: Finding) -> bool:
-    """Replay works on the report's root cause; it also covers any finding whose overrides it extended."""
+    """Replay names the rule it proved (``replay["rule"]``); without that it worked on the root cause and on any
+    finding whose overrides it extended."""
     replay = report.replay
     if not replay or not replay.get("fix"):
         return False
+    if replay.get("rule"):
+        return replay["rule"] == finding.rule
     if report.root is finding:
         return True
     proven_keys = {o.key for o in _as_overrides(replay.get("fix"))}
@@ -158,7 +161,8 @@ def replay_verdict(replay: dict[str, Any]) -> str:
         tail = "replay did not reproduce the failure"
     else:
         tail = "the log did not carry enough config to reproduce"
-    return f"{head}; {tail}"
+    notes = [str(n) for n in replay.get("notes") or [] if n]
+    return f"{head}; {tail}" + "".join(f"\n  note: {n}" for n in notes)
 
 
 def render_fix(report: Report, finding: Finding) -> RenderedFix:

@@ -51,8 +51,8 @@ def memory_text(memory: dict[str, Any] | None, finding: Finding | None = None) -
     """The memory section for an OOM finding, or None when there is nothing to show."""
     facts = finding.facts if finding is not None else {}
     memory = memory or {}
-    capacity = _int(memory.get("gpu_capacity_bytes")) or _int(facts.get("capacity_bytes")) or _int(facts.get("capacity"))
-    requested = _int(memory.get("requested_bytes")) or _int(facts.get("requested_bytes")) or _int(facts.get("requested"))
+    capacity = _int(memory.get("gpu_capacity_bytes")) or _int(facts.get("total_bytes"))
+    requested = _int(memory.get("requested_bytes")) or _int(facts.get("requested_bytes"))
     if not capacity:
         return None
     out = Text()
@@ -87,18 +87,27 @@ def memory_text(memory: dict[str, Any] | None, finding: Finding | None = None) -
             out.append(f"\n  {'total':<12}")
             out.append_text(bar(total, capacity, style))
             out.append(f" {format_bytes(total)}", "bold " + style)
+        peak = _int(current.get("peak_bytes"))
+        if peak is not None and peak != total:
+            style = "green" if peak <= capacity else "red"
+            out.append(f"\n  {'peak':<12}")
+            out.append_text(bar(peak, capacity, style))
+            out.append(f" {format_bytes(peak)}", "bold " + style)
     options = memory.get("options") or []
     if options:
         out.append("\n\nOptions, cheapest first:", "bold")
         for n, option in enumerate(options, 1):
-            state = _int(option.get("model_state_bytes")) or 0
-            activations = _int(option.get("activation_bytes")) or 0
+            need = _int(option.get("peak_bytes"))
+            if need is None:
+                need = (_int(option.get("model_state_bytes")) or 0) + (_int(option.get("activation_bytes")) or 0)
             fits = bool(option.get("fits"))
             style = "green" if fits else "red"
             out.append(f"\n {n}. ")
             out.append("fits " if fits else "no   ", "bold " + style)
-            out.append_text(bar(state + activations, capacity, style))
-            out.append(f" {format_bytes(state + activations)}")
+            out.append_text(bar(need, capacity, style))
+            out.append(f" {format_bytes(need)}")
+            if option.get("label"):
+                out.append(f"  {inert(str(option['label']))}", "bold")
             out.append(f"\n    {inert(_overrides_text(option.get('overrides') or []))}")
             extra = []
             if option.get("gpus"):
