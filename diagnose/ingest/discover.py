@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from diagnose.model import DiagnoseError
@@ -91,7 +92,17 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
         if raw == "-":
             entries.append(InputEntry(path="-"))
             continue
-        if os.path.isdir(raw):
+        try:
+            st = os.stat(raw)
+        except FileNotFoundError:
+            if os.path.islink(raw):
+                raise DiagnoseError(f"{raw}: broken symbolic link") from None
+            raise DiagnoseError(f"{raw}: no such file or directory") from None
+        except PermissionError:
+            raise DiagnoseError(f"{raw}: permission denied (cannot reach this path)") from None
+        except OSError as e:
+            raise DiagnoseError(f"{raw}: cannot open ({e.strerror or e})") from None
+        if stat.S_ISDIR(st.st_mode):
             if not os.access(raw, os.R_OK | os.X_OK):
                 raise DiagnoseError(f"{raw}: permission denied (cannot list folder)")
             logs = _walk_logs(raw)
@@ -101,7 +112,5 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
                 )
             entries.extend(hints_for(p) for p in logs)
             continue
-        if not os.path.lexists(raw):
-            raise DiagnoseError(f"{raw}: no such file or directory")
         entries.append(hints_for(raw))
     return entries

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
@@ -23,6 +24,11 @@ from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
 from diagnose.model import DiagnoseError
 
 FIFO_TIMEOUT_S = 10.0
+# A file modified this recently may still be written, rotated or truncated (copytruncate) while we scan it. Reading
+# an mmap past a truncated end kills the process with SIGBUS, so such a file is first copied (up to its size at
+# open) into our temporary folder and the copy is mapped. Very large live files are mapped in place.
+LIVE_WINDOW_S = 120.0
+LIVE_SNAPSHOT_MAX_BYTES = 8 << 30
 _COPY_CHUNK = 1 << 20
 
 
@@ -91,7 +97,29 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
         return _read_stream(path, tmp, **hints)
     if not stat.S_ISREG(st.st_mode):
         raise DiagnoseError(f"{path}: not a regular file")
+    if 0 < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
+        snapshot = _snapshot(path, tmp)
+        return _map_file(snapshot, display_path=path, **hints)
     return _map_file(path, display_path=path, **hints)
+
+
+def _snapshot(path: str, tmp: str) -> str:
+    """Copy a file that may still change, up to the size it has now."""
+    out = os.path.join(tmp, f"snapshot-{len(os.listdir(tmp))}.log")
+    try:
+        with open(path, "rb") as src, open(out, "wb") as dst:
+            remaining = os.fstat(src.fileno()).st_size
+            while remaining > 0:
+                chunk = src.read(min(_COPY_CHUNK, remaining))
+                if not chunk:
+                    break  # truncated while copying: keep what was there
+                dst.write(chunk)
+                remaining -= len(chunk)
+    except PermissionError:
+        raise DiagnoseError(f"{path}: permission denied (no read access)") from None
+    except OSError as e:
+        raise DiagnoseError(f"{path}: cannot read ({e.strerror or e})") from None
+    return out
 
 
 def _map_file(real_path: str, display_path: str, **hints) -> Source:

@@ -1,0 +1,271 @@
+"""open_inputs: files, folders, torchrun --log-dir, gzip (bombs, corruption), stdin, FIFOs, permissions, live files."""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from diagnose.ingest import GzipLimits, natural_key, open_inputs
+from diagnose.ingest import sources as sources_module
+from diagnose.model import DiagnoseError
+
+REPO = Path(__file__).resolve().parents[1]
+OLD = time.time() - 3600  # an mtime that is not "live"
+
+
+def _write(path: Path, data: bytes, old: bool = True) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if old:
+        os.utime(path, (OLD, OLD))
+    return path
+
+
+def _one_line_error(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message and message
+    return message
+
+
+def test_file_is_memory_mapped_and_empty_file_is_bytes(tmp_path):
+    log = _write(tmp_path / "job.log", b"line one\nline two\n")
+    empty = _write(tmp_path / "empty.log", b"")
+    with open_inputs([str(log), str(empty)]) as sources:
+        first, second = sources
+        assert isinstance(first.buffer, mmap.mmap) and first.size == 18
+        assert first.buffer[:] == b"line one\nline two\n" and first.path == str(log)
+        assert second.buffer == b"" and second.size == 0
+    assert first.buffer.closed  # closed when the context ends
+
+
+def test_missing_path_and_bad_arguments(tmp_path):
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(tmp_path / "nope.log")]):
+            pass
+    assert "no such file" in _one_line_error(e)
+    with pytest.raises(DiagnoseError):
+        with open_inputs([]):
+            pass
+    with pytest.raises(DiagnoseError):
+        with open_inputs(["bad\x00path"]):
+            pass
+
+
+def test_folder_sorted_naturally_with_rank_hints(tmp_path):
+    for rank in (10, 2, 0, 1):
+        _write(tmp_path / "logs" / f"rank{rank}.log", f"hello {rank}\n".encode())
+    _write(tmp_path / "logs" / "notes.json", b"{}")
+    _write(tmp_path / "logs" / ".hidden.log", b"x")
+    with open_inputs([str(tmp_path / "logs")]) as sources:
+        assert [Path(s.path).name for s in sources] == ["rank0.log", "rank1.log", "rank2.log", "rank10.log"]
+        assert [s.rank_hint for s in sources] == [0, 1, 2, 10]
+
+
+def test_torchrun_log_dir_layout(tmp_path):
+    run = tmp_path / "run_abc" / "attempt_0"
+    for local in (0, 1, 10):
+        _write(run / str(local) / "stdout.log", f"out {local}\n".encode())
+        _write(run / str(local) / "stderr.log", f"err {local}\n".encode())
+        _write(run / str(local) / "error.json", b"{}")
+    with open_inputs([str(tmp_path)]) as sources:
+        assert [(s.local_rank_hint, s.stream_name) for s in sources] == [
+            (0, "stderr"), (0, "stdout"), (1, "stderr"), (1, "stdout"), (10, "stderr"), (10, "stdout"),
+        ]
+        assert all(s.attempt == 0 and s.rank_hint == s.local_rank_hint for s in sources)
+
+
+def test_folder_without_logs(tmp_path):
+    _write(tmp_path / "only.json", b"{}")
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(tmp_path)]):
+            pass
+    assert "no log files" in _one_line_error(e)
+
+
+def test_natural_key():
+    assert sorted(["r10", "r2", "R1", "r2a"], key=natural_key) == ["R1", "r2", "r2a", "r10"]
+
+
+# ---------------------------------------------------------------------------------------------- gzip
+
+
+def test_gzip_and_concatenated_members(tmp_path):
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(b"first\n") + gzip.compress(b"second\n"))
+    empty = tmp_path / "empty.log.gz"
+    empty.write_bytes(b"")
+    with open_inputs([str(path), str(empty)]) as (source, nothing):
+        assert source.buffer[:] == b"first\nsecond\n" and source.path == str(path)
+        assert nothing.size == 0
+
+
+def test_corrupt_and_truncated_gzip(tmp_path):
+    corrupt = tmp_path / "bad.log.gz"
+    corrupt.write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate" * 10)
+    data = gzip.compress(os.urandom(50_000))
+    truncated = tmp_path / "cut.log.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    not_gzip = tmp_path / "plain.log.gz"
+    not_gzip.write_bytes(b"just text\n")
+    for path in (corrupt, truncated, not_gzip):
+        with pytest.raises(DiagnoseError) as e:
+            with open_inputs([str(path)]):
+                pass
+        assert str(path) in _one_line_error(e)
+
+
+def test_gzip_bomb_is_refused_by_ratio_and_by_size(tmp_path):
+    bomb = tmp_path / "bomb.log.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        chunk = b"\0" * (1 << 20)
+        for _ in range(64):  # 64 MiB of zeros -> about 64 KB compressed (ratio ~1000)
+            fh.write(chunk)
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(bomb)], gzip_limits=GzipLimits(max_ratio=100, ratio_grace_bytes=1 << 20)):
+            pass
+    assert "gzip bomb" in _one_line_error(e)
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(bomb)], gzip_limits=GzipLimits(max_output_bytes=8 << 20)):
+            pass
+    assert "refusing" in _one_line_error(e)
+    # The temporary output is gone with the context.
+    leftovers = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("diagnose-*") if (p / "gunzip-0.log").exists()]
+    assert leftovers == []
+
+
+# ---------------------------------------------------------------------------------------------- stdin / FIFO
+
+_READ_STDIN = (
+    "import sys\n"
+    "from diagnose.ingest import open_inputs\n"
+    "from diagnose.model import DiagnoseError\n"
+    "try:\n"
+    "    with open_inputs(['-']) as s:\n"
+    "        sys.stdout.write(repr((s[0].path, s[0].size, bytes(s[0].buffer[:]))))\n"
+    "except DiagnoseError as e:\n"
+    "    sys.stdout.write('ERROR ' + str(e))\n"
+)
+
+
+def test_stdin_is_spooled():
+    out = subprocess.run(
+        [sys.executable, "-c", _READ_STDIN], input=b"pasted \xff log\n", cwd=REPO, capture_output=True, timeout=60
+    )
+    assert out.stdout.decode() == repr(("-", 13, b"pasted \xff log\n"))
+
+
+def test_stdin_closed_is_a_clear_error():
+    out = subprocess.run(
+        ["bash", "-c", f'exec "{sys.executable}" -c "$0" 0<&-', _READ_STDIN], cwd=REPO, capture_output=True, timeout=60
+    )
+    assert out.stdout.decode() == "ERROR -: standard input is closed"
+    assert b"Traceback" not in out.stderr
+
+
+def test_fifo_with_a_writer_is_read(tmp_path):
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+
+    def writer():
+        time.sleep(0.2)
+        with open(fifo, "wb") as fh:
+            fh.write(b"from a pipe\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with open_inputs([str(fifo)]) as (source,):
+        assert source.buffer[:] == b"from a pipe\n" and source.path == str(fifo)
+    thread.join()
+
+
+def test_fifo_without_writer_times_out(tmp_path, monkeypatch):
+    fifo = tmp_path / "silent.log"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(sources_module, "FIFO_TIMEOUT_S", 0.3)
+    start = time.monotonic()
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(fifo)]):
+            pass
+    assert "FIFO" in _one_line_error(e) and time.monotonic() - start < 5
+
+
+# ---------------------------------------------------------------------------------------------- permissions
+
+
+def test_no_read_permission(tmp_path):
+    if os.geteuid() == 0:
+        # pytest's own tmp folders are private to root; use a world-traversable one for the unprivileged reader.
+        tmp_path = Path(tempfile.mkdtemp(prefix="diagnose-perm-"))
+        tmp_path.chmod(0o755)
+    secret = _write(tmp_path / "secret.log", b"x\n")
+    secret.chmod(0o000)
+    folder = tmp_path / "closed"
+    _write(folder / "a.log", b"x\n")
+    folder.chmod(0o000)
+    script = (
+        "import sys\n"
+        "from diagnose.ingest import open_inputs\n"
+        "from diagnose.model import DiagnoseError\n"
+        "for p in sys.argv[1:]:\n"
+        "    try:\n"
+        "        with open_inputs([p]): print('READ')\n"
+        "    except DiagnoseError as e: print('ERROR', e)\n"
+    )
+    command = [sys.executable, "-c", script, str(secret), str(folder), str(folder / "a.log")]
+    if os.geteuid() == 0:
+        # root reads anything: run the real check as an unprivileged user when the system lets us.
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    try:
+        out = subprocess.run(command, cwd=REPO, capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        folder.chmod(0o755)
+        if os.geteuid() == 0:
+            shutil.rmtree(tmp_path, ignore_errors=True)
+    lines = out.stdout.decode().splitlines()
+    if os.geteuid() == 0 and out.returncode != 0 and not lines:
+        pytest.skip(f"cannot run Python as an unprivileged user here: {out.stderr[-200:]!r}")
+    assert lines == [
+        f"ERROR {secret}: permission denied (no read access)",
+        f"ERROR {folder}: permission denied (cannot list folder)",
+        f"ERROR {folder / 'a.log'}: permission denied (cannot reach this path)",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- live files
+
+
+def test_file_growing_after_open_keeps_the_size_at_open(tmp_path):
+    log = _write(tmp_path / "grow.log", b"a" * 5000)
+    with open_inputs([str(log)]) as (source,):
+        with open(log, "ab") as fh:
+            fh.write(b"b" * 100_000)
+        assert source.size == 5000 and len(source.buffer) == 5000
+        assert source.buffer[-1:] == b"a"
+
+
+def test_recently_written_file_is_snapshot_so_truncation_cannot_crash(tmp_path):
+    log = _write(tmp_path / "live.log", b"x" * 300_000 + b"\nend\n", old=False)
+    with open_inputs([str(log)]) as (source,):
+        os.truncate(log, 0)  # copytruncate log rotation while we scan
+        assert source.buffer[-4:] == b"end\n"  # reading the whole map would SIGBUS if it were the original file
+        assert source.size == 300_005 and source.path == str(log)
+
+
+def test_sources_close_idempotently(tmp_path):
+    log = _write(tmp_path / "a.log", b"abc\n")
+    with open_inputs([str(log)]) as (source,):
+        pass
+    source.close()
+    source.close()
