@@ -89,3 +89,10 @@ def test_activations_reported_in_the_steady_peak():
     lay = Layout("fsdp:optim_grads_params", gpus=8)
     st = model_state(ParamCount(P), lay)
     assert phases(st, lay, activations=5 * P).steady_peak == st.total + 5 * P
+
+
+def test_checkpoint_phase_stages_a_copy_of_the_local_shard():
+    lay = Layout("fsdp:optim_grads_params", gpus=8)
+    st = model_state(ParamCount(P), lay)
+    ph = phases(st, lay)
+    assert ph.checkpoint_peak == st.persistent + st.components["main_params"]

@@ -233,7 +233,9 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         out["notes"].append(f"the config's shape gives {current.state.params:,} parameters per rank, the log "
                             f"{log_params:,}: using the log")
     phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,
-                  "optimizer_step": current.phases.first_step_peak}.get(phase, current.phases.peak)
+                  "optimizer_step": current.phases.first_step_peak,
+                  "checkpoint_save": current.phases.checkpoint_peak,
+                  "checkpoint_load": current.phases.checkpoint_peak}.get(phase, current.phases.peak)
     verdict = decide(n, phase, current.state.persistent, phase_peak, current.activations, capacity)
     out["verdict"] = verdict
     buffer = _which_buffer(n, current, params)
@@ -249,7 +251,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         "components": dict(current.state.components),
         "activation_bytes": current.activations,
         "phase_peaks": {"dp_wrap": current.phases.wrap_peak, "after_wrap": current.phases.after_wrap,
-                        "optimizer_step": current.phases.first_step_peak, "training": current.phases.steady_peak},
+                        "optimizer_step": current.phases.first_step_peak, "training": current.phases.steady_peak,
+                        "checkpoint": current.phases.checkpoint_peak},
         "peak_bytes": current.peak,
         "usable_bytes": capacity - headroom(capacity),
     }

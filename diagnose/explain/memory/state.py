@@ -190,6 +190,7 @@ class Phases:
     first_step_peak: int  # the first optimizer.step(): Adam state appears
     steady_peak: int  # state + activations (+ buffers) of later iterations
     activations: int
+    checkpoint_peak: int = 0  # state + staging of one copy of the local fp32 shard while saving / loading
     detail: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -234,11 +235,16 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
     first_step = params + grads + main + opt + cast
     before_step = after_wrap + (0 if layout.fsdp else main) + buffers + activations
     steady = params + grads + main + opt + buffers + activations
+    # Saving / loading a distributed checkpoint stages the local shards through GPU copies before D2H (and loading
+    # creates the Adam state eagerly): an estimate of one extra copy of the local fp32 main-param shard.
+    staging = main if main else 4 * params // max(1, layout.param_bytes)
+    checkpoint = params + grads + main + opt + staging
     return Phases(
         wrap_peak=int(wrap_peak),
         after_wrap=int(after_wrap),
         first_step_peak=int(max(first_step, before_step)),
         steady_peak=int(steady),
         activations=int(activations),
-        detail={"grad_cast": cast},
+        checkpoint_peak=int(checkpoint),
+        detail={"grad_cast": cast, "checkpoint_staging": int(staging)},
     )
