@@ -50,6 +50,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def smaller_tp(ctx: CheckContext, below: int) -> int | None:
+    """The largest TP < ``below`` that the heads, query groups and world size all allow (None if none)."""
+    heads, groups = ctx.int("model.num_attention_heads"), ctx.int("model.num_query_groups")
+    world = ctx.int("launch.world_size")
+    rest = _pp(ctx) * _cp(ctx)
+    for d in range(below - 1, 0, -1):
+        if heads and heads % d:
+            continue
+        if groups and groups % d and d % groups:
+            continue
+        if world and world % (d * rest):
+            continue
+        return d
+    return None
+
+
 @check("world_size_divisible", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013; "
        "Megatron-LM arguments.py L316")
 def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
@@ -64,11 +80,8 @@ def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
             f"world size ({world}) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size={tp} * "
             f"model_cfg.pipeline_model_parallel_size={pp} * model_cfg.context_parallel_size={cp})"
         )
-    fixes = []
-    for new_tp in sorted((d for d in _divisors(world) if d < tp), reverse=True):
-        if world % (new_tp * pp * cp) == 0:
-            fixes.append([ov("model.tensor_model_parallel_size", new_tp)])
-            break
+    new_tp = smaller_tp(ctx, tp)
+    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
     yield Violation(
         "world_size_divisible", msg,
         ["launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -97,7 +110,8 @@ def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
     heads, tp = ctx.int("model.num_attention_heads"), _tp(ctx)
     if not heads or heads % tp == 0:
         return
-    fixes = [[ov("model.tensor_model_parallel_size", d)] for d in sorted(_divisors(heads), reverse=True) if d < tp][:1]
+    new_tp = smaller_tp(ctx, tp)
+    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
     yield Violation(
         "heads_divisible_by_tp",
         f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp}).",
@@ -110,12 +124,8 @@ def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
     groups, tp = ctx.int("model.num_query_groups"), _tp(ctx)
     if not groups or groups % tp == 0 or tp % groups == 0:
         return
-    heads = ctx.int("model.num_attention_heads")
-    fixes = []
-    for d in range(tp - 1, 0, -1):
-        if (groups % d == 0 or d % groups == 0) and (not heads or heads % d == 0):
-            fixes.append([ov("model.tensor_model_parallel_size", d)])
-            break
+    new_tp = smaller_tp(ctx, tp)
+    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
     yield Violation(
         "query_groups_vs_tp",
         f"num_query_groups ({groups}) must be a multiple or divisor of tensor_model_parallel_size ({tp}).",
