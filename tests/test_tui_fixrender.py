@@ -119,3 +119,11 @@ def test_replay_that_names_its_rule_covers_that_finding_only() -> None:
     covered = render_fix(report, other)
     assert covered.proven and covered.forms["cli"] == "REPLAYED"
     assert "enough config" in covered.verdict and "note: Activating" in covered.verdict
+
+
+def test_reflow_joins_hard_wrapped_explanations() -> None:
+    from diagnose.present.tui.detail import reflow
+
+    text = "The model was built, but\nwrapping it ran out.\n\nSecond paragraph\n- one\n  indented\n- two\n"
+    assert reflow(text).splitlines() == [
+        "The model was built, but wrapping it ran out.", "", "Second paragraph", "- one", "  indented", "- two"]

@@ -120,7 +120,7 @@ class FindingDetail(VerticalScroll):
             return
         finding = report.findings[index]
         self.query_one("#finding-header", Static).update(header_text(report, finding))
-        explanation = finding.explanation.strip() or "(no explanation)"
+        explanation = reflow(finding.explanation) or "(no explanation)"
         self.query_one("#finding-explanation", Static).update(block_text(explanation))
         self.query_one("#finding-evidence", Static).update(evidence_text(finding, self.display_names))
         rendered = render_fix(report, finding)
@@ -145,6 +145,20 @@ class FindingDetail(VerticalScroll):
         key = (tabs.active or "fix-cli").removeprefix("fix-")
         title = dict(TAB_ORDER).get(key, key)
         return title, (self.rendered.forms.get(key, "") if self.rendered else "")
+
+
+def reflow(text: str) -> str:
+    """Join the hard-wrapped lines of a rule's explanation into paragraphs; keep blank lines, list items and
+    indented lines as they are, so the pane's own wrapping decides the width."""
+    out: list[str] = []
+    for line in text.strip().splitlines():
+        stripped = line.strip()
+        starts_block = not stripped or line[:1] in " \t" or stripped[:2] in ("- ", "* ", "• ")
+        if out and out[-1] and not starts_block:
+            out[-1] = f"{out[-1]} {stripped}"
+        else:
+            out.append(line.rstrip() if stripped else "")
+    return "\n".join(out)
 
 
 def inert_multiline(text: str) -> str:
