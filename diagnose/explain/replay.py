@@ -34,6 +34,7 @@ class ReplayResult:
     fix: list[Override]
     after: ValidationResult
     added: list[Override] = field(default_factory=list)  # what the extension added to the requested fix
+    requested: ValidationResult | None = None  # the config with only the requested overrides
     framework: str | None = None
     rule: str | None = None
 
@@ -77,6 +78,7 @@ def replay(
     before = run_checks(view, version)
     fix = _dedupe(normalize_overrides(overrides))
     after = run_checks(apply_overrides(view, fix), version) if fix else before
+    requested = after
     added: list[Override] = []
     rounds = 0
     while extend and not after.passes and rounds < max_rounds:
@@ -93,6 +95,7 @@ def replay(
         fix=fix,
         after=after,
         added=added,
+        requested=requested,
         framework=view.framework,
         rule=finding.rule if finding is not None else None,
     )

@@ -1,0 +1,91 @@
+"""``diagnose replay`` end to end through the real CLI, and analyze's config/replay sections on a log that
+carries its config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from diagnose.present.cli import main
+
+DATA = Path(__file__).parent / "data" / "configs"
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_replay_yaml_with_fix_that_gets_extended_exits_1_and_shows_the_complete_set(capsys):
+    rc = main(["replay", str(DATA / "run_config.yaml"), "--bridge-version", "0.4.2", "--gpus", "8",
+               "--set", "dist.use_torch_fsdp2=false", "--set", "ddp.use_megatron_fsdp=true", "--format", "json"])
+    assert rc == 1  # the requested set alone trips the fsdp_dtensor check (checkpoint.save is set)
+    d = _json(capsys)
+    assert d["requested_passes"] is False
+    assert d["schema"] == "diagnose/replay@1"
+    assert d["config"]["values"]["dist.use_torch_fsdp2"] == {"value": True, "from": "file:run_config.yaml"}
+    assert d["config"]["values"]["launch.world_size"] == {"value": 8, "from": "override"}
+    r = d["replay"]
+    assert r["reproduced"] is True  # bridge 0.4.2 + use_torch_fsdp2: the pg_collection TypeError
+    assert [v["check"] for v in r["violations"]] == ["fsdp2_pg_collection"]
+    assert r["after_fix"] == {"violations": [], "passes": True}
+    assert r["render"]["cli"] == ("dist.use_torch_fsdp2=false ddp.use_megatron_fsdp=true "
+                                  "checkpoint.ckpt_format=fsdp_dtensor")
+
+
+def test_replay_complete_set_exits_0(capsys):
+    rc = main(["replay", str(DATA / "run_config.yaml"), "--bridge-version", "0.4.2", "--set",
+               "dist.use_torch_fsdp2=false", "--set", "ddp.use_megatron_fsdp=true", "--set",
+               "checkpoint.ckpt_format=fsdp_dtensor"])
+    assert rc == 0
+    assert "passes validation" in capsys.readouterr().out
+
+
+def test_replay_without_fix_on_new_release_exits_1_for_remaining_violation(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 8\n"
+                   "  tensor_model_parallel_size: 1\n  pipeline_model_parallel_size: 1\n"
+                   "ddp:\n  use_megatron_fsdp: true\ndist:\n  use_torch_fsdp2: true\n")
+    rc = main(["replay", str(cfg), "--set", "dist.use_torch_fsdp2=true", "--set", "ddp.use_megatron_fsdp=true",
+               "--format", "json"])
+    assert rc == 1  # the requested set keeps both FSDP flags: no compatible extension exists
+    d = _json(capsys)
+    assert [v["message"] for v in d["replay"]["after_fix"]["violations"]] == [
+        "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."]
+
+
+def test_replay_text_output_and_bad_inputs(capsys, tmp_path):
+    assert main(["replay", str(DATA / "mlm_arguments.log")]) == 1
+    out = capsys.readouterr().out
+    assert "fsdp_requires_fsdp_dtensor" in out and "megatron_lm" in out
+    assert main(["replay", str(tmp_path / "missing.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert main(["replay", str(DATA / "run_config.yaml"), "--set", "not-a-pair"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["replay", str(DATA / "billion_laughs.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "alias" in err
+
+
+def test_replay_text_makes_log_text_inert(capsys, tmp_path):
+    cfg = tmp_path / "evil.yaml"
+    cfg.write_text('model:\n  num_layers: 2\ncheckpoint:\n  save: "/x\\e[31mRED"\n')
+    assert main(["replay", str(cfg), "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[31m" not in out
+
+
+def test_analyze_log_with_config_reproduces_and_proves_the_fix(capsys):
+    rc = main(["analyze", str(DATA / "bridge042_fsdp2_with_config.log"), "--format", "json", "--no-progress"])
+    assert rc == 1
+    d = _json(capsys)
+    config = d["config"]
+    assert config["framework"] == "megatron-bridge"
+    assert config["version"] == "0.3.1-0.4.2"
+    assert config["values"]["dist.use_torch_fsdp2"] == {"value": True, "from": "log:1"}
+    assert config["values"]["model.num_layers"]["from"].startswith("log:")
+    replay = d["replay"]
+    assert replay["reproduced"] is True
+    assert replay["proven"] is True and replay["after_fix"]["passes"] is True
+    assert {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"} in replay["fix"]
+    root = d["findings"][d["root_cause"]]
+    assert root["facts"]["replay"]["proven"] is True
