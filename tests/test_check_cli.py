@@ -154,3 +154,19 @@ def test_exact_count_from_the_meta_device(tmp_path, capsys, monkeypatch):
     _, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "8", "--gpu", "h200", "--format", "json")
     assert out["memory"]["params_source"] == "meta"
     assert out["memory"]["params"] == 8_030_261_248
+
+
+def test_megatron_lm_argument_list(tmp_path, capsys):
+    args = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+            "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --swiglu "
+            "--untie-embeddings-and-output-weights --disable-bias-linear --normalization RMSNorm "
+            "--position-embedding-type rope --bf16 --micro-batch-size 1 --global-batch-size 128 "
+            "--use-distributed-optimizer --vocab-size 128256\n")
+    path = tmp_path / "args.txt"
+    path.write_text(args)
+    _, out = _check(capsys, str(path), "--gpus", "8", "--gpu", "h200", "--format", "json")
+    given = out["memory"]["plans"][0]
+    assert out["memory"]["params"] == 8_030_261_248
+    # Megatron-LM's --bf16 reduces grads in fp32: distributed optimizer 6 + 12/8 bytes per parameter (+ nothing else)
+    assert given["strategy"] == "distributed_optimizer"
+    assert given["bytes_per_param"] == pytest.approx(7.5, rel=1e-3)

@@ -37,6 +37,11 @@ def _origin(view: Any, key: str) -> str | None:
     return fn(key) if callable(fn) else ("set" if view is not None and _get(view, key) is not None else None)
 
 
+def _set_in_job(view: Any, key: str) -> bool:
+    origin = _origin(view, key)
+    return origin is not None and origin != "default"
+
+
 def _bool(v: Any, default: bool = False) -> bool:
     if v is None:
         return default
@@ -78,6 +83,14 @@ def mcore_version(view: Any) -> tuple[int, ...] | None:
     return _version(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
 
 
+def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) -> Any:
+    """``model.<name>``, else the Megatron-LM argument kept as ``mlm.<name>`` (or ``mlm.<mlm>``)."""
+    value = _get(view, f"model.{name}")
+    if value is None:
+        value = _get(view, f"mlm.{mlm or name}")
+    return default if value is None else value
+
+
 def shape_from_config(view: Any) -> ModelShape | None:
     """The model's shape, or None when the config lacks the sizes (layers, hidden, heads)."""
     layers = _int(_get(view, "model.num_layers"))
@@ -85,35 +98,41 @@ def shape_from_config(view: Any) -> ModelShape | None:
     heads = _int(_get(view, "model.num_attention_heads"))
     if not (layers and hidden and heads):
         return None
-    vocab = _int(_get(view, "model.vocab_size")) or _int(_get(view, "tokenizer.vocab_size")) or _int(
-        _get(view, "model.padded_vocab_size")) or 32000
-    norm = str(_get(view, "model.normalization", "LayerNorm"))
-    freq = _get(view, "model.moe_layer_freq", 1)
+    vocab = next((v for v in (_int(_get(view, k)) for k in (
+        "model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size",
+        "mlm.padded_vocab_size")) if v), 32000)
+    norm = str(_model(view, "normalization", "LayerNorm"))
+    freq = _model(view, "moe_layer_freq", 1)
     if isinstance(freq, (list, tuple)):
         freq = tuple(int(x) for x in freq)
     else:
         freq = _int(freq, 1) or 1
+    bias = _get(view, "model.add_bias_linear")
+    if bias is None:
+        bias = not _bool(_get(view, "mlm.disable_bias_linear"))
     return ModelShape(
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
-        ffn_hidden_size=_int(_get(view, "model.ffn_hidden_size")),
-        num_query_groups=_int(_get(view, "model.num_query_groups")),
-        kv_channels=_int(_get(view, "model.kv_channels")),
+        ffn_hidden_size=_int(_model(view, "ffn_hidden_size")),
+        num_query_groups=_int(_model(view, "num_query_groups")),
+        kv_channels=_int(_model(view, "kv_channels")),
         vocab_size=vocab,
-        make_vocab_size_divisible_by=_int(_get(view, "model.make_vocab_size_divisible_by"), 128) or 128,
-        seq_length=_int(_get(view, "model.seq_length")) or _int(_get(view, "dataset.seq_length")) or 4096,
-        gated_linear_unit=_bool(_get(view, "model.gated_linear_unit")),
-        untie_embeddings=not _bool(_get(view, "model.share_embeddings_and_output_weights"), True),
-        add_bias_linear=_bool(_get(view, "model.add_bias_linear"), True),
-        add_qkv_bias=_bool(_get(view, "model.add_qkv_bias")),
+        make_vocab_size_divisible_by=_int(_model(view, "make_vocab_size_divisible_by"), 128) or 128,
+        seq_length=_int(_get(view, "model.seq_length")) or _int(_get(view, "dataset.seq_length")) or _int(
+            _get(view, "mlm.seq_length")) or 4096,
+        gated_linear_unit=_bool(_model(view, "gated_linear_unit", mlm="swiglu")),
+        untie_embeddings=not _bool(_get(view, "model.share_embeddings_and_output_weights"), True)
+        or _bool(_get(view, "mlm.untie_embeddings_and_output_weights")),
+        add_bias_linear=_bool(bias, True),
+        add_qkv_bias=_bool(_model(view, "add_qkv_bias")),
         layernorm=norm.lower() != "rmsnorm",
-        qk_layernorm=_bool(_get(view, "model.qk_layernorm")),
-        position_embedding=str(_get(view, "model.position_embedding_type", "learned_absolute")),
-        num_moe_experts=_int(_get(view, "model.num_moe_experts")),
-        moe_ffn_hidden_size=_int(_get(view, "model.moe_ffn_hidden_size")),
-        moe_shared_expert_intermediate_size=_int(_get(view, "model.moe_shared_expert_intermediate_size")),
-        moe_shared_expert_gate=_bool(_get(view, "model.moe_shared_expert_gate")),
+        qk_layernorm=_bool(_model(view, "qk_layernorm")),
+        position_embedding=str(_model(view, "position_embedding_type", "learned_absolute")),
+        num_moe_experts=_int(_model(view, "num_moe_experts", mlm="num_experts")),
+        moe_ffn_hidden_size=_int(_model(view, "moe_ffn_hidden_size")),
+        moe_shared_expert_intermediate_size=_int(_model(view, "moe_shared_expert_intermediate_size")),
+        moe_shared_expert_gate=_bool(_model(view, "moe_shared_expert_gate")),
         moe_layer_freq=freq,
     )
 
@@ -140,6 +159,11 @@ def grad_bytes_from_config(view: Any, strategy: str) -> int:
         dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
         return 4 if ("32" in dtype or "float" == dtype) else 2
     value = _get(view, "ddp.grad_reduce_in_fp32")
+    if getattr(view, "framework", None) == "megatron-lm" and not _set_in_job(view, "ddp.grad_reduce_in_fp32"):
+        # Megatron-LM: --bf16 turns accumulate_allreduce_grads_in_fp32 on unless --grad-reduce-in-bf16
+        if _bool(_get(view, "mlm.grad_reduce_in_bf16")):
+            return 2
+        return 4 if _bool(_get(view, "model.bf16")) or _bool(_get(view, "mlm.bf16")) else 2
     mp = _get(view, "mixed_precision")
     mp_flag = _get(view, "mixed_precision.grad_reduce_in_fp32")
     if mp_flag is not None:
