@@ -1,0 +1,253 @@
+"""Lint a rules catalogue: schema, duplicate codes, regexes, anchors, and every rule's examples run for real.
+
+What is checked, per rule (``rules/README.md`` documents the schema):
+
+* the loader's schema errors (missing keys, bad category/phase/safety...) and duplicate codes or slugs;
+* each regex compiles (``regex`` module) and, when google-re2 is installed, in linear time with RE2: an error for
+  the built-in catalogue, a warning for a user's catalogue (the engine still runs it, with a timeout);
+* each pattern's anchor occurs in every match of its regex on the example lines (the fast scan looks for the anchor
+  first: an anchor missing from a match would hide the line);
+* a named ``parser`` exists in ``diagnose.normalize.facts.PARSERS``;
+* at least one ``match`` and one ``no_match`` example, every pattern exercised by some match example;
+* every example runs through the real pipeline (``diagnose.match.match_text``): a ``match`` example must produce a
+  finding of the rule, a ``no_match`` example must not.
+
+Problems are data (:class:`LintProblem`); the ``rules lint`` command prints them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import regex
+
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file
+from diagnose.model import DiagnoseError
+
+REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
+SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True, slots=True)
+class LintProblem:
+    severity: str  # "error" | "warning"
+    source: str  # the rules file
+    code: str | None  # the rule, or None for a problem with the whole file
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}: rule {self.code}" if self.code else self.source
+        return f"{self.severity}: {where}: {self.message}"
+
+
+@dataclass
+class LintResult:
+    catalogue: Catalogue
+    problems: list[LintProblem]
+
+    @property
+    def errors(self) -> list[LintProblem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[LintProblem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+
+def load_for_lint(extra_dirs: Iterable[str | Path] = (), include_default: bool = True) -> tuple[Catalogue, list[LintProblem]]:
+    """Load like ``load_catalogue`` but keep going past a broken file, reporting it as a problem.
+
+    A folder that does not exist is a usage error (``DiagnoseError``), not a lint problem.
+    """
+    dirs: list[Path] = [default_rules_dir()] if include_default else []
+    for d in extra_dirs:
+        p = Path(d)
+        if not p.exists():
+            raise DiagnoseError(f"rules folder {d}: does not exist")
+        dirs.append(p)
+    rules: list[Rule] = []
+    problems: list[LintProblem] = []
+    for d in dirs:
+        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
+        if d.is_dir() and not files:
+            problems.append(LintProblem("error", str(d), None, "has no *.toml files"))
+        for f in files:
+            try:
+                loaded, errors = load_rule_file(f)
+            except DiagnoseError as e:
+                problems.append(LintProblem("error", str(f), None, _strip_prefix(str(e), f)))
+                continue
+            rules.extend(loaded)
+            problems.extend(_loader_problem(msg, str(f)) for msg in errors)
+    for i, r in enumerate(rules):
+        r.order = i
+    return Catalogue(rules, []), problems
+
+
+def _strip_prefix(message: str, path: Path) -> str:
+    prefix = f"rules file {path}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
+
+
+def _loader_problem(message: str, source: str) -> LintProblem:
+    # The loader's messages read "<path>: rule <code>: <what>".
+    head = f"{source}: rule "
+    if message.startswith(head):
+        code, _, what = message[len(head):].partition(": ")
+        return LintProblem("error", source, code, what)
+    return LintProblem("error", source, None, message)
+
+
+def lint(
+    catalogue: Catalogue,
+    load_problems: list[LintProblem] | None = None,
+    only_sources: set[str] | None = None,
+    strict_sources: set[str] | None = None,
+    run_examples: bool = True,
+) -> LintResult:
+    """Check ``catalogue``; ``only_sources`` limits the report to rules from those files (None: all).
+
+    ``strict_sources``: files held to the built-in standard (a non-RE2 regex is an error there, a warning elsewhere);
+    None means every file is strict.
+    """
+    problems = list(load_problems or [])
+    problems += _duplicates(catalogue)
+    parsers = _parser_names()
+    for rule in catalogue.rules:
+        if only_sources is not None and rule.source not in only_sources:
+            continue
+        strict = strict_sources is None or rule.source in strict_sources
+        problems += _lint_rule(rule, strict, parsers)
+    if run_examples:
+        problems += _run_examples(catalogue, only_sources)
+    if only_sources is not None:
+        problems = [p for p in problems if p.source in only_sources]
+    return LintResult(catalogue, problems)
+
+
+def _duplicates(catalogue: Catalogue) -> list[LintProblem]:
+    out: list[LintProblem] = []
+    codes: dict[str, str] = {}
+    slugs: dict[str, str] = {}
+    for r in catalogue.rules:
+        if r.code in codes:
+            out.append(LintProblem("error", r.source, r.code, f"duplicate code (also in {codes[r.code]})"))
+        codes.setdefault(r.code, r.source)
+        if r.slug in slugs:
+            out.append(LintProblem("error", r.source, r.code, f"duplicate slug {r.slug!r} (also in {slugs[r.slug]})"))
+        slugs.setdefault(r.slug, r.source)
+    return out
+
+
+def _parser_names() -> set[str] | None:
+    try:
+        from diagnose.normalize.facts import PARSERS
+    except Exception:  # noqa: BLE001 - the normalize stage missing: parser names cannot be checked
+        return None
+    return set(PARSERS)
+
+
+def _compile_re2(pattern: str) -> str | None:
+    """None when RE2 accepts the pattern (or RE2 is not installed), else its complaint."""
+    try:
+        import re2
+    except ImportError:
+        return None
+    try:
+        re2.compile(pattern)
+    except Exception as e:  # noqa: BLE001 - re2 raises its own error type
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
+def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintProblem]:
+    out: list[LintProblem] = []
+
+    def err(msg: str, severity: str = "error") -> None:
+        out.append(LintProblem(severity, rule.source, rule.code, msg))
+
+    if not SLUG.match(rule.slug):
+        err(f"slug {rule.slug!r} must be lower-case words joined by '-'")
+    if not rule.title.strip():
+        err("empty title")
+    if not rule.explanation.strip():
+        err("empty explanation")
+    if rule.fix.empty:
+        err("no fix (give at least a summary)")
+    if rule.parser and parsers is not None and rule.parser not in parsers:
+        err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
+    if not rule.examples_match:
+        err("no 'match' example")
+    if not rule.examples_no_match:
+        err("no 'no_match' example")
+
+    compiled: list[regex.Pattern | None] = []
+    for i, p in enumerate(rule.patterns, 1):
+        try:
+            compiled.append(regex.compile(p.regex))
+        except regex.error as e:
+            compiled.append(None)
+            err(f"pattern {i}: regex does not compile: {e}")
+            continue
+        complaint = _compile_re2(p.regex)
+        if complaint is not None:
+            if strict:
+                err(f"pattern {i}: regex is not RE2-compatible (linear time): {complaint}")
+            else:
+                err(f"pattern {i}: regex is not RE2-compatible, it will run with a timeout: {complaint}", "warning")
+
+    from diagnose.normalize.lines import normalize_line
+
+    used = [False] * len(rule.patterns)
+    for example in rule.examples_match:
+        for raw in example.splitlines():
+            text = normalize_line(raw).text
+            for i, (p, rx) in enumerate(zip(rule.patterns, compiled)):
+                if rx is None:
+                    continue
+                try:
+                    matches = list(rx.finditer(text, timeout=REGEX_TIMEOUT_S))
+                except TimeoutError:
+                    err(f"pattern {i + 1}: regex takes over {REGEX_TIMEOUT_S:g}s on an example line (catastrophic?)")
+                    continue
+                for m in matches:
+                    used[i] = True
+                    if p.anchor not in m.group(0):
+                        err(f"pattern {i + 1}: anchor {p.anchor!r} is not in its match {_short(m.group(0))!r}")
+    for i, was_used in enumerate(used):
+        if compiled[i] is not None and rule.examples_match and not was_used:
+            err(f"pattern {i + 1}: no 'match' example exercises it", "warning")
+    return out
+
+
+def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[LintProblem]:
+    """Every example through ``match_text`` with the whole catalogue, as a user's log would go."""
+    from diagnose.match import match_text
+
+    out: list[LintProblem] = []
+    for rule in catalogue.rules:
+        if only_sources is not None and rule.source not in only_sources:
+            continue
+        for n, example in enumerate(rule.examples_match, 1):
+            codes = _codes(match_text, example, catalogue)
+            if rule.code not in codes:
+                got = ", ".join(codes) or "nothing"
+                out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
+        for n, example in enumerate(rule.examples_no_match, 1):
+            if rule.code in _codes(match_text, example, catalogue):
+                out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
+    return out
+
+
+def _codes(match_text, example: str, catalogue: Catalogue) -> list[str]:
+    # The pure-Python phase-1 backend gives the same answers as hyperscan/re2 (the engine's own tests hold it to
+    # that) without compiling a multi-pattern database per example.
+    report = match_text(example, catalogue, backend="python")
+    return [f.rule for f in report.findings]
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,221 @@
+"""``diagnose rules list | show CODE | lint``: the rules catalogue as a user sees it.
+
+* ``list`` prints every rule (built-in, then ``--rules`` folders) as a table, or JSON with ``--format json``.
+* ``show CODE`` prints the rule's documentation page: what it means, why, the fix and its safety, the patterns and
+  the examples (example log text is made inert before it is shown).
+* ``lint`` checks the catalogue (see ``diagnose.match.lint``); exit 0 when clean, 1 when a problem was found.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_catalogue
+from diagnose.model import DiagnoseError
+from diagnose.present.safe import inert, inert_block
+
+EXIT_OK, EXIT_PROBLEMS = 0, 1
+
+SAFETY_MEANING = {
+    "safe": "safe: no change to numerics or speed",
+    "unsafe": "unsafe: changes numerics, speed or the checkpoint format; review before applying",
+    "manual": "manual: needs a person (an environment, a node, a path); nothing to apply automatically",
+}
+
+
+def run(args: Any) -> int:
+    action = getattr(args, "rules_command", None)
+    user_dirs = list(getattr(args, "rules", None) or [])
+    if action == "list":
+        return _list(load_catalogue(user_dirs), getattr(args, "format", "text"))
+    if action == "show":
+        return _show(load_catalogue(user_dirs), args.code)
+    if action == "lint":
+        return _lint(user_dirs, only_user=bool(getattr(args, "only_user", False)))
+    raise DiagnoseError("rules: choose an action: list, show CODE or lint")
+
+
+# ------------------------------------------------------------------------------------------------- list
+
+
+def rule_summary(rule: Rule) -> dict[str, Any]:
+    """One rule as a plain dict (the ``rules list --format json`` record)."""
+    return {
+        "code": rule.code,
+        "slug": rule.slug,
+        "title": rule.title,
+        "category": rule.category,
+        "phase": rule.phase,
+        "severity": rule.severity,
+        "role": rule.role,
+        "confidence": rule.confidence,
+        "fix_safety": rule.fix.safety,
+        "versions": rule.versions,
+        "source": _source_name(rule.source),
+    }
+
+
+def _source_name(source: str) -> str:
+    """The built-in files by name only; a user's files as given."""
+    try:
+        builtin = default_rules_dir().resolve()
+        p = Path(source).resolve()
+        if p.parent == builtin:
+            return p.name
+    except (DiagnoseError, OSError):
+        pass
+    return source
+
+
+def _list(catalogue: Catalogue, fmt: str) -> int:
+    if fmt == "json":
+        json.dump([rule_summary(r) for r in catalogue.rules], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for col in ("code", "category", "phase", "role", "title"):
+        table.add_column(col, no_wrap=col != "title", overflow="fold")
+    for r in catalogue.rules:
+        table.add_row(*(Text(inert(v)) for v in (r.code, r.category, r.phase, r.role, r.title)))
+    console = Console(highlight=False, soft_wrap=False)
+    console.print(table)
+    console.print(Text(f"{len(catalogue.rules)} rules", style="dim"))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- show
+
+
+def find_rule(catalogue: Catalogue, code: str) -> Rule:
+    wanted = code.strip().upper()
+    for r in catalogue.rules:
+        if r.code.upper() == wanted or r.slug == code.strip():
+            return r
+    raise DiagnoseError(f"no rule {inert(code)!r} in the catalogue (see 'diagnose rules list')")
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    return str(v)
+
+
+def render_show(rule: Rule) -> list[Any]:
+    """The rule's doc page as rich renderables (Text and Markdown), every catalogue string made inert."""
+    from rich.markdown import Markdown
+    from rich.text import Text
+
+    out: list[Any] = []
+    head = Text()
+    head.append(inert(rule.code), style="bold")
+    head.append("  ")
+    head.append(inert(rule.title), style="bold")
+    out.append(head)
+    meta = (
+        f"{rule.slug} · category {rule.category} · phase {rule.phase} · {rule.severity} · role {rule.role} · "
+        f"confidence {rule.confidence:g}"
+    )
+    out.append(Text(inert(meta), style="dim"))
+    if rule.versions:
+        out.append(Text(f"versions: {inert(rule.versions)}", style="dim"))
+    out.append(Text(f"file: {inert(_source_name(rule.source))}", style="dim"))
+
+    out.append(Text("\nWhat it means", style="bold underline"))
+    out.append(Text(inert_block(rule.explanation)))
+    if rule.doc:
+        out.append(Text(""))
+        out.append(Markdown(inert_block(rule.doc)))
+
+    out.append(Text("\nFix", style="bold underline"))
+    fix = rule.fix
+    if fix.summary:
+        out.append(Text(inert_block(fix.summary)))
+    out.append(Text(f"safety: {SAFETY_MEANING.get(fix.safety, fix.safety)}", style="italic"))
+    for o in fix.overrides:
+        out.append(Text(f"  {inert(o.key)}={inert(_value(o.value))}", style="green"))
+    for e in fix.env:
+        out.append(Text(f"  export {inert(e.name)}={inert(e.value)}", style="green"))
+    for s in fix.steps:
+        out.append(Text(f"  - {inert(s)}"))
+
+    out.append(Text("\nPatterns", style="bold underline"))
+    for i, p in enumerate(rule.patterns, 1):
+        out.append(Text(f"  {i}. anchor {inert(repr(p.anchor))}"))
+        out.append(Text(f"     regex  {inert(p.regex)}", style="dim"))
+    ctx = rule.context
+    if ctx.frames_any or ctx.frames_none or ctx.before_any:
+        out.append(Text("\nContext", style="bold underline"))
+        if ctx.frames_any:
+            out.append(Text(f"  traceback has a frame with one of: {inert(', '.join(ctx.frames_any))}"))
+        if ctx.frames_none:
+            out.append(Text(f"  and none with: {inert(', '.join(ctx.frames_none))}"))
+        if ctx.before_any:
+            out.append(Text(f"  an earlier line (within {ctx.before_window}) contains: {inert(', '.join(ctx.before_any))}"))
+    if rule.parser:
+        out.append(Text(f"facts parser: {inert(rule.parser)}", style="dim"))
+
+    out.append(Text("\nExamples that match", style="bold underline"))
+    for ex in rule.examples_match:
+        out.extend(_example(ex))
+    out.append(Text("\nExamples that must not match", style="bold underline"))
+    for ex in rule.examples_no_match:
+        out.extend(_example(ex))
+    if rule.links:
+        out.append(Text("\nLinks", style="bold underline"))
+        for link in rule.links:
+            out.append(Text(f"  {inert(link)}"))
+    return out
+
+
+def _example(example: str) -> list[Any]:
+    from rich.text import Text
+
+    lines = example.splitlines() or [""]
+    return [Text(("  │ " if i else "  ▸ ") + inert(line), style="cyan") for i, line in enumerate(lines)]
+
+
+def _show(catalogue: Catalogue, code: str) -> int:
+    from rich.console import Console
+
+    rule = find_rule(catalogue, code)
+    console = Console(highlight=False)
+    for part in render_show(rule):
+        console.print(part)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- lint
+
+
+def _lint(user_dirs: list[str], only_user: bool) -> int:
+    from diagnose.match.lint import lint, load_for_lint
+
+    if only_user and not user_dirs:
+        raise DiagnoseError("rules lint --only-user needs at least one --rules folder")
+    catalogue, load_problems = load_for_lint(user_dirs)
+    builtin = {r.source for r in catalogue.rules if Path(r.source).resolve().parent == default_rules_dir().resolve()}
+    user_sources = {r.source for r in catalogue.rules} - builtin
+    user_sources |= {p.source for p in load_problems if p.source not in builtin}
+    result = lint(
+        catalogue,
+        load_problems,
+        only_sources=user_sources if only_user else None,
+        strict_sources=builtin,
+    )
+    checked = [r for r in catalogue.rules if not only_user or r.source in user_sources]
+    for p in result.problems:
+        print(inert(str(p)))
+    print(
+        f"{len(checked)} rules checked: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
+        file=sys.stderr,
+    )
+    return EXIT_PROBLEMS if result.errors else EXIT_OK
