@@ -129,10 +129,10 @@ def render_show(rule: Rule) -> list[Any]:
         out.append(Text(f"versions: {inert(rule.versions)}", style="dim"))
     out.append(Text(f"file: {inert(_source_name(rule.source))}", style="dim"))
 
-    out.append(Text("\nWhat it means", style="bold underline"))
-    out.append(Text(inert_block(rule.explanation)))
+    out.append(Text("\nIn short", style="bold underline"))
+    out.append(Text(inert_block(reflow(rule.explanation))))
     if rule.doc:
-        out.append(Text(""))
+        out.append(Text("\nDetails", style="bold underline"))
         out.append(Markdown(inert_block(rule.doc)))
 
     out.append(Text("\nFix", style="bold underline"))
@@ -174,6 +174,12 @@ def render_show(rule: Rule) -> list[Any]:
         for link in rule.links:
             out.append(Text(f"  {inert(link)}"))
     return out
+
+
+def reflow(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph (TOML text is wrapped at 120 columns; terminals differ)."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
 
 
 def _example(example: str) -> list[Any]:
