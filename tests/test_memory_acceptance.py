@@ -99,3 +99,25 @@ def test_no_oom_no_memory_section():
     report = Report(findings=[Finding(rule="NC001", name="x", title="t", category="nccl_timeout", phase="training",
                                       severity="error", role="root", confidence=0.9)], root_cause=0)
     assert run(report, None, None) is None
+
+
+def test_b042_first_iteration_oom_through_the_pipeline():
+    """Bridge 0.4.2 on one H200: micro batch 256 x 8192 tokens, 56 GiB request in the first forward."""
+    path = Path(__file__).resolve().parents[2] / "shared" / "real_logs" / "b042_first_iter_oom.log"
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "b042_first_iter_oom.log"
+    path = sample if sample.exists() else path
+    if not path.exists():
+        pytest.skip("b042_first_iter_oom.log is not available")
+    from diagnose.pipeline import analyze
+
+    mem = analyze([str(path)]).memory
+    if mem is None:
+        pytest.skip("the pipeline found no OOM finding to model")
+    assert mem["verdict"] == "activations"
+    assert mem["current"]["strategy"] == "fsdp:optim_grads_params"
+    assert mem["current"]["model_state_bytes"] < mem["gpu_capacity_bytes"]
+    assert mem["current"]["activation_bytes"] > mem["gpu_capacity_bytes"]
+    fitting = [o for o in mem["options"] if o["fits"]]
+    assert fitting and fitting[0]["valid"] is True
+    first = {o["key"]: o["value"] for o in fitting[0]["overrides"]}
+    assert first.get("train.micro_batch_size", 256) < 256

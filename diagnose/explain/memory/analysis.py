@@ -121,12 +121,15 @@ def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, c
         return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
                 f"enough for the {req} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
                 "expandable_segments:True (not with ddp.nccl_ub on torch < 2.11).")
-    what = buffer or f"a {req} allocation"
     where = {"dp_wrap": "at DP wrap time", "model_build": "while building the model",
              "optimizer_step": "at the first optimizer step", "first_iteration": "in the first iteration",
              "training": "during training", "checkpoint_save": "while saving a checkpoint",
              "checkpoint_load": "while loading a checkpoint"}.get(phase, "")
-    head = f"{what[0].upper() + what[1:]} ({req}) of {billions} parameters did not fit in {fmt_gib(capacity)} {where}".rstrip()
+    if buffer:
+        head = f"{buffer[0].upper() + buffer[1:]} ({req}) of {billions} parameters did not fit in {fmt_gib(capacity)}"
+    else:
+        head = f"A {req} allocation did not fit in {fmt_gib(capacity)}"
+    head = f"{head} {where}".rstrip() + ("" if buffer else f" (model: {billions} parameters per GPU)")
     state = plan.state
     lines = [head + "."]
     if verdict == "capacity":

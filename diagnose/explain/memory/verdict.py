@@ -133,18 +133,16 @@ def decide(
         return "unknown"
     if state_bytes is not None and state_bytes > cap:
         return "capacity"
-    if phase in ("model_build", "dp_wrap", "init"):
-        if phase_peak is not None and phase_peak > cap:
-            return "capacity"
-        return "transient_peak" if state_bytes is not None else "capacity"
+    if phase in ("model_build", "dp_wrap"):
+        if phase_peak is not None:
+            return "capacity" if phase_peak > cap else "transient_peak"
+        return "capacity" if state_bytes is None else "transient_peak"
     if phase in ("optimizer_step", "checkpoint_save", "checkpoint_load"):
+        return "transient_peak" if state_bytes is not None or phase != "optimizer_step" else "capacity"
+    if activation_bytes is not None and state_bytes is not None:
+        if state_bytes + activation_bytes > cap or activation_bytes > state_bytes * 0.25:
+            return "activations"
         return "transient_peak"
-    if phase in ("first_iteration", "training", "eval"):
-        if activation_bytes is not None and state_bytes is not None:
-            if state_bytes + activation_bytes > cap or activation_bytes > state_bytes * 0.25:
-                return "activations"
-            return "transient_peak"
-        if n.requested is not None and n.in_use is not None and state_bytes is not None:
-            return "activations" if state_bytes < cap else "capacity"
-        return "activations" if state_bytes is not None else "unknown"
-    return "unknown" if state_bytes is None else ("transient_peak" if state_bytes < cap else "capacity")
+    if phase in ("first_iteration", "training", "eval") and state_bytes is not None:
+        return "activations"
+    return "unknown"
