@@ -51,13 +51,16 @@ def _bool(v: Any, default: bool = False) -> bool:
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
+    """A non-negative integer, or ``default`` (config values may be strings, floats, junk)."""
     if v is None or isinstance(v, bool):
         return default
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
-    return int(f) if f.is_integer() else default
+    if f != f or f in (float("inf"), float("-inf")) or not f.is_integer() or f < 0:
+        return default
+    return int(f)
 
 
 def _float(v: Any, default: float = 0.0) -> float:
@@ -96,7 +99,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
     layers = _int(_get(view, "model.num_layers"))
     hidden = _int(_get(view, "model.hidden_size"))
     heads = _int(_get(view, "model.num_attention_heads"))
-    if not (layers and hidden and heads):
+    if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads:
         return None
     vocab = next((v for v in (_int(_get(view, k)) for k in (
         "model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size",
