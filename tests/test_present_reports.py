@@ -49,7 +49,7 @@ def test_text_report_root_first_cascade_collapsed_and_inert():
     out = render_to_string(_report(), color="never", width=120)
     assert out.index("ROOT CAUSE") < out.index("OTHER FINDINGS") < out.index("CASCADE")
     assert "OOM9" in out and "ranks 0-3, 9" in out
-    assert "job.log:2" in out  # evidence with its line number
+    assert "Evidence  job.log" in out and "line 2 " in out  # evidence with its line number
     assert "NCCL watchdog timeout on 511 ranks, caused by the OOM above" in out
     assert "ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=optim_grads_params" in out
     assert "cfg.ddp.use_megatron_fsdp = True" in out

@@ -12,6 +12,8 @@ from typing import Any, Iterable
 
 import yaml
 from rich.console import Console, Group
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Finding, Fix, Override, Report
@@ -218,22 +220,58 @@ def _finding_meta(f: Finding) -> Text:
     return Text(" · ".join(inert(b) for b in bits), style="dim")
 
 
-def _evidence(f: Finding) -> list[Text]:
-    out = []
-    for e in f.evidence:
-        t = Text("    ")
-        t.append(f"{inert(e.path)}:{e.line}", style="cyan")
-        t.append("  ")
-        t.append_text(log_text(e.text, limit=400))
-        out.append(t)
-    return out
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    return grid
 
 
-def _facts(f: Finding) -> list[Text]:
-    if not f.facts:
+def _evidence(f: Finding) -> list[Any]:
+    """Evidence lines as a two-column grid: where, then the log text wrapped under itself.
+
+    When every line comes from one file its path goes in the heading and the grid shows line numbers only.
+    """
+    if not f.evidence:
         return []
-    items = [f"{k}={fact_value(v)}" for k, v in f.facts.items()]
-    return [Text("  Facts  ", style="bold").append(inert("  ".join(items)), style="")]
+    paths = {e.path for e in f.evidence}
+    one_path = len(paths) == 1
+    heading = Text("  Evidence", style="bold")
+    if one_path:
+        heading.append("  " + inert(f.evidence[0].path), style="dim")
+    grid = _grid()
+    for e in f.evidence:
+        where_text = f"line {e.line}" if one_path else f"{inert(e.path)}:{e.line}"
+        grid.add_row(Text(where_text, style="cyan"), log_text(e.text, limit=400))
+    return [heading, Padding(grid, (0, 0, 0, 4), expand=False)]
+
+
+FACTS_SHOWN = 10
+
+
+def shown_facts(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The facts worth a line in a report: no empty values, no long blobs, at most FACTS_SHOWN."""
+    out = []
+    for k, v in facts.items():
+        if v is None or v is False or v == [] or v == {} or v == "":
+            continue
+        text = fact_value(v)
+        if str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
+            text = f"{_size(v)} ({v:,} bytes)"
+        if len(text) > 120:
+            continue
+        out.append((str(k), text))
+    return out[:FACTS_SHOWN]
+
+
+def _facts(f: Finding) -> list[Any]:
+    items = shown_facts(f.facts)
+    if not items:
+        return []
+    grid = _grid()
+    for k, v in items:
+        grid.add_row(Text(inert(k), style="dim"), Text(inert(v)))
+    return [Text("  Facts", style="bold"), Padding(grid, (0, 0, 0, 4), expand=False)]
 
 
 def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
@@ -269,7 +307,6 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100) -> l
     title.append(inert(f.title), style="bold")
     parts: list[Any] = [title, Text("  ").append_text(_finding_meta(f))]
     if f.evidence:
-        parts.append(Text("  Evidence", style="bold"))
         parts.extend(_evidence(f))
     parts.extend(_facts(f))
     if f.explanation:
