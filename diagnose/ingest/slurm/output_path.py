@@ -88,7 +88,10 @@ def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOption
 def parse_batch_script_options(script: str) -> OutputOptions:
     """The ``#SBATCH`` lines of a batch script: read until the first command, as sbatch does."""
     merged = OutputOptions()
-    for line in script.splitlines():
+    lines = script.splitlines()
+    if lines and lines[0].startswith("Batch Script for "):  # sacct --batch-script's own two header lines
+        lines = lines[2:] if len(lines) > 1 and set(lines[1].strip()) <= {"-"} else lines[1:]
+    for line in lines:
         stripped = line.strip()
         if not stripped or (stripped.startswith("#") and not stripped.startswith("#SBATCH")):
             continue
