@@ -48,8 +48,18 @@ def test_task_configuration_yaml_block_with_rank_prefixes():
     assert view.get("ddp.use_megatron_fsdp") is True
     assert view.get("env.CUDA_DEVICE_MAX_CONNECTIONS") == "32"
     assert not any(k.endswith("_target_") for k in view)  # class names are never kept as values
-    assert view.origin("model.num_layers") == "log:2"
+    # each value points at its own line (model.num_layers is line 27 of the file)
+    lines = (DATA / "task_configuration.log").read_text().splitlines()
+    assert lines[view_line(view, "model.num_layers") - 1].endswith("num_layers: 32")
+    assert lines[view_line(view, "env.CUDA_DEVICE_MAX_CONNECTIONS") - 1].endswith("CUDA_DEVICE_MAX_CONNECTIONS: '32'")
+    assert lines[view_line(view, "model.params_dtype") - 1].endswith("params_dtype:")
     assert view.version == "<=0.3.0"
+
+
+def view_line(view: ConfigView, key: str) -> int:
+    origin = view.origin(key)
+    assert origin and origin.startswith("log:")
+    return int(origin[4:])
 
 
 def test_megatron_lm_arguments_dump_maps_to_bridge_paths():

@@ -133,8 +133,14 @@ CASES = [
 ]
 
 
+MLM_CORE = {OLD: "0.16.1", NEW: "0.19.2"}  # Megatron-LM jobs: the family follows megatron-core
+
+
 def _view(case: Case, version: str) -> ConfigView:
-    view = ConfigView(framework=case.framework, version=version)
+    if case.framework == "megatron-lm":
+        view = ConfigView(framework=case.framework, mcore_version=MLM_CORE[version])
+    else:
+        view = ConfigView(framework=case.framework, version=version)
     for key, value in case.settings.items():
         view.set(key, value, "log:1")
     return apply_defaults(view)

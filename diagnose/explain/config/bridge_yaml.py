@@ -6,6 +6,7 @@ torch.bfloat16, _call_: false}``) is kept as the target's short name. ``env_vars
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from diagnose.explain.config.view import ConfigView
@@ -50,6 +51,28 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
             continue
         walk(section, value)
     return view
+
+
+_KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][\w-]*):(\s|$)")
+
+
+def key_lines(lines: list[str]) -> dict[str, int]:
+    """Dotted path -> index of the line that sets it, for block-style YAML (what Bridge prints)."""
+    stack: list[tuple[int, str]] = []
+    out: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        m = _KEY_LINE.match(line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, m.group(2)))
+        path = ".".join(k for _, k in stack)
+        if stack[0][1] == "env_vars" and len(stack) == 2:
+            path = f"env.{stack[1][1]}"
+        out.setdefault(path, i)
+    return out
 
 
 def _short_target(target: Any) -> Any:

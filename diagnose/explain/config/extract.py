@@ -13,7 +13,7 @@ import re
 from typing import Iterable
 
 from diagnose.explain.config import captures as C
-from diagnose.explain.config.bridge_yaml import flatten_bridge, looks_like_bridge
+from diagnose.explain.config.bridge_yaml import flatten_bridge, key_lines, looks_like_bridge
 from diagnose.explain.config.cmdline import join_continuations, parse_command
 from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
@@ -97,7 +97,12 @@ def _parse_task_yaml(block: Block, view: ConfigView) -> None:
         body.append(line.text)
     data = safe_load("\n".join(body), what="Task Configuration block")
     if looks_like_bridge(data):
-        flatten_bridge(data, f"log:{block.start_line}", view)
+        part = flatten_bridge(data, f"log:{block.start_line}")
+        where = key_lines(body)
+        for key, item in part.values.items():
+            index = where.get(key)
+            origin = f"log:{block.lines[1 + index].lineno}" if index is not None else item.origin
+            view.set(key, item.value, origin)
         view.framework = "megatron-bridge"
         view.sources.append(f"log:{block.start_line} Task Configuration")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from diagnose.explain.config.defaults import VersionRange, family_of, version_range
+from diagnose.explain.config.defaults import VersionRange, family_of, version_range, version_tuple
 from diagnose.explain.config.values import as_bool, as_int
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Override
@@ -92,12 +92,19 @@ def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridg
 
 
 def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckContext:
+    """Bridge jobs: family from the Bridge release. Megatron-LM jobs: from megatron-core (<= 0.17 wrote the
+    old messages, like Bridge <= 0.4.x that shipped with it); unknown means the latest wording."""
+    framework = view.framework or "megatron-bridge"
     version = bridge_version or view.version
+    if framework == "megatron-lm" and not bridge_version:
+        core = version_tuple(view.mcore_version)
+        family = "old" if core is not None and core < (0, 18, 0) else "new"
+        return CheckContext(view=view, version=None, family=family, framework=framework)
     return CheckContext(
         view=view,
         version=version_range(version),
         family=family_of(version),
-        framework=view.framework or "megatron-bridge",
+        framework=framework,
     )
 
 
