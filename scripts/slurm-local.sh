@@ -202,8 +202,9 @@ start_munge() {
 
 start_database() {
   local db=$DIR/db socket=$DIR/db/mysql.sock
-  if pidfile_alive "$RUN/mariadbd.pid" mariadbd && probe "mariadb-admin --no-defaults -S '$socket' ping"; then
-    say "mariadbd already running; reusing it"
+  if pidfile_alive "$RUN/mariadbd.pid" mariadbd; then
+    # never start a second one beside a slow one: wait for the running one to answer
+    wait_for mariadbd "$RUN/mariadbd.pid" "$db/mariadb.log" "mariadb-admin --no-defaults -S '$socket' ping"
   else
     # mariadbd runs as mysql: its socket, pid file and log must sit in a folder mysql owns
     mkdir -p "$db" && chown mysql:mysql "$db"
@@ -235,8 +236,10 @@ start_database() {
 start_slurm() {
   local host
   host=$(hostname -s)
-  if pidfile_alive "$RUN/slurmctld.pid" slurmctld && probe controller_up; then
-    say "slurmctld already running; reusing it"
+  if pidfile_alive "$RUN/slurmctld.pid" slurmctld; then
+    # A busy slurmctld may be slow to answer; starting a second one would purge the first one's new jobs as
+    # "defunct" on its way up, so wait for the running one instead.
+    wait_for slurmctld "$RUN/slurmctld.pid" "$LOGS/slurmctld.log" controller_up
     if [ "$CONFIG_CHANGED" = 1 ]; then scontrol reconfigure || fail "scontrol reconfigure failed" "$LOGS/slurmctld.log"; fi
   else
     /usr/sbin/slurmctld || fail "slurmctld did not start" "$LOGS/slurmctld.log"
@@ -328,9 +331,17 @@ cmd_status() {
   return "$ok"
 }
 
+# up and down from several shells at once (parallel test sessions) take turns
+with_lock() {
+  mkdir -p "$DIR"
+  exec 9> "$DIR/.lock"
+  flock -w 600 9 || fail "another slurm-local.sh has held $DIR/.lock for 10 minutes"
+  "$@"
+}
+
 case "${1:-}" in
-  up) cmd_up ;;
-  down) shift; cmd_down "$@" ;;
+  up) with_lock cmd_up ;;
+  down) shift; with_lock cmd_down "$@" ;;
   status) cmd_status ;;
   *) echo "usage: $0 up | down [--wipe] | status" >&2; exit 2 ;;
 esac

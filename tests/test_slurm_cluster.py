@@ -8,7 +8,6 @@ The fixture starts the cluster when it is not up; without root or apt it skips, 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -41,6 +40,7 @@ def _unavailable(reason: str):
 
 @pytest.fixture(scope="session")
 def slurm_env() -> dict[str, str]:
+    """The environment for Slurm commands (SLURM_CONF), after starting the cluster if it is not up."""
     if os.geteuid() != 0:
         _unavailable("scripts/slurm-local.sh needs root")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
@@ -49,16 +49,13 @@ def slurm_env() -> dict[str, str]:
     env.pop("SBATCH_OUTPUT", None)
     env.pop("SBATCH_ERROR", None)
     LOCAL_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCAL_DIR / ".pytest.lock", "w") as lock:  # xdist workers: one `up` at a time
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        was_up = subprocess.run(["bash", str(SCRIPT), "status"], env=env, capture_output=True).returncode == 0
-        up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600)
+    # `up` is idempotent and serialised by the script's own lock. The cluster is left running afterwards: other
+    # test sessions may be using it; .ci/run (or the user) stops it with `slurm-local.sh down`.
+    up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=900)
     if up.returncode != 0:
         _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
     env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
-    yield env
-    if not was_up and not os.environ.get("PYTEST_XDIST_WORKER"):
-        subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=300)
+    return env
 
 
 @pytest.fixture(scope="session")
