@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from diagnose.explain.memory import from_config as fc
-from diagnose.explain.memory.gpus import GIB, fmt_gib
+from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.state import Layout

@@ -16,7 +16,7 @@ parameters; TE only fuses the norms into the next linear layer):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,3 @@ def count_params(
         return stages[stage]
     return max(stages, key=lambda c: c.total)
 
-
-def with_overrides(s: ModelShape, **changes) -> ModelShape:
-    return replace(s, **changes)

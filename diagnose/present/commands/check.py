@@ -13,8 +13,8 @@ import json
 import sys
 from typing import Any
 
-from diagnose.explain.memory.gpus import GPUS, fmt_gib, gpu_by_name, parse_size
-from diagnose.model import DiagnoseError, Override
+from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_size
+from diagnose.model import DiagnoseError
 
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -225,4 +225,4 @@ def run(args: Any) -> int:
     return code
 
 
-__all__ = ["run", "build", "capacity_from_args", "GPUS", "Override"]
+__all__ = ["run", "build", "capacity_from_args", "prepare_view"]
