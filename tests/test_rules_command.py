@@ -1,0 +1,58 @@
+"""``diagnose rules list`` and ``rules show``: what a user reads, log text made inert."""
+
+from __future__ import annotations
+
+import json
+
+from diagnose.present.cli import main
+
+
+def test_list_text(capsys):
+    assert main(["rules", "list"]) == 0
+    out = capsys.readouterr().out
+    for code in ("PY001", "MB101", "OOM102", "SL003", "NC010"):
+        assert code in out
+    assert "rules" in out.splitlines()[-1]
+
+
+def test_list_json(capsys):
+    assert main(["rules", "list", "--format", "json"]) == 0
+    rules = json.loads(capsys.readouterr().out)
+    assert len(rules) >= 60
+    mb101 = next(r for r in rules if r["code"] == "MB101")
+    assert mb101 == {
+        "code": "MB101", "slug": "fsdp2-pg-collection-typeerror", "title": mb101["title"], "category": "fsdp_config",
+        "phase": "dp_wrap", "severity": "error", "role": "root", "confidence": mb101["confidence"], "fix_safety": "unsafe",
+        "versions": mb101["versions"], "source": "30_megatron_fsdp.toml",
+    }
+
+
+def test_show_doc_page(capsys):
+    assert main(["rules", "show", "mb101"]) == 0
+    out = capsys.readouterr().out
+    assert "MB101" in out and "Torch FSDP2 wrap fails" in out
+    for section in ("In short", "Details", "Fix", "Patterns", "Examples that match", "Examples that must not match"):
+        assert section in out
+    assert "dist.use_torch_fsdp2=false" in out and "ddp.use_megatron_fsdp=true" in out
+    assert "safety: unsafe" in out
+    assert "pg_collection" in out
+
+
+def test_show_unknown_code_is_one_line_usage_error(capsys):
+    assert main(["rules", "show", "ZZ999"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ZZ999" in err[0]
+
+
+def test_show_makes_example_log_text_inert(tmp_path, capsys):
+    (tmp_path / "50_mine.toml").write_text(
+        '[[rule]]\ncode = "US002"\nslug = "escape-demo"\ntitle = "Escape demo"\ncategory = "other"\n'
+        'patterns = [ { anchor = "BoomError", regex = "BoomError" } ]\nexplanation = "x"\n'
+        '[rule.fix]\nsummary = "y"\n'
+        '[rule.examples]\nmatch = ["\\u001b[31mBoomError\\u001b]0;pwned\\u0007"]\nno_match = ["calm"]\n',
+        encoding="utf-8",
+    )
+    assert main(["rules", "show", "US002", "--rules", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b[31mBoomError" in out
