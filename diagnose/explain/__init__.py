@@ -76,7 +76,7 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
         overrides = fix_overrides(finding)
         if not overrides:
             continue
-        result = replay(view, overrides, bridge_version, finding=finding)
+        result = replay(view, overrides, bridge_version, finding=finding, real_mcore=_wants_mcore(finding))
         finding.facts["replay"] = {
             "proven": result.passes if result.reproduced is not None else None,
             "reproduced": result.reproduced,
@@ -87,8 +87,18 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
     if chosen is None:
         if not view.config_known:
             return None
-        chosen = replay(view, [], bridge_version, finding=report.root)
+        root = report.root
+        chosen = replay(view, [], bridge_version, finding=root, real_mcore=root is None or _wants_mcore(root))
     return chosen.to_dict()
+
+
+# Failures whose cause is the config: worth importing megatron-core (seconds) to run its own checks too.
+# For OOMs, NCCL, Slurm... the mirrored checks alone prove the fix, keeping analyze fast.
+_CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
+
+
+def _wants_mcore(finding: Finding) -> bool:
+    return finding.category in _CONFIG_CATEGORIES
 
 
 def _run_memory(report: Report, view, options: Any) -> None:

@@ -21,7 +21,8 @@ from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
 from diagnose.explain.config.values import render_hydra, render_python
 from diagnose.explain.config.view import ConfigView
-from diagnose.explain.validate import ValidationResult, Violation, run_checks
+from diagnose.explain.validate import ValidationResult, Violation
+from diagnose.explain.validate import run_checks as _run_checks
 from diagnose.model import Finding, Override
 
 MAX_ROUNDS = 8
@@ -73,8 +74,16 @@ def replay(
     finding: Finding | None = None,
     extend: bool = True,
     max_rounds: int = MAX_ROUNDS,
+    real_mcore: bool = True,
 ) -> ReplayResult:
+    """``real_mcore``: also build megatron-core's config classes (when importable and the job's config is known;
+    importing megatron-core costs seconds, so callers on a hot path may turn it off)."""
     version = bridge_version or view.version
+    real_mcore = real_mcore and view.config_known
+
+    def run_checks(v: ConfigView, ver: str | None) -> ValidationResult:
+        return _run_checks(v, ver, real_mcore=real_mcore)
+
     before = run_checks(view, version)
     fix = _dedupe(normalize_overrides(overrides))
     after = run_checks(apply_overrides(view, fix), version) if fix else before

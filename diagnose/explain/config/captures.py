@@ -39,7 +39,10 @@ CAPTURES: list[CaptureSpec] = [
     # megatron-core DDP / Megatron-FSDP wrap prints its full config repr.
     CaptureSpec("config.ddp_repr", "Setting up DistributedDataParallel with config"),
     CaptureSpec("config.num_parameters", " > number of parameters on", keep="all", max_blocks=64),
-    # Version clues.
-    CaptureSpec("config.version_line", "megatron", regex=r"megatron[-_.](core|bridge)[\s:=,]+v?\d+\.\d+",
-                keep="first", max_blocks=4),
+    # Version clues: "megatron-core 0.16.1", "megatron_bridge==0.4.2", "megatron-bridge version: 0.6.2".
+    *[
+        CaptureSpec(f"config.version_line.{anchor}", anchor,
+                    regex=r"megatron[-_.](core|bridge)(\s*(version)?\s*[:=]=?\s*|\s+v?)\d+\.\d+")
+        for anchor in ("megatron-core", "megatron_core", "megatron-bridge", "megatron_bridge")
+    ],
 ]

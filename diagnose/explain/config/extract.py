@@ -81,8 +81,9 @@ def from_blocks(
     for block in each("config.num_parameters"):
         for line in block.lines[:1]:
             parse_num_parameters(line, view)
-    for block in each("config.version_line"):
-        texts.extend(line.text for line in block.lines[:1])
+    for name in sorted(n for n in blocks if n.startswith("config.version_line")):
+        for block in each(name):
+            texts.extend(line.text for line in block.lines[:1])
     for f in findings:
         texts.extend(e.text for e in f.evidence)
     _finish(view, texts, defaults)
