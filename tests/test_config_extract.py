@@ -181,3 +181,17 @@ def test_missing_and_unsupported_config_files_are_one_line_errors(tmp_path):
     broken.write_text("model: [1, 2\n")
     with pytest.raises(DiagnoseError, match="not valid YAML"):
         load_config(str(broken))
+
+
+def test_checkpoint_folders_resolve_to_their_run_config(tmp_path):
+    save = tmp_path / "checkpoints"
+    for it, layers in ((500, 4), (1000, 8)):
+        d = save / f"iter_{it:07d}"
+        d.mkdir(parents=True)
+        (d / "run_config.yaml").write_text(f"model:\n  num_layers: {layers}\n")
+    assert load_config(str(save)).get("model.num_layers") == 8  # highest iteration
+    (save / "latest_checkpointed_iteration.txt").write_text("500\n")
+    assert load_config(str(save)).get("model.num_layers") == 4  # the tracker wins
+    assert load_config(str(save / "iter_0001000")).get("model.num_layers") == 8
+    with pytest.raises(DiagnoseError, match="no run_config.yaml"):
+        load_config(str(tmp_path))

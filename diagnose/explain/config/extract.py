@@ -128,8 +128,6 @@ def _finish(view: ConfigView, texts: list[str], defaults: bool) -> None:
             if view.has(key):
                 view.set("model.seq_length", view.get(key), view.origin(key) or "default")
                 break
-    if view.get("ddp.use_megatron_fsdp") is True and not view.has("dist.use_megatron_fsdp"):
-        pass  # either flag enables Megatron FSDP; the checks read both
     if defaults and view.known():
         apply_defaults(view)
 
@@ -139,6 +137,7 @@ def _finish(view: ConfigView, texts: list[str], defaults: bool) -> None:
 
 def load_config(path: str, defaults: bool = True) -> ConfigView:
     """Read a config file (any supported kind, detected from its content). DiagnoseError on bad input."""
+    path = resolve_config_path(path)
     text = _read(path)
     name = os.path.basename(path)
     stripped = text.lstrip()
@@ -172,6 +171,33 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     view.sources.append(f"file:{name}")
     _finish(view, [], defaults)
     return view
+
+
+def resolve_config_path(path: str) -> str:
+    """A checkpoint folder means its run_config.yaml: ``iter_0000500/`` directly, or the save root (the
+    iteration in ``latest_checkpointed_iteration.txt``, else the highest ``iter_*``)."""
+    if not os.path.isdir(path):
+        return path
+    direct = os.path.join(path, "run_config.yaml")
+    if os.path.isfile(direct):
+        return direct
+    try:
+        iters = sorted(d for d in os.listdir(path) if re.fullmatch(r"iter_\d+", d))
+    except OSError as e:
+        raise DiagnoseError(f"cannot list {path}: {e.strerror or e}") from None
+    tracker = os.path.join(path, "latest_checkpointed_iteration.txt")
+    try:
+        with open(tracker, encoding="utf-8", errors="replace") as fh:
+            it = fh.read(64).strip()
+        if it.isdigit() and f"iter_{int(it):07d}" in iters:
+            iters.append(f"iter_{int(it):07d}")  # the tracker's iteration wins
+    except OSError:
+        pass
+    for d in reversed(iters):
+        candidate = os.path.join(path, d, "run_config.yaml")
+        if os.path.isfile(candidate):
+            return candidate
+    raise DiagnoseError(f"no run_config.yaml in {path} (expected a checkpoint iter_* folder or its save root)")
 
 
 def _read(path: str) -> str:

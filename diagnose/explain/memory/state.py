@@ -210,7 +210,9 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
 
     - DP wrap: the bf16 module built on the GPU (unless meta-device init) is still there while the buffers are
       allocated: DDP allocates the grad buffer (and with the distributed optimizer a bf16 param buffer the weights
-      are then copied into); Megatron-FSDP allocates its weight / main-weight / grad buffers, then frees the module.
+      are then copied into). Megatron-FSDP (``_init_each_parameter_group_buffers``) moves one parameter group at a
+      time into its weight / main-weight buffers, freeing the module's storage as it goes, and allocates the grad
+      buffer last.
     - After the wrap: the buffers (params now live in them); fp32 main params of DDP / the distributed optimizer
       are created with the optimizer, Adam moments lazily at the first ``optimizer.step()``.
     - First step: everything, plus with bf16 grads the fp32 copy of the grads handed to the optimizer.
@@ -226,11 +228,18 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
         wrap_peak = module + params + grads  # old module storage + new param buffer + grad buffer
         after_wrap = params + grads
     elif layout.strategy == "fsdp:no_shard":
-        wrap_peak = params + grads + main
-        after_wrap = wrap_peak
-    else:
+        # no weight buffer: the module's own params stay; main weights per group, then the grad buffer
         after_wrap = params + grads + main
-        wrap_peak = module + after_wrap
+        wrap_peak = after_wrap
+    elif layout.strategy == "fsdp:optim_grads_params":
+        # one parameter group per transformer layer: the module shrinks as each group moves into its sharded
+        # buffer (through one unsharded bucket); the grad buffer is allocated after the module is gone
+        after_wrap = params + grads + main
+        wrap_peak = max(module + buffers, after_wrap)
+    else:
+        # fsdp:optim / optim_grads: one group per dtype, its weight buffer is whole: module + buffer + main shard
+        after_wrap = params + grads + main
+        wrap_peak = max(module + params + main, after_wrap)
     cast = main if layout.grad_bytes < 4 else 0  # fp32 copy of the (sharded) bf16 grads handed to the optimizer
     first_step = params + grads + main + opt + cast
     before_step = after_wrap + (0 if layout.fsdp else main) + buffers + activations

@@ -127,7 +127,7 @@ def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violati
         return
     tp = ctx.int("model.tensor_model_parallel_size", 1) or 1
     cp = ctx.int("model.context_parallel_size", 1) or 1
-    if tp == 1 and cp == 1 or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
+    if (tp == 1 and cp == 1) or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
         return
     if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
         return
