@@ -34,10 +34,12 @@ codecs.register_error("diagnose_hex", _escape_bad_bytes)
 
 def decode(data: bytes | bytearray | memoryview) -> str:
     """UTF-8 with every invalid byte shown as ``\\xNN`` and NUL shown as ``\\x00`` (never a real NUL)."""
+    if type(data) is not bytes:
+        data = bytes(data)
     try:
-        text = bytes(data).decode("utf-8", "diagnose_hex")
-    except Exception:  # pragma: no cover - decode with an error handler cannot fail, belt and braces
-        text = bytes(data).decode("latin-1")
+        text = data.decode("utf-8")  # the common case, without the error-handler lookup
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "diagnose_hex")
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     return text
