@@ -15,6 +15,7 @@ from diagnose.explain.config.view import ConfigView
 from diagnose.model import DiagnoseError, Override
 
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+")
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")  # ``--set CUDA_DEVICE_MAX_CONNECTIONS=32`` means env.<NAME>
 _DELETE = object()
 
 
@@ -30,6 +31,8 @@ def parse_set(text: str) -> Override:
         raise DiagnoseError(f"bad override {_short(text)!r}: expected KEY=VALUE (e.g. ddp.use_megatron_fsdp=true)")
     key, value = raw.split("=", 1)
     key = key.strip().lstrip("+")
+    if ENV_NAME_RE.fullmatch(key):
+        return Override(key=f"env.{key}", value=value.strip().strip("'\""))
     if not KEY_RE.fullmatch(key):
         raise DiagnoseError(f"bad override key {_short(key)!r}: expected a dotted path like model.num_layers")
     return Override(key=key, value=parse_scalar(value))

@@ -57,8 +57,9 @@ def safe_load(text: str, what: str = "YAML") -> Any:
     """Parse one YAML document safely; DiagnoseError (one line) on bad or hostile input."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise DiagnoseError(f"{what} refused: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB")
-    loader = InertSafeLoader(text)
+    loader: InertSafeLoader | None = None
     try:
+        loader = InertSafeLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -70,12 +71,14 @@ def safe_load(text: str, what: str = "YAML") -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or type(e).__name__
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or type(e).__name__
+        problem = " ".join(str(problem).split())
         raise DiagnoseError(f"{what} is not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise DiagnoseError(f"{what} refused: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _expanded_size(root: yaml.Node) -> int:
