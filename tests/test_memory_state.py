@@ -59,13 +59,23 @@ def test_wrap_peak_ddp_with_distributed_optimizer_holds_two_bf16_copies_and_the_
     assert ph.first_step_peak == 18 * P  # Adam appears at the first step
 
 
-def test_wrap_peak_fsdp_meta_init_avoids_the_full_bf16_model():
-    base = Layout("fsdp:optim_grads_params", gpus=8, grad_bytes=4)
-    plain = phases(model_state(ParamCount(P), base), base)
-    meta = phases(model_state(ParamCount(P), Layout(**{**base.__dict__, "meta_init": True})),
-                  Layout(**{**base.__dict__, "meta_init": True}))
-    assert plain.wrap_peak - meta.wrap_peak == 2 * P
-    assert meta.after_wrap == int(10 * P / 8)  # wbuf 2 + mbuf 4 + gbuf 4, all sharded
+def test_wrap_peak_fsdp_per_strategy():
+    def peak(strategy, meta=False, gpus=8):
+        lay = Layout(strategy, gpus=gpus, grad_bytes=4, meta_init=meta)
+        return phases(model_state(ParamCount(P), lay, layer_params=P // 32), lay)
+
+    # optim_grads: the whole weight buffer next to the module and the main shard, more than the state after it
+    assert peak("fsdp:optim_grads").after_wrap == 2 * P + 4 * P // 8 + 4 * P // 8
+    assert peak("fsdp:optim_grads").wrap_peak == 2 * P + 2 * P + 4 * P // 8
+    # optim: the whole grad buffer allocated last dominates
+    assert peak("fsdp:optim").wrap_peak == 2 * P + 4 * P + 4 * P // 8
+    # optim_grads_params: the module plus one layer in flight, or the sharded state once done
+    ogp = peak("fsdp:optim_grads_params")
+    assert ogp.after_wrap == int(10 * P / 8)
+    assert ogp.wrap_peak == 2 * P + model_state(ParamCount(P), Layout("fsdp:optim_grads_params", gpus=8),
+                                                layer_params=P // 32).components["buffers"]
+    assert peak("fsdp:optim_grads_params", meta=True).wrap_peak == ogp.after_wrap  # meta init: no module
+    assert peak("fsdp:no_shard").wrap_peak == 10 * P
 
 
 def test_bf16_grads_add_an_fp32_cast_at_the_step():
