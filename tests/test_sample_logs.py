@@ -52,7 +52,7 @@ def test_expected_file_is_well_formed(log: Path):
 @pytest.mark.parametrize("log", LOGS, ids=_id)
 def test_sample_log_diagnosis(log: Path):
     exp = _expected(log)
-    report = analyze([str(log)], AnalyzeOptions(replay=False))
+    report = analyze([str(log)], AnalyzeOptions(jobs=1))
     codes = [f.rule for f in report.findings]
     want = exp["root_cause"]
     if want is None:
@@ -83,7 +83,7 @@ def test_exit_code_via_cli(name: str, capsys):
 
     log = SAMPLES / f"{name}.log"
     exp = _expected(log)
-    rc = main(["analyze", str(log), "--format", "json", "--no-replay", "--no-progress"])
+    rc = main(["analyze", str(log), "--format", "json", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == exp["exit_code"], out[-2000:]
     report = json.loads(out)
