@@ -88,7 +88,7 @@ def test_bridge_run_config_yaml_file():
 def test_megatron_lm_argument_list_file(tmp_path):
     p = tmp_path / "args.txt"
     p.write_text("--tensor-model-parallel-size 2 --use-torch-fsdp2 --ckpt-format=torch_dist --num-layers 12\n"
-                 "--no-gradient-accumulation-fusion --recompute-modules core_attn mlp\n")
+                 "--no-gradient-accumulation-fusion --recompute-modules core_attn mlp --no-save-optim --swiglu\n")
     view = load_config(str(p))
     assert view.framework == "megatron-lm"
     assert view.get("model.tensor_model_parallel_size") == 2
@@ -96,6 +96,8 @@ def test_megatron_lm_argument_list_file(tmp_path):
     assert view.get("checkpoint.ckpt_format") == "torch_dist"
     assert view.get("model.gradient_accumulation_fusion") is False
     assert view.get("model.recompute_modules") == ["core_attn", "mlp"]
+    assert view.get("checkpoint.save_optim") is False
+    assert view.get("model.gated_linear_unit") is True and view.get("model.activation_func") == "silu"
 
 
 def test_torchrun_line_with_hydra_overrides_and_env_prefix():

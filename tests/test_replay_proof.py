@@ -101,6 +101,9 @@ def test_megatron_lm_job_gets_flags():
            Override("model.sequence_parallel", False)]
     assert render_fix(fix, "megatron-lm")["megatron_lm"] == (
         "--use-megatron-fsdp --ckpt-format fsdp_dtensor (remove --sequence-parallel)")
+    inverted = [Override("checkpoint.save_optim", False), Override("model.gradient_accumulation_fusion", True)]
+    assert render_fix(inverted, "megatron-lm")["megatron_lm"] == (
+        "--no-save-optim (remove --no-gradient-accumulation-fusion)")
 
 
 def test_unfixable_violation_stops_the_bounded_loop():

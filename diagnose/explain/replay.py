@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM
+from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
 from diagnose.explain.config.values import render_hydra, render_python
 from diagnose.explain.config.view import ConfigView
@@ -200,6 +200,10 @@ def _yaml(fix: list[Override]) -> str:
 
 
 def _mlm(o: Override) -> str:
+    inverted = next((flag for flag, key in INVERTED.items() if key == o.key), None)
+    if inverted is not None and isinstance(o.value, bool):
+        flag = "--" + inverted.replace("_", "-")
+        return flag if o.value is False else f"(remove {flag})"
     name = BRIDGE_TO_MLM.get(o.key)
     if name is None:
         return ""

@@ -89,6 +89,27 @@ MLM_TO_BRIDGE: dict[str, tuple[str, ...]] = {
     "save_interval": ("checkpoint.save_interval",),
     "async_save": ("checkpoint.async_save",),
     "pretrained_checkpoint": ("checkpoint.pretrained_checkpoint",),
+    "account_for_embedding_in_pipeline_split": ("model.account_for_embedding_in_pipeline_split",),
+    "account_for_loss_in_pipeline_split": ("model.account_for_loss_in_pipeline_split",),
+    "num_layers_in_first_pipeline_stage": ("model.num_layers_in_first_pipeline_stage",),
+    "num_layers_in_last_pipeline_stage": ("model.num_layers_in_last_pipeline_stage",),
+    "moe_ffn_hidden_size": ("model.moe_ffn_hidden_size",),
+    "normalization": ("model.normalization",),
+    "position_embedding_type": ("model.position_embedding_type",),
+    "qk_layernorm": ("model.qk_layernorm",),
+    "train_samples": ("train.train_samples",),
+    "empty_unused_memory_level": ("train.empty_unused_memory_level",),
+    "min_lr": ("optimizer.min_lr",),
+    "weight_decay": ("optimizer.weight_decay",),
+    "clip_grad": ("optimizer.clip_grad",),
+    "adam_beta1": ("optimizer.adam_beta1",),
+    "adam_beta2": ("optimizer.adam_beta2",),
+    "seed": ("rng.seed",),
+    "finetune": ("checkpoint.finetune",),
+    "fully_parallel_load": ("checkpoint.fully_parallel_load",),
+    "ckpt_fully_parallel_load": ("checkpoint.fully_parallel_load",),
+    "mock_data": ("dataset.mock",),
+    "tokenizer_type": ("tokenizer.tokenizer_type",),
     "world_size": ("launch.world_size",),
     "data_parallel_size": ("launch.data_parallel_size",),
 }
@@ -105,17 +126,35 @@ _DUMP_LINE = re.compile(r"^\s*([A-Za-z_]\w*) \.{2,} (.*)$")
 _DUMP_LONG = re.compile(r"^\s*([A-Za-z_]\w{47,})\s+(.*)$")
 
 
+# Megatron-LM "negative" flags (``--no-save-optim`` is stored as ``no_save_optim``) -> the Bridge key they clear.
+INVERTED: dict[str, str] = {
+    "no_save_optim": "checkpoint.save_optim",
+    "no_save_rng": "checkpoint.save_rng",
+    "no_load_optim": "checkpoint.load_optim",
+    "no_load_rng": "checkpoint.load_rng",
+    "untie_embeddings_and_output_weights": "model.share_embeddings_and_output_weights",
+    "disable_bias_linear": "model.add_bias_linear",
+    "no_gradient_accumulation_fusion": "model.gradient_accumulation_fusion",
+    "no_ckpt_fully_parallel_save": "checkpoint.fully_parallel_save",
+    "no_strict_fsdp_dtensor_load": "checkpoint.strict_fsdp_dtensor_load",
+    "disable_gloo_process_groups": "dist.use_gloo_process_groups",
+    "no_align_grad_reduce": "dist.align_grad_reduce",
+}
+
+
 def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
     """Set one Megatron-LM argument (underscore name) on the view, under its Bridge paths."""
+    if name in INVERTED:
+        view.set(INVERTED[name], not as_bool(value), origin)
+        return
     if name == "grad_reduce_in_bf16":
         if as_bool(value):
             view.set("ddp.grad_reduce_in_fp32", False, origin)
         return
-    if name == "untie_embeddings_and_output_weights":
-        view.set("model.share_embeddings_and_output_weights", not as_bool(value), origin)
-        return
     if name == "swiglu":
         view.set("model.gated_linear_unit", as_bool(value), origin)
+        if as_bool(value):
+            view.set("model.activation_func", "silu", origin)
         return
     paths = MLM_TO_BRIDGE.get(name)
     if not paths:
@@ -165,7 +204,7 @@ def parse_arg_list(tokens: list[str], origin: str, view: ConfigView | None = Non
         name = body.replace("-", "_")
         nxt = tokens[i] if i < len(tokens) else None
         if nxt is None or (nxt.startswith("-") and not _is_number(nxt)):
-            if name.startswith("no_") and name[3:] in MLM_TO_BRIDGE:
+            if name.startswith("no_") and name not in INVERTED and name[3:] in MLM_TO_BRIDGE:
                 values[name[3:]] = (False, origin)
             else:
                 values[name] = (True, origin)
