@@ -127,6 +127,11 @@ CASES = [
          {"model.tensor_model_parallel_size": 2, "env.CUDA_DEVICE_MAX_CONNECTIONS": "8"}, framework="megatron-lm",
          messages={m: "Using tensor model parallelism or context parallelism require setting the environment "
                       "variable CUDA_DEVICE_MAX_CONNECTIONS to 1" for m in (OLD, NEW)}),
+    Case("fsdp_manual_registration_needs_nccl_ub", {"ddp.fsdp_manual_registration": True}, framework="megatron-lm",
+         messages={m: "FSDP manual registration is only supported with Megatron FSDP" for m in (OLD, NEW)}),
+    Case("fsdp_manual_registration_needs_nccl_ub", {"ddp.use_megatron_fsdp": True, "ddp.fsdp_manual_registration": True,
+                                                    "checkpoint.ckpt_format": "fsdp_dtensor"}, framework="megatron-lm",
+         messages={m: "FSDP manual registration is only supported with nccl-ub option" for m in (OLD, NEW)}),
     Case("mlm_fsdp2_pipeline_parallel", {"dist.use_torch_fsdp2": True, "model.pipeline_model_parallel_size": 2,
                                          "model.num_layers": 4}, framework="megatron-lm",
          messages={m: "--use-torch-fsdp2 is not supported with pipeline parallelism" for m in (OLD, NEW)}),
@@ -169,7 +174,8 @@ def test_check_fails_with_the_real_message_and_its_fix_passes(case: Case, versio
 
 def test_every_registered_hard_check_has_a_case():
     covered = {c.check for c in CASES}
-    note_checks = {"fsdp_forces_distributed_optimizer", "distributed_optimizer_sync", "fsdp_average_in_collective"}
+    note_checks = {"fsdp_forces_distributed_optimizer", "distributed_optimizer_sync", "fsdp_average_in_collective",
+                   "fsdp_gradient_accumulation_fusion", "fsdp_reuse_grad_buf_mxfp8"}
     registered = {spec.name for spec in CHECKS} - note_checks
     # some registered functions emit under several names (async_save_*, megatron_fsdp_v2_*)
     aliases = {"async_save_format": {"async_save_format", "async_save_requires_save"},
@@ -215,3 +221,24 @@ def test_version_specific_check_does_not_fire_when_release_unknown():
     view = _view(Case("", {"dist.use_torch_fsdp2": True}, {}), None)
     assert "fsdp2_pg_collection" not in {v.check for v in validate(view, real_mcore=False)}
     assert "fsdp2_pg_collection" in {v.check for v in validate(view, bridge_version="0.3.1", real_mcore=False)}
+
+
+@pytest.mark.parametrize(
+    "version, settings, message",
+    [
+        ("0.3.0", {"model.gradient_accumulation_fusion": True},
+         "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False"),
+        ("0.4.1", {"ddp.reuse_grad_buf_for_mxfp8_param_ag": True},
+         "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"),
+        ("0.5.0", {"ddp.reuse_grad_buf_for_mxfp8_param_ag": True},
+         "reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."),
+    ],
+)
+def test_release_specific_fsdp_auto_fix_notes(version, settings, message):
+    view = _view(Case("", {"ddp.use_megatron_fsdp": True, **settings}, {}), version)
+    result = run_checks(view, real_mcore=False)
+    assert message in {n.message for n in result.notes}
+    assert "fsdp_gradient_accumulation_fusion" not in {
+        n.check for n in run_checks(_view(Case("", {"ddp.use_megatron_fsdp": True,
+                                                    "model.gradient_accumulation_fusion": True}, {}), "0.4.2"),
+                                    real_mcore=False).notes}

@@ -154,7 +154,16 @@ def fsdp_tp_pp_dp_mapping(ctx: CheckContext) -> Iterable[Violation]:
        "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0); "
        "Megatron-LM arguments.py ~L695")
 def fsdp_manual_registration_needs_nccl_ub(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.flag("ddp.fsdp_manual_registration") or ctx.flag("ddp.nccl_ub"):
+    if not ctx.flag("ddp.fsdp_manual_registration"):
+        return
+    if ctx.mlm and not ctx.megatron_fsdp:
+        yield Violation(
+            "fsdp_manual_registration_needs_nccl_ub", "FSDP manual registration is only supported with Megatron FSDP",
+            ["ddp.fsdp_manual_registration", "ddp.use_megatron_fsdp"],
+            fixes=[[ov("ddp.fsdp_manual_registration", False)]],
+        )
+        return
+    if ctx.flag("ddp.nccl_ub"):
         return
     if ctx.mlm:
         msg = "FSDP manual registration is only supported with nccl-ub option"
@@ -293,3 +302,27 @@ def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
     else:
         msg = MSG_AVG_COLLECTIVE["old_0.4"]
     yield Violation("fsdp_average_in_collective", msg, ["ddp.average_in_collective"], kind="note")
+
+
+@check("fsdp_gradient_accumulation_fusion",
+       "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)", ("megatron-bridge",))
+def fsdp_gradient_accumulation_fusion(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion") and ctx.version_between((0, 2, 0), (0, 3, 999)):
+        yield Violation("fsdp_gradient_accumulation_fusion",
+                        "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
+                        ["model.gradient_accumulation_fusion"], kind="note")
+
+
+@check("fsdp_reuse_grad_buf_mxfp8",
+       "Megatron-Bridge training/config.py Megatron FSDP configs (auto-fix, rank-0 print; 0.4.x and >=0.5 wording)",
+       ("megatron-bridge",))
+def fsdp_reuse_grad_buf_mxfp8(ctx: CheckContext) -> Iterable[Violation]:
+    if not (ctx.megatron_fsdp and ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag")):
+        return
+    if ctx.family == "new":
+        msg = "reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."
+    elif ctx.surely_before((0, 4, 0)):
+        return
+    else:
+        msg = "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"
+    yield Violation("fsdp_reuse_grad_buf_mxfp8", msg, ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], kind="note")
