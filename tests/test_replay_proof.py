@@ -58,6 +58,8 @@ def test_reproduced_true_when_the_finding_message_is_a_violation_and_fix_is_prov
     assert result.reproduced is True
     d = result.to_dict()
     assert d["rule"] == "MB111" and d["proven"] is True
+    assert d["summary"] == ("reproduced by replay: Megatron-FSDP requires the fsdp_dtensor checkpointing format!; "
+                            "fix proven to pass validation: checkpoint.ckpt_format=fsdp_dtensor")
     assert d["violations"] == [{"check": "fsdp_requires_fsdp_dtensor",
                                 "message": "Megatron-FSDP requires the fsdp_dtensor checkpointing format!",
                                 "keys": ["ddp.use_megatron_fsdp", "checkpoint.ckpt_format"]}]
@@ -76,6 +78,7 @@ def test_unknown_config_gives_null_reproduced_and_no_proof():
     finding = _finding("MB111", "AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!")
     d = replay(view, [Override("checkpoint.ckpt_format", "fsdp_dtensor")], finding=finding).to_dict()
     assert d["reproduced"] is None and d["proven"] is None
+    assert d["summary"].startswith("config not in the log")
 
 
 def test_environment_fix_is_rendered_as_env_and_recipe_env_vars():

@@ -64,7 +64,31 @@ class ReplayResult:
         notes = [v.message for v in self.after.notes]
         if notes:
             out["notes"] = notes
+        out["summary"] = describe(out)
         return out
+
+
+def describe(section: dict[str, Any]) -> str:
+    """One line for people: whether replay reproduced the failure and whether the fix is proven."""
+    parts: list[str] = []
+    reproduced = section.get("reproduced")
+    violations = section.get("violations") or []
+    if reproduced is True:
+        parts.append("reproduced by replay: " + violations[0]["message"] if violations else "reproduced by replay")
+    elif reproduced is False:
+        parts.append("not reproduced by replay (the job's config passes these checks)"
+                     if not violations else f"replay finds {len(violations)} other violation(s)")
+    else:
+        parts.append("config not in the log: replay checked the fix against release defaults only")
+    render = (section.get("render") or {}).get("cli") or ""
+    env = (section.get("render") or {}).get("env") or ""
+    shown = " ".join(x for x in (render, env.replace("\n", "; ")) if x)
+    if section.get("fix"):
+        ok = (section.get("after_fix") or {}).get("passes")
+        verdict = "proven to pass validation" if ok and reproduced is not None else (
+            "passes validation" if ok else "still fails validation")
+        parts.append(f"fix {verdict}: {shown}")
+    return "; ".join(parts)
 
 
 def replay(
