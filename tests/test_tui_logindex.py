@@ -159,3 +159,30 @@ def test_rank_facet_lists_one_ranks_lines(tmp_path: Path) -> None:
         assert facet.row_of_line(facet.rows[5]) == 5
     finally:
         index.close()
+
+
+def test_gzip_log_is_inflated_for_viewing_and_cleaned_up(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(b"".join(b"[rank0]: line %d\n" % i for i in range(100))))
+    index = LogIndex(str(path)).start()
+    assert index.done.wait(10) and index.error is None
+    assert index.line_count == 100 and index.line_text(99) == "[rank0]: line 99"
+    inflated = index._gunzipped
+    assert inflated is not None and Path(inflated).is_file()
+    index.close()
+    assert not Path(inflated).exists()
+
+
+def test_unreadable_log_sets_a_one_line_error(tmp_path: Path) -> None:
+    index = LogIndex(str(tmp_path / "missing.log")).start()
+    assert index.done.wait(10)
+    assert index.error and "\n" not in index.error and "missing.log" in index.error
+    assert index.line_count == 0 and index.line_text(0) == ""
+    index.close()
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(b"not gzip at all")
+    index = LogIndex(str(bad)).start()
+    assert index.done.wait(10) and index.error and "\n" not in index.error
+    index.close()

@@ -340,19 +340,12 @@ class DiagnoseApp(App):
     def index_for(self, path: str) -> LogIndex:
         index = self.indices.get(path)
         if index is None:
-            try:
-                index = LogIndex(path, gate=self.index_gate).start()
-            except OSError as e:
-                raise DiagnoseError(f"cannot open {path}: {e.strerror or e}") from None
+            index = LogIndex(path, gate=self.index_gate).start()  # opens in its thread; errors go to index.error
             self.indices[path] = index
         return index
 
     def open_log(self, path: str, line: int | None, marked: set[int]) -> None:
-        try:
-            index = self.index_for(path)
-        except DiagnoseError as e:
-            self.notify(inert(str(e)), severity="error")
-            return
+        index = self.index_for(path)
         self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked))
 
     def open_evidence(self, finding: Finding) -> None:

@@ -11,10 +11,13 @@ import bisect
 import mmap
 import os
 import re
+import tempfile
 import threading
 from array import array
 from itertools import accumulate
 from typing import Callable
+
+from diagnose.model import DiagnoseError
 
 CHUNK_BYTES = 8 << 20
 DEFAULT_LINE_CAP = 4096  # bytes of one line ever decoded for display
@@ -36,11 +39,11 @@ class LogIndex:
         on_progress: Callable[[LogIndex], None] | None = None,
     ) -> None:
         self.path = path
-        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
-        self.size = os.fstat(self._file.fileno()).st_size
-        self._buf: mmap.mmap | bytes = (
-            mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
-        )
+        self._file = None
+        self._gunzipped: str | None = None  # temp file holding a .gz input inflated, removed in close()
+        self.size = 0
+        self._buf: mmap.mmap | bytes = b""
+        self.opened = threading.Event()
         self._chunk = max(1, chunk_bytes)
         self._gate = gate
         self._on_progress = on_progress
@@ -66,8 +69,25 @@ class LogIndex:
         self._build()
         return self
 
+    def _open(self) -> None:
+        """Map the file (a ``.gz`` is first inflated, bounded, into a temp file): in the builder thread."""
+        real = self.path
+        if self.path.endswith(".gz"):
+            from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
+
+            fd, self._gunzipped = tempfile.mkstemp(prefix="diagnose-view-", suffix=".log")
+            os.close(fd)
+            decompress_to_file(self.path, self._gunzipped, GzipLimits())
+            real = self._gunzipped
+        self._file = open(real, "rb")  # noqa: SIM115 - closed in close()
+        size = os.fstat(self._file.fileno()).st_size
+        self._buf = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.size = size
+        self.opened.set()
+
     def _build(self) -> None:
         try:
+            self._open()
             scan = 0
             while scan < self.size and not self._closed:
                 if self._gate is not None:
@@ -91,9 +111,14 @@ class LogIndex:
                 self.longest_line = max(self.longest_line, self.size - self._offsets[-2])
             self._count = len(self._offsets) - 1
             self.indexed_bytes = self.size
+        except DiagnoseError as e:
+            self.error = str(e)
+        except OSError as e:
+            self.error = f"cannot read {self.path}: {e.strerror or e}"
         except Exception as e:  # noqa: BLE001 - shown in the log view, never a crash of the UI
             self.error = f"{type(e).__name__}: {e}"
         finally:
+            self.opened.set()
             self.done.set()
             if self._on_progress is not None and not self._closed:
                 self._on_progress(self)
@@ -106,6 +131,8 @@ class LogIndex:
 
     @property
     def progress(self) -> float:
+        if not self.opened.is_set():
+            return 0.0
         return 1.0 if self.size == 0 else self.indexed_bytes / self.size
 
     def line_bytes(self, index: int, cap: int = DEFAULT_LINE_CAP) -> bytes:
@@ -167,4 +194,10 @@ class LogIndex:
                 self._buf.close()
             except BufferError:  # a view still alive somewhere: the GC closes it
                 pass
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+        if self._gunzipped is not None:
+            try:
+                os.unlink(self._gunzipped)
+            except OSError:
+                pass
