@@ -38,6 +38,7 @@ class ReplayResult:
     requested: ValidationResult | None = None  # the config with only the requested overrides
     framework: str | None = None
     rule: str | None = None
+    implied: bool = False  # the config came only from what an error message states
 
     @property
     def passes(self) -> bool:
@@ -59,6 +60,8 @@ class ReplayResult:
             out["rule"] = self.rule
             # proven only against the job's own config; against release defaults it is not a proof
             out["proven"] = (self.passes and bool(self.fix)) if self.reproduced is not None else None
+        if self.implied:
+            out["implied"] = True
         if self.added:
             out["extended"] = [{"key": o.key, "value": o.value} for o in self.added]
         notes = [v.message for v in self.after.notes]
@@ -78,6 +81,8 @@ def describe(section: dict[str, Any]) -> str:
     elif reproduced is False:
         parts.append("not reproduced by replay (the job's config passes these checks)"
                      if not violations else f"replay finds {len(violations)} other violation(s)")
+    elif section.get("implied"):
+        parts.append("config not in the log: replay checked the fix against the settings the error states")
     else:
         parts.append("config not in the log: replay checked the fix against release defaults only")
     render = (section.get("render") or {}).get("cli") or ""
@@ -130,6 +135,7 @@ def replay(
         added=added,
         requested=requested,
         framework=view.framework,
+        implied=not view.config_known and any(v.origin.startswith("implied:") for v in view.values.values()),
         rule=finding.rule if finding is not None else None,
     )
 

@@ -12,7 +12,8 @@ validation or memory:
 - ``mlm.<arg>``: a Megatron-LM argument with no Bridge equivalent (kept so it is visible, never validated).
 
 Origins: ``log:<line>`` (a line of the log), ``file:<name>``, ``default`` (release defaults), ``override``
-(``--set`` or a fix being replayed).
+(``--set`` or a fix being replayed), ``implied:log:<line>`` (stated by an error message when the log has no
+config: used to check a fix, never to claim the failure was reproduced).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class ConfigView:
         """True when the job's own settings were recovered (a config dump, arguments or overrides), not just
         the environment, world size or parameter counts: only then can replay say "reproduced"."""
         return any(
-            v.origin != "default" and not k.startswith(("launch.", "env."))
+            v.origin != "default" and not v.origin.startswith("implied:") and not k.startswith(("launch.", "env."))
             for k, v in self.values.items()
         )
 

@@ -1,0 +1,75 @@
+"""Logs that fail before printing their config: replay uses only what the error message states."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose.explain.config import apply_defaults
+from diagnose.explain.config.implied import RULES, implied_view
+from diagnose.explain.validate import validate
+from diagnose.model import Evidence, Finding
+from diagnose.pipeline import AnalyzeOptions, analyze
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+
+MESSAGES = [
+    ("0.6.2", "ValueError: num_attention_heads (7) must be a multiple of tensor_model_parallel_size (2)."),
+    ("0.6.2", "ValueError: num_query_groups (3) must be a multiple or divisor of tensor_model_parallel_size (2)."),
+    ("0.6.2", "world size (12) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size=8 * "
+              "model_cfg.pipeline_model_parallel_size=1 * model_cfg.context_parallel_size=1)"),
+    ("0.6.2", "AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!"),
+    ("0.4.2", "AssertionError: Megatron FSDP only supports fsdp_dtensor checkpoint format"),
+    ("0.6.2", "AssertionError: fsdp_dtensor checkpoint format only supports Megatron FSDP"),
+    ("0.6.2", "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."),
+    ("0.6.2", "ValueError: use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."),
+    ("0.4.2", "ValueError: Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."),
+    ("0.4.2", "TypeError: TorchFullyShardedDataParallel.__init__() got an unexpected keyword argument 'pg_collection'"),
+    ("0.6.2", "AssertionError: use_tp_pp_dp_mapping is not supported with Megatron FSDP"),
+    ("0.6.2", "ValueError: Cannot use sequence parallelism without tensor parallelism"),
+    ("0.6.2", "ValueError: CPU offloading can be done only for layers less than 4"),
+    ("0.6.2", "AssertionError: DDP.fsdp_manual_registration requires DDP.nccl_ub!"),
+]
+
+
+def _finding(text: str) -> Finding:
+    return Finding(rule="X1", name="x", title="x", category="config_validation", phase="init", severity="error",
+                   role="root", confidence=1.0, evidence=[Evidence("job.log", 42, text)])
+
+
+def test_every_implied_rule_has_a_message_case():
+    assert len(MESSAGES) >= len(RULES)
+    for pattern, _ in RULES:
+        assert any(pattern.search(text) for _, text in MESSAGES), pattern.pattern
+
+
+@pytest.mark.parametrize("version, text", MESSAGES)
+def test_implied_settings_make_the_validator_print_the_same_message(version, text):
+    view = implied_view([_finding(text)])
+    assert view.values and all(v.origin == "implied:log:42" for v in view.values.values())
+    assert not view.config_known  # implied settings never count as the job's config
+    view.version = version
+    apply_defaults(view)
+    messages = [v.message for v in validate(view, real_mcore=False)]
+    body = text.split(": ", 1)[1] if text.split(":", 1)[0].endswith("Error") else text
+    assert body in messages, (body, messages)
+
+
+@pytest.mark.parametrize(
+    "log, fix_key",
+    [("b062_ckpt_format_new.log", "checkpoint.ckpt_format"),
+     ("b062_cuda_max_connections.log", "env.CUDA_DEVICE_MAX_CONNECTIONS"),
+     ("both_fsdp.log", "dist.use_torch_fsdp2")],
+)
+def test_real_validation_failure_logs_replay_against_implied_settings(log, fix_key):
+    path = REAL / log
+    if not path.exists():
+        pytest.skip("shared real logs not present")
+    report = analyze([str(path)], AnalyzeOptions(jobs=1))
+    replay = report.replay
+    assert replay["reproduced"] is None and replay["implied"] is True
+    assert replay["after_fix"]["passes"] is True
+    assert fix_key in {f["key"] for f in replay["fix"]}
+    assert any(v["from"].startswith("implied:log:") for v in report.config["values"].values())
+    assert replay["summary"].startswith("config not in the log: replay checked the fix against the settings")
