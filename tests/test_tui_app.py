@@ -163,19 +163,25 @@ async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
         screen = oom_app.screen
         assert isinstance(screen, LogScreen)
         assert screen.view.cursor_line == 0
-        await pilot.press("slash", *"warnings.warn", "enter")
+
+        async def press(*keys: str) -> None:  # a search runs in a worker thread: wait for it
+            await pilot.press(*keys)
+            await oom_app.workers.wait_for_complete()
+            await pilot.pause()
+
+        await press("slash", *"warnings.warn", "enter")
         assert screen.view.cursor_line == 1
-        await pilot.press("n")
+        await press("n")
         assert screen.view.cursor_line == 3
-        await pilot.press("N")
+        await press("N")
         assert screen.view.cursor_line == 1
-        await pilot.press("colon", *"60", "enter")
+        await press("colon", *"60", "enter")
         assert screen.view.cursor_line == 59
-        await pilot.press("N")  # previous "warnings.warn" before line 60: line 15
+        await press("N")  # previous "warnings.warn" before line 60: line 15
         assert screen.view.cursor_line == 14
-        await pilot.press("slash", *"no such text", "enter")
-        await pilot.pause(0.3)
+        await press("slash", *"no such text", "enter")
         assert "no further match" in shown(screen.query_one("#log-status"))
+        assert screen.view.cursor_line == 14
 
 
 @run_async

@@ -80,6 +80,8 @@ def test_backward_search_crosses_windows(tmp_path: Path, monkeypatch: pytest.Mon
     lines = [b"needle here"] + [b"filler line %d" % i for i in range(50)]
     index = build(tmp_path, b"\n".join(lines))
     assert index.search("needle", 50, backward=True) == 0
+    assert index.search("line 49", 0) == 50  # forward, window by window
+    assert index.search("needle", 0) is None
     assert index.search("line 3", 50, backward=True) == 40  # "filler line 39" (line 40) is the last before 50
 
 

@@ -167,12 +167,17 @@ class LogIndex:
         flags = 0 if any(c.isupper() for c in term) else re.IGNORECASE
         pattern = re.compile(re.escape(term.encode("utf-8")), flags)
         limit = self._offsets[self._count]
-        if not backward:
-            start = self._offsets[min(from_line + 1, self._count)]
-            match = pattern.search(self._buf, start, limit)
-            return None if match is None else self.line_of_offset(match.start())
-        stop = self._offsets[max(0, min(from_line, self._count))]
         overlap = len(term.encode("utf-8"))
+        if not backward:  # window by window: other threads (the UI) run between windows
+            position = self._offsets[min(from_line + 1, self._count)]
+            while position < limit:
+                window_end = min(limit, position + SEARCH_WINDOW)
+                match = pattern.search(self._buf, position, min(limit, window_end + overlap - 1))
+                if match is not None:
+                    return self.line_of_offset(match.start())
+                position = window_end
+            return None
+        stop = self._offsets[max(0, min(from_line, self._count))]
         while stop > 0:
             window_start = max(0, stop - SEARCH_WINDOW)
             last = None

@@ -204,16 +204,12 @@ class LogView(ScrollView, can_focus=True):
         self._strips.clear()
         self.refresh()
 
-    def find(self, term: str, backward: bool = False) -> int | None:
-        """Move to the next (previous) line containing ``term`` in the current rows; its 0-based line or None."""
-        self.set_term(term)
-        line = self.cursor_line
+    def find_from(self, term: str, line: int, backward: bool = False) -> int | None:
+        """The next (previous) 0-based line after (before) ``line`` containing ``term`` among the rows shown
+        (the rank facet's when it is on); None if none. Reads only: safe to call from a worker thread."""
         while True:
             found = self.index.search(term, line, backward)
-            if found is None:
-                return None
-            if self.facet is None or self._in_facet(found):
-                self.go_to_line(found)
+            if found is None or self.facet is None or self._in_facet(found):
                 return found
             line = found
 

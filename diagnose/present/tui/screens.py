@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -128,13 +129,26 @@ class LogScreen(Screen):
     def action_find(self, backward: bool) -> None:
         if not self.term:
             self.message = "no search term: press /"
+            self._update_status()
+            return
+        self.view.set_term(self.term)
+        self.message = f"searching for {inert(self.term)!r}…"
+        self._update_status()
+        self._find_worker(self.term, self.view.cursor_line, backward)
+
+    @work(thread=True, exclusive=True, group="log-search")
+    def _find_worker(self, term: str, from_line: int, backward: bool) -> None:
+        """Search off the UI thread: a miss on a multi-GB log reads all of it."""
+        found = self.view.find_from(term, from_line, backward)
+        self.app.call_from_thread(self._found, term, found, backward)
+
+    def _found(self, term: str, found: int | None, backward: bool) -> None:
+        if found is None:
+            still = "" if self.index.done.is_set() else " (still indexing)"
+            self.message = f"{'no earlier' if backward else 'no further'} match for {inert(term)!r}{still}"
         else:
-            found = self.view.find(self.term, backward)
-            if found is None:
-                still = "" if self.index.done.is_set() else " (still indexing)"
-                self.message = f"{'no earlier' if backward else 'no further'} match for {inert(self.term)!r}{still}"
-            else:
-                self.message = f"match on line {found + 1:,}"
+            self.view.go_to_line(found)
+            self.message = f"match on line {found + 1:,}"
         self._update_status()
 
 
