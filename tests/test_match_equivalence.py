@@ -181,3 +181,20 @@ def test_backends_give_identical_reports(catalogue):
         for b in ("python", "re2", "hyperscan")
     ]
     assert dicts[0]["findings"] and dicts[0] == dicts[1] == dicts[2]
+
+
+def test_parallel_phase1_gives_the_serial_answer(catalogue, tmp_path, monkeypatch):
+    """--jobs 2: forked workers scan newline-aligned chunks of the mapped file; the report must not change."""
+    import mmap
+
+    from diagnose.match import engine, parallel
+
+    monkeypatch.setattr(engine, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 8192)
+    path = tmp_path / "gen.log"
+    path.write_bytes(generate_log(catalogue, 4).encode())
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        src = TextSource("gen.log", mm)
+        serial = scan_and_match([src], catalogue, jobs=1).report.to_dict()
+        forked = scan_and_match([src], catalogue, jobs=2).report.to_dict()
+    assert serial["findings"] and serial == forked

@@ -73,9 +73,8 @@ def scan_and_match(
 ) -> MatchResult:
     """Scan ``sources`` with ``catalogue``: findings grouped across ranks, ranked, ``root_cause`` set.
 
-    ``jobs`` is accepted for the CLI's ``--jobs``; the scan runs in this process (phase 1 is a C engine and
-    usually disk-bound). ``backend`` picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give
-    the same answer.
+    ``jobs`` > 1 runs phase 1 of large inputs in that many forked worker processes (same answers). ``backend``
+    picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give the same answer.
     """
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan
@@ -86,7 +85,7 @@ def scan_and_match(
         captures = all_captures()
     compiled = compile_catalogue(catalogue, captures)
     warnings = list(compiled.warnings)
-    hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend)
+    hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits))
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)

@@ -1,32 +1,87 @@
-"""Phase 1 of the scan: find the lines that contain any anchor literal, in raw bytes, as fast as the machine allows.
+"""Phase 1 of the scan: find the candidate lines of a window of raw bytes, as fast as the machine allows.
 
-Every rule pattern and every capture spec has a literal anchor that occurs in each of its matches, so a line with
-no anchor cannot match anything and is never decoded. Three interchangeable backends answer the same question
-("which lines of this window contain at least one anchor?") and must give IDENTICAL answers:
+Every rule pattern has a literal anchor that occurs in each of its matches, so a line with no anchor cannot match
+and is never decoded. Which anchors (and capture anchors) occur in a window is answered by one pass of a
+multi-literal engine: Hyperscan (SINGLEMATCH), else an RE2 ``Set``, else ``bytes.find`` per literal. Then the
+lines of the anchors that occur are located:
 
-* Hyperscan (``hyperscan`` wheel): one SINGLEMATCH pass over the window says which anchors occur at all;
-* RE2 (``google-re2``): a ``re2.Set`` over the escaped literals says the same;
-* pure Python: ``bytes.find`` for every anchor.
+* with Hyperscan, by a per-anchor "locator" database of that anchor's rule regexes in PREFILTER mode (loosened:
+  ``^``, ``$``, ``\\b`` dropped, so it can only over-approximate on the raw line), plus "anchor and a non-ASCII or
+  NUL byte on the same line" (where byte and text semantics differ, e.g. ``\\w``). A noisy anchor (``loss: `` on
+  every iteration line) then costs one C pass per window instead of one Python step per line;
+* otherwise by a ``bytes.find`` loop per anchor, one step per hit line.
 
-Then, for the anchors that occur (usually none: failures are rare lines), a ``bytes.find`` loop locates their lines,
-skipping to the end of each hit line, so a noisy anchor costs one find per line, not one per occurrence.
+Lines with an ANSI escape (which can split an anchor) or a ``\\r`` rewrite (which can assemble one) are always
+candidates. Phase 2 decides exactly on every candidate, so every backend gives IDENTICAL answers; only speed
+differs.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+import re
+from collections import OrderedDict
+from typing import Iterator
 
-ESCAPE = b"\x1b"  # an ANSI sequence can split an anchor: such lines are candidates too (phase 2 checks them)
-
-
-class LiteralScanner(Protocol):
-    name: str
-
-    def present(self, window: bytes) -> list[int]:
-        """Indices of the anchors that occur somewhere in ``window``."""
+ESCAPE = b"\x1b"
+_CR_REWRITE = re.compile(rb"\r[^\n]")
+_CACHE: "OrderedDict[tuple, Phase1]" = OrderedDict()
+_CACHE_SIZE = 8
 
 
-class PythonScanner:
+def loosen(pattern: str) -> str | None:
+    """A version of ``pattern`` that matches the raw line wherever the original matches the normalised text.
+
+    The normalised text is the raw line minus a prefix (and ANSI/``\\r``, handled separately), so assertions about
+    where the text starts or ends (``^ $ \\A \\Z \\z``) and word boundaries are dropped. Non-ASCII patterns are
+    not loosened (None): byte and text semantics differ for them.
+    """
+    if not pattern.isascii():
+        return None
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if not in_class and nxt in ("A", "Z", "z", "b", "B"):
+                i += 2
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if ch == "]":
+                in_class = False
+            out.append(ch)
+            i += 1
+            continue
+        if ch == "[":
+            in_class = True
+            out.append(ch)
+            i += 1
+            if pattern[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i : i + 1] == "]":
+                out.append("]")
+                i += 1
+            continue
+        if ch in "^$":
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _hs_literal(lit: bytes) -> bytes:
+    return b"".join(b"\\x%02x" % b for b in lit)
+
+
+# ------------------------------------------------------------------------------------- presence engines
+
+
+class _PythonPresence:
     name = "python"
 
     def __init__(self, literals: list[bytes]):
@@ -36,7 +91,7 @@ class PythonScanner:
         return [i for i, lit in enumerate(self.literals) if lit in window]
 
 
-class Re2Scanner:
+class _Re2Presence:
     name = "re2"
 
     def __init__(self, literals: list[bytes]):
@@ -53,11 +108,7 @@ class Re2Scanner:
         return sorted(self._set.Match(window) or [])
 
 
-def _hs_escape(lit: bytes) -> bytes:
-    return b"".join(b"\\x%02x" % b for b in lit)
-
-
-class HyperscanScanner:
+class _HyperscanPresence:
     name = "hyperscan"
 
     def __init__(self, literals: list[bytes]):
@@ -65,7 +116,7 @@ class HyperscanScanner:
 
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self._db.compile(
-            expressions=[_hs_escape(lit) for lit in literals],
+            expressions=[_hs_literal(lit) for lit in literals],
             ids=list(range(len(literals))),
             elements=len(literals),
             flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(literals),
@@ -77,59 +128,154 @@ class HyperscanScanner:
         return sorted(found)
 
 
-BACKENDS: dict[str, Callable[[list[bytes]], LiteralScanner]] = {
-    "hyperscan": HyperscanScanner,
-    "re2": Re2Scanner,
-    "python": PythonScanner,
-}
+_ENGINES = {"hyperscan": _HyperscanPresence, "re2": _Re2Presence, "python": _PythonPresence}
 
 
-def make_scanner(literals: list[bytes], backend: str = "auto") -> LiteralScanner:
-    """The fastest backend that imports (``auto``), or the one named (tests compare them)."""
-    if not literals:
-        return PythonScanner([])
+class _Locator:
+    """Hyperscan database locating the lines where one anchor's rules can match (see module docstring).
+
+    Two variants: ``plain`` (the loosened regexes) for windows that are pure ASCII without NUL, where byte and text
+    semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
+    """
+
+    def __init__(self, anchor: bytes, patterns: list[str]):
+        import hyperscan
+
+        loose = []
+        for p in patterns:
+            lp = loosen(p)
+            if lp is None:
+                raise ValueError("pattern cannot be loosened")
+            loose.append(lp.encode("ascii"))
+        special = rb"[\x00\x80-\xff]"
+        lit = _hs_literal(anchor)
+        self.plain = self._compile(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+        mixed = [lit + rb"[^\n]*" + special, special + rb"[^\n]*" + lit] + loose
+        self.mixed = self._compile(hyperscan, mixed, [0, 0] + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+
+    @staticmethod
+    def _compile(hyperscan, exprs: list[bytes], flags: list[int]):
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+        return db
+
+    def lines(self, window: bytes, plain: bool, starts: set[int]) -> None:
+        rfind, find = window.rfind, window.find
+        state = [-1]  # end of the last line reported: later matches on it are skipped
+
+        def on_match(_i, _f, to, _fl, _c):
+            if to <= state[0]:
+                return None
+            s = rfind(b"\n", 0, to) + 1
+            e = find(b"\n", s)
+            state[0] = e if e != -1 else len(window)
+            starts.add(s)
+            return None
+
+        (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
+
+
+class Phase1:
+    """Candidate lines of a window for a set of anchors (each with its rules' regexes) and capture literals."""
+
+    def __init__(self, anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
+                 backend: str = "auto"):
+        self.anchors = anchors
+        self.anchor_patterns = anchor_patterns
+        self.n_anchors = len(anchors)
+        literals = anchors + [ESCAPE] + capture_literals
+        self.engine = _make_engine(literals, backend)
+        self.name = self.engine.name
+        self._locators: dict[int, _Locator | None] = {}
+
+    def scan(self, window: bytes) -> tuple[list[int], list[int]]:
+        """(sorted start offsets of candidate lines, indices of the capture literals present)."""
+        present = self.engine.present(window)
+        n = self.n_anchors
+        starts: set[int] = set()
+        plain: bool | None = None
+        for i in present:
+            if i < n:
+                if plain is None:
+                    plain = window.isascii() and b"\x00" not in window
+                self._locate(i, window, plain, starts)
+            elif i == n:
+                _find_lines(window, ESCAPE, starts)
+        if b"\r" in window:
+            for m in _CR_REWRITE.finditer(window):
+                starts.add(window.rfind(b"\n", 0, m.start()) + 1)
+        captures = [i - n - 1 for i in present if i > n]
+        return sorted(starts), captures
+
+    def _locate(self, i: int, window: bytes, plain: bool, starts: set[int]) -> None:
+        if self.name == "hyperscan":
+            if i not in self._locators:
+                try:
+                    self._locators[i] = _Locator(self.anchors[i], self.anchor_patterns[i])
+                except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
+                    self._locators[i] = None
+            locator = self._locators[i]
+            if locator is not None:
+                locator.lines(window, plain, starts)
+                return
+        _find_lines(window, self.anchors[i], starts)
+
+
+def _find_lines(window: bytes, lit: bytes, starts: set[int]) -> None:
+    find, rfind = window.find, window.rfind
+    pos = find(lit)
+    while pos != -1:
+        starts.add(rfind(b"\n", 0, pos) + 1)
+        end = find(b"\n", pos)
+        if end == -1:
+            break
+        pos = find(lit, end)
+
+
+def _make_engine(literals: list[bytes], backend: str):
     if backend != "auto":
-        return BACKENDS[backend](literals)
+        return _ENGINES[backend](literals)
     for name in ("hyperscan", "re2"):
         try:
-            return BACKENDS[name](literals)
+            return _ENGINES[name](literals)
         except Exception:  # noqa: BLE001 - missing wheel, unsupported CPU: fall back to the next engine
             continue
-    return PythonScanner(literals)
+    return _PythonPresence(literals)
 
 
-def candidate_line_starts(window: bytes, literals: list[bytes], present: list[int]) -> list[int]:
-    """Sorted start offsets (in ``window``) of the lines containing any of the ``present`` literals."""
-    starts: set[int] = set()
-    find, rfind = window.find, window.rfind
-    for i in present:
-        lit = literals[i]
-        pos = find(lit)
-        while pos != -1:
-            starts.add(rfind(b"\n", 0, pos) + 1)
-            end = find(b"\n", pos)
-            if end == -1:
-                break
-            pos = find(lit, end)
-    return sorted(starts)
+def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
+               backend: str = "auto") -> Phase1:
+    """A Phase1, cached: compiling the databases costs more than scanning a small text (rule examples, tests)."""
+    key = (backend, tuple(anchors), tuple(tuple(p) for p in anchor_patterns), tuple(capture_literals))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    made = Phase1(anchors, anchor_patterns, capture_literals, backend)
+    _CACHE[key] = made
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return made
 
 
-def windows(buffer, size: int = 8 << 20, max_line: int = 64 << 20):
-    """Yield ``(offset, bytes)`` windows of ``buffer`` that end just after a newline (or at the end).
+def windows(buffer, size: int = 1 << 20, start: int = 0, end: int | None = None,
+            max_line: int = 64 << 20) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, bytes)`` windows of ``buffer[start:end]`` that end just after a newline (or at ``end``).
 
     ``buffer`` is an mmap or bytes; each window is a copy of at most ``size`` bytes plus the rest of its last
-    line, so memory stays flat however large the input. A line longer than ``max_line`` is cut.
+    line, so memory stays flat however large the input. A line longer than ``max_line`` is cut. ``start`` must be
+    a line start.
     """
-    total = len(buffer)
-    offset = 0
+    total = len(buffer) if end is None else end
+    offset = start
     while offset < total:
-        end = min(offset + size, total)
-        if end < total:
-            nl = buffer.rfind(b"\n", offset, end)
+        stop = min(offset + size, total)
+        if stop < total:
+            nl = buffer.rfind(b"\n", offset, stop)
             if nl != -1:
-                end = nl + 1
+                stop = nl + 1
             else:
-                nl = buffer.find(b"\n", end, min(total, offset + max_line))
-                end = nl + 1 if nl != -1 else min(total, offset + max_line)
-        yield offset, bytes(buffer[offset:end])
-        offset = end
+                nl = buffer.find(b"\n", stop, min(total, offset + max_line))
+                stop = nl + 1 if nl != -1 else min(total, offset + max_line)
+        yield offset, bytes(buffer[offset:stop])
+        offset = stop

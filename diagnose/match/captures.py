@@ -44,59 +44,72 @@ class LineIndex:
 class Occurrence:
     source_index: int
     start: int  # byte offset of the line in its source
-    line: LogLine
+    _line: LogLine
+    index: LineIndex | None = None  # set while the line number is still to be counted
 
-
-def line_bounds(window: bytes, pos: int) -> tuple[int, int]:
-    start = window.rfind(b"\n", 0, pos) + 1
-    end = window.find(b"\n", pos)
-    return start, (end if end != -1 else len(window))
+    @property
+    def line(self) -> LogLine:
+        """The line, its number counted on first use (most occurrences are replaced before anyone asks)."""
+        if self.index is not None:
+            self._line.lineno = self.index.lineno(self.start)
+            self.index = None
+        return self._line
 
 
 class WindowView:
-    """One window of one source, for verifying capture occurrences in it."""
+    """One window ``[offset, offset + length)`` of one source's buffer, for verifying capture occurrences in it.
 
-    def __init__(self, source_index: int, path: str, offset: int, window: bytes, index: LineIndex):
+    Positions given to and returned by the methods are relative to the window; the bytes are read from the
+    source's buffer (an mmap or bytes) in place, so the window is never copied again.
+    """
+
+    def __init__(self, source_index: int, path: str, buffer, offset: int, length: int, index: LineIndex):
         self.source_index = source_index
         self.path = path
+        self.buffer = buffer
         self.offset = offset
-        self.window = window
+        self.length = length
         self.index = index
 
-    def verify(self, cc: CompiledCapture, pos: int) -> tuple[int, Occurrence | None]:
-        """(line start in window, the occurrence if the line at ``pos`` qualifies)."""
-        s, e = line_bounds(self.window, pos)
-        ll = normalize_line(decode(self.window[s:e]), self.path, 0)
+    def _bounds(self, pos: int) -> tuple[int, int]:
+        base, buf = self.offset, self.buffer
+        start = buf.rfind(b"\n", base, base + pos) + 1
+        start = max(start, base)
+        end = buf.find(b"\n", base + pos, base + self.length)
+        return start - base, (end if end != -1 else base + self.length) - base
+
+    def verify(self, cc: CompiledCapture, pos: int) -> tuple[int, int, Occurrence | None]:
+        """(line start, line end, the occurrence if the line at ``pos`` qualifies), relative to the window."""
+        s, e = self._bounds(pos)
+        ll = normalize_line(decode(self.buffer[self.offset + s : self.offset + e]), self.path, 0)
         if not cc.accepts(ll.text):
-            return s, None
-        ll.lineno = self.index.lineno(self.offset + s)
-        return s, Occurrence(self.source_index, self.offset + s, ll)
+            return s, e, None
+        return s, e, Occurrence(self.source_index, self.offset + s, ll, self.index)
 
     def first(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> tuple[int, Occurrence] | None:
-        """The first qualifying line in ``[lo, hi)``, as (end of its line in window, occurrence)."""
-        w = self.window
-        hi = len(w) if hi is None else hi
-        pos = w.find(cc.literal, lo, hi)
+        """The first qualifying line whose anchor lies in ``[lo, hi)``, as (end of its line, occurrence)."""
+        base, buf = self.offset, self.buffer
+        hi = self.length if hi is None else hi
+        pos = buf.find(cc.literal, base + lo, base + hi)
         while pos != -1:
-            s, occ = self.verify(cc, pos)
-            _s, e = line_bounds(w, pos)
+            _s, e, occ = self.verify(cc, pos - base)
             if occ is not None:
                 return e, occ
-            pos = w.find(cc.literal, e, hi)
+            pos = buf.find(cc.literal, base + e, base + hi)
         return None
 
     def last(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> Occurrence | None:
         """The last qualifying line whose anchor lies in ``[lo, hi)``."""
-        w = self.window
-        hi = len(w) if hi is None else hi
-        pos = w.rfind(cc.literal, lo, hi)
+        base, buf = self.offset, self.buffer
+        hi = self.length if hi is None else hi
+        pos = buf.rfind(cc.literal, base + lo, base + hi)
         while pos != -1:
-            s, occ = self.verify(cc, pos)
+            s, _e, occ = self.verify(cc, pos - base)
             if occ is not None:
                 return occ
             if s <= lo:
                 return None
-            pos = w.rfind(cc.literal, lo, s)
+            pos = buf.rfind(cc.literal, base + lo, base + s)
         return None
 
 
@@ -182,7 +195,7 @@ class MarkerTracker:
 
     def end(self) -> None:
         if self.view is not None:
-            self._advance(len(self.view.window))
+            self._advance(self.view.length)
         self.view = None
 
 

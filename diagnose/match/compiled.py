@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import regex
 
-from diagnose.match.anchors import ESCAPE
 from diagnose.match.rules import Catalogue, Rule
 from diagnose.model import CaptureSpec
 
@@ -49,7 +48,8 @@ class Compiled:
     rules: list[CompiledRule]
     captures: list[CompiledCapture]
     anchors: list[str]  # distinct anchor strings of the rules' patterns
-    literals: list[bytes]  # the anchors as UTF-8 bytes, plus ESC last (lines with ANSI escapes)
+    literals: list[bytes]  # the anchors as UTF-8 bytes
+    anchor_patterns: list[list[str]]  # anchor index -> the regexes of the patterns having that anchor
     rules_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of rules having a pattern with that anchor
     warnings: list[str] = field(default_factory=list)
 
@@ -102,12 +102,20 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8")))
 
     anchors = list(anchor_index)
-    literals = [a.encode("utf-8") for a in anchors] + [ESCAPE]
+    literals = [a.encode("utf-8") for a in anchors]
+    anchor_patterns: list[list[str]] = [[] for _ in anchors]
+    for cr in compiled_rules:
+        for p in cr.patterns:
+            source = p.regex.pattern
+            bucket = anchor_patterns[anchor_index[p.anchor]]
+            if source not in bucket:
+                bucket.append(source)
     return Compiled(
         rules=compiled_rules,
         captures=compiled_captures,
         anchors=anchors,
         literals=literals,
+        anchor_patterns=anchor_patterns,
         rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
         warnings=warnings,
     )

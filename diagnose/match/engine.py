@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import regex
 
 from diagnose.match import adapters
-from diagnose.match.anchors import candidate_line_starts, make_scanner, windows
+from diagnose.match import parallel
+from diagnose.match.anchors import Phase1, phase1_for, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
 from diagnose.model import Block, InputInfo, LogLine
@@ -28,6 +29,9 @@ LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
 PARSER_CONTEXT_LINES = 30
+PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
+WINDOW_BYTES = 1 << 20  # fits in cache: copying, counting and scanning a window then stay fast
+PARALLEL_MIN_BYTES = 64 << 20
 PARSER_CONTEXT_BYTES = 256 << 10
 
 _HEADER = "Traceback (most recent call last)"
@@ -114,6 +118,7 @@ class Matcher:
         self.memo: dict[str, list[tuple[CompiledRule, dict, str]]] = {}
         self.hits: list[Hit] = []
         self.markers = markers
+        self.group_counts: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -189,7 +194,9 @@ class Matcher:
                     frames = self._frames(reader, start, ll)
                 phase = adapters.phase_of(ll, frames, self.markers.markers_before(pos_in_window))
             all_facts = dict(facts)
-            if rule.parser:
+            seen = self.group_counts.get(key, 0)
+            self.group_counts[key] = seen + 1
+            if rule.parser and seen < PARSED_HITS_PER_GROUP:
                 following = self._following(reader, start, ll)
                 for k, v in adapters.run_parser(rule.parser, ll, following).items():
                     all_facts.setdefault(k, v)
@@ -250,18 +257,54 @@ class Matcher:
         return any(n.encode("utf-8") in region for n in needles)
 
 
+@dataclass(slots=True)
+class WindowResult:
+    """What phase 1 found in one window (computed here or in a worker process)."""
+
+    offset: int
+    length: int
+    newlines: int
+    checkpoints: list[int]  # newlines before each CHECKPOINT_BYTES step of the window
+    candidates: list[int]  # start offsets of candidate lines, relative to the window
+    candidate_lines: list[int]  # newlines before each candidate, relative to the window
+    captures: list[int]  # capture anchors present
+
+
+def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
+    candidates, captures = phase1.scan(w)
+    checkpoints, n = [], 0
+    for sub in range(0, len(w), CHECKPOINT_BYTES):
+        checkpoints.append(n)
+        n += w.count(b"\n", sub, sub + CHECKPOINT_BYTES)
+    lines, cursor, ln = [], 0, 0
+    for c in candidates:
+        ln += w.count(b"\n", cursor, c)
+        cursor = c
+        lines.append(ln)
+    return WindowResult(offset, len(w), n, checkpoints, candidates, lines, captures)
+
+
+def _serial_results(buf, phase1: Phase1, window_size: int) -> Iterator[WindowResult]:
+    for offset, w in windows(buf, window_size):
+        yield scan_window(phase1, offset, w)
+
+
 def scan(
     sources: list,
     compiled: Compiled,
     warnings: list[str],
     progress: Callable[[int, int], None] | None = None,
     backend: str = "auto",
-    window_size: int = 8 << 20,
+    window_size: int = WINDOW_BYTES,
+    jobs: int = 1,
 ) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo]]:
-    """Scan every source; return the hits (in input order), the captured blocks and per-input sizes."""
-    n_rule_literals = len(compiled.literals)
+    """Scan every source; return the hits (in input order), the captured blocks and per-input sizes.
+
+    With ``jobs > 1`` and a large source, phase 1 runs in worker processes over newline-aligned chunks (forked,
+    so they share the mapped file); phase 2 stays here, in input order, so answers do not depend on ``jobs``.
+    """
     capture_literals = [cc.literal for cc in compiled.captures]
-    scanner = make_scanner(compiled.literals + capture_literals, backend)
+    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend)
     phase_names = adapters.phase_capture_names()
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
@@ -280,32 +323,31 @@ def scan(
         lines_before = 0
         last_byte_nl = True
         released = 0
-        for offset, w in windows(buf, window_size):
-            newlines = lines_before
-            for sub in range(0, len(w), CHECKPOINT_BYTES):
-                index.add(offset + sub, newlines)
-                newlines += w.count(b"\n", sub, sub + CHECKPOINT_BYTES)
-            present = scanner.present(w)
-            rule_present = [i for i in present if i < n_rule_literals]
-            capture_present = [i - n_rule_literals for i in present if i >= n_rule_literals]
-            view = WindowView(si, source.path, offset, w, index)
-            markers.begin(view, capture_present)
-            if rule_present:
-                cursor, lineno = 0, lines_before + 1
-                for s in candidate_line_starts(w, compiled.literals, rule_present):
-                    lineno += w.count(b"\n", cursor, s)
-                    cursor = s
-                    e = w.find(b"\n", s)
-                    if e == -1:
-                        e = len(w)
-                    matcher.line(reader, si, rank_hint, offset + s, w[s:e], lineno, s)
+        if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
+            results = parallel.results(buf, phase1, window_size, jobs)
+        else:
+            results = _serial_results(buf, phase1, window_size)
+        for r in results:
+            offset = r.offset
+            for k, before in enumerate(r.checkpoints):
+                index.add(offset + k * CHECKPOINT_BYTES, lines_before + before)
+            view = WindowView(si, source.path, buf, offset, r.length, index)
+            markers.begin(view, r.captures)
+            window_end = offset + r.length
+            for s, ln in zip(r.candidates, r.candidate_lines):
+                start = offset + s
+                e = buf.find(b"\n", start, window_end)
+                if e == -1:
+                    e = window_end
+                matcher.line(reader, si, rank_hint, start, buf[start:e], lines_before + ln + 1, s)
             markers.end()
-            if capture_present:
-                collector.window(view, capture_present)
-            lines_before = newlines
-            last_byte_nl = w.endswith(b"\n")
-            done += len(w)
-            released = _release(buf, released, offset)
+            if r.captures:
+                collector.window(view, r.captures)
+            lines_before += r.newlines
+            done += r.length
+            released = _release(buf, released, window_end)
+            if r.length:
+                last_byte_nl = buf[window_end - 1 : window_end] == b"\n"
             if progress is not None:
                 progress(done, total_bytes)
         size = len(buf)

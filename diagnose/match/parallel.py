@@ -1,0 +1,66 @@
+"""Phase 1 over several processes (``--jobs``): newline-aligned chunks of one mapped source, scanned by forked
+workers, results yielded in input order so that phase 2 (in the parent) sees exactly what a serial scan sees."""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+from typing import Iterator
+
+CHUNK_BYTES = 32 << 20
+
+# Set in the parent just before the pool forks; workers read them (a mapped file cannot be pickled, it is shared).
+_BUFFER = None
+_PHASE1 = None
+_WINDOW = 1 << 20
+
+
+def chunks(buf, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    total = len(buf)
+    out, start = [], 0
+    while start < total:
+        end = min(start + size, total)
+        if end < total:
+            nl = buf.find(b"\n", end)
+            end = total if nl == -1 else nl + 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+def _scan_chunk(bounds: tuple[int, int]):
+    from diagnose.match.anchors import windows
+    from diagnose.match.engine import _release, scan_window
+
+    start, end = bounds
+    out = []
+    released = start - start % mmap.PAGESIZE
+    for offset, w in windows(_BUFFER, _WINDOW, start, end):
+        out.append(scan_window(_PHASE1, offset, w))
+        released = _release(_BUFFER, released, offset + len(w))
+    return out
+
+
+def results(buf, phase1, window_size: int, jobs: int) -> Iterator:
+    """WindowResults of ``buf`` in order, computed by ``jobs`` forked workers (serially if fork is unavailable)."""
+    global _BUFFER, _PHASE1, _WINDOW
+    parts = chunks(buf)
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:  # pragma: no cover - no fork on this platform
+        ctx = None
+    if ctx is None or len(parts) < 2:
+        _BUFFER, _PHASE1, _WINDOW = buf, phase1, window_size
+        try:
+            for p in parts:
+                yield from _scan_chunk(p)
+        finally:
+            _BUFFER = _PHASE1 = None
+        return
+    _BUFFER, _PHASE1, _WINDOW = buf, phase1, window_size
+    try:
+        with ctx.Pool(jobs) as pool:
+            for chunk_results in pool.imap(_scan_chunk, parts):
+                yield from chunk_results
+    finally:
+        _BUFFER = _PHASE1 = None
