@@ -149,26 +149,48 @@ def fact_value(v: Any) -> str:
     return str(v)
 
 
-def mapping_lines(data: Any, indent: int = 0) -> list[str]:
-    """A dict/list section (config, replay, memory) as readable indented ``key: value`` lines (not inert yet)."""
+def _is_sourced(v: Any) -> bool:
+    return isinstance(v, dict) and set(v) == {"value", "from"}
+
+
+def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> list[str]:
+    """A dict/list section (config, replay, memory) as readable indented ``key: value`` lines (not inert yet).
+
+    Two generic readings keep it short: a ``{"value": v, "from": origin}`` leaf reads ``key: v  (origin)``, and
+    when most entries of a mapping are such leaves, those from ``default`` are counted instead of listed.
+    Multi-line strings are shown as indented blocks.
+    """
     pad = "  " * indent
     lines: list[str] = []
     if isinstance(data, dict):
+        sourced = [v for v in data.values() if _is_sourced(v)]
+        hide = hide_defaults and len(sourced) >= 8 and len(sourced) >= len(data) // 2
+        hidden = 0
         for k, v in data.items():
-            if isinstance(v, (dict, list)) and v:
+            if _is_sourced(v):
+                if hide and v["from"] == "default":
+                    hidden += 1
+                    continue
+                lines.append(f"{pad}{k}: {_scalar(v['value'])}  ({v['from']})")
+            elif isinstance(v, (dict, list)) and v:
                 lines.append(f"{pad}{k}:")
-                lines.extend(mapping_lines(v, indent + 1))
+                lines.extend(mapping_lines(v, indent + 1, hide_defaults))
+            elif isinstance(v, str) and "\n" in v:
+                lines.append(f"{pad}{k}: |")
+                lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
             else:
                 lines.append(f"{pad}{k}: {_scalar(v)}")
+        if hidden:
+            lines.append(f"{pad}… {hidden} more at their defaults")
     elif isinstance(data, list):
         for item in data:
             if isinstance(item, dict) and item:
-                sub = mapping_lines(item, indent + 1)
+                sub = mapping_lines(item, indent + 1, hide_defaults)
                 lines.append(f"{pad}- {sub[0].lstrip()}")
                 lines.extend(sub[1:])
             elif isinstance(item, list) and item:
                 lines.append(f"{pad}-")
-                lines.extend(mapping_lines(item, indent + 1))
+                lines.extend(mapping_lines(item, indent + 1, hide_defaults))
             else:
                 lines.append(f"{pad}- {_scalar(item)}")
     else:
@@ -299,7 +321,8 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
     return out
 
 
-def render_finding(f: Finding, headline: str, style: str, width: int = 100) -> list[Any]:
+def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True) -> list[Any]:
+    """A finding: title, where, evidence, facts; with ``full`` also why and the fix."""
     title = Text()
     title.append(f"{headline}  ", style=style)
     title.append(inert(f.rule), style="bold")
@@ -309,6 +332,8 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100) -> l
     if f.evidence:
         parts.extend(_evidence(f))
     parts.extend(_facts(f))
+    if not full:
+        return parts
     if f.explanation:
         parts.append(Text("  Why", style="bold"))
         parts.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
@@ -339,7 +364,8 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             parts.append(Text(""))
-            parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width))
+            parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width,
+                                        full=f.severity == "error"))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
