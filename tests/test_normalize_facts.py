@@ -429,3 +429,21 @@ def test_parsers_are_linear_on_huge_lines():
             start = time.perf_counter()
             parser(item, [item])
             assert time.perf_counter() - start < 2.0, name
+
+
+def test_watchdog_status_and_heartbeat():
+    new = PARSERS["nccl_watchdog_status"](
+        "[PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 5 PG status: "
+        "last enqueued work: 5, last completed work: 4"
+    )
+    assert new == {"event": "watchdog_status", "rank": 3, "seq_num": 5, "last_enqueued": 5, "last_completed": 4}
+    old = PARSERS["nccl_watchdog_status"](
+        "[Rank 1] Timeout at NCCL work: 78, last enqueued NCCL work: 78, last completed NCCL work: 77."
+    )
+    assert (old["rank"], old["seq_num"], old["last_completed"]) == (1, 78, 77)
+    hang = PARSERS["nccl_watchdog_status"](
+        "[PG ID 0 PG GUID 0 Rank 2] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress "
+        "in monitoring enqueued collectives."
+    )
+    assert hang == {"event": "heartbeat_hang", "stuck_seconds": 480}
+    assert PARSERS["nccl_watchdog_status"]("all good") is None

@@ -25,6 +25,7 @@ from diagnose.normalize.facts.nccl import (
     parse_nccl_error,
     parse_nccl_warn,
     parse_nccl_watchdog,
+    parse_nccl_watchdog_status,
 )
 from diagnose.normalize.facts.oom import (
     format_cuda_error_oom,
@@ -80,6 +81,7 @@ PARSERS: dict[str, Parser] = {
     "cuda_oom": _safe(lambda t, c: parse_cuda_oom(t)),
     "cuda_error_oom": _safe(lambda t, c: parse_cuda_error_oom(t)),
     "nccl_watchdog": _safe(lambda t, c: parse_nccl_watchdog(t)),
+    "nccl_watchdog_status": _safe(lambda t, c: parse_nccl_watchdog_status(t)),
     "nccl_error": _safe(parse_nccl_error),
     "nccl_warn": _safe(lambda t, c: parse_nccl_warn(t)),
     "torchrun_failure": _safe(_torchrun_failure),
@@ -110,6 +112,7 @@ __all__ = [
     "format_cuda_error_oom",
     "parse_nccl_watchdog",
     "format_nccl_watchdog",
+    "parse_nccl_watchdog_status",
     "parse_nccl_error",
     "format_nccl_error",
     "parse_nccl_warn",

@@ -172,3 +172,42 @@ def parse_nccl_warn(text: str) -> dict[str, Any] | None:
     if cuda is not None:
         out["cuda_error"] = {"code": int(cuda.group("code")), "text": cuda.group("what")}
     return out
+
+
+# ----------------------------------------------------------------------------- watchdog follow-up lines
+
+_STATUS_NEW = re.compile(
+    r"failure detected by watchdog at work sequence id: (?P<seq>\d+) PG status: last enqueued work: "
+    r"(?P<enq>-?\d+), last completed work: (?P<done>-?\d+)"
+)
+_STATUS_OLD = re.compile(
+    r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<enq>-?\d+), "
+    r"last completed NCCL work: (?P<done>-?\d+)"
+)
+_HEARTBEAT = re.compile(r"watchdog got stuck for (?P<secs>\d+) seconds without making progress")
+_HEARTBEAT_OLD = "Heartbeat monitor timed out!"
+
+
+def parse_nccl_watchdog_status(text: str) -> dict[str, Any] | None:
+    """The watchdog's progress summary (which collective hung, how far each side got) or a heartbeat hang."""
+    for pattern in (_STATUS_NEW, _STATUS_OLD):
+        if "work" not in text:
+            break
+        m = pattern.search(text)
+        if m is not None:
+            prefix = None
+            for p in _PREFIX.finditer(text, 0, m.start()):
+                prefix = p
+            return {
+                "event": "watchdog_status",
+                "rank": int(prefix.group("rank")) if prefix is not None else None,
+                "seq_num": int(m.group("seq")),
+                "last_enqueued": int(m.group("enq")),
+                "last_completed": int(m.group("done")),
+            }
+    m = _HEARTBEAT.search(text) if "watchdog got stuck" in text else None
+    if m is not None:
+        return {"event": "heartbeat_hang", "stuck_seconds": int(m.group("secs"))}
+    if _HEARTBEAT_OLD in text:
+        return {"event": "heartbeat_hang", "stuck_seconds": None}
+    return None
