@@ -89,3 +89,30 @@ def test_analyze_log_with_config_reproduces_and_proves_the_fix(capsys):
     assert {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"} in replay["fix"]
     root = d["findings"][d["root_cause"]]
     assert root["facts"]["replay"]["proven"] is True
+
+
+def test_replay_on_a_log_replays_the_root_cause_fix(capsys):
+    rc = main(["replay", str(DATA / "bridge042_fsdp2_with_config.log"), "--format", "json"])
+    assert rc == 0  # the root cause's own (complete) fix passes
+    r = _json(capsys)["replay"]
+    assert r["rule"] == "MB101" and r["reproduced"] is True and r["proven"] is True
+
+
+def test_replay_on_a_log_with_a_user_fix_and_no_config_is_checked_against_implied_settings(capsys, tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n"
+                   "[rank0]: ValueError: num_attention_heads (12) must be a multiple of tensor_model_parallel_size (8).\n")
+    assert main(["replay", str(log), "--set", "model.tensor_model_parallel_size=5", "--format", "json"]) == 1
+    r = _json(capsys)["replay"]
+    assert r["reproduced"] is None and r["implied"] is True
+    assert r["after_fix"]["violations"][0]["message"] == (
+        "num_attention_heads (12) must be a multiple of tensor_model_parallel_size (5).")
+    assert main(["replay", str(log), "--set", "model.tensor_model_parallel_size=4"]) == 0
+    capsys.readouterr()
+
+
+def test_replay_on_a_log_without_any_config_is_bad_input(capsys, tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: something else\n")
+    assert main(["replay", str(log)]) == 2
+    assert "no configuration found" in capsys.readouterr().err

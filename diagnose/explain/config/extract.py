@@ -218,6 +218,18 @@ def _read(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def looks_like_log_file(path: str) -> bool:
+    """A log (scan it with the engine) rather than a config file: judged from its first 1 MiB."""
+    path = resolve_config_path(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1024 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return False  # load_config reports the problem
+    markers = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
+    return any(m in head for m in markers) or _looks_like_log(head)
+
+
 def _looks_like_log(text: str) -> bool:
     head = text[:200_000]
     return bool(re.search(r"(torchrun|Traceback \(most recent call last\)|\[rank\d+\]:|using world size:|"

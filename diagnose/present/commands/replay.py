@@ -23,11 +23,19 @@ EXIT_OK, EXIT_FAIL = 0, 1
 
 def run(args: Any) -> int:
     from diagnose.explain.config import apply_defaults, normalize_overrides
-    from diagnose.explain.config.extract import load_config
+    from diagnose.explain.config.extract import load_config, looks_like_log_file
     from diagnose.explain.replay import replay
 
     overrides = normalize_overrides(getattr(args, "sets", None) or [])
-    view = load_config(args.config, defaults=False)
+    finding = None
+    if looks_like_log_file(args.config):
+        view, finding = _from_log(args.config)
+        if not overrides and finding is not None:
+            from diagnose.explain import fix_overrides
+
+            overrides = fix_overrides(finding)  # no --set: replay the diagnosed root cause's own fix
+    else:
+        view = load_config(args.config, defaults=False)
     if getattr(args, "bridge_version", None):
         view.version = args.bridge_version
     gpus = getattr(args, "gpus", None)
@@ -36,7 +44,7 @@ def run(args: Any) -> int:
             raise DiagnoseError(f"--gpus {gpus}: must be at least 1")
         view.set("launch.world_size", gpus, "override")
     apply_defaults(view)
-    result = replay(view, overrides, view.version)
+    result = replay(view, overrides, view.version, finding=finding)
     requested_passes = result.requested is not None and result.requested.passes
     payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict(),
                "requested_passes": requested_passes}
@@ -46,6 +54,25 @@ def run(args: Any) -> int:
     else:
         _print_text(args, view, result)
     return EXIT_OK if requested_passes else EXIT_FAIL
+
+
+def _from_log(path: str) -> tuple[Any, Any]:
+    """A log: scan it with the engine for the config blocks and the root cause (whose failure replay should
+    reproduce); a log with neither is bad input."""
+    from diagnose.explain import build_view
+    from diagnose.ingest import open_inputs
+    from diagnose.match import load_catalogue, scan_and_match
+
+    catalogue = load_catalogue([])
+    with open_inputs([path]) as sources:
+        result = scan_and_match(sources, catalogue)
+    report = result.report
+    view = build_view(report, result.blocks, None)
+    implied = any(v.origin.startswith("implied:") for v in view.values.values())
+    if not (view.config_known or implied):
+        raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
+                            "or error message that states settings)")
+    return view, report.root
 
 
 def _write(args: Any, text: str) -> None:
@@ -76,6 +103,8 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
             force_terminal=True if color == "always" else None,
             highlight=False,
         )
+        if result.rule:
+            console.print(Text("root cause: ", style="bold") + Text(inert(result.rule)))
         head = Text("config: ", style="bold")
         head.append(inert(", ".join(view.sources) or "(nothing recovered)"))
         head.append(f"  framework: {view.framework or 'unknown'}")
