@@ -26,20 +26,20 @@ MSG_MFSDP_V2_CPU_OFFLOAD = "MFSDP V2 does not support optimizer CPU offload."
 
 
 def _tp(ctx: CheckContext) -> int:
-    return ctx.int("model.tensor_model_parallel_size", 1) or 1
+    return ctx.number("model.tensor_model_parallel_size", 1) or 1
 
 
 def _pp(ctx: CheckContext) -> int:
-    return ctx.int("model.pipeline_model_parallel_size", 1) or 1
+    return ctx.number("model.pipeline_model_parallel_size", 1) or 1
 
 
 def _cp(ctx: CheckContext) -> int:
-    return ctx.int("model.context_parallel_size", 1) or 1
+    return ctx.number("model.context_parallel_size", 1) or 1
 
 
 def data_parallel_size(ctx: CheckContext) -> int | None:
     """DP = world // (TP*PP*CP) (EP is not in the product), or None when the world size is unknown."""
-    world = ctx.int("launch.world_size")
+    world = ctx.number("launch.world_size")
     if not world:
         return None
     model = _tp(ctx) * _pp(ctx) * _cp(ctx)
@@ -52,8 +52,8 @@ def _divisors(n: int) -> list[int]:
 
 def smaller_tp(ctx: CheckContext, below: int) -> int | None:
     """The largest TP < ``below`` that the heads, query groups and world size all allow (None if none)."""
-    heads, groups = ctx.int("model.num_attention_heads"), ctx.int("model.num_query_groups")
-    world = ctx.int("launch.world_size")
+    heads, groups = ctx.number("model.num_attention_heads"), ctx.number("model.num_query_groups")
+    world = ctx.number("launch.world_size")
     rest = _pp(ctx) * _cp(ctx)
     for d in range(below - 1, 0, -1):
         if heads and heads % d:
@@ -69,7 +69,7 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
 @check("world_size_divisible", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013; "
        "Megatron-LM arguments.py L316")
 def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
-    world = ctx.int("launch.world_size")
+    world = ctx.number("launch.world_size")
     tp, pp, cp = _tp(ctx), _pp(ctx), _cp(ctx)
     if not world or world % (tp * pp * cp) == 0:
         return
@@ -92,7 +92,7 @@ def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("global_batch_divisible", "megatron-core num_microbatches_calculator.py ~L341")
 def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
-    gbs, mbs, dp = ctx.int("train.global_batch_size"), ctx.int("train.micro_batch_size"), data_parallel_size(ctx)
+    gbs, mbs, dp = ctx.number("train.global_batch_size"), ctx.number("train.micro_batch_size"), data_parallel_size(ctx)
     if not gbs or not mbs or not dp or gbs % (mbs * dp) == 0:
         return
     step = mbs * dp
@@ -107,7 +107,7 @@ def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("heads_divisible_by_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L960)")
 def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
-    heads, tp = ctx.int("model.num_attention_heads"), _tp(ctx)
+    heads, tp = ctx.number("model.num_attention_heads"), _tp(ctx)
     if not heads or heads % tp == 0:
         return
     new_tp = smaller_tp(ctx, tp)
@@ -121,7 +121,7 @@ def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("query_groups_vs_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L970)")
 def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    groups, tp = ctx.int("model.num_query_groups"), _tp(ctx)
+    groups, tp = ctx.number("model.num_query_groups"), _tp(ctx)
     if not groups or groups % tp == 0 or tp % groups == 0:
         return
     new_tp = smaller_tp(ctx, tp)
@@ -137,7 +137,7 @@ def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
        "megatron-core transformer/transformer_block.py get_num_layers_to_build (0.16.1 ~L157), at model build; "
        "TransformerConfig itself only checks uneven/standalone-stage splits")
 def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
-    layers, pp = ctx.int("model.num_layers"), _pp(ctx)
+    layers, pp = ctx.number("model.num_layers"), _pp(ctx)
     if not layers or pp == 1 or layers % pp == 0:
         return
     if ctx.get("model.num_layers_in_first_pipeline_stage") is not None or ctx.get(
@@ -165,7 +165,7 @@ def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
 @check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))
 def seq_length_context_parallel(ctx: CheckContext) -> Iterable[Violation]:
     cp = _cp(ctx)
-    seq = ctx.int("model.seq_length")
+    seq = ctx.number("model.seq_length")
     if cp <= 1 or not seq or seq % (2 * cp) == 0:
         return
     fixes = [[ov("model.context_parallel_size", d)] for d in range(cp - 1, 0, -1) if seq % (2 * d) == 0 or d == 1][:1]
@@ -176,8 +176,8 @@ def seq_length_context_parallel(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("cpu_offloading_layers", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1137)")
 def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
-    layers = ctx.int("model.num_layers")
-    n = ctx.int("model.cpu_offloading_num_layers", 0) or 0
+    layers = ctx.number("model.num_layers")
+    n = ctx.number("model.cpu_offloading_num_layers", 0) or 0
     if ctx.flag("model.cpu_offloading") and layers and (n < 0 or n >= layers):
         yield Violation(
             "cpu_offloading_layers", MSG_CPU_OFFLOAD_LAYERS.format(num_layers=layers),
@@ -249,7 +249,7 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
     if not (ctx.flag("model.bf16") and ctx.flag("optimizer.bf16")):
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
                         fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)], [ov("ddp.megatron_fsdp_version", 1)]])
-    sizes = [(k, ctx.int(f"model.{k}", 1) or 1) for k in (
+    sizes = [(k, ctx.number(f"model.{k}", 1) or 1) for k in (
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "expert_model_parallel_size")]
     bad = [(k, v) for k, v in sizes if v > 1]

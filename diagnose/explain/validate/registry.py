@@ -42,7 +42,8 @@ class CheckContext:
     def flag(self, key: str) -> bool:
         return as_bool(self.view.get(key, False))
 
-    def int(self, key: str, default: int | None = None) -> int | None:
+    def number(self, key: str, default: int | None = None) -> int | None:
+        """An integer setting (None or ``default`` when absent or not a whole number)."""
         return as_int(self.view.get(key), default)
 
     def env(self, name: str) -> str | None:
