@@ -157,3 +157,24 @@ def test_phase_of_never_raises(line_no, marks, frames):
     markers = [(name, LogLine("p", n, "", "")) for name, n in marks]
     assert phase_of(line_no, "p", markers, frames) in PHASES
     assert phase_of(line_no, "p", "garbage", frames) in PHASES
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        # Megatron-LM argument checks (sample_logs/mlm_tp_max_connections.log).
+        (_frames(("/w/pretrain_gpt.py", "<module>"), ("/w/megatron/training/arguments.py", "validate_args")), "init"),
+        # An import that fails inside a package (sample_logs/te_undefined_symbol.log).
+        (_frames(("/w/pretrain_gpt.py", "<module>"), ("/site/transformer_engine/pytorch/__init__.py", "<module>")), "init"),
+        # Dataset files missing (sample_logs/dataset_idx_missing.log).
+        (_frames(("/w/train.py", "main"), ("/opt/megatron/core/datasets/indexed_dataset.py", "__init__")), "init"),
+        # JIT warm-up in setup (../shared/real_logs/b042_first_iter_oom.log) beats the forward frames below it.
+        (
+            _frames(("m/training/initialize.py", "_warmup_jit_function"), ("torch/_functorch/aot_autograd.py", "forward")),
+            "init",
+        ),
+        (_frames(("/w/train.py", "<module>"),), None),  # the entry script alone says nothing
+    ],
+)
+def test_setup_time_frames_are_init(frames, phase):
+    assert phase_from_frames(frames) == phase

@@ -145,6 +145,17 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     ("eval", re.compile(r":(?:evaluate|evaluate_and_print_results|evaluate_\w+)$", re.M)),
+    # Bridge/Megatron setup warms up fused kernels with activation-sized tensors before training starts.
+    ("init", re.compile(r":(?:set_jit_fusion_options|_warmup_jit_function)$", re.M)),
+    # Datasets are built during setup, before the first iteration.
+    (
+        "init",
+        re.compile(
+            r"(?:indexed_dataset|gpt_dataset|blended_megatron_dataset_builder|megatron_dataset)\.py:\w+$|"
+            r":build_train_valid_test_data\w*$",
+            re.M,
+        ),
+    ),
     (
         "model_build",
         re.compile(
@@ -166,7 +177,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         "init",
         re.compile(
             r":(?:validate|runtime_config_update|initialize_megatron|_initialize_distributed|init_process_group|"
-            r"finalize|__post_init__|initialize_model_parallel)$",
+            r"finalize|__post_init__|initialize_model_parallel|validate_args|parse_args|_create_c10d_store|"
+            r"rendezvous|next_rendezvous)$",
             re.M,
         ),
     ),
@@ -192,6 +204,8 @@ def phase_from_frames(frames: Iterable[Any]) -> str | None:
     for phase, pattern in _FRAME_PHASES:
         if pattern.search(joined):
             return phase
+    if any(key.endswith(":<module>") for key in keys[1:]):
+        return "init"  # failed while importing a module: before anything ran
     return None
 
 
