@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pytest
 
 from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.replay import render_fix, replay

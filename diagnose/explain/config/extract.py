@@ -18,7 +18,7 @@ from diagnose.explain.config.cmdline import join_continuations, parse_command
 from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
-from diagnose.explain.config.safe_yaml import MAX_DOCUMENT_BYTES, safe_load
+from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.version import infer_version
 from diagnose.explain.config.view import ConfigView
