@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnose.match import TextSource, match_text, scan_and_match
 from diagnose.match import engine
@@ -161,3 +163,32 @@ def test_empty_input_and_no_match():
     assert match_text("", make_catalogue(OOM)).findings == []
     report = match_text("all good\n", make_catalogue(OOM))
     assert report.findings == [] and report.root_cause is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000))
+def test_any_bytes_give_a_report_never_an_exception(data):
+    # builtin catalogue, every backend: arbitrary bytes (NUL, invalid UTF-8, lone \r, escapes) never break a scan
+    catalogue = _builtin()
+    reports = [scan_and_match([TextSource("b.log", data)], catalogue, backend=b).report.to_dict() for b in BACKENDS]
+    assert reports[0] == reports[1] == reports[2]
+    assert reports[0]["inputs"][0]["lines"] == data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+
+
+_BUILTIN = []
+
+
+def _builtin():
+    from diagnose.match.rules import load_catalogue
+
+    if not _BUILTIN:
+        _BUILTIN.append(load_catalogue())
+    return _BUILTIN[0]
+
+
+def test_a_line_longer_than_a_window_is_matched_once():
+    line = "x" * (3 << 20) + " torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+    report = match_text("first\n" + line + "\nlast\n", make_catalogue(OOM))
+    (f,) = report.findings
+    assert f.first_line == 2 and f.count == 1
+    assert len(f.evidence[0].text) <= 500  # evidence of a huge line is cut

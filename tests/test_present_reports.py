@@ -131,3 +131,16 @@ def test_no_failure_report():
     assert "No failure found." in render_to_string(report)
     assert render_markdown(report).startswith("## diagnose: no failure found")
     assert json.loads(render_json(report))["root_cause"] is None
+
+
+def test_mapping_lines_reads_sourced_values_and_counts_defaults():
+    from diagnose.present.text import mapping_lines
+
+    values = {f"model.k{i}": {"value": i, "from": "default"} for i in range(10)}
+    values["ddp.use_megatron_fsdp"] = {"value": True, "from": "log:26"}
+    lines = mapping_lines({"values": values, "render": {"python": "a = 1\nb = 2"}, "notes": ["x"]})
+    assert "  ddp.use_megatron_fsdp: true  (log:26)" in lines
+    assert "  … 10 more at their defaults" in lines
+    assert not any("model.k3" in ln for ln in lines)
+    assert lines[lines.index("  python: |") + 1 :][:2] == ["      a = 1", "      b = 2"]
+    assert "- x" in [ln.strip() for ln in lines]
