@@ -269,3 +269,19 @@ def test_sources_close_idempotently(tmp_path):
         pass
     source.close()
     source.close()
+
+
+def test_devices_are_refused_not_read_forever():
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs(["/dev/zero"]):
+            pass
+    assert "not a log file" in _one_line_error(e)
+
+
+def test_error_for_a_path_with_control_characters_stays_on_one_line(tmp_path):
+    name = tmp_path / "evil\nname\x1b]0;title\x07.log"
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(name)]):
+            pass
+    message = _one_line_error(e)
+    assert "\x1b" not in message and "\\n" in message and "\\x1b" in message

@@ -14,6 +14,7 @@ import re
 import stat
 from dataclasses import dataclass
 
+from diagnose.ingest.errors import input_error
 from diagnose.model import DiagnoseError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -70,7 +71,7 @@ def _walk_logs(folder: str) -> list[str]:
     found: list[str] = []
 
     def on_error(err: OSError) -> None:
-        raise DiagnoseError(f"{err.filename or folder}: cannot list folder ({err.strerror or err})")
+        raise input_error(err.filename or folder, f"cannot list folder ({err.strerror or err})")
 
     for root, dirs, files in os.walk(folder, onerror=on_error, followlinks=False):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -96,19 +97,18 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
             st = os.stat(raw)
         except FileNotFoundError:
             if os.path.islink(raw):
-                raise DiagnoseError(f"{raw}: broken symbolic link") from None
-            raise DiagnoseError(f"{raw}: no such file or directory") from None
+                raise input_error(raw, f"broken symbolic link") from None
+            raise input_error(raw, f"no such file or directory") from None
         except PermissionError:
-            raise DiagnoseError(f"{raw}: permission denied (cannot reach this path)") from None
+            raise input_error(raw, f"permission denied (cannot reach this path)") from None
         except OSError as e:
-            raise DiagnoseError(f"{raw}: cannot open ({e.strerror or e})") from None
+            raise input_error(raw, f"cannot open ({e.strerror or e})") from None
         if stat.S_ISDIR(st.st_mode):
             if not os.access(raw, os.R_OK | os.X_OK):
-                raise DiagnoseError(f"{raw}: permission denied (cannot list folder)")
+                raise input_error(raw, f"permission denied (cannot list folder)")
             logs = _walk_logs(raw)
             if not logs:
-                raise DiagnoseError(
-                    f"{raw}: folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, .gz)"
+                raise input_error(raw, f"folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, .gz)"
                 )
             entries.extend(hints_for(p) for p in logs)
             continue

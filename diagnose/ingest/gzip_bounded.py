@@ -10,6 +10,7 @@ import os
 import zlib
 from dataclasses import dataclass
 
+from diagnose.ingest.errors import input_error
 from diagnose.model import DiagnoseError
 
 _CHUNK_IN = 1 << 16
@@ -28,13 +29,13 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
     try:
         fin = open(src, "rb")
     except FileNotFoundError:
-        raise DiagnoseError(f"{src}: no such file or directory") from None
+        raise input_error(src, f"no such file or directory") from None
     except PermissionError:
-        raise DiagnoseError(f"{src}: permission denied (no read access)") from None
+        raise input_error(src, f"permission denied (no read access)") from None
     except IsADirectoryError:
-        raise DiagnoseError(f"{src}: is a directory, not a .gz file") from None
+        raise input_error(src, f"is a directory, not a .gz file") from None
     except OSError as e:
-        raise DiagnoseError(f"{src}: cannot open ({e.strerror or e})") from None
+        raise input_error(src, f"cannot open ({e.strerror or e})") from None
     written = 0
     read = 0
     try:
@@ -68,26 +69,24 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
             if not started:
                 return 0  # an empty .gz file: empty input
             if not inflater.eof:
-                raise DiagnoseError(f"{src}: corrupt or truncated gzip (stream ends early)")
+                raise input_error(src, f"corrupt or truncated gzip (stream ends early)")
             tail = inflater.flush()
             written += len(tail)
             _check(src, written, read, limits)
             fout.write(tail)
     except zlib.error as e:
-        raise DiagnoseError(f"{src}: corrupt gzip ({e})") from None
+        raise input_error(src, f"corrupt gzip ({e})") from None
     except OSError as e:
         if os.path.exists(dst):
             os.unlink(dst)
-        raise DiagnoseError(f"{src}: cannot decompress ({e.strerror or e})") from None
+        raise input_error(src, f"cannot decompress ({e.strerror or e})") from None
     return written
 
 
 def _check(src: str, written: int, read: int, limits: GzipLimits) -> None:
     if written > limits.max_output_bytes:
-        raise DiagnoseError(
-            f"{src}: refusing to decompress more than {limits.max_output_bytes} bytes (gzip bomb or huge log)"
+        raise input_error(src, f"refusing to decompress more than {limits.max_output_bytes} bytes (gzip bomb or huge log)"
         )
     if written > limits.ratio_grace_bytes and written > limits.max_ratio * max(read, 1):
-        raise DiagnoseError(
-            f"{src}: refusing to decompress: expands more than {limits.max_ratio:.0f}x (looks like a gzip bomb)"
+        raise input_error(src, f"refusing to decompress: expands more than {limits.max_ratio:.0f}x (looks like a gzip bomb)"
         )

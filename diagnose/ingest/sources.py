@@ -21,6 +21,7 @@ from typing import IO, Iterator
 
 from diagnose.ingest.discover import expand_inputs
 from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
+from diagnose.ingest.errors import input_error
 from diagnose.model import DiagnoseError
 
 FIFO_TIMEOUT_S = 10.0
@@ -88,15 +89,18 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise DiagnoseError(f"{path}: no such file or directory") from None
+        raise input_error(path, f"no such file or directory") from None
     except PermissionError:
-        raise DiagnoseError(f"{path}: permission denied") from None
+        raise input_error(path, f"permission denied") from None
     except OSError as e:
-        raise DiagnoseError(f"{path}: cannot open ({e.strerror or e})") from None
-    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        raise input_error(path, f"cannot open ({e.strerror or e})") from None
+    if stat.S_ISFIFO(st.st_mode):
         return _read_stream(path, tmp, **hints)
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
+        raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
     if not stat.S_ISREG(st.st_mode):
-        raise DiagnoseError(f"{path}: not a regular file")
+        raise input_error(path, f"not a regular file")
     if 0 < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
         snapshot = _snapshot(path, tmp)
         return _map_file(snapshot, display_path=path, **hints)
@@ -116,9 +120,9 @@ def _snapshot(path: str, tmp: str) -> str:
                 dst.write(chunk)
                 remaining -= len(chunk)
     except PermissionError:
-        raise DiagnoseError(f"{path}: permission denied (no read access)") from None
+        raise input_error(path, f"permission denied (no read access)") from None
     except OSError as e:
-        raise DiagnoseError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise input_error(path, f"cannot read ({e.strerror or e})") from None
     return out
 
 
@@ -126,11 +130,11 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
     try:
         fh = open(real_path, "rb")
     except PermissionError:
-        raise DiagnoseError(f"{display_path}: permission denied (no read access)") from None
+        raise input_error(display_path, f"permission denied (no read access)") from None
     except IsADirectoryError:
-        raise DiagnoseError(f"{display_path}: is a directory") from None
+        raise input_error(display_path, f"is a directory") from None
     except OSError as e:
-        raise DiagnoseError(f"{display_path}: cannot open ({e.strerror or e})") from None
+        raise input_error(display_path, f"cannot open ({e.strerror or e})") from None
     try:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
@@ -141,7 +145,7 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         except (ValueError, OSError) as e:
             # Truncated between fstat and mmap, or a file system without mmap: read it (bounded by size).
             if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
-                raise DiagnoseError(f"{display_path}: cannot map ({e.strerror or e})") from None
+                raise input_error(display_path, f"cannot map ({e.strerror or e})") from None
             data = fh.read(size)
             fh.close()
             return Source(path=display_path, size=len(data), buffer=data, **hints)
@@ -150,7 +154,7 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         raise
     except OSError as e:
         fh.close()
-        raise DiagnoseError(f"{display_path}: cannot read ({e.strerror or e})") from None
+        raise input_error(display_path, f"cannot read ({e.strerror or e})") from None
     source = Source(path=display_path, size=size, buffer=mapped, **hints)
     source._closers.extend([fh.close, mapped.close])
     return source
@@ -175,7 +179,7 @@ def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: 
                 except (OSError, ValueError):
                     ready = [fd]  # not selectable (e.g. a regular file on stdin): just read
                 if not ready:
-                    raise DiagnoseError(f"{what}: nothing to read after {timeout_s:.0f} s (no writer?)")
+                    raise input_error(what, f"nothing to read after {timeout_s:.0f} s (no writer?)")
             chunk = os.read(fd, _COPY_CHUNK)
             if not chunk:
                 return
@@ -188,16 +192,16 @@ def _read_stream(path: str, tmp: str, **hints) -> Source:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except PermissionError:
-        raise DiagnoseError(f"{path}: permission denied (no read access)") from None
+        raise input_error(path, f"permission denied (no read access)") from None
     except OSError as e:
-        raise DiagnoseError(f"{path}: cannot open ({e.strerror or e})") from None
+        raise input_error(path, f"cannot open ({e.strerror or e})") from None
     try:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", buffering=0) as reader:
             fd = -1
             _copy_with_deadline(reader, out, f"{path} (a FIFO)", FIFO_TIMEOUT_S)
     except OSError as e:
-        raise DiagnoseError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise input_error(path, f"cannot read ({e.strerror or e})") from None
     finally:
         if fd >= 0:
             os.close(fd)
