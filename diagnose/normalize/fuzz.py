@@ -62,15 +62,20 @@ def check(data: bytes) -> None:
             owners.add(id(ln))
         if tb.exc_line is not None:
             assert any(ln is tb.exc_line for ln in tb.lines)
+    exc_indexes = {id(tb.exc_line) for tb in tracebacks if tb.exc_line is not None}
     markers = []
     for i, line in enumerate(lines[:200]):
         for name, parser in PARSERS.items():
-            out = parser(line, lines[i + 1 : i + 30])
+            out = parser(line, lines[i + 1 : i + 6])
             assert out is None or isinstance(out, dict), name
         markers.append(("iteration", line))
-        window_start = max(0, i - 60)
-        tb = traceback_ending_at(lines[window_start : i + 1], i - window_start)
-        frames = [f.text for f in tb.frames] if tb is not None else []
+        frames: list[str] = []
+        if id(line) in exc_indexes or i % 16 == 0:
+            window_start = max(0, i - 60)
+            tb = traceback_ending_at(lines[window_start : i + 1], i - window_start)
+            if id(line) in exc_indexes:
+                assert tb is not None and tb.exc_line is line  # the window finds the same traceback
+            frames = [f.text for f in tb.frames] if tb is not None else []
         assert phase_of(line.lineno, line.path, markers, frames) in PHASES
 
 
