@@ -265,3 +265,19 @@ async def test_empty_report_says_no_failure(tmp_path: Path) -> None:
 
 def oom_app_clipboard_empty(app: DiagnoseApp) -> bool:
     return app.clipboard == ""
+
+
+@run_async
+async def test_clicking_an_evidence_location_opens_the_log_there(oom_app: DiagnoseApp) -> None:
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        evidence = oom_app.screen.query_one("#finding-evidence")
+        from textual.geometry import Region
+
+        rendered = [strip.text for strip in evidence.render_lines(Region(0, 0, *evidence.size))]
+        row = next(i for i, line in enumerate(rendered) if line.startswith("ddp_wrap_oom.log:32"))
+        assert row > 1  # the first evidence line wraps above it
+        await pilot.click(evidence, offset=(3, row))
+        await pilot.pause(0.2)
+        assert isinstance(oom_app.screen, LogScreen)
+        assert oom_app.screen.view.cursor_line == 31

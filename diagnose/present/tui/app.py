@@ -105,6 +105,14 @@ class MainScreen(Screen):
         if app.report is not None and index is not None:
             app.open_evidence(app.report.findings[index])
 
+    def action_open_evidence(self, number: int) -> None:
+        """Open the log at the selected finding's evidence line ``number`` (a click on its location)."""
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        index = self.findings.selected_finding
+        if app.report is not None and index is not None:
+            app.open_evidence(app.report.findings[index], number)
+
     def action_copy_fix(self) -> None:
         title, text = self.detail.active_form
         if not text:
@@ -348,13 +356,13 @@ class DiagnoseApp(App):
         index = self.index_for(path)
         self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked))
 
-    def open_evidence(self, finding: Finding) -> None:
+    def open_evidence(self, finding: Finding, number: int = 0) -> None:
         if not finding.evidence:
             self.notify("This finding has no evidence line to open.", severity="warning")
             return
-        first = finding.evidence[0]
-        marked = {e.line - 1 for e in finding.evidence if e.path == first.path}
-        self.open_log(first.path, max(0, first.line - 1), marked)
+        chosen = finding.evidence[min(max(number, 0), len(finding.evidence) - 1)]
+        marked = {e.line - 1 for e in finding.evidence if e.path == chosen.path}
+        self.open_log(chosen.path, max(0, chosen.line - 1), marked)
 
     # --------------------------------------------------------------------------------------- actions
 

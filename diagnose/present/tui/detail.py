@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -49,7 +50,8 @@ def evidence_text(finding: Finding, display: dict[str, str]) -> Text:
         if n:
             text.append("\n")
         name = display.get(ev.path, ev.path)
-        text.append(f"{inert(name)}:{ev.line}", "cyan")
+        text.append(f"{inert(name)}:{ev.line}", Style(color="cyan", underline=True,
+                                                       meta={"@click": f"screen.open_evidence({n})"}))
         text.append("  ")
         text.append(shorten(inert(ev.text), EVIDENCE_CELLS))
     hidden = len(finding.evidence) - EVIDENCE_SHOWN
@@ -98,7 +100,8 @@ class FindingDetail(VerticalScroll):
         yield Static(id="finding-header")
         yield Static(heading("Explanation"), classes="section")
         yield Static(id="finding-explanation")
-        yield Static(heading("Evidence") + Text("  (enter: open the log here)", style="dim"), classes="section")
+        yield Static(heading("Evidence") + Text("  (enter or click: open the log there)", style="dim"),
+                     classes="section")
         yield Static(id="finding-evidence")
         yield Static(heading("Fix") + Text("  (c: copy the shown form)", style="dim"), classes="section")
         yield Static(id="fix-summary")
