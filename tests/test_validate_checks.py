@@ -114,6 +114,14 @@ CASES = [
                                           "model.bf16": True, "optimizer.bf16": True,
                                           "optimizer.optimizer_cpu_offload": True},
          {NEW: "MFSDP V2 does not support optimizer CPU offload."}),
+    Case("precision_aware_optimizer_needs_distributed_optimizer",
+         {"optimizer.use_precision_aware_optimizer": True, "ddp.use_distributed_optimizer": True},
+         {m: "--use-precision-aware-optimizer only supported with distributed optimizer" for m in (OLD, NEW)}),
+    Case("precision_aware_optimizer_adam_only",
+         {"optimizer.use_precision_aware_optimizer": True, "optimizer.optimizer": "sgd"},
+         {m: "--use-precision-aware-optimizer only supported with adam" for m in (OLD, NEW)}),
+    Case("reuse_grad_buf_needs_fp8_param_gather", {"ddp.reuse_grad_buf_for_mxfp8_param_ag": True},
+         {m: "Reuse grad buffer only when keeping params in MXFP8." for m in (OLD, NEW)}),
     # Megatron-LM argument checks
     Case("fsdp_requires_fsdp_dtensor", {"ddp.use_megatron_fsdp": True}, framework="megatron-lm",
          messages={OLD: "Megatron FSDP only supports fsdp_dtensor checkpoint format",
@@ -179,7 +187,8 @@ def test_every_registered_hard_check_has_a_case():
     registered = {spec.name for spec in CHECKS} - note_checks
     # some registered functions emit under several names (async_save_*, megatron_fsdp_v2_*)
     aliases = {"async_save_format": {"async_save_format", "async_save_requires_save"},
-               "megatron_fsdp_v2_guards": {n for n in covered if n.startswith("megatron_fsdp_v2_")}}
+               "megatron_fsdp_v2_guards": {n for n in covered if n.startswith("megatron_fsdp_v2_")},
+               "precision_aware_optimizer": {n for n in covered if n.startswith("precision_aware_optimizer_")}}
     for name in registered:
         assert aliases.get(name, {name}) & covered, f"no test case for check {name}"
 

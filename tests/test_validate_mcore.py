@@ -34,6 +34,10 @@ CASES = {
     "cpu_offloading_cuda_graphs": {"model.cpu_offloading": True, "model.cpu_offloading_num_layers": 1,
                                    "model.cuda_graph_impl": "local"},
     "nccl_ub_expandable_segments": {"ddp.nccl_ub": True, "env.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+    "precision_aware_optimizer_needs_distributed_optimizer": {"optimizer.use_precision_aware_optimizer": True},
+    "precision_aware_optimizer_adam_only": {"optimizer.use_precision_aware_optimizer": True,
+                                            "optimizer.optimizer": "sgd"},
+    "reuse_grad_buf_needs_fp8_param_gather": {"ddp.reuse_grad_buf_for_mxfp8_param_ag": True},
 }
 
 
@@ -69,17 +73,18 @@ def test_megatron_core_accepts_a_good_config_and_the_environment_is_restored(mon
 
 
 def test_validate_adds_megatron_core_only_violations_and_drops_duplicates():
-    # precision-aware optimizer without the distributed optimizer: only megatron-core's OptimizerConfig checks it
-    view = _view({"optimizer.use_precision_aware_optimizer": True, "model.num_attention_heads": 7,
-                  "model.tensor_model_parallel_size": 2})
+    # recompute_method without recompute_granularity: a TransformerConfig check we do not mirror
+    view = _view({"model.recompute_granularity": "full", "model.recompute_method": "sideways",
+                  "optimizer.use_precision_aware_optimizer": True})
     result = run_checks(view)
     assert result.mcore_checked
     checks = [v.check for v in result.violations]
-    assert "mcore:OptimizerConfig" in checks
-    assert [v.message for v in result.violations if v.check == "mcore:OptimizerConfig"] == [
-        "--use-precision-aware-optimizer only supported with distributed optimizer"
-    ]
-    assert checks.count("heads_divisible_by_tp") == 1 and "mcore:TransformerConfig" not in checks
+    assert checks.count("precision_aware_optimizer_needs_distributed_optimizer") == 1
+    assert "mcore:OptimizerConfig" not in checks  # same message as the mirrored check: dropped
+    mcore_only = [v for v in result.violations if v.check.startswith("mcore:")]
+    assert [(v.check, v.message) for v in mcore_only] == [
+        ("mcore:TransformerConfig", 'recompute_method: sideways must be "block" or "uniform".')]
+    assert mcore_only[0].source.startswith("megatron-core TransformerConfig.__post_init__ (installed 0.16")
 
 
 def test_megatron_core_config_does_not_check_even_pipeline_split():

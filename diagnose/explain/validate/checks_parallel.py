@@ -268,3 +268,37 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("megatron_fsdp_v2_cpu_offload", MSG_MFSDP_V2_CPU_OFFLOAD,
                         ["optimizer.optimizer_cpu_offload", "ddp.megatron_fsdp_version"],
                         fixes=[[ov("optimizer.optimizer_cpu_offload", False)], [ov("ddp.megatron_fsdp_version", 1)]])
+
+
+@check("precision_aware_optimizer",
+       "megatron-core optimizer/optimizer_config.py OptimizerConfig.__post_init__ (0.16.1 ~L375); Bridge runs it in "
+       "optimizer.finalize(), before the distributed-optimizer settings are synced")
+def precision_aware_optimizer(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.flag("optimizer.use_precision_aware_optimizer"):
+        return
+    if (ctx.get("optimizer.optimizer") or "adam") != "adam":
+        yield Violation(
+            "precision_aware_optimizer_adam_only", "--use-precision-aware-optimizer only supported with adam",
+            ["optimizer.use_precision_aware_optimizer", "optimizer.optimizer"],
+            fixes=[[ov("optimizer.use_precision_aware_optimizer", False)]],
+        )
+    elif not ctx.flag("optimizer.use_distributed_optimizer"):
+        yield Violation(
+            "precision_aware_optimizer_needs_distributed_optimizer",
+            "--use-precision-aware-optimizer only supported with distributed optimizer",
+            ["optimizer.use_precision_aware_optimizer", "optimizer.use_distributed_optimizer"],
+            fixes=[[ov("optimizer.use_distributed_optimizer", True), ov("ddp.use_distributed_optimizer", True)],
+                   [ov("optimizer.use_precision_aware_optimizer", False)]],
+        )
+
+
+@check("reuse_grad_buf_needs_fp8_param_gather",
+       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149); Bridge runs it in "
+       "ddp.finalize(), before the Megatron FSDP auto-fixes")
+def reuse_grad_buf_needs_fp8_param_gather(ctx: CheckContext) -> Iterable[Violation]:
+    if ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag") and not ctx.flag("ddp.fp8_param_gather"):
+        yield Violation(
+            "reuse_grad_buf_needs_fp8_param_gather", "Reuse grad buffer only when keeping params in MXFP8.",
+            ["ddp.reuse_grad_buf_for_mxfp8_param_ag", "ddp.fp8_param_gather"],
+            fixes=[[ov("ddp.reuse_grad_buf_for_mxfp8_param_ag", False)]],
+        )
