@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.cache import LRUCache
