@@ -84,6 +84,7 @@ def test_validate_adds_megatron_core_only_violations_and_drops_duplicates():
     mcore_only = [v for v in result.violations if v.check.startswith("mcore:")]
     assert [(v.check, v.message) for v in mcore_only] == [
         ("mcore:TransformerConfig", 'recompute_method: sideways must be "block" or "uniform".')]
+    assert mcore_only[0].keys == ["model.recompute_method"]
     assert mcore_only[0].source.startswith("megatron-core TransformerConfig.__post_init__ (installed 0.16")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 import warnings
 from typing import Any
@@ -21,6 +22,7 @@ from diagnose.explain.config.view import ConfigView
 from diagnose.explain.validate.registry import Violation
 
 _LOCK = threading.Lock()
+_SECTION = {"DistributedDataParallelConfig": "ddp", "OptimizerConfig": "optimizer", "TransformerConfig": "model"}
 _CLASSES: dict[str, Any] | None = None
 _IMPORT_FAILED = False
 _ENV_READ = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS")
@@ -120,11 +122,12 @@ def check_with_mcore(view: ConfigView) -> list[Violation] | None:
                     continue
                 message = _post_init_error(classes[cls_name], kwargs)
                 if message:
+                    section = _SECTION[cls_name]
                     found.append(
                         Violation(
                             check=f"mcore:{cls_name}",
                             message=message,
-                            keys=[],
+                            keys=[f"{section}.{k}" for k in kwargs if re.search(rf"\b{re.escape(k)}\b", message)],
                             source=SOURCE.format(cls=cls_name, version=classes["version"]),
                         )
                     )
