@@ -197,3 +197,14 @@ def test_checkpoint_folders_resolve_to_their_run_config(tmp_path):
     assert load_config(str(save / "iter_0001000")).get("model.num_layers") == 8
     with pytest.raises(DiagnoseError, match="no run_config.yaml"):
         load_config(str(tmp_path))
+
+
+def test_srun_launching_python_directly_gives_the_world_size():
+    view = ConfigView()
+    parse_command("srun --nodes=4 --ntasks-per-node=8 python pretrain_gpt.py --tensor-model-parallel-size 8 "
+                  "--num-layers 80", "log:3", view)
+    assert view.get("launch.world_size") == 32 and view.get("launch.nnodes") == 4
+    assert view.get("model.tensor_model_parallel_size") == 8 and view.framework == "megatron-lm"
+    other = ConfigView()
+    parse_command("srun -N 2 torchrun --nproc_per_node 8 --nnodes 2 train.py model.num_layers=2", "log:4", other)
+    assert other.get("launch.world_size") == 16  # torchrun decides, not srun's task count

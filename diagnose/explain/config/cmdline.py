@@ -74,10 +74,14 @@ def parse_command(text: str, origin: str, view: ConfigView | None = None) -> Con
             break
     else:
         return view
-    for tok in tokens[:start]:
+    prefix = tokens[:start]
+    for tok in prefix:
         if _ENV_TOKEN.fullmatch(tok):
             name, value = tok.split("=", 1)
             view.set(f"env.{name}", value, origin)
+    direct = tokens[start].rsplit("/", 1)[-1].startswith("python") and not any(t in _LAUNCHERS for t in tokens[start:start + 3])
+    if direct and any(t.rsplit("/", 1)[-1] == "srun" for t in prefix):
+        _parse_srun(prefix, origin, view)  # one process per task: the task count is the world size
     tokens = tokens[start:]
     script_at = _find_script(tokens)
     launcher_args = tokens[:script_at] if script_at is not None else tokens
@@ -88,6 +92,25 @@ def parse_command(text: str, origin: str, view: ConfigView | None = None) -> Con
     args = tokens[script_at + 1:]
     _parse_script_args(script, args, origin, view)
     return view
+
+
+def _parse_srun(tokens: list[str], origin: str, view: ConfigView) -> None:
+    opts: dict[str, str] = {}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--") and "=" in tok:
+            k, v = tok[2:].split("=", 1)
+            opts[k] = v
+        elif tok in ("-n", "--ntasks", "-N", "--nodes", "--ntasks-per-node") and i + 1 < len(tokens):
+            opts[{"-n": "ntasks", "-N": "nodes"}.get(tok, tok.lstrip("-"))] = tokens[i + 1]
+    ntasks = as_int(parse_scalar(opts.get("ntasks", "")))
+    nodes = as_int(parse_scalar(opts.get("nodes", "")))
+    per_node = as_int(parse_scalar(opts.get("ntasks-per-node", "")))
+    if not ntasks and nodes and per_node:
+        ntasks = nodes * per_node
+    if ntasks:
+        view.set("launch.world_size", ntasks, origin)
+    if nodes:
+        view.set("launch.nnodes", nodes, origin)
 
 
 def _find_script(tokens: list[str]) -> int | None:
