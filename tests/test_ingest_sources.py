@@ -285,3 +285,19 @@ def test_error_for_a_path_with_control_characters_stays_on_one_line(tmp_path):
             pass
     message = _one_line_error(e)
     assert "\x1b" not in message and "\\n" in message and "\\x1b" in message
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=300), st.booleans())
+def test_any_gz_bytes_give_data_or_a_one_line_error(tmp_path, data, with_header):
+    path = tmp_path / "fuzz.log.gz"
+    path.write_bytes((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" if with_header else b"") + data)
+    try:
+        with open_inputs([str(path)]) as (source,):
+            assert len(source.buffer) == source.size
+    except DiagnoseError as e:
+        assert "\n" not in str(e) and str(path) in str(e)

@@ -235,3 +235,17 @@ def test_normalize_line_is_linear_on_huge_lines(huge):
 
 def test_carriage_return_overlay_of_long_line_keeps_the_tail():
     assert collapse_carriage_returns("A" * 10 + "\rbb" * 3) == "bb" + "A" * 8
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200).filter(lambda t: "\n" not in t))
+def test_each_logline_is_its_input_line_and_text_is_a_suffix_of_the_screen(raw):
+    line = normalize_line(raw, "f", 3)
+    assert line.raw == raw  # the line as read, untouched
+    assert collapse_carriage_returns(raw).endswith(line.text)  # only leading prefixes are ever removed
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=100))
+def test_decode_of_valid_utf8_is_plain_decoding(text):
+    assert decode(text.encode("utf-8")) == text
