@@ -190,7 +190,7 @@ start_munge() {
   fi
   mkdir -p /run/munge /var/log/munge /var/lib/munge
   chown munge:munge /run/munge /var/log/munge /var/lib/munge && chmod 755 /run/munge
-  runuser -u munge -- /usr/sbin/munged --force || fail "munged did not start" /var/log/munge/munged.log
+  runuser -u munge -- /usr/sbin/munged --force 9>&- || fail "munged did not start" /var/log/munge/munged.log
   local started=$SECONDS
   until probe 'munge -n | unmunge'; do
     [ $((SECONDS - started)) -ge "$WAIT" ] && fail "munged not answering" /var/log/munge/munged.log
@@ -216,7 +216,7 @@ start_database() {
     setsid /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$db/data" --socket="$socket" --port="$DB_PORT" \
       --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$db/mariadb.pid" --log-error="$db/mariadb.log" \
       --skip-log-bin --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
-      </dev/null >/dev/null 2>&1 &
+      </dev/null >/dev/null 2>&1 9>&- &
     echo $! > "$RUN/mariadbd.pid"   # mariadbd's own pid file appears late and root cannot hand it to mysql
     wait_for mariadbd "$RUN/mariadbd.pid" "$db/mariadb.log" "mariadb-admin --no-defaults -S '$socket' ping"
   fi
@@ -228,7 +228,7 @@ start_database() {
   if pidfile_alive "$RUN/slurmdbd.pid" slurmdbd; then
     say "slurmdbd already running; reusing it"
   else
-    /usr/sbin/slurmdbd || fail "slurmdbd did not start" "$LOGS/slurmdbd.log"
+    /usr/sbin/slurmdbd 9>&- || fail "slurmdbd did not start" "$LOGS/slurmdbd.log"
     wait_for slurmdbd "$RUN/slurmdbd.pid" "$LOGS/slurmdbd.log" "sacctmgr -n -P list cluster"
   fi
 }
@@ -242,7 +242,7 @@ start_slurm() {
     wait_for slurmctld "$RUN/slurmctld.pid" "$LOGS/slurmctld.log" controller_up
     if [ "$CONFIG_CHANGED" = 1 ]; then scontrol reconfigure || fail "scontrol reconfigure failed" "$LOGS/slurmctld.log"; fi
   else
-    /usr/sbin/slurmctld || fail "slurmctld did not start" "$LOGS/slurmctld.log"
+    /usr/sbin/slurmctld 9>&- || fail "slurmctld did not start" "$LOGS/slurmctld.log"
     wait_for slurmctld "$RUN/slurmctld.pid" "$LOGS/slurmctld.log" controller_up
   fi
   if pidfile_alive "$RUN/slurmd.pid" slurmd; then
@@ -253,7 +253,7 @@ start_slurm() {
       sleep 0.2
     done
   else
-    /usr/sbin/slurmd -N "$host" || fail "slurmd did not start" "$LOGS/slurmd.log"
+    /usr/sbin/slurmd -N "$host" 9>&- || fail "slurmd did not start" "$LOGS/slurmd.log"
     wait_for slurmd "$RUN/slurmd.pid" "$LOGS/slurmd.log" node_ready
   fi
 }
@@ -331,11 +331,12 @@ cmd_status() {
   return "$ok"
 }
 
-# up and down from several shells at once (parallel test sessions) take turns
+# up and down from several shells at once (parallel test sessions) take turns; the daemons are started with
+# fd 9 closed (9>&-) so they do not hold the lock after the script ends
 with_lock() {
   mkdir -p "$DIR"
   exec 9> "$DIR/.lock"
-  flock -w 600 9 || fail "another slurm-local.sh has held $DIR/.lock for 10 minutes"
+  flock -w 600 9 || fail "waited 600 s for another slurm-local.sh (lock $DIR/.lock)"
   "$@"
 }
 
