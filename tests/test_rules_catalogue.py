@@ -52,6 +52,13 @@ def test_fix_override_keys_are_bridge_config_paths():
             assert o.key in TOP_LEVEL_KEYS or (section in CONFIG_SECTIONS and "." in o.key), f"{r.code}: {o.key}"
 
 
+def test_fix_values_are_real_values():
+    """TOML has no null: a "null"/"None" string would be applied literally by the replay."""
+    for r in RULES:
+        for o in r.fix.overrides:
+            assert not (isinstance(o.value, str) and o.value.strip().lower() in {"null", "none", "~", ""}), r.code
+
+
 def test_generic_rules_come_first():
     """Last match wins, so the catch-alls must be ordered before every specific rule."""
     generic = [r.order for r in RULES if r.code.startswith("PY")]
