@@ -56,7 +56,7 @@ def test_replay_without_fix_on_new_release_exits_1_for_remaining_violation(capsy
 def test_replay_text_output_and_bad_inputs(capsys, tmp_path):
     assert main(["replay", str(DATA / "mlm_arguments.log")]) == 1
     out = capsys.readouterr().out
-    assert "fsdp_requires_fsdp_dtensor" in out and "megatron_lm" in out
+    assert "fsdp_requires_fsdp_dtensor" in out and "mlm:" in out
     assert main(["replay", str(tmp_path / "missing.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
     assert main(["replay", str(DATA / "run_config.yaml"), "--set", "not-a-pair"]) == 2

@@ -100,10 +100,10 @@ def test_megatron_lm_job_gets_flags():
     view = _view({"model.tensor_model_parallel_size": 2, "model.num_attention_heads": 6}, framework="megatron-lm")
     fix = [Override("ddp.use_megatron_fsdp", True), Override("checkpoint.ckpt_format", "fsdp_dtensor"),
            Override("model.sequence_parallel", False)]
-    assert render_fix(fix, "megatron-lm")["megatron_lm"] == (
+    assert render_fix(fix, "megatron-lm")["mlm"] == (
         "--use-megatron-fsdp --ckpt-format fsdp_dtensor (remove --sequence-parallel)")
     inverted = [Override("checkpoint.save_optim", False), Override("model.gradient_accumulation_fusion", True)]
-    assert render_fix(inverted, "megatron-lm")["megatron_lm"] == (
+    assert render_fix(inverted, "megatron-lm")["mlm"] == (
         "--no-save-optim (remove --no-gradient-accumulation-fusion)")
 
 

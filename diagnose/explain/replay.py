@@ -193,7 +193,7 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
     if env:
         out["env"] = "\n".join(_env(o) for o in env)
     if framework == "megatron-lm":
-        out["megatron_lm"] = " ".join(filter(None, (_mlm(o) for o in config)))
+        out["mlm"] = " ".join(filter(None, (_mlm(o) for o in config)))
     return out
 
 

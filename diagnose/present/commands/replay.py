@@ -131,7 +131,7 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
         console.print(verdict)
         if result.fix:
             render = result.render()
-            for key in ("python", "yaml", "env", "megatron_lm"):
+            for key in ("python", "yaml", "env", "mlm"):
                 if render.get(key):
                     console.print(Text(f"{key}:", style="bold"))
                     console.print(Text(inert_block(render[key]).rstrip("\n")))
