@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -213,6 +215,31 @@ def test_torchrun_summary():
     assert PARSERS["torchrun_failure"]("plain line") is None
 
 
+def test_torchrun_summary_with_child_traceback():
+    lines = [
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-29_15:25:31",
+        "  host      : node01.cluster",
+        "  rank      : 3 (local_rank: 3)",
+        "  exitcode  : 1 (pid: 12345)",
+        "  error_file: /tmp/torchelastic_abc/error.json",
+        "  traceback : Traceback (most recent call last):",
+        '    File "/w/train.py", line 10, in main',
+        "      step()",
+        "  RuntimeError: CUDA error: an illegal memory access was encountered",
+        "============================================================",
+    ]
+    root = parse_torchrun_failure(lines)["root_cause"]
+    assert root["traceback"].splitlines() == [
+        "Traceback (most recent call last):",
+        'File "/w/train.py", line 10, in main',
+        "step()",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    assert root["rank"] == 3 and root["error_file"].endswith("error.json")
+
+
 def test_torchrun_agent_lines():
     f = parse_torchrun_agent("failed (exitcode: 1) local_rank: 0 (pid: 447) of binary: /usr/bin/python")
     assert f == {"event": "worker_failed", "exitcode": 1, "local_rank": 0, "pid": 447, "binary": "/usr/bin/python"}
@@ -384,6 +411,12 @@ def test_nccl_error_round_trip(facts):
     assert parse_nccl_error(lines[0], lines[1:]) == facts
 
 
+# A child's traceback (with @record) continues on indented lines; those lines are free text, except that a line that
+# itself reads like a summary field or border would be ambiguous for any reader.
+TRACEBACK_LINE = st.from_regex(r"[A-Za-z][\w.,:()'/-]{0,30}( [\w.,:()'/-]{1,10}){0,3}", fullmatch=True).filter(
+    lambda t: not re.match(r"(time|host|rank|exitcode|error_file|traceback)\s*:", t) and not t.endswith(" FAILED")
+)
+
 ENTRY = st.fixed_dictionaries(
     {
         "index": st.integers(0, 4096),
@@ -395,7 +428,7 @@ ENTRY = st.fixed_dictionaries(
         "pid": st.integers(1, 10**7),
         "signal": st.none() | st.sampled_from(["SIGABRT", "SIGKILL", "SIGTERM", "SIGSEGV"]),
         "error_file": st.sampled_from(["<N/A>", "/tmp/torchelastic_x/error.json"]),
-        "traceback": TEXT,
+        "traceback": st.lists(TRACEBACK_LINE, min_size=1, max_size=4).map("\n".join),
     }
 )
 

@@ -49,6 +49,7 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
     out: dict[str, Any] = {"script": None, "failures": [], "root_cause": None, "no_other_failures": False}
     section: str | None = None
     current: dict[str, Any] | None = None
+    last_key: str | None = None
     seen_any = False
     for raw in lines:
         text = raw.rstrip()
@@ -76,7 +77,7 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
             continue
         index = _INDEX.match(text)
         if index is not None and section is not None:
-            current = _entry(int(index.group("i")))
+            current, last_key = _entry(int(index.group("i"))), None
             if section == "root":
                 out["root_cause"] = current
             else:
@@ -84,7 +85,11 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
             continue
         field_m = _FIELD.match(text)
         if field_m is not None and current is not None:
-            _set_field(current, field_m.group("key"), field_m.group("value").strip())
+            last_key = field_m.group("key")
+            _set_field(current, last_key, field_m.group("value").strip())
+        elif current is not None and last_key == "traceback":
+            # With @record and an error file, the child's own traceback follows on indented lines.
+            current["traceback"] = f"{current['traceback']}\n{stripped}" if current["traceback"] else stripped
     if not seen_any:
         return None
     return out
@@ -114,8 +119,12 @@ def _format_entry(e: dict[str, Any]) -> list[str]:
         f"  rank      : {e['rank']} (local_rank: {e['local_rank']})",
         f"  exitcode  : {e['exitcode']} (pid: {e['pid']}){signal}",
         f"  error_file: {e['error_file']}",
-        f"  traceback : {e['traceback']}",
-    ]
+    ] + _format_traceback(e["traceback"])
+
+
+def _format_traceback(value: Any) -> list[str]:
+    first, *rest = str(value).split("\n")
+    return [f"  traceback : {first}"] + [f"    {line}" for line in rest]
 
 
 def format_torchrun_failure(f: dict[str, Any]) -> list[str]:
