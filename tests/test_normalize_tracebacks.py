@@ -242,3 +242,26 @@ def test_interleaving_never_loses_an_exception_line(case):
 def test_traceback_ending_at_never_raises(texts, index):
     lines = [normalize_line(t, "f", i + 1) for i, t in enumerate(texts)]
     traceback_ending_at(lines, index)
+
+
+def test_cut_traceback_followed_by_blank_lines_claims_no_exception():
+    # Found by the atheris target (diagnose/normalize/fuzz.py): a traceback cut off mid-frame, many blank lines,
+    # then the tail of another line. The tail is not this traceback's exception.
+    text = (
+        'Traceback (most recent call last):\n  File "/w/train.py", line 21, in <module>\n    main()\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/megatron/bridge/training/\n'
+        + "\n" * 70
+        + 'config.py", line 1346, in validate\n    self._validate_and_apply_megatron_fsdp_configs()\n'
+    )
+    lines = _lines(text)
+    tbs = rebuild(lines)
+    assert all(tb.exc_line is None or not tb.exc_line.text.startswith('config.py"') for tb in tbs)
+    from diagnose.normalize import fuzz
+
+    fuzz.check(text.encode())  # the invariant that failed: a window finds the same traceback
+
+
+def test_a_blank_line_from_another_process_inside_frames_is_tolerated():
+    text = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n\n    f()\nValueError: x\n'
+    (tb,) = rebuild(_lines(text))
+    assert tb.exc_type == "ValueError" and tb.functions == ["f"]

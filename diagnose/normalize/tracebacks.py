@@ -29,6 +29,7 @@ CHAIN_CONTEXT = "During handling of the above exception, another exception occur
 CHAIN_CAUSE = "The above exception was the direct cause of the following exception:"
 MAX_MESSAGE_LINES = 60
 MAX_FRAMES = 2000
+MAX_BLANKS_IN_FRAMES = 2  # Python prints none between frames; a few can come from other unprefixed processes
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
 _CARET = re.compile(r"\s*[\^~][\^~ ]*$")
@@ -113,6 +114,7 @@ class _StreamParser:
         self.last: Traceback | None = None  # the most recent finished traceback (for chaining)
         self.pending_chain: str | None = None
         self.message_lines = 0
+        self.blank_run = 0
 
     # -- helpers
     def _start(self, line: LogLine, headless: bool) -> None:
@@ -124,6 +126,7 @@ class _StreamParser:
         self.pending_chain = None
         self.tb = tb
         self.state = _FRAMES
+        self.blank_run = 0
         tb.lines.append(line)
 
     def _finish(self) -> None:
@@ -223,8 +226,13 @@ class _StreamParser:
             self.state = _CODE
             return
         if not text.strip():
+            self.blank_run += 1
+            if self.blank_run > MAX_BLANKS_IN_FRAMES:
+                self._finish()  # the traceback was cut off: what follows is not its exception
+                return
             tb.lines.append(line)
             return
+        self.blank_run = 0
         if _CARET.match(text) or _REPEATED.match(text):
             tb.lines.append(line)
             return
