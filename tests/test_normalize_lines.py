@@ -249,3 +249,10 @@ def test_each_logline_is_its_input_line_and_text_is_a_suffix_of_the_screen(raw):
 @given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=100))
 def test_decode_of_valid_utf8_is_plain_decoding(text):
     assert decode(text.encode("utf-8")) == text
+
+
+def test_mpirun_tag_output_and_lightning_rank_prefixes():
+    line = normalize_line("[1,3]<stderr>:Traceback (most recent call last):")
+    assert (line.rank, line.text) == (3, "Traceback (most recent call last):")
+    line = normalize_line("[rank: 2] Seed set to 1234")
+    assert (line.rank, line.text) == (2, "Seed set to 1234")

@@ -99,6 +99,8 @@ def collapse_carriage_returns(text: str) -> str:
 _LAYER = re.compile(
     r"""
       \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                          # [default0]: [rank3]: [trainer1]:
+    | \[(?P<mpi_job>\d{1,9}),(?P<mpi_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?                # mpirun --tag-output
+    | \[rank:\ (?P<lrank>\d{1,9})\]\ ?                                                # Lightning "[rank: 3] "
     | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?              # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
@@ -173,6 +175,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             else:
                 line.local_rank = number
                 saw_local = True
+        elif g("mpi_rank") is not None or g("lrank") is not None:
+            line.rank = int(g("mpi_rank") or g("lrank"))
+            saw_rank = True
         elif g("bhost") is not None:
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
