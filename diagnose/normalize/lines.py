@@ -151,20 +151,42 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
     return line
 
 
+# Which layer an alternative of _LAYER is, by the last group it closes (``Match.lastgroup``): one dict lookup
+# instead of probing every named group.
+_KIND_BY_LASTGROUP = {
+    "role_n": "role",
+    "mpi_rank": "mpi",
+    "lrank": "lightning",
+    "bhost_n": "bhost",
+    "cgtime": "c10_glog",
+    "oglevel": "old_glog",
+    "gtime": "glog",
+    "task": "srun",
+    "pts": "logging",
+    "plog": "logging",
+    "plevel": "logging",
+    "ts": "iso",
+    "tslevel": "iso",
+    "nts": "nemo",
+    "host": "pdsh",
+}
+
+
 def _peel_prefixes(line: LogLine, text: str) -> None:
     pos = 0
     srun_task: int | None = None
     saw_local = False
     saw_rank = False
+    end = len(text)
     for _ in range(_MAX_LAYERS):
-        if pos >= len(text) or text[pos] not in _PREFIX_START:
+        if pos >= end or text[pos] not in _PREFIX_START:
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:
             break
-        group = m.lastgroup
+        kind = _KIND_BY_LASTGROUP.get(m.lastgroup or "")
         g = m.group
-        if g("role") is not None:
+        if kind == "role":
             number = int(g("role_n"))
             if g("role") == "rank":
                 line.rank = number
@@ -175,45 +197,44 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             else:
                 line.local_rank = number
                 saw_local = True
-        elif g("mpi_rank") is not None or g("lrank") is not None:
-            line.rank = int(g("mpi_rank") or g("lrank"))
-            saw_rank = True
-        elif g("bhost") is not None:
-            line.host = g("bhost")
-            line.rank = int(g("bhost_n"))
-            saw_rank = True
-        elif g("cglevel") is not None:
-            line.level = g("cglevel")
-            line.timestamp = f"{g('cgdate')} {g('cgtime')}"
-        elif g("oglevel") is not None:
-            line.level = g("oglevel")
-        elif g("glevel") is not None:
-            line.level = g("glevel")
-            line.timestamp = f"{g('gdate')} {g('gtime')}"
-        elif g("task") is not None:
+        elif kind == "srun":
             if srun_task is not None or saw_rank or saw_local or line.timestamp is not None:
                 break  # "3: " after other prefixes is message text (e.g. "Failures: 3: ...")
             srun_task = int(g("task"))
-        elif g("pts") is not None:
+        elif kind == "c10_glog":
+            line.level = g("cglevel")
+            line.timestamp = f"{g('cgdate')} {g('cgtime')}"
+        elif kind == "glog":
+            line.level = g("glevel")
+            line.timestamp = f"{g('gdate')} {g('gtime')}"
+        elif kind == "old_glog":
+            line.level = g("oglevel")
+        elif kind == "mpi" or kind == "lightning":
+            line.rank = int(g("mpi_rank") or g("lrank"))
+            saw_rank = True
+        elif kind == "bhost":
+            line.host = g("bhost")
+            line.rank = int(g("bhost_n"))
+            saw_rank = True
+        elif kind == "logging":
             line.timestamp = g("pts")
             if g("plevel"):
                 line.level = g("plevel")
-        elif g("ts") is not None:
+        elif kind == "iso":
             line.timestamp = g("ts")
             if g("tslevel"):
                 line.level = g("tslevel")
-        elif g("nlevel") is not None:
+        elif kind == "nemo":
             line.level = g("nlevel")
             line.timestamp = g("nts")
-        elif g("host") is not None:
+        elif kind == "pdsh":
             host = g("host")
             first_label = host.split(".", 1)[0]
             looks_like_host = first_label == "localhost" or any(ch.isdigit() for ch in first_label)
             if pos != 0 or line.host is not None or not looks_like_host or _NOT_A_HOST.match(host):
                 break  # a pdsh host is always the outermost layer; "bf16: true" is a config line
             line.host = host
-        else:  # pragma: no cover - every alternative has a named group
-            del group
+        else:  # pragma: no cover - every alternative ends in a group listed above
             break
         pos = m.end()
     if srun_task is not None:
