@@ -15,6 +15,7 @@ Speed matters (the matcher calls this on every candidate line) so the common cas
 
 from __future__ import annotations
 
+import codecs
 import re
 
 from diagnose.model import LogLine
@@ -26,8 +27,6 @@ def _escape_bad_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
     bad = err.object[err.start : err.end]
     return "".join(f"\\x{b:02x}" for b in bad), err.end
 
-
-import codecs  # noqa: E402  (kept next to the handler it registers)
 
 codecs.register_error("diagnose_hex", _escape_bad_bytes)
 
