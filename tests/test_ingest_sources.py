@@ -301,3 +301,33 @@ def test_any_gz_bytes_give_data_or_a_one_line_error(tmp_path, data, with_header)
             assert len(source.buffer) == source.size
     except DiagnoseError as e:
         assert "\n" not in str(e) and str(path) in str(e)
+
+
+def test_bz2_and_xz_and_a_member_boundary_inside_a_read(tmp_path):
+    import bz2
+    import lzma
+
+    from diagnose.ingest import gzip_bounded
+
+    (tmp_path / "a.log.bz2").write_bytes(bz2.compress(b"bz line\n") + bz2.compress(b"second\n"))
+    (tmp_path / "b.log.xz").write_bytes(lzma.compress(b"xz line\n"))
+    first = gzip.compress(os.urandom(3000))
+    boundary = tmp_path / "c.log.gz"
+    boundary.write_bytes(first + gzip.compress(b"tail\n"))
+    with open_inputs([str(tmp_path)]) as sources:
+        assert [s.buffer[:] for s in sources[:2]] == [b"bz line\nsecond\n", b"xz line\n"]
+        assert sources[2].buffer[-5:] == b"tail\n"
+    # The next member's magic split across two reads is still found.
+    old = gzip_bounded._CHUNK_IN
+    try:
+        gzip_bounded._CHUNK_IN = len(first) + 1
+        with open_inputs([str(boundary)]) as (source,):
+            assert source.buffer[-5:] == b"tail\n"
+    finally:
+        gzip_bounded._CHUNK_IN = old
+    bad = tmp_path / "bad.log.xz"
+    bad.write_bytes(b"\xfd7zXZ\x00" + b"\x00" * 40)
+    with pytest.raises(DiagnoseError) as e:
+        with open_inputs([str(bad)]):
+            pass
+    assert "corrupt" in _one_line_error(e)

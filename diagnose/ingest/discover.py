@@ -1,7 +1,7 @@
 """Expand what the user named into the list of log files to read, in natural order, with rank hints.
 
 A folder is walked recursively. Files count as logs by name: ``*.log``, ``*.txt``, ``*.out``, ``*.err``, torchrun's
-``stdout``/``stderr`` files, and the same names ending in ``.gz``. Hidden files, JSON (torchrun's ``error.json``)
+``stdout``/``stderr`` files, and the same names ending in ``.gz``, ``.bz2`` or ``.xz``. Hidden files, JSON (torchrun's ``error.json``)
 and anything else are skipped. Rank hints come from the name: ``rank3.log``, ``log_rank_03.txt``, ``rank-7.out``,
 or torchrun's ``--log-dir`` layout ``<run>/attempt_N/<local_rank>/{stdout,stderr}.log`` (local rank; the same
 number is offered as the rank hint since torchrun's per-node folder does not say which node it is).
@@ -42,8 +42,10 @@ def looks_like_log(name: str) -> bool:
     if name.startswith("."):
         return False
     lower = name.lower()
-    if lower.endswith(".gz"):
-        lower = lower[:-3]
+    for suffix in (".gz", ".bz2", ".xz"):
+        if lower.endswith(suffix):
+            lower = lower[: -len(suffix)]
+            break
     return lower.endswith(_LOG_SUFFIXES) or lower in _LOG_STEMS
 
 
@@ -51,7 +53,11 @@ def hints_for(path: str) -> InputEntry:
     """Rank / local rank / attempt hints from a file's name and its parent folders."""
     parts = os.path.normpath(path).split(os.sep)
     name = parts[-1]
-    stem = name[:-3] if name.lower().endswith(".gz") else name
+    stem = name
+    for suffix in (".gz", ".bz2", ".xz"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
     stem = os.path.splitext(stem)[0]
     rank = local = attempt = None
     stream_name = stem if stem in ("stdout", "stderr") else None
@@ -108,7 +114,7 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
                 raise input_error(raw, f"permission denied (cannot list folder)")
             logs = _walk_logs(raw)
             if not logs:
-                raise input_error(raw, f"folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, .gz)"
+                raise input_error(raw, f"folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)"
                 )
             entries.extend(hints_for(p) for p in logs)
             continue

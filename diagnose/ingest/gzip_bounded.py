@@ -1,92 +1,152 @@
-"""Decompress a ``.gz`` log into a temporary file without trusting it: output size and ratio are capped.
+"""Decompress a ``.gz`` (or ``.bz2`` / ``.xz``) log into a temporary file without trusting it.
 
-A gzip bomb (a few KB that inflate to many GB) or a corrupt/truncated stream is a one-line DiagnoseError, never a
-traceback and never a full disk. Concatenated gzip members (``cat a.gz b.gz``) are read like ``gzip -d`` does.
+Output size and expansion ratio are capped, so a bomb (a few KB that inflate to many GB) or a corrupt/truncated
+stream is a one-line DiagnoseError, never a traceback and never a full disk. Concatenated members
+(``cat a.gz b.gz``) are read like ``gzip -d`` does; trailing garbage after a complete member is ignored, as gzip
+does with a warning.
 """
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import os
 import zlib
 from dataclasses import dataclass
+from typing import BinaryIO, Callable
 
 from diagnose.ingest.errors import input_error
-from diagnose.model import DiagnoseError
 
 _CHUNK_IN = 1 << 16
 _CHUNK_OUT = 1 << 20
+
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 
 
 @dataclass(frozen=True)
 class GzipLimits:
     max_output_bytes: int = 64 << 30  # 64 GiB: a real multi-GB training log still fits
-    max_ratio: float = 1000.0  # text logs compress 5-30x; a 1000x stream is a bomb
+    max_ratio: float = 1000.0  # text logs compress 5-30x (up to ~200x for very repetitive ones); bombs ~1000x+
     ratio_grace_bytes: int = 64 << 20  # small outputs are never refused for their ratio
 
 
+class _Zlib:
+    """zlib's gzip reader behind the same small interface as bz2/lzma decompressors."""
+
+    def __init__(self) -> None:
+        self._d = zlib.decompressobj(wbits=31)
+        self._tail = b""
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._d.unused_data
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._tail
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        out = self._d.decompress(self._tail + data, max_length)
+        self._tail = self._d.unconsumed_tail
+        return out
+
+
+_FORMATS: dict[str, tuple[str, bytes, Callable[[], object], tuple[type[Exception], ...]]] = {
+    ".gz": ("gzip", b"\x1f\x8b", _Zlib, (zlib.error,)),
+    ".bz2": ("bzip2", b"BZh", bz2.BZ2Decompressor, (OSError, ValueError)),
+    ".xz": ("xz", b"\xfd7zXZ\x00", lzma.LZMADecompressor, (lzma.LZMAError,)),
+}
+
+
+def compressed_kind(path: str) -> str | None:
+    lower = path.lower()
+    for suffix in COMPRESSED_SUFFIXES:
+        if lower.endswith(suffix):
+            return suffix
+    return None
+
+
 def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
-    """Inflate ``src`` into ``dst``; return the number of bytes written."""
+    """Decompress ``src`` (kind from its suffix, gzip by default) into ``dst``; return the bytes written."""
+    name, magic, make, errors = _FORMATS[compressed_kind(src) or ".gz"]
     try:
         fin = open(src, "rb")
     except FileNotFoundError:
-        raise input_error(src, f"no such file or directory") from None
+        raise input_error(src, "no such file or directory") from None
     except PermissionError:
-        raise input_error(src, f"permission denied (no read access)") from None
+        raise input_error(src, "permission denied (no read access)") from None
     except IsADirectoryError:
-        raise input_error(src, f"is a directory, not a .gz file") from None
+        raise input_error(src, f"is a directory, not a {name} file") from None
     except OSError as e:
         raise input_error(src, f"cannot open ({e.strerror or e})") from None
-    written = 0
-    read = 0
     try:
         with fin, open(dst, "wb") as fout:
-            inflater = zlib.decompressobj(wbits=31)
-            started = False
-            pending = b""
-            while True:
-                chunk = pending or fin.read(_CHUNK_IN)
-                pending = b""
-                if not chunk:
-                    break
-                read += len(chunk)
-                if inflater.eof:
-                    # Another gzip member follows (or trailing garbage, which gzip -d warns about and ignores).
-                    if not chunk.startswith(b"\x1f\x8b"):
-                        break
-                    inflater = zlib.decompressobj(wbits=31)
-                started = True
-                data = inflater.decompress(chunk, _CHUNK_OUT)
-                while True:
-                    written += len(data)
-                    _check(src, written, read, limits)
-                    fout.write(data)
-                    if not inflater.unconsumed_tail:
-                        break
-                    data = inflater.decompress(inflater.unconsumed_tail, _CHUNK_OUT)
-                if inflater.eof and inflater.unused_data:
-                    pending = inflater.unused_data
-                    read -= len(pending)
-            if not started:
-                return 0  # an empty .gz file: empty input
-            if not inflater.eof:
-                raise input_error(src, f"corrupt or truncated gzip (stream ends early)")
-            tail = inflater.flush()
-            written += len(tail)
-            _check(src, written, read, limits)
-            fout.write(tail)
-    except zlib.error as e:
-        raise input_error(src, f"corrupt gzip ({e})") from None
+            return _copy(fin, fout, src, name, magic, make, limits)
+    except errors as e:
+        _remove(dst)
+        raise input_error(src, f"corrupt {name} data ({e})") from None
+    except EOFError:
+        _remove(dst)
+        raise input_error(src, f"corrupt or truncated {name} data (stream ends early)") from None
     except OSError as e:
-        if os.path.exists(dst):
-            os.unlink(dst)
+        _remove(dst)
         raise input_error(src, f"cannot decompress ({e.strerror or e})") from None
+    except BaseException:
+        _remove(dst)
+        raise
+
+
+def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make, limits: GzipLimits) -> int:
+    decompressor = make()
+    read = written = 0
+    started = False
+    while True:
+        if decompressor.eof:
+            rest = decompressor.unused_data
+            while len(rest) < len(magic):  # the next member's magic may straddle a read
+                more = fin.read(_CHUNK_IN)
+                if not more:
+                    break
+                read += len(more)
+                rest += more
+            if not rest or not rest.startswith(magic):
+                break  # end of input, or trailing garbage after a complete member
+            decompressor = make()
+            data_in = rest
+        elif decompressor.needs_input:
+            data_in = fin.read(_CHUNK_IN)
+            read += len(data_in)
+            if not data_in:
+                break
+        else:
+            data_in = b""
+        started = True
+        out = decompressor.decompress(data_in, _CHUNK_OUT)
+        written += len(out)
+        _check(src, name, written, read, limits)
+        fout.write(out)
+    if started and not decompressor.eof:
+        raise EOFError
     return written
 
 
-def _check(src: str, written: int, read: int, limits: GzipLimits) -> None:
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _check(src: str, name: str, written: int, read: int, limits: GzipLimits) -> None:
     if written > limits.max_output_bytes:
-        raise input_error(src, f"refusing to decompress more than {limits.max_output_bytes} bytes (gzip bomb or huge log)"
+        raise input_error(
+            src, f"refusing to decompress more than {limits.max_output_bytes} bytes ({name} bomb or huge log)"
         )
     if written > limits.ratio_grace_bytes and written > limits.max_ratio * max(read, 1):
-        raise input_error(src, f"refusing to decompress: expands more than {limits.max_ratio:.0f}x (looks like a gzip bomb)"
+        raise input_error(
+            src, f"refusing to decompress: expands more than {limits.max_ratio:.0f}x (looks like a {name} bomb)"
         )

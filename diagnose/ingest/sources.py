@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Iterator
 
 from diagnose.ingest.discover import expand_inputs
-from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
+from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
 from diagnose.ingest.errors import input_error
 from diagnose.model import DiagnoseError
 
@@ -82,7 +82,7 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
     if path == "-":
         spooled = _spool_stdin(tmp)
         return _map_file(spooled, display_path="-", **hints)
-    if path.endswith(".gz"):
+    if compressed_kind(path) is not None:
         out = os.path.join(tmp, f"gunzip-{len(os.listdir(tmp))}.log")
         decompress_to_file(path, out, limits)
         return _map_file(out, display_path=path, **hints)
