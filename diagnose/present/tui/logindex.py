@@ -22,7 +22,8 @@ from diagnose.model import DiagnoseError
 CHUNK_BYTES = 1 << 20
 DEFAULT_LINE_CAP = 4096  # bytes of one line ever decoded for display
 SEARCH_WINDOW = 4 << 20
-YIELD_S = 0.001
+YIELD_S = 0.001  # pause between chunks: the UI thread gets the GIL
+LOW_PRIORITY_YIELD_S = 0.01  # while the engine runs: the findings come first
 
 
 class LogIndex:
@@ -56,6 +57,7 @@ class LogIndex:
         self.error: str | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        self.yield_s = YIELD_S
 
     # ------------------------------------------------------------------------------------------- build
 
@@ -105,7 +107,7 @@ class LogIndex:
                 self.indexed_bytes = scan
                 if self._on_progress is not None:
                     self._on_progress(self)
-                time.sleep(YIELD_S)  # hand the GIL to the UI thread between chunks
+                time.sleep(self.yield_s)  # hand the GIL to the UI (and the engine) between chunks
             if self._closed:
                 return
             if self._offsets[-1] < self.size:  # last line has no newline: a sentinel one past its end
