@@ -265,3 +265,18 @@ def test_a_blank_line_from_another_process_inside_frames_is_tolerated():
     text = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\n\n    f()\nValueError: x\n'
     (tb,) = rebuild(_lines(text))
     assert tb.exc_type == "ValueError" and tb.functions == ["f"]
+
+
+def test_other_streams_between_frames_and_exception():
+    # From an atheris input: rank 0's frames, then 70 unprefixed lines of another process, then rank 0's caret and
+    # exception lines. The traceback still ends at rank 0's exception; the other lines belong to no traceback.
+    text = (
+        '[rank0]: Traceback (most recent call last):\n[rank0]:   File "/t/x.py", line 128, in call\n'
+        "[rank0]:     buf0 = empty_strided_cuda((\n" + "\n" * 70 + "8192, 256, 14336), torch.bfloat16)\n"
+        "[rank0]:            ^^^^^^^^^^^^^^^^^^^\n"
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 56.00 GiB.\n"
+    )
+    lines = _lines(text)
+    (tb,) = rebuild(lines)
+    assert tb.exc_line is lines[-1] and tb.functions == ["call"]
+    assert traceback_ending_at(lines, len(lines) - 1) is tb or traceback_ending_at(lines, len(lines) - 1).exc_line is lines[-1]

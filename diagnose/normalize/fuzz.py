@@ -62,7 +62,8 @@ def check(data: bytes) -> None:
             owners.add(id(ln))
         if tb.exc_line is not None:
             assert any(ln is tb.exc_line for ln in tb.lines)
-    exc_indexes = {id(tb.exc_line) for tb in tracebacks if tb.exc_line is not None}
+    index_of = {id(line): i for i, line in enumerate(lines)}
+    first_of_exc = {id(tb.exc_line): index_of[id(tb.lines[0])] for tb in tracebacks if tb.exc_line is not None}
     markers = []
     for i, line in enumerate(lines[:200]):
         for name, parser in PARSERS.items():
@@ -70,11 +71,14 @@ def check(data: bytes) -> None:
             assert out is None or isinstance(out, dict), name
         markers.append(("iteration", line))
         frames: list[str] = []
-        if id(line) in exc_indexes or i % 16 == 0:
-            window_start = max(0, i - 60)
-            tb = traceback_ending_at(lines[window_start : i + 1], i - window_start)
-            if id(line) in exc_indexes:
-                assert tb is not None and tb.exc_line is line  # the window finds the same traceback
+        start = first_of_exc.get(id(line))
+        if start is not None:
+            # A window that starts at the traceback's first line (any streams mixed in) finds the same traceback.
+            tb = traceback_ending_at(lines[start : i + 1], i - start)
+            assert tb is not None and tb.exc_line is line
+            frames = [f.text for f in tb.frames]
+        elif i % 16 == 0:
+            tb = traceback_ending_at(lines[max(0, i - 60) : i + 1], min(i, 60))
             frames = [f.text for f in tb.frames] if tb is not None else []
         assert phase_of(line.lineno, line.path, markers, frames) in PHASES
 
