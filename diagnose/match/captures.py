@@ -63,7 +63,9 @@ class WindowView:
     source's buffer (an mmap or bytes) in place, so the window is never copied again.
     """
 
-    def __init__(self, source_index: int, path: str, buffer, offset: int, length: int, index: LineIndex):
+    def __init__(self, source_index: int, path: str, buffer, offset: int, length: int, index: LineIndex,
+                 ascii_only: bool = False):
+        self.ascii_only = ascii_only  # the window is pure ASCII: byte regexes agree with text regexes on it
         self.source_index = source_index
         self.path = path
         self.buffer = buffer
@@ -81,21 +83,43 @@ class WindowView:
     def verify(self, cc: CompiledCapture, pos: int) -> tuple[int, int, Occurrence | None]:
         """(line start, line end, the occurrence if the line at ``pos`` qualifies), relative to the window."""
         s, e = self._bounds(pos)
-        ll = normalize_line(decode(self.buffer[self.offset + s : self.offset + e]), self.path, 0)
+        raw = decode(self.buffer[self.offset + s : self.offset + e])
+        if not cc.may_accept_raw(raw):
+            return s, e, None
+        ll = normalize_line(raw, self.path, 0)
         if not cc.accepts(ll.text):
             return s, e, None
         return s, e, Occurrence(self.source_index, self.offset + s, ll, self.index)
 
+    def _positions(self, cc: CompiledCapture, lo: int, hi: int):
+        """Start offsets (relative) of the lines in ``[lo, hi)`` holding the anchor, minus those whose bytes fail
+        the capture's single-line byte regex (only in an ASCII window, where bytes and text agree)."""
+        base, buf = self.offset, self.buffer
+        rx = cc.window_rx if self.ascii_only else None
+        lit = cc.literal
+        end = base + hi
+        pos = buf.find(lit, base + lo, end)
+        while pos != -1:
+            ls = max(buf.rfind(b"\n", base, pos) + 1, base)
+            nl = buf.find(b"\n", pos, base + self.length)
+            le = nl if nl != -1 else base + self.length
+            if rx is None or rx.search(buf, ls, le) is not None:
+                yield pos - base
+            if nl == -1:
+                return
+            pos = buf.find(lit, nl, end)
+
     def first(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> tuple[int, Occurrence] | None:
         """The first qualifying line whose anchor lies in ``[lo, hi)``, as (end of its line, occurrence)."""
-        base, buf = self.offset, self.buffer
         hi = self.length if hi is None else hi
-        pos = buf.find(cc.literal, base + lo, base + hi)
-        while pos != -1:
-            _s, e, occ = self.verify(cc, pos - base)
+        done_to = -1
+        for pos in self._positions(cc, lo, hi):
+            if pos < done_to:
+                continue
+            _s, e, occ = self.verify(cc, pos)
             if occ is not None:
                 return e, occ
-            pos = buf.find(cc.literal, base + e, base + hi)
+            done_to = e
         return None
 
     def last(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> Occurrence | None:

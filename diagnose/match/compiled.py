@@ -7,10 +7,12 @@ warning; it never stops the scan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import regex
 
+from diagnose.match.anchors import loosen
 from diagnose.match.rules import Catalogue, Rule
 from diagnose.model import CaptureSpec
 
@@ -37,10 +39,18 @@ class CompiledCapture:
     spec: CaptureSpec
     regex: "regex.Pattern | None"
     literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
+    loose: "regex.Pattern | None" = None  # the regex loosened for the raw line (a cheap necessary condition)
+    window_rx: "re.Pattern[bytes] | None" = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
 
     def accepts(self, text: str) -> bool:
         """Does a normalised line qualify (anchor present, regex matches if any)?"""
         return self.spec.anchor in text and (self.regex is None or self.regex.search(text) is not None)
+
+    def may_accept_raw(self, raw: str) -> bool:
+        """False only when the line cannot qualify: the loosened regex fails on the raw line (no ANSI/CR in it)."""
+        if self.loose is None or "\x1b" in raw or "\r" in raw or "\x9b" in raw:
+            return True
+        return self.loose.search(raw) is not None
 
 
 @dataclass
@@ -99,7 +109,22 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             except (regex.error, TypeError, ValueError) as e:
                 warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
                 continue
-        compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8")))
+        loose = None
+        if spec.regex:
+            loosened = loosen(spec.regex)
+            if loosened is not None:
+                try:
+                    loose = regex.compile(loosened)
+                except (regex.error, TypeError, ValueError):
+                    loose = None
+        window_rx = None
+        loosened = loosen(spec.regex) if spec.regex else None
+        if loosened is not None:
+            try:
+                window_rx = re.compile(loosened.encode("ascii"))
+            except (re.error, ValueError):
+                window_rx = None
+        compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8"), loose, window_rx))
 
     anchors = list(anchor_index)
     literals = [a.encode("utf-8") for a in anchors]

@@ -28,6 +28,7 @@ MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
+TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
 WINDOW_BYTES = 1 << 20  # fits in cache: copying, counting and scanning a window then stay fast
@@ -107,6 +108,35 @@ class _LineReader:
             end = nl if nl != -1 else limit
             lineno += 1
             yield s, self.line_at(s, end, lineno)
+
+
+_TRACEBACK_MARKERS = (b'File "', b"Traceback (most recent call last)")
+
+
+def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple) -> bool:
+    """Is there a frame or traceback header line of ``stream`` within the look-back window before ``start``?
+
+    Found by byte search (C speed), only the marker lines are normalised: a line of a rank that printed no
+    traceback (NCCL timeouts on 511 ranks after one rank's OOM) then costs a few searches, not a walk back over
+    thousands of other ranks' lines.
+    """
+    buf = reader.buffer
+    floor = max(0, start - TRACEBACK_LOOKBACK_BYTES)
+    # the latest occurrence of each marker below ``pos``; each is searched again only once it is consumed
+    latest = [buf.rfind(m, floor, start) for m in _TRACEBACK_MARKERS]
+    for _ in range(TRACEBACK_MARKER_LINES):
+        p = max(latest)
+        if p == -1:
+            return False
+        ls = max(buf.rfind(b"\n", floor, p) + 1, floor)
+        le = buf.find(b"\n", p, start)
+        line = normalize_line(decode(buf[ls : le if le != -1 else start]), reader.path, 0)
+        if line.stream == stream:
+            return True
+        if ls <= floor:
+            return False
+        latest = [buf.rfind(m, floor, ls) if q >= ls else q for m, q in zip(_TRACEBACK_MARKERS, latest)]
+    return True  # too many other ranks' tracebacks to tell cheaply: walk back
 
 
 class Matcher:
@@ -207,6 +237,8 @@ class Matcher:
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too)."""
         stream = ll.stream
+        if not _stream_has_traceback_before(reader, start, stream):
+            return []
         same: list[LogLine] = []
         header_at: int | None = None  # index in ``same`` of the last header passed
         for _s, prev in reader.backwards(start, ll.lineno, TRACEBACK_LOOKBACK_LINES, TRACEBACK_LOOKBACK_BYTES):
@@ -268,6 +300,7 @@ class WindowResult:
     candidates: list[int]  # start offsets of candidate lines, relative to the window
     candidate_lines: list[int]  # newlines before each candidate, relative to the window
     captures: list[int]  # capture anchors present
+    ascii_only: bool = False
 
 
 def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
@@ -281,7 +314,8 @@ def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
         ln += w.count(b"\n", cursor, c)
         cursor = c
         lines.append(ln)
-    return WindowResult(offset, len(w), n, checkpoints, candidates, lines, captures)
+    return WindowResult(offset, len(w), n, checkpoints, candidates, lines, captures,
+                        bool(captures) and w.isascii())
 
 
 def _serial_results(buf, phase1: Phase1, window_size: int) -> Iterator[WindowResult]:
@@ -331,7 +365,7 @@ def scan(
             offset = r.offset
             for k, before in enumerate(r.checkpoints):
                 index.add(offset + k * CHECKPOINT_BYTES, lines_before + before)
-            view = WindowView(si, source.path, buf, offset, r.length, index)
+            view = WindowView(si, source.path, buf, offset, r.length, index, r.ascii_only)
             markers.begin(view, r.captures)
             window_end = offset + r.length
             for s, ln in zip(r.candidates, r.candidate_lines):
