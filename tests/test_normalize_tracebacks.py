@@ -279,4 +279,5 @@ def test_other_streams_between_frames_and_exception():
     lines = _lines(text)
     (tb,) = rebuild(lines)
     assert tb.exc_line is lines[-1] and tb.functions == ["call"]
-    assert traceback_ending_at(lines, len(lines) - 1) is tb or traceback_ending_at(lines, len(lines) - 1).exc_line is lines[-1]
+    found = traceback_ending_at(lines, len(lines) - 1)
+    assert found is not None and found.exc_line is lines[-1] and found.functions == ["call"]
