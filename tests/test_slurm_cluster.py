@@ -378,3 +378,17 @@ def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
         assert squeue_active(slurm_env, job)  # reported while the job was still running
     finally:
         subprocess.run(["scancel", job], env=slurm_env, timeout=30)
+
+
+def test_cancelled_job_says_by_whom(slurm_env, workdir):
+    job = sbatch(slurm_env, "-D", str(workdir), str(JOBS / "sleeper.sh"), cwd=workdir)
+    wait_state(slurm_env, job, "RUNNING")
+    subprocess.run(["scancel", job], env=slurm_env, check=True, timeout=30)
+    wait_ended(slurm_env, job)
+    code, report, _ = diagnose(slurm_env, job)
+    s = report["slurm"]
+    assert code == 1
+    assert s["state"] == "CANCELLED" and s["cancelled_by"] == "root"  # sacct: "CANCELLED by 0"
+    sj = finding(report, "SJ005")
+    assert "CANCELLED by root" in sj["title"]
+    assert any(e["path"] == f"sacct:{job}" and "CANCELLED by 0" in e["text"] for e in sj["evidence"])
