@@ -177,6 +177,9 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
         err("empty explanation")
     if rule.fix.empty:
         err("no fix (give at least a summary)")
+    for link in rule.links:
+        if not link.startswith("https://"):
+            err(f"link {link!r} is not an https:// URL")
     if rule.parser and parsers is not None and rule.parser not in parsers:
         err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
     if not rule.examples_match:
