@@ -433,7 +433,7 @@ ENTRY = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     st.fixed_dictionaries(
         {
