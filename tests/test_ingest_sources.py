@@ -331,3 +331,13 @@ def test_bz2_and_xz_and_a_member_boundary_inside_a_read(tmp_path):
         with open_inputs([str(bad)]):
             pass
     assert "corrupt" in _one_line_error(e)
+
+
+def test_stdin_named_twice_keeps_the_first_copy_intact():
+    script = (
+        "from diagnose.ingest import open_inputs\n"
+        "with open_inputs(['-', '-']) as (a, b):\n"
+        "    print(bytes(a.buffer[:]), b.size)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], input=b"x" * 5000, cwd=REPO, capture_output=True, timeout=60)
+    assert out.stdout.decode().strip() == repr(b"x" * 5000) + " 0"

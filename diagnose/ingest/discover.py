@@ -103,18 +103,19 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
             st = os.stat(raw)
         except FileNotFoundError:
             if os.path.islink(raw):
-                raise input_error(raw, f"broken symbolic link") from None
-            raise input_error(raw, f"no such file or directory") from None
+                raise input_error(raw, "broken symbolic link") from None
+            raise input_error(raw, "no such file or directory") from None
         except PermissionError:
-            raise input_error(raw, f"permission denied (cannot reach this path)") from None
+            raise input_error(raw, "permission denied (cannot reach this path)") from None
         except OSError as e:
             raise input_error(raw, f"cannot open ({e.strerror or e})") from None
         if stat.S_ISDIR(st.st_mode):
             if not os.access(raw, os.R_OK | os.X_OK):
-                raise input_error(raw, f"permission denied (cannot list folder)")
+                raise input_error(raw, "permission denied (cannot list folder)")
             logs = _walk_logs(raw)
             if not logs:
-                raise input_error(raw, f"folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)"
+                raise input_error(
+                    raw, "folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)"
                 )
             entries.extend(hints_for(p) for p in logs)
             continue

@@ -89,9 +89,9 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise input_error(path, f"no such file or directory") from None
+        raise input_error(path, "no such file or directory") from None
     except PermissionError:
-        raise input_error(path, f"permission denied") from None
+        raise input_error(path, "permission denied") from None
     except OSError as e:
         raise input_error(path, f"cannot open ({e.strerror or e})") from None
     if stat.S_ISFIFO(st.st_mode):
@@ -100,7 +100,7 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
         # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
     if not stat.S_ISREG(st.st_mode):
-        raise input_error(path, f"not a regular file")
+        raise input_error(path, "not a regular file")
     if 0 < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
         snapshot = _snapshot(path, tmp)
         return _map_file(snapshot, display_path=path, **hints)
@@ -120,7 +120,7 @@ def _snapshot(path: str, tmp: str) -> str:
                 dst.write(chunk)
                 remaining -= len(chunk)
     except PermissionError:
-        raise input_error(path, f"permission denied (no read access)") from None
+        raise input_error(path, "permission denied (no read access)") from None
     except OSError as e:
         raise input_error(path, f"cannot read ({e.strerror or e})") from None
     return out
@@ -130,9 +130,9 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
     try:
         fh = open(real_path, "rb")
     except PermissionError:
-        raise input_error(display_path, f"permission denied (no read access)") from None
+        raise input_error(display_path, "permission denied (no read access)") from None
     except IsADirectoryError:
-        raise input_error(display_path, f"is a directory") from None
+        raise input_error(display_path, "is a directory") from None
     except OSError as e:
         raise input_error(display_path, f"cannot open ({e.strerror or e})") from None
     try:
@@ -192,7 +192,7 @@ def _read_stream(path: str, tmp: str, **hints) -> Source:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except PermissionError:
-        raise input_error(path, f"permission denied (no read access)") from None
+        raise input_error(path, "permission denied (no read access)") from None
     except OSError as e:
         raise input_error(path, f"cannot open ({e.strerror or e})") from None
     try:
@@ -213,7 +213,7 @@ def _spool_stdin(tmp: str) -> str:
     if stream is None or stream.closed:
         raise DiagnoseError("-: standard input is closed")
     buffer = getattr(stream, "buffer", None)
-    out = os.path.join(tmp, "stdin.log")
+    out = os.path.join(tmp, f"stdin-{len(os.listdir(tmp))}.log")  # a fresh file: "-" may be named twice
     try:
         if buffer is None:  # a text-only stream (tests, embedding): re-encode what it gives
             with open(out, "wb") as fh:
