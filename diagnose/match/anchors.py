@@ -175,6 +175,20 @@ class _Locator:
         (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
 
 
+_CAPTURE_LOCATORS: dict[tuple[bytes, str], "_Locator | None"] = {}
+
+
+def capture_locator(literal: bytes, pattern: str) -> "_Locator | None":
+    """A Hyperscan locator for a capture's anchor and regex (None without Hyperscan or for a regex it refuses)."""
+    key = (literal, pattern)
+    if key not in _CAPTURE_LOCATORS:
+        try:
+            _CAPTURE_LOCATORS[key] = _Locator(literal, [pattern])
+        except Exception:  # noqa: BLE001 - no hyperscan, or a pattern it cannot take
+            _CAPTURE_LOCATORS[key] = None
+    return _CAPTURE_LOCATORS[key]
+
+
 class Phase1:
     """Candidate lines of a window for a set of anchors (each with its rules' regexes) and capture literals."""
 

@@ -14,6 +14,7 @@ import bisect
 from array import array
 from dataclasses import dataclass
 
+from diagnose.match.anchors import capture_locator
 from diagnose.match.compiled import CompiledCapture
 from diagnose.model import Block, LogLine
 from diagnose.normalize import decode, normalize_line
@@ -95,6 +96,14 @@ class WindowView:
         """Start offsets (relative) of the lines in ``[lo, hi)`` holding the anchor, minus those whose bytes fail
         the capture's single-line byte regex (only in an ASCII window, where bytes and text agree)."""
         base, buf = self.offset, self.buffer
+        if self.ascii_only and cc.spec.regex:
+            locator = capture_locator(cc.literal, cc.spec.regex)
+            if locator is not None:  # Hyperscan: lines where anchor and regex can match, at C speed
+                starts: set[int] = set()
+                locator.lines(bytes(buf[base + lo : base + hi]), True, starts)
+                for s in sorted(starts):
+                    yield lo + s
+                return
         rx = cc.window_rx if self.ascii_only else None
         lit = cc.literal
         end = base + hi

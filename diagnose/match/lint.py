@@ -28,6 +28,13 @@ from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_f
 from diagnose.model import DiagnoseError
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
+
+try:  # Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
+    from re import _constants as _sre_constants
+    from re import _parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
 SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -163,6 +170,46 @@ def _compile_re2(pattern: str) -> str | None:
     return None
 
 
+def mandatory_literals(pattern: str) -> list[str] | None:
+    """The literal runs that every match of ``pattern`` contains, in order; None when Python cannot parse it.
+
+    Walks the parsed pattern: plain characters extend the current run, groups are entered (unless case-insensitive),
+    a repetition of at least one is entered once, and anything else (a class, an alternation, an optional part)
+    ends the run. An anchor found inside one of these runs is proven to occur in every match.
+    """
+    try:
+        tree = _sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - RE2/`regex` syntax Python lacks: no proof either way
+        return None
+    C = _sre_constants
+    runs: list[str] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            runs.append("".join(current))
+            current.clear()
+
+    def walk(seq, ignore_case: bool) -> None:
+        for op, av in seq:
+            if op is C.LITERAL and not ignore_case:
+                current.append(chr(av))
+            elif op is C.SUBPATTERN:
+                _group, add_flags, _del_flags, sub = av
+                walk(sub, ignore_case or bool(add_flags & C.SRE_FLAG_IGNORECASE))
+            elif op in (C.MAX_REPEAT, C.MIN_REPEAT) and av[0] >= 1:
+                walk(av[2], ignore_case)
+                flush()
+            elif op is C.AT:
+                continue
+            else:
+                flush()
+
+    walk(tree, bool(tree.state.flags & C.SRE_FLAG_IGNORECASE))
+    flush()
+    return runs
+
+
 def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintProblem]:
     out: list[LintProblem] = []
 
@@ -195,6 +242,13 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
             compiled.append(None)
             err(f"pattern {i}: regex does not compile: {e}")
             continue
+        runs = mandatory_literals(p.regex)
+        if runs is not None and not any(p.anchor in run for run in runs):
+            err(
+                f"pattern {i}: anchor {p.anchor!r} is not provably in every match "
+                f"(literals every match has: {', '.join(repr(r) for r in runs[:4]) or 'none'})",
+                "error" if strict else "warning",
+            )
         complaint = _compile_re2(p.regex)
         if complaint is not None:
             if strict:
