@@ -125,3 +125,19 @@ def test_user_rule_refines_builtin(tmp_path):
     catalogue = load_catalogue([tmp_path])
     found = [f.rule for f in match_text("ModuleNotFoundError: No module named 'transformer_engine'", catalogue, backend="python").findings]
     assert found == ["US001"]
+
+
+def test_mandatory_literals():
+    from diagnose.match.lint import mandatory_literals
+
+    assert mandatory_literals(r"CUDA out of memory\. Tried to allocate (?P<n>[\d.]+ GiB)") == ["CUDA out of memory. Tried to allocate ", " GiB"]
+    assert mandatory_literals(r"(?:lm )?loss: (?P<v>nan|inf)") == ["loss: "]
+    assert mandatory_literals(r"Killed +(?P<c>.*)") == ["Killed "]
+    assert mandatory_literals(r"(?i:error) here") == [" here"]
+
+
+def test_anchor_in_optional_part_is_a_warning_for_user_rules(tmp_path, capsys):
+    _write(tmp_path, "50_mine.toml", _rule(regex=r"(?:MyLoaderError: )?shard (?P<shard>\S+)", match="MyLoaderError: shard s-7"))
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 0
+    out = capsys.readouterr().out
+    assert "warning:" in out and "anchor 'MyLoaderError' is not provably in every match" in out
