@@ -268,8 +268,8 @@ def test_text_report_names_the_route(slurm_env, jobs, scontrol_reports):
         env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 1, done.stderr
-    assert f"Slurm job {jobs['script_output']} (diag-printlog" in done.stdout
-    assert "found via scontrol" in done.stdout and "Root cause" in done.stdout
+    assert f"SLURM JOB {jobs['script_output']} (diag-printlog" in done.stdout
+    assert "found via scontrol" in done.stdout and "ROOT CAUSE" in done.stdout
 
 
 # ---------------------------------------------------------------------------------------- time limit
@@ -373,7 +373,7 @@ def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
         assert done.returncode == 1, done.stderr
         assert "iteration 3" in done.stdout  # the tail
         assert "stopped following: failure" in done.stdout
-        assert "Root cause" in done.stdout and "CUDA out of memory" in done.stdout
+        assert "ROOT CAUSE" in done.stdout and "CUDA out of memory" in done.stdout
         assert took < 60  # the job itself sleeps 300 s after the failure
         assert squeue_active(slurm_env, job)  # reported while the job was still running
     finally:

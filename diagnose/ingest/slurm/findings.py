@@ -178,6 +178,7 @@ def _finding(job: SlurmJob, rule: SlurmRule, title: str, severity: str, role: st
         role=role,  # type: ignore[arg-type]
         confidence=confidence,
         hosts=[job.nodes] if job.nodes else [],
+        first_line=evidence[0].line if evidence else 0,
         evidence=evidence,
         explanation=rule.explanation,
         fix=Fix(summary=rule.fix_summary, safety="manual", steps=list(rule.steps)),

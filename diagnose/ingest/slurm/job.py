@@ -374,6 +374,8 @@ def _find_outputs(
         job.outputs.append(_probe(out_path, "stdout"))
         job.outputs.append(_probe(err_path, "stderr"))
     for o in job.outputs:
+        if not o.exists and job.state and not job.ended:
+            o.problem = f"not written yet (the job is {job.state})"
         if o.problem:
             job.notes.append(f"{o.stream} file {o.path}: {o.problem}")
 

@@ -5,8 +5,8 @@ Exit codes: 0 no failure found, 1 a failure diagnosed (or failed jobs listed), 2
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
@@ -56,83 +56,56 @@ def _output(args: Any) -> Iterator[TextIO]:
 
 
 def _console(args: Any, out: TextIO):
-    from rich.console import Console
+    from diagnose.present.text import make_console
 
-    color = getattr(args, "color", "auto")
-    no_color = color == "never" or (color == "auto" and "NO_COLOR" in os.environ)
-    return Console(
-        file=out,
-        force_terminal=True if color == "always" else None,
-        no_color=no_color,
-        highlight=False,
-        soft_wrap=True,
-        emoji=False,
-        markup=False,
-    )
+    return make_console(out, getattr(args, "color", "auto"))
 
 
 def _emit(report: Report, args: Any, out: TextIO) -> None:
+    """JSON: the shared report (with its "slurm" section). Text and markdown: a compact Slurm header, then the
+    shared renderer on the same report minus the raw "slurm" mapping (the header already says it)."""
     fmt = getattr(args, "format", "text")
+    body = dataclasses.replace(report, slurm=None)
     if fmt == "json":
-        json.dump(report.to_dict(), out, indent=2)
-        out.write("\n")
+        from diagnose.present.json_report import render_json
+
+        out.write(render_json(report))
     elif fmt == "markdown":
-        out.write(render_markdown(report))
+        from diagnose.present.markdown import render_markdown
+
+        out.write(slurm_markdown(report.slurm or {}) + "\n" + render_markdown(body))
     else:
-        render_text(report, _console(args, out))
+        from diagnose.present.text import render
+
+        console = _console(args, out)
+        for line in slurm_header(report.slurm or {}, failed=report.root_cause is not None):
+            console.print(line, soft_wrap=True)  # paths stay on one line, copyable
+        console.print()
+        render(body, console)
 
 
-def render_text(report: Report, console: Any) -> None:
-    """The Slurm header, then the findings, root cause first. Everything from Slurm or a log is made inert."""
+def slurm_header(s: dict[str, Any], failed: bool) -> list[Any]:
+    """What Slurm says about the job, as rich Text lines; every value is made inert."""
     from rich.text import Text
 
     from diagnose.present.safe import log_text
 
-    s = report.slurm or {}
-    if s:
-        header = Text()
-        header.append("Slurm job ", style="bold")
-        header.append_text(log_text(f"{s.get('job_id')} ({s.get('name') or '?'}, user {s.get('user') or '?'})"))
-        header.append(": ")
-        header.append_text(log_text(_state_words(s), style="bold red" if report.root_cause is not None else "green"))
-        console.print(header)
-        console.print(log_text(_facts_line(s)))
-        if s.get("failed_step"):
-            console.print(log_text(f"failed step: {s['failed_step']}"))
-        for o in s.get("outputs") or []:
-            line = f"output ({o['stream']}): {o['path']}"
-            line += f"  [found via {s.get('output_route')}]" if s.get("output_route") else ""
-            if o.get("problem"):
-                line += f"  - {o['problem']}"
-            console.print(log_text(line, style="yellow" if o.get("problem") else ""))
-        console.print()
-    root = report.root
-    if root is None:
-        console.print(Text("No failure found in the output.", style="green"))
-    else:
-        title = Text("Root cause ", style="bold")
-        title.append_text(log_text(f"[{root.rule}] {root.title}", style="bold red"))
-        console.print(title)
-        for ev in root.evidence[:6]:
-            console.print(log_text(f"  {ev.path}:{ev.line}: {ev.text}", style="dim", limit=300))
-        if root.explanation:
-            console.print(log_text("  " + " ".join(root.explanation.split()), limit=600))
-        if not root.fix.empty:
-            if root.fix.summary:
-                console.print(log_text(f"  fix: {root.fix.summary}", style="cyan"))
-            for o in root.fix.overrides:
-                console.print(log_text(f"    {o.key}={json.dumps(o.value)}", style="cyan"))
-            for step in root.fix.steps:
-                console.print(log_text(f"    - {step}", style="cyan"))
-    others = [f for i, f in enumerate(report.findings) if i != report.root_cause]
-    if others:
-        console.print()
-        console.print(Text("Other findings", style="bold"))
-        for f in others:
-            where = f" ({f.evidence[0].path}:{f.evidence[0].line})" if f.evidence else ""
-            console.print(log_text(f"  {f.role:<8} [{f.rule}] {f.title}{where}", limit=300))
-    for w in report.warnings:
-        console.print(log_text(f"warning: {w}", style="yellow"))
+    if not s:
+        return []
+    head = Text()
+    head.append("SLURM JOB ", style="bold underline")
+    head.append_text(log_text(f"{s.get('job_id')} ({s.get('name') or '?'}, user {s.get('user') or '?'}): "))
+    head.append_text(log_text(_state_words(s), style="bold red" if failed else "bold green"))
+    lines = [head, log_text("  " + _facts_line(s))]
+    if s.get("failed_step"):
+        lines.append(log_text(f"  failed step: {s['failed_step']}"))
+    for o in s.get("outputs") or []:
+        line = f"  output ({o['stream']}): {o['path']}"
+        line += f"  [found via {s.get('output_route')}]" if s.get("output_route") else ""
+        if o.get("problem"):
+            line += f" - {o['problem']}"
+        lines.append(log_text(line, style="yellow" if o.get("problem") else ""))
+    return lines
 
 
 def _state_words(s: dict[str, Any]) -> str:
@@ -158,25 +131,17 @@ def _facts_line(s: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def render_markdown(report: Report) -> str:
+def slurm_markdown(s: dict[str, Any]) -> str:
     from diagnose.present.safe import inert
 
-    s = report.slurm or {}
-    lines = [f"# Slurm job {inert(str(s.get('job_id')))}: {inert(_state_words(s))}", ""]
-    lines.append(f"- {inert(_facts_line(s))}")
+    if not s:
+        return ""
+    lines = [f"## Slurm job {inert(str(s.get('job_id')))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
+    if s.get("failed_step"):
+        lines.append(f"- failed step: `{inert(s['failed_step'])}`")
     for o in s.get("outputs") or []:
         lines.append(f"- output ({o['stream']}): `{inert(o['path'])}` via {inert(str(s.get('output_route')))}"
                      + (f" ({inert(o['problem'])})" if o.get("problem") else ""))
-    lines.append("")
-    root = report.root
-    lines.append(f"## Root cause: [{root.rule}] {inert(root.title)}" if root else "## No failure found")
-    if root:
-        lines += ["", "```"] + [inert(f"{e.path}:{e.line}: {e.text}") for e in root.evidence[:6]] + ["```"]
-    for i, f in enumerate(report.findings):
-        if i != report.root_cause:
-            lines.append(f"- {f.role} [{f.rule}] {inert(f.title)}")
-    for w in report.warnings:
-        lines.append(f"- warning: {inert(w)}")
     return "\n".join(lines) + "\n"
 
 
