@@ -93,6 +93,7 @@ def test_tui_paste_mode_in_a_terminal() -> None:
     if log is None:
         pytest.skip("b062_ckpt_format_new.log not available")
     paste = b"\x1b[200~" + log.read_bytes().replace(b"\n", b"\r") + b"\x1b[201~"
-    code, out = run_in_pty(["tui"], steps=[(b"Paste a failed job", paste + b"\x12"), (b"root cause", b"q")])
+    last_line = str(len(log.read_bytes().splitlines()) + 1).encode()  # the paste is in: its last line number shows
+    code, out = run_in_pty(["tui"], steps=[(b"Paste a failed job", paste), (last_line, b"\x12"), (b"root cause", b"q")])
     assert code == 1
     assert b"checkpoint_format" in out
