@@ -149,3 +149,9 @@ def test_cuda_oom_is_told_apart_by_where_it_happened(frame, phase, code):
                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free."])
     root = match_text(text, CATALOGUE, backend="python").root
     assert (root.rule, root.phase, root.category) == (code, phase, "cuda_oom")
+
+
+def test_every_rule_is_documented():
+    """`rules show` has something to say for every rule: doc, versions, a fix summary, a title."""
+    for r in RULES:
+        assert r.doc and r.versions and r.fix.summary and r.title, r.code
