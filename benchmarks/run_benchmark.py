@@ -34,11 +34,11 @@ def measure_one(cmd: list[str]) -> tuple[float, int, int, bytes]:
         "t=time.perf_counter();p=subprocess.run(sys.argv[1:],stdout=subprocess.PIPE,stderr=subprocess.PIPE);"
         "s=time.perf_counter()-t;"
         "print(json.dumps({'s':s,'rss':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024,"
-        "'rc':p.returncode,'out':p.stdout[-4000:].decode(errors='replace'),'err':p.stderr[-2000:].decode(errors='replace')}))"
+        "'rc':p.returncode,'out':p.stdout[-2000000:].decode(errors='replace'),'err':p.stderr[-2000:].decode(errors='replace')}))"
     )
     res = subprocess.run([sys.executable, "-c", code, *cmd], stdout=subprocess.PIPE, check=True)
     d = json.loads(res.stdout)
-    return d["s"], d["rss"], d["rc"], d["out"].encode() + d["err"].encode()
+    return d["s"], d["rss"], d["rc"], d["out"].encode()
 
 
 def anchors_file(path: Path) -> Path:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         secs, rss, rc, outp = measure_one(cmd)
         root = None
         try:
-            rep = json.loads(outp.split(b"\n{", 1)[0] if not outp.startswith(b"{") else outp[: outp.rfind(b"}") + 1])
+            rep = json.loads(outp)
             if rep.get("root_cause") is not None:
                 root = rep["findings"][rep["root_cause"]]["rule"]
         except ValueError:
