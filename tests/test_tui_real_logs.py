@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_tui_reports import copy_log, find_log, run_async
+from test_tui_reports import copy_log, find_log, need_log, run_async
 
 from diagnose.present.tui.app import DiagnoseApp, MainScreen, pipeline_analyzer
 from diagnose.present.tui.screens import LogScreen, PasteScreen
@@ -84,9 +84,7 @@ async def test_named_failure_opens_at_the_root_cause_with_copyable_overrides(nam
 @run_async
 async def test_findings_are_listed_before_the_log_is_indexed(tmp_path: Path) -> None:
     """The index of a big log is held at a gate: the engine's findings still appear, and the log view opens."""
-    oom = find_log("ddp_wrap_oom.log")
-    if oom is None:
-        pytest.skip("ddp_wrap_oom.log not available")
+    oom = need_log("ddp_wrap_oom.log")
     big = tmp_path / "big.log"
     filler = b"".join(b"[rank%d]: iteration %8d | lm loss 2.3456 | grad norm 1.234\n" % (i % 8, i) for i in range(60_000))
     big.write_bytes(filler + oom.read_bytes())  # about 4 MB; the failure is at the end
@@ -117,9 +115,7 @@ async def test_findings_are_listed_before_the_log_is_indexed(tmp_path: Path) -> 
 
 @run_async
 async def test_paste_mode_diagnoses_the_pasted_text(tmp_path: Path) -> None:
-    log = find_log("fsdp2_pg_collection.log")
-    if log is None:
-        pytest.skip("fsdp2_pg_collection.log not available")
+    log = need_log("fsdp2_pg_collection.log")
     app = DiagnoseApp([], analyzer=pipeline_analyzer([]), paste=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -42,10 +42,18 @@ def find_log(name: str) -> Path | None:
     return None
 
 
-def copy_log(name: str, dest: Path) -> Path:
-    src = find_log(name)
-    if src is None:
+def need_log(name: str) -> Path:
+    """The log, or skip the test (fail in CI, where sample_logs/ must have it)."""
+    log = find_log(name)
+    if log is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} missing from sample_logs/")
         pytest.skip(f"{name} not available")
+    return log
+
+
+def copy_log(name: str, dest: Path) -> Path:
+    src = need_log(name)
     target = dest / name
     shutil.copyfile(src, target)
     return target

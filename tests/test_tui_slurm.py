@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui_reports import find_log, run_async
+from test_tui_reports import need_log, run_async
 
 from diagnose.present.tui.app import DiagnoseApp, MainScreen
 from diagnose.present.tui.slurmjobs import JobsScreen
@@ -51,9 +51,7 @@ def submit_failing_job(workdir: Path, log: Path) -> str:
 
 @run_async
 async def test_job_list_then_diagnosis(slurm_conf: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    source = find_log("fsdp2_pg_collection.log")
-    if source is None:
-        pytest.skip("fsdp2_pg_collection.log not available")
+    source = need_log("fsdp2_pg_collection.log")
     workdir = tmp_path_factory.mktemp("tuijobs")
     workdir.chmod(0o755)
     log = workdir / "job.log"

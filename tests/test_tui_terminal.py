@@ -14,7 +14,7 @@ import termios
 import time
 
 import pytest
-from test_tui_reports import find_log
+from test_tui_reports import need_log
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses a Linux pseudo-terminal")
 
@@ -71,27 +71,21 @@ def run_in_pty(args: list[str], *, stdin_data: bytes | None = None, steps: list[
 
 
 def test_tui_on_a_file_shows_the_root_cause_and_quits() -> None:
-    log = find_log("ddp_wrap_oom.log")
-    if log is None:
-        pytest.skip("ddp_wrap_oom.log not available")
+    log = need_log("ddp_wrap_oom.log")
     code, out = run_in_pty(["tui", str(log)], steps=[(b"root cause", b"q")])
     assert code == 1
     assert b"cuda_oom" in out
 
 
 def test_tui_reads_a_piped_log_and_the_keyboard_from_the_terminal() -> None:
-    log = find_log("fsdp2_pg_collection.log")
-    if log is None:
-        pytest.skip("fsdp2_pg_collection.log not available")
+    log = need_log("fsdp2_pg_collection.log")
     code, out = run_in_pty(["tui", "-"], stdin_data=log.read_bytes(), steps=[(b"root cause", b"q")])
     assert code == 1
     assert b"fsdp_config" in out
 
 
 def test_tui_paste_mode_in_a_terminal() -> None:
-    log = find_log("b062_ckpt_format_new.log")
-    if log is None:
-        pytest.skip("b062_ckpt_format_new.log not available")
+    log = need_log("b062_ckpt_format_new.log")
     paste = b"\x1b[200~" + log.read_bytes().replace(b"\n", b"\r") + b"\x1b[201~"
     last_line = str(len(log.read_bytes().splitlines()) + 1).encode()  # the paste is in: its last line number shows
     code, out = run_in_pty(["tui"], steps=[(b"Paste a failed job", paste), (last_line, b"\x12"), (b"root cause", b"q")])
