@@ -26,6 +26,7 @@ ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
 _CACHE: "OrderedDict[tuple, Phase1]" = OrderedDict()
 _CACHE_SIZE = 8
+COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
 
 def loosen(pattern: str) -> str | None:
@@ -138,20 +139,22 @@ class _Locator:
     semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
     """
 
-    def __init__(self, anchor: bytes, patterns: list[str]):
+    def __init__(self, anchor: bytes, patterns: list[str], more: list[tuple[bytes, list[str]]] = ()):
         import hyperscan
 
-        loose = []
-        for p in patterns:
-            lp = loosen(p)
-            if lp is None:
-                raise ValueError("pattern cannot be loosened")
-            loose.append(lp.encode("ascii"))
         special = rb"[\x00\x80-\xff]"
-        lit = _hs_literal(anchor)
+        loose: list[bytes] = []
+        mixed: list[bytes] = []
+        for lit_bytes, pats in [(anchor, patterns), *more]:
+            for p in pats:
+                lp = loosen(p)
+                if lp is None:
+                    raise ValueError("pattern cannot be loosened")
+                loose.append(lp.encode("ascii"))
+            lit = _hs_literal(lit_bytes)
+            mixed += [lit + rb"[^\n]*" + special, special + rb"[^\n]*" + lit]
         self.plain = self._compile(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
-        mixed = [lit + rb"[^\n]*" + special, special + rb"[^\n]*" + lit] + loose
-        self.mixed = self._compile(hyperscan, mixed, [0, 0] + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+        self.mixed = self._compile(hyperscan, mixed + loose, [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
 
     @staticmethod
     def _compile(hyperscan, exprs: list[bytes], flags: list[int]):
@@ -200,39 +203,70 @@ class Phase1:
         literals = anchors + [ESCAPE] + capture_literals
         self.engine = _make_engine(literals, backend)
         self.name = self.engine.name
-        self._locators: dict[int, _Locator | None] = {}
+        self._locators: dict[tuple[int, ...], _Locator] = {}
+        self._singles: dict[int, _Locator | None] = {}
+        self._seen: dict[tuple[int, ...], int] = {}
 
     def scan(self, window: bytes) -> tuple[list[int], list[int]]:
         """(sorted start offsets of candidate lines, indices of the capture literals present)."""
         present = self.engine.present(window)
         n = self.n_anchors
         starts: set[int] = set()
-        plain: bool | None = None
-        for i in present:
-            if i < n:
-                if plain is None:
-                    plain = window.isascii() and b"\x00" not in window
-                self._locate(i, window, plain, starts)
-            elif i == n:
-                _find_lines(window, ESCAPE, starts)
+        anchors_present = [i for i in present if i < n]
+        if anchors_present:
+            plain = window.isascii() and b"\x00" not in window
+            self._locate(anchors_present, window, plain, starts)
+        if n in present:
+            _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
             for m in _CR_REWRITE.finditer(window):
                 starts.add(window.rfind(b"\n", 0, m.start()) + 1)
         captures = [i - n - 1 for i in present if i > n]
         return sorted(starts), captures
 
-    def _locate(self, i: int, window: bytes, plain: bool, starts: set[int]) -> None:
+    def _locate(self, ids: list[int], window: bytes, plain: bool, starts: set[int]) -> None:
+        """Lines of the anchors ``ids``: one Hyperscan pass with a locator for exactly that set (cached: the same
+        noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses) by find loops."""
         if self.name == "hyperscan":
-            if i not in self._locators:
-                try:
-                    self._locators[i] = _Locator(self.anchors[i], self.anchor_patterns[i])
-                except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
-                    self._locators[i] = None
-            locator = self._locators[i]
-            if locator is not None:
-                locator.lines(window, plain, starts)
+            usable = [i for i in ids if self._single(i) is not None]
+            for i in ids:
+                if i not in usable:
+                    _find_lines(window, self.anchors[i], starts)
+            if not usable:
                 return
-        _find_lines(window, self.anchors[i], starts)
+            key = tuple(usable)
+            locator = self._locators.get(key)
+            if locator is None and len(usable) > 1 and self._seen.get(key, 0) < COMBINE_AFTER:
+                # a set seen for the first time(s): one pass per anchor; compile a combined locator only for
+                # sets that recur (the noisy anchors of a long log), not for every one-off set of a short text
+                self._seen[key] = self._seen.get(key, 0) + 1
+                for i in usable:
+                    self._single(i).lines(window, plain, starts)
+                return
+            if locator is None:
+                if len(usable) == 1:
+                    locator = self._single(usable[0])
+                else:
+                    first, *rest = usable
+                    locator = _Locator(self.anchors[first], self.anchor_patterns[first],
+                                       [(self.anchors[i], self.anchor_patterns[i]) for i in rest])
+                if len(self._locators) > 256:
+                    self._locators.clear()
+                    self._seen.clear()
+                self._locators[key] = locator
+            locator.lines(window, plain, starts)
+            return
+        for i in ids:
+            _find_lines(window, self.anchors[i], starts)
+
+    def _single(self, i: int) -> "_Locator | None":
+        """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
+        if i not in self._singles:
+            try:
+                self._singles[i] = _Locator(self.anchors[i], self.anchor_patterns[i])
+            except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
+                self._singles[i] = None
+        return self._singles[i]
 
 
 def _find_lines(window: bytes, lit: bytes, starts: set[int]) -> None:
