@@ -182,6 +182,10 @@ async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
         await press("slash", *"no such text", "enter")
         assert "no further match" in shown(screen.query_one("#log-status"))
         assert screen.view.cursor_line == 14
+        await press("y")
+        assert oom_app.clipboard == "  warnings.warn("
+        await press("r")
+        assert "the findings name ranks 0" in screen.query_one("#log-prompt").placeholder
 
 
 @run_async
@@ -232,6 +236,8 @@ async def test_log_markup_and_escapes_are_shown_as_text(tmp_path: Path) -> None:
         assert "[bold]x[/] [link=https://evil.example]click[/link] \\x1b[2J\\x1b]52;c;AAAA\\x07 done" in strip.text
         assert not any(seg.style and (seg.style.bold or seg.style.link) for seg in strip if "x[/]" in seg.text)
         assert all("\x1b" not in seg.text and "\x07" not in seg.text for seg in strip)
+        await pilot.press("y")  # copying the line copies the inert text, never the escape sequences
+        assert "\\x1b[2J" in app.clipboard and "\x1b" not in app.clipboard and "\x07" not in app.clipboard
 
 
 @run_async

@@ -362,7 +362,8 @@ class DiagnoseApp(App):
     def open_log(self, path: str, line: int | None, marked: set[int]) -> None:
         index = self.index_for(path)
         index.yield_s = YIELD_S  # the user is looking at it now
-        self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked))
+        ranks = sorted({r for f in self.report.findings for r in f.ranks}) if self.report is not None else []
+        self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked, ranks))
 
     def open_evidence(self, finding: Finding, number: int = 0) -> None:
         if not finding.evidence:

@@ -26,6 +26,7 @@ class LogScreen(Screen):
         Binding("N", "find(True)", "Previous"),
         Binding("r", "prompt('rank')", "Rank filter"),
         Binding("colon", "prompt('line')", "Go to line"),
+        Binding("y", "copy_line", "Copy line"),
         Binding("question_mark", "app.help", "Help"),
     ]
     DEFAULT_CSS = """
@@ -35,12 +36,13 @@ class LogScreen(Screen):
     """
 
     def __init__(self, index: LogIndex, display_name: str, line: int | None = None,
-                 marked_lines: set[int] | None = None) -> None:
+                 marked_lines: set[int] | None = None, known_ranks: list[int] | None = None) -> None:
         super().__init__()
         self.index = index
         self.display_name = display_name
         self.start_line = line
         self.marked_lines = marked_lines or set()
+        self.known_ranks = known_ranks or []  # ranks the findings name: a hint for the rank prompt
         self.prompt_mode = ""
         self.term = ""
         self.message = ""
@@ -95,12 +97,24 @@ class LogScreen(Screen):
         prompt = self.query_one("#log-prompt", Input)
         prompt.placeholder = {
             "search": "search (smart case), enter to find",
-            "rank": "show only this rank (empty: all ranks)",
+            "rank": "show only this rank (empty: all ranks)" + self._rank_hint(),
             "line": "go to line number",
         }[mode]
         prompt.value = self.term if mode == "search" else ""
         prompt.add_class("visible")
         prompt.focus()
+
+    def _rank_hint(self) -> str:
+        from diagnose.present.tui.fmt import format_ranks
+
+        return f"; the findings name ranks {format_ranks(self.known_ranks)}" if self.known_ranks else ""
+
+    def action_copy_line(self) -> None:
+        """Copy the line under the cursor, made inert (no escape sequence reaches the clipboard)."""
+        line = self.view.cursor_line
+        self.app.copy_to_clipboard(inert(self.index.line_text(line)))
+        self.message = f"copied line {line + 1:,}"
+        self._update_status()
 
     def _close_prompt(self) -> None:
         prompt = self.query_one("#log-prompt", Input)
@@ -173,7 +187,11 @@ class HelpScreen(ModalScreen):
         ("/  n  N", "search, next match, previous match (smart case)"),
         ("r", "show only one rank's lines (empty: all)"),
         (":", "go to line"),
+        ("y", "copy the line under the cursor"),
         ("escape", "back to the findings"),
+        ("Slurm (diagnose tui --slurm)", ""),
+        ("enter", "diagnose the highlighted job"),
+        ("j", "back to the job list (from the findings)"),
     )
 
     def compose(self) -> ComposeResult:
