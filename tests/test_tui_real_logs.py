@@ -91,6 +91,14 @@ async def test_findings_are_listed_before_the_log_is_indexed(tmp_path: Path) -> 
     gate = threading.Event()
     app = DiagnoseApp([str(big)], analyzer=pipeline_analyzer([]), display_names={str(big): "big.log"},
                       index_gate=gate)
+    shown_progress: list[tuple[int, int, str]] = []
+    show_progress = app._show_progress
+
+    def record_progress(done: int, total: int) -> None:  # the real method, watched
+        show_progress(done, total)
+        shown_progress.append((done, total, shown(app.main.query_one("#status"))))
+
+    app._show_progress = record_progress
     try:
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_report(app, pilot)
@@ -98,6 +106,9 @@ async def test_findings_are_listed_before_the_log_is_indexed(tmp_path: Path) -> 
             assert not index.done.is_set() and index.line_count == 0  # still held at the gate
             assert app.screen.findings.option_count > 0
             assert app.report.root is not None
+            assert shown_progress and shown_progress[-1][:2] == (big.stat().st_size, big.stat().st_size)
+            assert all(text.startswith("Reading the log…") for _, _, text in shown_progress)
+            assert app.main.query_one("#progress").has_class("hidden")
             await pilot.press("enter")  # jump to the evidence: waits for the index, the UI does not
             await pilot.pause(0.3)
             screen = app.screen
