@@ -150,6 +150,7 @@ def scontrol_reports(slurm_env, jobs, workdir) -> dict[str, tuple[int, dict, str
     """`diagnose slurm` on each job right after it ended: slurmctld still remembers it (MinJobAge 60 s)."""
     (workdir / f"gone-{jobs['gone']}.out").unlink()
     ids = {name: f"{job}_1" if name == "array" else job for name, job in jobs.items()}
+    ids["array_parent"] = jobs["array"]  # the array's own id: the failed task is chosen
     with ThreadPoolExecutor(max_workers=4) as pool:  # all within MinJobAge, each run imports megatron-core
         futures = {name: pool.submit(diagnose, slurm_env, job_id) for name, job_id in ids.items()}
         out = {name: f.result() for name, f in futures.items()}
@@ -166,6 +167,7 @@ def sacct_reports(slurm_env, jobs, scontrol_reports) -> dict[str, tuple[int, dic
         job_id = f"{job}_1" if name == "array" else job
         wait_forgotten(slurm_env, job_id)
         out[name] = diagnose(slurm_env, job_id)
+    out["array_parent"] = diagnose(slurm_env, jobs["array"])
     return out
 
 
@@ -229,6 +231,27 @@ def test_array_task(scontrol_reports, jobs, workdir):
     assert any("task 1 exploded" in e["text"] for e in r["evidence"])
 
 
+def check_array_parent(report: dict, jobs: dict[str, str], workdir: Path, source: str) -> None:
+    s = report["slurm"]
+    assert s["job_id"] == f"{jobs['array']}_1" and s["state"] == "FAILED"
+    assert s["source"] == source
+    assert s["outputs"][0]["path"] == str(workdir / f"diag-arr-{jobs['array']}_1.out")
+
+
+def test_array_job_id_picks_the_failed_task(scontrol_reports, jobs, workdir):
+    check_array_parent(scontrol_reports["array_parent"][1], jobs, workdir, "scontrol")
+
+
+def test_step_option_selects_the_step(slurm_env, jobs, scontrol_reports):
+    code, report, _ = diagnose(slurm_env, jobs["srun_label"], "--step", "batch")
+    assert report["slurm"]["steps"] == [
+        {"id": f"{jobs['srun_label']}.batch", "name": "batch", "state": "COMPLETED", "exit_code": 0, "signal": None}
+    ]
+    assert report["slurm"]["failed_step"] is None and code == 1  # the log's error still counts
+    _, report, _ = diagnose(slurm_env, f"{jobs['srun_label']}.0")
+    assert report["slurm"]["failed_step"] == f"{jobs['srun_label']}.0"
+
+
 def test_srun_label_step_failure_in_completed_job(scontrol_reports, jobs):
     code, report, _ = scontrol_reports["srun_label"]
     s = report["slurm"]
@@ -269,7 +292,7 @@ def test_text_report_names_the_route(slurm_env, jobs, scontrol_reports):
     )
     assert done.returncode == 1, done.stderr
     assert f"SLURM JOB {jobs['script_output']} (diag-printlog" in done.stdout
-    assert "found via scontrol" in done.stdout and "ROOT CAUSE" in done.stdout
+    assert "found via " in done.stdout and "ROOT CAUSE" in done.stdout
 
 
 # ---------------------------------------------------------------------------------------- time limit
@@ -335,6 +358,10 @@ def test_sacct_route_default_and_array(sacct_reports, jobs, workdir):
     assert s["source"] == "sacct" and s["array_task_id"] == 1
     assert s["outputs"][0]["path"] == str(workdir / f"diag-arr-{jobs['array']}_1.out")
     assert root(report)["category"] != "slurm"
+
+
+def test_sacct_route_array_job_id_picks_the_failed_task(sacct_reports, jobs, workdir):
+    check_array_parent(sacct_reports["array_parent"][1], jobs, workdir, "sacct")
 
 
 def test_sacct_route_srun_label(sacct_reports, jobs):

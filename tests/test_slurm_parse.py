@@ -319,3 +319,29 @@ def test_host_oom_log_explains_out_of_memory_but_cuda_oom_does_not():
     report = Report(findings=[_log_finding("cuda_oom")], root_cause=0)
     merge_slurm_findings(report, slurm_findings(_job("OUT_OF_MEMORY")), "OUT_OF_MEMORY")
     assert report.root.rule == "SJ002"
+
+
+@given(st.text(max_size=300))
+def test_parsers_never_raise_on_any_text(text):
+    for rec in parse_scontrol_jobs("JobId=1 " + text):
+        assert rec.fields["JobId"].startswith("1") or rec.fields["JobId"] == ""
+    parse_sacct("JobID|State\n" + text)
+    parse_sbatch_options(text)
+    parse_batch_script_options(text)
+    parse_exit_code(text)
+    parse_duration(text)
+    split_state(text)
+
+
+_TOKEN = st.one_of(
+    st.text(alphabet="abc-_./0123456789", min_size=1, max_size=4),
+    st.builds(lambda w, c: f"%{w}{c}", st.sampled_from(["", "1", "4", "10"]), st.sampled_from(list("AabJjNnstuxr"))),
+    st.just("%%"),
+)
+
+
+@given(st.lists(_TOKEN, max_size=12))
+def test_every_known_specifier_is_expanded(tokens):
+    f = PatternFields(job_id=12, array_job_id=10, array_task_id=2, job_name="n", user="u", first_node="h")
+    out = expand_pattern("".join(tokens), f)
+    assert out.count("%") == tokens.count("%%")  # only escaped percents remain, as single "%"

@@ -162,11 +162,12 @@ def lookup_job(
     if record is not None:
         _fill_from_scontrol(job, record)
     job_rows = [r for r in sacct_rows if "." not in r.fields.get("JobID", "")]
+    chosen_row = None
     if job_rows:
-        _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
+        chosen_row = _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
     if record is None and _incomplete(sacct_rows):
         job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
-    _find_outputs(job, record, job_rows[-1] if job_rows else None, sacct_fields, runner)
+    _find_outputs(job, record, chosen_row, sacct_fields, runner)
     if ref.step is not None:
         chosen = [s for s in job.steps if s.short_id == ref.step]
         if not chosen:
@@ -269,7 +270,8 @@ def _incomplete(rows: list[SacctRow]) -> bool:
 
 def _fill_from_sacct(
     job: SlurmJob, ref: JobRef, job_rows: list[SacctRow], rows: list[SacctRow], scontrol_known: bool
-) -> None:
+) -> SacctRow:
+    """Fill ``job`` from sacct (everything when scontrol did not know it; else the extras); return the job row."""
     # an array asked by its array id lists every task: keep the one scontrol chose, else the first failed task
     ids = []
     for r in job_rows:
@@ -327,11 +329,26 @@ def _fill_from_sacct(
                     record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
                 )
             )
+    # DerivedExitCode is the worst exit of the job's steps, but 22.05's accounting sometimes stores 0:0 although
+    # an srun step failed (seen on the local cluster): derive it from the steps then
+    if not job.derived_exit.failed:
+        worst = worst_step_exit(job.steps)
+        if worst is not None:
+            job.derived_exit = worst
     # a TIMEOUT job line says 0:0; the signal that ended it is on the batch step
     if job.source == "sacct" and not job.exit.failed:
         batch = next((s for s in job.steps if s.short_id == "batch"), None)
         if batch is not None and batch.exit.failed:
             job.exit = batch.exit
+    return row
+
+
+def worst_step_exit(steps: list[SlurmStep]) -> ExitStatus | None:
+    """The highest exit code among the numbered (srun) steps, as Slurm's DerivedExitCode is meant to be."""
+    failed = [s.exit for s in steps if s.short_id.isdigit() and s.exit.failed]
+    if not failed:
+        return None
+    return max(failed, key=lambda e: (e.code or 0, e.signal or 0))
 
 
 # -------------------------------------------------------------------------------------------- outputs

@@ -78,15 +78,25 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
     if user is not None and not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}", user):
         raise DiagnoseError(f"--user {user[:30]!r}: not a user name")
     argv = [
-        "sacct", "-X", "--parsable2", "-S", sacct_since(since), "-E", "now", f"--state={_STATES}",
+        "sacct", "--parsable2", "-S", sacct_since(since), "-E", "now", f"--state={_STATES}",
         f"--format={_FIELDS}", "-u", user or getpass.getuser(),
     ]  # fmt: skip
     result = runner(argv)
     if not result.ok:
         raise SlurmUnavailable(f"sacct: {result.first_error_line()}")
+    rows = parse_sacct(result.stdout)
+    # steps ("123.0") only serve to correct a DerivedExitCode that accounting left at 0:0 (seen with 22.05)
+    worst_step: dict[str, int] = {}
+    for row in rows:
+        job_id, dot, step = row.fields.get("JobID", "").partition(".")
+        code = parse_exit_code(row.fields.get("ExitCode")).code
+        if dot and step.isdigit() and code:
+            worst_step[job_id] = max(worst_step.get(job_id, 0), code)
     jobs: list[JobSummary] = []
-    for row in parse_sacct(result.stdout):
+    for row in rows:
         f = row.fields
+        if "." in f.get("JobID", ""):
+            continue
         state, by = split_state(f.get("State"))
         exit_status = parse_exit_code(f.get("ExitCode"))
         summary = JobSummary(
@@ -105,6 +115,8 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
             nodes=f.get("NodeList", ""),
             work_dir=f.get("WorkDir", ""),
         )
+        if not summary.derived_exit_code and summary.job_id in worst_step:
+            summary.derived_exit_code = worst_step[summary.job_id]
         if summary.failed and state not in ("RUNNING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
             jobs.append(summary)
     jobs.sort(key=lambda j: j.end, reverse=True)
