@@ -134,8 +134,8 @@ def test_required_message_is_recognised(line, code):
     "frame, phase, code",
     [
         ('File "/m/bridge/models/model_provider.py", line 590, in get_model', "model_build", "OOM101"),
-        ('File "/m/core/distributed/distributed_data_parallel.py", line 291, in __init__', "dp_wrap", "OOM102"),
-        ('File "/m/core/distributed/fsdp/mcore_fsdp_adapter.py", line 160, in __init__', "dp_wrap", "OOM102"),
+        ('File "/m/core/distributed/distributed_data_parallel.py", line 200, in _allocate_buffers_for_parameters', "dp_wrap", "OOM102"),
+        ('File "/m/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py", line 420, in _init_fsdp_param_and_grad_buffer', "dp_wrap", "OOM102"),
         ('File "/m/core/pipeline_parallel/schedules.py", line 500, in forward_backward_no_pipelining', "first_iteration", "OOM103"),
         ('File "/usr/lib/python3/dist-packages/torch/optim/adam.py", line 160, in _init_group', "optimizer_step", "OOM105"),
         ('File "/m/bridge/training/checkpointing.py", line 1200, in save_checkpoint', "checkpoint_save", "OOM107"),
@@ -143,9 +143,12 @@ def test_required_message_is_recognised(line, code):
     ],
 )
 def test_cuda_oom_is_told_apart_by_where_it_happened(frame, phase, code):
+    """The innermost frame decides, even though every Megatron-Bridge traceback starts in
+    ``pretrain(config=cfg, forward_step_func=forward_step)`` (a first-iteration word in the wrap's traceback)."""
     from diagnose.match import match_text
 
-    text = "\n".join(["Traceback (most recent call last):", "  " + frame, "    x = torch.empty(n)",
+    text = "\n".join(["Traceback (most recent call last):", '  File "/w/pretrain_gpt.py", line 40, in <module>',
+                      "    pretrain(config=cfg, forward_step_func=forward_step)", "  " + frame, "    x = torch.empty(n)",
                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free."])
     root = match_text(text, CATALOGUE, backend="python").root
     assert (root.rule, root.phase, root.category) == (code, phase, "cuda_oom")
