@@ -480,3 +480,8 @@ def test_watchdog_status_and_heartbeat():
     )
     assert hang == {"event": "heartbeat_hang", "stuck_seconds": 480}
     assert PARSERS["nccl_watchdog_status"]("all good") is None
+
+
+def test_torchrun_heading_alone_is_no_fact():
+    assert PARSERS["torchrun_failure"]("Root Cause (first observed failure):") is None
+    assert PARSERS["torchrun_failure"]("Failures:", ["  <NO_OTHER_FAILURES>"]) is None

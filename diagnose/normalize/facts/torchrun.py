@@ -90,8 +90,8 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
         elif current is not None and last_key == "traceback":
             # With @record and an error file, the child's own traceback follows on indented lines.
             current["traceback"] = f"{current['traceback']}\n{stripped}" if current["traceback"] else stripped
-    if not seen_any:
-        return None
+    if not seen_any or not (out["script"] or out["failures"] or out["root_cause"]):
+        return None  # a heading alone (the engine passed one line, no block) says nothing
     return out
 
 
