@@ -287,3 +287,29 @@ async def test_clicking_an_evidence_location_opens_the_log_there(oom_app: Diagno
         await pilot.pause(0.2)
         assert isinstance(oom_app.screen, LogScreen)
         assert oom_app.screen.view.cursor_line == 31
+
+
+@run_async
+async def test_mouse_selects_a_finding_and_a_fix_tab(oom_app: DiagnoseApp) -> None:
+    from textual.geometry import Region
+
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        findings = oom_app.screen.findings
+        rows = [strip.text for strip in findings.render_lines(Region(0, 0, *findings.size))]
+        row = next(i for i, text in enumerate(rows) if "LA010" in text)
+        await pilot.click(findings, offset=(6, row))
+        await pilot.pause()
+        selected = findings.selected_finding
+        assert oom_app.report.findings[selected].rule == "LA010"
+        assert "destroy_process_group" in shown(oom_app.screen.query_one("#finding-header"))
+        assert isinstance(oom_app.screen, MainScreen)  # one click shows, it does not open the log
+        await pilot.click(findings, offset=(6, next(i for i, t in enumerate(rows) if "OOM103" in t)))
+        await pilot.pause()
+        await pilot.click("#fix-tabs #--content-tab-fix-yaml")
+        await pilot.pause()
+        await pilot.press("c")
+        assert oom_app.clipboard == oom_app.report.replay["render"]["yaml"]
+        await pilot.double_click(findings, offset=(6, next(i for i, t in enumerate(rows) if "OOM103" in t)))
+        await pilot.pause(0.2)
+        assert isinstance(oom_app.screen, LogScreen) and oom_app.screen.view.cursor_line == 33

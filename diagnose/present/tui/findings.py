@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual import events
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -89,6 +90,16 @@ class FindingsList(OptionList):
     DEFAULT_CSS = """
     FindingsList { height: 1fr; }
     """
+
+    async def _on_click(self, event: events.Click) -> None:
+        """A click shows the finding; a double click (like enter) opens its evidence in the log."""
+        event.prevent_default()  # OptionList's own handler would select (open the log) on every click
+        clicked: int | None = event.style.meta.get("option")
+        if clicked is None or self.get_option_at_index(clicked).disabled:
+            return
+        self.highlighted = clicked
+        if event.chain >= 2:
+            self.action_select()
 
     def show_report(self, report: Report) -> None:
         self.clear_options()
