@@ -1,5 +1,5 @@
 """`diagnose check` pinned to real H200 measurements (one and two GPUs): for each measured model and strategy, the
-plan of the same config (as given) must predict the model state measured after the first optimizer step within 5 %
+plan of the same config (as given) must predict the model state measured after the first optimizer step within 3 %
 (docs/memory.md): params + grads + main params + Adam state, plus the fp32 copy of bf16 grads still held then.
 The plan's peak adds activations on top of the full state (iteration 2 onwards), which a one-step run never sees."""
 
@@ -16,7 +16,7 @@ from diagnose.explain.memory.plan import memory_plan
 from diagnose.present.commands.check import prepare_view
 
 TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration" / "h200_measurements.json"
-TOL_STATE = 0.05
+TOL_STATE = 0.03
 FSDP = {"fsdp:no_shard": "no_shard", "fsdp:optim": "optim", "fsdp:optim_grads": "optim_grads",
         "fsdp:optim_grads_params": "optim_grads_params"}
 
@@ -47,6 +47,7 @@ def _config(r: dict) -> dict:
         "ddp": {"grad_reduce_in_fp32": r["grad_reduce_in_fp32"],
                 "use_distributed_optimizer": strategy != "ddp",
                 "use_megatron_fsdp": strategy in FSDP, "overlap_grad_reduce": strategy in FSDP,
+                "overlap_param_gather": strategy in FSDP,
                 **({"data_parallel_sharding_strategy": FSDP[strategy]} if strategy in FSDP else {})},
         "optimizer": {"use_distributed_optimizer": strategy != "ddp"},
     }
@@ -66,6 +67,8 @@ def test_check_plan_matches_the_measured_state(tmp_path, monkeypatch):
         expected = c["params"] + c["grads"] + c["main_params"] + c["optimizer"]
         if not r["grad_reduce_in_fp32"]:
             expected += c["main_params"]  # main_param.grad = main_grad.float(), freed by the next zero_grad
+        if r["strategy"] == "fsdp:optim_grads_params" and r["dp"] > 1:
+            expected += c["buffers"]  # weights of the next forward already gathered (overlap_param_gather)
         err = (expected - r["allocated_bytes"]) / r["allocated_bytes"]
         if abs(err) > TOL_STATE:
             bad.append((r["name"], round(100 * err, 1)))

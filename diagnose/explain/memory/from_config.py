@@ -202,6 +202,7 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
         optimizer_offload_fraction=_float(_get(view, "optimizer.optimizer_offload_fraction"), 1.0) if offload else 0.0,
         meta_init=_bool(_get(view, "model.init_model_with_meta_device")),
         overlap_grad_reduce=_bool(_get(view, "ddp.overlap_grad_reduce"), False),
+        overlap_param_gather=_bool(_get(view, "ddp.overlap_param_gather"), False),
     )
 
 
