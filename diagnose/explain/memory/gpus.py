@@ -31,7 +31,7 @@ def _gib(x: float) -> int:
 GPUS: dict[str, GpuModel] = {
     g.name: g
     for g in (
-        GpuModel("h200", _gib(139.80), "141 GB HBM3e; torch reports 139.80 GiB (measured)"),
+        GpuModel("h200", 150_109_880_320, "141 GB HBM3e; torch reports 139.80 GiB (measured total_memory)"),
         GpuModel("h100-80gb", _gib(79.11), "80 GB HBM3 (SXM); torch reports 79.11 GiB"),
         GpuModel("h100-94gb", _gib(93.00), "H100 NVL 94 GB; torch reports ~93.0 GiB"),
         GpuModel("h100-pcie", _gib(79.11), "80 GB PCIe"),
