@@ -216,7 +216,8 @@ async def test_rank_facet_shows_one_rank(tmp_path: Path) -> None:
 async def test_log_markup_and_escapes_are_shown_as_text(tmp_path: Path) -> None:
     log = tmp_path / "hostile.log"
     hostile = "[rank0]: [bold]x[/] [link=https://evil.example]click[/link] \x1b[2J\x1b]52;c;AAAA\x07 done"
-    log.write_text("first line\n" + hostile + "\n", encoding="utf-8")
+    coloured = "[rank0]: \x1b[31mred\x1b[0m \x1b[1;32mgreen\x1b[0m"
+    log.write_text("first line\n" + hostile + "\n" + coloured + "\n", encoding="utf-8")
     finding = Finding(rule="PY001", name="py", title="[bold]t[/] \x1b[31mred", category="other", phase="unknown",
                       severity="error", role="root", confidence=0.3, ranks=[0],
                       evidence=[Evidence(str(log), 2, hostile)], explanation="[i]why[/i]")
@@ -238,6 +239,10 @@ async def test_log_markup_and_escapes_are_shown_as_text(tmp_path: Path) -> None:
         assert all("\x1b" not in seg.text and "\x07" not in seg.text for seg in strip)
         await pilot.press("y")  # copying the line copies the inert text, never the escape sequences
         assert "\\x1b[2J" in app.clipboard and "\x1b" not in app.clipboard and "\x07" not in app.clipboard
+        assert view.render_line(2).text.rstrip().endswith("[rank0]: red green")  # colour codes dropped, not applied
+        await pilot.press("a")
+        assert view.render_line(2).text.rstrip().endswith("[rank0]: \\x1b[31mred\\x1b[0m \\x1b[1;32mgreen\\x1b[0m")
+        assert "\\x1b[2J" in view.render_line(1).text
 
 
 @run_async

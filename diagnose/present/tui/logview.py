@@ -25,6 +25,9 @@ from diagnose.present.tui.rankfacet import RankFacet
 
 MAX_LINE_CELLS = 1000
 LINE_BYTES_CAP = 4096
+# SGR (colour) sequences only: dropped in the default view, as a terminal would not print them. Every other
+# escape sequence (cursor moves, screen clears, OSC) is kept and shown inert.
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
 
 
 class LogView(ScrollView, can_focus=True):
@@ -56,6 +59,7 @@ class LogView(ScrollView, can_focus=True):
         self.term: str = ""
         self.marked_lines = marked_lines or set()  # 0-based evidence lines: a marker in the gutter
         self._pending_line: int | None = None
+        self.raw = False  # True: show colour sequences too (inert) instead of dropping them
         self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
         self._rows_seen = -1
 
@@ -107,7 +111,7 @@ class LogView(ScrollView, can_focus=True):
         if row >= self.row_count:
             return Strip.blank(width, base)
         line = self.line_at_row(row)
-        key = (line, row == self.cursor, self.term, self._gutter_width())
+        key = (line, row == self.cursor, self.term, self._gutter_width(), self.raw)
         strip = self._strips.get(key)
         if strip is None:
             strip = self._render_row(line, row == self.cursor)
@@ -120,7 +124,7 @@ class LogView(ScrollView, can_focus=True):
         if line in self.marked_lines:
             gutter_style = self.get_component_rich_style("logview--evidence")
             marker = "▶"
-        body = shorten(inert(self.index.line_text(line, LINE_BYTES_CAP)), MAX_LINE_CELLS)
+        body = shorten(inert(self.shown_text(line)), MAX_LINE_CELLS)
         text = Text(no_wrap=True, end="")
         text.append(f"{line + 1:>{self._gutter_width()}}{marker}", gutter_style)
         text.append(" ")
@@ -136,6 +140,16 @@ class LogView(ScrollView, can_focus=True):
         segments = [Segment(s.text, self.rich_style + s.style if s.style else self.rich_style) for s in
                     text.render(self.app.console)]
         return Strip(segments)
+
+    def shown_text(self, line: int) -> str:
+        """The line as read, less its colour sequences unless ``raw`` (not yet inert)."""
+        text = self.index.line_text(line, LINE_BYTES_CAP)
+        return text if self.raw or "\x1b" not in text else _SGR.sub("", text)
+
+    def toggle_raw(self) -> None:
+        self.raw = not self.raw
+        self._strips.clear()
+        self.refresh()
 
     def notify_style_update(self) -> None:
         super().notify_style_update()

@@ -27,6 +27,7 @@ class LogScreen(Screen):
         Binding("r", "prompt('rank')", "Rank filter"),
         Binding("colon", "prompt('line')", "Go to line"),
         Binding("y", "copy_line", "Copy line"),
+        Binding("a", "toggle_raw", "Colour codes", show=False),
         Binding("question_mark", "app.help", "Help"),
     ]
     DEFAULT_CSS = """
@@ -112,8 +113,13 @@ class LogScreen(Screen):
     def action_copy_line(self) -> None:
         """Copy the line under the cursor, made inert (no escape sequence reaches the clipboard)."""
         line = self.view.cursor_line
-        self.app.copy_to_clipboard(inert(self.index.line_text(line)))
+        self.app.copy_to_clipboard(inert(self.view.shown_text(line)))
         self.message = f"copied line {line + 1:,}"
+        self._update_status()
+
+    def action_toggle_raw(self) -> None:
+        self.view.toggle_raw()
+        self.message = "showing colour codes (inert)" if self.view.raw else "colour codes hidden"
         self._update_status()
 
     def _close_prompt(self) -> None:
@@ -175,8 +181,8 @@ class HelpScreen(ModalScreen):
     """
     HELP = (
         ("Findings", ""),
-        ("up/down, mouse", "select a finding (root cause is selected first)"),
-        ("enter", "open the log at the finding's evidence"),
+        ("up/down, click", "select a finding (root cause is selected first)"),
+        ("enter, 2 clicks", "open the log at the finding's evidence (or click an evidence line)"),
         ("l", "open the log at the top"),
         ("c", "copy the fix shown in the tab (OSC 52: works over SSH)"),
         ("1 2 3 4", "fix as Bridge CLI / Python / YAML / Megatron-LM flags"),
@@ -188,6 +194,7 @@ class HelpScreen(ModalScreen):
         ("r", "show only one rank's lines (empty: all)"),
         (":", "go to line"),
         ("y", "copy the line under the cursor"),
+        ("a", "show / hide colour codes (shown as text, never applied)"),
         ("escape", "back to the findings"),
         ("Slurm (diagnose tui --slurm)", ""),
         ("enter", "diagnose the highlighted job"),
