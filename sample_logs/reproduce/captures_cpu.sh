@@ -22,9 +22,12 @@ $cap b042_dtensor_without_mfsdp "$old" 300 $t checkpoint.ckpt_format=fsdp_dtenso
 $cap b062_dtensor_without_mfsdp "$new" 300 $t checkpoint.ckpt_format=fsdp_dtensor
 # CUDA_DEVICE_MAX_CONNECTIONS=1 exported (a TP-tuned job script) with Megatron FSDP: asserted from 0.5 on.
 CUDA_DEVICE_MAX_CONNECTIONS=1 $cap b062_cuda_max_connections "$new" 300 $t $fsdp checkpoint.ckpt_format=fsdp_dtensor
-# Both FSDP implementations switched on.
-$cap b042_both_fsdp_old "$old" 300 $t $fsdp dist.use_torch_fsdp2=true checkpoint.ckpt_format=fsdp_dtensor
-$cap b062_both_fsdp_new "$new" 300 $t $fsdp dist.use_torch_fsdp2=true checkpoint.ckpt_format=fsdp_dtensor
+# Megatron FSDP asked for through ddp.*, Torch FSDP2 through dist.*, fsdp_dtensor: the checkpoint assertion fires.
+$cap b042_fsdp2_flag_dtensor_assert "$old" 300 $t $fsdp dist.use_torch_fsdp2=true checkpoint.ckpt_format=fsdp_dtensor
+$cap b062_fsdp2_flag_dtensor_assert "$new" 300 $t $fsdp dist.use_torch_fsdp2=true checkpoint.ckpt_format=fsdp_dtensor
+# Both FSDP implementations switched on through dist.* (run these two one after the other: torchrun's port).
+$cap b042_both_fsdp_old "$old" 300 $t dist.use_megatron_fsdp=true dist.use_torch_fsdp2=true
+$cap b062_both_fsdp_new "$new" 300 $t dist.use_megatron_fsdp=true dist.use_torch_fsdp2=true
 # Import failures: no Transformer Engine, and no placeholder for it (STUB_BLOCK blocks the package outright).
 STUB_BLOCK="transformer_engine transformer_engine_torch" $cap b042_import_no_te "$old" 300 torchrun --nproc_per_node=1 bridge_run.py --size tiny
 # A node with no GPU visible (CUDA_VISIBLE_DEVICES empty, as on a Slurm step without --gpus): passes validation,

@@ -54,10 +54,21 @@ CAPTURES: dict[str, tuple[str, str, str]] = {
         "setdefault) with Megatron FSDP and fsdp_dtensor: AssertionError 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS "
         "> 1 or unset.' on both ranks (Bridge 0.5+ only; 0.4.x has no such check)."),
     "b042_both_fsdp_old": ("local", "b042_both_fsdp_old",
-        "ddp.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: ValueError 'Using use_megatron_fsdp and "
+        "dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true: ValueError 'Using use_megatron_fsdp and "
         "use_torch_fsdp2 at the same time is not supported.' from validate() on both ranks (Bridge 0.4.2)."),
     "b062_both_fsdp_new": ("local", "b062_both_fsdp_new",
-        "Both FSDP flags on Bridge 0.6.2: ValueError 'use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.'"),
+        "dist.use_megatron_fsdp=true and dist.use_torch_fsdp2=true on Bridge 0.6.2: ValueError 'use_megatron_fsdp "
+        "and use_torch_fsdp2 are mutually exclusive.' on both ranks."),
+    # The first local run set ddp.use_megatron_fsdp (not dist.*) with dist.use_torch_fsdp2 and fsdp_dtensor; its raw
+    # output was overwritten by the runs above, the finished logs were kept (exit status 1, 2 ranks).
+    "b042_fsdp2_flag_dtensor_assert": ("local-first", "b042_both_fsdp_old",
+        "ddp.use_megatron_fsdp=true plus dist.use_torch_fsdp2=true and checkpoint.ckpt_format=fsdp_dtensor: "
+        "validate() checks the mutual exclusion on dist.use_megatron_fsdp only (still false), so it does not fire; "
+        "the checkpoint check then fails: AssertionError 'fsdp_dtensor checkpoint format only supports Megatron "
+        "FSDP' on both ranks (Bridge 0.4.2). The message blames the format, the cause is the FSDP2 flag."),
+    "b062_fsdp2_flag_dtensor_assert": ("local-first", "b062_both_fsdp_new",
+        "The same settings on Bridge 0.6.2: the same AssertionError 'fsdp_dtensor checkpoint format only supports "
+        "Megatron FSDP' on both ranks."),
     "b042_import_no_te": ("local", "b042_import_no_te",
         "Transformer Engine absent and not stubbed (STUB_BLOCK): importing megatron.bridge fails with "
         "ModuleNotFoundError: No module named 'transformer_engine' (Bridge 0.4.2 imports it unguarded for its PEFT "
@@ -154,6 +165,9 @@ def read_env(path: Path) -> dict:
 def finish(name: str, raw_dirs: dict[str, Path], out: Path) -> None:
     batch, raw_name, happened = CAPTURES[name]
     raw = raw_dirs[batch]
+    if not (raw / f"{raw_name}.log").exists():
+        print("no raw log, kept as finished:", name)
+        return
     log = (raw / f"{raw_name}.log").read_bytes()
     # Decode as latin-1 so that every byte survives the prefix rewrite unchanged.
     (out / f"{name}.log").write_bytes(rewrite(log.decode("latin-1")).encode("latin-1"))
