@@ -187,6 +187,15 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         console.print(line)
     for note in mem.get("notes", []):
         console.print(Text("note: " + inert(note), style="dim"))
+    given = mem["plans"][0]
+    if given["fits"]:
+        console.print(Text(f"\nAs given: fits (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)}).",
+                           style="bold green"))
+    else:
+        cheapest = next((i for i, p in enumerate(mem["plans"]) if i and p["fits"]), None)
+        msg = f"\nAs given: does NOT fit (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)})."
+        msg += f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits."
+        console.print(Text(msg, style="bold red"))
 
 
 def _gib(n: int | None) -> str:
