@@ -138,6 +138,10 @@ def jobs(slurm_env, workdir) -> dict[str, str]:
         "default_output": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "exit3.sh"), cwd=workdir),
         "array": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "array.sh"), cwd=workdir),
         "srun_label": sbatch(slurm_env, "-D", str(workdir), str(JOBS / "srun_label.sh"), cwd=workdir),
+        "split_streams": sbatch(
+            slurm_env, "-D", str(workdir), "-J", "diag-split", "-o", "split-%j.out", "-e", "split-%j.err",
+            "--wrap", "echo loading shards; python3 -c 'raise ValueError(\"shard 7 is truncated\")'", cwd=workdir,
+        ),
         "gone": sbatch(slurm_env, "-D", str(workdir), "-o", "gone-%j.out", str(JOBS / "print_log.sh"), log, cwd=workdir),
     }
     for job in ids.values():
@@ -274,6 +278,22 @@ def test_default_output_and_exit_code(scontrol_reports, jobs, workdir):
     # nothing in the log explains the exit: Slurm's state is the root cause
     r = root(report)
     assert r["rule"] == "SJ006" and r["role"] == "root" and r["facts"]["exit_code"] == 3
+
+
+@pytest.mark.parametrize("phase", ["scontrol", "sacct"])
+def test_separate_stderr_file_is_diagnosed_too(phase, request, jobs, workdir):
+    _, report, _ = request.getfixturevalue(f"{phase}_reports")["split_streams"]
+    s = report["slurm"]
+    job = jobs["split_streams"]
+    assert s["source"] == phase
+    assert [(o["stream"], o["path"]) for o in s["outputs"]] == [
+        ("stdout", str(workdir / f"split-{job}.out")),
+        ("stderr", str(workdir / f"split-{job}.err")),
+    ]
+    assert sorted(i["path"] for i in report["inputs"]) == sorted(o["path"] for o in s["outputs"])
+    r = root(report)
+    assert r["evidence"][-1]["path"] == str(workdir / f"split-{job}.err")
+    assert any("shard 7 is truncated" in e["text"] for e in r["evidence"])
 
 
 def test_output_file_gone_still_reports_slurm_facts(scontrol_reports, jobs, workdir):
