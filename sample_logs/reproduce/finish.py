@@ -128,6 +128,12 @@ CAPTURES: dict[str, tuple[str, str, str]] = {
         "optimizer sharded state of type fsdp_dtensor' and nothing more for about 60 s, until the harness's "
         "100 s limit sent SIGTERM to torchrun. A DP=2 memory measurement was running on the same two GPUs at the "
         "time; the cause of the hang was not established."),
+    "b062_mfsdp_dtensor_resume_hang": ("batch3", "b062_mfsdp_dtensor_resume",
+        "The resume run after b062_mfsdp_dtensor_save_hang (checkpoint.load=/tmp/ckok): that save never completed, "
+        "so there was no checkpoint to load and the run started from iteration 0 without saying so; it trained 6 "
+        "iterations, then hung again in the final fsdp_dtensor save ('saving checkpoint at iteration 6 ... in "
+        "fsdp_dtensor format', nothing after it) until the harness's 100 s limit sent SIGTERM to torchrun. The DP=2 "
+        "memory measurement was running on the same GPUs; the cause of the hang was not established."),
     "b062_rank_killed": ("batch3", "b062_rank_killed",
         "2 H200s, tiny model, DDP: rank 1 sends itself SIGKILL at its 3rd forward (as the kernel OOM killer or a "
         "preemption does). torchrun reports rank 1 exitcode -9 (Signal 9) as the root cause and SIGTERMs rank 0 "
