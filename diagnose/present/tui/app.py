@@ -25,6 +25,7 @@ from diagnose.present.safe import inert
 from diagnose.present.tui.detail import FindingDetail
 from diagnose.present.tui.export import export_report
 from diagnose.present.tui.findings import FindingsList
+from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LOW_PRIORITY_YIELD_S, YIELD_S, LogIndex
 from diagnose.present.tui.screens import ExportScreen, HelpScreen, LogScreen, PasteScreen
 
@@ -270,6 +271,7 @@ class DiagnoseApp(App):
         self.job_id = job_id
         self.report = None
         self._job_outputs = []
+        self._last_percent = -1
         self.analyzer = job_analyzer(job_id, self.rules_dirs, self._job_outputs)
         self.sub_title = f"Slurm job {inert(job_id)}"
         self.main.query_one("#progress").remove_class("hidden")
@@ -306,7 +308,7 @@ class DiagnoseApp(App):
     def _show_progress(self, done: int, total: int) -> None:
         bar = self.main.query_one("#progress", ProgressBar)
         bar.update(total=max(total, 1), progress=done)
-        self._set_status(Text(f"Reading the log… {done / max(total, 1):.0%} of {_size(total)}"))
+        self._set_status(Text(f"Reading the log… {done / max(total, 1):.0%} of {format_bytes(total)}"))
 
     def _index_priority(self, low: bool) -> None:
         for index in self.indices.values():
@@ -400,9 +402,3 @@ class DiagnoseApp(App):
                 os.unlink(path)
             except OSError:
                 pass
-
-
-def _size(n: int) -> str:
-    from diagnose.present.tui.fmt import format_bytes
-
-    return format_bytes(n)
