@@ -263,4 +263,10 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     bridge_version = getattr(options, "bridge_version", None)
     plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
     out["options"] = [_plan_dict(p) for p in plans]
+    best = next((p for p in plans if p.fits and p.valid is not False), None)
+    if best is not None:
+        change = " ".join(f"{o.key}={o.value}" for o in best.overrides)
+        gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
+        out["explanation"] += (f" Cheapest change that fits{gpus}: {change or best.label} "
+                               f"(predicted peak {fmt_gib(best.peak)}).")
     return out
