@@ -149,20 +149,23 @@ def slurm_markdown(s: dict[str, Any]) -> str:
 
 
 def _list_failed(args: Any, options: Any) -> int:
-    from rich.table import Table
+    from rich.text import Text
 
-    from diagnose.ingest.slurm import list_failed_jobs, parse_job_id
+    from diagnose.ingest.slurm import list_failed_jobs, lookup_job, parse_job_id
     from diagnose.ingest.slurm.diagnosis import diagnose_job
     from diagnose.pipeline import AnalyzeOptions
-    from diagnose.present.safe import log_text
+    from diagnose.present.safe import inert, log_text
 
     jobs = list_failed_jobs(since=args.since, user=args.user)
     quick = AnalyzeOptions(rules_dirs=options.rules_dirs, replay=False)
     rows: list[dict[str, Any]] = []
     for summary in jobs[:MAX_LISTED]:
         try:
-            report = diagnose_job(parse_job_id(summary.job_id), quick).report
-            root = report.root
+            if "[" in summary.job_id:  # "123_[0-9]": array tasks cancelled before any of them started
+                raise DiagnoseError("array tasks that never started")
+            ref = parse_job_id(summary.job_id)
+            job = lookup_job(ref, settle_s=1.0)  # many jobs: do not wait long for an incomplete sacct record
+            report = diagnose_job(ref, quick, job=job).report
             line = one_line_diagnosis(report)
             outputs = [o["path"] for o in (report.slurm or {}).get("outputs", [])]
         except DiagnoseError as e:
@@ -174,8 +177,6 @@ def _list_failed(args: Any, options: Any) -> int:
             json.dump({"since": args.since, "jobs": rows, "truncated": len(jobs) > MAX_LISTED}, out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
-            from diagnose.present.safe import inert
-
             out.write("| job | name | state | end | diagnosis |\n| --- | --- | --- | --- | --- |\n")
             for r in rows:
                 cells = [inert(str(r[k])).replace("|", "\\|") for k in ("job_id", "name", "state", "end", "diagnosis")]
@@ -184,13 +185,16 @@ def _list_failed(args: Any, options: Any) -> int:
             console = _console(args, out)
             if not rows:
                 console.print(log_text(f"No failed jobs since {args.since}."))
-            else:
-                table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-                for col in ("JOBID", "NAME", "STATE", "END", "DIAGNOSIS"):
-                    table.add_column(col, overflow="fold")
-                for r in rows:
-                    table.add_row(*(log_text(str(r[k]), limit=200) for k in ("job_id", "name", "state", "end", "diagnosis")))
-                console.print(table)
+            else:  # one line per job, never wrapped: columns padded to the widest value
+                cols = ("job_id", "name", "state", "end", "diagnosis")
+                cells = [[inert(str(r[k])) for k in cols] for r in rows]
+                widths = [max(len(c[i]) for c in cells + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
+                header = "  ".join(h.ljust(w) for h, w in zip(("JOBID", "NAME", "STATE", "END"), widths))
+                console.print(Text(header + "  DIAGNOSIS", style="bold"), soft_wrap=True)
+                for c in cells:
+                    line = Text("  ".join(v.ljust(w) for v, w in zip(c[:4], widths)) + "  ")
+                    line.append(c[4], style="red" if not c[4].startswith("no failure") else "green")
+                    console.print(line, soft_wrap=True)
             if len(jobs) > MAX_LISTED:
                 console.print(log_text(f"... and {len(jobs) - MAX_LISTED} older ones (narrow --since)"))
     return 1 if rows else 0
