@@ -21,6 +21,8 @@ def test_format_ranks_compresses_runs() -> None:
     assert format_ranks([]) == ""
     assert rank_phrase(list(range(512)), ["a", "b"], 512) == "ranks 0-511 · 2 hosts · ×512"
     assert rank_phrase([3], ["node7"], 1) == "rank 3 · node7"
+    scattered = list(range(1, 512, 3))
+    assert rank_phrase(scattered, [], 200) == "171 ranks in 1-511 · ×200"  # too long to list in the left pane
 
 
 def test_format_bytes_in_binary_units() -> None:
@@ -50,6 +52,17 @@ def test_rule_overrides_render_in_four_forms() -> None:
     assert "--use-megatron-fsdp" in rendered.forms["mlm"].splitlines()
     assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"].splitlines()
     assert "not replayed" in rendered.verdict
+
+
+def test_replay_env_keys_render_as_environment() -> None:
+    root = finding("OOM104", fix=Fix(env=[EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]))
+    replay = {"rule": "OOM104", "fix": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
+                                        {"key": "train.micro_batch_size", "value": 1}],
+              "after_fix": {"passes": True}, "render": {"cli": ""}}
+    rendered = render_fix(Report(findings=[root], root_cause=0, replay=replay), root)
+    assert rendered.forms["cli"].splitlines() == [
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "train.micro_batch_size=1"]
+    assert "env." not in rendered.forms["python"] + rendered.forms["yaml"] + rendered.forms["mlm"]
 
 
 def test_yaml_form_parses_back_to_the_overrides() -> None:

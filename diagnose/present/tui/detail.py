@@ -12,7 +12,7 @@ from diagnose.model import Finding, Report
 from diagnose.present.safe import block_text, inert, shorten
 from diagnose.present.tui.findings import SEVERITY_STYLE
 from diagnose.present.tui.fixrender import TAB_ORDER, RenderedFix, render_fix
-from diagnose.present.tui.fmt import rank_phrase
+from diagnose.present.tui.fmt import format_ranks, rank_phrase
 from diagnose.present.tui.memoryview import memory_text
 
 EVIDENCE_SHOWN = 12
@@ -38,6 +38,9 @@ def header_text(report: Report, finding: Finding) -> Text:
     who = rank_phrase(finding.ranks, [inert(h) for h in finding.hosts], finding.count)
     if who:
         text.append("\n" + who)
+    full = format_ranks(finding.ranks)
+    if finding.ranks and full not in who:  # summarised above: the whole set, capped, below
+        text.append("\nranks " + shorten(full, 600), "dim")
     return text
 
 

@@ -165,11 +165,19 @@ def replay_verdict(replay: dict[str, Any]) -> str:
     return f"{head}; {tail}" + "".join(f"\n  note: {n}" for n in notes)
 
 
+def _split_env(overrides: list[Override], env: list[tuple[str, str]]) -> tuple[list[Override], list[tuple[str, str]]]:
+    """Replay writes environment variables as ``env.NAME`` keys: move them to the environment list."""
+    config = [o for o in overrides if not o.key.startswith("env.")]
+    names = {name for name, _ in env}
+    extra = [(o.key[4:], str(o.value)) for o in overrides if o.key.startswith("env.") and o.key[4:] not in names]
+    return config, env + extra
+
+
 def render_fix(report: Report, finding: Finding) -> RenderedFix:
     env = _env_pairs(finding.fix)
     if replay_covers(report, finding):
         replay = report.replay or {}
-        overrides = _as_overrides(replay.get("fix"))
+        overrides, env = _split_env(_as_overrides(replay.get("fix")), env)
         given = replay.get("render") or {}
         forms = {
             "cli": given.get("cli") or render_cli(overrides, env),
@@ -178,7 +186,7 @@ def render_fix(report: Report, finding: Finding) -> RenderedFix:
             "mlm": given.get("mlm") or render_mlm(overrides, env),
         }
         return RenderedFix(forms, replay_verdict(replay), True, overrides)
-    overrides = list(finding.fix.overrides)
+    overrides, env = _split_env(list(finding.fix.overrides), env)
     forms = {
         "cli": render_cli(overrides, env),
         "python": render_python(overrides, env),

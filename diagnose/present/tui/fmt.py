@@ -22,12 +22,20 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ", ".join(runs)
 
 
-def rank_phrase(ranks: list[int], hosts: list[str], count: int) -> str:
-    """"ranks 0-7, 9 · 2 hosts · ×512": who saw a finding and how often."""
+def compact_ranks(ranks: Iterable[int], limit: int = 40) -> str:
+    """``format_ranks`` when it is short; else how many and their span: "200 ranks in 1-511"."""
+    unique = sorted(set(ranks))
+    full = format_ranks(unique)
+    if len(full) <= limit:
+        return ("rank " if len(unique) == 1 else "ranks ") + full
+    return f"{len(unique)} ranks in {unique[0]}-{unique[-1]}"
+
+
+def rank_phrase(ranks: list[int], hosts: list[str], count: int, limit: int = 40) -> str:
+    """"ranks 0-7, 9 · 2 hosts · ×512": who saw a finding and how often (long rank sets summarised)."""
     parts: list[str] = []
     if ranks:
-        word = "rank" if len(set(ranks)) == 1 else "ranks"
-        parts.append(f"{word} {format_ranks(ranks)}")
+        parts.append(compact_ranks(ranks, limit))
     if len(hosts) > 1:
         parts.append(f"{len(hosts)} hosts")
     elif hosts:
