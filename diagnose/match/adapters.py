@@ -9,7 +9,6 @@ are the ``File "..."`` / ``frame #N`` lines of the same stream above the line) s
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
 from typing import Any, Callable
 
 from diagnose.model import LogLine
@@ -17,10 +16,10 @@ from diagnose.model import LogLine
 _HEADER = "Traceback (most recent call last)"
 
 
-@lru_cache(maxsize=None)
 def _module(name: str):
+    """The module, or None when it cannot be imported (a failure is not remembered: it may be fixed later)."""
     try:
-        return importlib.import_module(name)
+        return importlib.import_module(name)  # cached by Python after the first success
     except Exception:  # noqa: BLE001 - a stage still being written, or broken: fall back
         return None
 
