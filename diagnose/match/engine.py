@@ -31,7 +31,7 @@ TRACEBACK_LOOKBACK_BYTES = 1 << 20
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
-WINDOW_BYTES = 1 << 20  # fits in cache: copying, counting and scanning a window then stay fast
+WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
 PARSER_CONTEXT_BYTES = 256 << 10
 
