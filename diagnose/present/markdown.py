@@ -15,9 +15,9 @@ from diagnose.present.text import (
     SAFETY_NOTE,
     cli_line,
     collapsed_line,
-    fact_value,
     mapping_lines,
     python_lines,
+    shown_facts,
     where,
     yaml_text,
 )
@@ -47,8 +47,9 @@ def _finding(f: Finding, heading: str) -> list[str]:
     if f.evidence:
         body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
-    if f.facts:
-        body = "\n".join(f"{inert(str(k))} = {inert(fact_value(v))}" for k, v in f.facts.items())
+    facts = shown_facts(f.facts)
+    if facts:
+        body = "\n".join(f"{inert(k)} = {inert(v)}" for k, v in facts)
         out += ["**Facts**", "", fenced(body), ""]
     if f.explanation:
         out += [inert_block(f.explanation), ""]
