@@ -33,3 +33,10 @@ STUB_BLOCK="transformer_engine transformer_engine_torch" $cap b042_import_no_te 
 # A node with no GPU visible (CUDA_VISIBLE_DEVICES empty, as on a Slurm step without --gpus): passes validation,
 # then stops in initialize_megatron.
 CUDA_VISIBLE_DEVICES= $cap b062_no_cuda "$new" 300 torchrun --nproc_per_node=1 bridge_run.py --size tiny checkpoint.save=null
+# An override key from the other release (0.6's dataset.seq_length on 0.4.2).
+$cap b042_override_key_renamed "$old" 300 $t dataset.seq_length=2048
+# async_save with fsdp_dtensor on 0.4.2 (0.5+ accepts it).
+$cap b042_async_save_dtensor_old "$old" 300 $t ddp.use_megatron_fsdp=true checkpoint.ckpt_format=fsdp_dtensor checkpoint.async_save=true
+# Parallel sizes and batch sizes that do not divide.
+$cap b062_world_not_divisible_by_tp "$new" 300 $t model.tensor_model_parallel_size=4
+$cap b062_gbs_not_divisible "$new" 300 $t --gbs 3

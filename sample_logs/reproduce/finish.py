@@ -77,6 +77,21 @@ CAPTURES: dict[str, tuple[str, str, str]] = {
         "No GPU visible (CUDA_VISIBLE_DEVICES empty, as on a Slurm step without --gpus): the config summary prints, "
         "validation passes, then initialize_megatron asserts 'Megatron requires CUDA.'; Bridge 0.6.2 logs "
         "'Pretrain failed on rank=0 ...' before the traceback."),
+    "b042_override_key_renamed": ("local", "b042_override_key_renamed",
+        "The 0.6 override key dataset.seq_length given to Bridge 0.4.2, whose key is dataset.sequence_length: "
+        "Hydra cannot apply it (ConfigAttributeError 'Key 'seq_length' is not in struct' -> ConfigCompositionException "
+        "-> Bridge's OverridesError 'Failed to parse Hydra overrides: Could not override 'dataset.seq_length'.'), on "
+        "both ranks, before validation."),
+    "b042_async_save_dtensor_old": ("local", "b042_async_save_dtensor_old",
+        "Megatron FSDP with fsdp_dtensor and checkpoint.async_save=true on Bridge 0.4.2: AssertionError "
+        "'async_save is only supported with ckpt_format='torch_dist'' (0.5+ also accepts fsdp_dtensor)."),
+    "b062_world_not_divisible_by_tp": ("local", "b062_world_not_divisible_by_tp",
+        "2 ranks with model.tensor_model_parallel_size=4: get_data_parallel_size asserts with a message that starts "
+        "on the line after 'AssertionError:' ('world size (2) is not divisible by total_model_size (...)')."),
+    "b062_gbs_not_divisible": ("local", "b062_gbs_not_divisible",
+        "2 ranks, micro batch 1, train.global_batch_size=3: validate() fails on the value derived from it, "
+        "'eval_global_batch_size (3) must be divisible by eval_micro_batch_size * eval_data_parallel_size "
+        "(1 * 2 = 2)' (the message names the eval sizes although the training batch was set)."),
     "b042_fsdp2_pg_collection": ("batch1", "b042_fsdp2_pg_collection",
         "One H200, tiny model, dist.use_torch_fsdp2=true, Bridge 0.4.2 + megatron-core 0.17.1: the model builds, "
         "then pretrain -> setup -> _build_distributed_model -> provide_distributed_model -> get_model -> _ddp_wrap "
