@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bridge-version", metavar="X.Y.Z", help="Megatron-Bridge release the job ran (default: inferred)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory, e.g. 80GiB (default: from the OOM message)")
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
-    p.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="scan with N processes (default: all cores)")
+    p.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="scan with N processes (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _common(p)
 
