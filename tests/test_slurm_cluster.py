@@ -409,7 +409,10 @@ def test_failed_list(slurm_env, jobs, scontrol_reports):
 
 
 def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
-    job = sbatch(slurm_env, "-D", str(workdir), str(JOBS / "follow.sh"), str(JOBS / "ddp_wrap_oom.log"), cwd=workdir)
+    job = sbatch(
+        slurm_env, "-D", str(workdir), "-e", "follow-%j.err", str(JOBS / "follow.sh"), str(JOBS / "ddp_wrap_oom.log"),
+        cwd=workdir,
+    )
     try:
         started = time.monotonic()
         done = subprocess.run(
@@ -418,7 +421,8 @@ def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
         )
         took = time.monotonic() - started
         assert done.returncode == 1, done.stderr
-        assert "iteration 3" in done.stdout  # the tail
+        assert "iteration 3" in done.stdout  # the tail of stdout ...
+        assert "Tried to allocate 135.33 GiB" in done.stdout  # ... and of the separate stderr file
         assert "stopped following: failure" in done.stdout
         assert "ROOT CAUSE" in done.stdout and "CUDA out of memory" in done.stdout
         assert took < 60  # the job itself sleeps 300 s after the failure

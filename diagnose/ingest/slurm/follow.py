@@ -1,7 +1,8 @@
 """``diagnose slurm JOBID --follow``: tail a running job's output and stop at the first root-cause failure.
 
 Polls (never inotify: output usually lives on a network file system): the job's state through scontrol only, the
-output file by size. The log is re-matched when it grew; following stops when a root-cause error appears, when the
+output file by size. The log is re-matched when it grew (a huge log at most every 5x the time one match takes);
+following stops when a root-cause error appears, when the
 job ends, or after ``max_s`` seconds, whichever comes first.
 """
 
@@ -46,33 +47,37 @@ def follow_job(
         max_s = float(os.environ.get("DIAGNOSE_FOLLOW_MAX_S", DEFAULT_MAX_S))
     started = clock()
     quick = AnalyzeOptions(rules_dirs=list(getattr(options, "rules_dirs", []) or []), replay=False)
-    path: str | None = None
-    offset = 0
+    paths: list[str] = []  # stdout, and stderr when it goes to its own file
+    offsets: dict[str, int] = {}
     state: str | None = ""
+    pending = False  # a file grew since the last match
+    next_match = 0.0
     while True:
-        if path is None:
+        if not paths:
             job = lookup_job(ref, runner=runner, settle_s=0)
             state = job.state
-            readable = job.readable_outputs
-            if readable:
-                path = readable[0]
-            elif job.ended or not job.batch:
+            paths = list(dict.fromkeys(o.path for o in job.outputs))
+            if not paths and (job.ended or not job.batch):
                 break
         else:
             state = scontrol_state(ref, runner)
-        grew = False
-        if path is not None:
-            offset, grew = _read_new(path, offset, on_text)
-        if grew:
-            quick_report = analyze([path], quick)
+        for path in paths:
+            offsets[path], grew = _read_new(path, offsets.get(path, 0), on_text)
+            pending = pending or grew
+        # re-match the whole files (tracebacks span polls), but on a huge log no more often than 5x its cost
+        if pending and clock() >= next_match:
+            pending = False
+            match_started = clock()
+            quick_report = analyze([p for p in paths if os.path.exists(p)], quick)
+            next_match = clock() + 5 * (clock() - match_started)
             root = quick_report.root
             if root is not None and root.severity == "error" and root.role == "root":
                 return FollowResult(diagnose_job(ref, options, runner=runner), "failure", clock() - started)
         if state is None:
             return FollowResult(diagnose_job(ref, options, runner=runner), "job forgotten", clock() - started)
         if state in ENDED_STATES:
-            if path is not None:
-                _read_new(path, offset, on_text)
+            for path in paths:
+                _read_new(path, offsets.get(path, 0), on_text)
             break
         if clock() - started >= max_s:
             result = diagnose_job(ref, options, runner=runner)
@@ -83,8 +88,11 @@ def follow_job(
 
 
 def _read_new(path: str, offset: int, on_text: Callable[[str], None] | None) -> tuple[int, bool]:
-    """Read what was appended since ``offset``; a file that shrank (truncated, rotated) is read from the start."""
+    """Read what was appended since ``offset``; a file that shrank (truncated, rotated) is read from the start; a
+    file not created yet reads as nothing."""
     try:
+        if not os.path.exists(path):
+            return offset, False
         size = os.path.getsize(path)
         if size < offset:
             offset = 0
