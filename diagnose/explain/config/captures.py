@@ -27,7 +27,9 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("config.launch_torchrun", "torchrun", regex=r"torchrun\s+\S", lines_after=80, keep="all", max_blocks=8),
     CaptureSpec("config.launch_distrun", "torch.distributed.run", regex=r"-m\s+torch\.distributed\.run\s+\S",
                 lines_after=80, keep="all", max_blocks=8),
-    CaptureSpec("config.launch_python", ".py", regex=r"(^|[\s/+])python[0-9.]*\s+(-u\s+)?\S+\.py(\s|$)",
+    # Anchor ".py " (not ".py"): every Python warning line has "file.py:N"; a launch line worth reading has
+    # arguments after the script.
+    CaptureSpec("config.launch_python", ".py ", regex=r"(^|[\s/+])python[0-9.]*\s+(-u\s+)?\S+\.py(\s|$)",
                 lines_after=80, keep="all", max_blocks=8),
     # Environment the job printed (env dumps, `set -x`, `export`).
     CaptureSpec("config.env_max_connections", "CUDA_DEVICE_MAX_CONNECTIONS=", keep="first_last"),
