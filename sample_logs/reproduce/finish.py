@@ -185,6 +185,7 @@ def read_env(path: Path) -> dict:
 
 def finish(name: str, raw_dirs: dict[str, Path], out: Path) -> None:
     batch, raw_name, happened = CAPTURES[name]
+    out = _out_dir(name, out)
     raw = raw_dirs[batch]
     if not (raw / f"{raw_name}.log").exists():
         print("no raw log, kept as finished:", name)
@@ -199,8 +200,7 @@ def finish(name: str, raw_dirs: dict[str, Path], out: Path) -> None:
         "name": name,
         "captured": "2026-11-29",
         "batch": batch,
-        "machine": (f"{len(env['gpus'])} x {env['gpus'][0]}" if env["gpus"] else "?") if on_gpu
-        else "x86-64 Linux, no GPU (validation and import failures need none)",
+        "machine": _machine(env) if on_gpu else "x86-64 Linux, no GPU (validation and import failures need none)",
         "cuda_visible_devices": env.get("visible"),
         "python": env.get("python"),
         "torch": env.get("torch"),
@@ -216,6 +216,21 @@ def finish(name: str, raw_dirs: dict[str, Path], out: Path) -> None:
         "path_prefixes_rewritten": [f"{a} -> {b}" for a, b in REWRITES],
     }
     (out / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _machine(env: dict) -> str:
+    gpus, visible = env["gpus"], str(env.get("visible"))
+    if not gpus:
+        return "?"
+    if visible.isdigit():
+        return f"1 x {gpus[0]} (GPU {visible} of a {len(gpus)}-GPU machine)"
+    return f"{len(gpus)} x {gpus[0]}"
+
+
+def _out_dir(name: str, default: Path) -> Path:
+    """Captures the tool does not diagnose right yet live in reproduce/pending (see its README)."""
+    pending = Path(__file__).resolve().parent / "pending"
+    return pending if (pending / f"{name}.log").exists() else default
 
 
 def _fault_env(name: str) -> dict[str, str]:
@@ -240,6 +255,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.names or [n for n, c in CAPTURES.items() if c[0] in raw_dirs]:
+        if CAPTURES[name][0] not in raw_dirs:
+            print("no raw folder given for", name)
+            continue
         finish(name, raw_dirs, out)
         print("finished", name)
     return 0
