@@ -443,3 +443,20 @@ def test_cancelled_job_says_by_whom(slurm_env, workdir):
     sj = finding(report, "SJ005")
     assert "CANCELLED by root" in sj["title"]
     assert any(e["path"] == f"sacct:{job}" and "CANCELLED by 0" in e["text"] for e in sj["evidence"])
+
+
+def test_requeued_job_counts_restarts_and_reports_the_last_run(slurm_env, workdir):
+    job = sbatch(slurm_env, "-D", str(workdir), "-J", "diag-requeue", "-o", "rq-%j.out", "--requeue",
+                 "--wrap", "echo run $SLURM_RESTART_COUNT; sleep 3; exit 2", cwd=workdir)
+    wait_state(slurm_env, job, "RUNNING")
+    subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True, timeout=30)
+    wait_state(slurm_env, job, "PENDING")
+    # a requeued job waits ~2 minutes (BeginTime); start it now
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env, check=True, timeout=30)
+    wait_ended(slurm_env, job, limit=120)
+    code, report, _ = diagnose(slurm_env, job)
+    s = report["slurm"]
+    assert code == 1 and s["restarts"] == 1 and s["exit_code"] == 2
+    assert [st["id"] for st in s["steps"]] == [f"{job}.batch"]  # the last run's step, not the cancelled one
+    assert s["steps"][0]["state"] == "FAILED"
+    assert finding(report, "SJ011")["severity"] == "info" and root(report)["rule"] == "SJ006"

@@ -315,8 +315,12 @@ def _fill_from_sacct(
         job.record = job.state_record
     elif job.derived_exit.code is None:
         job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
-    for r in rows:
+    # with -D a requeued job lists each run (job row, then its steps): keep the steps of the last run only
+    start = next(i for i, r in enumerate(rows) if r is row)
+    for r in rows[start + 1 :]:
         step_id = r.fields.get("JobID", "")
+        if "." not in step_id and step_id == chosen:
+            break  # cannot happen for the last run; kept as a guard
         if step_id.startswith(chosen + "."):
             step_state, _ = split_state(r.fields.get("State"))
             job.steps.append(
