@@ -10,12 +10,16 @@ Public API (for the CLI and the TUI):
   (``JobSummary`` is documented in ``listing.py``). For the TUI's job list (``diagnose tui --slurm``).
 - ``diagnose_job(ref, options) -> SlurmDiagnosis``: the pipeline's Report on the job's output with Slurm's facts
   merged in as findings (rules ``SJ0xx``, category "slurm") and ``Report.slurm`` filled.
+- ``follow.follow_job(ref, options, on_text)``: tail a running job until the first root-cause failure.
+
+Usage and the output-location routes: docs/slurm.md.
 
 Slurm commands run with argument lists (never a shell) and timeouts; a missing scontrol/sacct raises
 ``SlurmUnavailable`` (a DiagnoseError) with a one-line message.
 """
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable
+from diagnose.ingest.slurm.diagnosis import SlurmDiagnosis, diagnose_job
 from diagnose.ingest.slurm.job import OutputFile, SlurmJob, SlurmStep, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
 from diagnose.ingest.slurm.listing import JobSummary, list_failed_jobs
@@ -24,9 +28,11 @@ __all__ = [
     "JobRef",
     "JobSummary",
     "OutputFile",
+    "SlurmDiagnosis",
     "SlurmJob",
     "SlurmStep",
     "SlurmUnavailable",
+    "diagnose_job",
     "list_failed_jobs",
     "lookup_job",
     "parse_job_id",
