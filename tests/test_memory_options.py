@@ -125,3 +125,38 @@ def test_more_gpus_never_increase_per_gpu_state(strategy):
     small = evaluate(_scenario(Layout(strategy, gpus=8)), "", [], Layout(strategy, gpus=8), None, "", 0)
     big = evaluate(_scenario(Layout(strategy, gpus=64)), "", [], Layout(strategy, gpus=64), None, "", 0)
     assert big.state.total <= small.state.total
+
+
+def _oom_finding(text: str, phase: str, frames: list[str] = ()) -> Report:
+    evidence = [Evidence("x.log", i + 1, t) for i, t in enumerate([*frames, text])]
+    return Report(findings=[Finding(rule="OOM", name="oom", title="t", category="cuda_oom", phase=phase,
+                                    severity="error", role="root", confidence=0.9, evidence=evidence)], root_cause=0)
+
+
+FRAG = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 3 has a total capacity of "
+        "79.10 GiB of which 301.06 MiB is free. Including non-PyTorch memory, this process has 78.79 GiB memory in "
+        "use. Of the allocated memory 56.34 GiB is allocated by PyTorch, and 21.73 GiB is reserved by PyTorch but "
+        "unallocated.")
+
+
+def test_fragmentation_without_any_config_still_recommends_expandable_segments():
+    mem = run(_oom_finding(FRAG, "training"), None, None)
+    assert mem["verdict"] == "fragmentation"
+    assert "expandable_segments:True" in mem["explanation"]
+    assert mem["options"][0]["overrides"] == [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+
+
+def test_parameter_count_inferred_from_ddp_grad_buffer_request():
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.10 GiB. GPU 0 has a total capacity of "
+           "79.10 GiB of which 12.02 GiB is free. Including non-PyTorch memory, this process has 67.07 GiB memory in "
+           "use. Of the allocated memory 66.20 GiB is allocated by PyTorch, and 12.00 MiB is reserved by PyTorch but "
+           "unallocated.")
+    frames = ['  File "/opt/megatron/core/distributed/distributed_data_parallel.py", line 200, in '
+              '_allocate_buffers_for_parameters']
+    mem = run(_oom_finding(oom, "dp_wrap", frames), None, None)
+    assert mem["params"] == pytest.approx(30.10 * GIB / 4, rel=1e-3)
+    assert "inferred from the request" in mem["notes"][0]
+    assert mem["verdict"] == "capacity"
+    assert any(o["fits"] for o in mem["options"])
+    # without the frames that identify the buffer, no count is invented
+    assert run(_oom_finding(oom, "dp_wrap"), None, None)["params"] is None

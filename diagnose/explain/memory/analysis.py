@@ -90,6 +90,22 @@ def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, t
     return layout, notes
 
 
+def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout: Layout,
+                             view: Any) -> tuple[int | None, str | None]:
+    """No parameter count anywhere: when the failing allocation is DDP's grad buffer at wrap time (its frames say
+    so), it holds one gradient per parameter, so the request gives the count (fp32 unless the config says bf16)."""
+    joined = "\n".join(texts)
+    if phase not in ("dp_wrap", "unknown") or not n.requested or "megatron_fsdp" in joined:
+        return None, None
+    if "_allocate_buffers_for_parameters" not in joined and "grad_data" not in joined:
+        return None, None
+    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    g = layout.grad_bytes if grads_known else 4
+    params = n.requested // g
+    return params, (f"parameter count inferred from the request: DDP's grad buffer holds one "
+                    f"{'fp32' if g == 4 else 'bf16'} gradient per parameter ({params / 1e9:.2f}B)")
+
+
 def _which_buffer(n: OomNumbers, plan: Plan, params: int) -> str | None:
     req = n.requested
     if not req:
@@ -145,6 +161,30 @@ def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, c
     if n.allocated:
         lines.append(f"Already allocated by PyTorch: {fmt_gib(n.allocated)}{_pct(n.allocated, capacity)}.")
     return " ".join(lines)
+
+
+def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None) -> str:
+    """What the OOM numbers alone say, when neither a parameter count nor a model shape is known."""
+    if verdict == "fragmentation":
+        return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
+                f"enough for the {fmt_gib(n.requested)} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
+                "expandable_segments:True (not with ddp.nccl_ub on torch < 2.11).")
+    if not n.requested or not capacity:
+        return ""
+    text = f"A {fmt_gib(n.requested)} allocation did not fit in {fmt_gib(capacity)}"
+    if n.allocated:
+        text += f" with {fmt_gib(n.allocated)} already allocated by PyTorch{_pct(n.allocated, capacity)}"
+    return text + ". Without a parameter count or the model's shape the state cannot be modelled."
+
+
+def _expandable_segments_option(n: OomNumbers, layout: Layout) -> dict[str, Any]:
+    return {
+        "overrides": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
+        "gpus": layout.gpus, "model_state_bytes": n.allocated or 0, "activation_bytes": None, "fits": True,
+        "cost": "none; not with ddp.nccl_ub on torch < 2.11 (megatron-core raises)", "strategy": layout.strategy,
+        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "peak_bytes": n.in_use or n.allocated,
+        "valid": None, "label": "expandable segments",
+    }
 
 
 def _plan_dict(plan: Plan) -> dict[str, Any]:
@@ -208,7 +248,12 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     shape = fc.shape_from_config(view)
     log_params = _log_params(report, view)
     layout = fc.layout_from_config(view)
+    inferred_note = None
+    if not log_params and shape is None:
+        log_params, inferred_note = _params_from_grad_buffer(n, phase, texts, layout, view)
     layout, notes = infer_layout(layout, view, n, log_params, texts)
+    if inferred_note:
+        notes.insert(0, inferred_note)
     work = fc.workload_from_config(view, shape, layout) if shape is not None else None
     params_source = "log" if log_params else "config"
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
@@ -229,6 +274,9 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         if (capacity or 0) > 0 and shape is None and not log_params:
             out["notes"].append("no parameter count in the log and no model shape in the config")
         out["verdict"] = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
+        out["explanation"] = _numbers_only(out["verdict"], phase, n, capacity)
+        if out["verdict"] == "fragmentation":
+            out["options"] = [_expandable_segments_option(n, layout)]
         return out
     params = log_params or current.state.params
     out["params"] = params
@@ -263,8 +311,11 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     bridge_version = getattr(options, "bridge_version", None)
     plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
     out["options"] = [_plan_dict(p) for p in plans]
+    if phase in ("training", "eval") and current.peak > capacity and verdict != "capacity":
+        out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
+                            "trained: part of its config (sharding, parallel sizes) was probably not in the log")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
-    if best is not None:
+    if best is not None and verdict != "fragmentation":
         change = " ".join(f"{o.key}={o.value}" for o in best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
         out["explanation"] += (f" Cheapest change that fits{gpus}: {change or best.label} "

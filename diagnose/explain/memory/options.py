@@ -301,6 +301,9 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         plan = evaluate(scn, c.label, _diff(scn, c.pairs), c.layout, c.workload, c.cost, c.cost_rank)
         if plan is None:
             continue
+        if c.label == "expandable segments":
+            # the OOM numbers showed the memory was there (free + cached), only not contiguous
+            plan.fits = verdict == "fragmentation"
         key = (plan.layout, plan.workload, tuple((o.key, str(o.value)) for o in plan.overrides))
         if key in seen:
             continue
