@@ -101,6 +101,20 @@ def test_index_builds_in_the_background_and_readers_see_partial_lines(tmp_path: 
         index.close()
 
 
+def test_paused_index_waits_and_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    path.write_bytes(b"".join(b"line %06d\n" % i for i in range(5000)))
+    index = LogIndex(str(path), chunk_bytes=1200)
+    index.pause()
+    index.start()
+    try:
+        assert not index.done.wait(0.2) and index.line_count == 0 and index.paused
+        index.resume()
+        assert index.done.wait(10) and index.line_count == 5000 and not index.paused
+    finally:
+        index.close()
+
+
 def test_partial_index_is_usable(tmp_path: Path) -> None:
     path = tmp_path / "big.log"
     path.write_bytes(b"".join(b"line %06d\n" % i for i in range(1000)))

@@ -104,6 +104,7 @@ async def test_findings_are_listed_before_the_log_is_indexed(tmp_path: Path) -> 
             await wait_for_report(app, pilot)
             index = app.indices[str(big)]
             assert not index.done.is_set() and index.line_count == 0  # still held at the gate
+            assert not index.paused  # paused while the engine ran, resumed with the findings
             assert app.screen.findings.option_count > 0
             assert app.report.root is not None
             assert shown_progress and shown_progress[-1][:2] == (big.stat().st_size, big.stat().st_size)

@@ -26,7 +26,7 @@ from diagnose.present.tui.detail import FindingDetail
 from diagnose.present.tui.export import export_report
 from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
-from diagnose.present.tui.logindex import LOW_PRIORITY_YIELD_S, YIELD_S, LogIndex
+from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.screens import ExportScreen, HelpScreen, LogScreen, PasteScreen
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
@@ -231,7 +231,7 @@ class DiagnoseApp(App):
             self.show_report(self.report)
         elif self.analyzer is not None:
             self._set_status(Text("Reading the log…"))
-            self._index_priority(low=True)  # the findings come first; the index catches up after
+            self._pause_indexing(True)  # the findings come first (measured: 5 GB, 130 s -> 42 s); the index after
             self.analyze_worker()
         else:
             self._set_status(Text("Nothing to analyze.", style="dim"))
@@ -310,12 +310,15 @@ class DiagnoseApp(App):
         bar.update(total=max(total, 1), progress=done)
         self._set_status(Text(f"Reading the log… {done / max(total, 1):.0%} of {format_bytes(total)}"))
 
-    def _index_priority(self, low: bool) -> None:
+    def _pause_indexing(self, pause: bool) -> None:
         for index in self.indices.values():
-            index.yield_s = LOW_PRIORITY_YIELD_S if low else YIELD_S
+            if pause:
+                index.pause()
+            else:
+                index.resume()
 
     def show_report(self, report: Report) -> None:
-        self._index_priority(low=False)
+        self._pause_indexing(False)
         self.report = report
         if self.job_id is not None:
             self.inputs = list(self._job_outputs)
@@ -328,7 +331,7 @@ class DiagnoseApp(App):
         main.findings.focus()
 
     def show_error(self, message: str) -> None:
-        self._index_priority(low=False)
+        self._pause_indexing(False)
         self.error = message
         self.main.query_one("#progress").add_class("hidden")
         self._set_status(Text(f"error: {inert(message)}", style="bold red"))
@@ -363,7 +366,7 @@ class DiagnoseApp(App):
 
     def open_log(self, path: str, line: int | None, marked: set[int]) -> None:
         index = self.index_for(path)
-        index.yield_s = YIELD_S  # the user is looking at it now
+        index.resume()  # the user is looking at it now, analysis or not
         ranks = sorted({r for f in self.report.findings for r in f.ranks}) if self.report is not None else []
         self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked, ranks))
 

@@ -23,7 +23,6 @@ CHUNK_BYTES = 1 << 20
 DEFAULT_LINE_CAP = 4096  # bytes of one line ever decoded for display
 SEARCH_WINDOW = 4 << 20
 YIELD_S = 0.001  # pause between chunks: the UI thread gets the GIL
-LOW_PRIORITY_YIELD_S = 0.01  # while the engine runs: the findings come first
 
 
 class LogIndex:
@@ -58,6 +57,8 @@ class LogIndex:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.yield_s = YIELD_S
+        self._running = threading.Event()  # cleared by pause(): the engine gets the CPU, the findings come first
+        self._running.set()
 
     # ------------------------------------------------------------------------------------------- build
 
@@ -66,6 +67,17 @@ class LogIndex:
             self._thread = threading.Thread(target=self._build, name=f"log-index:{self.path}", daemon=True)
             self._thread.start()
         return self
+
+    def pause(self) -> None:
+        """Hold the builder between chunks (readers keep what is indexed) until ``resume()``."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
 
     def build_now(self) -> LogIndex:
         """Build in the calling thread (small inputs, tests)."""
@@ -95,6 +107,7 @@ class LogIndex:
             while scan < self.size and not self._closed:
                 if self._gate is not None:
                     self._gate.wait()
+                self._running.wait()
                 end = min(scan + self._chunk, self.size)
                 parts = self._buf[scan:end].split(b"\n")
                 if len(parts) > 1:
@@ -201,6 +214,7 @@ class LogIndex:
 
     def close(self) -> None:
         self._closed = True
+        self._running.set()
         if self._gate is not None:
             self._gate.set()
         if self._thread is not None and self._thread is not threading.current_thread():
