@@ -93,3 +93,18 @@ def test_exact_count_of_one_shape():
     if not available():
         pytest.skip("torch and megatron-core are not installed")
     assert exact_count(SHAPES["gpt2-like"]) == count_params(SHAPES["gpt2-like"]).total
+
+
+def test_reconcile_with_the_logged_count_finds_untied_rope():
+    from dataclasses import replace
+
+    from diagnose.explain.memory.shape import reconcile
+
+    guessed = replace(LLAMA_36B, untie_embeddings=False, position_embedding="learned_absolute")
+    fixed, note = reconcile(guessed, 36_327_530_496)
+    assert fixed == LLAMA_36B
+    assert "untied embeddings" in note and "rope" in note
+    same, none = reconcile(LLAMA_36B, 36_327_530_496)
+    assert same == LLAMA_36B and none is None
+    unexplained, nothing = reconcile(guessed, 12345)
+    assert unexplained == guessed and nothing is None

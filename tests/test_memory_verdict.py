@@ -97,3 +97,17 @@ def test_gpu_table():
     assert gpu_by_name("h100").name == "h100-80gb"
     with pytest.raises(DiagnoseError):
         gpu_by_name("h9000")
+
+
+def test_a_little_slack_on_a_full_gpu_is_not_fragmentation():
+    # b062_adam_step_oom: 96 MiB request, 0.35 GiB cached-unallocated of 139.8 GiB, Adam state does not fit
+    n = OomNumbers(requested=96 << 20, capacity=int(139.8 * GIB), free=10 << 20, in_use=int(139.7 * GIB),
+                   allocated=int(137.02 * GIB), reserved_unallocated=int(0.35 * GIB))
+    assert not fragmented(n)
+    assert decide(n, "optimizer_step", 164 * GIB, None, None, None) == "capacity"
+
+
+def test_state_that_cannot_fit_wins_over_fragmentation():
+    n = OomNumbers(requested=GIB, capacity=80 * GIB, free=GIB, allocated=60 * GIB, reserved_unallocated=10 * GIB)
+    assert fragmented(n)
+    assert decide(n, "dp_wrap", 200 * GIB, None, None, None) == "capacity"

@@ -9,6 +9,7 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, search
 from diagnose.explain.memory.replay_check import prove
+from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts
 
@@ -254,6 +255,10 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     layout, notes = infer_layout(layout, view, n, log_params, texts)
     if inferred_note:
         notes.insert(0, inferred_note)
+    if shape is not None and log_params:
+        shape, changed = reconcile(shape, log_params, layout.tp, layout.pp, layout.ep, layout.etp)
+        if changed:
+            notes.append(changed)
     work = fc.workload_from_config(view, shape, layout) if shape is not None else None
     params_source = "log" if log_params else "config"
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
@@ -269,6 +274,12 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         "options": [],
         "notes": notes,
     }
+    if shape is not None and log_params:
+        from_shape = scn.count(layout)
+        if from_shape is not None and abs(from_shape.total - log_params) > 0.01 * log_params:
+            notes.append(f"the config's shape gives {from_shape.total:,} parameters per rank, the log "
+                         f"{log_params:,}: scaled to the log")
+            scn.scale = log_params / from_shape.total
     current = evaluate(scn, "as configured", [], layout, work, "", 0.0) if (capacity or 0) > 0 else None
     if current is None:
         if (capacity or 0) > 0 and shape is None and not log_params:
@@ -280,14 +291,16 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         return out
     params = log_params or current.state.params
     out["params"] = params
-    if shape is not None and log_params and abs(current.state.params - log_params) > 0.01 * log_params:
-        out["notes"].append(f"the config's shape gives {current.state.params:,} parameters per rank, the log "
-                            f"{log_params:,}: using the log")
     phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,
                   "optimizer_step": current.phases.first_step_peak,
                   "checkpoint_save": current.phases.checkpoint_peak,
                   "checkpoint_load": current.phases.checkpoint_peak}.get(phase, current.phases.peak)
-    verdict = decide(n, phase, current.state.persistent, phase_peak, current.activations, capacity)
+    state_for_verdict: int | None = current.state.persistent
+    trained = phase in ("training", "eval")
+    if trained and current.state.persistent > capacity:
+        # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
+        state_for_verdict = None
+    verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out["verdict"] = verdict
     buffer = _which_buffer(n, current, params)
     out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
@@ -311,7 +324,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     bridge_version = getattr(options, "bridge_version", None)
     plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
     out["options"] = [_plan_dict(p) for p in plans]
-    if phase in ("training", "eval") and current.peak > capacity and verdict != "capacity":
+    if trained and current.state.persistent > capacity:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")
     best = next((p for p in plans if p.fits and p.valid is not False), None)

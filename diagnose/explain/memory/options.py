@@ -47,10 +47,14 @@ class Scenario:
     log_params: int | None = None  # parameters per rank from the log (used when the shape is unknown)
     view: Any = None  # the ConfigView, for current values and replay
     saves_checkpoints: bool = False
+    scale: float = 1.0  # log count / shape count when the log's count cannot be explained by the shape
 
     def count(self, layout: Layout) -> ParamCount | None:
         if self.shape is not None:
-            return count_params(self.shape, layout.tp, layout.pp, layout.ep, layout.etp)
+            c = count_params(self.shape, layout.tp, layout.pp, layout.ep, layout.etp)
+            if self.scale != 1.0:
+                c = ParamCount(int(c.dense * self.scale), int(c.expert * self.scale), c.embedding, c.details)
+            return c
         if self.log_params is None:
             return None
         if (layout.tp, layout.pp, layout.ep) != (self.layout.tp, self.layout.pp, self.layout.ep):
@@ -134,6 +138,11 @@ def bf16_grad_overrides(scn: Scenario) -> list[tuple[str, Any]]:
     return pairs
 
 
+def _more_gpus_cost(factor: int) -> float:
+    """Asking for more GPUs is the most expensive change short of CPU offload; twice as many costs less than 8x."""
+    return 8.0 + max(1, factor).bit_length() * 0.25
+
+
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(2, limit + 1) if n % d == 0]
 
@@ -211,7 +220,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"TP {t}{more}", pairs, replace(lay, tp=t, gpus=gpus), w,
                           f"tensor parallel {t}: activation all-gathers every layer, keep TP inside a node{more}",
-                          6.0 + t / 8 + (2.0 if gpus != lay.gpus else 0)))
+                          6.0 + t / 8 if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.5 + t / 16))
         for p in _divisors(shape.num_layers, 16):
             if p <= lay.pp or p > 16:
                 continue
@@ -222,7 +231,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"PP {p}{more}", [("model.pipeline_model_parallel_size", p)], replace(lay, pp=p, gpus=gpus),
                           work, f"pipeline parallel {p}: pipeline bubbles, more micro batches needed{more}",
-                          7.0 + p / 16 + (2.0 if gpus != lay.gpus else 0)))
+                          7.0 + p / 16 if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.6 + p / 32))
         if work is not None and work.seq_length >= 8192:
             for c in (2, 4, 8):
                 if c <= lay.cp or work.seq_length % (2 * c):
@@ -283,7 +292,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                 note = STRATEGY_COST[base.strategy][1] + ("; grads in bf16" if base.grad_bytes != lay.grad_bytes else "")
                 cand = Candidate(f"{name} on {gpus} GPUs", spairs, cand_layout, work,
                                  f"{gpus} GPUs instead of {lay.gpus} (data parallel {cand_layout.dp}); " + note,
-                                 8.0 + factor.bit_length() * 0.25 + strategy_cost / 10)
+                                 _more_gpus_cost(factor) + strategy_cost / 10)
                 plan = evaluate(scn, cand.label, [], cand.layout, cand.workload, cand.cost, cand.cost_rank)
                 if plan is not None and plan.fits:
                     add(cand)

@@ -16,7 +16,7 @@ parameters; TE only fuses the norms into the next linear layer):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,24 @@ def count_params(
         return stages[stage]
     return max(stages, key=lambda c: c.total)
 
+
+
+def reconcile(s: ModelShape, logged: int, tp: int = 1, pp: int = 1, ep: int = 1,
+              etp: int | None = None) -> tuple[ModelShape, str | None]:
+    """Make the shape agree with the parameter count the job printed, when a setting the log does not show
+    explains the difference: Megatron-Bridge's summary lists values that differ from megatron-core's
+    TransformerConfig, so provider fields (tied embeddings, position embedding type) are often missing.
+    Returns the shape (changed or not) and what was changed (None when nothing matched or nothing was needed)."""
+    if count_params(s, tp, pp, ep, etp).total == logged:
+        return s, None
+    for untie in (s.untie_embeddings, not s.untie_embeddings):
+        for pos in (s.position_embedding, "rope", "learned_absolute"):
+            candidate = replace(s, untie_embeddings=untie, position_embedding=pos)
+            if count_params(candidate, tp, pp, ep, etp).total == logged:
+                changes = []
+                if untie != s.untie_embeddings:
+                    changes.append(f"{'untied' if untie else 'tied'} embeddings")
+                if pos != s.position_embedding:
+                    changes.append(f"{pos} position embeddings")
+                return candidate, "the log's parameter count implies " + " and ".join(changes)
+    return s, None

@@ -110,11 +110,13 @@ def from_facts(facts: dict[str, Any], texts: list[str] = ()) -> OomNumbers:
 
 
 def fragmented(n: OomNumbers) -> bool:
-    """Enough memory was cached and free together, just not in one block."""
+    """Enough memory was cached and free together, just not in one block, and the cached-but-unallocated part is
+    a real share of the GPU (>= 1 %, >= 256 MiB): a few hundred MiB of slack on a full GPU is not fragmentation."""
     if n.requested is None or n.reserved_unallocated is None:
         return False
     free = n.free or 0
-    return n.reserved_unallocated + free >= n.requested and n.reserved_unallocated >= max(n.requested // 4, 256 << 20)
+    floor = max(n.requested // 4, 256 << 20, (n.capacity or 0) // 100)
+    return n.reserved_unallocated + free >= n.requested and n.reserved_unallocated >= floor
 
 
 def decide(
@@ -127,12 +129,12 @@ def decide(
 ) -> str:
     """One verdict from the numbers, the phase and the model's prediction (any may be None)."""
     cap = capacity or n.capacity
+    if cap is not None and state_bytes is not None and state_bytes > cap:
+        return "capacity"  # no allocator setting makes the model state fit
     if fragmented(n):
         return "fragmentation"
     if cap is None:
         return "unknown"
-    if state_bytes is not None and state_bytes > cap:
-        return "capacity"
     if phase in ("model_build", "dp_wrap"):
         if phase_peak is not None:
             return "capacity" if phase_peak > cap else "transient_peak"
