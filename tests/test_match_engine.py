@@ -91,6 +91,27 @@ def test_before_any_looks_back_within_the_window():
     assert match_text(far, make_catalogue(rule)).findings == []
 
 
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.sampled_from(["", "a", "WA", "RN x", "WARN", "x WARN y", "WARNWARN", "bb" * 9]), max_size=40),
+       window=st.integers(1, 12), step=st.integers(1, 9))
+def test_before_any_equals_a_line_by_line_look_back(lines, window, step):
+    """The chunked backward search gives what checking each of the ``window`` previous lines gives."""
+    data = ("\n".join(lines) + "\n").encode()
+    reader = engine._LineReader(data, "t")
+    starts = [0]
+    for i, b in enumerate(data):
+        if b == 10 and i + 1 < len(data):
+            starts.append(i + 1)
+    old = engine.BEFORE_STEP_BYTES
+    engine.BEFORE_STEP_BYTES = step
+    try:
+        for i, s in enumerate(starts):
+            expected = any(b"WARN" in ln.encode() or b"RN x" in ln.encode() for ln in lines[max(0, i - window):i])
+            assert engine.Matcher._before_any(reader, s, ["WARN", "RN x"], window) == expected
+    finally:
+        engine.BEFORE_STEP_BYTES = old
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_line_numbers_are_exact_with_cr_crlf_and_long_lines(backend):
     lines = [
