@@ -107,20 +107,22 @@ def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout
                     f"{'fp32' if g == 4 else 'bf16'} gradient per parameter ({params / 1e9:.2f}B)")
 
 
-def _which_buffer(n: OomNumbers, plan: Plan, params: int) -> str | None:
+def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: list[str] = ()) -> str | None:
+    """Name the allocation that failed when its size is one of the model-state buffers; the traceback's code line
+    decides between buffers of equal size (Megatron FSDP allocates weight, main-weight, then grad buffers)."""
     req = n.requested
     if not req:
         return None
     lay = plan.layout
     prec = "fp32" if lay.grad_bytes == 4 else "bf16"
     comps = plan.state.components
-    named = [
-        (comps["grads"], f"the {prec} grad buffer"),
-        (comps["params"], "the bf16 param buffer"),
-        (comps["main_params"], "the fp32 main params"),
-        (comps["optimizer"] / 2, "an Adam moment (exp_avg / exp_avg_sq)"),
-        (comps["optimizer"], "the Adam state"),
-    ]
+    joined = "\n".join(texts)
+    grad = (comps["grads"], f"the {prec} grad buffer")
+    main = (comps["main_params"], "the fp32 main-weight buffer" if lay.fsdp else "the fp32 main params")
+    named = [grad, (comps["params"], "the bf16 param buffer"), main,
+             (comps["optimizer"] / 2, "an Adam moment (exp_avg / exp_avg_sq)"), (comps["optimizer"], "the Adam state")]
+    if "mbuf" in joined or (lay.fsdp and "gbuf" not in joined and "main_grad" not in joined):
+        named = [main] + [x for x in named if x is not main]
     for size, name in named:
         if size and _near(req, size, 0.03):
             return name
@@ -302,7 +304,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         state_for_verdict = None
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out["verdict"] = verdict
-    buffer = _which_buffer(n, current, params)
+    buffer = _which_buffer(n, current, params, texts)
     out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
     out["request_is"] = buffer
     out["current"] = {
