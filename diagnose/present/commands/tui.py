@@ -54,7 +54,8 @@ def run(args) -> int:
         if getattr(args, "slurm", False):
             from diagnose.present.tui.slurmjobs import slurm_app
 
-            app = slurm_app(rules_dirs)
+            # --since/--user are read when the parser offers them for tui (as it does for `slurm --failed`)
+            app = slurm_app(rules_dirs, getattr(args, "since", None) or "1d", getattr(args, "user", None))
         else:
             app = DiagnoseApp(
                 paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths
