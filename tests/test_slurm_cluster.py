@@ -460,3 +460,12 @@ def test_requeued_job_counts_restarts_and_reports_the_last_run(slurm_env, workdi
     assert [st["id"] for st in s["steps"]] == [f"{job}.batch"]  # the last run's step, not the cancelled one
     assert s["steps"][0]["state"] == "FAILED"
     assert finding(report, "SJ011")["severity"] == "info" and root(report)["rule"] == "SJ006"
+
+
+def test_unknown_job_is_a_one_line_error(slurm_env):
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "slurm", "987654321"],
+        env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "diagnose: error: Slurm does not know job 987654321 (not in scontrol, not in sacct)\n"
