@@ -345,3 +345,39 @@ def test_every_known_specifier_is_expanded(tokens):
     f = PatternFields(job_id=12, array_job_id=10, array_task_id=2, job_name="n", user="u", first_node="h")
     out = expand_pattern("".join(tokens), f)
     assert out.count("%") == tokens.count("%%")  # only escaped percents remain, as single "%"
+
+
+def test_slurm_header_makes_job_fields_inert():
+    import io
+
+    from diagnose.present.commands.slurm import slurm_header
+    from diagnose.present.text import make_console
+
+    section = {"job_id": "5", "name": "evil\x1b]52;c;AAAA\x07[bold]x", "user": "u", "state": "FAILED", "exit_code": 1,
+               "nodes": "n1", "source": "sacct", "output_route": "default",
+               "outputs": [{"path": "/w/\x1b[2Jout", "stream": "stdout+stderr", "problem": None}]}
+    buf = io.StringIO()
+    console = make_console(buf, "never")
+    for line in slurm_header(section, failed=True):
+        console.print(line, soft_wrap=True)
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]52;c;AAAA\\x07[bold]x" in text and "/w/\\x1b[2Jout" in text
+
+
+def test_follow_reads_appended_text_and_restarts_after_truncation(tmp_path):
+    from diagnose.ingest.slurm.follow import _read_new
+
+    log = tmp_path / "job.out"
+    seen: list[str] = []
+    assert _read_new(str(log), 0, seen.append) == (0, False)  # not created yet
+    log.write_text("iteration 1\n")
+    offset, grew = _read_new(str(log), 0, seen.append)
+    assert grew and offset == 12
+    with log.open("a") as fh:
+        fh.write("iteration 2\n")
+    offset, _ = _read_new(str(log), offset, seen.append)
+    assert seen == ["iteration 1\n", "iteration 2\n"]
+    log.write_text("new\n")  # truncated and rewritten (a requeued run)
+    offset, grew = _read_new(str(log), offset, seen.append)
+    assert grew and seen[-1] == "new\n" and offset == 4
