@@ -77,6 +77,7 @@ def scan_and_match(
     picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give the same answer.
     """
     from diagnose.match.compiled import compile_catalogue
+    from diagnose.match.attribution import attribute_ranks
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
     from diagnose.match.ranking import rank
@@ -87,6 +88,7 @@ def scan_and_match(
     warnings = list(compiled.warnings)
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits))
+    attribute_ranks(findings, root)
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 
