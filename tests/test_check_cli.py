@@ -170,3 +170,11 @@ def test_megatron_lm_argument_list(tmp_path, capsys):
     # Megatron-LM's --bf16 reduces grads in fp32: distributed optimizer 6 + 12/8 bytes per parameter (+ nothing else)
     assert given["strategy"] == "distributed_optimizer"
     assert given["bytes_per_param"] == pytest.approx(7.5, rel=1e-3)
+
+
+def test_nothing_fits_points_to_a_gpu_count_that_does(tmp_path, capsys):
+    code, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "1", "--gpu-memory", "32GiB", "--format", "json")
+    assert code == 1
+    assert not any(p["fits"] for p in out["memory"]["plans"])  # activations alone (~45 GiB) exceed 32 GiB
+    note = next(n for n in out["memory"]["notes"] if n.startswith("nothing fits on 1 GPUs"))
+    assert "GPUs" in note

@@ -93,4 +93,10 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
+    if not given.fits and not fitting:
+        more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
+        if more is not None:
+            change = " ".join(f"{o.key}={o.value}" for o in more.overrides)
+            notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
+                         f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
     return MemoryPlan(capacity, params, source, plans, notes)
