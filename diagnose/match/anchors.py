@@ -11,6 +11,11 @@ lines of the anchors that occur are located:
   every iteration line) then costs one C pass per window instead of one Python step per line;
 * otherwise by a ``bytes.find`` loop per anchor, one step per hit line.
 
+For large inputs (``combined=True``) Hyperscan does both steps in ONE pass: a database of every anchor's loosened
+regexes (PREFILTER; the bare literal, SINGLEMATCH, for an anchor whose regexes it refuses) plus the escape byte and
+the capture literals (SINGLEMATCH). The candidate lines are the same as with the two passes; only the second pass
+over each window is saved. Compiling it costs ~0.15 s, so small inputs (rule examples, tests) keep the two passes.
+
 Lines with an ANSI escape (which can split an anchor) or a ``\\r`` rewrite (which can assemble one) are always
 candidates. Phase 2 decides exactly on every candidate, so every backend gives IDENTICAL answers; only speed
 differs.
@@ -192,11 +197,106 @@ def capture_locator(literal: bytes, pattern: str) -> "_Locator | None":
     return _CAPTURE_LOCATORS[key]
 
 
+class _CombinedScanner:
+    """One Hyperscan pass per window that answers presence and locates lines (see the module docstring)."""
+
+    name = "hyperscan"
+
+    def __init__(self, anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes]):
+        import hyperscan
+
+        self._hs = hyperscan
+        self.anchors = anchors
+        self.n = len(anchors)
+        self.capture_literals = capture_literals
+        loose: list[list[bytes] | None] = []
+        for pats in anchor_patterns:
+            lp = [loosen(p) for p in pats]
+            loose.append(None if not lp or any(x is None for x in lp) else [x.encode("ascii") for x in lp])
+        self.loose = loose
+        try:
+            self.plain = self._build(mixed=False)
+        except Exception:  # noqa: BLE001 - one regex Hyperscan refuses: find which, locate that anchor by literal
+            self.loose = [lp if lp is not None and self._compiles(lp) else None for lp in loose]
+            self.plain = self._build(mixed=False)
+        self._mixed = None
+        self.located = [lp is not None for lp in self.loose]
+
+    def _compiles(self, exprs: list[bytes]) -> bool:
+        hs = self._hs
+        try:
+            db = hs.Database(mode=hs.HS_MODE_BLOCK)
+            db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
+                       flags=[hs.HS_FLAG_PREFILTER] * len(exprs))
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def _build(self, mixed: bool):
+        hs = self._hs
+        exprs: list[bytes] = []
+        ids: list[int] = []
+        flags: list[int] = []
+        special = rb"[\x00\x80-\xff]"
+        for i, (lit, lp) in enumerate(zip(self.anchors, self.loose)):
+            if lp is None:
+                exprs.append(_hs_literal(lit))
+                ids.append(i)
+                flags.append(hs.HS_FLAG_SINGLEMATCH)
+                continue
+            for x in lp:
+                exprs.append(x)
+                ids.append(i)
+                flags.append(hs.HS_FLAG_PREFILTER)
+            if mixed:
+                h = _hs_literal(lit)
+                exprs += [h + rb"[^\n]*" + special, special + rb"[^\n]*" + h]
+                ids += [i, i]
+                flags += [0, 0]
+        for j, lit in enumerate([ESCAPE, *self.capture_literals]):
+            exprs.append(_hs_literal(lit))
+            ids.append(self.n + j)
+            flags.append(hs.HS_FLAG_SINGLEMATCH)
+        db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+        return db
+
+    def scan(self, window: bytes, plain: bool) -> tuple[set[int], list[int]]:
+        """(start offsets of located candidate lines, other ids present: unlocated anchors, escape, captures)."""
+        if plain:
+            db = self.plain
+        else:
+            if self._mixed is None:
+                self._mixed = self._build(mixed=True)
+            db = self._mixed
+        starts: set[int] = set()
+        others: list[int] = []
+        located, n = self.located, self.n
+        rfind, find, size = window.rfind, window.find, len(window)
+        last = [1, 0]  # start and end of the last line reported: later matches on it are skipped
+
+        def on_match(i, _f, to, _fl, _c):
+            if i < n and located[i]:
+                if last[0] <= to <= last[1]:
+                    return None
+                s = rfind(b"\n", 0, to) + 1
+                e = find(b"\n", s)
+                last[0] = s
+                last[1] = e if e != -1 else size
+                starts.add(s)
+            else:
+                others.append(i)
+            return None
+
+        db.scan(window, match_event_handler=on_match)
+        return starts, others
+
+
 class Phase1:
     """Candidate lines of a window for a set of anchors (each with its rules' regexes) and capture literals."""
 
     def __init__(self, anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
-                 backend: str = "auto"):
+                 backend: str = "auto", combined: bool = False):
         self.anchors = anchors
         self.anchor_patterns = anchor_patterns
         self.n_anchors = len(anchors)
@@ -206,16 +306,35 @@ class Phase1:
         self._locators: dict[tuple[int, ...], _Locator] = {}
         self._singles: dict[int, _Locator | None] = {}
         self._seen: dict[tuple[int, ...], int] = {}
+        self.combined: _CombinedScanner | None = None
+        if combined and self.name == "hyperscan":
+            try:
+                self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
+            except Exception:  # noqa: BLE001 - fall back to the two passes
+                self.combined = None
+        self.ascii = False  # is the window last scanned pure ASCII? (known whenever capture literals were present)
 
     def scan(self, window: bytes) -> tuple[list[int], list[int]]:
         """(sorted start offsets of candidate lines, indices of the capture literals present)."""
-        present = self.engine.present(window)
         n = self.n_anchors
-        starts: set[int] = set()
-        anchors_present = [i for i in present if i < n]
-        if anchors_present:
-            plain = window.isascii() and b"\x00" not in window
-            self._locate(anchors_present, window, plain, starts)
+        if self.combined is not None:
+            self.ascii = window.isascii()
+            starts, others = self.combined.scan(window, self.ascii and b"\x00" not in window)
+            present = sorted(set(others))
+            for i in present:
+                if i < n:  # an anchor the database has as a bare literal
+                    _find_lines(window, self.anchors[i], starts)
+        else:
+            present = self.engine.present(window)
+            starts = set()
+            anchors_present = [i for i in present if i < n]
+            self.ascii = False
+            if anchors_present:
+                self.ascii = window.isascii()
+                plain = self.ascii and b"\x00" not in window
+                self._locate(anchors_present, window, plain, starts)
+            elif present:
+                self.ascii = window.isascii()
         if n in present:
             _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
@@ -292,14 +411,16 @@ def _make_engine(literals: list[bytes], backend: str):
 
 
 def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
-               backend: str = "auto") -> Phase1:
-    """A Phase1, cached: compiling the databases costs more than scanning a small text (rule examples, tests)."""
-    key = (backend, tuple(anchors), tuple(tuple(p) for p in anchor_patterns), tuple(capture_literals))
+               backend: str = "auto", combined: bool = False) -> Phase1:
+    """A Phase1, cached: compiling the databases costs more than scanning a small text (rule examples, tests).
+
+    ``combined``: one Hyperscan pass per window (for large inputs; see the module docstring)."""
+    key = (backend, combined, tuple(anchors), tuple(tuple(p) for p in anchor_patterns), tuple(capture_literals))
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    made = Phase1(anchors, anchor_patterns, capture_literals, backend)
+    made = Phase1(anchors, anchor_patterns, capture_literals, backend, combined)
     _CACHE[key] = made
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

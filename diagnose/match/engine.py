@@ -33,6 +33,7 @@ PARSER_CONTEXT_LINES = 30
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
 WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
+COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (its database compiles in ~0.15 s)
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
 
@@ -336,7 +337,7 @@ def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
         cursor = c
         lines.append(ln)
     return WindowResult(offset, len(w), n, checkpoints, candidates, lines, captures,
-                        bool(captures) and w.isascii())
+                        bool(captures) and phase1.ascii)
 
 
 def _serial_results(buf, phase1: Phase1, window_size: int) -> Iterator[WindowResult]:
@@ -359,13 +360,14 @@ def scan(
     so they share the mapped file); phase 2 stays here, in input order, so answers do not depend on ``jobs``.
     """
     capture_literals = [cc.literal for cc in compiled.captures]
-    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend)
+    total_bytes = sum(len(s.buffer) for s in sources)
+    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
+                        combined=total_bytes >= COMBINED_MIN_BYTES)
     phase_names = adapters.phase_capture_names()
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
     matcher = Matcher(compiled, warnings, markers)
-    total_bytes = sum(len(s.buffer) for s in sources)
     done = 0
     infos: list[InputInfo] = []
     readers: list[_LineReader] = []
