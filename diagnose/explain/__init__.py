@@ -21,12 +21,13 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
         report.warnings.append(f"config: {e}")
     except Exception as e:  # noqa: BLE001 - one part failing never breaks the report
         report.warnings.append(f"config extraction failed: {type(e).__name__}: {e}")
+    # the memory model first: for a capacity OOM, replay proves the memory model's fitting option
+    _run_memory(report, view, options)
     if view is not None:
         try:
             report.replay = replay_findings(report, view, getattr(options, "bridge_version", None))
         except Exception as e:  # noqa: BLE001
             report.warnings.append(f"config replay failed: {type(e).__name__}: {e}")
-    _run_memory(report, view, options)
 
 
 def build_view(report: Report, blocks: dict | None, options: Any = None):
@@ -79,12 +80,17 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
     """
     from diagnose.explain.replay import replay
 
+    from diagnose.explain.fit import apply_fit, capacity_fix
+
+    fit = capacity_fix(report, view)
     chosen = None
     for index, finding in enumerate(report.findings):
-        overrides = fix_overrides(finding)
+        overrides = fit.overrides if fit is not None and finding is fit.finding else fix_overrides(finding)
         if not overrides:
             continue
         result = replay(view, overrides, bridge_version, finding=finding, real_mcore=_wants_mcore(finding))
+        if fit is not None and finding is fit.finding:
+            apply_fit(result, fit)
         finding.facts["replay"] = {
             "proven": result.passes if result.reproduced is not None else None,
             "reproduced": result.reproduced,

@@ -39,6 +39,8 @@ class ReplayResult:
     framework: str | None = None
     rule: str | None = None
     implied: bool = False  # the config came only from what an error message states
+    fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
+    fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
 
     @property
     def passes(self) -> bool:
@@ -62,6 +64,9 @@ class ReplayResult:
             out["proven"] = (self.passes and bool(self.fix)) if self.reproduced is not None else None
         if self.implied:
             out["implied"] = True
+        out["fits"] = self.fits
+        if self.fit is not None:
+            out["fit"] = self.fit.to_dict()
         if self.added:
             out["extended"] = [{"key": o.key, "value": o.value} for o in self.added]
         notes = [v.message for v in self.after.notes]
@@ -92,8 +97,25 @@ def describe(section: dict[str, Any]) -> str:
         ok = (section.get("after_fix") or {}).get("passes")
         verdict = "proven to pass validation" if ok and reproduced is not None else (
             "passes validation" if ok else "still fails validation")
+        fit = section.get("fit") or {}
+        fits = section.get("fits")
+        if fits is True:
+            gpus = (f"needs >= {fit['gpus']} GPUs (data parallel {fit.get('dp') or fit['gpus']}; the job ran on "
+                    f"{fit['job_gpus']}), " if fit.get("gpus") and fit.get("job_gpus")
+                    and fit["gpus"] > fit["job_gpus"] else "")
+            verdict = (f"{'valid' if ok else 'INVALID'} and fits: {gpus}predicted peak "
+                       f"{_gib(fit.get('peak_bytes'))} per GPU of {_gib(fit.get('capacity_bytes'))}")
+        elif fits is False:
+            need = fit.get("peak_bytes")
+            verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
+                       + (f"{_gib(need)} per GPU" if need else "the memory model finds nothing that fits")
+                       + f" (GPU holds {_gib(fit.get('capacity_bytes'))})")
         parts.append(f"fix {verdict}: {shown}")
     return "; ".join(parts)
+
+
+def _gib(n: Any) -> str:
+    return f"{n / 1024 ** 3:.1f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "?"
 
 
 def replay(
@@ -183,18 +205,35 @@ def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | N
 
 
 def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, str]:
+    """``launch.*`` (the GPU count a fix needs) is not a config key: a comment line in the Python and YAML forms
+    and ``render["launch"]``, never a Bridge override."""
+    launch = [o for o in fix if o.key.startswith("launch.")]
+    fix = [o for o in fix if not o.key.startswith("launch.")]
     config = [o for o in fix if not o.key.startswith("env.")]
     env = [o for o in fix if o.key.startswith("env.")]
+    comment = _launch_comment(launch)
+    python = "\n".join(_python(o) for o in fix)
+    yaml_text = _yaml(fix)
     out = {
         "cli": " ".join(_cli(o) for o in config),
-        "python": "\n".join(_python(o) for o in fix),
-        "yaml": _yaml(fix),
+        "python": f"{comment}\n{python}" if comment else python,
+        "yaml": f"{comment}\n{yaml_text}" if comment else yaml_text,
     }
+    if comment:
+        out["launch"] = comment
     if env:
         out["env"] = "\n".join(_env(o) for o in env)
     if framework == "megatron-lm":
         out["mlm"] = " ".join(filter(None, (_mlm(o) for o in config)))
     return out
+
+
+def _launch_comment(launch: list[Override]) -> str:
+    world = next((o.value for o in launch if o.key == "launch.world_size"), None)
+    if world is None:
+        return ""
+    return (f"# needs >= {world} GPUs: launch with world size {world} "
+            f"(torchrun: nnodes x nproc_per_node = {world}; srun: --ntasks={world})")
 
 
 def _cli(o: Override) -> str:

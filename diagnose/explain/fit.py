@@ -1,0 +1,134 @@
+"""The fix for a capacity OOM: the memory model's first option that fits, replayed through the validator.
+
+A rule's fix for a capacity OOM (``shard with Megatron FSDP``) is only a direction: on the GPUs the job had it may
+still not fit (36B parameters at 18 bytes/param on one GPU). When the memory model (``report.memory``, issue 4) says
+the verdict is ``capacity``, the fix the user copies becomes its first option that fits, with the GPU count it
+needs (``launch.world_size``, rendered as a comment, never as a Bridge override), and replay says both "valid" and
+"fits". When no option fits, the rule's fix stays and replay says "valid but does not fit: N GiB per GPU".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.model import Finding, Override, Report
+
+GIB = 1024 ** 3
+
+
+@dataclass
+class CapacityFit:
+    finding: Finding
+    overrides: list[Override]  # what replay proves (config keys, env.*, launch.world_size when more GPUs)
+    fits: bool
+    gpus: int | None = None  # GPUs the fix needs
+    dp: int | None = None
+    job_gpus: int | None = None  # GPUs the job ran on
+    peak_bytes: int | None = None
+    capacity_bytes: int | None = None
+    usable_bytes: int | None = None
+    label: str = ""
+    cost: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def more_gpus(self) -> bool:
+        return bool(self.gpus and self.job_gpus and self.gpus > self.job_gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fits": self.fits, "gpus": self.gpus, "dp": self.dp, "job_gpus": self.job_gpus,
+                               "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
+                               "usable_bytes": self.usable_bytes, "label": self.label, "cost": self.cost}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+def gib(n: int | float | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def _overrides(items: Any) -> list[Override]:
+    out: list[Override] = []
+    for item in items or []:
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            out.append(Override(item["key"], item.get("value")))
+    return out
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _from_job(view: Any, key: str) -> bool:
+    origin = view.origin(key) if view is not None else None
+    return bool(origin) and origin != "default"
+
+
+def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
+    """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity``; None otherwise."""
+    memory = report.memory if isinstance(report.memory, dict) else None
+    root = report.root
+    if not memory or root is None or root.category != "cuda_oom" or memory.get("verdict") != "capacity":
+        return None
+    options = [o for o in memory.get("options") or [] if isinstance(o, dict)]
+    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    job_gpus = _int(current.get("gpus"))
+    capacity = _int(memory.get("gpu_capacity_bytes"))
+    usable = _int(current.get("usable_bytes"))
+    best = next((o for o in options if o.get("fits") is True and o.get("valid") is not False
+                 and _overrides(o.get("overrides"))), None)
+    if best is not None:
+        overrides = _overrides(best.get("overrides"))
+        keys = {o.key for o in overrides}
+        notes: list[str] = []
+        fsdp_on = any(o.key == "ddp.use_megatron_fsdp" and o.value is True for o in overrides)
+        if fsdp_on and "checkpoint.ckpt_format" not in keys and not _from_job(view, "checkpoint.save") \
+                and view is not None and view.get("checkpoint.ckpt_format") != "fsdp_dtensor":
+            # whether the job saves checkpoints is not in the log; Megatron FSDP saves only fsdp_dtensor
+            overrides.append(Override("checkpoint.ckpt_format", "fsdp_dtensor"))
+            notes.append("checkpoint.ckpt_format=fsdp_dtensor: Megatron FSDP saves and loads only that format")
+        gpus = _int(best.get("gpus"))
+        if gpus and job_gpus and gpus > job_gpus:
+            overrides.append(Override("launch.world_size", gpus))
+        return CapacityFit(root, overrides, True, gpus, _int(best.get("dp")), job_gpus, _int(best.get("peak_bytes")),
+                           capacity, usable, str(best.get("label") or ""), str(best.get("cost") or ""), notes)
+    # nothing fits: keep the rule's fix, say how much it needs per GPU
+    own = list(root.fix.overrides) + [Override(f"env.{e.name}", e.value) for e in root.fix.env]
+    if not own:
+        return None
+    peak = _peak_of(own, options, job_gpus)
+    return CapacityFit(root, own, False, job_gpus, None, job_gpus, peak, capacity, usable,
+                       root.fix.summary, "")
+
+
+def _peak_of(fix: list[Override], options: list[dict[str, Any]], job_gpus: int | None) -> int | None:
+    """The memory model's peak for the rule's fix on the job's GPUs: the option with the same overrides (else the
+    smallest peak any option on those GPUs reaches: the fix cannot do better than the model's best)."""
+    pinned = {o.key: o.value for o in fix}
+    same_gpus = [o for o in options if job_gpus is None or _int(o.get("gpus")) in (None, job_gpus)]
+    for o in same_gpus:
+        ovs = _overrides(o.get("overrides"))
+        if ovs and all(pinned.get(x.key, object()) == x.value for x in ovs):
+            return _int(o.get("peak_bytes"))
+    peaks = [p for p in (_int(o.get("peak_bytes")) for o in same_gpus) if p]
+    return min(peaks) if peaks else None
+
+
+def apply_fit(result: Any, fit: CapacityFit) -> None:
+    """Record the fit on the replay result and make the finding's fix the proven, fitting set."""
+    result.fit = fit
+    result.fits = fit.fits
+    if not fit.fits:
+        return
+    finding = fit.finding
+    finding.fix.overrides = [o for o in result.fix if not o.key.startswith(("env.", "launch."))]
+    head = (f"needs >= {fit.gpus} GPUs (data parallel {fit.dp or fit.gpus}; the job ran on {fit.job_gpus}): "
+            if fit.more_gpus else "")
+    fits = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
+    finding.fix.summary = f"{head}{fit.label} ({fits})"
+    if fit.cost:
+        step = f"cost: {fit.cost}"
+        if step not in finding.fix.steps:
+            finding.fix.steps = [step] + list(finding.fix.steps)

@@ -1,0 +1,84 @@
+"""A capacity OOM's fix is the memory model's first option that FITS (with the GPUs it needs), replayed valid;
+replay reports both "valid" and "fits" (QA #2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import diagnose.explain.memory as memory
+from diagnose.explain import enrich
+from diagnose.model import Evidence, Finding, Fix, Override, Report
+from diagnose.pipeline import AnalyzeOptions, analyze
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+GIB = 1024 ** 3
+
+
+def test_ddp_wrap_oom_fix_is_the_fitting_option_on_8_gpus():
+    report = analyze([str(SAMPLES / "ddp_wrap_oom.log")], AnalyzeOptions())
+    root = report.root
+    assert root.rule == "OOM102" and report.memory["verdict"] == "capacity"
+    replay = report.replay
+    assert replay["fits"] is True and replay["after_fix"]["passes"] is True
+    assert replay["fit"]["gpus"] == 8 and replay["fit"]["job_gpus"] == 1
+    assert replay["fit"]["peak_bytes"] < replay["fit"]["capacity_bytes"]
+    fix = {f["key"]: f["value"] for f in replay["fix"]}
+    assert fix["ddp.use_megatron_fsdp"] is True and fix["launch.world_size"] == 8
+    assert fix["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
+    # the GPU count is stated in the summary and in the rendered fix, never as a Bridge override
+    assert "needs >= 8 GPUs" in replay["summary"] and "fits" in replay["summary"]
+    assert "valid" in replay["summary"]
+    assert replay["render"]["python"].startswith("# needs >= 8 GPUs")
+    assert replay["render"]["yaml"].startswith("# needs >= 8 GPUs")
+    assert "launch." not in replay["render"]["cli"]
+    # the finding's own fix (what text/markdown/TUI show) is the same fitting set
+    keys = {o.key: o.value for o in root.fix.overrides}
+    assert keys == {k: v for k, v in fix.items() if not k.startswith("launch.")}
+    assert root.fix.summary.startswith("needs >= 8 GPUs")
+
+
+def _oom() -> Finding:
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB."
+    return Finding(rule="OOM102", name="oom", title="CUDA OOM", category="cuda_oom", phase="dp_wrap",
+                   severity="error", role="root", confidence=0.9, evidence=[Evidence("job.log", 5, text)],
+                   fix=Fix(summary="shard with Megatron FSDP", safety="unsafe",
+                           overrides=[Override("ddp.use_megatron_fsdp", True),
+                                      Override("ddp.data_parallel_sharding_strategy", "optim_grads_params")]))
+
+
+def _memory(options: list[dict]) -> dict:
+    return {"verdict": "capacity", "gpu_capacity_bytes": 80 * GIB, "options": options,
+            "current": {"gpus": 1, "usable_bytes": 76 * GIB}}
+
+
+def test_no_fitting_option_says_valid_but_does_not_fit(monkeypatch):
+    opts = [{"overrides": [{"key": "ddp.use_megatron_fsdp", "value": True},
+                           {"key": "ddp.data_parallel_sharding_strategy", "value": "optim_grads_params"}],
+             "gpus": 1, "dp": 1, "fits": False, "peak_bytes": 609 * GIB, "valid": True, "label": "fsdp"}]
+    monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
+    report = Report(findings=[_oom()], root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    assert report.replay["fits"] is False and report.replay["after_fix"]["passes"] is True
+    assert "valid but does not fit: 609.0 GiB per GPU" in report.replay["summary"]
+    assert report.findings[0].fix.summary == "shard with Megatron FSDP"  # the rule's fix is kept, not dressed up
+
+
+def test_fitting_option_on_the_same_gpus_needs_no_launch_change(monkeypatch):
+    opts = [{"overrides": [{"key": "ddp.grad_reduce_in_fp32", "value": False}], "gpus": 1, "dp": 1,
+             "fits": True, "peak_bytes": 60 * GIB, "valid": True, "label": "bf16 grads", "cost": "numerics"}]
+    monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
+    report = Report(findings=[_oom()], root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    assert report.replay["fits"] is True
+    assert report.replay["fix"] == [{"key": "ddp.grad_reduce_in_fp32", "value": False}]
+    assert "launch" not in report.replay["render"] and "needs >=" not in report.replay["summary"]
+    assert [o.key for o in report.findings[0].fix.overrides] == ["ddp.grad_reduce_in_fp32"]
+
+
+def test_fits_is_null_when_memory_is_not_a_capacity_question():
+    report = Report(findings=[Finding(rule="MB111", name="x", title="t", category="checkpoint_format",
+                                      phase="init", severity="error", role="root", confidence=0.9,
+                                      fix=Fix(overrides=[Override("checkpoint.ckpt_format", "fsdp_dtensor")]))],
+                    root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    assert report.replay["fits"] is None and "fit" not in report.replay
