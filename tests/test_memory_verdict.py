@@ -111,3 +111,34 @@ def test_state_that_cannot_fit_wins_over_fragmentation():
     n = OomNumbers(requested=GIB, capacity=80 * GIB, free=GIB, allocated=60 * GIB, reserved_unallocated=10 * GIB)
     assert fragmented(n)
     assert decide(n, "dp_wrap", 200 * GIB, None, None, None) == "capacity"
+
+
+# EasyEdit #563 (torch 2.1 'capacty' typo): one tensor bigger than the whole GPU (QA report #7)
+TOO_BIG_OOM = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 355.43 GiB. GPU 0 has a total capacty of "
+    "79.32 GiB of which 18.06 GiB is free. Including non-PyTorch memory, this process has 61.25 GiB memory in use. "
+    "Of the allocated memory 52.51 GiB is allocated by PyTorch, and 8.25 GiB is reserved by PyTorch but unallocated."
+)
+
+
+@pytest.mark.parametrize("phase", ["unknown", "first_iteration", "training", "dp_wrap", "optimizer_step"])
+def test_a_request_larger_than_the_gpu_is_capacity(phase):
+    n = from_text(TOO_BIG_OOM)
+    assert n.requested > n.capacity
+    assert decide(n, phase, None, None, None, None) == "capacity"
+    assert decide(n, phase, 10 * GIB, 20 * GIB, 5 * GIB, None) == "capacity"
+
+
+def test_a_request_larger_than_the_gpu_is_explained_through_the_pipeline():
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    import tempfile, os
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "too_big.log")
+        with open(path, "w") as fh:
+            fh.write(TOO_BIG_OOM + "\n")
+        mem = analyze([path], AnalyzeOptions()).memory
+    assert mem["verdict"] == "capacity"
+    assert "larger than the whole GPU" in mem["explanation"]
+    assert "expandable_segments" in mem["explanation"]  # says it will not help
+    assert mem["options"] == []  # no allocator option offered: it cannot help

@@ -11,7 +11,7 @@ from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, 
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
-from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts
+from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
@@ -136,6 +136,8 @@ def _pct(a: int | None, b: int | None) -> str:
 def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None) -> str:
     billions = f"{params / 1e9:.1f}B"
     req = fmt_gib(n.requested) if n.requested else "?"
+    if larger_than_gpu(n, capacity) and not buffer:
+        return _too_big(n, capacity)
     if verdict == "fragmentation":
         return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
                 f"enough for the {req} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
@@ -166,8 +168,17 @@ def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, c
     return " ".join(lines)
 
 
+def _too_big(n: OomNumbers, capacity: int) -> str:
+    return (f"One allocation of {fmt_gib(n.requested)} was asked for on a GPU of {fmt_gib(capacity)} in total: "
+            "a single tensor larger than the whole GPU. No allocator setting (expandable_segments), fragmentation "
+            "fix or sharding of the model state can help; check what sizes this tensor: sequence length / "
+            "max_position_embeddings, micro batch, vocabulary or a shape read from the wrong field.")
+
+
 def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None) -> str:
     """What the OOM numbers alone say, when neither a parameter count nor a model shape is known."""
+    if capacity and larger_than_gpu(n, capacity):
+        return _too_big(n, capacity)
     if verdict == "fragmentation":
         return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
                 f"enough for the {fmt_gib(n.requested)} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="

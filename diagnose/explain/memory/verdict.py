@@ -5,7 +5,8 @@ evidence line (PyTorch >= 2.1 and <= 2.0 wordings, megatron-core.md §5). Verdic
 
 - ``fragmentation``: the free memory plus the cached-but-unallocated memory would have held the request, but no
   single free block did (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
-- ``capacity``: the model state the job needs at that phase cannot fit the GPU at all, whatever the batch;
+- ``capacity``: the model state the job needs at that phase cannot fit the GPU at all, whatever the batch, or the
+  one allocation asked for is larger than the whole GPU (no allocator setting or sharding of the model state helps);
 - ``activations``: the model state fits; the forward/backward activations of the micro batch do not;
 - ``transient_peak``: the steady state fits but a one-off buffer did not (wrap-time copies, the lazily created
   optimizer state at the first step, checkpoint staging, all-gather prefetch, fp32 logits);
@@ -119,6 +120,12 @@ def fragmented(n: OomNumbers) -> bool:
     return n.reserved_unallocated + free >= n.requested and n.reserved_unallocated >= floor
 
 
+def larger_than_gpu(n: OomNumbers, capacity: int | None = None) -> bool:
+    """The single allocation asked for more than the GPU's total memory."""
+    cap = capacity or n.capacity
+    return bool(n.requested and cap and n.requested > cap)
+
+
 def decide(
     n: OomNumbers,
     phase: str,
@@ -129,6 +136,8 @@ def decide(
 ) -> str:
     """One verdict from the numbers, the phase and the model's prediction (any may be None)."""
     cap = capacity or n.capacity
+    if larger_than_gpu(n, cap):
+        return "capacity"  # one tensor bigger than the whole GPU: nothing else on the GPU matters
     if cap is not None and state_bytes is not None and state_bytes > cap:
         return "capacity"  # no allocator setting makes the model state fit
     if fragmented(n):
