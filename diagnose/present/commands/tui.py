@@ -1,4 +1,6 @@
-"""``diagnose tui``: open the Textual UI on logs, on a pasted log, or (``--slurm``) on recent failed jobs.
+"""``diagnose tui``: open the Textual UI on logs, on a pasted log, (``--slurm``) on recent failed jobs, or
+(``--check CONFIG --gpus N [--gpu NAME | --gpu-memory SIZE] [--set K=V]``) on a config's memory plan with a
+what-if editor.
 
 Textual is imported here and only here, so ``diagnose --help`` and the other commands never load it.
 """
@@ -31,7 +33,36 @@ def _spool_stdin() -> str:
     return path
 
 
+def _run_check(args) -> int:
+    """``--check CONFIG``: the config is read (and bad input refused, exit 2) before the terminal is taken."""
+    from diagnose.explain.config import parse_set
+    from diagnose.present.commands.check import capacity_from_args, load_view
+    from diagnose.present.tui.plan import PlanApp, gpus_from_view
+
+    config = str(args.check)
+    if getattr(args, "paths", None):
+        raise DiagnoseError("--check opens a config, not logs: give either a config with --check or log paths")
+    if getattr(args, "gpu", None) and getattr(args, "gpu_memory", None):
+        raise DiagnoseError("give --gpu or --gpu-memory, not both")
+    capacity, where = capacity_from_args(args)
+    view = load_view(config)
+    gpus = getattr(args, "gpus", None)
+    if gpus is None:
+        gpus = gpus_from_view(view, 0)
+        if gpus < 1:
+            raise DiagnoseError("--check needs --gpus N (the number of GPUs the job will use)")
+    if int(gpus) < 1:
+        raise DiagnoseError("--gpus must be at least 1")
+    sets = [parse_set(s) for s in (getattr(args, "sets", None) or [])]
+    app = PlanApp(view, int(gpus), capacity, title=os.path.basename(config) or config, capacity_label=where,
+                  sets=sets, bridge_version=getattr(args, "bridge_version", None))
+    app.run()
+    return int(app.return_code or 0)
+
+
 def run(args) -> int:
+    if getattr(args, "check", None):
+        return _run_check(args)
     paths: list[str] = list(getattr(args, "paths", []) or [])
     rules_dirs: list[str] = list(getattr(args, "rules", []) or [])
     for path in paths:

@@ -54,6 +54,7 @@ class MainScreen(Screen):
         Binding("3", "fix_tab('yaml')", "YAML", show=False),
         Binding("4", "fix_tab('mlm')", "MLM", show=False),
         Binding("j", "jobs", "Jobs"),
+        Binding("p", "plan", "Plan"),
     ]
     DEFAULT_CSS = """
     MainScreen #body { height: 1fr; }
@@ -141,7 +142,15 @@ class MainScreen(Screen):
         if action == "jobs":
             app = self.app
             return isinstance(app, DiagnoseApp) and app.slurm is not None
+        if action == "plan":
+            app = self.app
+            return isinstance(app, DiagnoseApp) and app.plan_view() is not None
         return True
+
+    def action_plan(self) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        app.open_plan()
 
     def action_jobs(self) -> None:
         app = self.app
@@ -196,6 +205,8 @@ class DiagnoseApp(App):
         self.error: str | None = None
         self._temp_files: list[str] = []
         self._last_percent = -1
+        self._plan_view: tuple[Report, object] | None = None
+        self.plan_real_mcore = True  # the plan's validator also builds megatron-core's configs (tests turn it off)
         self.theme = DARK
 
     # ---------------------------------------------------------------------------------------- start
@@ -329,6 +340,7 @@ class DiagnoseApp(App):
         main.detail.show(report, main.findings.selected_finding)
         self._set_status(self._summary(report))
         main.findings.focus()
+        main.refresh_bindings()  # ``p`` (plan) shows once a config is known
 
     def show_error(self, message: str) -> None:
         self._pause_indexing(False)
@@ -377,6 +389,42 @@ class DiagnoseApp(App):
         chosen = finding.evidence[min(max(number, 0), len(finding.evidence) - 1)]
         marked = {e.line - 1 for e in finding.evidence if e.path == chosen.path}
         self.open_log(chosen.path, max(0, chosen.line - 1), marked)
+
+    # -------------------------------------------------------------------------------------- the plan
+
+    def plan_view(self):
+        """The job's config as a ConfigView when the log gave one with a model shape, else None."""
+        if self.report is None:
+            return None
+        if self._plan_view is None or self._plan_view[0] is not self.report:
+            from diagnose.present.tui.plan import view_from_report_config
+
+            view = view_from_report_config(self.report.config)
+            if view is not None and not view.get("model.num_layers"):
+                view = None
+            self._plan_view = (self.report, view)
+        return self._plan_view[1]
+
+    def open_plan(self) -> None:
+        """The memory plan with a what-if editor for the job's config, GPU count and GPU (``p``)."""
+        from diagnose.explain.memory.gpus import gpu_by_name
+        from diagnose.present.tui.plan import PlanScreen, gpus_from_view
+
+        view = self.plan_view()
+        if view is None:
+            self.notify("No config with a model shape was found in the log: nothing to plan.", severity="warning")
+            return
+        memory = (self.report.memory if self.report is not None else None) or {}
+        current = memory.get("current") or {}
+        default_gpus = current.get("gpus") if isinstance(current.get("gpus"), int) else 1
+        capacity = memory.get("gpu_capacity_bytes")
+        label = "from the OOM message"
+        if not isinstance(capacity, int) or capacity <= 0:
+            gpu = gpu_by_name("h100-80gb")
+            capacity, label = gpu.capacity_bytes, f"{gpu.name}, assumed: the log does not say"
+        title = self._inputs_title() or "job config"
+        self.push_screen(PlanScreen(view, gpus_from_view(view, default_gpus or 1), capacity, title=title,
+                                    capacity_label=label, real_mcore=self.plan_real_mcore))
 
     # --------------------------------------------------------------------------------------- actions
 

@@ -1,0 +1,476 @@
+"""The pre-flight memory plan in the TUI (issue 11): ``diagnose check``'s plans as a table with a bar per plan
+against the GPU's capacity, and a what-if editor: type ``key=value`` (or change the GPU count), see the validator's
+verdict and the plan update.
+
+Opened by ``diagnose tui --check CONFIG --gpus N`` (``PlanApp``) or with ``p`` from the findings when the log's
+config was extracted (``PlanScreen`` pushed on ``DiagnoseApp``). Validation and planning run in a worker thread;
+a newer request makes the result of an older one be dropped. Typed values are parsed as data by
+``diagnose.explain.config.parse_set`` (true/false/null, ints, floats, quoted or bare strings), never evaluated.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from diagnose.model import DiagnoseError, Override
+from diagnose.present.safe import inert
+from diagnose.present.tui.fmt import format_bytes
+
+BAR_CELLS = 20
+COST_CELLS = 44
+SHORT = {"distributed_optimizer": "dist-opt"}
+COLUMNS = ("#", "strategy", "dp/tp/pp/cp", "B/param", "model state", "activ.", "peak", "vs GPU", "fits", "cost")
+
+
+# ------------------------------------------------------------------------------------------ the model side
+
+
+@dataclass
+class PlanRequest:
+    """What to plan: the config as loaded, the what-if overrides on top, the GPU count and capacity."""
+
+    base: Any  # ConfigView, never changed
+    gpus: int
+    capacity: int
+    sets: list[Override] = field(default_factory=list)
+    bridge_version: str | None = None
+    real_mcore: bool = True  # also build megatron-core's config classes when importable (seconds, once)
+
+
+@dataclass
+class PlanResult:
+    replay: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    error: str | None = None  # the config could not be validated or planned: said on the screen
+
+
+def parse_what_if(text: str) -> list[Override]:
+    """``"train.micro_batch_size=2 ddp.use_megatron_fsdp=true"`` -> overrides; ``~key`` removes a value.
+
+    Split like a shell line (quotes keep spaces in a value) and parsed as data; bad input is a DiagnoseError.
+    """
+    from diagnose.explain.config import parse_set
+
+    try:
+        parts = shlex.split(text)
+    except ValueError:
+        parts = text.split()
+    return [parse_set(p) for p in parts if p.strip()]
+
+
+def merge_sets(current: list[Override], new: list[Override]) -> list[Override]:
+    """The what-ifs so far with ``new`` applied: a key set again replaces its earlier value, in place."""
+    out = list(current)
+    for o in new:
+        for i, old in enumerate(out):
+            if old.key == o.key:
+                out[i] = o
+                break
+        else:
+            out.append(o)
+    return out
+
+
+def show_value(o: Override) -> str:
+    from diagnose.explain.config.overrides import is_delete
+
+    if is_delete(o):
+        return f"~{o.key}"
+    v = o.value
+    return f"{o.key}={str(v).lower() if isinstance(v, bool) else v}"
+
+
+def compute(req: PlanRequest) -> PlanResult:
+    """Validate (replay, as ``diagnose check`` does) and plan memory for the request. Never raises."""
+    from diagnose.explain.config import apply_defaults, apply_overrides
+    from diagnose.explain.memory.plan import memory_plan
+    from diagnose.explain.memory.replay_check import prove
+
+    try:
+        view = apply_overrides(req.base, req.sets) if req.sets else req.base.copy()
+        view.set("launch.world_size", int(req.gpus), "override")
+        apply_defaults(view, req.bridge_version)
+        replay = _replay(view, req)
+        plan = memory_plan(view, int(req.gpus), req.capacity,
+                           prove=lambda ovs: prove(view, ovs, req.bridge_version))
+        return PlanResult(replay, plan.to_dict())
+    except DiagnoseError as e:
+        return PlanResult(error=str(e))
+    except Exception as e:  # noqa: BLE001 - a model bug must not take the UI down
+        return PlanResult(error=f"internal error: {type(e).__name__}: {e}")
+
+
+def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
+    try:
+        from diagnose.explain.replay import replay
+    except ImportError:
+        from diagnose.present.commands.check import replay_section
+
+        return replay_section(view, req.bridge_version)
+    out = replay(view, [], req.bridge_version, real_mcore=req.real_mcore).to_dict()
+    out["passes"] = not out.get("violations")
+    return out
+
+
+def view_from_report_config(config: dict[str, Any] | None) -> Any:
+    """A ConfigView rebuilt from a report's ``config`` section (values with their origins), or None if empty."""
+    from diagnose.explain.config import ConfigView
+
+    if not config or not config.get("values"):
+        return None
+    view = ConfigView(framework=config.get("framework"), version=config.get("version"),
+                      sources=[str(s) for s in config.get("source") or []])
+    for key, item in config["values"].items():
+        if isinstance(item, dict) and "value" in item:
+            view.set(str(key), item["value"], str(item.get("from") or "log"))
+    return view
+
+
+def gpus_from_view(view: Any, default: int = 1) -> int:
+    for key in ("launch.world_size",):
+        value = view.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    nodes, per_node = view.get("launch.nnodes"), view.get("launch.nproc_per_node")
+    if isinstance(nodes, int) and isinstance(per_node, int) and nodes > 0 and per_node > 0:
+        return nodes * per_node
+    return default
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def plan_bar(p: dict[str, Any], capacity: int, cells: int = BAR_CELLS) -> Text:
+    """Model state then activations, against the capacity (the end of the bar); ``▶`` when over it."""
+    text = Text()
+    if capacity <= 0:
+        return text
+    state, act = int(p.get("model_state_bytes") or 0), int(p.get("activation_bytes") or 0)
+    total = state + act
+    filled = min(cells, round(cells * total / capacity))
+    state_cells = min(filled, round(cells * state / capacity))
+    if state > 0 and state_cells == 0 and filled:
+        state_cells = 1
+    over = total > capacity
+    text.append("█" * state_cells, "red" if over else "green")
+    text.append("▓" * (filled - state_cells), "dark_orange" if over else "cyan")
+    text.append("░" * (cells - filled), "dim")
+    text.append("▶" if over else "│", "bold red" if over else "dim")
+    return text
+
+
+def _gib(n: Any) -> str:
+    return "?" if n is None else f"{int(n) / 2**30:.1f}G"
+
+
+def plan_row(i: int, p: dict[str, Any], capacity: int) -> tuple[Any, ...]:
+    fits = bool(p.get("fits"))
+    cost = str(p.get("cost") or ("as given" if i == 0 else ""))
+    if len(cost) > COST_CELLS:
+        cost = cost[: COST_CELLS - 1] + "…"
+    return (
+        Text("given", "bold") if i == 0 else str(i),
+        inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy")))),
+        f"{p.get('dp')}/{p.get('tp')}/{p.get('pp')}/{p.get('cp')}",
+        f"{float(p.get('bytes_per_param') or 0):.1f}",
+        _gib(p.get("model_state_bytes")),
+        _gib(p.get("activation_bytes")),
+        Text(_gib(p.get("peak_bytes")), "bold"),
+        plan_bar(p, capacity),
+        Text("yes", "bold green") if fits else Text("NO", "bold red"),
+        Text(inert(cost), "dim"),
+    )
+
+
+def verdict_text(replay: dict[str, Any] | None) -> Text:
+    if replay is None:
+        return Text("Validation: …", "dim")
+    violations = replay.get("violations") or []
+    if not violations:
+        return Text("Validation: passes", "bold green")
+    text = Text(f"Validation: {len(violations)} violation(s): ", "bold red")
+    first = violations[0]
+    text.append(inert(str(first.get("message", "") if isinstance(first, dict) else first)))
+    fix = replay.get("fix") or []
+    if fix:
+        after = replay.get("after_fix") or {}
+        ov = " ".join(f"{o.get('key')}={o.get('value')}" for o in fix if isinstance(o, dict))
+        text.append("  fix: ", "bold")
+        text.append(inert(ov), "green" if after.get("passes") else "yellow")
+        text.append(" (passes after replay)" if after.get("passes") else " (still fails after replay)", "dim")
+    return text
+
+
+def summary_text(memory: dict[str, Any]) -> Text:
+    plans = memory.get("plans") or []
+    cap = int(memory.get("gpu_capacity_bytes") or 0)
+    if not plans:
+        return Text("No plan.", "dim")
+    given = plans[0]
+    peak = format_bytes(int(given.get("peak_bytes") or 0))
+    if given.get("fits"):
+        return Text(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
+    cheapest = next((i for i, p in enumerate(plans) if i and p.get("fits")), None)
+    text = Text(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
+    text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.")
+    return text
+
+
+def plan_detail(i: int, p: dict[str, Any]) -> Text:
+    text = Text()
+    text.append("given: the config as given, with the what-ifs" if i == 0 else f"#{i}", "bold")
+    if i:
+        text.append(f"  {inert(str(p.get('label') or ''))}")
+    text.append("\n")
+    overrides = p.get("overrides") or []
+    if overrides:
+        text.append("change: ", "bold")
+        text.append(inert(" ".join(f"{o['key']}={o['value']}" for o in overrides)), "green")
+        text.append("\n")
+    if p.get("cost"):
+        text.append("cost: ", "bold")
+        text.append(inert(str(p["cost"])) + "\n", "dim")
+    comps = p.get("components") or {}
+    if comps:
+        text.append("per GPU: ", "bold")
+        text.append(" · ".join(f"{inert(str(k))} {_gib(v)}" for k, v in comps.items()))
+        text.append(f" · activations {_gib(p.get('activation_bytes'))}")
+    return text
+
+
+# ------------------------------------------------------------------------------------------ the screen
+
+
+class PlanScreen(Screen):
+    """The plans for one config at one GPU count, and the what-if editor."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("ctrl+r", "reset", "Reset what-ifs", priority=True),
+        Binding("ctrl+e", "edit", "What-if", priority=True),
+        Binding("ctrl+t", "table", "Table", priority=True),
+    ]
+    DEFAULT_CSS = """
+    PlanScreen #plan-title { height: auto; padding: 0 1; background: $panel; }
+    PlanScreen #whatif-row { height: 3; }
+    PlanScreen #whatif { width: 1fr; }
+    PlanScreen #gpus-label { width: auto; padding: 1 1 0 1; }
+    PlanScreen #gpus { width: 12; }
+    PlanScreen #applied { height: auto; padding: 0 1; }
+    PlanScreen #verdict { height: auto; padding: 0 1; }
+    PlanScreen #plans-box { height: 1fr; }
+    PlanScreen #plans { height: 1fr; }
+    PlanScreen #plan-detail { height: auto; max-height: 8; padding: 0 1; border-top: solid $panel; }
+    PlanScreen #plan-summary { height: auto; padding: 0 1; background: $panel; }
+    """
+
+    def __init__(self, base: Any, gpus: int, capacity: int, *, title: str, capacity_label: str = "",
+                 sets: list[Override] | None = None, bridge_version: str | None = None,
+                 real_mcore: bool = True) -> None:
+        super().__init__()
+        self.base = base
+        self.gpus = max(1, int(gpus))
+        self.capacity = int(capacity)
+        self.config_title = title
+        self.capacity_label = capacity_label
+        self.sets: list[Override] = list(sets or [])
+        self.bridge_version = bridge_version
+        self.real_mcore = real_mcore
+        self.result: PlanResult | None = None
+        self.busy = False
+        self._generation = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        yield Static(id="plan-title")
+        with Horizontal(id="whatif-row"):
+            yield Input(placeholder="what if: key=value … then enter (e.g. train.micro_batch_size=2)", id="whatif")
+            yield Static("GPUs", id="gpus-label")
+            yield Input(str(self.gpus), type="integer", id="gpus")
+        yield Static(id="applied")
+        yield Static(id="verdict")
+        with Vertical(id="plans-box"):
+            yield DataTable(id="plans", cursor_type="row", zebra_stripes=False)
+            yield Static(id="plan-detail")
+        yield Static(id="plan-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#plans", DataTable)
+        for col in COLUMNS:
+            table.add_column(col, key=col)
+        self._show_title()
+        self.replan()
+        self.query_one("#whatif", Input).focus()
+
+    # -------------------------------------------------------------------------------------- planning
+
+    def replan(self) -> None:
+        self._generation += 1
+        self.busy = True
+        self._show_applied()
+        self.query_one("#verdict", Static).update(Text("Validating and planning…", "dim"))
+        req = PlanRequest(self.base, self.gpus, self.capacity, list(self.sets), self.bridge_version, self.real_mcore)
+        self._plan_worker(req, self._generation)
+
+    @work(thread=True, exclusive=True, group="plan")
+    def _plan_worker(self, req: PlanRequest, generation: int) -> None:
+        result = compute(req)
+        try:
+            self.app.call_from_thread(self._planned, result, generation)
+        except RuntimeError:  # the app is closing
+            pass
+
+    def _planned(self, result: PlanResult, generation: int) -> None:
+        if generation != self._generation:
+            return  # an older request: a newer one is on its way
+        self.busy = False
+        self.result = result
+        table = self.query_one("#plans", DataTable)
+        table.clear()
+        if result.error:
+            self.query_one("#verdict", Static).update(Text(f"error: {inert(result.error)}", "bold red"))
+            self.query_one("#plan-summary", Static).update(Text("No plan.", "dim"))
+            self.query_one("#plan-detail", Static).update("")
+            return
+        self.query_one("#verdict", Static).update(verdict_text(result.replay))
+        memory = result.memory or {}
+        cap = int(memory.get("gpu_capacity_bytes") or self.capacity)
+        for i, p in enumerate(memory.get("plans") or []):
+            table.add_row(*plan_row(i, p, cap), key=str(i))
+        summary = summary_text(memory)
+        for note in memory.get("notes") or []:
+            summary.append("\nnote: " + inert(str(note)), "dim")
+        self.query_one("#plan-summary", Static).update(summary)
+        self._show_title()
+        self._show_detail(table.cursor_row)
+
+    # ------------------------------------------------------------------------------------------ input
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if event.input.id == "gpus":
+            self._set_gpus(event.value)
+        elif event.input.id == "whatif":
+            self._add_what_if(event.value)
+
+    def _add_what_if(self, raw: str) -> None:
+        if not raw.strip():
+            return
+        try:
+            new = parse_what_if(raw)
+        except DiagnoseError as e:
+            self.notify(inert(str(e)), title="What-if", severity="error")
+            return
+        self.sets = merge_sets(self.sets, new)
+        self.query_one("#whatif", Input).value = ""
+        self.replan()
+
+    def _set_gpus(self, raw: str) -> None:
+        try:
+            n = int(raw.strip())
+        except ValueError:
+            n = 0
+        if n < 1 or n > 1_000_000:
+            self.notify("The GPU count must be a whole number from 1.", title="What-if", severity="error")
+            return
+        if n != self.gpus:
+            self.gpus = n
+            self.replan()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail(event.cursor_row)
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1 and self.app.screen_stack[0] is not self:
+            self.app.pop_screen()
+        else:
+            self.app.exit()
+
+    def action_reset(self) -> None:
+        if self.sets:
+            self.sets = []
+            self.replan()
+
+    def action_edit(self) -> None:
+        self.query_one("#whatif", Input).focus()
+
+    def action_table(self) -> None:
+        self.query_one("#plans", DataTable).focus()
+
+    # ----------------------------------------------------------------------------------------- display
+
+    def _show_title(self) -> None:
+        text = Text()
+        text.append("Memory plan ", "bold")
+        text.append(inert(self.config_title), "bold cyan")
+        text.append(f" · {self.gpus} GPU{'s' if self.gpus != 1 else ''} of {format_bytes(self.capacity)}")
+        if self.capacity_label:
+            text.append(f" ({inert(self.capacity_label)})", "dim")
+        memory = self.result.memory if self.result is not None else None
+        if memory:
+            text.append(f" · {int(memory.get('params') or 0) / 1e9:.2f}B parameters")
+        self.query_one("#plan-title", Static).update(text)
+
+    def _show_applied(self) -> None:
+        text = Text()
+        if self.sets:
+            text.append("what-ifs: ", "bold")
+            text.append(inert(" ".join(show_value(o) for o in self.sets)), "yellow")
+            text.append("  (ctrl+r resets)", "dim")
+        else:
+            text.append("what-ifs: none (the config as given)", "dim")
+        self.query_one("#applied", Static).update(text)
+
+    def _show_detail(self, row: int | None) -> None:
+        memory = self.result.memory if self.result is not None else None
+        plans = (memory or {}).get("plans") or []
+        if row is None or not (0 <= row < len(plans)):
+            self.query_one("#plan-detail", Static).update("")
+            return
+        self.query_one("#plan-detail", Static).update(plan_detail(row, plans[row]))
+
+    # ---------------------------------------------------------------------------------------- for tests
+
+    def plan_rows(self) -> list[dict[str, Any]]:
+        memory = self.result.memory if self.result is not None and self.result.memory else {}
+        return list(memory.get("plans") or [])
+
+
+class PlanApp(App):
+    """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own."""
+
+    TITLE = "diagnose"
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit"), Binding("f2", "toggle_theme", "Theme")]
+
+    def __init__(self, base: Any, gpus: int, capacity: int, *, title: str, capacity_label: str = "",
+                 sets: list[Override] | None = None, bridge_version: str | None = None,
+                 real_mcore: bool = True) -> None:
+        super().__init__()
+        self.plan_args = dict(base=base, gpus=gpus, capacity=capacity, title=title, capacity_label=capacity_label,
+                              sets=sets, bridge_version=bridge_version, real_mcore=real_mcore)
+        self.theme = "textual-dark"
+
+    def get_default_screen(self) -> Screen:
+        args = dict(self.plan_args)
+        return PlanScreen(args.pop("base"), args.pop("gpus"), args.pop("capacity"), **args)
+
+    def on_mount(self) -> None:
+        self.sub_title = "pre-flight check"
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+
+__all__ = ["PlanApp", "PlanScreen", "PlanRequest", "PlanResult", "compute", "parse_what_if", "merge_sets",
+           "view_from_report_config", "gpus_from_view"]
