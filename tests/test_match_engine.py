@@ -213,3 +213,24 @@ def test_a_line_longer_than_a_window_is_matched_once():
     (f,) = report.findings
     assert f.first_line == 2 and f.count == 1
     assert len(f.evidence[0].text) <= 500  # evidence of a huge line is cut
+
+
+def test_single_pass_database_cache_survives_a_torn_file(tmp_path, monkeypatch):
+    """The compiled Hyperscan database is cached on disk; a damaged copy is recompiled, never trusted."""
+    pytest.importorskip("hyperscan")
+    from diagnose.match.anchors import Phase1
+
+    monkeypatch.setenv("DIAGNOSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("DIAGNOSE_NO_CACHE", raising=False)
+    args = ([b"CUDA out of memory", b"Error: "], [[r"CUDA out of memory"], [r"(?P<exc>\w+Error): "]], [b"iteration "])
+    window = b"x\n[rank1]: CUDA out of memory. Tried\nValueError: boom\n iteration 3\nok\n"
+    fresh = Phase1(*args, combined=True)
+    assert fresh.combined is not None
+    expected = fresh.scan(window)
+    assert expected == ([2, 37], [0])
+    (cached,) = list(tmp_path.iterdir())
+    assert Phase1(*args, combined=True).scan(window) == expected  # loaded from the cache
+    cached.write_bytes(cached.read_bytes()[:100])
+    assert Phase1(*args, combined=True).scan(window) == expected  # torn: compiled again
+    cached.write_bytes(b"\0" * 32 + b"junk")
+    assert Phase1(*args, combined=True).scan(window) == expected

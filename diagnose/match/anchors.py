@@ -14,7 +14,10 @@ lines of the anchors that occur are located:
 For large inputs (``combined=True``) Hyperscan does both steps in ONE pass: a database of every anchor's loosened
 regexes (PREFILTER; the bare literal, SINGLEMATCH, for an anchor whose regexes it refuses) plus the escape byte and
 the capture literals (SINGLEMATCH). The candidate lines are the same as with the two passes; only the second pass
-over each window is saved. Compiling it costs ~0.15 s, so small inputs (rule examples, tests) keep the two passes.
+over each window is saved. Compiling it costs ~0.15 s, so small inputs (rule examples, tests) keep the two passes,
+and the compiled database is kept in a cache folder (``$DIAGNOSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/diagnose``,
+else ``~/.cache/diagnose``; ``DIAGNOSE_NO_CACHE=1`` switches it off), keyed by the hash of everything compiled into
+it, checked by a content hash when read, and recompiled on any doubt.
 
 Lines with an ANSI escape (which can split an anchor) or a ``\\r`` rewrite (which can assemble one) are always
 candidates. Phase 2 decides exactly on every candidate, so every backend gives IDENTICAL answers; only speed
@@ -23,6 +26,8 @@ differs.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections import OrderedDict
 from typing import Iterator
@@ -183,6 +188,54 @@ class _Locator:
         (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
 
 
+def _cache_dir() -> str | None:
+    if os.environ.get("DIAGNOSE_NO_CACHE"):
+        return None
+    d = os.environ.get("DIAGNOSE_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "diagnose")
+    return d
+
+
+def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
+    """A block-mode database of these expressions, from the cache folder when it holds a sound copy."""
+    import platform
+
+    h = hashlib.sha256()
+    for part in (str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs):
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    folder = _cache_dir()
+    path = os.path.join(folder, f"hs-{h.hexdigest()[:32]}.db") if folder else None
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                blob = fh.read()
+            if len(blob) > 32 and hashlib.sha256(blob[32:]).digest() == blob[:32]:
+                db = hs.loadb(blob[32:], hs.HS_MODE_BLOCK)
+                db.scratch = hs.Scratch(db)  # a loaded database has none; scanning without one fails
+                return db
+        except Exception:  # noqa: BLE001 - missing, unreadable, torn or built for another CPU: compile instead
+            pass
+    db = hs.Database(mode=hs.HS_MODE_BLOCK)
+    db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+    if path:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            data = hs.dumpb(db)
+            os.makedirs(folder, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(hashlib.sha256(data).digest() + data)
+            os.replace(tmp, path)
+        except Exception:  # noqa: BLE001 - a read-only home is fine: we just compile next time too
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return db
+
+
 _CAPTURE_LOCATORS: dict[tuple[bytes, str], "_Locator | None"] = {}
 
 
@@ -257,9 +310,7 @@ class _CombinedScanner:
             exprs.append(_hs_literal(lit))
             ids.append(self.n + j)
             flags.append(hs.HS_FLAG_SINGLEMATCH)
-        db = hs.Database(mode=hs.HS_MODE_BLOCK)
-        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-        return db
+        return _cached_database(hs, exprs, ids, flags)
 
     def scan(self, window: bytes, plain: bool) -> tuple[set[int], list[int]]:
         """(start offsets of located candidate lines, other ids present: unlocated anchors, escape, captures)."""
@@ -300,18 +351,21 @@ class Phase1:
         self.anchors = anchors
         self.anchor_patterns = anchor_patterns
         self.n_anchors = len(anchors)
-        literals = anchors + [ESCAPE] + capture_literals
-        self.engine = _make_engine(literals, backend)
-        self.name = self.engine.name
         self._locators: dict[tuple[int, ...], _Locator] = {}
         self._singles: dict[int, _Locator | None] = {}
         self._seen: dict[tuple[int, ...], int] = {}
         self.combined: _CombinedScanner | None = None
-        if combined and self.name == "hyperscan":
+        if combined and backend in ("auto", "hyperscan"):
             try:
                 self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
-            except Exception:  # noqa: BLE001 - fall back to the two passes
+            except Exception:  # noqa: BLE001 - no Hyperscan, or it refused the database: the two passes
                 self.combined = None
+        if self.combined is not None:
+            self.engine = None
+            self.name = self.combined.name
+        else:
+            self.engine = _make_engine(anchors + [ESCAPE] + capture_literals, backend)
+            self.name = self.engine.name
         self.ascii = False  # is the window last scanned pure ASCII? (known whenever capture literals were present)
 
     def scan(self, window: bytes) -> tuple[list[int], list[int]]:
