@@ -178,3 +178,14 @@ def test_nothing_fits_points_to_a_gpu_count_that_does(tmp_path, capsys):
     assert not any(p["fits"] for p in out["memory"]["plans"])  # activations alone (~45 GiB) exceed 32 GiB
     note = next(n for n in out["memory"]["notes"] if n.startswith("nothing fits on 1 GPUs"))
     assert "GPUs" in note
+
+
+def test_fsdp_plan_bytes_per_param_excludes_transient_buffers(tmp_path, capsys):
+    # QA report #10: the optim_grads_params plan at DP=64 is 18/64 bytes per parameter, buffers reported apart
+    _, out = _check(capsys, _write(tmp_path, LLAMA_8B), "--gpus", "64", "--gpu", "h200", "--format", "json")
+    plan = next(p for p in out["memory"]["plans"] if p["strategy"] == "fsdp:optim_grads_params" and p["dp"] == 64
+                and p["tp"] == 1)
+    assert plan["transient_bytes"] > 0 and plan["components"]["buffers"] == plan["transient_bytes"]
+    assert plan["bytes_per_param"] == pytest.approx(18 / 64, abs=0.002)
+    assert plan["model_state_bytes"] == sum(v for k, v in plan["components"].items() if k != "buffers")
+    assert plan["peak_bytes"] >= plan["model_state_bytes"] + plan["transient_bytes"]

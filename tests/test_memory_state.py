@@ -106,3 +106,14 @@ def test_checkpoint_phase_stages_a_copy_of_the_local_shard():
     st = model_state(ParamCount(P), lay)
     ph = phases(st, lay)
     assert ph.checkpoint_peak == st.persistent + st.components["main_params"]
+
+
+def test_bytes_per_param_is_persistent_state_without_the_transient_fsdp_buffers():
+    # QA report #10: optim_grads_params at DP=64 is 18/64 B/param (megatron-core.md §2); the gathered weights and
+    # unsharded grads in flight are reported apart (components.buffers, transient) and still count in the peaks
+    lay = Layout(strategy="fsdp:optim_grads_params", gpus=64, grad_bytes=4)
+    st = model_state(ParamCount(36 * P), lay, layer_params=900_000_000)
+    assert st.transient > 0 and st.components["buffers"] == st.transient
+    assert st.bytes_per_param == pytest.approx(18 / 64, rel=1e-6)
+    assert st.persistent == st.total - st.transient
+    assert phases(st, lay).steady_peak == st.total

@@ -155,13 +155,13 @@ def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, c
     lines = [head + "."]
     if verdict == "capacity":
         lines.append(
-            f"Model state alone needs {fmt_gib(state.total)} per GPU with {plan.layout.strategy} on "
+            f"Model state alone needs {fmt_gib(state.persistent)} per GPU with {plan.layout.strategy} on "
             f"{plan.layout.gpus} GPU(s) ({state.bytes_per_param:.1f} bytes/param): it cannot fit whatever the batch.")
     elif verdict == "activations":
-        lines.append(f"Model state ({fmt_gib(state.total)}) fits; the activations of the micro batch "
+        lines.append(f"Model state ({fmt_gib(state.persistent)}) fits; the activations of the micro batch "
                      f"(~{fmt_gib(plan.activations)}) do not.")
     elif verdict == "transient_peak":
-        lines.append(f"Steady model state ({fmt_gib(state.total)}) fits; a one-off peak {where} "
+        lines.append(f"Steady model state ({fmt_gib(state.persistent)}) fits; a one-off peak {where} "
                      f"(predicted {fmt_gib(plan.phases.peak)}) does not.")
     if n.allocated:
         lines.append(f"Already allocated by PyTorch: {fmt_gib(n.allocated)}{_pct(n.allocated, capacity)}.")
@@ -205,7 +205,8 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
     return {
         "overrides": [{"key": o.key, "value": o.value} for o in plan.overrides],
         "gpus": plan.layout.gpus,
-        "model_state_bytes": plan.state.total,
+        "model_state_bytes": plan.state.persistent,
+        "transient_bytes": plan.state.transient,
         "activation_bytes": plan.activations,
         "fits": plan.fits,
         "cost": plan.cost,
@@ -324,7 +325,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         "gpus": layout.gpus,
         "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
         "bytes_per_param": round(current.state.bytes_per_param, 3),
-        "model_state_bytes": current.state.total,
+        "model_state_bytes": current.state.persistent,
+        "transient_bytes": current.state.transient,
         "components": dict(current.state.components),
         "activation_bytes": current.activations,
         "phase_peaks": {"dp_wrap": current.phases.wrap_peak, "after_wrap": current.phases.after_wrap,

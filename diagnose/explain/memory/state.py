@@ -109,8 +109,15 @@ class StateBytes:
         return self.total - self.components.get("buffers", 0)
 
     @property
+    def transient(self) -> int:
+        """Megatron-FSDP's gathered weights / unsharded grads in flight: live only during forward/backward."""
+        return self.components.get("buffers", 0)
+
+    @property
     def bytes_per_param(self) -> float:
-        return self.total / self.params if self.params else 0.0
+        """Persistent model state per parameter (the §2 table: 18/N for optim_grads_params), without the
+        transient FSDP buffers, which do not scale with the parameter count (reported as ``transient_bytes``)."""
+        return self.persistent / self.params if self.params else 0.0
 
 
 def optimizer_state_bytes(optimizer: str) -> int:
