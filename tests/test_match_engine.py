@@ -234,3 +234,12 @@ def test_single_pass_database_cache_survives_a_torn_file(tmp_path, monkeypatch):
     assert Phase1(*args, combined=True).scan(window) == expected  # torn: compiled again
     cached.write_bytes(b"\0" * 32 + b"junk")
     assert Phase1(*args, combined=True).scan(window) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300).map(lambda b: b.replace(b"a", b"\n")), a=st.integers(0, 310), b=st.integers(0, 320))
+def test_numpy_newline_count_equals_bytes_count(data, a, b):
+    count = engine.numpy_counter()
+    if count is None:
+        pytest.skip("numpy not installed")
+    assert count(data, a, b) == data.count(b"\n", a, b)

@@ -33,6 +33,7 @@ PARSER_CONTEXT_LINES = 30
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
 WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
+NUMPY_MIN_BYTES = 128 << 20  # from here on newlines are counted with numpy when importable (its import: ~0.07 s)
 COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (its database compiles in ~0.15 s)
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
@@ -325,12 +326,34 @@ class WindowResult:
     ascii_only: bool = False
 
 
-def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
+def _bytes_count(w: bytes, start: int, end: int) -> int:
+    return w.count(b"\n", start, end)
+
+
+def numpy_counter():
+    """Newline counting with numpy (about 3x faster than ``bytes.count`` on 3.11), or None without numpy."""
+    try:
+        import numpy as np
+    except Exception:  # noqa: BLE001 - optional: bytes.count gives the same numbers
+        return None
+    frombuffer, count_nonzero, u8 = np.frombuffer, np.count_nonzero, np.uint8
+
+    def count(w: bytes, start: int, end: int) -> int:
+        end = min(end, len(w))
+        if end <= start:
+            return 0
+        return int(count_nonzero(frombuffer(w, u8, end - start, start) == 10))
+
+    return count
+
+
+def scan_window(phase1: Phase1, offset: int, w: bytes, count: Callable[[bytes, int, int], int] = _bytes_count
+                ) -> WindowResult:
     candidates, captures = phase1.scan(w)
     checkpoints, n = [], 0
     for sub in range(0, len(w), CHECKPOINT_BYTES):
         checkpoints.append(n)
-        n += w.count(b"\n", sub, sub + CHECKPOINT_BYTES)
+        n += count(w, sub, sub + CHECKPOINT_BYTES)
     lines, cursor, ln = [], 0, 0
     for c in candidates:
         ln += w.count(b"\n", cursor, c)
@@ -340,9 +363,9 @@ def scan_window(phase1: Phase1, offset: int, w: bytes) -> WindowResult:
                         bool(captures) and phase1.ascii)
 
 
-def _serial_results(buf, phase1: Phase1, window_size: int) -> Iterator[WindowResult]:
+def _serial_results(buf, phase1: Phase1, window_size: int, count=_bytes_count) -> Iterator[WindowResult]:
     for offset, w in windows(buf, window_size):
-        yield scan_window(phase1, offset, w)
+        yield scan_window(phase1, offset, w, count)
 
 
 def scan(
@@ -368,6 +391,7 @@ def scan(
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
     matcher = Matcher(compiled, warnings, markers)
+    count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
     done = 0
     infos: list[InputInfo] = []
     readers: list[_LineReader] = []
@@ -381,9 +405,9 @@ def scan(
         last_byte_nl = True
         released = 0
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
-            results = parallel.results(buf, phase1, window_size, jobs)
+            results = parallel.results(buf, phase1, window_size, jobs, count)
         else:
-            results = _serial_results(buf, phase1, window_size)
+            results = _serial_results(buf, phase1, window_size, count)
         for r in results:
             offset = r.offset
             for k, before in enumerate(r.checkpoints):

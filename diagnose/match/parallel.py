@@ -13,6 +13,7 @@ CHUNK_BYTES = 32 << 20
 _BUFFER = None
 _PHASE1 = None
 _WINDOW = 1 << 20
+_COUNT = None
 
 
 def chunks(buf, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
@@ -30,37 +31,37 @@ def chunks(buf, size: int = CHUNK_BYTES) -> list[tuple[int, int]]:
 
 def _scan_chunk(bounds: tuple[int, int]):
     from diagnose.match.anchors import windows
-    from diagnose.match.engine import _release, scan_window
+    from diagnose.match.engine import _bytes_count, _release, scan_window
 
     start, end = bounds
     out = []
     released = start - start % mmap.PAGESIZE
     for offset, w in windows(_BUFFER, _WINDOW, start, end):
-        out.append(scan_window(_PHASE1, offset, w))
+        out.append(scan_window(_PHASE1, offset, w, _COUNT or _bytes_count))
         released = _release(_BUFFER, released, offset + len(w))
     return out
 
 
-def results(buf, phase1, window_size: int, jobs: int) -> Iterator:
+def results(buf, phase1, window_size: int, jobs: int, count=None) -> Iterator:
     """WindowResults of ``buf`` in order, computed by ``jobs`` forked workers (serially if fork is unavailable)."""
-    global _BUFFER, _PHASE1, _WINDOW
+    global _BUFFER, _PHASE1, _WINDOW, _COUNT
     parts = chunks(buf)
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # pragma: no cover - no fork on this platform
         ctx = None
     if ctx is None or len(parts) < 2:
-        _BUFFER, _PHASE1, _WINDOW = buf, phase1, window_size
+        _BUFFER, _PHASE1, _WINDOW, _COUNT = buf, phase1, window_size, count
         try:
             for p in parts:
                 yield from _scan_chunk(p)
         finally:
-            _BUFFER = _PHASE1 = None
+            _BUFFER = _PHASE1 = _COUNT = None
         return
-    _BUFFER, _PHASE1, _WINDOW = buf, phase1, window_size
+    _BUFFER, _PHASE1, _WINDOW, _COUNT = buf, phase1, window_size, count
     try:
         with ctx.Pool(jobs) as pool:
             for chunk_results in pool.imap(_scan_chunk, parts):
                 yield from chunk_results
     finally:
-        _BUFFER = _PHASE1 = None
+        _BUFFER = _PHASE1 = _COUNT = None
