@@ -28,8 +28,8 @@ FIFO_TIMEOUT_S = 10.0
 # A file modified this recently may still be written, rotated or truncated (copytruncate) while we scan it. Reading
 # an mmap past a truncated end kills the process with SIGBUS, so such a file is first copied (up to its size at
 # open) into our temporary folder and the copy is mapped. Very large live files are mapped in place.
-LIVE_WINDOW_S = 120.0
-LIVE_SNAPSHOT_MAX_BYTES = 8 << 30
+LIVE_WINDOW_S = 10.0  # a job's log is usually read after the job ended; copying GiBs costs seconds per GiB
+LIVE_SNAPSHOT_MAX_BYTES = 1 << 30
 _COPY_CHUNK = 1 << 20
 
 
