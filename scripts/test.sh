@@ -19,4 +19,10 @@ if [ "$(id -u)" = 0 ] && [ "${DIAGNOSE_SKIP_SLURM:-0}" != 1 ]; then
 fi
 trap '[ "$slurm_up" = 1 ] && bash scripts/slurm-local.sh down' EXIT
 
-python3 -m pytest -n 2 -q "$@"
+# Two workers for everything but the TUI snapshots, which wait on the screen settling and are run alone after.
+python3 -m pytest -n 2 -q --ignore=tests/test_tui_snapshots.py "$@"
+rc=$?
+python3 -m pytest -q -p no:xdist tests/test_tui_snapshots.py "$@"
+rc2=$?
+[ "$rc" = 0 ] && rc=$rc2
+exit "$rc"
