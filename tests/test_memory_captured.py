@@ -42,3 +42,33 @@ def test_captured_oom(name):
     assert fitting, "at least one option that fits"
     assert all(o["valid"] is not False for o in fitting)
     assert all(o["peak_bytes"] <= mem["gpu_capacity_bytes"] for o in fitting)
+
+
+def test_fsdp_wrap_oom_without_a_count_infers_params_from_the_buffer():
+    # QA report #19: sample_logs/mfsdp_optim_grads_buffer_oom.log has the strategy (optim_grads, fp32 grads) from the
+    # DDP config line and no parameter count: the unsharded bf16 weight buffer (2 B/param; the module's bf16 copy,
+    # the same size, is what was allocated before it) gives the count, and the options are not empty
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    path = Path(__file__).resolve().parents[1] / "sample_logs" / "mfsdp_optim_grads_buffer_oom.log"
+    mem = analyze([str(path)], AnalyzeOptions()).memory
+    assert mem["params"] == pytest.approx(mem["requested_bytes"] / 2, rel=1e-6)
+    assert mem["params_source"] == "log" and mem["current"]["strategy"] == "fsdp:optim_grads"
+    assert mem["request_is"] == "the bf16 param buffer"
+    assert any("inferred from the request: Megatron FSDP" in n for n in mem["notes"])
+    assert mem["verdict"] == "capacity"
+    assert any(o["fits"] for o in mem["options"])
+
+
+def test_fsdp_buffer_named_by_the_code_line_is_used():
+    from diagnose.explain.config import ConfigView
+    from diagnose.explain.memory.analysis import _params_from_fsdp_buffer
+    from diagnose.explain.memory.state import Layout
+    from diagnose.explain.memory.verdict import OomNumbers
+
+    lay = Layout(strategy="fsdp:optim_grads_params", gpus=8, grad_bytes=4)
+    texts = ['File "megatron_fsdp/param_and_grad_buffer.py", line 2876, in _init_each_parameter_group_buffers',
+             "    gbuf.init_data(torch.empty(gbuf.data_size, dtype=gbuf.dtype, device=self.device))"]
+    params, note = _params_from_fsdp_buffer(OomNumbers(requested=4 * GIB, allocated=3 * GIB), texts, lay, ConfigView())
+    assert params == 8 * GIB  # 4 bytes per parameter sharded over 8 ranks: 0.5 B/param
+    assert "grad buffer" in note and "sharded over 8 ranks" in note

@@ -91,13 +91,83 @@ def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, t
     return layout, notes
 
 
+# Megatron FSDP's per-group buffers (param_and_grad_buffer.py ``_init_each_parameter_group_buffers``):
+# wbuf = model_weight_buffer (bf16 weights), mbuf = main_weight_buffer (fp32 main weights),
+# gbuf = main_grad_buffer (grads); which strategies shard each one over the DP group
+_FSDP_BUFFERS = (
+    (("main_grad_buffer", "gbuf"), "grad buffer", ("fsdp:optim_grads", "fsdp:optim_grads_params")),
+    (("main_weight_buffer", "mbuf"), "fp32 main-weight buffer", ("fsdp:optim", "fsdp:optim_grads",
+                                                                 "fsdp:optim_grads_params")),
+    (("model_weight_buffer", "wbuf"), "bf16 param buffer", ("fsdp:optim_grads_params",)),
+)
+
+
+def _fsdp_buffer_in_frames(joined: str) -> tuple[str, tuple[str, ...]] | None:
+    """The Megatron FSDP buffer the traceback shows being allocated (the last one named wins: the failing line)."""
+    best, where = None, -1
+    for names, label, sharded in _FSDP_BUFFERS:
+        for name in names:
+            i = max(joined.rfind(name + ".init_data"), joined.rfind(name + " ="))
+            if i > where:
+                best, where = (label, sharded), i
+    return best
+
+
+def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
+                             view: Any) -> tuple[int | None, str | None]:
+    """Megatron FSDP's wrap allocates, per parameter group, the bf16 weight buffer, the fp32 main-weight buffer and
+    the grad buffer; the strategy says which are sharded over the DP group. The buffer is the one the traceback's
+    code line names (gbuf / mbuf / wbuf) or else the one whose size, with what was allocated before it (the module
+    and the earlier buffers), explains both numbers of the OOM; its size gives the parameter count."""
+    joined = "\n".join(texts)
+    strategy = layout.strategy if layout.fsdp else "fsdp:optim_grads_params"
+    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    g = layout.grad_bytes if grads_known else 4
+    n_dp = layout.shard_group
+    module = 0 if layout.meta_init else layout.param_bytes
+    named = _fsdp_buffer_in_frames(joined)
+    best = None
+    for names, label, sharded_in in _FSDP_BUFFERS[::-1]:  # allocation order: weights, main weights, grads
+        if named is not None and named[0] != label:
+            continue
+        if label == "bf16 param buffer" and strategy == "fsdp:no_shard":
+            continue  # no_shard keeps the module's own weights
+        div = n_dp if strategy in sharded_in else 1
+        per = {"grad buffer": g, "fp32 main-weight buffer": 4}.get(label, layout.param_bytes) / div
+        params = int(n.requested / per)
+        w = 0 if strategy == "fsdp:no_shard" else layout.param_bytes / (
+            n_dp if strategy == "fsdp:optim_grads_params" else 1)
+        main = 4 / (n_dp if strategy != "fsdp:no_shard" else 1)
+        before = {"bf16 param buffer": module, "fp32 main-weight buffer": module + w,
+                  "grad buffer": w + main + (layout.param_bytes if strategy == "fsdp:no_shard" else 0)}[label]
+        err = abs(before * params - n.allocated) / max(1, n.allocated) if n.allocated else 0.0
+        if best is None or err < best[0] - 1e-3:
+            best = (err, params, label, per, div)
+    if best is None or (named is None and best[0] > 0.1):
+        return None, None
+    _, params, label, per, div = best
+    if label == "grad buffer":
+        label = f"{'fp32' if g == 4 else 'bf16'} grad buffer"
+    how = "named by the traceback" if named else "the buffer whose size explains the allocated memory"
+    note = (f"parameter count inferred from the request: Megatron FSDP's {label} ({how}) holds "
+            f"{per * div:g} bytes per parameter" + (f", sharded over {div} ranks" if div > 1 else "")
+            + f" ({params / 1e9:.2f}B)")
+    if div > 1 or (not _set_in_job(view, "launch.world_size") and strategy != "fsdp:no_shard"
+                   and label != "bf16 param buffer"):
+        note += f"; data-parallel size {layout.dp} (when it is larger the sharded buffers hold more parameters)"
+    return params, note
+
+
 def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout: Layout,
                              view: Any) -> tuple[int | None, str | None]:
     """No parameter count anywhere: when the failing allocation is DDP's grad buffer at wrap time (its frames say
-    so), it holds one gradient per parameter, so the request gives the count (fp32 unless the config says bf16)."""
+    so), it holds one gradient per parameter, so the request gives the count (fp32 unless the config says bf16).
+    The same for Megatron FSDP's buffers, through ``_params_from_fsdp_buffer``."""
     joined = "\n".join(texts)
-    if phase not in ("dp_wrap", "unknown") or not n.requested or "megatron_fsdp" in joined:
+    if phase not in ("dp_wrap", "model_build", "unknown") or not n.requested:
         return None, None
+    if "megatron_fsdp" in joined:
+        return _params_from_fsdp_buffer(n, texts, layout, view)
     if "_allocate_buffers_for_parameters" not in joined and "grad_data" not in joined:
         return None, None
     grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
