@@ -50,3 +50,25 @@ def test_paste_screen(snap_compare) -> None:
 
 def test_no_failure_found(snap_compare) -> None:
     assert snap_compare(DiagnoseApp([], report=Report()), terminal_size=SIZE, run_before=settle)
+
+
+def test_memory_plan_with_a_what_if(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``diagnose tui --check llama8b_bridge.yaml --gpus 8 --gpu-memory 80GiB --set train.micro_batch_size=2``."""
+    from diagnose.explain.config import parse_set
+    from diagnose.present.commands.check import load_view
+    from diagnose.present.tui.plan import PlanApp
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")
+    config = Path(__file__).parent / "data" / "configs" / "llama8b_bridge.yaml"
+    app = PlanApp(load_view(str(config)), 8, 80 * 2**30, title="llama8b_bridge.yaml",
+                  capacity_label="--gpu-memory 80GiB", sets=[parse_set("train.micro_batch_size=2")], real_mcore=False)
+
+    async def planned(pilot) -> None:
+        for _ in range(400):
+            await pilot.pause(0.02)
+            if not app.screen.busy:
+                break
+        await pilot.press("ctrl+t")  # the table has the focus: no blinking cursor in the snapshot
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=planned)

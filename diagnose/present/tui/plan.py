@@ -26,10 +26,11 @@ from diagnose.model import DiagnoseError, Override
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 
-BAR_CELLS = 20
-COST_CELLS = 44
+BAR_CELLS = 16
+COST_CELLS = 44  # the cost column's width when the screen's width is not known yet
+FIXED_CELLS = 103  # the other columns with their padding: the cost column gets what is left of the width
 SHORT = {"distributed_optimizer": "dist-opt"}
-COLUMNS = ("#", "strategy", "dp/tp/pp/cp", "B/param", "model state", "activ.", "peak", "vs GPU", "fits", "cost")
+COLUMNS = ("#", "strategy", "dp/tp/pp/cp", "B/p", "state", "activ.", "peak", "vs GPU", "fits", "cost")
 
 
 # ------------------------------------------------------------------------------------------ the model side
@@ -173,11 +174,12 @@ def _gib(n: Any) -> str:
     return "?" if n is None else f"{int(n) / 2**30:.1f}G"
 
 
-def plan_row(i: int, p: dict[str, Any], capacity: int) -> tuple[Any, ...]:
+def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CELLS) -> tuple[Any, ...]:
+    """One table row; the cost is its first clause (the whole of it is under the table for the selected row)."""
     fits = bool(p.get("fits"))
-    cost = str(p.get("cost") or ("as given" if i == 0 else ""))
-    if len(cost) > COST_CELLS:
-        cost = cost[: COST_CELLS - 1] + "…"
+    cost = str(p.get("cost") or ("as given" if i == 0 else "")).split(":", 1)[0].strip()
+    if len(cost) > cost_cells:
+        cost = cost[: max(1, cost_cells - 1)] + "…"
     return (
         Text("given", "bold") if i == 0 else str(i),
         inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy")))),
@@ -346,9 +348,11 @@ class PlanScreen(Screen):
         self.query_one("#verdict", Static).update(verdict_text(result.replay))
         memory = result.memory or {}
         cap = int(memory.get("gpu_capacity_bytes") or self.capacity)
+        cost_cells = max(12, self.size.width - FIXED_CELLS) if self.size.width else COST_CELLS
         for i, p in enumerate(memory.get("plans") or []):
-            table.add_row(*plan_row(i, p, cap), key=str(i))
+            table.add_row(*plan_row(i, p, cap, cost_cells), key=str(i))
         summary = summary_text(memory)
+        summary.append("  bars: █ model state ▓ activations, the end is the GPU's capacity", "dim")
         for note in memory.get("notes") or []:
             summary.append("\nnote: " + inert(str(note)), "dim")
         self.query_one("#plan-summary", Static).update(summary)
@@ -451,7 +455,8 @@ class PlanApp(App):
     """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own."""
 
     TITLE = "diagnose"
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit"), Binding("f2", "toggle_theme", "Theme")]
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit"), Binding("f1", "help", "Help"),
+                Binding("f2", "toggle_theme", "Theme")]
 
     def __init__(self, base: Any, gpus: int, capacity: int, *, title: str, capacity_label: str = "",
                  sets: list[Override] | None = None, bridge_version: str | None = None,
@@ -467,6 +472,12 @@ class PlanApp(App):
 
     def on_mount(self) -> None:
         self.sub_title = "pre-flight check"
+
+    def action_help(self) -> None:
+        from diagnose.present.tui.screens import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
