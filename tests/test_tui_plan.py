@@ -328,3 +328,34 @@ async def test_p_on_a_real_pipeline_run_plans_the_logs_config() -> None:
         await planned(pilot, screen)
         assert screen.gpus == 2 and screen.plan_rows()
         assert screen.result is not None and screen.result.error is None
+
+
+@run_async
+async def test_plan_shows_first_and_the_ui_stays_live_while_the_validator_works(monkeypatch) -> None:
+    """The validator may import megatron-core (seconds): the table comes first and keys still work meanwhile."""
+    import threading
+
+    from diagnose.present.tui import plan as plan_module
+
+    gate = threading.Event()
+    real = plan_module._replay
+
+    def slow_replay(view, req):
+        gate.wait(10)
+        return real(view, req)
+
+    monkeypatch.setattr(plan_module, "_replay", slow_replay)
+    app = plan_app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        table = screen.query_one("#plans", DataTable)
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if table.row_count:
+                break
+        assert table.row_count and screen.busy and "Validating" in shown(screen, "#verdict")
+        await pilot.press("a", "b")  # the UI answers while the worker waits
+        assert screen.query_one("#whatif", Input).value == "ab"
+        gate.set()
+        await planned(pilot, screen)
+        assert "Validation: passes" in shown(screen, "#verdict")

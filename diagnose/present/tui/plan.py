@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import work
@@ -91,8 +91,11 @@ def show_value(o: Override) -> str:
     return f"{o.key}={str(v).lower() if isinstance(v, bool) else v}"
 
 
-def compute(req: PlanRequest) -> PlanResult:
-    """Validate (replay, as ``diagnose check`` does) and plan memory for the request. Never raises."""
+def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = None) -> PlanResult:
+    """Plan memory, then validate (replay, as ``diagnose check`` does) for the request. Never raises.
+
+    ``on_memory`` gets the plan as soon as it is known: the validator may first import megatron-core (seconds).
+    """
     from diagnose.explain.config import apply_defaults, apply_overrides
     from diagnose.explain.memory.plan import memory_plan
     from diagnose.explain.memory.replay_check import prove
@@ -101,14 +104,28 @@ def compute(req: PlanRequest) -> PlanResult:
         view = apply_overrides(req.base, req.sets) if req.sets else req.base.copy()
         view.set("launch.world_size", int(req.gpus), "override")
         apply_defaults(view, req.bridge_version)
-        replay = _replay(view, req)
-        plan = memory_plan(view, int(req.gpus), req.capacity,
-                           prove=lambda ovs: prove(view, ovs, req.bridge_version))
-        return PlanResult(replay, plan.to_dict())
     except DiagnoseError as e:
         return PlanResult(error=str(e))
     except Exception as e:  # noqa: BLE001 - a model bug must not take the UI down
         return PlanResult(error=f"internal error: {type(e).__name__}: {e}")
+    memory, error = None, None
+    try:
+        memory = memory_plan(view, int(req.gpus), req.capacity,
+                             prove=lambda ovs: prove(view, ovs, req.bridge_version)).to_dict()
+    except DiagnoseError as e:
+        error = str(e)
+    except Exception as e:  # noqa: BLE001
+        error = f"internal error: {type(e).__name__}: {e}"
+    if on_memory is not None:
+        on_memory(PlanResult(None, memory, error))
+    replay = None
+    try:
+        replay = _replay(view, req)
+    except DiagnoseError as e:
+        error = error or f"validation: {e}"
+    except Exception as e:  # noqa: BLE001
+        error = error or f"validation: internal error: {type(e).__name__}: {e}"
+    return PlanResult(replay, memory, error)
 
 
 def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
@@ -327,26 +344,35 @@ class PlanScreen(Screen):
 
     @work(thread=True, exclusive=True, group="plan")
     def _plan_worker(self, req: PlanRequest, generation: int) -> None:
-        result = compute(req)
-        try:
-            self.app.call_from_thread(self._planned, result, generation)
-        except RuntimeError:  # the app is closing
-            pass
+        def post(result: PlanResult, final: bool) -> None:
+            try:
+                self.app.call_from_thread(self._planned, result, generation, final)
+            except RuntimeError:  # the app is closing
+                pass
 
-    def _planned(self, result: PlanResult, generation: int) -> None:
+        post(compute(req, on_memory=lambda partial: post(partial, False)), True)
+
+    def _planned(self, result: PlanResult, generation: int, final: bool = True) -> None:
+        """Show a result: the plan first (``final`` False), then the plan with the validator's verdict."""
         if generation != self._generation:
             return  # an older request: a newer one is on its way
-        self.busy = False
         self.result = result
+        if final:
+            self.busy = False
+            if result.replay is not None:
+                self.query_one("#verdict", Static).update(verdict_text(result.replay))
+            elif result.error:
+                self.query_one("#verdict", Static).update(Text(f"error: {inert(result.error)}", "bold red"))
+        if not final and result.memory is None and result.error is None:
+            return
         table = self.query_one("#plans", DataTable)
         table.clear()
-        if result.error:
-            self.query_one("#verdict", Static).update(Text(f"error: {inert(result.error)}", "bold red"))
-            self.query_one("#plan-summary", Static).update(Text("No plan.", "dim"))
+        memory = result.memory
+        if memory is None:
+            why = f"No plan: {inert(result.error)}" if result.error else "No plan."
+            self.query_one("#plan-summary", Static).update(Text(why, "bold red" if result.error else "dim"))
             self.query_one("#plan-detail", Static).update("")
             return
-        self.query_one("#verdict", Static).update(verdict_text(result.replay))
-        memory = result.memory or {}
         cap = int(memory.get("gpu_capacity_bytes") or self.capacity)
         cost_cells = max(12, self.size.width - FIXED_CELLS) if self.size.width else COST_CELLS
         for i, p in enumerate(memory.get("plans") or []):
