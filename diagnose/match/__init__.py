@@ -89,6 +89,8 @@ def scan_and_match(
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits))
     attribute_ranks(findings, root)
+    from diagnose.match.silent_ranks import mark_silent_ranks  # noqa: PLC0415 - silent NCCL ranks (QA #13)
+    mark_silent_ranks(findings, root)
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 
