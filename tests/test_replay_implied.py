@@ -30,6 +30,8 @@ MESSAGES = [
     ("0.6.2", "ValueError: Cannot use sequence parallelism without tensor parallelism"),
     ("0.6.2", "ValueError: CPU offloading can be done only for layers less than 4"),
     ("0.6.2", "AssertionError: DDP.fsdp_manual_registration requires DDP.nccl_ub!"),
+    ("mlm", "AssertionError: Using tensor model parallelism or context parallelism require setting the environment "
+            "variable CUDA_DEVICE_MAX_CONNECTIONS to 1"),
 ]
 
 
@@ -49,7 +51,11 @@ def test_implied_settings_make_the_validator_print_the_same_message(version, tex
     view = implied_view([_finding(text)])
     assert view.values and all(v.origin == "implied:log:42" for v in view.values.values())
     assert not view.config_known  # implied settings never count as the job's config
-    view.version = version
+    if version == "mlm":  # a Megatron-LM-only check
+        view.framework = "megatron-lm"
+        view.set("model.tensor_model_parallel_size", 2, "log:1")
+    else:
+        view.version = version
     apply_defaults(view)
     messages = [v.message for v in validate(view, real_mcore=False)]
     body = text.split(": ", 1)[1] if text.split(":", 1)[0].endswith("Error") else text
@@ -68,8 +74,9 @@ def test_real_validation_failure_logs_replay_against_implied_settings(log, fix_k
         pytest.skip("shared real logs not present")
     report = analyze([str(path)], AnalyzeOptions(jobs=1))
     replay = report.replay
-    assert replay["reproduced"] is None and replay["implied"] is True
-    assert replay["after_fix"]["passes"] is True
+    # the validator prints the log's failure from the settings the error states: reproduced, and said so
+    assert replay["reproduced"] is True and replay["implied"] is True
+    assert replay["after_fix"]["passes"] is True and replay["proven"] is True
     assert fix_key in {f["key"] for f in replay["fix"]}
     assert any(v["from"].startswith("implied:log:") for v in report.config["values"].values())
-    assert replay["summary"].startswith("config not in the log: replay checked the fix against the settings")
+    assert replay["summary"].startswith("reproduced by replay (from the settings the error states)")

@@ -42,14 +42,14 @@ def build_view(report: Report, blocks: dict | None, options: Any = None):
         file_view = load_config(path, defaults=False)
         file_view.merge(view)
         view = file_view
-    if not view.config_known:
-        from diagnose.explain.config.implied import implied_view
+    # what the error message states fills what the log did not print (the log wins where it states a value)
+    from diagnose.explain.config.implied import implied_view
 
-        implied = implied_view(report.findings)
-        for key, item in implied.values.items():
-            if not view.has(key):
-                view.values[key] = item
-        view.sources.extend(s for s in implied.sources if s not in view.sources)
+    implied = implied_view(report.findings)
+    for key, item in implied.values.items():
+        if not view.has(key):
+            view.values[key] = item
+    view.sources.extend(s for s in implied.sources if s not in view.sources)
     forced = getattr(options, "bridge_version", None)
     if forced:
         view.version = forced

@@ -82,7 +82,9 @@ def describe(section: dict[str, Any]) -> str:
     reproduced = section.get("reproduced")
     violations = section.get("violations") or []
     if reproduced is True:
-        parts.append("reproduced by replay: " + violations[0]["message"] if violations else "reproduced by replay")
+        how = " (from the settings the error states)" if section.get("implied") else ""
+        parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
+                     else f"reproduced by replay{how}")
     elif reproduced is False:
         parts.append("not reproduced by replay (the job's config passes these checks)"
                      if not violations else f"replay finds {len(violations)} other violation(s)")
@@ -157,7 +159,7 @@ def replay(
         added=added,
         requested=requested,
         framework=view.framework,
-        implied=not view.config_known and any(v.origin.startswith("implied:") for v in view.values.values()),
+        implied=_implied(view, finding),
         rule=finding.rule if finding is not None else None,
     )
 
@@ -188,17 +190,63 @@ def _extension(violations: list[Violation], fix: list[Override]) -> list[Overrid
     return extra
 
 
-def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | None) -> bool | None:
-    if not view.config_known:
-        return None
-    if finding is None:
-        return bool(before.violations)
-    texts = [e.text for e in finding.evidence] + [finding.title]
+def _plain(text: str) -> str:
+    return " ".join(text.replace("`", "").lower().split())
+
+
+def _matches(before: ValidationResult, finding: Finding) -> bool:
+    """The finding's own message (evidence or title, any release's wording) is among the violations."""
+    from diagnose.explain.config.implied import stated_checks
+
+    checks = stated_checks(finding)
+    texts = [_plain(e.text) for e in finding.evidence] + [_plain(finding.title)]
     for v in before.violations:
-        core = v.message.strip().rstrip(".!")
+        if v.check in checks:
+            return True
+        core = _plain(v.message).rstrip(".!")
         if core and any(core in t for t in texts):
             return True
     return False
+
+
+def deciding_keys(finding: Finding | None) -> list[str]:
+    """The keys that decide whether the validator can reproduce a finding: the settings its error message states
+    (``implied``), else the keys its fix changes."""
+    if finding is None:
+        return []
+    from diagnose.explain.config.implied import implied_view
+
+    stated = list(implied_view([finding]).values)
+    if stated:
+        return stated
+    return [o.key for o in finding.fix.overrides] + [f"env.{e.name}" for e in finding.fix.env]
+
+
+def _from_job(view: ConfigView, key: str) -> bool:
+    origin = view.origin(key)
+    return bool(origin) and origin not in ("default", "override")
+
+
+def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | None) -> bool | None:
+    """True: the validator prints the finding's message on the job's (or the error-implied) settings. False only
+    when the keys that decide it are the job's own (log, file, or stated by the error); None when they are release
+    defaults (the config is not in the log): replay cannot say either way."""
+    if finding is None:
+        return bool(before.violations) if view.config_known else None
+    if _matches(before, finding):
+        return True
+    keys = deciding_keys(finding)
+    if keys:
+        return False if all(_from_job(view, k) for k in keys) else None
+    return False if view.config_known else None
+
+
+def _implied(view: ConfigView, finding: Finding | None) -> bool:
+    """The settings replay relied on came (in part) from the error message rather than a config dump."""
+    keys = deciding_keys(finding)
+    if keys:
+        return any((view.origin(k) or "").startswith("implied:") for k in keys)
+    return not view.config_known and any(v.origin.startswith("implied:") for v in view.values.values())
 
 
 # ------------------------------------------------------------------------------------------------ render

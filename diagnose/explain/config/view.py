@@ -12,8 +12,8 @@ validation or memory:
 - ``mlm.<arg>``: a Megatron-LM argument with no Bridge equivalent (kept so it is visible, never validated).
 
 Origins: ``log:<line>`` (a line of the log), ``file:<name>``, ``default`` (release defaults), ``override``
-(``--set`` or a fix being replayed), ``implied:log:<line>`` (stated by an error message when the log has no
-config: used to check a fix, never to claim the failure was reproduced).
+(``--set`` or a fix being replayed), ``implied:log:<line>`` (stated by an error message: fills
+what the log did not print; replay may say "reproduced (from the settings the error states)").
 """
 
 from __future__ import annotations
