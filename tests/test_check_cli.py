@@ -189,3 +189,43 @@ def test_fsdp_plan_bytes_per_param_excludes_transient_buffers(tmp_path, capsys):
     assert plan["bytes_per_param"] == pytest.approx(18 / 64, abs=0.002)
     assert plan["model_state_bytes"] == sum(v for k, v in plan["components"].items() if k != "buffers")
     assert plan["peak_bytes"] >= plan["model_state_bytes"] + plan["transient_bytes"]
+
+
+LLAMA_70B = {
+    "model": {
+        "num_layers": 80, "hidden_size": 8192, "ffn_hidden_size": 28672, "num_attention_heads": 64,
+        "num_query_groups": 8, "vocab_size": 128256, "gated_linear_unit": True,
+        "share_embeddings_and_output_weights": False, "seq_length": 8192, "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "sequence_parallel": False, "bf16": True,
+        "recompute_granularity": None,
+    },
+    "ddp": {"use_megatron_fsdp": False, "use_distributed_optimizer": True, "grad_reduce_in_fp32": True},
+    "optimizer": {"optimizer": "adam", "bf16": True, "use_distributed_optimizer": True, "lr": 0.0003},
+    "train": {"micro_batch_size": 1, "global_batch_size": 256, "train_iters": 1000},
+    "checkpoint": {"save": "/ckpt/llama70b", "ckpt_format": "torch_dist"},
+}
+
+
+def test_plan_search_combines_tp_and_pp_splits(tmp_path, capsys):
+    # QA report #8: Llama-3-70B on 64 x H100-80GB: TP 8 x PP 2 and TP 4 x PP 4 fit without full recompute
+    code, out = _check(capsys, _write(tmp_path, LLAMA_70B), "--gpus", "64", "--gpu", "h100-80gb", "--format", "json")
+    plans = out["memory"]["plans"]
+    assert not plans[0]["fits"] and len(plans) <= 14
+
+    def recompute(p):
+        return any(o["key"] == "model.recompute_granularity" for o in p["overrides"])
+
+    fitting = [p for p in plans[1:] if p["fits"]]
+    splits = {(p["tp"], p["pp"]) for p in fitting if not recompute(p)}
+    assert (8, 2) in splits and (4, 4) in splits
+    assert not recompute(fitting[0])  # a layout change without recomputation is the cheapest working change
+    for p in plans:
+        assert 64 % (p["tp"] * p["pp"] * p["cp"]) == 0 and p["dp"] * p["tp"] * p["pp"] * p["cp"] == 64
+        assert 64 % p["tp"] == 0 and (8 % p["tp"] == 0 or p["tp"] % 8 == 0) and 80 % p["pp"] == 0
+        if p is not plans[0]:
+            assert p["valid"] is not False
+    tp8pp2 = next(p for p in fitting if (p["tp"], p["pp"]) == (8, 2) and not recompute(p))
+    keys = {o["key"]: o["value"] for o in tp8pp2["overrides"]}
+    assert keys["model.tensor_model_parallel_size"] == 8 and keys["model.pipeline_model_parallel_size"] == 2
+    assert keys["model.sequence_parallel"] is True
+    assert "train.global_batch_size" not in keys  # 256 divides by micro batch x DP 4

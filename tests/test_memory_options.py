@@ -160,3 +160,23 @@ def test_parameter_count_inferred_from_ddp_grad_buffer_request():
     assert any(o["fits"] for o in mem["options"])
     # without the frames that identify the buffer, no count is invented
     assert run(_oom_finding(oom, "dp_wrap"), None, None)["params"] is None
+
+
+def test_split_combinations_respect_divisibility_and_stay_bounded():
+    from diagnose.explain.memory.options import split_combinations, valid_splits
+
+    shape = ModelShape(num_layers=30, hidden_size=6144, ffn_hidden_size=16384, num_attention_heads=48,
+                       num_query_groups=8, vocab_size=128256, seq_length=4096, gated_linear_unit=True)
+    scn = Scenario(shape, Layout("distributed_optimizer", gpus=48, grad_bytes=4), Workload(1, 4096), H100,
+                   global_batch_size=96)
+    splits = valid_splits(scn)
+    assert (8, 2) in splits and (4, 3) in splits and (2, 5) not in splits  # 48 % 10 != 0
+    assert all(48 % t == 0 and (8 % t == 0 or t % 8 == 0) and 30 % p == 0 and 48 % (t * p) == 0 for t, p in splits)
+    assert (3, 1) not in splits and (6, 1) not in splits  # 3 and 6 divide the heads but not the 8 query groups
+    combos = split_combinations(scn)
+    assert len({(c.layout.tp, c.layout.pp) for c in combos}) == len(combos) <= len(splits)
+    for c in combos:
+        plan = evaluate(scn, c.label, [], c.layout, c.workload, c.cost, c.cost_rank)
+        assert plan.fits
+        if 96 % c.layout.dp:
+            assert "changes train.global_batch_size" in c.cost

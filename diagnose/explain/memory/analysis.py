@@ -346,7 +346,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     work = fc.workload_from_config(view, shape, layout) if shape is not None else None
     params_source = "log" if log_params else "config"
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")))
+                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
+                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
     out: dict[str, Any] = {
         "gpu_capacity_bytes": capacity,
         "requested_bytes": n.requested,

@@ -32,6 +32,26 @@ STRATEGY_COST = {
 }
 
 
+# What a change costs in speed, on one scale with STRATEGY_COST: TP inside a node with sequence parallel and a
+# short pipeline are the usual layouts of large models and cost less than recomputing every layer (~30 %).
+RECOMPUTE_COST = {"selective": 4.5, "full": 6.5}
+GBS_CHANGE_COST = 1.0  # added when a plan cannot keep train.global_batch_size (micro batch x DP must divide it)
+
+
+def tp_cost(t: int) -> float:
+    return 5.0 + t / 8 if t > 1 else 0.0
+
+
+def pp_cost(p: int) -> float:
+    return 5.5 + p / 16 if p > 1 else 0.0
+
+
+def combined_cost(parts: list[float]) -> float:
+    """A combination costs about its most expensive part, a little more for each other part."""
+    parts = [c for c in parts if c > 0]
+    return (max(parts) + 0.25 * (len(parts) - 1)) if parts else 0.0
+
+
 def headroom(capacity: int) -> int:
     return max(HEADROOM_MIN, int(capacity * HEADROOM_FRACTION))
 
@@ -48,6 +68,7 @@ class Scenario:
     view: Any = None  # the ConfigView, for current values and replay
     saves_checkpoints: bool = False
     scale: float = 1.0  # log count / shape count when the log's count cannot be explained by the shape
+    global_batch_size: int | None = None  # train.global_batch_size: a hyper-parameter plans should keep
 
     def count(self, layout: Layout) -> ParamCount | None:
         if self.shape is not None:
@@ -196,12 +217,13 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                           4.0 + 0.1 * (work.micro_batch_size // max(1, mbs))))
         if work.recompute is None:
             add(Candidate("selective recompute", [("model.recompute_granularity", "selective")], lay,
-                          replace(work, recompute="selective"), "recompute attention core: a few % slower", 4.5))
+                          replace(work, recompute="selective"), "recompute attention core: a few % slower",
+                          RECOMPUTE_COST["selective"]))
         if work.recompute != "full":
             add(Candidate("full recompute", [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
                                              ("model.recompute_num_layers", 1)], lay,
                           replace(work, recompute="full", recompute_num_layers=1),
-                          "recompute every layer in backward: about 30 % slower", 6.0))
+                          "recompute every layer in backward: about 30 % slower", RECOMPUTE_COST["full"]))
         if not work.sequence_parallel and lay.tp > 1:
             add(Candidate("sequence parallel", [("model.sequence_parallel", True)], lay,
                           replace(work, sequence_parallel=True), "none with TP > 1 (same communication volume)", 0.5))
@@ -220,7 +242,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"TP {t}{more}", pairs, replace(lay, tp=t, gpus=gpus), w,
                           f"tensor parallel {t}: activation all-gathers every layer, keep TP inside a node{more}",
-                          6.0 + t / 8 if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.5 + t / 16))
+                          tp_cost(t) if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.5 + t / 16))
         for p in _divisors(shape.num_layers, 16):
             if p <= lay.pp or p > 16:
                 continue
@@ -231,7 +253,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"PP {p}{more}", [("model.pipeline_model_parallel_size", p)], replace(lay, pp=p, gpus=gpus),
                           work, f"pipeline parallel {p}: pipeline bubbles, more micro batches needed{more}",
-                          7.0 + p / 16 if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.6 + p / 32))
+                          pp_cost(p) if gpus == lay.gpus else _more_gpus_cost(gpus // lay.gpus) + 0.6 + p / 32))
         if work is not None and work.seq_length >= 8192:
             for c in (2, 4, 8):
                 if c <= lay.cp or work.seq_length % (2 * c):
@@ -265,7 +287,11 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                       pairs + [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
                                ("model.recompute_num_layers", 1)],
                       combo, replace(work, recompute="full", recompute_num_layers=1),
-                      STRATEGY_COST[strongest][1] + "; recompute every layer (about 30 % slower)", 7.0))
+                      STRATEGY_COST[strongest][1] + "; recompute every layer (about 30 % slower)",
+                      combined_cost([STRATEGY_COST[strongest][0], RECOMPUTE_COST["full"]])))
+
+    if shape is not None:
+        out += split_combinations(scn)
 
     if not same_gpus_only:
         # more GPUs (data parallel), for the sharded strategies: the smallest power-of-two multiple that fits
@@ -301,12 +327,112 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
     return out
 
 
+def valid_splits(scn: Scenario, max_tp: int = 8, max_pp: int = 16) -> list[tuple[int, int]]:
+    """(TP, PP) pairs at the scenario's GPU count and CP: TP divides the attention heads and divides or is a multiple
+    of the query groups (at most 8: inside a node), PP divides the layers, TP x PP x CP divides the GPUs."""
+    shape, lay = scn.shape, scn.layout
+    if shape is None:
+        return []
+    heads, groups = shape.num_attention_heads, shape.groups
+    tps = [t for t in range(1, max_tp + 1) if heads % t == 0 and (groups % t == 0 or t % groups == 0)]
+    pps = [p for p in range(1, max_pp + 1) if shape.num_layers % p == 0]
+    return [(t, p) for t in tps for p in pps if lay.gpus % (t * p * lay.cp) == 0]
+
+
+def keeps_global_batch(scn: Scenario, layout: Layout, work: Workload | None) -> bool:
+    gbs = scn.global_batch_size
+    if not gbs or work is None:
+        return True
+    return gbs % (work.micro_batch_size * layout.dp) == 0
+
+
+def _with_microbatches(scn: Scenario, work: Workload | None, layout: Layout) -> Workload | None:
+    if work is None or not scn.global_batch_size:
+        return work
+    per = work.micro_batch_size * layout.dp
+    return replace(work, num_microbatches=max(1, scn.global_batch_size // per))
+
+
+def split_combinations(scn: Scenario) -> list[Candidate]:
+    """TP x PP splits of the same GPU count combined with the sharding strategies and recompute: for each split
+    the cheapest combination that fits (bounded: one candidate per split, at most a few dozen evaluations each)."""
+    lay, work, shape = scn.layout, scn.workload, scn.shape
+    if shape is None:
+        return []
+    strategies = [lay.strategy] + [s for s in ("distributed_optimizer", "fsdp:optim_grads", "fsdp:optim_grads_params")
+                                   if s != lay.strategy and not (lay.strategy != "ddp" and s == "ddp")]
+    recomputes: list[str | None] = [work.recompute if work else None]
+    if work is not None and shape is not None:
+        recomputes += [r for r in ("selective", "full") if r != work.recompute and not (
+            work.recompute == "full" and r == "selective")]
+    current_valid = lay.gpus % lay.model_parallel == 0
+    out: list[Candidate] = []
+    for t, p in valid_splits(scn):
+        if (t, p) == (lay.tp, lay.pp) and current_valid:
+            continue  # the single changes cover the split as configured
+        options = []
+        for strategy in strategies:
+            for rc in recomputes:
+                layout = replace(lay, tp=t, pp=p, strategy=strategy,
+                                 meta_init=lay.meta_init or strategy == "fsdp:optim_grads_params")
+                w = work
+                if w is not None:
+                    w = replace(w, sequence_parallel=w.sequence_parallel or t > 1, recompute=rc,
+                                recompute_num_layers=(1 if rc == "full" else w.recompute_num_layers))
+                    w = _with_microbatches(scn, w, layout)
+                keeps = keeps_global_batch(scn, layout, w)
+                parts = [tp_cost(t) if t != lay.tp else 0.0, pp_cost(p) if p != lay.pp else 0.0,
+                         STRATEGY_COST[strategy][0] if strategy != lay.strategy else 0.0,
+                         RECOMPUTE_COST.get(rc, 0.0) if w is not None and rc != work.recompute else 0.0]
+                rank = combined_cost(parts) + (0.0 if keeps else GBS_CHANGE_COST)
+                options.append((rank, strategy, rc, layout, w, keeps))
+        options.sort(key=lambda o: o[0])
+        for rank, strategy, rc, layout, w, keeps in options:
+            plan = evaluate(scn, "", [], layout, w, "", rank)
+            if plan is None or not plan.fits:
+                continue
+            pairs: list[tuple[str, Any]] = []
+            if t != lay.tp:
+                pairs.append(("model.tensor_model_parallel_size", t))
+            if t > 1 and work is not None and not work.sequence_parallel:
+                pairs.append(("model.sequence_parallel", True))
+            if p != lay.pp:
+                pairs.append(("model.pipeline_model_parallel_size", p))
+            if strategy != lay.strategy:
+                pairs += strategy_overrides(scn, strategy, strategy == "fsdp:optim_grads_params")
+            if work is not None and rc != work.recompute:
+                pairs.append(("model.recompute_granularity", rc))
+                if rc == "full":
+                    pairs += [("model.recompute_method", "uniform"), ("model.recompute_num_layers", 1)]
+            label = f"TP {t} x PP {p}" + ("" if strategy == lay.strategy else f", {strategy}") + (
+                f", {rc} recompute" if work is not None and rc != work.recompute else "")
+            notes = [f"TP {t} x PP {p} x DP {layout.dp}" + (f" x CP {lay.cp}" if lay.cp > 1 else "")]
+            if t > 1:
+                notes.append("tensor parallel: activation all-gathers every layer, keep TP inside a node")
+            if p > 1:
+                notes.append("pipeline parallel: bubbles, needs several micro batches per step")
+            if strategy != lay.strategy:
+                notes.append(STRATEGY_COST[strategy][1])
+            if work is not None and rc != work.recompute:
+                notes.append({"selective": "recompute attention core: a few % slower",
+                              "full": "recompute every layer (about 30 % slower)"}[rc])
+            if not keeps:
+                notes.append(f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro "
+                             f"batch x DP = {w.micro_batch_size * layout.dp} (a hyper-parameter: numerics and LR "
+                             "schedule)")
+            out.append(Candidate(label, pairs, layout, w, "; ".join(notes), rank))
+            break
+    return out
+
+
 def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False, prove=None,
            keep_fitting: int = 8, keep_other: int = 3) -> list[Plan]:
     """Evaluate every candidate, replay the ones worth showing, rank: fitting and valid first, cheapest first."""
     plans: list[Plan] = []
     seen: set = set()
     for c in candidates(scn, verdict, same_gpus_only):
+        if c.layout.gpus % c.layout.model_parallel:
+            continue  # TP x PP x CP must divide the GPU count: not a configuration that can run
         plan = evaluate(scn, c.label, _diff(scn, c.pairs), c.layout, c.workload, c.cost, c.cost_rank)
         if plan is None:
             continue
@@ -327,14 +453,24 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         if len([p for p in kept if p.fits]) >= keep_fitting:
             break
         if prove is not None:
-            proof = prove(plan.overrides)
-            plan.overrides, plan.valid, plan.violations = proof.overrides, proof.valid, proof.violations
+            _prove(scn, plan, prove)
             if plan.valid is False:
                 continue
         kept.append(plan)
     for plan in other[:keep_other]:
         if prove is not None:
-            proof = prove(plan.overrides)
-            plan.overrides, plan.valid, plan.violations = proof.overrides, proof.valid, proof.violations
+            _prove(scn, plan, prove)
         kept.append(plan)
     return kept
+
+
+def _prove(scn: Scenario, plan: Plan, prove) -> None:
+    before = {o.key for o in plan.overrides}
+    proof = prove(plan.overrides)
+    plan.overrides, plan.valid, plan.violations = proof.overrides, proof.valid, proof.violations
+    gbs = next((o for o in plan.overrides if o.key == "train.global_batch_size"), None)
+    if gbs is not None and gbs.key not in before and "global_batch_size" not in plan.cost:
+        was = _current(scn, "train.global_batch_size") or scn.global_batch_size
+        plan.cost = (plan.cost + "; " if plan.cost else "") + (
+            f"changes train.global_batch_size {was} -> {gbs.value} (added by replay: a hyper-parameter, "
+            "numerics and LR schedule)")

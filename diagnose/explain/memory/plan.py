@@ -75,7 +75,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         layout_note = ""
     work = fc.workload_from_config(view, shape, layout)
     scn = Scenario(shape, layout, work, capacity, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")))
+                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
+                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
     analytic = count_params(shape).total
     params, source, notes = analytic, "config", []
     if layout_note:
