@@ -17,7 +17,9 @@ from diagnose.present.text import (
     collapsed_line,
     mapping_lines,
     python_lines,
+    section_data,
     shown_facts,
+    silent_line,
     where,
     yaml_text,
 )
@@ -36,7 +38,7 @@ def fenced(body: str, lang: str = "text") -> str:
     return f"{fence}{lang}\n{body}\n{fence}"
 
 
-def _finding(f: Finding, heading: str) -> list[str]:
+def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]:
     out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     w = where(f)
@@ -44,10 +46,13 @@ def _finding(f: Finding, heading: str) -> list[str]:
         meta.append(md_inline(w))
     meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
     out += [" · ".join(meta), ""]
+    silent = silent_line(f, root)
+    if silent and silent.lower() not in f.explanation.lower():
+        out += [f"**{md_inline(silent[0].upper() + silent[1:])}**", ""]
     if f.evidence:
         body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
-    facts = shown_facts(f.facts)
+    facts = shown_facts(f.facts, ranks_known=bool(f.ranks))
     if facts:
         body = "\n".join(f"{inert(k)} = {inert(v)}" for k, v in facts)
         out += ["**Facts**", "", fenced(body), ""]
@@ -77,7 +82,7 @@ def _finding(f: Finding, heading: str) -> list[str]:
 def _section(title: str, data: Any) -> list[str]:
     if not data:
         return []
-    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(data))), "yaml"), ""]
+    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(section_data(data)))), "yaml"), ""]
 
 
 def render_markdown(report: Report) -> str:
@@ -96,12 +101,15 @@ def render_markdown(report: Report) -> str:
         out += _finding(root, "Root cause")
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     for f in secondary:
-        out += _finding(f, f.severity.capitalize())
+        out += _finding(f, f.severity.capitalize(), root)
     cascades = [f for f in report.findings if f.role == "cascade"]
     if cascades:
         out += ["### Cascade (consequences)", ""]
         for f in cascades:
             text = collapsed_line(f, root if f.cause_of is not None else None)
+            silent = silent_line(f, root)
+            if silent:
+                text += f"; {silent}"
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
     for name in ("config", "replay", "memory", "slurm"):

@@ -268,32 +268,155 @@ def _evidence(f: Finding) -> list[Any]:
     return [heading, Padding(grid, (0, 0, 0, 4), expand=False)]
 
 
-FACTS_SHOWN = 10
+FACTS_SHOWN = 12
+
+# Facts that are parser internals (which template matched, a typo flag, the replay bookkeeping) or that another
+# line of the report already shows: kept in JSON, never in the text/markdown Facts block.
+HIDDEN_FACTS = frozenset({
+    "replay", "capacity_typo", "old_reserved_word", "template", "prefix_style", "tasks_text", "docs_url", "hint",
+    "alloc_conf_env", "pg", "pg_guid", "device", "other_processes", "no_other_failures", "silent_ranks",
+    "nccl_result", "cpp_type",
+})
+# Shown in the meta line when the finding has ranks.
+RANK_FACTS = frozenset({"rank", "tasks", "local_rank"})
+FACT_LABELS = {
+    "requested_bytes": "requested", "total_bytes": "GPU capacity", "free_bytes": "free",
+    "process_in_use_bytes": "in use (this process)", "allocated_bytes": "allocated by PyTorch",
+    "reserved_bytes": "reserved by PyTorch", "reserved_unallocated_bytes": "reserved, unallocated",
+    "allowed_bytes": "allowed", "private_pool_bytes": "private pools",
+    "seq_num": "SeqNum", "op_type": "OpType", "numel_in": "NumelIn", "numel_out": "NumelOut",
+    "timeout_ms": "Timeout", "ran_for_ms": "ran for", "last_completed": "last completed SeqNum",
+    "last_enqueued": "last enqueued SeqNum", "pg_desc": "process group", "nccl_version": "NCCL version",
+    "exit_code": "exit code", "exitcode": "exit code", "signal_name": "signal name", "gpu": "GPU",
+    "exc_type": "exception", "job_id": "job id", "root_cause": "first failure", "failures": "other failures",
+}
 
 
-def shown_facts(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    """The facts worth a line in a report: no empty values, no long blobs, at most FACTS_SHOWN."""
-    out = []
+def human_bytes(n: int) -> str:
+    """``145309481042`` -> ``"135.33 GiB"`` (two decimals, as PyTorch prints them)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v.strip())
+    return None
+
+
+def _millis(ms: int) -> str:
+    if ms >= 60_000:
+        minutes = ms / 60_000
+        return f"{ms} ms ({minutes:.0f} min)" if ms % 60_000 == 0 else f"{ms} ms ({minutes:.1f} min)"
+    if ms >= 1000:
+        return f"{ms} ms ({ms / 1000:g} s)"
+    return f"{ms} ms"
+
+
+def _failure(d: dict) -> str | None:
+    """torchrun's failure record -> "rank 0 on node01, exit code 1" (signal when there is one)."""
+    rank = _int(d.get("rank"))
+    if rank is None:
+        return None
+    text = f"rank {rank}"
+    if isinstance(d.get("host"), str) and d["host"]:
+        text += f" on {d['host']}"
+    if _int(d.get("exitcode")) is not None:
+        text += f", exit code {_int(d['exitcode'])}"
+    if d.get("signal") not in (None, "", False):
+        text += f", signal {d['signal']}"
+    return text
+
+
+def _fact_text(key: str, v: Any) -> str | None:
+    """One fact as a user reads it, or None when it says nothing to a user (empty, internal, a raw blob)."""
+    if v is None or v is False or v == "" or v == [] or v == {}:
+        return None
+    if v is True:
+        return "yes"
+    n = _int(v)
+    if key.endswith("_bytes") and n is not None:
+        return human_bytes(n)
+    if key.endswith("_ms") and n is not None:
+        return _millis(n)
+    if isinstance(v, dict):
+        return _failure(v) if key == "root_cause" else None
+    if isinstance(v, list):
+        if all(isinstance(x, dict) for x in v):
+            ranks = [r for x in v if (r := _int(x.get("rank"))) is not None]
+            return (("rank " if len(ranks) == 1 else "ranks ") + compact_ranks(ranks)) if ranks else None
+        if all(_int(x) is not None for x in v):
+            return compact_ranks(_int(x) for x in v)
+        if all(isinstance(x, (str, int, float)) for x in v):
+            return ", ".join(str(x) for x in v)
+        return None
+    text = fact_value(v)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def shown_facts(facts: dict[str, Any], ranks_known: bool = False) -> list[tuple[str, str]]:
+    """The facts worth a line in a text/markdown report, as (label, value): user-meaningful ones only.
+
+    Internals and empty values are left out, sizes read ``135.33 GiB``, timeouts ``600000 ms (10 min)``, the
+    watchdog's fields keep their log names (SeqNum, OpType, NumelIn), nested records are summarised, never dumped.
+    JSON keeps every fact unchanged.
+    """
+    out: list[tuple[str, str]] = []
+    seen_labels: set[str] = set()
     for k, v in facts.items():
-        if v is None or v is False or v == [] or v == {} or v == "":
+        key = str(k)
+        if key in HIDDEN_FACTS or (ranks_known and key in RANK_FACTS):
             continue
-        text = fact_value(v)
-        if str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
-            text = f"{_size(v)} ({v:,} bytes)"
-        if len(text) > 120:
+        if facts.get(f"{key}_bytes") not in (None, False, ""):  # "requested" next to "requested_bytes"
             continue
-        out.append((str(k), text))
+        text = _fact_text(key, v)
+        label = FACT_LABELS.get(key, key.replace("_", " "))
+        if text is None or label in seen_labels:
+            continue
+        seen_labels.add(label)
+        out.append((label, text))
     return out[:FACTS_SHOWN]
 
 
 def _facts(f: Finding) -> list[Any]:
-    items = shown_facts(f.facts)
+    items = shown_facts(f.facts, ranks_known=bool(f.ranks))
     if not items:
         return []
     grid = _grid()
     for k, v in items:
         grid.add_row(Text(inert(k), style="dim"), Text(inert(v)))
     return [Text("  Facts", style="bold"), Padding(grid, (0, 0, 0, 4), expand=False)]
+
+
+def silent_line(f: Finding, root: Finding | None) -> str:
+    """The ranks that did not report an NCCL timeout (``facts.silent_ranks``), as one sentence, or ``""``."""
+    from diagnose.match.silent_ranks import silent_sentence
+
+    silent = f.facts.get("silent_ranks")
+    if not isinstance(silent, list) or not silent or not all(_int(r) is not None for r in silent):
+        return ""
+    silent = [_int(r) for r in silent]
+    if root is not None and root is not f and set(silent) <= set(root.ranks):
+        who = ("rank " if len(silent) == 1 else "ranks ") + compact_ranks(silent)
+        return f"{who}, where {ROOT_NOUN.get(root.category, 'the error')} above happened, did not report the timeout"
+    return silent_sentence(silent)
+
+
+def command_text(prefix: str, command: str, style: str = "") -> Text:
+    """A line holding something to copy (a command, code, YAML): never wrapped, never cut, at any width."""
+    t = Text(prefix, style="dim", no_wrap=True, overflow="ignore")
+    t.append(command, style=style)
+    return t
 
 
 def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
@@ -306,29 +429,34 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
     if fix.summary:
         out.extend(Text(line, style="bold") for line in wrap_paragraphs(inert_block(fix.summary), width, indent))
     if fix.overrides:
-        out.append(Text(f"{indent}Bridge CLI  ", style="dim").append(inert(cli_line(fix.overrides)), style="bold"))
+        out.append(command_text(f"{indent}Bridge CLI  ", inert(cli_line(fix.overrides)), style="bold"))
         for i, line in enumerate(python_lines(fix.overrides)):
             label = "Python      " if i == 0 else "            "
-            out.append(Text(f"{indent}{label}", style="dim").append(inert(line)))
+            out.append(command_text(f"{indent}{label}", inert(line)))
         out.append(Text(f"{indent}YAML", style="dim"))
         for line in yaml_text(fix.overrides).splitlines():
-            out.append(Text(f"{indent}  {inert(line)}"))
+            out.append(command_text(f"{indent}  ", inert(line)))
     for e in fix.env:
-        out.append(Text(f"{indent}Env         ", style="dim").append(inert(f"export {e.name}={e.value}"), style="bold"))
+        out.append(command_text(f"{indent}Env         ", inert(f"export {e.name}={e.value}"), style="bold"))
     for step in fix.steps:
         out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
                                                         initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))
     return out
 
 
-def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True) -> list[Any]:
-    """A finding: title, where, evidence, facts; with ``full`` also why and the fix."""
+def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True,
+                   root: Finding | None = None) -> list[Any]:
+    """A finding: title, where, the silent NCCL ranks, evidence, facts; with ``full`` also why and the fix."""
     title = Text()
     title.append(f"{headline}  ", style=style)
     title.append(inert(f.rule), style="bold")
     title.append("  ")
     title.append(inert(f.title), style="bold")
     parts: list[Any] = [title, Text("  ").append_text(_finding_meta(f))]
+    silent = silent_line(f, root)
+    if silent and silent.lower() not in f.explanation.lower():
+        parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
+            inert(silent[0].upper() + silent[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
         parts.extend(_evidence(f))
     parts.extend(_facts(f))
@@ -341,11 +469,49 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     return parts
 
 
+def section_data(data: Any) -> Any:
+    """A report section as shown: an empty ``render.cli`` (env-only fix) shows the export lines instead."""
+    if not isinstance(data, dict) or not isinstance(data.get("render"), dict):
+        return data
+    render = dict(data["render"])
+    if not render.get("cli"):
+        env = render.pop("env", None)
+        render.pop("cli", None)
+        if env:
+            render = {"cli": env, **render}
+    return {**data, "render": render}
+
+
+# Keys whose values are things to copy (commands, code, YAML): their lines are never wrapped.
+COMMAND_KEYS = frozenset({"render", "cli", "python", "yaml", "launch", "env", "command", "mlm", "flags"})
+
+
+def _command_flags(lines: list[str]) -> list[bool]:
+    """For each ``mapping_lines`` line: does it belong to a COMMAND_KEYS entry (the key line and deeper lines)?"""
+    flags: list[bool] = []
+    block_indent: int | None = None
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        if block_indent is not None and (indent > block_indent or not line.strip()):
+            flags.append(True)
+            continue
+        block_indent = None
+        key = line.strip().split(":", 1)[0] if ":" in line else ""
+        if key in COMMAND_KEYS:
+            block_indent = indent
+            flags.append(True)
+        else:
+            flags.append(False)
+    return flags
+
+
 def _section(title: str, data: Any) -> list[Any]:
     if not data:
         return []
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
-    out.extend(Text("  " + inert_block(line)) for line in mapping_lines(data))
+    lines = mapping_lines(section_data(data))
+    for line, command in zip(lines, _command_flags(lines)):
+        out.append(command_text("  ", inert_block(line)) if command else Text("  " + inert_block(line)))
     return out
 
 
@@ -365,12 +531,15 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
         for f in secondary:
             parts.append(Text(""))
             parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width,
-                                        full=f.severity == "error"))
+                                        full=f.severity == "error", root=root))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
             line = Text("  ")
             line.append(inert(collapsed_line(f, root if f.cause_of is not None else None)))
+            silent = silent_line(f, root)
+            if silent:
+                line.append("; " + inert(silent), style="yellow")
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(line)
     for name in ("config", "replay", "memory", "slurm"):
@@ -386,7 +555,10 @@ def _severity_style(severity: str) -> str:
 
 
 def render(report: Report, console: Console) -> None:
-    console.print(Group(*renderables(report, console.width)), soft_wrap=False, highlight=False, markup=False)
+    # crop=False: lines marked no_wrap (commands, code, YAML) run past the width instead of being cut; everything
+    # else is laid out within the width by rich or by wrap_paragraphs.
+    console.print(Group(*renderables(report, console.width)), soft_wrap=False, highlight=False, markup=False,
+                  crop=False)
 
 
 def make_console(file, color: str = "auto", width: int | None = None) -> Console:

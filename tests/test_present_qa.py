@@ -1,0 +1,147 @@
+"""Presentation fixes from the QA report: commands never hard-wrapped, user-meaningful facts, silent NCCL ranks."""
+
+from __future__ import annotations
+
+import json
+
+from diagnose.model import Evidence, Finding, Fix, Override, EnvVar, Report
+from diagnose.present.json_report import render_json
+from diagnose.present.markdown import render_markdown
+from diagnose.present.text import render_to_string, shown_facts
+
+LONG_OVERRIDES = [
+    Override("ddp.use_megatron_fsdp", True),
+    Override("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
+    Override("model.init_model_with_meta_device", True),
+    Override("checkpoint.ckpt_format", "fsdp_dtensor"),
+]
+CLI = ("ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=optim_grads_params "
+       "model.init_model_with_meta_device=true checkpoint.ckpt_format=fsdp_dtensor")
+
+OOM_FACTS = {
+    "requested": "135.33 GiB", "exception": "torch.OutOfMemoryError", "device": "CUDA", "template": "2.1+", "gpu": 0,
+    "requested_bytes": 145309481042, "total_bytes": 150109106995, "free_bytes": 4080218931,
+    "capacity_typo": False, "old_reserved_word": None, "private_pool_bytes": None, "other_processes": [],
+    "replay": {"proven": None, "reproduced": None, "added": []}, "hint": "expandable_segments",
+}
+
+
+def _finding(**kw) -> Finding:
+    base = dict(rule="OOM102", name="oom", title="CUDA OOM while wrapping the model", category="cuda_oom",
+                phase="dp_wrap", severity="error", role="root", confidence=0.9, ranks=[0], count=1, first_line=3,
+                evidence=[Evidence("job.log", 3, "torch.OutOfMemoryError: CUDA out of memory.")],
+                explanation="Why it failed.")
+    base.update(kw)
+    return Finding(**base)
+
+
+def _report(findings, root=0, **kw) -> Report:
+    return Report(findings=findings, root_cause=root, **kw)
+
+
+# ------------------------------------------------------------------ QA #16: never hard-wrap commands
+
+
+def test_cli_python_yaml_and_env_lines_are_never_wrapped_on_a_narrow_terminal():
+    fix = Fix(summary="Shard", safety="unsafe", overrides=LONG_OVERRIDES,
+              env=[EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,garbage_collection_threshold:0.8")])
+    out = render_to_string(_report([_finding(fix=fix)]), width=50)
+    lines = out.splitlines()
+    assert any(ln.strip() == f"Bridge CLI  {CLI}" for ln in lines), out
+    assert any(ln.strip() == "cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'"
+               or ln.strip().endswith("cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'")
+               for ln in lines)
+    assert any(ln.strip() == "data_parallel_sharding_strategy: optim_grads_params" for ln in lines)
+    assert any(ln.strip().endswith("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,"
+                                   "garbage_collection_threshold:0.8") for ln in lines)
+
+
+def test_replay_render_lines_are_not_wrapped_and_env_only_cli_shows_the_exports():
+    replay = {
+        "reproduced": True,
+        "render": {"cli": CLI, "python": "cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'",
+                   "yaml": "ddp:\n  data_parallel_sharding_strategy: optim_grads_params\n"},
+    }
+    out = render_to_string(_report([_finding()], replay=replay), width=50)
+    assert f"cli: {CLI}" in out.splitlines()[[i for i, ln in enumerate(out.splitlines()) if "cli:" in ln][0]]
+    env_only = {"render": {"cli": "", "python": "cfg.env_vars['X'] = '32'", "yaml": "env_vars:\n  X: '32'\n",
+                           "env": "export CUDA_DEVICE_MAX_CONNECTIONS=32"}}
+    for text in (render_to_string(_report([_finding()], replay=env_only), width=80),
+                 render_markdown(_report([_finding()], replay=env_only))):
+        assert "cli: export CUDA_DEVICE_MAX_CONNECTIONS=32" in text
+        assert not any(ln.strip() == "cli:" for ln in text.splitlines())
+
+
+# ------------------------------------------------------------------ QA #17: user-meaningful facts only
+
+
+def test_facts_hide_internals_and_humanise_sizes():
+    shown = dict(shown_facts(OOM_FACTS))
+    assert not {"replay", "capacity_typo", "old_reserved_word", "private_pool_bytes", "template", "device",
+                "other_processes", "hint"} & set(shown)
+    assert shown["requested"] == "135.33 GiB"
+    assert shown["GPU capacity"] == "139.80 GiB" and shown["free"] == "3.80 GiB"
+    assert shown["GPU"] == "0"
+    assert all("None" not in v and v not in ("False", "{}", "[]") for v in shown.values())
+
+
+def test_nccl_facts_read_as_the_watchdog_line():
+    facts = {"seq_num": "1", "op_type": "ALLREDUCE", "numel_in": "1", "numel_out": "1", "timeout_ms": "600000",
+             "ran_for_ms": 600081, "prefix_style": "pg_id", "rank": 0, "pg": 0, "pg_guid": "0",
+             "pg_desc": "default_pg", "silent_ranks": [8]}
+    shown = dict(shown_facts(facts, ranks_known=True))
+    assert shown["SeqNum"] == "1" and shown["OpType"] == "ALLREDUCE" and shown["NumelIn"] == "1"
+    assert shown["Timeout"] == "600000 ms (10 min)"
+    assert shown["ran for"].startswith("600081 ms")
+    assert shown["process group"] == "default_pg"
+    assert not {"prefix_style", "rank", "pg", "pg_guid"} & set(shown)
+
+
+def test_nested_facts_are_summarised_not_dumped():
+    facts = {"root_cause": {"index": 0, "time": "2026-11-29_10:29:59", "host": "node01", "rank": 0, "local_rank": 0,
+                            "exitcode": 1, "pid": 4000, "signal": None, "error_file": "<N/A>",
+                            "traceback": "To enable traceback see: https://x"},
+             "failures": [{"rank": 1, "host": "node01", "exitcode": 1}, {"rank": 2, "host": "node02", "exitcode": -9}],
+             "no_other_failures": False, "exitcode": "1", "core_dumped": True}
+    shown = dict(shown_facts(facts))
+    assert shown["first failure"] == "rank 0 on node01, exit code 1"
+    assert shown["other failures"] == "ranks 1-2"
+    assert shown["exit code"] == "1" and shown["core dumped"] == "yes"
+    assert not any("{" in v for v in shown.values())
+
+
+def test_text_and_markdown_facts_blocks_hide_internals_but_json_keeps_every_fact():
+    report = _report([_finding(facts=dict(OOM_FACTS))])
+    for out in (render_to_string(report, width=100), render_markdown(report)):
+        assert "capacity_typo" not in out and "old_reserved_word" not in out and "proven" not in out
+        assert "135.33 GiB" in out
+    assert json.loads(render_json(report))["findings"][0]["facts"] == json.loads(json.dumps(OOM_FACTS))
+
+
+# ------------------------------------------------------------------ QA #13: the silent NCCL rank
+
+
+def _nccl(**kw) -> Finding:
+    return _finding(rule="NC007", name="nccl", title="NCCL watchdog timeout", category="nccl_timeout",
+                    phase="training", **kw)
+
+
+def test_silent_rank_line_on_a_secondary_and_on_a_cascade():
+    root = _finding(ranks=[211])
+    casc = _nccl(role="cascade", ranks=[r for r in range(512) if r != 211], facts={"silent_ranks": [211]})
+    casc.cause_of = 0
+    report = _report([root, casc])
+    for out in (render_to_string(report, width=200), render_markdown(report)):
+        assert "rank 211, where the OOM above happened, did not report the timeout" in out
+    other = _nccl(role="context", ranks=[0, 1, 2, 3, 4, 5, 6, 7, 9], facts={"silent_ranks": [8]})
+    report = _report([_finding(ranks=[3]), other])
+    for out in (render_to_string(report, width=200), render_markdown(report)):
+        assert "rank 8 did not report the timeout: it is the likely culprit (stuck, or died without a trace)" in out.lower()
+
+
+def test_silent_rank_sentence_shown_once_for_a_root_whose_explanation_has_it():
+    expl = ("Why.\n\nRank 8 did not report the timeout: it is the likely culprit (stuck, or died without a trace); "
+            "look at its log first.")
+    report = _report([_nccl(ranks=[0, 1, 2, 3, 4, 5, 6, 7, 9], facts={"silent_ranks": [8]}, explanation=expl)])
+    out = render_to_string(report, width=200)
+    assert out.lower().count("did not report the timeout") == 1
