@@ -79,16 +79,28 @@ def test_unknown_config_gives_null_reproduced_and_no_proof():
     assert d["summary"].startswith("config not in the log")
 
 
-def test_environment_fix_is_rendered_as_env_and_recipe_env_vars():
+def test_environment_fix_is_rendered_as_an_export_never_as_recipe_env_vars():
+    # QA #3: Bridge applies cfg.env_vars with os.environ.setdefault, so an exported =1 wins over the recipe
     view = _view({"ddp.use_megatron_fsdp": True, "env.CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     result = replay(view, [])
     assert [v.check for v in result.before.violations] == ["fsdp_cuda_device_max_connections"]
     assert result.passes
     render = result.render()
     assert render["env"] == "export CUDA_DEVICE_MAX_CONNECTIONS=32"
-    assert render["python"] == "cfg.env_vars['CUDA_DEVICE_MAX_CONNECTIONS'] = '32'"
+    assert "env_vars[" not in render["python"] and "env_vars:" not in render["yaml"]
+    assert render["python"].startswith("# environment, in the launch script")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=32" in render["python"]
     assert render["cli"] == ""
-    assert render["yaml"] == "env_vars:\n  CUDA_DEVICE_MAX_CONNECTIONS: '32'\n"
+
+
+def test_a_recipe_env_vars_change_does_not_beat_the_exported_value():
+    view = _view({"ddp.use_megatron_fsdp": True, "env.CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    result = replay(view, ["env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32"], extend=False)
+    assert not result.passes  # setdefault: the exported 1 is still what the job sees
+    assert [v.check for v in result.after.violations] == ["fsdp_cuda_device_max_connections"]
+    # with nothing exported the recipe value is applied
+    fresh = _view({"ddp.use_megatron_fsdp": True})
+    assert replay(fresh, ["env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"], extend=False).after.violations
 
 
 def test_old_release_needs_no_env_fix():

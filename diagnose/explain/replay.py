@@ -260,12 +260,17 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
     config = [o for o in fix if not o.key.startswith("env.")]
     env = [o for o in fix if o.key.startswith("env.")]
     comment = _launch_comment(launch)
-    python = "\n".join(_python(o) for o in fix)
-    yaml_text = _yaml(fix)
+    # environment changes are launch-script lines only: Bridge applies cfg.env_vars with os.environ.setdefault, so
+    # a recipe value never beats an exported one (QA #3); the Python and YAML forms point at the export lines
+    env_note = ("# environment, in the launch script (cfg.env_vars cannot override an exported value): "
+                + "; ".join(_env(o) for o in env)) if env else ""
+    heads = [c for c in (comment, env_note) if c]
+    python = "\n".join(_python(o) for o in config)
+    yaml_text = _yaml(config)
     out = {
         "cli": " ".join(_cli(o) for o in config),
-        "python": f"{comment}\n{python}" if comment else python,
-        "yaml": f"{comment}\n{yaml_text}" if comment else yaml_text,
+        "python": "\n".join(heads + ([python] if python else [])),
+        "yaml": "".join(h + "\n" for h in heads) + yaml_text,
     }
     if comment:
         out["launch"] = comment
@@ -289,9 +294,6 @@ def _cli(o: Override) -> str:
 
 
 def _python(o: Override) -> str:
-    if o.key.startswith("env."):
-        name = o.key[4:]
-        return f"cfg.env_vars[{name!r}] = {render_python(None if is_delete(o) else str(o.value))}"
     return f"cfg.{o.key} = {render_python(None if is_delete(o) else o.value)}"
 
 
@@ -304,8 +306,6 @@ def _yaml(fix: list[Override]) -> str:
     tree: dict[str, Any] = {}
     for o in fix:
         parts = o.key.split(".")
-        if parts[0] == "env":
-            parts = ["env_vars", ".".join(parts[1:])]
         node = tree
         for p in parts[:-1]:
             nxt = node.get(p)
