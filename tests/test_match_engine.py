@@ -102,14 +102,18 @@ def test_before_any_equals_a_line_by_line_look_back(lines, window, step):
     for i, b in enumerate(data):
         if b == 10 and i + 1 < len(data):
             starts.append(i + 1)
-    old = engine.BEFORE_STEP_BYTES
+    old = engine.BEFORE_STEP_BYTES, engine.BEFORE_INCREMENTAL_BYTES
     engine.BEFORE_STEP_BYTES = step
+    engine.BEFORE_INCREMENTAL_BYTES = step * 3  # some calls search only the gap since the last, others walk back
     try:
+        warm = engine._LineReader(data, "t")
         for i, s in enumerate(starts):
             expected = any(b"WARN" in ln.encode() or b"RN x" in ln.encode() for ln in lines[max(0, i - window):i])
             assert engine.Matcher._before_any(reader, s, ["WARN", "RN x"], window) == expected
+            if i % 3 != 1:  # successive calls with line numbers (as the matcher makes them), some lines skipped
+                assert engine.Matcher._before_any(warm, s, ["WARN", "RN x"], window, i + 1) == expected
     finally:
-        engine.BEFORE_STEP_BYTES = old
+        engine.BEFORE_STEP_BYTES, engine.BEFORE_INCREMENTAL_BYTES = old
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -37,6 +37,7 @@ NUMPY_MIN_BYTES = 128 << 20  # from here on newlines are counted with numpy when
 COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (its database compiles in ~0.15 s)
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
+BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
 
 _HEADER = "Traceback (most recent call last)"
 _CHAIN_PHRASES = ("During handling of the above exception", "The above exception was the direct cause")
@@ -70,6 +71,9 @@ class _LineReader:
         self.buffer = buffer
         self.path = path
         self.cache: dict[int, LogLine] = {}
+        # before_any look-backs: (needles, window) -> (line start, its number, number of the line holding the
+        # latest needle occurrence before it, or None when there is none within ``window`` lines)
+        self.before: dict[tuple, tuple[int, int, int | None]] = {}
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
@@ -218,7 +222,8 @@ class Matcher:
                         if not hit_frames:
                             continue
                         extra.append(hit_frames[-1])
-                if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window):
+                if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
+                                                                lineno):
                     continue
             if rule.phase != "auto":
                 phase = rule.phase
@@ -278,20 +283,40 @@ class Matcher:
         return out
 
     @staticmethod
-    def _before_any(reader: _LineReader, start: int, needles: list[str], window: int) -> bool:
-        """Does one of the ``window`` lines before the line at ``start`` contain one of ``needles``?
+    def _before_any(reader: _LineReader, start: int, needles: list[str], window: int,
+                    lineno: int | None = None) -> bool:
+        """Does one of the ``window`` lines before the line at ``start`` (line number ``lineno``) contain a needle?
 
         The latest occurrence of any needle before ``start`` is searched backwards in growing chunks (C speed); it
         counts when at most ``window`` newlines lie between it and ``start``. Walking back line by line instead
-        cost 5000 Python steps per NCCL timeout line (511 ranks: a second per GiB).
+        cost 5000 Python steps per NCCL timeout line (511 ranks: a second per GiB). Calls come in increasing
+        ``start`` order (one per candidate line), so the line of the latest occurrence is remembered and the next
+        call searches only the bytes since the previous one: thousands of ranks' timeout lines cost one pass.
+        A needle holding a newline can never be inside one line, so it is ignored.
         """
         if start <= 0 or window <= 0:
             return False
         buf = reader.buffer
-        encoded = [n.encode("utf-8") for n in needles]
+        encoded = [n.encode("utf-8") for n in needles if "\n" not in n]
+        if not encoded:
+            return False
+        key = (tuple(needles), window)
+        state = reader.before.get(key) if lineno is not None else None
+        if state is not None and state[0] <= start and start - state[0] <= BEFORE_INCREMENTAL_BYTES:
+            s0, _l0, latest = state
+            best = -1
+            for n in encoded:  # only occurrences ending after s0 (s0 is a line start: they lie in [s0, start))
+                p = buf.rfind(n, max(0, s0 - len(n) + 1), start)
+                if p > best:
+                    best = p
+            if best != -1:
+                latest = lineno - buf[best:start].count(b"\n")
+            reader.before[key] = (start, lineno, latest)
+            return latest is not None and lineno - latest <= window
         newlines = 0  # newlines in [hi, start)
         hi = start
         step = BEFORE_STEP_BYTES
+        k = None  # newlines between the latest occurrence and ``start``
         while hi > 0:
             lo = max(0, hi - step)
             best = -1
@@ -302,14 +327,18 @@ class Matcher:
             chunk = buf[lo:hi]
             if best != -1:
                 if best >= hi:  # straddles hi: the newlines in [hi, best) are counted in ``newlines``
-                    return newlines - buf[hi:best].count(b"\n") <= window
-                return newlines + chunk.count(b"\n", best - lo) <= window
+                    k = newlines - buf[hi:best].count(b"\n")
+                else:
+                    k = newlines + chunk.count(b"\n", best - lo)
+                break
             newlines += chunk.count(b"\n")
             if newlines > window:
-                return False
+                break
             hi = lo
             step = min(step * 2, 4 << 20)
-        return False
+        if lineno is not None:
+            reader.before[key] = (start, lineno, None if k is None else lineno - k)
+        return k is not None and k <= window
 
 
 @dataclass(slots=True)
