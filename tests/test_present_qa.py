@@ -145,3 +145,13 @@ def test_silent_rank_sentence_shown_once_for_a_root_whose_explanation_has_it():
     report = _report([_nccl(ranks=[0, 1, 2, 3, 4, 5, 6, 7, 9], facts={"silent_ranks": [8]}, explanation=expl)])
     out = render_to_string(report, width=200)
     assert out.lower().count("did not report the timeout") == 1
+
+
+def test_long_prose_in_a_section_wraps_under_its_key():
+    replay = {"summary": "reproduced by replay (from the settings the error states): FSDP requires "
+                         "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.; fix proven to pass validation: export X=32"}
+    lines = render_to_string(_report([_finding()], replay=replay), width=60).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  summary: reproduced"))
+    cont = lines[start + 1]
+    assert cont.startswith("      ") and cont.strip(), lines[start:start + 3]  # hanging indent, not column 0
+    assert all(len(ln) <= 60 for ln in lines[start:start + 3])

@@ -505,13 +505,22 @@ def _command_flags(lines: list[str]) -> list[bool]:
     return flags
 
 
-def _section(title: str, data: Any) -> list[Any]:
+def _section(title: str, data: Any, width: int = 100) -> list[Any]:
+    """A section (config, replay, memory, slurm): commands unwrapped, prose wrapped under its key (hanging)."""
     if not data:
         return []
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     lines = mapping_lines(section_data(data))
     for line, command in zip(lines, _command_flags(lines)):
-        out.append(command_text("  ", inert_block(line)) if command else Text("  " + inert_block(line)))
+        line = "  " + inert_block(line)
+        if command:
+            out.append(command_text("", line))
+            continue
+        body = line.lstrip(" ")
+        hang = " " * (len(line) - len(body) + (2 if body.startswith("- ") else 0) + 4)
+        wrapped = textwrap.wrap(line, max(40, width - 1), subsequent_indent=hang, drop_whitespace=True,
+                                break_on_hyphens=False) if len(line) >= width else [line]
+        out.extend(Text(w) for w in wrapped or [line])
     return out
 
 
@@ -543,7 +552,7 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(line)
     for name in ("config", "replay", "memory", "slurm"):
-        parts.extend(_section(name, getattr(report, name)))
+        parts.extend(_section(name, getattr(report, name), width))
     if report.warnings:
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
