@@ -241,6 +241,7 @@ async def test_p_opens_the_plan_for_the_jobs_config(tmp_path: Path) -> None:
     app.plan_real_mcore = False
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        assert "Press p for the memory plan" in shown(app.screen, "#memory")
         await pilot.press("p")
         await pilot.pause()
         screen = app.screen
@@ -262,6 +263,7 @@ async def test_p_without_a_config_is_hidden_and_says_why(tmp_path: Path) -> None
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.screen.check_action("plan", ()) is False
+        assert "Press p" not in shown(app.screen, "#memory")
         app.open_plan()
         await pilot.pause()
         assert isinstance(app.screen, MainScreen)
@@ -359,3 +361,18 @@ async def test_plan_shows_first_and_the_ui_stays_live_while_the_validator_works(
         gate.set()
         await planned(pilot, screen)
         assert "Validation: passes" in shown(screen, "#verdict")
+
+
+def test_plan_fixture_mirrors_the_model() -> None:
+    """The snapshot's fixed plan (test_tui_reports.llama8b_plan_result) has the live model's shape and verdict."""
+    from test_tui_reports import llama8b_plan_result
+
+    fixed = llama8b_plan_result()
+    live = compute(PlanRequest(load_view(str(CONFIG)), 8, 80 * GIB, parse_what_if("train.micro_batch_size=2"),
+                               real_mcore=False))
+    assert live.memory is not None and fixed.memory is not None
+    assert set(fixed.memory["plans"][0]) <= set(live.memory["plans"][0])
+    want = ("strategy", "dp", "tp", "pp", "cp", "fits")
+    assert [fixed.memory["plans"][0][k] for k in want] == [live.memory["plans"][0][k] for k in want]
+    assert abs(fixed.memory["plans"][0]["peak_bytes"] - live.memory["plans"][0]["peak_bytes"]) < 0.1 * GIB * 225
+    assert live.replay["passes"] == fixed.replay["passes"]

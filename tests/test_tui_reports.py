@@ -210,3 +210,43 @@ def test_fixture_evidence_is_the_real_log_text(tmp_path: Path) -> None:
             assert text[ev.line - 1] == ev.text
     assert report.root is not None and report.root.category == "cuda_oom"
     assert "Tried to allocate 135.33 GiB" in report.root.evidence[0].text
+
+
+def _plan(strategy: str, dp: int, tp: int, pp: int, cp: int, bpp: float, state: float, act: float, cost: str,
+          overrides: dict | None = None, label: str = "") -> dict:
+    peak = int((state + act) * GIB)
+    return {
+        "overrides": [{"key": k, "value": v} for k, v in (overrides or {}).items()], "strategy": strategy,
+        "dp": dp, "tp": tp, "pp": pp, "cp": cp, "bytes_per_param": bpp, "model_state_bytes": int(state * GIB),
+        "activation_bytes": int(act * GIB), "peak_bytes": peak, "fits": peak <= 80 * GIB, "cost": cost,
+        "label": label or strategy, "components": {"params": int(state / 9 * GIB), "grads": int(state / 9 * 2 * GIB)},
+        "valid": True,
+    }
+
+
+def llama8b_plan_result():
+    """What the plan screen shows for tests/data/configs/llama8b_bridge.yaml with train.micro_batch_size=2 on 8
+    GPUs of 80 GiB (``diagnose check``'s model, numbers of 2026-11-29): fixed, so the snapshot pins the screen, not
+    the memory model; ``test_plan_fixture_mirrors_the_model`` checks its shape against the live model."""
+    from diagnose.present.tui.plan import PlanResult
+
+    tp = {"model.sequence_parallel": True}
+    plans = [
+        _plan("ddp", 8, 1, 1, 1, 18.0, 134.6, 90.4, ""),
+        _plan("ddp", 2, 4, 1, 1, 18.0, 33.7, 21.5, "tensor parallel 4: activation all-gathers every layer, keep TP "
+              "inside a node", {"model.tensor_model_parallel_size": 4, **tp}),
+        _plan("ddp", 1, 8, 1, 1, 18.0, 16.8, 10.8, "tensor parallel 8: activation all-gathers every layer, keep TP "
+              "inside a node", {"model.tensor_model_parallel_size": 8, **tp}),
+        _plan("fsdp:optim_grads_params", 8, 1, 1, 1, 2.0, 15.0, 15.2, "Megatron FSDP, everything sharded (ZeRO-3): "
+              "weights all-gathered every forward and backward", {"ddp.use_megatron_fsdp": True,
+                                                                 "ddp.data_parallel_sharding_strategy":
+                                                                     "optim_grads_params"}),
+        _plan("ddp", 1, 1, 8, 1, 18.0, 23.4, 82.9, "pipeline parallel 8: pipeline bubbles, more micro batches needed",
+              {"model.pipeline_model_parallel_size": 8}),
+        _plan("distributed_optimizer", 8, 1, 1, 1, 6.0, 44.9, 90.4, "distributed optimizer: reduce-scatter + "
+              "all-gather instead of all-reduce, same speed", {"ddp.use_distributed_optimizer": True}),
+    ]
+    memory = {"gpu_capacity_bytes": 80 * GIB, "params": 8_030_261_248, "params_source": "config", "plans": plans,
+              "notes": []}
+    replay = {"passes": True, "violations": [], "fix": [], "after_fix": None}
+    return PlanResult(replay, memory)

@@ -139,6 +139,10 @@ class FindingDetail(VerticalScroll):
             )
         self.query_one("#fix-verdict", Static).update(verdict_text(rendered))
         memory = memory_text(report.memory, finding) if finding.category == "cuda_oom" else None
+        plan_view = getattr(self.app, "plan_view", None)
+        if memory is not None and callable(plan_view) and plan_view() is not None:
+            memory = memory.copy() if isinstance(memory, Text) else Text(str(memory))
+            memory.append("\nPress p for the memory plan of this config, with a what-if editor.", "bold cyan")
         self.query_one("#memory-heading").display = memory is not None
         self.query_one("#memory", Static).display = memory is not None
         self.query_one("#memory", Static).update(memory or "")

@@ -237,11 +237,14 @@ def summary_text(memory: dict[str, Any]) -> Text:
         return Text("No plan.", "dim")
     given = plans[0]
     peak = format_bytes(int(given.get("peak_bytes") or 0))
+    text = Text()
     if given.get("fits"):
-        return Text(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
+        text.append(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
+        return text
     cheapest = next((i for i, p in enumerate(plans) if i and p.get("fits")), None)
-    text = Text(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
-    text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.")
+    text.append(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
+    text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.",
+                "bold")
     return text
 
 
@@ -378,7 +381,7 @@ class PlanScreen(Screen):
         for i, p in enumerate(memory.get("plans") or []):
             table.add_row(*plan_row(i, p, cap, cost_cells), key=str(i))
         summary = summary_text(memory)
-        summary.append("  bars: █ model state ▓ activations, the end is the GPU's capacity", "dim")
+        summary.append("  bars: █ state ▓ activations │ GPU", "dim")
         for note in memory.get("notes") or []:
             summary.append("\nnote: " + inert(str(note)), "dim")
         self.query_one("#plan-summary", Static).update(summary)
