@@ -155,3 +155,11 @@ def test_long_prose_in_a_section_wraps_under_its_key():
     cont = lines[start + 1]
     assert cont.startswith("      ") and cont.strip(), lines[start:start + 3]  # hanging indent, not column 0
     assert all(len(ln) <= 60 for ln in lines[start:start + 3])
+
+
+def test_sizes_in_sections_are_humanised_in_text_and_markdown():
+    memory = {"verdict": "capacity", "fit": {"peak_bytes": 99900708864, "capacity_bytes": 150109106995, "gpus": 8}}
+    report = _report([_finding()], memory=memory)
+    for out in (render_to_string(report, width=100), render_markdown(report)):
+        assert "peak_bytes: 93.04 GiB" in out and "capacity_bytes: 139.80 GiB" in out and "gpus: 8" in out
+    assert json.loads(render_json(report))["memory"] == memory

@@ -178,6 +178,8 @@ def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> lis
             elif isinstance(v, str) and "\n" in v:
                 lines.append(f"{pad}{k}: |")
                 lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
+            elif str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
+                lines.append(f"{pad}{k}: {human_bytes(v)}")
             else:
                 lines.append(f"{pad}{k}: {_scalar(v)}")
         if hidden:
