@@ -117,3 +117,23 @@ def test_replay_on_a_log_without_any_config_is_bad_input(capsys, tmp_path):
     log.write_text("[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: something else\n")
     assert main(["replay", str(log)]) == 2
     assert "no configuration found" in capsys.readouterr().err
+
+
+def test_replay_text_names_the_check_the_overrides_trip_on_a_passing_config(capsys):
+    # QA #13: the config as given passes; the user's override trips the checkpoint check
+    rc = main(["replay", str(DATA / "llama8b_bridge.yaml"), "--set", "ddp.use_megatron_fsdp=true",
+               "--set", "checkpoint.save=/ckpt", "--color", "never"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 1  # documented: the requested overrides alone do not pass
+    assert "as given: no violations" in out
+    assert "your overrides trip fsdp_requires_fsdp_dtensor; passes with the complete fix above" in out
+    assert "fails as given" not in out
+    assert "(extended with: checkpoint.ckpt_format=fsdp_dtensor)" in out
+
+
+def test_replay_text_does_not_repeat_the_whole_fix_as_an_extension(capsys):
+    main(["replay", str(DATA / "run_config.yaml"), "--bridge-version", "0.4.2", "--color", "never"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "extended with" not in out
+    assert "fix (suggested by the validator): dist.use_torch_fsdp2=false" in out
+    assert "fails as given; passes with the complete fix above" in out

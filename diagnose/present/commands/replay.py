@@ -112,23 +112,19 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
             head.append(f"  megatron-bridge: {inert(view.version or 'unknown (validated as the latest release)')}")
         console.print(head)
         console.print(_violations_text("as given", result.before.violations))
+        given = [o for o in result.fix if not any(o is a for a in result.added)]
         if result.fix:
-            fix = Text("fix: ", style="bold")
-            fix.append(inert(result.render()["cli"]))
-            if result.added:
+            fix = Text("fix: " if given else "fix (suggested by the validator): ", style="bold")
+            fix.append(inert(result.render()["cli"] or "; ".join(
+                line for line in (result.render().get("env") or "").splitlines())))
+            if result.added and given:
                 fix.append("  (extended with: " + inert(" ".join(f"{o.key}={o.value}" for o in result.added)) + ")",
                            style="yellow")
-            console.print(fix)
+            console.print(fix, soft_wrap=True)  # a command line: never hard-wrapped (copy-paste)
             console.print(_violations_text("with the fix", result.after.violations))
         for note in result.after.notes:
             console.print(Text("note: ", style="cyan") + Text(inert(note.message)))
-        if result.requested is not None and result.requested.passes:
-            verdict = Text("passes validation", style="bold green")
-        elif result.passes:
-            verdict = Text("fails as given; passes with the complete fix above", style="bold yellow")
-        else:
-            verdict = Text("fails validation; no complete fix found", style="bold red")
-        console.print(verdict)
+        console.print(_verdict(result, given))
         if result.fix:
             render = result.render()
             for key in ("python", "yaml", "env", "mlm"):
@@ -138,6 +134,29 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
     finally:
         if fh is not None:
             fh.close()
+
+
+def _verdict(result: Any, given: list) -> Any:
+    """One line: what the config as given, the user's overrides and the complete fix each do (exit code 1 unless
+    the requested overrides pass on their own: the complete fix above is then what to use)."""
+    from rich.text import Text
+
+    from diagnose.present.safe import inert
+
+    tripped = []
+    if given and result.requested is not None:
+        before = {(v.check, v.message) for v in result.before.violations}
+        tripped = [v.check for v in result.requested.violations if (v.check, v.message) not in before]
+    if result.requested is not None and result.requested.passes:
+        return Text("passes validation" + (" with your overrides" if given else ""), style="bold green")
+    if tripped:
+        head = "your overrides trip " + inert(", ".join(dict.fromkeys(tripped)))
+        if result.passes:
+            return Text(f"{head}; passes with the complete fix above", style="bold yellow")
+        return Text(f"{head}; no complete fix found", style="bold red")
+    if result.passes:
+        return Text("fails as given; passes with the complete fix above", style="bold yellow")
+    return Text("fails validation; no complete fix found", style="bold red")
 
 
 def _violations_text(label: str, violations: list) -> Any:
