@@ -18,7 +18,7 @@ import regex
 
 from diagnose.match import adapters
 from diagnose.match import parallel
-from diagnose.match.anchors import Phase1, phase1_for, windows
+from diagnose.match.anchors import Phase1, phase1_for, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
 from diagnose.model import Block, InputInfo, LogLine
@@ -149,9 +149,11 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
 class Matcher:
     """Matches candidate lines of one scan (one or more sources) and collects hits and capture occurrences."""
 
-    def __init__(self, compiled: Compiled, warnings: list[str], markers: MarkerTracker):
+    def __init__(self, compiled: Compiled, warnings: list[str], markers: MarkerTracker,
+                 presence: Callable[[bytes], list[int]] | None = None):
         self.c = compiled
         self.warnings = warnings
+        self.presence = presence  # anchors present in UTF-8 text, by Hyperscan (large inputs: thousands of lines)
         self.memo: dict[str, list[tuple[CompiledRule, dict, str]]] = {}
         self.hits: list[Hit] = []
         self.markers = markers
@@ -166,9 +168,13 @@ class Matcher:
             return entry
         c = self.c
         rule_ids: set[int] = set()
-        for i, a in enumerate(c.anchors):
-            if a in text:
+        if self.presence is not None:
+            for i in self.presence(text.encode("utf-8", "surrogatepass")):
                 rule_ids.update(c.rules_by_anchor[i])
+        else:
+            for i, a in enumerate(c.anchors):
+                if a in text:
+                    rule_ids.update(c.rules_by_anchor[i])
         matches: list[tuple[CompiledRule, dict, str]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]
@@ -419,7 +425,8 @@ def scan(
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
-    matcher = Matcher(compiled, warnings, markers)
+    presence = text_presence(compiled.literals) if total_bytes >= COMBINED_MIN_BYTES and backend in ("auto", "hyperscan") else None
+    matcher = Matcher(compiled, warnings, markers, presence)
     count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
     done = 0
     infos: list[InputInfo] = []
