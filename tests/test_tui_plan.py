@@ -376,3 +376,19 @@ def test_plan_fixture_mirrors_the_model() -> None:
     assert [fixed.memory["plans"][0][k] for k in want] == [live.memory["plans"][0][k] for k in want]
     assert abs(fixed.memory["plans"][0]["peak_bytes"] - live.memory["plans"][0]["peak_bytes"]) < 0.1 * GIB * 225
     assert live.replay["passes"] == fixed.replay["passes"]
+
+
+@run_async
+async def test_enter_on_a_fitting_plan_takes_its_change_as_what_ifs() -> None:
+    app = plan_app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await planned(pilot, screen)
+        first = screen.plan_rows()[1]
+        assert first["fits"] and first["overrides"]
+        await pilot.press("ctrl+t", "down", "enter")
+        await planned(pilot, screen)
+        assert {o.key: o.value for o in screen.sets} == {o["key"]: o["value"] for o in first["overrides"]}
+        given = screen.plan_rows()[0]
+        assert given["fits"] and abs(given["peak_bytes"] - first["peak_bytes"]) <= 0.01 * first["peak_bytes"]
+        assert row(screen, 0)[8] == "yes"

@@ -424,6 +424,19 @@ class PlanScreen(Screen):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail(event.cursor_row)
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on an alternative: take its change as what-ifs (then edit on from there)."""
+        plans = self.plan_rows()
+        row = event.cursor_row
+        if self.busy or not (0 < row < len(plans)):
+            return
+        change = [Override(key=str(o["key"]), value=o["value"]) for o in plans[row].get("overrides") or []]
+        if not change:
+            return
+        self.sets = merge_sets(self.sets, change)
+        self.notify(f"Trying plan #{row}: " + inert(" ".join(show_value(o) for o in change)), title="What-if")
+        self.replan()
+
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self.app.screen_stack[0] is not self:
             self.app.pop_screen()

@@ -199,6 +199,7 @@ class HelpScreen(ModalScreen):
         ("escape", "back to the findings"),
         ("Plan (p, diagnose tui --check CONFIG --gpus N)", ""),
         ("enter", "apply what-ifs (key=value, space-separated) or the GPU count"),
+        ("enter on a plan", "take that plan's change as what-ifs"),
         ("^r ^e ^t", "reset the what-ifs, type a what-if, go to the table"),
         ("Slurm (diagnose tui --slurm)", ""),
         ("enter", "diagnose the highlighted job"),
