@@ -229,3 +229,47 @@ def test_plan_search_combines_tp_and_pp_splits(tmp_path, capsys):
     assert keys["model.tensor_model_parallel_size"] == 8 and keys["model.pipeline_model_parallel_size"] == 2
     assert keys["model.sequence_parallel"] is True
     assert "train.global_batch_size" not in keys  # 256 divides by micro batch x DP 4
+
+
+M36B = {
+    "model": {"num_layers": 40, "hidden_size": 8192, "ffn_hidden_size": 28672, "num_attention_heads": 64,
+              "num_query_groups": 8, "vocab_size": 128256, "gated_linear_unit": True,
+              "share_embeddings_and_output_weights": False, "normalization": "RMSNorm", "add_bias_linear": False,
+              "seq_length": 4096, "bf16": True},
+    "ddp": {"grad_reduce_in_fp32": True, "overlap_grad_reduce": True, "use_distributed_optimizer": True},
+    "optimizer": {"use_distributed_optimizer": True, "bf16": True},
+    "train": {"micro_batch_size": 1, "global_batch_size": 8},
+}
+
+
+@pytest.mark.parametrize("gpus, tp", [(6, 4), (12, 8)])
+def test_invalid_config_is_never_a_working_plan(tmp_path, capsys, gpus, tp):
+    # QA report #9: world size not divisible by TP: the given row is invalid, every alternative is a valid split,
+    # and changes to train.global_batch_size (a hyper-parameter) are said, never silent
+    cfg = _write(tmp_path, M36B)
+    code, out = _check(capsys, cfg, "--gpus", str(gpus), "--gpu", "h200", "--set",
+                       f"model.tensor_model_parallel_size={tp}", "--format", "json")
+    assert code == 1 and out["replay"]["violations"]
+    plans = out["memory"]["plans"]
+    assert plans[0]["valid"] is False
+    for p in plans[1:]:
+        assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == gpus and p["valid"] is not False
+        gbs = [o["value"] for o in p["overrides"] if o["key"] == "train.global_batch_size"]
+        if gbs or 8 % p["dp"]:
+            assert "changes train.global_batch_size" in p["cost"]
+    fix_gbs = [o["value"] for o in out["replay"].get("fix") or [] if o["key"] == "train.global_batch_size"]
+    if fix_gbs:
+        assert out["replay"]["changes_global_batch_size"] == {"from": 8, "to": fix_gbs[0]}
+    code, text = _check(capsys, cfg, "--gpus", str(gpus), "--gpu", "h200", "--set",
+                        f"model.tensor_model_parallel_size={tp}")
+    assert "Cheapest working change" not in text and "INVALID" in text
+    if fix_gbs:
+        assert "changes train.global_batch_size 8 ->" in " ".join(text.split())
+
+
+def test_a_plan_whose_dp_does_not_divide_the_global_batch_says_so(tmp_path, capsys):
+    # QA report #9: on 64 GPUs with global batch 8, a TP 4 plan (DP 16) must change the global batch: say so
+    _, out = _check(capsys, _write(tmp_path, M36B), "--gpus", "64", "--gpu", "h200", "--format", "json")
+    for p in out["memory"]["plans"][1:]:
+        if 8 % (p["dp"] * 1) or any(o["key"] == "train.global_batch_size" for o in p["overrides"]):
+            assert "changes train.global_batch_size" in p["cost"], p["label"]

@@ -436,6 +436,12 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         plan = evaluate(scn, c.label, _diff(scn, c.pairs), c.layout, c.workload, c.cost, c.cost_rank)
         if plan is None:
             continue
+        if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
+            plan.cost_rank += GBS_CHANGE_COST
+            per = c.workload.micro_batch_size * c.layout.dp
+            plan.cost = (plan.cost + "; " if plan.cost else "") + (
+                f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = "
+                f"{per} (a hyper-parameter: numerics and LR schedule)")
         if c.label == "expandable segments":
             # the OOM numbers showed the memory was there (free + cached), only not contiguous
             plan.fits = verdict == "fragmentation"

@@ -91,6 +91,12 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     given = evaluate(scn, "as given", [], layout, work, "", 0.0)
     if given is None:
         raise DiagnoseError("cannot evaluate the config's memory")
+    if layout_note:
+        # not a configuration that can run: its row is shown for reference only, the alternatives are valid splits
+        given.valid = False
+        given.violations = [layout_note]
+        notes.append("the config as given is invalid (its data-parallel size is not a whole number); the plans "
+                     "below use TP x PP splits that divide the GPU count")
     alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans)
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]

@@ -160,6 +160,11 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
             ov = " ".join(f"{o['key']}={o['value']}" for o in fix)
             proven = "passes after replay" if after.get("passes") else "still fails after replay"
             console.print(Text(f"  fix ({proven}): " + inert(ov), style="green" if after.get("passes") else "yellow"))
+        gbs = rep.get("changes_global_batch_size")
+        if gbs:
+            console.print(Text(f"  note: this fix changes train.global_batch_size {gbs['from']} -> {gbs['to']}, a "
+                               "training hyper-parameter (numerics, LR schedule); the memory plans below keep it "
+                               "where a split allows", style="yellow"))
     mem = out["memory"]
     cap = mem["gpu_capacity_bytes"]
     console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({mem['params_source']}), "
@@ -175,7 +180,8 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
             "given" if i == 0 else str(i), SHORT.get(p["strategy"], p["strategy"]),
             f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", _gib(p["model_state_bytes"]), _gib(p["activation_bytes"]),
             _gib(p["peak_bytes"]), Text(bar, style="red" if frac > 1 else "green"),
-            Text("yes" if p["fits"] else "NO", style="green" if p["fits"] else "bold red"),
+            Text("invalid" if p.get("valid") is False else "yes" if p["fits"] else "NO",
+                 style="green" if p["fits"] and p.get("valid") is not False else "bold red"),
         )
     console.print(table)
     for i, p in enumerate(mem["plans"]):
@@ -188,11 +194,16 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     for note in mem.get("notes", []):
         console.print(Text("note: " + inert(note), style="dim"))
     given = mem["plans"][0]
-    if given["fits"]:
+    cheapest = next((i for i, p in enumerate(mem["plans"]) if i and p["fits"] and p.get("valid") is not False), None)
+    if given.get("valid") is False:
+        msg = "\nAs given: INVALID (fails validation above), so it cannot run whatever its memory."
+        msg += (f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
+                " No valid alternative at this GPU count fits.")
+        console.print(Text(msg, style="bold red"))
+    elif given["fits"]:
         console.print(Text(f"\nAs given: fits (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)}).",
                            style="bold green"))
     else:
-        cheapest = next((i for i, p in enumerate(mem["plans"]) if i and p["fits"]), None)
         msg = f"\nAs given: does NOT fit (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)})."
         msg += f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits."
         console.print(Text(msg, style="bold red"))
@@ -200,6 +211,18 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
 
 def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f}G"
+
+
+def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
+    """train.global_batch_size is a hyper-parameter: a validator fix that changes it must say so."""
+    for o in replay.get("fix") or []:
+        if o.get("key") == "train.global_batch_size":
+            try:
+                was = view.get("train.global_batch_size")
+            except Exception:  # noqa: BLE001
+                was = None
+            if was != o.get("value"):
+                replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
 
 
 def build(args: Any) -> tuple[dict[str, Any], int, str]:
@@ -212,9 +235,15 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     view = prepare_view(args)
     version = getattr(args, "bridge_version", None)
     replay = replay_section(view, version)
+    _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
     out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
     passes = not replay.get("violations")
+    given = out["memory"]["plans"][0]
+    if not passes:
+        given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
+    elif given.get("valid") is None:
+        given["valid"] = True
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
     return out, code, where
 
