@@ -176,6 +176,9 @@ async def test_gpu_count_replans_and_validator_verdict_updates() -> None:
         await type_what_if(pilot, screen, "model.tensor_model_parallel_size=3")
         verdict = shown(screen, "#verdict")
         assert verdict.startswith("Validation:") and "violation" in verdict
+        # a config that fails validation is never a working plan, whatever its memory (as in `diagnose check`)
+        assert row(screen, 0)[8] == "invalid" and screen.plan_rows()[0]["valid"] is False
+        assert "INVALID" in shown(screen, "#plan-summary")
 
 
 @run_async

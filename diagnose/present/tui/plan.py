@@ -121,11 +121,28 @@ def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = N
     replay = None
     try:
         replay = _replay(view, req)
+        _mark_validation(replay, memory, view)
     except DiagnoseError as e:
         error = error or f"validation: {e}"
     except Exception as e:  # noqa: BLE001
         error = error or f"validation: internal error: {type(e).__name__}: {e}"
     return PlanResult(replay, memory, error)
+
+
+def _mark_validation(replay: dict[str, Any], memory: dict[str, Any] | None, view: Any) -> None:
+    """As ``diagnose check`` does: a config that fails validation is never a working plan (given row
+    ``valid=False``), and a validator fix that changes the global batch size says so."""
+    from diagnose.present.commands import check
+
+    mark_gbs = getattr(check, "_mark_global_batch_change", None)
+    if callable(mark_gbs):
+        mark_gbs(replay, view)
+    plans = (memory or {}).get("plans") or []
+    if plans:
+        if replay.get("violations"):
+            plans[0]["valid"] = False
+        elif plans[0].get("valid") is None:
+            plans[0]["valid"] = True
 
 
 def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
@@ -206,6 +223,7 @@ def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CE
         _gib(p.get("activation_bytes")),
         Text(_gib(p.get("peak_bytes")), "bold"),
         plan_bar(p, capacity),
+        Text("invalid", "bold red") if p.get("valid") is False else
         Text("yes", "bold green") if fits else Text("NO", "bold red"),
         Text(inert(cost), "dim"),
     )
@@ -227,6 +245,10 @@ def verdict_text(replay: dict[str, Any] | None) -> Text:
         text.append("  fix: ", "bold")
         text.append(inert(ov), "green" if after.get("passes") else "yellow")
         text.append(" (passes after replay)" if after.get("passes") else " (still fails after replay)", "dim")
+    gbs = replay.get("changes_global_batch_size")
+    if isinstance(gbs, dict):
+        text.append(f"\nnote: this fix changes train.global_batch_size {gbs.get('from')} -> {gbs.get('to')}, a "
+                    "training hyper-parameter", "yellow")
     return text
 
 
@@ -238,10 +260,15 @@ def summary_text(memory: dict[str, Any]) -> Text:
     given = plans[0]
     peak = format_bytes(int(given.get("peak_bytes") or 0))
     text = Text()
+    cheapest = next((i for i, p in enumerate(plans) if i and p.get("fits") and p.get("valid") is not False), None)
+    if given.get("valid") is False:
+        text.append("As given: INVALID (fails validation), so it cannot run whatever its memory.", "bold red")
+        text.append(f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
+                    " No valid alternative at this GPU count fits.", "bold")
+        return text
     if given.get("fits"):
         text.append(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
         return text
-    cheapest = next((i for i, p in enumerate(plans) if i and p.get("fits")), None)
     text.append(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
     text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.",
                 "bold")
