@@ -109,6 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm", action="store_true", help="start with the list of recent failed Slurm jobs")
     p.add_argument("--since", default="1d", metavar="AGE", help="with --slurm: how far back (default 1d)")
     p.add_argument("--user", metavar="USER", help="with --slurm: whose jobs (default: you)")
+    p.add_argument(
+        "--check", metavar="CONFIG",
+        help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
+        "a Megatron-LM argument list) instead of logs",
+    )
+    p.add_argument("--gpus", type=int, metavar="N", help="with --check: number of GPUs (default: the config's world size)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu-memory", metavar="SIZE", help="with --check: memory per GPU, e.g. 80GiB")
+    g.add_argument("--gpu", metavar="NAME", help="with --check: GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
+    _set_opt(p)
+    p.add_argument("--bridge-version", metavar="X.Y.Z", help="with --check: validate as this Megatron-Bridge release")
     _rules_opt(p)
     _common(p)
 
