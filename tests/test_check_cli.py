@@ -273,3 +273,24 @@ def test_a_plan_whose_dp_does_not_divide_the_global_batch_says_so(tmp_path, caps
     for p in out["memory"]["plans"][1:]:
         if 8 % (p["dp"] * 1) or any(o["key"] == "train.global_batch_size" for o in p["overrides"]):
             assert "changes train.global_batch_size" in p["cost"], p["label"]
+
+
+def test_a_shape_value_that_is_not_an_integer_is_named(tmp_path, capsys):
+    # QA report #3 (4th command): model.num_layers=abc is there, just not an integer: say that, exit 2
+    code, text = _check(capsys, _write(tmp_path, M36B), "--gpus", "8", "--set", "model.num_layers=abc")
+    assert code == 2
+    assert "model.num_layers='abc' is not a positive integer" in text and "has no model shape" not in text
+
+
+def test_text_override_lines_are_one_line_and_the_header_is_whole(tmp_path, capsys, monkeypatch):
+    # QA report #16: overrides hard-wrapped mid-command (copy-paste hazard); the 'fits' header truncated to 'fi…'
+    monkeypatch.setenv("COLUMNS", "80")
+    _, text = _check(capsys, _write(tmp_path, M36B), "--gpus", "64", "--gpu", "h200")
+    header = next(line for line in text.splitlines() if "strategy" in line and "peak" in line)
+    assert header.rstrip().endswith("fits") and "…" not in header
+    import re
+
+    lines = [line for line in text.splitlines() if re.match(r"^ ?\d+  [a-z_.]+=", line)]
+    assert lines and all(line.rstrip().split()[-1].count("=") == 1 for line in lines)  # ends on a whole key=value
+    assert any("model.init_model_with_meta_device=True" in line and "ddp.use_megatron_fsdp=True" in line
+               for line in lines)

@@ -142,3 +142,14 @@ def test_a_request_larger_than_the_gpu_is_explained_through_the_pipeline():
     assert "larger than the whole GPU" in mem["explanation"]
     assert "expandable_segments" in mem["explanation"]  # says it will not help
     assert mem["options"] == []  # no allocator option offered: it cannot help
+
+
+def test_numbers_only_capacity_at_the_optimizer_step_says_why():
+    from pathlib import Path
+
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "optimizer_step_oom.log"
+    mem = analyze([str(log)], AnalyzeOptions()).memory
+    assert mem["verdict"] == "capacity" and mem["phase"] == "optimizer_step"
+    assert "Adam" in mem["explanation"] and "first optimizer step" in mem["explanation"]

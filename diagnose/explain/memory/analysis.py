@@ -258,7 +258,18 @@ def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None)
     text = f"A {fmt_gib(n.requested)} allocation did not fit in {fmt_gib(capacity)}"
     if n.allocated:
         text += f" with {fmt_gib(n.allocated)} already allocated by PyTorch{_pct(n.allocated, capacity)}"
-    return text + ". Without a parameter count or the model's shape the state cannot be modelled."
+    text += ". Without a parameter count or the model's shape the state cannot be modelled"
+    why = {
+        ("capacity", "optimizer_step"): "at the first optimizer step Adam's fp32 state is created (8 bytes per "
+                                        "parameter, sharded over DP with the distributed optimizer or Megatron "
+                                        "FSDP): what was already allocated leaves no room for it",
+        ("capacity", "dp_wrap"): "at DP wrap time the grad / param buffers are allocated while the model's weights "
+                                 "are still there: shard them (distributed optimizer, Megatron FSDP) or use more "
+                                 "GPUs",
+        ("capacity", "model_build"): "the model's weights alone do not fit while it is built: more TP/PP, or "
+                                     "meta-device init with Megatron FSDP",
+    }.get((verdict, phase))
+    return text + (f"; {why}." if why else ".")
 
 
 def _expandable_segments_option(n: OomNumbers, layout: Layout) -> dict[str, Any]:

@@ -445,7 +445,7 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         if c.label == "expandable segments":
             # the OOM numbers showed the memory was there (free + cached), only not contiguous
             plan.fits = verdict == "fragmentation"
-        key = (plan.layout, plan.workload, tuple((o.key, str(o.value)) for o in plan.overrides))
+        key = (replace(plan.layout, meta_init=False), tuple(sorted((o.key, str(o.value)) for o in plan.overrides)))
         if key in seen:
             continue
         seen.add(key)

@@ -66,6 +66,13 @@ def _exact_wanted() -> bool:
 def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int = 14) -> MemoryPlan:
     shape = fc.shape_from_config(view)
     if shape is None:
+        bad = []
+        for key in ("model.num_layers", "model.hidden_size", "model.num_attention_heads"):
+            value = fc._get(view, key)
+            if value is not None and (fc._int(value) or 0) < 1:
+                bad.append(f"{key}={value!r} is not a positive integer")
+        if bad:
+            raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
         raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)

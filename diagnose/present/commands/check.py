@@ -19,7 +19,10 @@ from diagnose.model import DiagnoseError
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
 DEFAULT_GPU = "h100-80gb"
-SHORT = {"distributed_optimizer": "dist-opt", "fsdp:optim_grads_params": "fsdp:optim_grads_params"}
+SHORT = {"distributed_optimizer": "dist-opt", "fsdp:optim_grads_params": "fsdp:ogp", "fsdp:optim_grads": "fsdp:og",
+         "fsdp:no_shard": "fsdp:none"}
+LEGEND = ("dist-opt = distributed_optimizer, fsdp:og = fsdp:optim_grads, fsdp:ogp = fsdp:optim_grads_params, "
+          "fsdp:none = fsdp:no_shard")
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -172,7 +175,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     table = Table(show_lines=False, pad_edge=False, box=None)
     for col, just in (("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
                       ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left")):
-        table.add_column(col, justify=just, no_wrap=True)
+        table.add_column(col, justify=just, no_wrap=True, min_width=len(col) if col != "fits" else 7)
     for i, p in enumerate(mem["plans"]):
         frac = p["peak_bytes"] / cap if cap else 0
         bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
@@ -184,13 +187,15 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
                  style="green" if p["fits"] and p.get("valid") is not False else "bold red"),
         )
     console.print(table)
+    if any(p["strategy"] in SHORT for p in mem["plans"]):
+        console.print(Text(LEGEND, style="dim"))
     for i, p in enumerate(mem["plans"]):
         if i == 0 or not p["overrides"]:
             continue
         line = Text(f"{i:>2}  ", style="bold")
         line.append(inert(" ".join(f"{o['key']}={o['value']}" for o in p["overrides"])))
-        line.append(Text("\n    " + inert(p["cost"] or ""), style="dim"))
-        console.print(line)
+        console.print(line, soft_wrap=True)  # one line, so that it can be copied into a shell
+        console.print(Text("    " + inert(p["cost"] or ""), style="dim"))
     for note in mem.get("notes", []):
         console.print(Text("note: " + inert(note), style="dim"))
     given = mem["plans"][0]
