@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from diagnose.explain.config.view import ConfigView
 from diagnose.explain.validate import checks_fsdp as _checks_fsdp  # noqa: F401 - registers checks
+from diagnose.explain.validate import checks_keys as _checks_keys  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_parallel as _checks_parallel  # noqa: F401 - registers checks
 from diagnose.explain.validate.registry import CHECKS, CheckContext, Violation, make_context
 
