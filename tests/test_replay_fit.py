@@ -82,3 +82,19 @@ def test_fits_is_null_when_memory_is_not_a_capacity_question():
                     root_cause=0)
     enrich(report, {}, AnalyzeOptions())
     assert report.replay["fits"] is None and "fit" not in report.replay
+
+
+def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypatch):
+    # QA (new #4): the memory section said fragmentation while the fix said "shard the optimizer state"
+    frag = {"verdict": "fragmentation", "gpu_capacity_bytes": 80 * GIB, "current": {"gpus": 1},
+            "options": [{"overrides": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
+                         "gpus": 1, "dp": 1, "fits": True, "peak_bytes": 74 * GIB, "label": "expandable segments"}]}
+    monkeypatch.setattr(memory, "run", lambda report, view, options: frag)
+    report = Report(findings=[_oom()], root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    fix = report.findings[0].fix
+    assert [(e.name, e.value) for e in fix.env] == [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]
+    assert fix.overrides == [] and fix.summary.startswith("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF")
+    assert any("ddp.use_megatron_fsdp" in step for step in fix.steps)  # the rule's advice is kept as a next step
+    assert report.replay["render"]["env"] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert report.replay["fits"] is True

@@ -44,3 +44,16 @@ def test_bridge_train_step_update_successful_assert_is_mb144_not_generic():
 def test_a_bare_assertion_elsewhere_stays_generic():
     text = MB1971.replace("assert update_successful", "assert args.micro_batch_size > 0")
     assert match_text(text, CATALOGUE).root.rule == "PY002"
+
+
+def test_optimizer_step_oom_inside_the_distributed_optimizer_does_not_suggest_turning_it_on():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/opt/megatron/core/optimizer/distrib_optimizer.py", line 2350, in step\n'
+            "    update_successful, grad_norm, num_zeros = super().step()\n"
+            '  File "/usr/lib/python3/dist-packages/torch/optim/adam.py", line 160, in _init_group\n'
+            "    state[\"exp_avg\"] = torch.zeros_like(p, memory_format=torch.preserve_format)\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 3 has a total capacity of "
+            "79.10 GiB of which 1.05 GiB is free.\n")
+    root = match_text(text, CATALOGUE).root
+    assert root.rule == "OOM111" and root.phase == "optimizer_step"
+    assert "ddp.use_distributed_optimizer" not in {o.key for o in root.fix.overrides}

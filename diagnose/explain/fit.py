@@ -31,6 +31,7 @@ class CapacityFit:
     label: str = ""
     cost: str = ""
     notes: list[str] = field(default_factory=list)
+    fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
 
     @property
     def more_gpus(self) -> bool:
@@ -67,10 +68,15 @@ def _from_job(view: Any, key: str) -> bool:
 
 
 def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
-    """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity``; None otherwise."""
+    """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity`` (or ``fragmentation``: the
+    allocator setting leads); None otherwise."""
     memory = report.memory if isinstance(report.memory, dict) else None
     root = report.root
-    if not memory or root is None or root.category != "cuda_oom" or memory.get("verdict") != "capacity":
+    if not memory or root is None or root.category != "cuda_oom":
+        return None
+    if memory.get("verdict") == "fragmentation":
+        return _fragmentation_fix(root, memory)
+    if memory.get("verdict") != "capacity":
         return None
     options = [o for o in memory.get("options") or [] if isinstance(o, dict)]
     current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
@@ -103,6 +109,22 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
                        root.fix.summary, "")
 
 
+def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | None:
+    """Reserved-but-unallocated memory would have served the request: the allocator setting is the fix, the rule's
+    sharding advice is what to try if it still does not fit."""
+    option = next((o for o in memory.get("options") or [] if isinstance(o, dict)
+                   and any(x.key == "env.PYTORCH_CUDA_ALLOC_CONF" for x in _overrides(o.get("overrides")))), None)
+    if option is None:
+        return None
+    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    return CapacityFit(root, _overrides(option.get("overrides")), option.get("fits") is not False,
+                       _int(option.get("gpus")), _int(option.get("dp")), _int(current.get("gpus")),
+                       _int(option.get("peak_bytes")), _int(memory.get("gpu_capacity_bytes")),
+                       _int(current.get("usable_bytes")), str(option.get("label") or "expandable segments"),
+                       str(option.get("cost") or ""), ["fragmentation: reserved-but-unallocated memory would have "
+                                                       "served the request"], fragmentation=True)
+
+
 def _peak_of(fix: list[Override], options: list[dict[str, Any]], job_gpus: int | None) -> int | None:
     """The memory model's peak for the rule's fix on the job's GPUs: the option with the same overrides (else the
     smallest peak any option on those GPUs reaches: the fix cannot do better than the model's best)."""
@@ -123,7 +145,21 @@ def apply_fit(result: Any, fit: CapacityFit) -> None:
     if not fit.fits:
         return
     finding = fit.finding
+    if fit.fragmentation:
+        rule_fix = " ".join(f"{o.key}={o.value}" for o in finding.fix.overrides)
+        if rule_fix:
+            finding.fix.steps = [f"If it still does not fit: {rule_fix}"] + list(finding.fix.steps)
+        if finding.fix.summary:
+            finding.fix.steps.append(f"Rule's advice: {finding.fix.summary}")
     finding.fix.overrides = [o for o in result.fix if not o.key.startswith(("env.", "launch."))]
+    if fit.fragmentation:
+        from diagnose.model import EnvVar
+
+        finding.fix.env = [EnvVar(o.key[4:], str(o.value)) for o in result.fix if o.key.startswith("env.")]
+        finding.fix.safety = "safe"  # an allocator setting: no change to numerics or speed
+        finding.fix.summary = ("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                               "(reserved-but-unallocated memory would have served the request)")
+        return
     head = (f"needs >= {fit.gpus} GPUs (data parallel {fit.dp or fit.gpus}; the job ran on {fit.job_gpus}): "
             if fit.more_gpus else "")
     fits = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
