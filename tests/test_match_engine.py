@@ -238,6 +238,12 @@ def test_single_pass_database_cache_survives_a_torn_file(tmp_path, monkeypatch):
     assert Phase1(*args, combined=True).scan(window) == expected  # torn: compiled again
     cached.write_bytes(b"\0" * 32 + b"junk")
     assert Phase1(*args, combined=True).scan(window) == expected
+    from diagnose.match import anchors
+
+    monkeypatch.setattr(anchors, "CACHE_KEEP", 2)
+    for extra in (b"a1", b"a2", b"a3"):  # other catalogues: the oldest databases are removed, the newest kept
+        Phase1([*args[0], extra], [*args[1], [extra.decode()]], args[2], combined=True)
+    assert len(list(tmp_path.glob("hs-*.db"))) == 2
 
 
 @settings(max_examples=200, deadline=None)

@@ -198,6 +198,26 @@ def _cache_dir() -> str | None:
     return d
 
 
+CACHE_KEEP = 16  # compiled databases kept (one per catalogue version and window kind); the oldest go first
+
+
+def _prune(folder: str, keep: int) -> None:
+    entries = []
+    for name in os.listdir(folder):
+        if name.startswith("hs-") and name.endswith(".db"):
+            p = os.path.join(folder, name)
+            try:
+                entries.append((os.stat(p).st_mtime, p))
+            except OSError:
+                continue
+    entries.sort(reverse=True)
+    for _m, p in entries[keep:]:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
 def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
     """A block-mode database of these expressions, from the cache folder when it holds a sound copy."""
     import platform
@@ -228,6 +248,7 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
             with open(tmp, "wb") as fh:
                 fh.write(hashlib.sha256(data).digest() + data)
             os.replace(tmp, path)
+            _prune(folder, keep=CACHE_KEEP)
         except Exception:  # noqa: BLE001 - a read-only home is fine: we just compile next time too
             try:
                 os.unlink(tmp)
