@@ -257,6 +257,7 @@ def test_invalid_config_is_never_a_working_plan(tmp_path, capsys, gpus, tp):
         gbs = [o["value"] for o in p["overrides"] if o["key"] == "train.global_batch_size"]
         if gbs or 8 % p["dp"]:
             assert "changes train.global_batch_size" in p["cost"]
+    assert any(n.startswith("the config as given fails validation") for n in out["memory"]["notes"])
     fix_gbs = [o["value"] for o in out["replay"].get("fix") or [] if o["key"] == "train.global_batch_size"]
     if fix_gbs:
         assert out["replay"]["changes_global_batch_size"] == {"from": 8, "to": fix_gbs[0]}

@@ -247,6 +247,11 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     given = out["memory"]["plans"][0]
     if not passes:
         given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
+        fix = " ".join(f"{o['key']}={o['value']}" for o in replay.get("fix") or [])
+        out["memory"]["notes"].append(
+            "the config as given fails validation: each plan below changes only memory, so it also needs the "
+            + (f"validator's fix ({fix})" if fix else "violations above fixed")
+            + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
     elif given.get("valid") is None:
         given["valid"] = True
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
