@@ -163,3 +163,19 @@ def test_sizes_in_sections_are_humanised_in_text_and_markdown():
     for out in (render_to_string(report, width=100), render_markdown(report)):
         assert "peak_bytes: 93.04 GiB" in out and "capacity_bytes: 139.80 GiB" in out and "gpus: 8" in out
     assert json.loads(render_json(report))["memory"] == memory
+
+
+def test_no_trailing_blanks_after_evidence_and_facts():
+    f = _finding(facts=dict(OOM_FACTS), evidence=[Evidence("job.log", 3, "x" * 30), Evidence("job.log", 4, "y" * 300)])
+    for color in ("never", "always"):
+        out = render_to_string(_report([f]), color=color, width=80)
+        assert "Evidence" in out and "135.33 GiB" in out and "y" * 40 in out
+        plain = [ln for ln in out.splitlines() if "\x1b" not in ln]
+        assert not [ln for ln in plain if ln != ln.rstrip()], out
+
+
+def test_empty_renderings_are_left_out():
+    replay = {"reproduced": False, "render": {"python": "", "yaml": "", "mlm": ""}, "rule": "PY003"}
+    for out in (render_to_string(_report([_finding()], replay=replay)), render_markdown(_report([_finding()],
+                                                                                              replay=replay))):
+        assert "python:" not in out and "mlm:" not in out and "render:" not in out and "rule: PY003" in out

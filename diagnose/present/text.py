@@ -244,6 +244,27 @@ def _finding_meta(f: Finding) -> Text:
     return Text(" · ".join(inert(b) for b in bits), style="dim")
 
 
+class _RStripped:
+    """Render a renderable with each line's trailing blanks removed (a table pads its cells to the column width,
+    which leaves spaces at line ends that a copy from the terminal picks up)."""
+
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        for line in console.render_lines(self.renderable, options, pad=False, new_lines=False):
+            segments = list(line)
+            while segments and not segments[-1].control and not segments[-1].text.rstrip():
+                segments.pop()
+            if segments and not segments[-1].control:
+                last = segments[-1]
+                segments[-1] = Segment(last.text.rstrip(), last.style, last.control)
+            yield from segments
+            yield Segment.line()
+
+
 def _grid() -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
@@ -267,7 +288,7 @@ def _evidence(f: Finding) -> list[Any]:
     for e in f.evidence:
         where_text = f"line {e.line}" if one_path else f"{inert(e.path)}:{e.line}"
         grid.add_row(Text(where_text, style="cyan"), log_text(e.text, limit=400))
-    return [heading, Padding(grid, (0, 0, 0, 4), expand=False)]
+    return [heading, _RStripped(Padding(grid, (0, 0, 0, 4), expand=False))]
 
 
 FACTS_SHOWN = 12
@@ -397,7 +418,7 @@ def _facts(f: Finding) -> list[Any]:
     grid = _grid()
     for k, v in items:
         grid.add_row(Text(inert(k), style="dim"), Text(inert(v)))
-    return [Text("  Facts", style="bold"), Padding(grid, (0, 0, 0, 4), expand=False)]
+    return [Text("  Facts", style="bold"), _RStripped(Padding(grid, (0, 0, 0, 4), expand=False))]
 
 
 def silent_line(f: Finding, root: Finding | None) -> str:
@@ -472,7 +493,8 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
 
 
 def section_data(data: Any) -> Any:
-    """A report section as shown: an empty ``render.cli`` (env-only fix) shows the export lines instead."""
+    """A report section as shown: an empty ``render.cli`` (env-only fix) shows the export lines instead, and empty
+    renderings are left out."""
     if not isinstance(data, dict) or not isinstance(data.get("render"), dict):
         return data
     render = dict(data["render"])
@@ -481,6 +503,9 @@ def section_data(data: Any) -> Any:
         render.pop("cli", None)
         if env:
             render = {"cli": env, **render}
+    render = {k: v for k, v in render.items() if v not in ("", None)}  # nothing to copy: no empty "python:" line
+    if not render:
+        return {k: v for k, v in data.items() if k != "render"}
     return {**data, "render": render}
 
 
@@ -567,9 +592,9 @@ def _severity_style(severity: str) -> str:
 
 def render(report: Report, console: Console) -> None:
     # crop=False: lines marked no_wrap (commands, code, YAML) run past the width instead of being cut; everything
-    # else is laid out within the width by rich or by wrap_paragraphs.
-    console.print(Group(*renderables(report, console.width)), soft_wrap=False, highlight=False, markup=False,
-                  crop=False)
+    # else is laid out within the width and printed without trailing blanks.
+    parts = [p if isinstance(p, Text) and p.no_wrap else _RStripped(p) for p in renderables(report, console.width)]
+    console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)
 
 
 def make_console(file, color: str = "auto", width: int | None = None) -> Console:
