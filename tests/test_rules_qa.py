@@ -57,3 +57,18 @@ def test_optimizer_step_oom_inside_the_distributed_optimizer_does_not_suggest_tu
     root = match_text(text, CATALOGUE).root
     assert root.rule == "OOM111" and root.phase == "optimizer_step"
     assert "ddp.use_distributed_optimizer" not in {o.key for o in root.fix.overrides}
+
+
+def test_megatron_fsdp_version_error_gets_the_version_fix_not_the_sharding_fix():
+    text = ('Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+            "ValueError: Unsupported megatron_fsdp_version: 3\n")
+    root = match_text(text, CATALOGUE).root
+    assert root.rule == "MB145"
+    assert [(o.key, o.value) for o in root.fix.overrides] == [("ddp.megatron_fsdp_version", 1)]
+
+
+def test_fsdp_dtensor_not_available_phase_follows_save_or_load():
+    save = "RuntimeError: Megatron FSDP is required but not available for saving FSDP DTensor checkpoints.\n"
+    load = "RuntimeError: Megatron FSDP is required but not available for loading FSDP DTensor checkpoints.\n"
+    assert match_text(save, CATALOGUE).root.phase == "checkpoint_save"
+    assert match_text(load, CATALOGUE).root.phase == "checkpoint_load"
