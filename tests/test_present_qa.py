@@ -179,3 +179,10 @@ def test_empty_renderings_are_left_out():
     for out in (render_to_string(_report([_finding()], replay=replay)), render_markdown(_report([_finding()],
                                                                                               replay=replay))):
         assert "python:" not in out and "mlm:" not in out and "render:" not in out and "rule: PY003" in out
+
+
+def test_meta_line_wraps_indented_on_a_narrow_terminal():
+    f = _finding(ranks=[0, 1, 2, 3, 4, 5, 6, 7, 9], hosts=["node00", "node01", "node02"], count=9)
+    lines = render_to_string(_report([f]), width=50).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  phase dp_wrap"))
+    assert lines[start + 1].startswith("  ") and lines[start + 1].strip()

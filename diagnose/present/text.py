@@ -475,7 +475,7 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     title.append(inert(f.rule), style="bold")
     title.append("  ")
     title.append(inert(f.title), style="bold")
-    parts: list[Any] = [title, Text("  ").append_text(_finding_meta(f))]
+    parts: list[Any] = [title, Padding(_finding_meta(f), (0, 0, 0, 2))]  # wrapped lines stay indented
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
