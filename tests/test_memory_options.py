@@ -180,3 +180,14 @@ def test_split_combinations_respect_divisibility_and_stay_bounded():
         assert plan.fits
         if 96 % c.layout.dp:
             assert "changes train.global_batch_size" in c.cost
+
+
+def test_split_combinations_keep_the_expert_mesh_whole():
+    from diagnose.explain.memory.options import valid_splits
+
+    shape = ModelShape(num_layers=16, hidden_size=2048, num_attention_heads=16, num_query_groups=4, vocab_size=32000,
+                       num_moe_experts=8)
+    scn = Scenario(shape, Layout("distributed_optimizer", gpus=16, ep=8), Workload(1, 4096), H100)
+    splits = valid_splits(scn)
+    assert splits and all((16 // p) % (t * 8) == 0 for t, p in splits)
+    assert (4, 1) not in splits and (1, 4) not in splits and (2, 1) in splits
