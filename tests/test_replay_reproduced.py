@@ -91,3 +91,12 @@ def test_sample_logs_that_carry_config_show_reproduced_and_proven(name):
     assert replay["summary"].startswith("reproduced by replay")
     assert "fix proven to pass validation" in replay["summary"]
     assert report.root.facts["replay"]["reproduced"] is True
+
+
+def test_reproduced_from_the_log_own_setting_is_not_called_implied():
+    # the launch line sets dist.use_torch_fsdp2=true: the violation's key is the log's, not the error's
+    report = analyze([str(SAMPLES / "mbridge04_fsdp2_pg_collection_srun.log")], AnalyzeOptions())
+    replay = report.replay
+    assert replay["reproduced"] is True and "implied" not in replay
+    assert report.config["values"]["dist.use_torch_fsdp2"]["from"].startswith("log:")
+    assert replay["summary"].startswith("reproduced by replay: ")

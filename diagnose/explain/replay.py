@@ -159,7 +159,7 @@ def replay(
         added=added,
         requested=requested,
         framework=view.framework,
-        implied=_implied(view, finding),
+        implied=_implied(view, finding, before),
         rule=finding.rule if finding is not None else None,
     )
 
@@ -194,19 +194,22 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("`", "").lower().split())
 
 
-def _matches(before: ValidationResult, finding: Finding) -> bool:
-    """The finding's own message (evidence or title, any release's wording) is among the violations."""
+def _matching(before: ValidationResult, finding: Finding) -> list[Violation]:
+    """The violations that print the finding's own message (evidence or title, any release's wording)."""
     from diagnose.explain.config.implied import stated_checks
 
     checks = stated_checks(finding)
     texts = [_plain(e.text) for e in finding.evidence] + [_plain(finding.title)]
+    out = []
     for v in before.violations:
-        if v.check in checks:
-            return True
         core = _plain(v.message).rstrip(".!")
-        if core and any(core in t for t in texts):
-            return True
-    return False
+        if v.check in checks or (core and any(core in t for t in texts)):
+            out.append(v)
+    return out
+
+
+def _matches(before: ValidationResult, finding: Finding) -> bool:
+    return bool(_matching(before, finding))
 
 
 def deciding_keys(finding: Finding | None) -> list[str]:
@@ -241,9 +244,11 @@ def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | N
     return False if view.config_known else None
 
 
-def _implied(view: ConfigView, finding: Finding | None) -> bool:
-    """The settings replay relied on came (in part) from the error message rather than a config dump."""
-    keys = deciding_keys(finding)
+def _implied(view: ConfigView, finding: Finding | None, before: ValidationResult | None = None) -> bool:
+    """The settings replay relied on came (in part) from the error message rather than a config dump: the keys of
+    the violations that reproduce the finding, else the keys that decide it."""
+    matched = _matching(before, finding) if before is not None and finding is not None else []
+    keys = [k for v in matched for k in v.keys] or deciding_keys(finding)
     if keys:
         return any((view.origin(k) or "").startswith("implied:") for k in keys)
     return not view.config_known and any(v.origin.startswith("implied:") for v in view.values.values())
