@@ -177,7 +177,7 @@ def test_split_combinations_respect_divisibility_and_stay_bounded():
     assert len({(c.layout.tp, c.layout.pp) for c in combos}) == len(combos) <= len(splits)
     for c in combos:
         plan = evaluate(scn, c.label, [], c.layout, c.workload, c.cost, c.cost_rank)
-        assert plan.fits
+        assert plan is not None  # the cheapest fitting combination of its split, or its smallest when none fits
         if 96 % c.layout.dp:
             assert "changes train.global_batch_size" in c.cost
 

@@ -396,10 +396,20 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                 rank = combined_cost(parts) + (0.0 if keeps else GBS_CHANGE_COST)
                 options.append((rank, strategy, rc, layout, w, keeps))
         options.sort(key=lambda o: o[0])
-        for rank, strategy, rc, layout, w, keeps in options:
-            plan = evaluate(scn, "", [], layout, w, "", rank)
-            if plan is None or not plan.fits:
+        chosen, smallest = None, None
+        for option in options:
+            plan = evaluate(scn, "", [], option[3], option[4], "", option[0])
+            if plan is None:
                 continue
+            if plan.fits:
+                chosen = option
+                break
+            if smallest is None or plan.peak < smallest[0]:
+                smallest = (plan.peak, option)
+        if chosen is None and smallest is not None:
+            chosen = smallest[1]  # nothing fits at this split: its smallest combination, shown as not fitting
+        if chosen is not None:
+            rank, strategy, rc, layout, w, keeps = chosen
             pairs: list[tuple[str, Any]] = []
             if t != lay.tp:
                 pairs.append(("model.tensor_model_parallel_size", t))
@@ -430,7 +440,6 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                              f"batch x DP = {w.micro_batch_size * layout.dp} (a hyper-parameter: numerics and LR "
                              "schedule)")
             out.append(Candidate(label, pairs, layout, w, "; ".join(notes), rank))
-            break
     return out
 
 
