@@ -98,3 +98,23 @@ def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypa
     assert any("ddp.use_megatron_fsdp" in step for step in fix.steps)  # the rule's advice is kept as a next step
     assert report.replay["render"]["env"] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     assert report.replay["fits"] is True
+
+
+def test_an_option_whose_peak_exceeds_the_gpu_is_never_called_a_fit(monkeypatch):
+    opts = [{"overrides": [{"key": "model.pipeline_model_parallel_size", "value": 8}], "gpus": 8, "dp": 1, "pp": 8,
+             "fits": True, "peak_bytes": 90 * GIB, "valid": True, "label": "PP 8"}]
+    monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))  # an 80 GiB GPU
+    report = Report(findings=[_oom()], root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    assert report.replay["fits"] is False and "does not fit" in report.replay["summary"]
+    assert report.findings[0].fix.summary == "shard with Megatron FSDP"  # the rule's fix, not the contradicted option
+
+
+def test_the_gpu_split_is_named_when_more_gpus_are_needed(monkeypatch):
+    opts = [{"overrides": [{"key": "model.pipeline_model_parallel_size", "value": 8}], "gpus": 8, "dp": 1, "pp": 8,
+             "fits": True, "peak_bytes": 60 * GIB, "valid": True, "label": "PP 8"}]
+    monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
+    report = Report(findings=[_oom()], root_cause=0)
+    enrich(report, {}, AnalyzeOptions())
+    assert "needs >= 8 GPUs (PP 8 x DP 1; the job ran on 1)" in report.replay["summary"]
+    assert report.findings[0].fix.summary.startswith("needs >= 8 GPUs (PP 8 x DP 1")

@@ -32,13 +32,15 @@ class CapacityFit:
     cost: str = ""
     notes: list[str] = field(default_factory=list)
     fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
+    layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
 
     @property
     def more_gpus(self) -> bool:
         return bool(self.gpus and self.job_gpus and self.gpus > self.job_gpus)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"fits": self.fits, "gpus": self.gpus, "dp": self.dp, "job_gpus": self.job_gpus,
+        out: dict[str, Any] = {"fits": self.fits, "gpus": self.gpus, "dp": self.dp, "layout": self.layout,
+                               "job_gpus": self.job_gpus,
                                "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
                                "usable_bytes": self.usable_bytes, "label": self.label, "cost": self.cost}
         if self.notes:
@@ -84,7 +86,8 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     capacity = _int(memory.get("gpu_capacity_bytes"))
     usable = _int(current.get("usable_bytes"))
     best = next((o for o in options if o.get("fits") is True and o.get("valid") is not False
-                 and _overrides(o.get("overrides"))), None)
+                 and _overrides(o.get("overrides"))
+                 and not (capacity and (_int(o.get("peak_bytes")) or 0) > capacity)), None)  # never a contradicted fit
     if best is not None:
         overrides = _overrides(best.get("overrides"))
         keys = {o.key for o in overrides}
@@ -98,8 +101,10 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
         gpus = _int(best.get("gpus"))
         if gpus and job_gpus and gpus > job_gpus:
             overrides.append(Override("launch.world_size", gpus))
-        return CapacityFit(root, overrides, True, gpus, _int(best.get("dp")), job_gpus, _int(best.get("peak_bytes")),
-                           capacity, usable, str(best.get("label") or ""), str(best.get("cost") or ""), notes)
+        peak = _int(best.get("peak_bytes"))
+        return CapacityFit(root, overrides, True, gpus, _int(best.get("dp")), job_gpus, peak,
+                           capacity, usable, str(best.get("label") or ""), str(best.get("cost") or ""), notes,
+                           layout=_layout(best))
     # nothing fits: keep the rule's fix, say how much it needs per GPU
     own = list(root.fix.overrides) + [Override(f"env.{e.name}", e.value) for e in root.fix.env]
     if not own:
@@ -107,6 +112,15 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     peak = _peak_of(own, options, job_gpus)
     return CapacityFit(root, own, False, job_gpus, None, job_gpus, peak, capacity, usable,
                        root.fix.summary, "")
+
+
+def _layout(option: dict[str, Any]) -> str:
+    parts = [f"{name} {_int(option.get(key))}" for name, key in (("TP", "tp"), ("PP", "pp"), ("CP", "cp"))
+             if (_int(option.get(key)) or 1) > 1]
+    dp = _int(option.get("dp"))
+    if dp:
+        parts.append(f"DP {dp}")
+    return " x ".join(parts)
 
 
 def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | None:
@@ -119,7 +133,7 @@ def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | N
     current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
     return CapacityFit(root, _overrides(option.get("overrides")), option.get("fits") is not False,
                        _int(option.get("gpus")), _int(option.get("dp")), _int(current.get("gpus")),
-                       _int(option.get("peak_bytes")), _int(memory.get("gpu_capacity_bytes")),
+                       None, _int(memory.get("gpu_capacity_bytes")),
                        _int(current.get("usable_bytes")), str(option.get("label") or "expandable segments"),
                        str(option.get("cost") or ""), ["fragmentation: reserved-but-unallocated memory would have "
                                                        "served the request"], fragmentation=True)
@@ -160,7 +174,7 @@ def apply_fit(result: Any, fit: CapacityFit) -> None:
         finding.fix.summary = ("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
                                "(reserved-but-unallocated memory would have served the request)")
         return
-    head = (f"needs >= {fit.gpus} GPUs (data parallel {fit.dp or fit.gpus}; the job ran on {fit.job_gpus}): "
+    head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on {fit.job_gpus}): "
             if fit.more_gpus else "")
     fits = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
     finding.fix.summary = f"{head}{fit.label} ({fits})"

@@ -102,11 +102,13 @@ def describe(section: dict[str, Any]) -> str:
         fit = section.get("fit") or {}
         fits = section.get("fits")
         if fits is True:
-            gpus = (f"needs >= {fit['gpus']} GPUs (data parallel {fit.get('dp') or fit['gpus']}; the job ran on "
-                    f"{fit['job_gpus']}), " if fit.get("gpus") and fit.get("job_gpus")
+            gpus = (f"needs >= {fit['gpus']} GPUs ({fit.get('layout') or 'DP ' + str(fit.get('dp') or fit['gpus'])}; "
+                    f"the job ran on {fit['job_gpus']}), " if fit.get("gpus") and fit.get("job_gpus")
                     and fit["gpus"] > fit["job_gpus"] else "")
-            verdict = (f"{'valid' if ok else 'INVALID'} and fits: {gpus}predicted peak "
-                       f"{_gib(fit.get('peak_bytes'))} per GPU of {_gib(fit.get('capacity_bytes'))}")
+            peak = (f"predicted peak {_gib(fit.get('peak_bytes'))} per GPU of {_gib(fit.get('capacity_bytes'))}"
+                    if fit.get("peak_bytes") else
+                    "the reserved-but-unallocated memory would have served the request")
+            verdict = f"{'valid' if ok else 'INVALID'} and fits: {gpus}{peak}"
         elif fits is False:
             need = fit.get("peak_bytes")
             verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
