@@ -461,7 +461,7 @@ def test_parsers_are_linear_on_huge_lines():
         for name, parser in PARSERS.items():
             start = time.perf_counter()
             parser(item, [item])
-            assert time.perf_counter() - start < 2.0, name
+            assert time.perf_counter() - start < 10.0, name  # hang guard (quadratic = minutes), not a speed test
 
 
 def test_watchdog_status_and_heartbeat():

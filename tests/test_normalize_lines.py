@@ -205,17 +205,6 @@ def test_decode_never_raises_and_has_no_nul(data):
         )
 
 
-def test_speed_per_line_is_a_few_microseconds():
-    lines = [REAL_NESTED, REAL_C10_GLOG, REAL_AGENT, REAL_RANK_FRAME, REAL_TEE, "plain message line", "  indented code"]
-    lines = lines * 3000
-    start = time.perf_counter()
-    for raw in lines:
-        normalize_line(raw)
-    per_line_us = (time.perf_counter() - start) / len(lines) * 1e6
-    # Measured about 2-4 us/line on the 2-core dev VM; the bound leaves room for slow CI machines.
-    assert per_line_us < 40, per_line_us
-
-
 @pytest.mark.parametrize(
     "huge",
     [
@@ -227,9 +216,10 @@ def test_speed_per_line_is_a_few_microseconds():
     ],
 )
 def test_normalize_line_is_linear_on_huge_lines(huge):
+    # A hang guard, not a speed test (speed is measured in benchmarks/): a quadratic regex would take minutes here.
     start = time.perf_counter()
     line = normalize_line(huge)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 10.0
     assert line.raw == huge
 
 
