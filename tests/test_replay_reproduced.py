@@ -100,3 +100,16 @@ def test_reproduced_from_the_log_own_setting_is_not_called_implied():
     assert replay["reproduced"] is True and "implied" not in replay
     assert report.config["values"]["dist.use_torch_fsdp2"]["from"].startswith("log:")
     assert replay["summary"].startswith("reproduced by replay: ")
+
+
+def test_an_oom_on_a_known_config_is_not_called_unreproduced(tmp_path):
+    oom = Finding(rule="OOM103", name="oom", title="CUDA OOM", category="cuda_oom", phase="first_iteration",
+                  severity="error", role="root", confidence=0.9,
+                  evidence=[Evidence("job.log", 50, "torch.OutOfMemoryError: CUDA out of memory.")],
+                  fix=Fix(overrides=[Override("ddp.use_megatron_fsdp", True)]))
+    report = Report(findings=[oom], root_cause=0)
+    enrich(report, blocks_from_lines(lines_of((DATA / "task_configuration.log").read_text(), "job.log")),
+           AnalyzeOptions())
+    assert report.replay["summary"].startswith("the job's config passes validation (a cuda_oom failure is not a "
+                                               "config check)")
+    assert "not reproduced" not in report.replay["summary"]

@@ -26,6 +26,8 @@ from diagnose.explain.validate import run_checks as _run_checks
 from diagnose.model import Finding, Override
 
 MAX_ROUNDS = 8
+# failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
+CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
 
 
 @dataclass
@@ -39,6 +41,7 @@ class ReplayResult:
     framework: str | None = None
     rule: str | None = None
     implied: bool = False  # the config came only from what an error message states
+    category: str | None = None  # the finding's category (a CUDA OOM is no config check to reproduce)
     fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
     fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
 
@@ -65,6 +68,8 @@ class ReplayResult:
         if self.implied:
             out["implied"] = True
         out["fits"] = self.fits
+        if self.category and self.category not in CONFIG_CATEGORIES:
+            out["category"] = self.category
         if self.fit is not None:
             out["fit"] = self.fit.to_dict()
         if self.added:
@@ -85,6 +90,8 @@ def describe(section: dict[str, Any]) -> str:
         how = " (from the settings the error states)" if section.get("implied") else ""
         parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
                      else f"reproduced by replay{how}")
+    elif reproduced is False and section.get("category") and not violations:
+        parts.append(f"the job's config passes validation (a {section['category']} failure is not a config check)")
     elif reproduced is False:
         parts.append("not reproduced by replay (the job's config passes these checks)"
                      if not violations else f"replay finds {len(violations)} other violation(s)")
@@ -163,6 +170,7 @@ def replay(
         framework=view.framework,
         implied=_implied(view, finding, before),
         rule=finding.rule if finding is not None else None,
+        category=finding.category if finding is not None else None,
     )
 
 
