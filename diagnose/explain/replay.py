@@ -8,6 +8,14 @@
    ``torch_dist``), add the first suggested fix of each violation that does not undo a key already in the fix;
    bounded by ``max_rounds``;
 4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags.
+   ``env.*`` keys are launch-script lines only (``render["env"]``: export/unset; a comment in the Python and YAML
+   forms), never ``cfg.env_vars`` (Bridge applies those with ``os.environ.setdefault``: an export wins).
+   ``launch.world_size`` (GPUs a fix needs) is ``render["launch"]`` and a comment line, never a Bridge override.
+
+Beyond issue 3's schema the section carries ``rule``, ``proven``, ``implied`` (the reproduction rests on settings
+the error message states), ``fits`` (bool | None: for a CUDA OOM whose memory verdict is capacity or
+fragmentation, whether the fix fits per the memory model; see ``diagnose.explain.fit``) with ``fit`` (gpus, dp,
+layout, job_gpus, peak_bytes, capacity_bytes, label, cost), ``extended``, ``notes`` and ``summary``.
 """
 
 from __future__ import annotations
