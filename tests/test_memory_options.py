@@ -191,3 +191,20 @@ def test_split_combinations_keep_the_expert_mesh_whole():
     splits = valid_splits(scn)
     assert splits and all((16 // p) % (t * 8) == 0 for t, p in splits)
     assert (4, 1) not in splits and (1, 4) not in splits and (2, 1) in splits
+
+
+def test_distributed_optimizer_inferred_from_the_step_frames():
+    # QA report #4: the optimizer-step OOM inside distrib_optimizer.py runs the distributed optimizer already; the
+    # memory model must not model DDP nor offer "distributed optimizer" as a change
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 3 has a total capacity of "
+           "79.15 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in "
+           "use. Of the allocated memory 77.20 GiB is allocated by PyTorch, and 20.00 MiB is reserved by PyTorch but "
+           "unallocated.")
+    frames = ['  File "/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py", line 1503, in step']
+    report = _oom_finding(oom, "optimizer_step", frames)
+    report.findings[0].facts["num_parameters"] = 5 * 10**9
+    mem = run(report, None, None)
+    assert mem["current"]["strategy"] == "distributed_optimizer"
+    assert any("distrib_optimizer.py" in n for n in mem["notes"])
+    assert not any(o["strategy"] == "distributed_optimizer" and o["gpus"] == mem["current"]["gpus"]
+                   and not o["overrides"][0]["key"].startswith("optimizer.optimizer_cpu") for o in mem["options"])

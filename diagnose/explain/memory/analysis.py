@@ -76,6 +76,10 @@ def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, t
     if not strategy_known and "megatron_fsdp" in joined:
         layout = replace(layout, strategy="fsdp:optim_grads_params")
         notes.append("strategy inferred from the traceback: Megatron FSDP")
+    elif not strategy_known and "distrib_optimizer" in joined and layout.strategy == "ddp":
+        layout = replace(layout, strategy="distributed_optimizer")
+        strategy_known = True
+        notes.append("distributed optimizer inferred from the traceback (distrib_optimizer.py)")
     if not layout.fsdp and ("param_and_grad_buffer" in joined or "grad_data" in joined or not strategy_known):
         if not grads_known:
             if _near(n.requested, 4 * params):
