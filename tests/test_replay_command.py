@@ -137,3 +137,16 @@ def test_replay_text_does_not_repeat_the_whole_fix_as_an_extension(capsys):
     assert "extended with" not in out
     assert "fix (suggested by the validator): dist.use_torch_fsdp2=false" in out
     assert "fails as given; passes with the complete fix above" in out
+
+
+def test_replay_on_a_capacity_oom_log_proves_the_fitting_option_with_its_gpus(capsys):
+    samples = Path(__file__).resolve().parent.parent / "sample_logs"
+    assert main(["replay", str(samples / "ddp_wrap_oom.log"), "--format", "json"]) == 0
+    r = _json(capsys)["replay"]
+    assert r["fits"] is True and r["fit"]["gpus"] == 8
+    assert {"key": "launch.world_size", "value": 8} in r["fix"]
+    main(["replay", str(samples / "ddp_wrap_oom.log"), "--color", "never"])
+    out = capsys.readouterr().out
+    assert "memory: fits: needs >= 8 GPUs (DP 8; the job ran on 1)" in " ".join(out.split())
+    # the Python form's comment stays one line (a wrapped comment would be broken Python)
+    assert any(line.startswith("# needs >= 8 GPUs") and line.endswith("--ntasks=8)") for line in out.splitlines())

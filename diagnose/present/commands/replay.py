@@ -28,12 +28,16 @@ def run(args: Any) -> int:
 
     overrides = normalize_overrides(getattr(args, "sets", None) or [])
     finding = None
+    fit = None
     if looks_like_log_file(args.config):
-        view, finding = _from_log(args.config)
+        view, report = _from_log(args.config)
+        finding = report.root
         if not overrides and finding is not None:
             from diagnose.explain import fix_overrides
+            from diagnose.explain.fit import capacity_fix
 
-            overrides = fix_overrides(finding)  # no --set: replay the diagnosed root cause's own fix
+            fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
+            overrides = fit.overrides if fit is not None else fix_overrides(finding)  # the root cause's own fix
     else:
         view = load_config(args.config, defaults=False)
     if getattr(args, "bridge_version", None):
@@ -45,6 +49,10 @@ def run(args: Any) -> int:
         view.set("launch.world_size", gpus, "override")
     apply_defaults(view)
     result = replay(view, overrides, view.version, finding=finding)
+    if fit is not None:
+        from diagnose.explain.fit import apply_fit
+
+        apply_fit(result, fit)
     requested_passes = result.requested is not None and result.requested.passes
     payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict(),
                "requested_passes": requested_passes}
@@ -52,7 +60,7 @@ def run(args: Any) -> int:
         text = json.dumps(payload, indent=2, default=str) + "\n"
         _write(args, text)
     else:
-        _print_text(args, view, result)
+        _print_text(args, view, result, user=bool(getattr(args, "sets", None)))
     return EXIT_OK if requested_passes else EXIT_FAIL
 
 
@@ -69,10 +77,15 @@ def _from_log(path: str) -> tuple[Any, Any]:
     report = result.report
     view = build_view(report, result.blocks, None)
     implied = any(v.origin.startswith("implied:") for v in view.values.values())
-    if not (view.config_known or implied):
+    oom = report.root is not None and report.root.category == "cuda_oom"
+    if not (view.config_known or implied or oom):
         raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
                             "or error message that states settings)")
-    return view, report.root
+    if oom:
+        from diagnose.explain import _run_memory
+
+        _run_memory(report, view, None)  # the memory verdict decides a CUDA OOM's fix, as in analyze
+    return view, report
 
 
 def _write(args: Any, text: str) -> None:
@@ -87,7 +100,7 @@ def _write(args: Any, text: str) -> None:
         sys.stdout.write(text)
 
 
-def _print_text(args: Any, view: Any, result: Any) -> None:
+def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -114,7 +127,9 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
         console.print(_violations_text("as given", result.before.violations))
         given = [o for o in result.fix if not any(o is a for a in result.added)]
         if result.fix:
-            fix = Text("fix: " if given else "fix (suggested by the validator): ", style="bold")
+            label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if given else \
+                "fix (suggested by the validator): "
+            fix = Text(label, style="bold")
             fix.append(inert(result.render()["cli"] or "; ".join(
                 line for line in (result.render().get("env") or "").splitlines())))
             if result.added and given:
@@ -124,16 +139,33 @@ def _print_text(args: Any, view: Any, result: Any) -> None:
             console.print(_violations_text("with the fix", result.after.violations))
         for note in result.after.notes:
             console.print(Text("note: ", style="cyan") + Text(inert(note.message)))
-        console.print(_verdict(result, given))
+        console.print(_verdict(result, given if user else []))
+        if result.fits is not None and result.fit is not None:
+            console.print(Text("memory: ", style="bold") + Text(_fit_line(result.fit),
+                                                                  style="green" if result.fits else "red"))
         if result.fix:
             render = result.render()
             for key in ("python", "yaml", "env", "mlm"):
                 if render.get(key):
                     console.print(Text(f"{key}:", style="bold"))
-                    console.print(Text(inert_block(render[key]).rstrip("\n")))
+                    console.print(Text(inert_block(render[key]).rstrip("\n")), soft_wrap=True)  # code: never wrapped
     finally:
         if fh is not None:
             fh.close()
+
+
+def _fit_line(fit: Any) -> str:
+    from diagnose.explain.fit import gib
+
+    if fit.fits:
+        need = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp}'}; the job ran on {fit.job_gpus}), "
+                if fit.more_gpus else "")
+        peak = (f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}" if fit.peak_bytes
+                else "the reserved-but-unallocated memory would have served the request")
+        return f"fits: {need}{peak}"
+    if fit.peak_bytes:
+        return f"does not fit: {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
+    return f"does not fit: the memory model finds nothing that fits in {gib(fit.capacity_bytes)}"
 
 
 def _verdict(result: Any, given: list) -> Any:
