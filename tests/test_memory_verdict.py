@@ -153,3 +153,23 @@ def test_numbers_only_capacity_at_the_optimizer_step_says_why():
     mem = analyze([str(log)], AnalyzeOptions()).memory
     assert mem["verdict"] == "capacity" and mem["phase"] == "optimizer_step"
     assert "Adam" in mem["explanation"] and "first optimizer step" in mem["explanation"]
+
+
+# QA report (new #2): an OOM while saving a checkpoint after 500 trained iterations, no config but the parameter count
+CKPT_SAVE_OOM = ' > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 8030261248\n [2025-01-02 03:04:05] iteration      500/  500000 | consumed samples:       256000 | elapsed time per iteration (ms): 1234.6 | learning rate: 1.500000E-04 | global batch size:   512 | lm loss: 3.123456E+00 | loss scale: 1.0 | grad norm: 1.210 | number of skipped iterations:   0 | number of nan iterations:   0 |\n[2025-01-02 03:04:06.000000] saving checkpoint at iteration     500 to /ckpt in fsdp_dtensor format\n[rank0]: Traceback (most recent call last):\n[rank0]:   File "/opt/Megatron-Bridge/src/megatron/bridge/training/train.py", line 400, in train\n[rank0]:     save_checkpoint_and_time(\n[rank0]:   File "/opt/Megatron-Bridge/src/megatron/bridge/training/checkpointing.py", line 1174, in save_checkpoint\n[rank0]:     state_dict = generate_state_dict(\n[rank0]:   File "/opt/megatron/core/optimizer/distrib_optimizer.py", line 1100, in sharded_state_dict\n[rank0]:     tensor = torch.empty_like(main_param)\n[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.74 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has 77.98 GiB memory in use. Of the allocated memory 75.50 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n'
+
+
+def test_checkpoint_save_oom_after_training_is_a_transient_peak_not_capacity(tmp_path):
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    path = tmp_path / "ckpt_save_oom.log"
+    path.write_text(CKPT_SAVE_OOM)
+    mem = analyze([str(path)], AnalyzeOptions()).memory
+    assert mem["phase"] == "checkpoint_save"
+    assert mem["verdict"] == "transient_peak"
+    assert mem["current"]["strategy"] == "distributed_optimizer"  # from the distrib_optimizer.py frame
+    assert mem["current"]["dp_known"] is False
+    assert "cannot fit whatever the batch" not in mem["explanation"]
+    assert "on 1 GPU" not in mem["explanation"] and "had trained" in mem["explanation"]
+    assert any("data-parallel size is unknown" in n for n in mem["notes"])
+    assert not any(o["fits"] and o["gpus"] > 1 for o in mem["options"])  # no GPU counts sized from a guessed DP

@@ -249,6 +249,30 @@ def _too_big(n: OomNumbers, capacity: int) -> str:
             "max_position_embeddings, micro batch, vocabulary or a shape read from the wrong field.")
 
 
+def _explain_trained(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int,
+                     world_known: bool) -> str:
+    """The job trained (or reached a checkpoint save), so its model state fitted, although the config read from
+    the log predicts more than the GPU: say what the numbers show without presenting the assumed layout as fact."""
+    where = {"checkpoint_save": "while saving a checkpoint", "training": "during training",
+             "eval": "during evaluation"}.get(phase, "")
+    req = fmt_gib(n.requested) if n.requested else "?"
+    text = f"A {req} allocation did not fit in {fmt_gib(capacity)} {where}".rstrip() + "."
+    if n.allocated:
+        text += f" Already allocated by PyTorch: {fmt_gib(n.allocated)}{_pct(n.allocated, capacity)}."
+    dp = "" if world_known else " (the data-parallel size is not in the log)"
+    text += (f" The job had trained, so its model state ({params / 1e9:.1f}B parameters) fitted{dp}; the state "
+             "cannot be sized from the log alone.")
+    if verdict == "transient_peak" and phase == "checkpoint_save":
+        text += (" Saving stages copies of the local optimizer / main-param shards on the GPU before they go to the "
+                 "host: a one-off peak. Leave headroom for it (a little more sharding or a smaller micro batch), set "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or save with fewer tensors in flight.")
+    elif verdict == "transient_peak":
+        text += " A one-off peak above the steady state did not fit."
+    elif verdict == "activations":
+        text += " The activations of the micro batch are the likely growth (micro batch, recompute)."
+    return text
+
+
 def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None) -> str:
     """What the OOM numbers alone say, when neither a parameter count nor a model shape is known."""
     if capacity and larger_than_gpu(n, capacity):
@@ -396,18 +420,26 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
                   "checkpoint_save": current.phases.checkpoint_peak,
                   "checkpoint_load": current.phases.checkpoint_peak}.get(phase, current.phases.peak)
     state_for_verdict: int | None = current.state.persistent
-    trained = phase in ("training", "eval")
-    if trained and current.state.persistent > capacity:
+    # a job that trains, or saves a checkpoint (Megatron saves after training iterations), had its model state
+    # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
+    trained = phase in ("training", "eval", "checkpoint_save")
+    world_known = _set_in_job(view, "launch.world_size")
+    state_unexplained = trained and current.state.persistent > capacity
+    if state_unexplained:
         # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
         state_for_verdict = None
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out["verdict"] = verdict
     buffer = _which_buffer(n, current, params, texts)
-    out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
+    if state_unexplained:
+        out["explanation"] = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
+    else:
+        out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
     out["request_is"] = buffer
     out["current"] = {
         "strategy": layout.strategy,
         "dp": layout.dp,
+        "dp_known": bool(world_known or layout.gpus > 1),  # false: the log does not give the DP size (modelled 1)
         "gpus": layout.gpus,
         "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
         "bytes_per_param": round(current.state.bytes_per_param, 3),
@@ -423,11 +455,19 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     }
     replay_view = _replay_view(_ensure_view(view), layout)
     bridge_version = getattr(options, "bridge_version", None)
-    plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
-    out["options"] = [_plan_dict(p) for p in plans]
-    if trained and current.state.persistent > capacity:
+    if state_unexplained:
+        # options sized from a state the job demonstrably did not have would be guesses presented as predictions
+        plans = []
+        if verdict == "fragmentation":
+            out["options"] = [_expandable_segments_option(n, layout)]
+    else:
+        plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
+        out["options"] = [_plan_dict(p) for p in plans]
+    if state_unexplained:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")
+    if not world_known and layout.gpus == 1:
+        out["notes"].append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
         change = " ".join(f"{o.key}={o.value}" for o in best.overrides)
