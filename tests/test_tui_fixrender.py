@@ -140,3 +140,20 @@ def test_reflow_joins_hard_wrapped_explanations() -> None:
     text = "The model was built, but\nwrapping it ran out.\n\nSecond paragraph\n- one\n  indented\n- two\n"
     assert reflow(text).splitlines() == [
         "The model was built, but wrapping it ran out.", "", "Second paragraph", "- one", "  indented", "- two"]
+
+
+def test_verdict_says_the_fix_fits_and_how_many_gpus_it_needs():
+    from diagnose.present.tui.fixrender import replay_verdict
+
+    replay = {
+        "reproduced": None,
+        "after_fix": {"passes": True, "violations": []},
+        "fits": True,
+        "fit": {"gpus": 8, "job_gpus": 1},
+        "render": {"launch": "# needs >= 8 GPUs: launch with world size 8"},
+    }
+    text = replay_verdict(replay)
+    assert "fits in memory on 8 GPUs (the job had 1)" in text
+    assert "needs >= 8 GPUs" in text
+    replay["fits"] = False
+    assert "does NOT fit" in replay_verdict(replay)

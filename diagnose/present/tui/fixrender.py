@@ -161,8 +161,20 @@ def replay_verdict(replay: dict[str, Any]) -> str:
         tail = "replay did not reproduce the failure"
     else:
         tail = "the log did not carry enough config to reproduce"
+    fit = replay.get("fit") if isinstance(replay.get("fit"), dict) else {}
+    fits = replay.get("fits")
+    if fits is True:
+        gpus, job = fit.get("gpus"), fit.get("job_gpus")
+        more = f" on {gpus} GPUs (the job had {job})" if gpus and job and gpus != job else ""
+        head += f"; fits in memory{more}"
+    elif fits is False:
+        head += "; but does NOT fit in GPU memory"
+    launch = (replay.get("render") or {}).get("launch")
     notes = [str(n) for n in replay.get("notes") or [] if n]
-    return f"{head}; {tail}" + "".join(f"\n  note: {n}" for n in notes)
+    lines = [f"{head}; {tail}"]
+    if launch:
+        lines.append(str(launch))
+    return "\n".join(lines) + "".join(f"\n  note: {n}" for n in notes)
 
 
 def _split_env(overrides: list[Override], env: list[tuple[str, str]]) -> tuple[list[Override], list[tuple[str, str]]]:
