@@ -157,3 +157,21 @@ def test_verdict_says_the_fix_fits_and_how_many_gpus_it_needs():
     assert "needs >= 8 GPUs" in text
     replay["fits"] = False
     assert "does NOT fit" in replay_verdict(replay)
+
+
+def test_memory_picture_shows_fsdp_transient_buffers_apart_from_model_state():
+    from diagnose.present.tui.memoryview import memory_text
+
+    memory = {
+        "gpu_capacity_bytes": 80 << 30,
+        "verdict": "capacity",
+        "current": {
+            "strategy": "fsdp:optim_grads_params", "dp": 64, "bytes_per_param": 0.28,
+            "model_state_bytes": 20 << 30, "transient_bytes": 6 << 30, "peak_bytes": 90 << 30,
+            "components": {"params": 5 << 30, "grads": 5 << 30, "main_params": 5 << 30, "optimizer": 5 << 30},
+        },
+        "options": [],
+    }
+    text = memory_text(memory).plain
+    assert "transient" in text and "6.00 GiB" in text
+    assert "20.00 GiB" in text  # model state total, without the transient buffers

@@ -81,6 +81,11 @@ def memory_text(memory: dict[str, Any] | None, finding: Finding | None = None) -
             out.append(f"\n  {name:<12}")
             out.append_text(bar(value, capacity, "magenta"))
             out.append(f" {format_bytes(value)}")
+        transient = _int(current.get("transient_bytes"))
+        if transient:  # Megatron FSDP's gathered/reduce buffers: not model state, but they count in the peak
+            out.append(f"\n  {'transient':<12}")
+            out.append_text(bar(transient, capacity, "yellow"))
+            out.append(f" {format_bytes(transient)}")
         total = _int(current.get("model_state_bytes"))
         if total is not None:
             style = "green" if total <= capacity else "red"
