@@ -148,10 +148,10 @@ def test_silent_rank_sentence_shown_once_for_a_root_whose_explanation_has_it():
 
 
 def test_long_prose_in_a_section_wraps_under_its_key():
-    replay = {"summary": "reproduced by replay (from the settings the error states): FSDP requires "
+    replay = {"detail": "reproduced by replay (from the settings the error states): FSDP requires "
                          "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.; fix proven to pass validation: export X=32"}
     lines = render_to_string(_report([_finding()], replay=replay), width=60).splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("  summary: reproduced"))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  detail: reproduced"))
     cont = lines[start + 1]
     assert cont.startswith("      ") and cont.strip(), lines[start:start + 3]  # hanging indent, not column 0
     assert all(len(ln) <= 60 for ln in lines[start:start + 3])
@@ -186,3 +186,19 @@ def test_meta_line_wraps_indented_on_a_narrow_terminal():
     lines = render_to_string(_report([f]), width=50).splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("  phase dp_wrap"))
     assert lines[start + 1].startswith("  ") and lines[start + 1].strip()
+
+
+def test_report_sections_open_with_their_one_sentence_summary():
+    from diagnose.model import Report
+    from diagnose.present.text import render_to_string
+
+    report = Report(
+        replay={"reproduced": True, "summary": "reproduced by replay; fix proven", "fix": []},
+        memory={"verdict": "capacity", "explanation": "The fp32 grad buffer did not fit.", "options": []},
+    )
+    out = render_to_string(report, width=100)
+    replay_part = out.split("REPLAY", 1)[1]
+    memory_part = out.split("MEMORY", 1)[1]
+    assert replay_part.lstrip().startswith("reproduced by replay; fix proven")
+    assert memory_part.lstrip().startswith("The fp32 grad buffer did not fit.")
+    assert "summary:" not in out and "explanation:" not in out

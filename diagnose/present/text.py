@@ -532,12 +532,21 @@ def _command_flags(lines: list[str]) -> list[bool]:
     return flags
 
 
+LEAD_KEYS = ("summary", "explanation")
+
+
 def _section(title: str, data: Any, width: int = 100) -> list[Any]:
     """A section (config, replay, memory, slurm): commands unwrapped, prose wrapped under its key (hanging)."""
     if not data:
         return []
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
-    lines = mapping_lines(section_data(data))
+    data = section_data(data)
+    lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
+    if lead_key:  # the one sentence a user reads first (replay's summary, memory's explanation), then the details
+        for w in wrap_paragraphs(inert(data[lead_key]), width, "  "):
+            out.append(Text(w, style="bold"))
+        data = {k: v for k, v in data.items() if k != lead_key}
+    lines = mapping_lines(data)
     for line, command in zip(lines, _command_flags(lines)):
         line = "  " + inert_block(line)
         if command:
