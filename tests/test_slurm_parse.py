@@ -381,3 +381,20 @@ def test_follow_reads_appended_text_and_restarts_after_truncation(tmp_path):
     log.write_text("new\n")  # truncated and rewritten (a requeued run)
     offset, grew = _read_new(str(log), offset, seen.append)
     assert grew and seen[-1] == "new\n" and offset == 4
+
+
+def test_array_id_picks_the_failed_task_not_one_still_completing():
+    """scontrol lists every task of an array asked by its id; a task still COMPLETING is not the failed one."""
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.job import scontrol_state
+    from diagnose.ingest.slurm.jobid import parse_job_id
+
+    out = "\n".join(
+        f"JobId={raw} JobName=arr ArrayJobId=7 ArrayTaskId={task} JobState={state} ExitCode={code}"
+        for raw, task, state, code in [(9, 2, "COMPLETING", "0:0"), (8, 1, "FAILED", "1:0"), (7, 0, "COMPLETED", "0:0")]
+    )
+
+    def runner(argv):
+        return CommandResult(argv, 0, out + "\n", "")
+
+    assert scontrol_state(parse_job_id("7"), runner) == "FAILED"

@@ -50,6 +50,11 @@ SACCT_FIELDS = [
     "Timelimit", "NodeList", "Start", "End", "WorkDir",
 ]  # fmt: skip
 
+# States a job ends in when something went wrong: a task still COMPLETING or CONFIGURING is not "the failed one".
+BAD_END_STATES = frozenset(
+    {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE", "REVOKED"}
+)
+
 
 @dataclass(slots=True)
 class SlurmRecordLine:
@@ -196,7 +201,7 @@ def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:
     if not records:
         return None
     if len(records) > 1:  # an array job asked by its array id: one record per task; take the first failed one
-        failing = [r for r in records if r.fields.get("JobState") not in ("COMPLETED", "RUNNING", "PENDING")]
+        failing = [r for r in records if r.fields.get("JobState") in BAD_END_STATES]
         return (failing or records)[0]
     return records[0]
 
@@ -280,7 +285,7 @@ def _fill_from_sacct(
     if job.source == "scontrol":
         chosen = job.job_id if job.job_id in ids else ids[-1]
     else:
-        failing = [r.fields["JobID"] for r in job_rows if split_state(r.fields.get("State"))[0] not in ("COMPLETED", "RUNNING", "PENDING")]
+        failing = [r.fields["JobID"] for r in job_rows if split_state(r.fields.get("State"))[0] in BAD_END_STATES]
         chosen = ref.slurm_id if ref.slurm_id in ids else (failing or ids)[0]
     runs = [r for r in job_rows if r.fields["JobID"] == chosen]
     row = runs[-1]  # with -D, earlier (requeued) runs come first
