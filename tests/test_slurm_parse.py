@@ -398,3 +398,24 @@ def test_array_id_picks_the_failed_task_not_one_still_completing():
         return CommandResult(argv, 0, out + "\n", "")
 
     assert scontrol_state(parse_job_id("7"), runner) == "FAILED"
+
+
+def test_array_asked_as_it_ends_waits_for_its_tasks_to_settle():
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.job import lookup_job
+    from diagnose.ingest.slurm.jobid import parse_job_id
+
+    calls = {"n": 0}
+    running = "JobId=8 JobName=arr ArrayJobId=7 ArrayTaskId=1 JobState=COMPLETING ExitCode=0:0"
+    failed = "JobId=8 JobName=arr ArrayJobId=7 ArrayTaskId=1 JobState=FAILED ExitCode=1:0"
+    done = "JobId=7 JobName=arr ArrayJobId=7 ArrayTaskId=2 JobState=COMPLETED ExitCode=0:0"
+
+    def runner(argv):
+        if argv[0] == "scontrol":
+            calls["n"] += 1
+            task1 = running if calls["n"] <= 2 else failed
+            return CommandResult(argv, 0, f"{done}\n{task1}\n", "")
+        return CommandResult(argv, 1, "", "sacct: error: accounting storage is disabled")
+
+    job = lookup_job(parse_job_id("7"), runner, settle_s=5, sleep=lambda s: None)
+    assert job.job_id == "7_1"

@@ -155,6 +155,10 @@ def lookup_job(
     JobName "allocation" and no WorkDir/SubmitLine.
     """
     record = _scontrol_record(ref, runner)
+    deadline = time.monotonic() + settle_s
+    while record is not None and _array_still_ending(ref, runner) and time.monotonic() < deadline:
+        sleep(0.5)  # an array asked by its id right as it ends: wait for its tasks to settle before choosing one
+        record = _scontrol_record(ref, runner)
     sacct_rows, sacct_fields = _sacct_rows(ref, runner)
     if record is None:
         deadline = time.monotonic() + settle_s
@@ -190,6 +194,18 @@ def scontrol_state(ref: JobRef, runner: Runner = run_slurm) -> str | None:
     return None if record is None else split_state(record.fields.get("JobState"))[0]
 
 
+def _array_still_ending(ref: JobRef, runner: Runner) -> bool:
+    """Several records (an array asked by its id), none ended badly, and some not ended yet."""
+    result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
+    if not result.ok:
+        return False
+    records = parse_scontrol_jobs(result.stdout)
+    if len(records) < 2:
+        return False
+    states = [split_state(r.fields.get("JobState"))[0] for r in records]
+    return not any(st in BAD_END_STATES for st in states) and any(st not in ENDED_STATES for st in states)
+
+
 def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:
     result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
     if not result.ok:
@@ -201,7 +217,7 @@ def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:
     if not records:
         return None
     if len(records) > 1:  # an array job asked by its array id: one record per task; take the first failed one
-        failing = [r for r in records if r.fields.get("JobState") in BAD_END_STATES]
+        failing = [r for r in records if split_state(r.fields.get("JobState"))[0] in BAD_END_STATES]
         return (failing or records)[0]
     return records[0]
 
