@@ -580,13 +580,13 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
-            line = Text("  ")
+            line = Text("")
             line.append(inert(collapsed_line(f, root if f.cause_of is not None else None)))
             silent = silent_line(f, root)
             if silent:
                 line.append("; " + inert(silent), style="yellow")
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
-            parts.append(line)
+            parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
     for name in ("config", "replay", "memory", "slurm"):
         parts.extend(_section(name, getattr(report, name), width))
     if report.warnings:
