@@ -86,6 +86,22 @@ class LogLine:
         return (self.path if self.host is None else self.host, "main", None)
 
 
+def rank_runs(ranks) -> list[str]:
+    """Ranks as sorted runs: ``[9, 0, 1, 2, 3, 11, 12]`` -> ``["0-3", "9", "11-12"]`` (duplicates ignored).
+
+    The one place rank sets are compacted; reports, the TUI and the NCCL silent-rank sentence join these runs."""
+    values = sorted(set(ranks))
+    runs: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return runs
+
+
 @dataclass(slots=True)
 class Block:
     """Consecutive lines of one stream captured after an anchor (a config dump, a torchrun summary...)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.model import Finding
+from diagnose.model import Finding, rank_runs
 
 NCCL_TIMEOUT = "nccl_timeout"
 MAX_WORLD = 1 << 17  # beyond this a world_size fact is not believed (and the set difference stays cheap)
@@ -52,26 +52,13 @@ def silent_ranks(reported: set[int], world: int) -> list[int]:
     return missing
 
 
-def _compact(ranks: list[int]) -> str:
-    """``[3, 4, 5, 8]`` -> ``"3-5, 8"`` (the list is at most MAX_SILENT long)."""
-    runs: list[str] = []
-    values = sorted(set(ranks))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ", ".join(runs)
-
-
 def silent_sentence(ranks: list[int]) -> str:
     """"rank 8 did not report the timeout: it is the likely culprit (stuck, or died without a trace)"."""
     if len(ranks) == 1:
         return (f"rank {ranks[0]} did not report the timeout: it is the likely culprit "
                 f"(stuck, or died without a trace)")
-    return (f"ranks {_compact(ranks)} did not report the timeout: they are the likely culprits "
+    runs = ", ".join(rank_runs(ranks))
+    return (f"ranks {runs} did not report the timeout: they are the likely culprits "
             f"(stuck, or died without a trace)")
 
 

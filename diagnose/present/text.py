@@ -16,7 +16,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from diagnose.model import Finding, Fix, Override, Report
+from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.safe import inert, inert_block, log_text
 
 SAFETY_NOTE = {
@@ -49,15 +49,8 @@ MAX_RANK_RUNS = 12
 
 def compact_ranks(ranks: Iterable[int]) -> str:
     """``[0,1,2,3,9,11,12]`` -> ``"0-3, 9, 11-12"``; very long lists are cut with a count."""
-    values = sorted(set(ranks))
-    runs: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
+    values = set(ranks)
+    runs = rank_runs(values)
     if len(runs) > MAX_RANK_RUNS:
         return ", ".join(runs[:MAX_RANK_RUNS]) + f", … ({len(values)} ranks)"
     return ", ".join(runs)

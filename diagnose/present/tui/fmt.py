@@ -4,22 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from diagnose.model import rank_runs
+
 
 def format_ranks(ranks: Iterable[int]) -> str:
     """Compress a rank list into runs: [0, 1, 2, 3, 9, 11, 12] -> "0-3, 9, 11-12"."""
-    ordered = sorted(set(ranks))
-    if not ordered:
-        return ""
-    runs: list[str] = []
-    start = prev = ordered[0]
-    for rank in ordered[1:]:
-        if rank == prev + 1:
-            prev = rank
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = rank
-    runs.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(runs)
+    return ", ".join(rank_runs(ranks))
 
 
 def compact_ranks(ranks: Iterable[int], limit: int = 40) -> str:
