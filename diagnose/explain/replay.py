@@ -289,7 +289,7 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
                 + "; ".join(_env(o) for o in env)) if env else ""
     heads = [c for c in (comment, env_note) if c]
     python = "\n".join(_python(o) for o in config)
-    yaml_text = _yaml(config)
+    yaml_text = overrides_yaml(config)
     out = {
         "cli": " ".join(_cli(o) for o in config),
         "python": "\n".join(heads + ([python] if python else [])),
@@ -325,7 +325,8 @@ def _env(o: Override) -> str:
     return f"unset {name}" if is_delete(o) or o.value is None else f"export {name}={o.value}"
 
 
-def _yaml(fix: list[Override]) -> str:
+def overrides_yaml(fix: list[Override]) -> str:
+    """Dotted overrides as nested YAML (``ddp.x=1`` -> ``ddp:\\n  x: 1``); a deletion becomes null."""
     tree: dict[str, Any] = {}
     for o in fix:
         parts = o.key.split(".")

@@ -10,7 +10,6 @@ import json
 import textwrap
 from typing import Any, Iterable
 
-import yaml
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.table import Table
@@ -92,17 +91,9 @@ def python_lines(overrides: list[Override], var: str = "cfg") -> list[str]:
 
 
 def yaml_text(overrides: list[Override]) -> str:
-    nested: dict[str, Any] = {}
-    for o in overrides:
-        node = nested
-        parts = o.key.split(".")
-        for p in parts[:-1]:
-            child = node.get(p)
-            if not isinstance(child, dict):
-                child = node[p] = {}
-            node = child
-        node[parts[-1]] = o.value
-    return yaml.safe_dump(nested, sort_keys=False, default_flow_style=False).rstrip()
+    from diagnose.explain.replay import overrides_yaml  # one nested-YAML builder for replay and reports
+
+    return overrides_yaml(overrides).rstrip()
 
 
 def collapsed_line(f: Finding, root: Finding | None) -> str:
