@@ -419,3 +419,28 @@ def test_array_asked_as_it_ends_waits_for_its_tasks_to_settle():
 
     job = lookup_job(parse_job_id("7"), runner, settle_s=5, sleep=lambda s: None)
     assert job.job_id == "7_1"
+
+
+def test_sacct_lagging_behind_never_replaces_the_task_scontrol_chose():
+    """Right after an array ends, sacct may list only some tasks: scontrol's choice (the failed task) stays."""
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.job import SACCT_FIELDS, lookup_job
+    from diagnose.ingest.slurm.jobid import parse_job_id
+
+    scontrol = (
+        "JobId=7 JobName=arr ArrayJobId=7 ArrayTaskId=2 JobState=COMPLETED ExitCode=0:0\n"
+        "JobId=8 JobName=arr ArrayJobId=7 ArrayTaskId=1 JobState=FAILED ExitCode=1:0\n"
+    )
+    header = "|".join([*SACCT_FIELDS, "SubmitLine"])
+    row = {"JobID": "7_2", "JobIDRaw": "7", "JobName": "arr", "State": "COMPLETED", "ExitCode": "0:0"}
+    sacct = header + "\n" + "|".join(row.get(f, "") for f in [*SACCT_FIELDS, "SubmitLine"]) + "\n"
+
+    def runner(argv):
+        if argv[0] == "scontrol":
+            return CommandResult(argv, 0, scontrol, "")
+        if "--helpformat" in argv:
+            return CommandResult(argv, 0, "JobID JobName State", "")
+        return CommandResult(argv, 0, sacct, "")
+
+    job = lookup_job(parse_job_id("7"), runner, settle_s=0, sleep=lambda s: None)
+    assert job.job_id == "7_1" and job.array_task_id == 1

@@ -154,11 +154,12 @@ def lookup_job(
     ``settle_s`` bounds the wait for sacct's record to complete: for a few seconds after a job ends, sacct shows
     JobName "allocation" and no WorkDir/SubmitLine.
     """
-    record = _scontrol_record(ref, runner)
+    records = _scontrol_records(ref, runner)
     deadline = time.monotonic() + settle_s
-    while record is not None and _array_still_ending(ref, runner) and time.monotonic() < deadline:
+    while _array_still_ending(records) and time.monotonic() < deadline:
         sleep(0.5)  # an array asked by its id right as it ends: wait for its tasks to settle before choosing one
-        record = _scontrol_record(ref, runner)
+        records = _scontrol_records(ref, runner)
+    record = _pick_record(records)
     sacct_rows, sacct_fields = _sacct_rows(ref, runner)
     if record is None:
         deadline = time.monotonic() + settle_s
@@ -190,36 +191,35 @@ def lookup_job(
 
 def scontrol_state(ref: JobRef, runner: Runner = run_slurm) -> str | None:
     """The job's state from scontrol alone (cheap enough to poll), or None once slurmctld has forgotten it."""
-    record = _scontrol_record(ref, runner)
+    record = _pick_record(_scontrol_records(ref, runner))
     return None if record is None else split_state(record.fields.get("JobState"))[0]
 
 
-def _array_still_ending(ref: JobRef, runner: Runner) -> bool:
+def _array_still_ending(records: list[ScontrolRecord]) -> bool:
     """Several records (an array asked by its id), none ended badly, and some not ended yet."""
-    result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
-    if not result.ok:
-        return False
-    records = parse_scontrol_jobs(result.stdout)
     if len(records) < 2:
         return False
     states = [split_state(r.fields.get("JobState"))[0] for r in records]
     return not any(st in BAD_END_STATES for st in states) and any(st not in ENDED_STATES for st in states)
 
 
-def _scontrol_record(ref: JobRef, runner: Runner) -> ScontrolRecord | None:
+def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
+    """scontrol's records for the job (one per task for an array asked by its id); [] once it is forgotten."""
     result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
     if not result.ok:
         message = result.first_error_line()
         if "Invalid job id" in message:
-            return None
+            return []
         raise SlurmUnavailable(f"scontrol show job {ref.slurm_id}: {message}")
-    records = parse_scontrol_jobs(result.stdout)
+    return parse_scontrol_jobs(result.stdout)
+
+
+def _pick_record(records: list[ScontrolRecord]) -> ScontrolRecord | None:
+    """The job's record; for an array asked by its array id, the first task that ended badly."""
     if not records:
         return None
-    if len(records) > 1:  # an array job asked by its array id: one record per task; take the first failed one
-        failing = [r for r in records if split_state(r.fields.get("JobState"))[0] in BAD_END_STATES]
-        return (failing or records)[0]
-    return records[0]
+    failing = [r for r in records if split_state(r.fields.get("JobState"))[0] in BAD_END_STATES]
+    return (failing or records)[0]
 
 
 def _fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
@@ -291,15 +291,18 @@ def _incomplete(rows: list[SacctRow]) -> bool:
 
 def _fill_from_sacct(
     job: SlurmJob, ref: JobRef, job_rows: list[SacctRow], rows: list[SacctRow], scontrol_known: bool
-) -> SacctRow:
-    """Fill ``job`` from sacct (everything when scontrol did not know it; else the extras); return the job row."""
+) -> SacctRow | None:
+    """Fill ``job`` from sacct (everything when scontrol did not know it; else the extras); return the job row, or
+    None when scontrol chose a task that sacct does not list yet."""
     # an array asked by its array id lists every task: keep the one scontrol chose, else the first failed task
     ids = []
     for r in job_rows:
         if r.fields["JobID"] not in ids:
             ids.append(r.fields["JobID"])
     if job.source == "scontrol":
-        chosen = job.job_id if job.job_id in ids else ids[-1]
+        if job.job_id not in ids:  # sacct lags the job's end: never let another task's row replace scontrol's choice
+            return None
+        chosen = job.job_id
     else:
         failing = [r.fields["JobID"] for r in job_rows if split_state(r.fields.get("State"))[0] in BAD_END_STATES]
         chosen = ref.slurm_id if ref.slurm_id in ids else (failing or ids)[0]
