@@ -451,6 +451,10 @@ def test_requeued_job_counts_restarts_and_reports_the_last_run(slurm_env, workdi
     wait_state(slurm_env, job, "RUNNING")
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True, timeout=30)
     wait_state(slurm_env, job, "PENDING")
+    # slurmd revokes the first run's credential with one-second resolution: a relaunch in the same second as the
+    # requeue is killed at once ("Killing non-startable batch job: Job credential revoked", exit 1:0, batch step
+    # CANCELLED), which is Slurm's race, not this test's subject. Two seconds makes the second run a real one.
+    time.sleep(2)
     # a requeued job waits ~2 minutes (BeginTime); start it now
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env, check=True, timeout=30)
     wait_ended(slurm_env, job, limit=120)
