@@ -341,3 +341,39 @@ def test_stdin_named_twice_keeps_the_first_copy_intact():
     )
     out = subprocess.run([sys.executable, "-c", script], input=b"x" * 5000, cwd=REPO, capture_output=True, timeout=60)
     assert out.stdout.decode().strip() == repr(b"x" * 5000) + " 0"
+
+
+def test_a_subfolder_removed_during_the_walk_is_skipped_not_an_error(tmp_path, monkeypatch):
+    """A job's scratch folder can vanish while `analyze DIR` walks it; the logs that remain are still read."""
+    from diagnose.ingest import discover
+
+    (tmp_path / "rank0.log").write_text("[rank0]: RuntimeError: boom\n")
+    scratch = tmp_path / "zz_scratch"
+    scratch.mkdir()
+    (scratch / "x.log").write_text("gone\n")
+    real = discover.looks_like_log
+
+    def remove_scratch_then_check(name: str) -> bool:
+        shutil.rmtree(scratch, ignore_errors=True)  # deleted after the top folder was listed, before its turn
+        return real(name)
+
+    monkeypatch.setattr(discover, "looks_like_log", remove_scratch_then_check)
+    assert discover._walk_logs(str(tmp_path)) == [str(tmp_path / "rank0.log")]
+
+
+def test_an_unlistable_top_folder_is_still_a_one_line_error(tmp_path):
+    from diagnose.ingest import discover
+
+    with pytest.raises(DiagnoseError) as e:
+        discover._walk_logs(str(tmp_path / "missing"))
+    assert "no such file or directory" in _one_line_error(e)
+
+
+def test_os_errors_have_one_wording_per_kind():
+    from diagnose.ingest.errors import os_error
+
+    assert str(os_error("a", FileNotFoundError(2, "No such file"))) == "a: no such file or directory"
+    assert str(os_error("a", PermissionError(13, "Permission denied"))) == "a: permission denied (no read access)"
+    assert str(os_error("a", PermissionError(13, "x"), denied="cannot list folder")) == "a: permission denied (cannot list folder)"
+    assert str(os_error("a", IsADirectoryError(21, "Is a directory"))) == "a: is a directory"
+    assert str(os_error("a\x1b[2J", OSError(5, "Input/output error"), "read")) == "a\\x1b[2J: cannot read (Input/output error)"

@@ -14,7 +14,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from diagnose.ingest.errors import input_error
+from diagnose.ingest.errors import input_error, os_error
 from diagnose.model import DiagnoseError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -77,7 +77,9 @@ def _walk_logs(folder: str) -> list[str]:
     found: list[str] = []
 
     def on_error(err: OSError) -> None:
-        raise input_error(err.filename or folder, f"cannot list folder ({err.strerror or err})")
+        if isinstance(err, FileNotFoundError) and err.filename != folder:
+            return  # a subfolder removed while walking (a job's scratch dir): nothing left in it to read
+        raise os_error(err.filename or folder, err, "list folder", denied="cannot list folder")
 
     for root, dirs, files in os.walk(folder, onerror=on_error, followlinks=False):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -105,10 +107,8 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
             if os.path.islink(raw):
                 raise input_error(raw, "broken symbolic link") from None
             raise input_error(raw, "no such file or directory") from None
-        except PermissionError:
-            raise input_error(raw, "permission denied (cannot reach this path)") from None
         except OSError as e:
-            raise input_error(raw, f"cannot open ({e.strerror or e})") from None
+            raise os_error(raw, e, denied="cannot reach this path") from None
         if stat.S_ISDIR(st.st_mode):
             if not os.access(raw, os.R_OK | os.X_OK):
                 raise input_error(raw, "permission denied (cannot list folder)")

@@ -27,3 +27,18 @@ def shown(path: object) -> str:
 
 def input_error(path: object, reason: str) -> DiagnoseError:
     return DiagnoseError(f"{shown(path)}: {reason}")
+
+
+def os_error(path: object, err: OSError, doing: str = "open", denied: str = "no read access") -> DiagnoseError:
+    """The one wording of an OSError met while ingesting ``path``: "<path>: <what went wrong>".
+
+    ``doing`` names the step that failed ("open", "read", "map", "list folder"); ``denied`` says what a permission
+    error means at that step ("no read access", "cannot list folder", "cannot reach this path").
+    """
+    if isinstance(err, FileNotFoundError):
+        return input_error(path, "no such file or directory")
+    if isinstance(err, PermissionError):
+        return input_error(path, f"permission denied ({denied})")
+    if isinstance(err, IsADirectoryError):
+        return input_error(path, "is a directory")
+    return input_error(path, f"cannot {doing} ({err.strerror or err})")

@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
-from diagnose.ingest.errors import input_error
+from diagnose.ingest.errors import input_error, os_error
 
 _CHUNK_IN = 1 << 16
 _CHUNK_OUT = 1 << 20
@@ -75,14 +75,10 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
     name, magic, make, errors = _FORMATS[compressed_kind(src) or ".gz"]
     try:
         fin = open(src, "rb")
-    except FileNotFoundError:
-        raise input_error(src, "no such file or directory") from None
-    except PermissionError:
-        raise input_error(src, "permission denied (no read access)") from None
     except IsADirectoryError:
         raise input_error(src, f"is a directory, not a {name} file") from None
     except OSError as e:
-        raise input_error(src, f"cannot open ({e.strerror or e})") from None
+        raise os_error(src, e) from None
     try:
         with fin, open(dst, "wb") as fout:
             return _copy(fin, fout, src, name, magic, make, limits)
@@ -94,7 +90,7 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
         raise input_error(src, f"corrupt or truncated {name} data (stream ends early)") from None
     except OSError as e:
         _remove(dst)
-        raise input_error(src, f"cannot decompress ({e.strerror or e})") from None
+        raise os_error(src, e, "decompress") from None
     except BaseException:
         _remove(dst)
         raise

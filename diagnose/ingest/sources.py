@@ -21,7 +21,7 @@ from typing import IO, Iterator
 
 from diagnose.ingest.discover import expand_inputs
 from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
-from diagnose.ingest.errors import input_error
+from diagnose.ingest.errors import input_error, os_error
 from diagnose.model import DiagnoseError
 
 FIFO_TIMEOUT_S = 10.0
@@ -88,12 +88,8 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
         return _map_file(out, display_path=path, **hints)
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        raise input_error(path, "no such file or directory") from None
-    except PermissionError:
-        raise input_error(path, "permission denied") from None
     except OSError as e:
-        raise input_error(path, f"cannot open ({e.strerror or e})") from None
+        raise os_error(path, e, denied="cannot reach this path") from None
     if stat.S_ISFIFO(st.st_mode):
         return _read_stream(path, tmp, **hints)
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
@@ -119,22 +115,16 @@ def _snapshot(path: str, tmp: str) -> str:
                     break  # truncated while copying: keep what was there
                 dst.write(chunk)
                 remaining -= len(chunk)
-    except PermissionError:
-        raise input_error(path, "permission denied (no read access)") from None
     except OSError as e:
-        raise input_error(path, f"cannot read ({e.strerror or e})") from None
+        raise os_error(path, e, "read") from None
     return out
 
 
 def _map_file(real_path: str, display_path: str, **hints) -> Source:
     try:
         fh = open(real_path, "rb")
-    except PermissionError:
-        raise input_error(display_path, "permission denied (no read access)") from None
-    except IsADirectoryError:
-        raise input_error(display_path, "is a directory") from None
     except OSError as e:
-        raise input_error(display_path, f"cannot open ({e.strerror or e})") from None
+        raise os_error(display_path, e) from None
     try:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
@@ -145,7 +135,7 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         except (ValueError, OSError) as e:
             # Truncated between fstat and mmap, or a file system without mmap: read it (bounded by size).
             if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
-                raise input_error(display_path, f"cannot map ({e.strerror or e})") from None
+                raise os_error(display_path, e, "map") from None
             data = fh.read(size)
             fh.close()
             return Source(path=display_path, size=len(data), buffer=data, **hints)
@@ -154,7 +144,7 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         raise
     except OSError as e:
         fh.close()
-        raise input_error(display_path, f"cannot read ({e.strerror or e})") from None
+        raise os_error(display_path, e, "read") from None
     source = Source(path=display_path, size=size, buffer=mapped, **hints)
     source._closers.extend([fh.close, mapped.close])
     return source
@@ -191,17 +181,15 @@ def _read_stream(path: str, tmp: str, **hints) -> Source:
     out = os.path.join(tmp, f"fifo-{len(os.listdir(tmp))}.log")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except PermissionError:
-        raise input_error(path, "permission denied (no read access)") from None
     except OSError as e:
-        raise input_error(path, f"cannot open ({e.strerror or e})") from None
+        raise os_error(path, e) from None
     try:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", buffering=0) as reader:
             fd = -1
             _copy_with_deadline(reader, out, f"{path} (a FIFO)", FIFO_TIMEOUT_S)
     except OSError as e:
-        raise input_error(path, f"cannot read ({e.strerror or e})") from None
+        raise os_error(path, e, "read") from None
     finally:
         if fd >= 0:
             os.close(fd)
