@@ -22,6 +22,8 @@ class AnalyzeOptions:
     jobs: int = 1
     progress: Callable[[int, int], None] | None = None  # (bytes done, bytes total)
     backend: str = "auto"  # phase-1 scan engine: auto | hyperscan | re2 | python
+    # rank per input path when the caller knows it better than the file name does (Slurm's srun -o %t)
+    rank_hints: dict[str, int] = field(default_factory=dict)
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -30,8 +32,11 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     from diagnose.ingest import open_inputs
     from diagnose.match import load_catalogue, scan_and_match
 
-    catalogue = load_catalogue(options.rules_dirs)
+    catalogue = load_catalogue(options.rules_dirs, strict=True)
     with open_inputs(inputs) as sources:
+        for source in sources:
+            if source.path in options.rank_hints:
+                source.rank_hint = options.rank_hints[source.path]
         result = scan_and_match(
             sources, catalogue, jobs=options.jobs, progress=options.progress, backend=options.backend
         )

@@ -161,8 +161,17 @@ def test_catastrophic_user_regex_times_out_is_named_and_scan_goes_on(monkeypatch
     assert any("USR1" in w and "switched off" in w for w in report.warnings)
 
 
+def test_rule_with_broken_regex_is_refused_by_the_schema():
+    with pytest.raises(ValueError, match="pattern 1: regex does not compile"):
+        make_rule("BAD1", "CUDA out", r"CUDA out (")
+
+
 def test_rule_with_broken_regex_is_skipped_with_a_warning():
-    bad = make_rule("BAD1", "CUDA out", r"CUDA out (")
+    """The engine's own guard, for a Rule built in code past the schema (the schema refuses it, above)."""
+    import dataclasses
+
+    good = make_rule("BAD1", "CUDA out", r"CUDA out")
+    bad = dataclasses.replace(good, patterns=[dataclasses.replace(good.patterns[0], regex=r"CUDA out (")])
     report = match_text("CUDA out of memory. Tried to allocate 1.0 GiB\n", make_catalogue(OOM, bad))
     assert [f.rule for f in report.findings] == ["OOM1"]
     assert any("BAD1" in w for w in report.warnings)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from diagnose.model import CATEGORIES, PHASES, ROLES, SAFETIES, SEVERITIES, DiagnoseError, EnvVar, Fix, Override
 
 if sys.version_info >= (3, 11):
@@ -84,7 +86,15 @@ def default_rules_dir() -> Path:
     raise DiagnoseError("the built-in rules catalogue is missing (reinstall diagnose)")
 
 
-def load_catalogue(extra_dirs: list[str | Path] | None = None, include_default: bool = True) -> Catalogue:
+def load_catalogue(
+    extra_dirs: list[str | Path] | None = None, include_default: bool = True, strict: bool = False
+) -> Catalogue:
+    """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (last match wins).
+
+    ``strict`` (analysis) refuses a catalogue with broken rules: a user who passed ``--rules`` expects those rules
+    to run, and a report made without them would look clean. ``rules lint`` and ``rules list`` load leniently and
+    show every problem.
+    """
     dirs: list[Path] = [default_rules_dir()] if include_default else []
     for d in extra_dirs or []:
         p = Path(d)
@@ -107,6 +117,9 @@ def load_catalogue(extra_dirs: list[str | Path] | None = None, include_default: 
         if r.code in seen:
             errors.append(f"{r.source}: rule {r.code}: duplicate code (also in {seen[r.code]})")
         seen.setdefault(r.code, r.source)
+    if strict and errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise DiagnoseError(f"{errors[0]}{more}; see: diagnose rules lint --only-user --rules DIR")
     return Catalogue(rules, errors)
 
 
@@ -171,6 +184,10 @@ def parse_rule(raw: Any, source: str) -> Rule:
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
         if len(p["anchor"]) < 3:
             raise ValueError(f"anchor {p['anchor']!r} is shorter than 3 characters")
+        try:
+            regex.compile(p["regex"])  # compiled again (from regex's cache) by the engine
+        except regex.error as e:
+            raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None
         patterns.append(Pattern(p["anchor"], p["regex"]))
     if not patterns:
         raise ValueError("no patterns")

@@ -70,6 +70,10 @@ def run(args) -> int:
             raise DiagnoseError(f"no such file or folder: {path}")
     if paths.count("-") > 1:
         raise DiagnoseError("'-' (stdin) can be given only once")
+    if rules_dirs:  # a broken user rule is a usage error before the screen opens, as in `analyze`
+        from diagnose.match.rules import load_catalogue
+
+        load_catalogue(rules_dirs, strict=True)
 
     display: dict[str, str] = {}
     temp: list[str] = []
