@@ -145,8 +145,11 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     from diagnose.present.safe import inert
 
     force = {"always": True, "never": False}.get(color)
-    console = Console(file=console_file or sys.stdout, force_terminal=force, no_color=(color == "never"),
-                      highlight=False, width=140 if console_file is not None and color != "always" else None)
+    stream = console_file or sys.stdout
+    is_tty = bool(getattr(stream, "isatty", lambda: False)())
+    # a pipe or a file gets the text report's width (100), not rich's 80, so override lines are not broken mid-key
+    width = 140 if console_file is not None and color != "always" else (None if is_tty else 100)
+    console = Console(file=stream, force_terminal=force, no_color=(color == "never"), highlight=False, width=width)
     rep = out["replay"]
     violations = rep.get("violations", [])
     if not violations:
