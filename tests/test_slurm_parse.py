@@ -444,3 +444,238 @@ def test_sacct_lagging_behind_never_replaces_the_task_scontrol_chose():
 
     job = lookup_job(parse_job_id("7"), runner, settle_s=0, sleep=lambda s: None)
     assert job.job_id == "7_1" and job.array_task_id == 1
+
+
+# ------------------------------------------------------------------- srun per-task / per-node output files
+
+from diagnose.ingest.slurm.commands import CommandResult  # noqa: E402
+from diagnose.ingest.slurm.hostlist import expand_hostlist  # noqa: E402
+from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls  # noqa: E402
+from diagnose.ingest.slurm.task_outputs import StepShape, as_regex, collect, find_files  # noqa: E402
+
+TRAIN_SCRIPT = r"""#!/bin/bash
+#SBATCH --ntasks=4
+#SBATCH -o batch-%j.out
+# srun -o commented-%t.log is not a call
+LOGDIR=logs/$SLURM_JOB_ID
+mkdir -p "$LOGDIR" && srun --label -o "$LOGDIR/%j-%t.out" python -c 'print("srun -o quoted-%t.log")'
+echo srun -o echoed-%t.log
+srun -lun2 --error=${LOGDIR}/err_%2t.log \
+     --output=run_%j_%2t.log \
+     python train.py -o not-srun.log
+srun -o $(date +%s)/%t.log hostname
+"""
+
+
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+        ("a,b[8-10]", ["a", "b8", "b9", "b10"]),
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("vm", ["vm"]),
+        ("None assigned", []),
+        ("odd[x-y]", ["odd[x-y]"]),
+    ],
+)
+def test_hostlists_expand_in_slurms_order(text, hosts):
+    assert expand_hostlist(text) == hosts
+
+
+def test_hostlist_expansion_is_bounded():
+    assert len(expand_hostlist("n[0-99999999]", limit=50)) == 50
+
+
+def test_srun_calls_and_their_output_patterns_in_a_batch_script():
+    calls = find_srun_calls(TRAIN_SCRIPT, {"SLURM_JOB_ID": "77"})
+    assert [c.line for c in calls] == [6, 8, 11]  # not the comment, the quoted text, echo's argument
+    first, second, third = calls
+    assert first.output == "logs/77/%j-%t.out" and first.error is None and first.ntasks is None
+    assert second.output == "run_%j_%2t.log" and second.error == "logs/77/err_%2t.log" and second.ntasks == 2
+    assert third.output is not None and not third.writes_files and third.unresolved  # $(...) is never run
+
+
+def test_unknown_variable_in_a_pattern_is_reported_not_guessed():
+    (call,) = find_srun_calls("srun -o $SCRATCH/%t.log -n 8 a.out\n", {})
+    assert call.unresolved == ("SCRATCH",) and not call.writes_files and call.ntasks == 8
+
+
+def test_rank_comes_back_from_a_padded_name():
+    f = PatternFields(job_id=5, job_name="gpt")
+    m = as_regex("/w/%x_%j_%3t.log", f, "0").fullmatch("/w/gpt_5_012.log")
+    assert m is not None and int(m.group("t")) == 12
+    assert as_regex("/w/%x_%j_%3t.log", f, "0").fullmatch("/w/gpt_6_012.log") is None
+
+
+def _touch(path: Path, text: str = "x\n") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_per_task_files_expanded_from_the_task_count_and_missing_ones_noted(tmp_path):
+    f = PatternFields(job_id=42)
+    for t in (0, 1, 3):
+        _touch(tmp_path / "logs" / f"42-{t}.out")
+    files, note = find_files("logs/%j-%t.out", "stdout", f, StepShape("0", 4), str(tmp_path))
+    assert [(Path(t.path).name, t.rank) for t in files] == [("42-0.out", 0), ("42-1.out", 1), ("42-3.out", 3)]
+    assert "1 of 4" in note and "tasks 2" in note
+
+
+def test_glob_fallback_when_the_task_count_is_unknown(tmp_path):
+    f = PatternFields(job_id=42)
+    for t in (0, 7, 12):
+        _touch(tmp_path / f"run_42_{t:02d}.log")
+    _touch(tmp_path / "run_43_01.log")  # another job
+    files, note = find_files("run_%j_%2t.log", "stdout", f, StepShape(None, None), str(tmp_path))
+    assert [t.rank for t in files] == [0, 7, 12] and note == ""
+
+
+def test_per_node_files_from_the_node_list(tmp_path):
+    f = PatternFields(job_id=9, job_name="gpt")
+    _touch(tmp_path / "gpt-gpu01-9.log")
+    _touch(tmp_path / "gpt-gpu02-9.log")
+    files, note = find_files("%x-%N-%j.log", "stdout", f, StepShape("0", 16, expand_hostlist("gpu[01-03]")), str(tmp_path))
+    assert [t.node for t in files] == ["gpu01", "gpu02"] and all(t.rank is None for t in files)
+    assert "nodes gpu03" in note
+
+
+def test_no_file_at_all_is_a_note(tmp_path):
+    files, note = find_files("gone-%j-%t.out", "stdout", PatternFields(job_id=3), StepShape("0", 2), str(tmp_path))
+    assert files == [] and "gone-3-%t.out" in note
+
+
+def test_thousands_of_ranks_are_capped_keeping_rank_0_and_the_largest(tmp_path):
+    f = PatternFields(job_id=8)
+    for t in range(300):
+        _touch(tmp_path / f"o-{t}.log", "x" * (1000 if t == 217 else 10 + t % 7))
+    out = collect([SrunCall(1, output="o-%t.log")], [StepShape("0", 300)], f, str(tmp_path), StepShape(None, None), cap=10)
+    ranks = [t.rank for t in out.files]
+    assert out.found == 300 and len(ranks) == 10 and ranks == sorted(ranks)
+    assert 0 in ranks and 217 in ranks
+
+
+def _runner_for(scontrol: str, sacct_rows: list[dict[str, str]], script: str | None, sacct_script: str | None = None):
+    """A fake Slurm: scontrol's record (or none), sacct's rows, and the batch script both tools would print."""
+    from diagnose.ingest.slurm.job import SACCT_FIELDS
+
+    header = [*SACCT_FIELDS, "SubmitLine"]
+    sacct = "|".join(header) + "\n" + "".join("|".join(r.get(k, "") for k in header) + "\n" for r in sacct_rows)
+    calls: list[list[str]] = []
+
+    def runner(argv):
+        calls.append(argv)
+        if argv[:3] == ["scontrol", "write", "batch_script"]:
+            return CommandResult(argv, 0 if script else 1, script or "", "" if script else "error: job script not found")
+        if argv[0] == "scontrol":
+            if scontrol:
+                return CommandResult(argv, 0, scontrol + "\n", "")
+            return CommandResult(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+        if "--helpformat" in argv:
+            return CommandResult(argv, 0, "JobID JobName State", "")
+        if "--batch-script" in argv:
+            return CommandResult(argv, 0, sacct_script or "NONE\n", "")
+        if "--env-vars" in argv:
+            return CommandResult(argv, 0, "", "")
+        return CommandResult(argv, 0, sacct, "")
+
+    runner.calls = calls  # type: ignore[attr-defined]
+    return runner
+
+
+def _train_job(tmp_path: Path, oom_rank: int = 1) -> tuple[str, list[dict[str, str]]]:
+    """A two-task job: batch output plus logs/<job>-<rank>.out, the OOM in ``oom_rank``'s file (no rank prefix)."""
+    oom = (REPO / "tests" / "slurm_jobs" / "task_oom.log").read_text()
+    nccl = (REPO / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text()
+    _touch(tmp_path / "train-31.out", "batch script starting\n")
+    for t in (0, 1):
+        _touch(tmp_path / "logs" / f"31-{t}.out", oom if t == oom_rank else nccl)
+    scontrol = (
+        f"JobId=31 JobName=train UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0 "
+        f"DerivedExitCode=1:0 RunTime=00:00:05 TimeLimit=UNLIMITED NodeList=vm BatchHost=vm NumTasks=2 BatchFlag=1 "
+        f"WorkDir={tmp_path} StdErr={tmp_path}/train-31.out StdOut={tmp_path}/train-31.out"
+    )
+    rows = [
+        {"JobID": "31", "JobIDRaw": "31", "JobName": "train", "User": "root", "State": "FAILED", "ExitCode": "1:0",
+         "NodeList": "vm", "WorkDir": str(tmp_path), "SubmitLine": "sbatch train.sh"},
+        {"JobID": "31.batch", "JobIDRaw": "31.batch", "JobName": "batch", "State": "FAILED", "ExitCode": "1:0",
+         "NodeList": "vm", "NTasks": "1"},
+        {"JobID": "31.0", "JobIDRaw": "31.0", "JobName": "python", "State": "FAILED", "ExitCode": "1:0",
+         "NodeList": "vm", "NTasks": "2"},
+    ]  # fmt: skip
+    return scontrol, rows
+
+
+SCRIPT_31 = "#!/bin/bash\n#SBATCH -o %x-%j.out\nmkdir -p logs\nsrun -o logs/%j-%t.out python train.py\n"
+
+
+def test_lookup_finds_per_task_files_through_the_batch_script_from_scontrol(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    scontrol, rows = _train_job(tmp_path)
+    job = lookup_job(parse_job_id("31"), _runner_for(scontrol, rows, SCRIPT_31), settle_s=0, sleep=lambda s: None)
+    assert job.task_route == "scontrol write batch_script"
+    assert [(Path(t.path).name, t.rank, t.step) for t in job.task_outputs] == [("31-0.out", 0, "0"), ("31-1.out", 1, "0")]
+    assert job.analysis_inputs[0] == (str(tmp_path / "train-31.out"), None)
+    assert any("read 2 per-task output file(s)" in n and "step 0, 2 tasks" in n for n in job.notes)
+
+
+def test_sacct_route_reads_the_stored_batch_script(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    _, rows = _train_job(tmp_path)
+    stored = "Batch Script for 31\n" + "-" * 80 + "\n" + SCRIPT_31
+    job = lookup_job(parse_job_id("31"), _runner_for("", rows, None, stored), settle_s=0, sleep=lambda s: None)
+    assert job.source == "sacct" and job.task_route == "sacct --batch-script"
+    assert [t.rank for t in job.task_outputs] == [0, 1]
+
+
+def test_a_steps_own_submit_line_wins_over_the_script(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    scontrol, rows = _train_job(tmp_path)
+    rows[2]["SubmitLine"] = "srun -n 2 -o logs/%j-%t.out bash -c if true; then srun -o x-%t; fi"  # stored unquoted
+    runner = _runner_for(scontrol, rows, None)
+    job = lookup_job(parse_job_id("31"), runner, settle_s=0, sleep=lambda s: None)
+    assert job.task_route == "sacct step SubmitLine" and [t.rank for t in job.task_outputs] == [0, 1]
+    assert not any(a[:2] == ["scontrol", "write"] for a in runner.calls)  # no need for the script
+
+
+def test_no_script_and_no_step_line_means_no_task_files_and_no_error(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    scontrol, rows = _train_job(tmp_path)
+    job = lookup_job(parse_job_id("31"), _runner_for(scontrol, rows, None), settle_s=0, sleep=lambda s: None)
+    assert job.task_outputs == [] and job.task_route == ""
+    assert job.readable_outputs == [str(tmp_path / "train-31.out")]
+
+
+def test_deleted_task_files_are_a_note(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    scontrol, rows = _train_job(tmp_path)
+    for t in (0, 1):
+        (tmp_path / "logs" / f"31-{t}.out").unlink()
+    job = lookup_job(parse_job_id("31"), _runner_for(scontrol, rows, SCRIPT_31), settle_s=0, sleep=lambda s: None)
+    assert job.task_outputs == []
+    assert any("no stdout+stderr file of step 0 matches" in n and "logs/31-%t.out" in n for n in job.notes)
+
+
+@pytest.mark.parametrize("oom_rank", [0, 1])
+def test_the_ranks_of_the_report_come_from_the_task_file_names(tmp_path, oom_rank):
+    from diagnose.ingest.slurm.diagnosis import diagnose_job
+    from diagnose.pipeline import AnalyzeOptions
+
+    scontrol, rows = _train_job(tmp_path, oom_rank=oom_rank)
+    runner = _runner_for(scontrol, rows, SCRIPT_31)
+    report = diagnose_job(parse_job_id("31"), AnalyzeOptions(replay=False), runner=runner).report
+    assert report.root is not None and report.root.category == "cuda_oom"
+    assert report.root.ranks == [oom_rank]
+    timeouts = [f for f in report.findings if f.category == "nccl_timeout"]
+    assert timeouts and all(f.ranks == [1 - oom_rank] for f in timeouts)
+    assert [t["rank"] for t in report.slurm["task_outputs"]] == [0, 1]
+
+
+@given(st.text(max_size=400))
+def test_srun_scanning_never_raises_on_any_text(text):
+    for call in find_srun_calls(text, {"SLURM_JOB_ID": "1"}):
+        assert call.ntasks is None or call.ntasks >= 0

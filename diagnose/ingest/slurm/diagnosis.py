@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +35,23 @@ def diagnose_job(
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     job = job or lookup_job(ref, runner=runner)
-    paths = job.readable_outputs
-    report = analyze(paths, options or AnalyzeOptions()) if paths else Report()
+    inputs = job.analysis_inputs
+    paths = [path for path, _ in inputs]
+    report = analyze(paths, _with_ranks(options or AnalyzeOptions(), inputs)) if paths else Report()
     if not paths:
         report.warnings.append(f"no readable output file for job {job.job_id}: reporting what Slurm knows only")
     report.warnings.extend(job.notes)
     merge_slurm_findings(report, slurm_findings(job), job.state)
     report.slurm = slurm_section(job)
     return SlurmDiagnosis(job, report)
+
+
+def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
+    """The options with each per-task file's rank (srun's %t), which the file name alone may not say."""
+    ranks = {path: rank for path, rank in inputs if rank is not None}
+    if not ranks:
+        return options
+    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks})
 
 
 def slurm_section(job: SlurmJob) -> dict[str, Any]:
@@ -83,6 +93,13 @@ def slurm_section(job: SlurmJob) -> dict[str, Any]:
             {"path": o.path, "stream": o.stream, "exists": o.exists, "readable": o.readable, "size": o.size,
              "problem": o.problem}
             for o in job.outputs
+        ],
+        "task_route": job.task_route or None,
+        "task_patterns": list(job.task_patterns),
+        "task_outputs_found": job.task_outputs_found,
+        "task_outputs": [
+            {"path": t.path, "stream": t.stream, "step": t.step, "rank": t.rank, "node": t.node, "size": t.size}
+            for t in job.task_outputs
         ],
         "notes": list(job.notes),
     }

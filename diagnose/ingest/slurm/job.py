@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.output_path import (
     OutputOptions,
@@ -25,6 +26,8 @@ from diagnose.ingest.slurm.output_path import (
     parse_sbatch_options,
     resolve,
 )
+from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
+from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
 from diagnose.ingest.slurm.parse import (
     ExitStatus,
     ScontrolRecord,
@@ -47,7 +50,7 @@ ENDED_STATES = {
 }  # fmt: skip
 SACCT_FIELDS = [
     "JobID", "JobIDRaw", "JobName", "User", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed",
-    "Timelimit", "NodeList", "Start", "End", "WorkDir",
+    "Timelimit", "NodeList", "NTasks", "Start", "End", "WorkDir",
 ]  # fmt: skip
 
 # States a job ends in when something went wrong: a task still COMPLETING or CONFIGURING is not "the failed one".
@@ -73,6 +76,8 @@ class SlurmStep:
     exit: ExitStatus
     nodes: str
     record: SlurmRecordLine
+    ntasks: int | None = None  # sacct NTasks: the %t range of the step's output files
+    submit_line: str = ""  # the srun command line (sacct SubmitLine of a step, Slurm 23.02+)
 
     @property
     def short_id(self) -> str:
@@ -122,6 +127,12 @@ class SlurmJob:
     record: SlurmRecordLine | None = None  # the job's own line, for evidence
     state_record: SlurmRecordLine | None = None  # the sacct job line (CANCELLED by ...), when it was read
     notes: list[str] = field(default_factory=list)  # what the user should know (file gone, record incomplete)
+    num_tasks: int | None = None  # scontrol NumTasks: what srun runs when not told -n
+    task_outputs: list[TaskFile] = field(default_factory=list)  # srun -o per-task/node files (capped)
+    task_outputs_found: int = 0  # before the cap
+    task_patterns: list[str] = field(default_factory=list)  # the srun patterns looked up, with their step
+    task_route: str = ""  # where the srun patterns came from
+
 
     @property
     def ended(self) -> bool:
@@ -142,12 +153,24 @@ class SlurmJob:
                 seen.append(o.path)
         return seen
 
+    @property
+    def analysis_inputs(self) -> list[tuple[str, int | None]]:
+        """What the analysis reads: the batch output(s), then the per-task files with their rank (%t)."""
+        inputs: list[tuple[str, int | None]] = [(p, None) for p in self.readable_outputs]
+        seen = {p for p, _ in inputs}
+        for t in self.task_outputs:
+            if t.path not in seen:
+                seen.add(t.path)
+                inputs.append((t.path, t.rank))
+        return inputs
+
 
 def lookup_job(
     ref: JobRef,
     runner: Runner = run_slurm,
     settle_s: float = 8.0,
     sleep: Callable[[float], None] = time.sleep,
+    max_task_files: int = DEFAULT_MAX_TASK_FILES,
 ) -> SlurmJob:
     """Ask scontrol, then sacct, about ``ref``; raise DiagnoseError if neither knows the job.
 
@@ -177,7 +200,9 @@ def lookup_job(
         chosen_row = _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
     if record is None and _incomplete(sacct_rows):
         job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
-    _find_outputs(job, record, chosen_row, sacct_fields, runner)
+    script_cache: dict[str, str | None] = {}
+    _find_outputs(job, record, chosen_row, sacct_fields, runner, script_cache)
+    _find_task_outputs(job, record, chosen_row, runner, script_cache, max_task_files)
     if ref.step is not None:
         chosen = [s for s in job.steps if s.short_id == ref.step]
         if not chosen:
@@ -249,6 +274,7 @@ def _fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
     job.work_dir = _none_to_empty(f.get("WorkDir"))
     job.start, job.end = f.get("StartTime", ""), f.get("EndTime", "")
     job.batch = f.get("BatchFlag", "1") != "0"
+    job.num_tasks = _int(f.get("NumTasks"))
     keys = ("JobState", "Reason", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "Restarts", "NodeList")
     text = " ".join(f"JobId={f.get('JobId', '')}".split() + [f"{k}={f[k]}" for k in keys if k in f])
     job.record = SlurmRecordLine(f"scontrol:{job.job_id}", rec.line, text)
@@ -355,6 +381,8 @@ def _fill_from_sacct(
                     exit=parse_exit_code(r.fields.get("ExitCode")),
                     nodes=_none_to_empty(r.fields.get("NodeList")),
                     record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
+                    ntasks=_int(r.fields.get("NTasks")),
+                    submit_line=r.fields.get("SubmitLine", ""),
                 )
             )
     # DerivedExitCode is the worst exit of the job's steps, but 22.05's accounting sometimes stores 0:0 although
@@ -383,26 +411,19 @@ def worst_step_exit(steps: list[SlurmStep]) -> ExitStatus | None:
 
 
 def _find_outputs(
-    job: SlurmJob, record: ScontrolRecord | None, row: SacctRow | None, fields: list[str], runner: Runner
+    job: SlurmJob, record: ScontrolRecord | None, row: SacctRow | None, fields: list[str], runner: Runner,
+    script_cache: dict[str, str | None],
 ) -> None:
     if not job.batch:
         job.notes.append("not a batch job (srun/salloc): its output went to the terminal that started it")
         return
-    fields_for_patterns = PatternFields(
-        job_id=job.raw_id or job.ref.job,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
-        job_name=job.name,
-        user=job.user,
-        first_node=first_node(job.batch_host or job.nodes),
-        restarts=job.restarts,
-    )
+    fields_for_patterns = _pattern_fields(job)
     options: OutputOptions | None = None
     if record is not None and record.fields.get("StdOut"):
         options = OutputOptions(record.fields.get("StdOut"), record.fields.get("StdErr") or None)
         job.output_route = "scontrol"
     elif row is not None:
-        options = _outputs_from_sacct(job, row, fields, runner)
+        options = _outputs_from_sacct(job, row, fields, runner, script_cache)
     if options is None or not options.output:
         if not job.work_dir:
             job.notes.append("Slurm has no record of the job's output location or working directory")
@@ -425,7 +446,9 @@ def _find_outputs(
             job.notes.append(f"{o.stream} file {o.path}: {o.problem}")
 
 
-def _outputs_from_sacct(job: SlurmJob, row: SacctRow, fields: list[str], runner: Runner) -> OutputOptions | None:
+def _outputs_from_sacct(
+    job: SlurmJob, row: SacctRow, fields: list[str], runner: Runner, script_cache: dict[str, str | None]
+) -> OutputOptions | None:
     """Rebuild --output/--error from sacct: StdOut (24.05+), SubmitLine, --env-vars, --batch-script, in that order
     of Slurm's own precedence; record the route that gave the answer."""
     f = row.fields
@@ -439,9 +462,9 @@ def _outputs_from_sacct(job: SlurmJob, row: SacctRow, fields: list[str], runner:
     if env.ok:
         values = parse_env_outputs(env.stdout)
         routes.append(("sacct --env-vars", OutputOptions(values.get("SBATCH_OUTPUT"), values.get("SBATCH_ERROR"))))
-    script = runner(["sacct", "-j", job.job_id, "--batch-script"])
-    if script.ok:
-        routes.append(("sacct --batch-script", parse_batch_script_options(script.stdout)))
+    script = _sacct_batch_script(job, runner, script_cache)
+    if script is not None:
+        routes.append(("sacct --batch-script", parse_batch_script_options(script)))
     output = next(((name, o.output) for name, o in routes if o.output), None)
     error = next(((name, o.error) for name, o in routes if o.error), None)
     if output is None and error is None:
@@ -449,6 +472,100 @@ def _outputs_from_sacct(job: SlurmJob, row: SacctRow, fields: list[str], runner:
     used = list(dict.fromkeys(found[0] for found in (output, error) if found is not None))
     job.output_route = " + ".join(used)
     return OutputOptions(output[1] if output else None, error[1] if error else None)
+
+
+def _sacct_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
+    """``sacct --batch-script`` (needs AccountingStoreFlags=job_script), asked at most once per lookup."""
+    if "sacct" not in cache:
+        result = runner(["sacct", "-j", job.job_id, "--batch-script"])
+        cache["sacct"] = result.stdout if result.ok and result.stdout.strip() not in ("", "NONE") else None
+    return cache["sacct"]
+
+
+def _scontrol_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
+    """``scontrol write batch_script ID -``: the script while slurmctld still remembers the job."""
+    if "scontrol" not in cache:
+        result = runner(["scontrol", "write", "batch_script", job.job_id, "-"])
+        cache["scontrol"] = result.stdout if result.ok and result.stdout.strip() else None
+    return cache["scontrol"]
+
+
+def _pattern_fields(job: SlurmJob) -> PatternFields:
+    return PatternFields(
+        job_id=job.raw_id or job.ref.job,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        job_name=job.name,
+        user=job.user,
+        first_node=first_node(job.batch_host or job.nodes),
+        restarts=job.restarts,
+    )
+
+
+def _srun_calls(
+    job: SlurmJob, record: ScontrolRecord | None, row: SacctRow | None, runner: Runner, cache: dict[str, str | None]
+) -> tuple[list[SrunCall], list[StepShape]]:
+    """The srun calls that may have written per-task files, with the steps they ran as (aligned when known).
+
+    Sources, best first: each step's own SubmitLine (sacct, Slurm 23.02+), the job's SubmitLine when the job
+    itself is an srun, the batch script (scontrol while the job is remembered, else sacct --batch-script).
+    """
+    numbered = sorted((s for s in job.steps if s.short_id.isdigit()), key=lambda s: int(s.short_id))
+    shapes = [StepShape(s.short_id, s.ntasks, expand_hostlist(s.nodes or job.nodes)) for s in numbered]
+    variables = job_variables(
+        job.raw_id or job.ref.job, job.name, job.user, job.array_job_id, job.array_task_id, job.work_dir
+    )
+    # a step's SubmitLine is srun's argv joined without quoting: only its first (leading) srun is the step's
+    own = [find_srun_calls(s.submit_line, variables)[:1] if _is_srun_line(s.submit_line) else [] for s in numbered]
+    if numbered and all(own):
+        job.task_route = "sacct step SubmitLine"
+        return [c[0] for c in own], shapes
+    submit = row.fields.get("SubmitLine", "") if row is not None else ""
+    if not job.batch and _is_srun_line(submit):
+        job.task_route = "sacct SubmitLine"
+        return find_srun_calls(submit, variables)[:1], shapes
+    if not job.batch or (job.steps and not numbered):
+        return [], shapes  # no srun step ran: nothing to look for
+    script = _scontrol_batch_script(job, runner, cache) if record is not None else None
+    job.task_route = "scontrol write batch_script"
+    if script is None:
+        script = _sacct_batch_script(job, runner, cache)
+        job.task_route = "sacct --batch-script"
+    if script is None:
+        job.task_route = ""
+        return [], shapes
+    return find_srun_calls(script, variables), shapes
+
+
+def _is_srun_line(line: str) -> bool:
+    words = line.split(None, 1)
+    return bool(words) and words[0].rsplit("/", 1)[-1] == "srun"
+
+
+def _find_task_outputs(
+    job: SlurmJob, record: ScontrolRecord | None, row: SacctRow | None, runner: Runner,
+    cache: dict[str, str | None], cap: int,
+) -> None:
+    """srun's per-task/per-node files (``srun -o logs/%j-%t.out``): found, capped, and explained in the notes."""
+    if not job.work_dir:
+        return
+    calls, shapes = _srun_calls(job, record, row, runner, cache)
+    if not any(c.writes_files or c.unresolved for c in calls):
+        job.task_route = ""
+        return
+    default = StepShape(None, job.num_tasks, expand_hostlist(job.nodes))
+    found = collect(calls, shapes, _pattern_fields(job), job.work_dir, default, cap=cap,
+                    exclude={o.path for o in job.outputs})
+    job.task_outputs = found.files
+    job.task_outputs_found = found.found
+    job.task_patterns = found.patterns
+    if found.files:  # the header lists the batch output only; say where the other inputs came from
+        job.notes.append(summary(found, job.task_route, cap))
+    job.notes.extend(found.notes)
+    if not found.files and not found.patterns:
+        job.task_route = ""
+    if found.files and not job.batch:  # an srun job with -o: its output did not go to a terminal after all
+        job.notes = [n for n in job.notes if not n.startswith("not a batch job")]
 
 
 def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:

@@ -1,0 +1,277 @@
+"""Per-task and per-node output files of srun steps (``srun -o logs/%j-%t.out``, ``-o %x-%N-%j.log``).
+
+A pattern is expanded for every task (``%t``, the task's rank in the step) or node (``%n``/``%N``) of the step
+when the step's task count and node list are known; otherwise, or when that finds nothing, the pattern becomes a
+glob (``logs/1234-*.out``) and the rank is read back from each name with a regular expression built from the same
+pattern. Only ``os.stat``/``glob`` are used: nothing is opened here.
+
+Thousands of ranks mean thousands of files; at most ``cap`` are handed to the analysis: rank 0 first (the one that
+prints the configuration), then the largest (a rank that failed wrote a traceback), and the report says so.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from diagnose.ingest.slurm.hostlist import expand_hostlist
+from diagnose.ingest.slurm.output_path import PatternFields, resolve
+from diagnose.ingest.slurm.srun_script import SrunCall, file_pattern
+
+DEFAULT_MAX_TASK_FILES = 128
+MAX_EXPANDED = 100_000  # tasks or nodes enumerated per pattern
+_SPEC = re.compile(r"%(\d{0,2})([%AabJjNnstuxr])")
+
+
+@dataclass(slots=True)
+class StepShape:
+    """What the step's files depend on: its id, how many tasks it ran, on which nodes."""
+
+    step_id: str | None  # "0"; None when the srun call could not be tied to a step
+    ntasks: int | None = None
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TaskFile:
+    path: str
+    stream: str  # "stdout", "stderr" or "stdout+stderr"
+    step: str | None
+    rank: int | None  # %t of the name (None for a per-node or per-step file)
+    node: str | None
+    size: int
+    pattern: str
+
+
+@dataclass(slots=True)
+class TaskOutputs:
+    files: list[TaskFile] = field(default_factory=list)  # what the analysis reads (after the cap)
+    found: int = 0  # files found before the cap
+    notes: list[str] = field(default_factory=list)
+    patterns: list[str] = field(default_factory=list)  # "logs/%j-%t.out (step 0, 2 tasks)"
+
+
+# ------------------------------------------------------------------------------------------ patterns
+
+
+def _render(pattern: str, f: PatternFields, step: str | None, values: dict[str, int | str | None],
+            literal: Callable[[str], str], unknown: Callable[[str], str]) -> str:
+    """Expand a pattern the way srun does for one task; ``values`` has t/n/N (None: unknown), ``literal`` escapes
+    the text between specifiers (for a glob or a regex) and ``unknown`` stands for what is not known."""
+    out: list[str] = []
+    last = 0
+    for m in _SPEC.finditer(pattern):
+        out.append(literal(pattern[last : m.start()]))
+        last = m.end()
+        width_text, letter = m.groups()
+        width = min(int(width_text), 10) if width_text else 0
+        value: int | str | None
+        if letter == "%":
+            out.append(literal("%" + width_text if width_text else "%"))
+            continue
+        if letter in "tnN":
+            value = values.get(letter)
+        elif letter == "s":
+            value = step
+        elif letter == "J":
+            value = f"{f.job_id}.{step}" if step is not None else None
+        else:
+            value = {
+                "j": f.job_id,
+                "A": f.array_job_id if f.array_job_id is not None else f.job_id,
+                "a": f.array_task_id if f.array_task_id is not None else 4294967294,
+                "b": (f.array_task_id if f.array_task_id is not None else 4294967294) % 10,
+                "r": f.restarts,
+                "x": f.job_name,
+                "u": f.user,
+            }[letter]
+        if value is None:
+            out.append(unknown(letter))
+        elif isinstance(value, int):
+            out.append(literal(str(value).zfill(width)))
+        else:
+            out.append(literal(value))
+    out.append(literal(pattern[last:]))
+    return "".join(out)
+
+
+def uses(pattern: str) -> set[str]:
+    return {m.group(2) for m in _SPEC.finditer(pattern)}
+
+
+def expand_for(pattern: str, f: PatternFields, step: str | None, task: int | None = None, node_index: int | None = None,
+               node: str | None = None) -> str:
+    """The file name for one task/node (what it cannot know stays as ``%t``/``%N``...)."""
+    return _render(pattern, f, step, {"t": task, "n": node_index, "N": node}, lambda s: s, lambda c: "%" + c)
+
+
+def as_glob(pattern: str, f: PatternFields, step: str | None) -> str:
+    return _render(pattern, f, step, {}, glob.escape, lambda c: "*")
+
+
+def as_regex(pattern: str, f: PatternFields, step: str | None) -> re.Pattern[str]:
+    """A regex for the pattern's names; the group ``t`` captures the task id (the rank)."""
+    seen: set[str] = set()
+
+    def unknown(letter: str) -> str:
+        if letter == "t":
+            if "t" in seen:
+                return r"(?P=t)"
+            seen.add("t")
+            return r"(?P<t>\d+)"
+        return r"\d+" if letter == "n" else r"[^/]+"
+
+    return re.compile(_render(pattern, f, step, {}, re.escape, unknown))
+
+
+# ------------------------------------------------------------------------------------------- finding
+
+
+def _size(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size if os.path.isfile(path) else None
+
+
+def _candidates(pattern: str, f: PatternFields, shape: StepShape) -> tuple[list[tuple[str, int | None, str | None]], int | None]:
+    """(path, rank, node) for every task or node the step had, and how many were expected; ([], None) when the
+    step's shape does not say (the caller then globs)."""
+    letters = uses(pattern)
+    if "t" in letters and not letters & {"n", "N"}:
+        if shape.ntasks is None:
+            return [], None
+        n = min(shape.ntasks, MAX_EXPANDED)
+        return [(expand_for(pattern, f, shape.step_id, task=t), t, None) for t in range(n)], n
+    if letters & {"n", "N"} and "t" not in letters:
+        if not shape.nodes:
+            return [], None
+        nodes = shape.nodes[:MAX_EXPANDED]
+        return [(expand_for(pattern, f, shape.step_id, node_index=i, node=h), None, h) for i, h in enumerate(nodes)], len(nodes)
+    if not letters & {"t", "n", "N"}:
+        return [(expand_for(pattern, f, shape.step_id), None, None)], 1
+    return [], None  # %t together with %N: which task ran on which node depends on the distribution
+
+
+def _globbed(pattern: str, f: PatternFields, shape: StepShape, base: str) -> list[tuple[str, int | None, str | None]]:
+    regex = as_regex(resolve(pattern, base), f, shape.step_id)
+    found = []
+    for path in glob.iglob(as_glob(resolve(pattern, base), f, shape.step_id)):
+        m = regex.fullmatch(path)
+        if m is None:
+            continue
+        rank = int(m.group("t")) if "t" in regex.groupindex else None
+        found.append((path, rank, None))
+        if len(found) >= MAX_EXPANDED:
+            break
+    return found
+
+
+def find_files(pattern: str, stream: str, f: PatternFields, shape: StepShape, base: str) -> tuple[list[TaskFile], str]:
+    """The files one pattern wrote for one step, and a note when some (or all) are missing ("" otherwise)."""
+    expected_paths, expected = _candidates(pattern, f, shape)
+    files: list[TaskFile] = []
+    missing: list[str] = []
+    for rel, rank, node in expected_paths:
+        path = resolve(rel, base)
+        size = _size(path)
+        if size is None:
+            missing.append(str(rank) if rank is not None else node or path)
+        else:
+            files.append(TaskFile(path, stream, shape.step_id, rank, node, size, pattern))
+    if not files:  # task count unknown, or the expansion found nothing (a wrong count, a cd in the script): glob
+        files = [TaskFile(p, stream, shape.step_id, r, n, s, pattern)
+                 for p, r, n in _globbed(pattern, f, shape, base) if (s := _size(p)) is not None]
+        files.sort(key=lambda t: (t.rank if t.rank is not None else -1, t.path))
+    what = f"step {shape.step_id}" if shape.step_id is not None else "an srun step"
+    if not files:
+        shown = resolve(expand_for(pattern, f, shape.step_id), base)
+        return [], f"no {stream} file of {what} matches {shown} (deleted, not written, or written elsewhere)"
+    if missing and expected:
+        kind = "tasks" if "t" in uses(pattern) else "nodes"
+        return files, f"{len(missing)} of {expected} {stream} files of {what} ({pattern}) are missing: {kind} {_short(missing)}"
+    return files, ""
+
+
+def _short(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+# -------------------------------------------------------------------------------------------- whole job
+
+
+def shapes_for(call_index: int, call: SrunCall, script_calls: int, steps: list[StepShape], default: StepShape,
+               pattern: str) -> list[StepShape]:
+    """Which step(s) an srun call of the script ran as.
+
+    The k-th srun of a script is step k when the script has as many srun calls as the job has numbered steps (no
+    loop, no srun that failed to start). Otherwise a pattern with ``%s`` is tried for every step, and one without
+    is expanded with the call's own ``-n`` or the job's task count (then globbed if that finds nothing).
+    """
+    if steps and script_calls == len(steps):
+        return [steps[call_index]]
+    if steps and uses(pattern) & {"s", "J"}:
+        return steps
+    ntasks = call.ntasks
+    if ntasks is None:
+        counts = {s.ntasks for s in steps if s.ntasks is not None}
+        ntasks = counts.pop() if len(counts) == 1 else default.ntasks
+    return [StepShape(None, ntasks, default.nodes)]
+
+
+def collect(calls: list[SrunCall], steps: list[StepShape], f: PatternFields, work_dir: str, default: StepShape,
+            cap: int = DEFAULT_MAX_TASK_FILES, exclude: set[str] | None = None) -> TaskOutputs:
+    """Every per-task/per-node file the job's srun calls wrote, capped, with notes for what is missing."""
+    result = TaskOutputs()
+    seen: set[str] = set(exclude or ())
+    found: list[TaskFile] = []
+    for index, call in enumerate(calls):
+        if call.unresolved:
+            names = ", ".join(call.unresolved)
+            result.notes.append(f"srun at line {call.line} writes to a name that depends on {names}: not looked up")
+        base = resolve(call.chdir, work_dir) if call.chdir else work_dir
+        out, err = file_pattern(call.output), file_pattern(call.error)
+        streams = [(out, "stdout+stderr" if not err or err == out else "stdout")] if out else []
+        if err and err != out:
+            streams.append((err, "stderr"))
+        for pattern, stream in streams:
+            for shape in shapes_for(index, call, len(calls), steps, default, pattern):
+                files, note = find_files(pattern, stream, f, shape, base)
+                if note:
+                    result.notes.append(note)
+                label = f"step {shape.step_id}" if shape.step_id is not None else "srun"
+                count = f", {shape.ntasks} tasks" if shape.ntasks is not None else ""
+                result.patterns.append(f"{pattern} ({label}{count})")
+                for tf in files:
+                    if tf.path not in seen:
+                        seen.add(tf.path)
+                        found.append(tf)
+    result.found = len(found)
+    result.files = _capped(found, cap)
+    return result
+
+
+def summary(outputs: TaskOutputs, route: str, cap: int) -> str:
+    """One line for the report's notes: how many per-task files were read, from which patterns, and the cap."""
+    count = str(len(outputs.files))
+    if outputs.found > len(outputs.files):
+        count += f" of {outputs.found}"
+    line = f"read {count} per-task output file(s) of srun -o {'; '.join(outputs.patterns)} [found via {route}]"
+    if outputs.found > len(outputs.files):
+        line += f"; at most {cap} are read: rank 0 and the largest (a failing rank usually wrote the most)"
+    return line
+
+
+def _capped(files: list[TaskFile], cap: int) -> list[TaskFile]:
+    """At most ``cap`` files: the lowest rank first, then the largest; returned in rank order."""
+    if len(files) <= cap:
+        return files
+    ordered = sorted(files, key=lambda t: (t.rank if t.rank is not None else 1 << 40, t.path))
+    keep = ordered[:1] + sorted(ordered[1:], key=lambda t: -t.size)[: max(cap - 1, 0)]
+    kept = {id(t) for t in keep}
+    return [t for t in ordered if id(t) in kept]
