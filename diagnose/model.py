@@ -63,7 +63,8 @@ class LogLine:
     ``text`` is the message with every transport prefix removed (torchrun ``[rank3]:``/``[default0]:``,
     ``srun --label`` ``3: ``, pdsh ``host: ``, glog header, timestamps), ANSI stripped and ``\\r`` rewrites
     collapsed to what a terminal would show last. ``raw`` is the line as read (decoded with replacement).
-    ``lineno`` is 1-based in the original input ``path``.
+    ``lineno`` is 1-based in the original input ``path``. Inside an exception group printout the group's margin
+    (``  | ``, ``    | ``...) is removed from ``text`` too and its depth kept in ``group_depth``.
     """
 
     path: str
@@ -75,6 +76,7 @@ class LogLine:
     host: str | None = None
     timestamp: str | None = None
     level: str | None = None  # glog/logging level letter or word: "E", "W", "I", "ERROR"...
+    group_depth: int = 0  # nesting in a Python 3.11+ exception group printout (the "  | " margin removed), 0 outside
 
     @property
     def stream(self) -> tuple:

@@ -7,7 +7,8 @@ Logs of large jobs are wrapped in layers, outermost first, e.g.::
 
 ``normalize_line`` peels those layers one at a time from the start of the line (in any order, any depth) and keeps
 what they say in the LogLine fields (rank, local_rank, host, timestamp, level). The message text keeps everything
-after the last prefix. ANSI escapes are removed and ``\\r`` rewrites are collapsed to what a terminal shows.
+after the last prefix. ANSI escapes are removed and ``\\r`` rewrites are collapsed to what a terminal shows. The
+margin of a Python exception group printout (``    | ``) is the innermost layer: its depth goes to ``group_depth``.
 
 Speed matters (the matcher calls this on every candidate line) so the common case is a handful of
 ``str`` checks and one anchored regex attempt per layer. Nothing here raises: any input gives a LogLine.
@@ -147,7 +148,26 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
     if not text or text[0] not in _PREFIX_START:
         return line
     _peel_prefixes(line, text)
+    if line.text.startswith("  "):
+        _peel_group_margin(line)
     return line
+
+
+# Python 3.11+ prints an ExceptionGroup with a margin: two spaces per nesting level, then "| " (or "+ " on the
+# outermost "Exception Group Traceback" header); blank lines keep the margin ("    | ", or "    |" once trailing
+# blanks are trimmed). The separators ("  +-+------ 1 ------") and the closing rule stay in ``text`` as they are:
+# diagnose.normalize.tracebacks reads the nesting from them.
+MAX_GROUP_DEPTH = 64
+_GROUP_MARGIN = re.compile(
+    r"(?P<indent>(?:  ){1,%d})(?:\|(?: |$)|\+ (?=Exception Group Traceback \(most recent call last\):))" % MAX_GROUP_DEPTH
+)
+
+
+def _peel_group_margin(line: LogLine) -> None:
+    m = _GROUP_MARGIN.match(line.text)
+    if m is not None:
+        line.group_depth = len(m.group("indent")) // 2
+        line.text = line.text[m.end():]
 
 
 # Which layer an alternative of _LAYER is, by the last group it closes (``Match.lastgroup``): one dict lookup

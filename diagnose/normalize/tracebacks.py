@@ -13,6 +13,27 @@ was the direct cause of the following exception:") link the next traceback to th
 X at file:line (most recent call first):`` then ``frame #0: ...``) and ``terminate called after throwing an
 instance of 'T'`` / ``what():`` blocks are kept as ``cpp_frames``.
 
+Python 3.11+ exception groups (``ExceptionGroup`` / ``BaseExceptionGroup``, from asyncio TaskGroup, anyio, trio)
+print as a tree with a margin::
+
+      + Exception Group Traceback (most recent call last):
+      |   File "x.py", line 3, in <module>
+      | ExceptionGroup: many (2 sub-exceptions)
+      +-+---------------- 1 ----------------
+        | Traceback (most recent call last):
+        |   File "w.py", line 8, in write_shard
+        | torch.OutOfMemoryError: CUDA out of memory. ...
+        +---------------- 2 ----------------
+        | TypeError: 2
+        +------------------------------------
+
+``normalize_line`` removes the margin and keeps its depth (``LogLine.group_depth``). Here every depth of an open
+group gets its own state machine (a "slot": the group's own traceback at depth 1, the sub-exception being printed
+at depth 2, and so on), so each sub-exception becomes an ordinary Traceback (type, message, frames, its own chained
+causes) and the group keeps the structure: the group's Traceback has ``is_group`` and ``exceptions`` (its members in
+printed order, ``omitted`` for "and N more exceptions" / "max_group_depth" cuts), each member has ``group`` and
+``group_index``. Like chained exceptions, members are also in the flat list ``rebuild`` returns.
+
 Every exception line seen becomes a Traceback's ``exc_line``; every LogLine is in at most one Traceback's
 ``lines``. Nothing here raises.
 """
@@ -27,6 +48,8 @@ from diagnose.model import LogLine
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 CHAIN_CONTEXT = "During handling of the above exception, another exception occurred:"
 CHAIN_CAUSE = "The above exception was the direct cause of the following exception:"
+GROUP_HEADER = "Exception Group Traceback (most recent call last):"
+_HEADERS = (TRACEBACK_HEADER, GROUP_HEADER)
 MAX_MESSAGE_LINES = 60
 MAX_FRAMES = 2000
 MAX_BLANKS_IN_FRAMES = 2  # Python prints none between frames; a few can come from other unprefixed processes
@@ -40,6 +63,13 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 _WHAT = re.compile(r"\s*what\(\):\s+(?P<msg>.*)$")
 _WARNING_RECORD = re.compile(r"\S+\.py:\d+: \w*(?:Warning|Error):")
 _REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]\s*$")
+# Exception group structure lines (traceback.py's TracebackException.format): a separator before each member
+# ("+-+" before the first), "..." instead of a number past max_group_width, one closing rule after the last member.
+_GROUP_SEPARATOR = re.compile(r"(?P<indent>(?: {2})*)(?:\+-| {2})\+-{16} (?P<title>\d+|\.\.\.) -{16}\s*$")
+_GROUP_CLOSE = re.compile(r"(?P<indent>(?: {2})*)\+-{36}\s*$")
+_GROUP_MORE = re.compile(r"and (?P<n>\d+) more exceptions?\s*$")
+_GROUP_TOO_DEEP = re.compile(r"\.\.\. \(max_group_depth is \d+\)\s*$")
+_GROUP_SIZE = re.compile(r"\((?P<n>\d+) sub-exceptions?\)\s*$")
 
 
 @dataclass(slots=True)
@@ -72,6 +102,49 @@ class Traceback:
     cause: "Traceback | None" = None  # the exception this one happened while handling / was raised from
     chain_kind: str | None = None  # "cause" (raise ... from) or "context" (during handling)
     headless: bool = False  # started at a File line: the "Traceback" header was not seen
+    is_group: bool = False  # an ExceptionGroup / BaseExceptionGroup (its members are in ``exceptions``)
+    exceptions: list["Traceback"] = field(default_factory=list)  # a group's members, in printed order
+    omitted: int = 0  # a group's members not printed ("and N more exceptions", "... (max_group_depth is N)")
+    group: "Traceback | None" = None  # the exception group this exception was printed inside
+    group_index: int | None = None  # its 1-based place in that group
+
+    @property
+    def group_size(self) -> int | None:
+        """How many sub-exceptions a group says it has ("(3 sub-exceptions)"), None when not a group message."""
+        m = _GROUP_SIZE.search(self.message) if self.is_group else None
+        return int(m.group("n")) if m is not None else None
+
+    @property
+    def groups(self) -> list["Traceback"]:
+        """The exception groups this exception is nested in, outermost first."""
+        out: list[Traceback] = []
+        seen: set[int] = set()
+        node = self.group
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            out.append(node)
+            node = node.group
+        out.reverse()
+        return out
+
+    @property
+    def leaves(self) -> list["Traceback"]:
+        """The non-group exceptions a group holds, depth first (itself when it is not a group)."""
+        if not self.is_group:
+            return [self]
+        out: list[Traceback] = []
+        stack = list(reversed(self.exceptions))
+        seen: set[int] = {id(self)}
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.is_group:
+                stack.extend(reversed(node.exceptions))
+            else:
+                out.append(node)
+        return out
 
     @property
     def functions(self) -> list[str]:
@@ -106,7 +179,7 @@ _IDLE, _FRAMES, _CODE, _MESSAGE, _CPP, _AFTER = range(6)
 class _StreamParser:
     """The state machine for one stream."""
 
-    def __init__(self, stream: tuple, out: list[Traceback]) -> None:
+    def __init__(self, stream: tuple, out: list[Traceback], in_group: bool = False) -> None:
         self.stream = stream
         self.out = out
         self.state = _IDLE
@@ -115,11 +188,16 @@ class _StreamParser:
         self.pending_chain: str | None = None
         self.message_lines = 0
         self.blank_run = 0
+        # A slot of an exception group: lines come without margin, and a bare "Type: message" line is an exception
+        # printed without a stack (a member created but never raised, e.g. ExceptionGroup("x", [ValueError(1)])).
+        self.in_group = in_group
+        self.group: _GroupPrintout | None = None  # an exception group being printed in this stream
 
     # -- helpers
     def _start(self, line: LogLine, headless: bool) -> None:
         self._finish()
         tb = Traceback(stream=self.stream, headless=headless)
+        tb.is_group = line.text.lstrip().startswith(GROUP_HEADER)
         if self.pending_chain is not None and self.last is not None:
             tb.cause = self.last
             tb.chain_kind = self.pending_chain
@@ -143,6 +221,8 @@ class _StreamParser:
         if m is not None:
             tb.exc_type = m.group("type")
             tb.message = (m.group("msg") or "").rstrip()
+            if tb.exc_type.endswith("Group") and _GROUP_SIZE.search(tb.message):
+                tb.is_group = True
         else:
             tb.exc_type = ""
             tb.message = text.strip()
@@ -156,7 +236,7 @@ class _StreamParser:
         if not text.strip():
             return True
         stripped = text.lstrip()
-        if stripped.startswith((TRACEBACK_HEADER, CHAIN_CAUSE, CHAIN_CONTEXT)) or _FRAME.match(text):
+        if stripped.startswith((*_HEADERS, CHAIN_CAUSE, CHAIN_CONTEXT)) or _FRAME.match(text):
             return True
         exc = tb.exc_line if tb is not None else None
         if exc is not None and (line.level, line.timestamp) != (exc.level, exc.timestamp):
@@ -169,6 +249,15 @@ class _StreamParser:
     # -- the machine
     def feed(self, line: LogLine) -> None:
         text = line.text
+        if not self.in_group:
+            if line.group_depth or (text.startswith("  ") and _GROUP_SEPARATOR.match(text)):
+                self._feed_group(line)
+                return
+            if self.group is not None:
+                if _GROUP_CLOSE.match(text):
+                    self.group.close(line)
+                    return
+                self._end_group()
         state = self.state
         if state in (_FRAMES, _CODE):
             self._in_frames(line, text)
@@ -179,9 +268,24 @@ class _StreamParser:
         else:
             self._idle(line, text)
 
+    def _feed_group(self, line: LogLine) -> None:
+        if self.group is None:
+            self._finish()
+            self.group = _GroupPrintout(self)
+        self.group.feed(line)
+
+    def _end_group(self) -> None:
+        """The printout ended: its outermost exception is what a following "During handling..." chains to."""
+        group = self.group
+        self.group = None
+        if group is not None:
+            self.last = group.finish()
+            self.pending_chain = None
+            self.state = _IDLE
+
     def _idle(self, line: LogLine, text: str) -> None:
         stripped = text.strip()
-        if stripped.startswith(TRACEBACK_HEADER):
+        if stripped.startswith(_HEADERS):
             self._start(line, headless=False)
             return
         if stripped == CHAIN_CONTEXT or stripped == CHAIN_CAUSE:
@@ -209,6 +313,12 @@ class _StreamParser:
             self.tb.message = stripped
             self.tb.cpp_raised_from = m.group("where")
             self.state = _CPP
+            return
+        if self.in_group and text[:1] not in (" ", "\t") and _EXCEPTION.match(text) is not None:
+            self._start(line, headless=False)  # a member printed without a stack: only its exception line
+            assert self.tb is not None
+            self.tb.lines.pop()
+            self._set_exception(line, text)
             return
         if stripped and self.pending_chain is None:
             self.last = None  # unrelated output breaks any chain
@@ -241,7 +351,7 @@ class _StreamParser:
                 tb.frames[-1].code = text.strip()
             tb.lines.append(line)
             return
-        if text.startswith(TRACEBACK_HEADER):
+        if text.startswith(_HEADERS):
             self._start(line, headless=False)  # a new traceback before this one finished (cut output)
             return
         self._set_exception(line, text)
@@ -285,6 +395,115 @@ class _StreamParser:
         self._idle(line, text)
 
 
+@dataclass(slots=True)
+class _Slot:
+    """One depth of an exception group printout being read: the exceptions printed there, in a state machine."""
+
+    depth: int
+    parser: _StreamParser
+    produced: list[Traceback]
+    owner: Traceback | None  # the group whose member this slot prints (None: the outermost level, or unknown)
+    index: int | None  # the member's number in its group; None past max_group_width ("...")
+    truncated: bool = False  # the "..." slot: holds only "and N more exceptions"
+
+
+class _GroupPrintout:
+    """An exception group printed by one stream: one slot per nesting depth currently open.
+
+    Depth ``d`` content (margin of ``d`` levels) goes to slot ``d``; a separator at indent ``2*d`` closes slots
+    deeper than ``d`` and opens a new slot ``d+1`` for the next member of the group that slot ``d`` printed last;
+    the closing rule at indent ``2*d`` closes slots ``d`` and deeper. A slot is also opened on demand when content
+    arrives at a depth without one (a window that starts inside the printout).
+    """
+
+    def __init__(self, main: _StreamParser) -> None:
+        self.main = main
+        self.slots: dict[int, _Slot] = {}
+        self.top: Traceback | None = None  # the last exception of the outermost slot
+
+    def feed(self, line: LogLine) -> None:
+        depth = line.group_depth
+        if not depth:
+            sep = _GROUP_SEPARATOR.match(line.text)
+            if sep is not None:
+                self._separator(line, len(sep.group("indent")) // 2, sep.group("title"))
+            else:
+                self.close(line)
+            return
+        self._close_deeper_than(depth)
+        slot = self.slots.get(depth)
+        if slot is None:
+            slot = self._open(depth, owner=None, index=None)
+        text = line.text
+        if slot.truncated or _GROUP_TOO_DEEP.match(text):
+            more = _GROUP_MORE.match(text)
+            owner = slot.owner
+            if owner is not None and (more is not None or not slot.truncated):
+                owner.omitted += int(more.group("n")) if more is not None else 1
+                owner.lines.append(line)
+            return
+        slot.parser.feed(line)
+
+    def close(self, line: LogLine) -> None:
+        """The closing rule after a group's last member: close the member slots it belongs to."""
+        m = _GROUP_CLOSE.match(line.text)
+        depth = len(m.group("indent")) // 2 if m is not None else 1
+        slot = self.slots.get(depth)
+        holder = slot.owner if slot is not None else None
+        self._close_deeper_than(depth - 1)
+        if holder is not None:
+            holder.lines.append(line)
+
+    def finish(self) -> Traceback | None:
+        self._close_deeper_than(0)
+        return self.top
+
+    # -- helpers
+    def _separator(self, line: LogLine, owner_depth: int, title: str) -> None:
+        self._close_deeper_than(owner_depth)
+        owner: Traceback | None = None
+        holder = self.slots.get(owner_depth)
+        if holder is not None:
+            holder.parser._finish()
+            owner = holder.parser.last
+        if owner is not None:
+            owner.is_group = True
+            owner.lines.append(line)
+        index = int(title) if title.isdigit() else None
+        slot = self._open(owner_depth + 1, owner, index)
+        slot.truncated = index is None
+
+    def _open(self, depth: int, owner: Traceback | None, index: int | None) -> _Slot:
+        produced: list[Traceback] = []
+        parser = _StreamParser(self.main.stream, produced, in_group=True)
+        if not any(d < depth for d in self.slots):
+            # the outermost level: it continues the chain of what the stream printed before the group
+            parser.last = self.main.last
+            parser.pending_chain = self.main.pending_chain
+            self.main.pending_chain = None
+        slot = self.slots[depth] = _Slot(depth, parser, produced, owner, index)
+        return slot
+
+    def _close_deeper_than(self, depth: int) -> None:
+        for d in sorted((d for d in self.slots if d > depth), reverse=True):
+            self._close(self.slots.pop(d))
+
+    def _close(self, slot: _Slot) -> None:
+        slot.parser._finish()
+        owner = slot.owner
+        for tb in slot.produced:
+            if owner is not None:
+                tb.group = owner
+                tb.group_index = slot.index
+            self.main.out.append(tb)
+        if slot.produced:
+            if owner is not None:
+                owner.exceptions.append(slot.produced[-1])
+            if not any(d < slot.depth for d in self.slots):
+                self.top = slot.produced[-1]
+        slot.produced.clear()
+
+
 def rebuild(lines: list[LogLine]) -> list[Traceback]:
     """All tracebacks in ``lines``, in the order their first line appears. Never raises."""
     out: list[Traceback] = []
@@ -297,10 +516,12 @@ def rebuild(lines: list[LogLine]) -> list[Traceback]:
                 parser = parsers[key] = _StreamParser(key, out)
             parser.feed(line)
         for parser in parsers.values():
+            parser._end_group()
             parser._finish()
     except Exception:  # pragma: no cover - defensive: never break the scan
+        listed = {id(tb) for tb in out}
         for parser in parsers.values():
-            if parser.tb is not None and parser.tb not in out:
+            if parser.tb is not None and id(parser.tb) not in listed:
                 out.append(parser.tb)
     out.sort(key=lambda tb: (tb.lines[0].path, tb.lines[0].lineno) if tb.lines else ("", 0))
     return out
