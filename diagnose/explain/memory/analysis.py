@@ -453,6 +453,9 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         "peak_bytes": current.peak,
         "usable_bytes": capacity - headroom(capacity),
     }
+    if layout.pp > 1 and current.stage_peaks:
+        out["current"]["worst_stage"] = current.stage
+        out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
     replay_view = _replay_view(_ensure_view(view), layout)
     bridge_version = getattr(options, "bridge_version", None)
     if state_unexplained:

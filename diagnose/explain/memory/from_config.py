@@ -137,7 +137,72 @@ def shape_from_config(view: Any) -> ModelShape | None:
         moe_shared_expert_intermediate_size=_int(_model(view, "moe_shared_expert_intermediate_size")),
         moe_shared_expert_gate=_bool(_model(view, "moe_shared_expert_gate")),
         moe_layer_freq=freq,
+        moe_router_topk=_int(_model(view, "moe_router_topk")),
+        **_mla_fields(view),
+        mtp_num_layers=_int(_model(view, "mtp_num_layers"), 0) or 0,
+        num_layers_in_first_pipeline_stage=_int(_model(
+            view, "num_layers_in_first_pipeline_stage", mlm="decoder_first_pipeline_num_layers")),
+        num_layers_in_last_pipeline_stage=_int(_model(
+            view, "num_layers_in_last_pipeline_stage", mlm="decoder_last_pipeline_num_layers")),
+        account_for_embedding_in_pipeline_split=_bool(_model(view, "account_for_embedding_in_pipeline_split")),
+        account_for_loss_in_pipeline_split=_bool(_model(view, "account_for_loss_in_pipeline_split")),
     )
+
+
+def _present(view: Any, name: str) -> bool:
+    """The job sets ``model.<name>`` (or ``mlm.<name>``), possibly to null."""
+    return any(_origin(view, f"{ns}.{name}") is not None for ns in ("model", "mlm"))
+
+
+def _mla_fields(view: Any) -> dict[str, Any]:
+    """Multi-latent attention: on with ``multi_latent_attention`` (or, when that is not shown, a ``kv_lora_rank``:
+    Bridge's DeepSeek providers subclass MLATransformerConfig, whose flag defaults to True). Unset sizes take
+    MLATransformerConfig's defaults; ``q_lora_rank: null`` (DeepSeek-V2-Lite) means no query compression."""
+    flag = _model(view, "multi_latent_attention")
+    mla = _bool(flag) if flag is not None else _int(_model(view, "kv_lora_rank")) is not None
+    if not mla:
+        return {}
+    q_lora = _int(_model(view, "q_lora_rank"))
+    if q_lora is None and not _present(view, "q_lora_rank"):
+        q_lora = 512
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": q_lora or None,
+        "kv_lora_rank": _int(_model(view, "kv_lora_rank"), 512) or 512,
+        "qk_head_dim": _int(_model(view, "qk_head_dim"), 128) or 128,
+        "qk_pos_emb_head_dim": _int(_model(view, "qk_pos_emb_head_dim"), 64) or 64,
+        "v_head_dim": _int(_model(view, "v_head_dim"), 128) or 128,
+    }
+
+
+def fp8_from_config(view: Any) -> tuple[bool, bool]:
+    """(FP8 GEMMs, FP8 parameters). FP8 is on when ``fp8`` (Megatron-LM ``--fp8-format``, dest ``fp8``) names a
+    format, directly or in Bridge's ``mixed_precision``; a ``mixed_precision`` preset naming fp8 counts too.
+    FP8 parameters: ``fp8_param_gather`` (ddp / mixed_precision / Megatron-LM) or ``model.fp8_param``; Bridge's
+    ``*_fp8_delayed_scaling_mixed`` presets set ``fp8_param_gather=True`` (Megatron-Bridge ``mixed_precision.py``)."""
+    fmt = next((v for v in (_get(view, k) for k in ("model.fp8", "mixed_precision.fp8", "mlm.fp8"))
+                if v is not None), None)
+    preset = str(_get(view, "mixed_precision", "") or "").lower()
+    fp8 = (fmt is not None and str(fmt).strip().lower() not in _FALSE) or "fp8" in preset
+    params = any(_bool(_get(view, k)) for k in ("ddp.fp8_param_gather", "mixed_precision.fp8_param_gather",
+                                                   "mlm.fp8_param_gather", "model.fp8_param",
+                                                   "mixed_precision.fp8_param"))
+    if "fp8_delayed_scaling" in preset and _get(view, "mixed_precision.fp8_param_gather") is None:
+        params = True
+    return fp8 or params, params
+
+
+def cuda_graphs_from_config(view: Any) -> str | None:
+    """``cuda_graph_impl`` ("local" | "transformer_engine"); older ``enable_cuda_graph`` means "local" and
+    Megatron-LM's ``--external-cuda-graph`` "transformer_engine"."""
+    impl = str(_model(view, "cuda_graph_impl", "none") or "none").lower()
+    if impl in ("local", "transformer_engine"):
+        return impl
+    if _bool(_model(view, "enable_cuda_graph")):
+        return "local"
+    if _bool(_get(view, "mlm.external_cuda_graph")):
+        return "transformer_engine"
+    return None
 
 
 def strategy_from_config(view: Any) -> str:
@@ -203,6 +268,8 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
         meta_init=_bool(_get(view, "model.init_model_with_meta_device")),
         overlap_grad_reduce=_bool(_get(view, "ddp.overlap_grad_reduce"), False),
         overlap_param_gather=_bool(_get(view, "ddp.overlap_param_gather"), False),
+        fp8=fp8_from_config(view)[0],
+        fp8_params=fp8_from_config(view)[1],
     )
 
 
@@ -221,4 +288,6 @@ def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) ->
         recompute_num_layers=_int(_get(view, "model.recompute_num_layers")),
         num_microbatches=micro,
         virtual_pp=_int(_get(view, "model.virtual_pipeline_model_parallel_size")),
+        fp8=fp8_from_config(view)[0],
+        cuda_graphs=cuda_graphs_from_config(view),
     )

@@ -23,7 +23,10 @@ def available() -> bool:
 
 
 def exact_count(shape: ModelShape, timeout: float = 180.0) -> int | None:
-    """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here."""
+    """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here. Multi-latent
+    attention and MTP are not built by the child (it builds the plain GPT layer spec): None for those."""
+    if shape.multi_latent_attention or shape.mtp_num_layers:
+        return None
     counts = exact_counts([shape], timeout)
     return None if counts is None else counts[0]
 

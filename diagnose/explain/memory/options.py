@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnose.explain.memory.activations import Workload, activation_bytes
+from diagnose.explain.memory.activations import Workload, activation_bytes, cuda_graph_bytes
 from diagnose.explain.memory.gpus import GIB
-from diagnose.explain.memory.shape import ModelShape, ParamCount, count_params
+from diagnose.explain.memory.shape import ModelShape, ParamCount, stage_counts
 from diagnose.explain.memory.state import Layout, Phases, StateBytes, layer_params_max, model_state, phases
 from diagnose.model import Override
 
@@ -71,16 +71,23 @@ class Scenario:
     global_batch_size: int | None = None  # train.global_batch_size: a hyper-parameter plans should keep
 
     def count(self, layout: Layout) -> ParamCount | None:
+        """Parameters on the most-loaded pipeline stage."""
+        stages = self.stages(layout)
+        return None if stages is None else max(stages, key=lambda c: c.total)
+
+    def stages(self, layout: Layout) -> list[ParamCount] | None:
+        """Parameters on each pipeline stage (one entry when only the log's per-rank count is known)."""
         if self.shape is not None:
-            c = count_params(self.shape, layout.tp, layout.pp, layout.ep, layout.etp)
+            counts = stage_counts(self.shape, layout.tp, layout.pp, layout.ep, layout.etp)
             if self.scale != 1.0:
-                c = ParamCount(int(c.dense * self.scale), int(c.expert * self.scale), c.embedding, c.details)
-            return c
+                counts = [ParamCount(int(c.dense * self.scale), int(c.expert * self.scale), c.embedding, c.details,
+                                     int(c.linear * self.scale)) for c in counts]
+            return counts
         if self.log_params is None:
             return None
         if (layout.tp, layout.pp, layout.ep) != (self.layout.tp, self.layout.pp, self.layout.ep):
             return None  # model parallelism changes need the shape
-        return ParamCount(self.log_params)
+        return [ParamCount(self.log_params)]
 
 
 @dataclass
@@ -97,24 +104,44 @@ class Plan:
     cost_rank: float
     valid: bool | None = None
     violations: list[str] = field(default_factory=list)
+    stage: int = 0  # the pipeline stage whose peak this plan reports (the worst one)
+    stage_peaks: list[int] = field(default_factory=list)  # peak of every pipeline stage, by pipeline rank
 
     @property
     def peak(self) -> int:
         return self.phases.peak
 
+    @property
+    def stages_differ(self) -> bool:
+        return len(set(self.stage_peaks)) > 1
+
 
 def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layout, workload: Workload | None,
              cost: str, cost_rank: float) -> Plan | None:
-    count = scn.count(layout)
-    if count is None:
+    """Predict every pipeline stage and keep the worst: stages differ (embedding on the first, output layer, loss
+    and MTP on the last, uneven layer counts, micro batches in flight), and the job fails on the one that peaks."""
+    counts = scn.stages(layout)
+    if counts is None:
         return None
     unit = layer_params_max(scn.shape, layout) if scn.shape is not None else None
-    state = model_state(count, layout, unit)
-    act = activation_bytes(scn.shape, workload, layout.tp, layout.pp, layout.cp) if (
-        scn.shape is not None and workload is not None) else None
-    ph = phases(state, layout, act or 0)
+    worst: tuple[int, StateBytes, int | None, Phases] | None = None
+    peaks = []
+    for i, count in enumerate(counts):
+        state = model_state(count, layout, unit)
+        act = None
+        if scn.shape is not None and workload is not None:
+            act = activation_bytes(scn.shape, workload, layout.tp, layout.pp, layout.cp, stage=i)
+            graphs = cuda_graph_bytes(scn.shape, workload, layout.tp, layout.pp, layout.cp, stage=i)
+            if graphs:
+                state.components["cuda_graphs"] = graphs
+        ph = phases(state, layout, act or 0)
+        peaks.append(ph.peak)
+        if worst is None or ph.peak > worst[3].peak:
+            worst = (i, state, act, ph)
+    stage, state, act, ph = worst
     fits = ph.peak <= scn.capacity - headroom(scn.capacity)
-    return Plan(label, overrides, layout, workload, state, act, ph, fits, cost, cost_rank)
+    return Plan(label, overrides, layout, workload, state, act, ph, fits, cost, cost_rank, stage=stage,
+                stage_peaks=peaks)
 
 
 # ------------------------------------------------------------------------------------------ overrides

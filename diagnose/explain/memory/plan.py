@@ -56,7 +56,26 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "label": p.label,
         "components": dict(p.state.components),
         "valid": p.valid,
+        **_stage_fields(p),
     }
+
+
+def _stage_fields(p: Plan) -> dict[str, Any]:
+    """With pipeline parallelism: which stage peaks (by pipeline rank) and every stage's peak."""
+    if p.layout.pp <= 1 or not p.stage_peaks:
+        return {}
+    return {"worst_stage": p.stage, "stage_peak_bytes": list(p.stage_peaks)}
+
+
+def stage_note(p: Plan) -> str | None:
+    """One sentence naming the worst pipeline stage when the stages' peaks differ."""
+    if p.layout.pp <= 1 or not p.stages_differ:
+        return None
+    n = len(p.stage_peaks)
+    where = "the first" if p.stage == 0 else "the last" if p.stage == n - 1 else "a middle"
+    peaks = " / ".join(f"{b / 2**30:.1f}" for b in p.stage_peaks)
+    return (f"pipeline stages differ: the peak is on stage {p.stage} of 0..{n - 1} ({where} stage), "
+            f"{p.peak / 2**30:.1f} GiB; per stage (GiB): {peaks}")
 
 
 def _exact_wanted() -> bool:
@@ -108,6 +127,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
+    note = stage_note(given)
+    if note:
+        notes.append("as given, " + note)
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:

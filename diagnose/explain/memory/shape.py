@@ -12,6 +12,25 @@ parameters; TE only fuses the norms into the next linear layer):
   (split over EP, and over the expert TP), optional shared experts (+ a gate ``h``);
 - final norm ``h``.
 ``a`` heads, ``g`` query groups, ``d`` kv_channels (``h/a`` by default), ``V`` the padded vocabulary.
+
+Multi-latent attention (DeepSeek-V2/V3; megatron-core ``multi_latent_attention.py`` ``MLASelfAttention``, the same
+terms as Megatron-LM's ``theoretical_memory_usage.py``) replaces ``linear_qkv``: ``q_head = qk_head_dim +
+qk_pos_emb_head_dim``; without ``q_lora_rank`` a column-parallel ``linear_q_proj`` ``a*q_head x h``, else
+``linear_q_down_proj`` ``q_lora_rank x h`` (a TE ``duplicated`` linear: whole on every TP rank), a q norm of
+``q_lora_rank`` and a column-parallel ``linear_q_up_proj`` ``a*q_head x q_lora_rank``; ``linear_kv_down_proj``
+``(kv_lora_rank + qk_pos_emb_head_dim) x h`` (duplicated), a kv norm of ``kv_lora_rank``, column-parallel
+``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj`` ``h x a*v_head_dim``.
+No biases. Duplicated down projections follow the TE layer spec; the local spec splits them over TP.
+
+Multi-token prediction (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``): each of ``mtp_num_layers``
+holds ``enorm`` and ``hnorm`` (``h``), a column-parallel ``eh_proj`` ``h x 2h``, one transformer layer (MoE when the
+main model's last layer is, as ``theoretical_memory_usage.py`` assumes) and a final norm; all on the last pipeline
+stage (``mtp_on_this_rank`` without a custom layout), which then also builds a word embedding
+(``gpt_model.py``: ``if self.pre_process or self.mtp_process: self.embedding = ...``) and shares the output layer.
+
+Pipeline split (``transformer_block.py`` ``get_num_layers_to_build``): ``num_layers_in_first/last_pipeline_stage``
+fix those stages and the middle stages share the rest evenly; else ``account_for_embedding/loss_in_pipeline_split``
+count the embedding / loss as one layer each, and the first / last stage builds one transformer layer fewer.
 """
 
 from __future__ import annotations
@@ -42,6 +61,18 @@ class ModelShape:
     moe_shared_expert_intermediate_size: int | None = None
     moe_shared_expert_gate: bool = False
     moe_layer_freq: int | tuple[int, ...] = 1  # every n-th layer is MoE, or a 0/1 pattern per layer
+    moe_router_topk: int | None = None  # experts per token (activations); 2 when unknown
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None  # None: no query compression (a plain linear_q_proj)
+    kv_lora_rank: int = 512  # MLATransformerConfig defaults
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    mtp_num_layers: int = 0
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     @property
     def ffn(self) -> int:
@@ -59,6 +90,27 @@ class ModelShape:
         multiple = max(1, self.make_vocab_size_divisible_by) * max(1, tp)
         return -(-self.vocab_size // multiple) * multiple
 
+    def stage_layers(self, pp: int) -> list[int]:
+        """Transformer layers built by each pipeline stage (megatron-core ``get_num_layers_to_build``).
+
+        Where Megatron would assert (layers not divisible), the remainder goes to the first stages so that an
+        estimate is still possible; the validator reports the config itself."""
+        pp = max(1, pp)
+        if pp == 1:
+            return [self.num_layers]
+        first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
+        if first is not None or last is not None:
+            rest, stages = self.num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+            middle = _spread(max(0, rest), stages) if stages > 0 else []
+            return ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+        extra = int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
+        layers = _spread(self.num_layers + extra, pp)
+        if self.account_for_embedding_in_pipeline_split:
+            layers[0] = max(0, layers[0] - 1)
+        if self.account_for_loss_in_pipeline_split:
+            layers[-1] = max(0, layers[-1] - 1)
+        return layers
+
     def moe_layers(self) -> list[bool]:
         if not self.num_moe_experts:
             return [False] * self.num_layers
@@ -69,6 +121,12 @@ class ModelShape:
         return (pattern + [False] * self.num_layers)[: self.num_layers]
 
 
+def _spread(n: int, parts: int) -> list[int]:
+    """``n`` layers over ``parts`` stages, the remainder on the first ones."""
+    per, extra = divmod(n, max(1, parts))
+    return [per + (1 if i < extra else 0) for i in range(max(1, parts))]
+
+
 @dataclass(frozen=True)
 class ParamCount:
     """Parameters held by one rank. ``dense`` is everything sharded over (DP x CP); ``expert`` over expert DP."""
@@ -77,6 +135,7 @@ class ParamCount:
     expert: int = 0
     embedding: int = 0  # part of ``dense``: word (+ output) embeddings on this rank
     details: dict[str, int] = field(default_factory=dict, compare=False)
+    linear: int = 0  # part of the total: transformer-layer weights (what FP8 casts); not embeddings
 
     @property
     def total(self) -> int:
@@ -90,7 +149,24 @@ def _mlp(h: int, f: int, glu: bool, bias: bool, tp: int) -> int:
     return fc1 + fc2
 
 
+def _mla_attention(s: ModelShape, tp: int) -> int:
+    """Multi-latent attention on one TP rank (see the module docstring; TE spec: down projections duplicated)."""
+    h, a = s.hidden_size, s.num_attention_heads
+    norm = 2 if s.layernorm else 1
+    q_head = s.qk_head_dim + s.qk_pos_emb_head_dim
+    if s.q_lora_rank:
+        q = s.q_lora_rank * h + norm * s.q_lora_rank + (a * q_head // tp) * s.q_lora_rank
+    else:
+        q = (a * q_head // tp) * h
+    kv = ((s.kv_lora_rank + s.qk_pos_emb_head_dim) * h + norm * s.kv_lora_rank
+          + (a * (s.qk_head_dim + s.v_head_dim) // tp) * s.kv_lora_rank)
+    proj = h * (a * s.v_head_dim // tp) + (h if s.add_bias_linear else 0)
+    return q + kv + proj
+
+
 def _attention(s: ModelShape, tp: int) -> int:
+    if s.multi_latent_attention:
+        return _mla_attention(s, tp)
     h, a, g, d = s.hidden_size, s.num_attention_heads, s.groups, s.kv
     qkv_out = (a * d + 2 * g * d) // tp
     qkv = qkv_out * h + (qkv_out if (s.add_bias_linear or s.add_qkv_bias) else 0)
@@ -123,14 +199,22 @@ def layer_params(s: ModelShape, moe: bool, tp: int = 1, ep: int = 1, etp: int | 
     return dense, expert
 
 
-def count_params(
-    s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None, stage: int | None = None
-) -> ParamCount:
-    """Parameters on one (TP, PP) rank; ``stage=None`` means the most-loaded pipeline stage.
+def mtp_params(s: ModelShape, tp: int = 1, ep: int = 1, etp: int | None = None) -> tuple[int, int]:
+    """(dense, expert) parameters of the MTP block on the last stage (without the word embedding it adds)."""
+    if not s.mtp_num_layers:
+        return 0, 0
+    flags = s.moe_layers()
+    d, e = layer_params(s, bool(flags and flags[-1]), tp, ep, etp)
+    h = s.hidden_size
+    per = d + 3 * _norm(s) + (h // tp) * 2 * h  # enorm, hnorm, final norm; eh_proj (column-parallel 2h -> h)
+    return s.mtp_num_layers * per, s.mtp_num_layers * e
 
-    This is the number Megatron prints as " > number of parameters on (tensor, pipeline) model parallel rank".
-    Layers are split evenly over PP (the remainder goes to the first stages); the first stage holds the
-    embeddings, the last one the final norm and the output layer (a copy of the word embedding when tied and PP>1).
+
+def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None) -> list[ParamCount]:
+    """Parameters on each pipeline stage of one TP rank (index = pipeline rank).
+
+    The first stage holds the embeddings, the last one the final norm, the output layer (a copy of the word
+    embedding when tied and PP>1), and the MTP block with its own word embedding when untied and PP>1.
     """
     tp, pp, ep = max(1, tp), max(1, pp), max(1, ep)
     v = s.padded_vocab(tp)
@@ -138,18 +222,18 @@ def count_params(
     word = v // tp * h
     pos = s.seq_length * h if s.position_embedding == "learned_absolute" else 0
     flags = s.moe_layers()
-    per, extra = divmod(s.num_layers, pp)
     stages = []
     start = 0
-    for i in range(pp):
-        n = per + (1 if i < extra else 0)
+    for i, n in enumerate(s.stage_layers(pp)):
         dense = expert = 0
         for moe in flags[start : start + n]:
             d, e = layer_params(s, moe, tp, ep, etp)
             dense += d
             expert += e
         start += n
+        linear = dense + expert
         emb = 0
+        mtp = 0
         if i == 0:
             dense += word + pos
             emb += word
@@ -158,11 +242,31 @@ def count_params(
             if s.untie_embeddings or pp > 1:
                 dense += word
                 emb += word
-        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": n}))
+            if s.mtp_num_layers:
+                md, me = mtp_params(s, tp, ep, etp)
+                dense += md
+                expert += me
+                linear += md + me
+                mtp = s.mtp_num_layers
+                if s.untie_embeddings and pp > 1:
+                    dense += word  # the MTP block's word embedding on the last stage (output layer shared)
+                    emb += word
+        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": n, "mtp_layers": mtp}, linear=linear))
+    return stages
+
+
+def count_params(
+    s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None, stage: int | None = None
+) -> ParamCount:
+    """Parameters on one (TP, PP) rank; ``stage=None`` means the most-loaded pipeline stage.
+
+    This is the number Megatron prints as " > number of parameters on (tensor, pipeline) model parallel rank".
+    Layers are split over PP as ``ModelShape.stage_layers`` says (``stage_counts`` has every stage).
+    """
+    stages = stage_counts(s, tp, pp, ep, etp)
     if stage is not None:
         return stages[stage]
     return max(stages, key=lambda c: c.total)
-
 
 
 def reconcile(s: ModelShape, logged: int, tp: int = 1, pp: int = 1, ep: int = 1,

@@ -18,6 +18,17 @@ divided by ``num_distributed_optimizer_instances`` for dense parameters, expert 
 ``buffers`` are the transient communication buffers live during forward/backward: Megatron-FSDP's unsharded
 all-gathered weights and unsharded gradients of the layer(s) in flight, or with ``optim_grads`` and a single bucket
 (no ``overlap_grad_reduce``) the whole unsharded gradient (Megatron-LM issue #6314).
+
+FP8 (estimated, not calibrated on hardware), on the transformer-layer weights only (``ParamCount.linear``;
+embeddings, output layer and norms stay in bf16/fp32):
+- FP8 compute with bf16 parameters: Transformer Engine casts each weight to FP8 and keeps the copy across the micro
+  batches of a step (``is_first_microbatch`` weight caching), with its transpose for the backward GEMMs
+  (columnwise data for MXFP8): ``fp8`` component = 2 bytes per linear weight; with Megatron FSDP
+  ``optim_grads_params`` only the gathered layers are cast: 2 bytes x the gathered unit(s);
+- FP8 parameters (``fp8_param_gather`` / ``fp8_param``): the weights themselves are FP8, so the param buffer
+  (``param_and_grad_buffer.py``: the distributed optimizer's all-gather buffer is ``torch.uint8``) holds 1 byte per
+  linear weight instead of 2 (sharded like the params), plus the cached transpose (1 byte) for the backward;
+  grads and fp32 main params are unchanged.
 """
 
 from __future__ import annotations
@@ -68,6 +79,8 @@ class Layout:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False  # Megatron FSDP prefetches gathered weights (~1e9 elements) ahead
     fused_adam: bool = True  # TE / apex FusedAdam; torch.optim.Adam (foreach) needs a temporary at the step
+    fp8: bool = False  # FP8 GEMMs (model.fp8 / mixed_precision.fp8 set)
+    fp8_params: bool = False  # FP8 primary weights (ddp.fp8_param_gather / model.fp8_param)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -117,7 +130,8 @@ class StateBytes:
     def bytes_per_param(self) -> float:
         """Persistent model state per parameter (the §2 table: 18/N for optim_grads_params), without the
         transient FSDP buffers, which do not scale with the parameter count (reported as ``transient_bytes``)."""
-        return self.persistent / self.params if self.params else 0.0
+        held = self.components.get("cuda_graphs", 0)  # static graph buffers do not scale with the parameters
+        return (self.persistent - held) / self.params if self.params else 0.0
 
 
 def optimizer_state_bytes(optimizer: str) -> int:
@@ -134,13 +148,15 @@ def persistent_bytes_per_param(strategy: str, n: int, grad_bytes: int = 4, param
     return (param_bytes / (n if p_sh else 1) + grad_bytes / (n if g_sh else 1) + (main + opt) / (n if o_sh else 1))
 
 
-def _group_bytes(p: int, n: int, layout: Layout) -> dict[str, float]:
+def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[str, float]:
+    """State of ``p`` parameters sharded over ``n``; ``fp8_linear`` of them stored as FP8 (1 byte) weights."""
     p_sh, g_sh, o_sh = _SHARDED[layout.strategy]
     main_b = 4 if layout.param_bytes < 4 else 0
     opt_b = optimizer_state_bytes(layout.optimizer)
     on_gpu = 1.0 - min(1.0, max(0.0, layout.optimizer_offload_fraction))
+    fp8_saving = (layout.param_bytes - 1) * fp8_linear
     return {
-        "params": layout.param_bytes * p / (n if p_sh else 1),
+        "params": (layout.param_bytes * p - fp8_saving) / (n if p_sh else 1),
         "grads": layout.grad_bytes * p / (n if g_sh else 1),
         "main_params": main_b * p / (n if o_sh else 1) * on_gpu,
         "optimizer": opt_b * p / (n if o_sh else 1) * on_gpu,
@@ -182,12 +198,33 @@ def fsdp_buffers(count: ParamCount, layout: Layout, layer_params: int | None) ->
     return 0
 
 
+def _fp8_split(count: ParamCount) -> tuple[int, int]:
+    """(dense, expert) linear weights: expert weights are all linear, the rest of ``linear`` is dense."""
+    expert = min(count.expert, count.linear)
+    return max(0, count.linear - expert), expert
+
+
+def fp8_cache_bytes(count: ParamCount, layout: Layout, layer_params: int | None) -> int:
+    """Transformer Engine's FP8 weight copies / transposes held through the step (see the module docstring)."""
+    if not (layout.fp8 or layout.fp8_params) or not count.linear:
+        return 0
+    per = 1 if layout.fp8_params else 2  # FP8 weights: only the transpose; bf16 weights: FP8 copy + transpose
+    if layout.strategy == "fsdp:optim_grads_params" and layout.shard_group > 1:
+        unit = layer_params or max(1, count.total // 16)
+        return int(per * 2 * min(unit, count.linear))  # only the gathered (and the prefetched) layer
+    return per * count.linear
+
+
 def model_state(count: ParamCount, layout: Layout, layer_params: int | None = None) -> StateBytes:
-    """Per-GPU bytes of model state on the most-loaded rank, steady state (after the first optimizer step)."""
-    dense = _group_bytes(count.dense, layout.shard_group, layout)
-    expert = _group_bytes(count.expert, layout.expert_shard_group, layout) if count.expert else {}
+    """Per-GPU bytes of model state on one pipeline stage, steady state (after the first optimizer step)."""
+    fp8_dense, fp8_expert = _fp8_split(count) if layout.fp8_params else (0, 0)
+    dense = _group_bytes(count.dense, layout.shard_group, layout, fp8_dense)
+    expert = _group_bytes(count.expert, layout.expert_shard_group, layout, fp8_expert) if count.expert else {}
     comps = {k: int(round(dense[k] + expert.get(k, 0))) for k in dense}
     comps["buffers"] = fsdp_buffers(count, layout, layer_params)
+    fp8 = fp8_cache_bytes(count, layout, layer_params)
+    if fp8:
+        comps["fp8"] = fp8  # only present with FP8, so bf16 reports keep their shape
     return StateBytes(comps, count.total, layout.shard_group)
 
 
@@ -234,6 +271,8 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
     """
     c = state.components
     params, grads, main, opt, buffers = (c["params"], c["grads"], c["main_params"], c["optimizer"], c["buffers"])
+    # created by the first forward and kept: FP8 weight caches, CUDA graphs' static buffers
+    held = c.get("fp8", 0) + c.get("cuda_graphs", 0)
     module = 0 if (layout.meta_init and layout.fsdp) else params if not layout.fsdp else (
         layout.param_bytes * state.params)
     if layout.strategy == "ddp":
@@ -259,13 +298,13 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
     # torch.optim.Adam (foreach), used when neither Transformer Engine nor apex is installed, allocates
     # sqrt(exp_avg_sq) for the whole local shard at once: one more fp32 copy (measured on an H200: +4 B/param at N=1)
     adam_temp = 0 if layout.fused_adam else (main if main else 4 * state.params // max(1, layout.shard_group))
-    first_step = params + grads + main + opt + cast + adam_temp
-    before_step = after_wrap + (0 if layout.fsdp else main) + buffers + activations
-    steady = params + grads + main + opt + buffers + activations
+    first_step = params + grads + main + opt + cast + adam_temp + held
+    before_step = after_wrap + (0 if layout.fsdp else main) + buffers + activations + held
+    steady = params + grads + main + opt + buffers + activations + held
     # Saving / loading a distributed checkpoint stages the local shards through GPU copies before D2H (and loading
     # creates the Adam state eagerly): an estimate of one extra copy of the local fp32 main-param shard.
     staging = main if main else 4 * params // max(1, layout.param_bytes)
-    checkpoint = params + grads + main + opt + staging
+    checkpoint = params + grads + main + opt + staging + held
     return Phases(
         wrap_peak=int(wrap_peak),
         after_wrap=int(after_wrap),
