@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from diagnose.explain.render import mlm_flag
 from diagnose.model import EnvVar, Evidence, Finding, Fix, Override, Report
 from diagnose.present.tui.findings import finding_order
-from diagnose.present.tui.fixrender import mlm_flag, render_fix
+from diagnose.present.tui.fixrender import render_fix
 from diagnose.present.tui.fmt import format_bytes, format_ranks, rank_phrase
 
 
@@ -46,9 +47,13 @@ def test_rule_overrides_render_in_four_forms() -> None:
     ]
     assert "cfg.ddp.use_megatron_fsdp = True" in rendered.forms["python"]
     assert "cfg.checkpoint.ckpt_format = 'fsdp_dtensor'" in rendered.forms["python"]
-    assert "os.environ['CUDA_DEVICE_MAX_CONNECTIONS'] = '8'" in rendered.forms["python"]
+    # the environment is a launch-script line in every form (cfg.env_vars cannot beat an exported value)
+    assert rendered.forms["python"].splitlines()[0].startswith("# environment, in the launch script")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in rendered.forms["python"].splitlines()[0]
+    assert "os.environ" not in rendered.forms["python"]
     yaml_lines = rendered.forms["yaml"].splitlines()
-    assert yaml_lines[:4] == ["dist:", "  use_torch_fsdp2: false", "ddp:", "  use_megatron_fsdp: true"]
+    assert yaml_lines[0].startswith("# environment")
+    assert yaml_lines[1:5] == ["dist:", "  use_torch_fsdp2: false", "ddp:", "  use_megatron_fsdp: true"]
     assert "--use-megatron-fsdp" in rendered.forms["mlm"].splitlines()
     assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"].splitlines()
     assert "not replayed" in rendered.verdict
@@ -80,7 +85,31 @@ def test_mlm_flag_names() -> None:
     assert mlm_flag(Override("ddp.grad_reduce_in_fp32", True)) == "--accumulate-allreduce-grads-in-fp32"
     assert mlm_flag(Override("ddp.data_parallel_sharding_strategy", "optim_grads_params")) == (
         "--data-parallel-sharding-strategy optim_grads_params")
-    assert mlm_flag(Override("dist.use_torch_fsdp2", False)) == "# drop --use-torch-fsdp2"
+    assert mlm_flag(Override("dist.use_torch_fsdp2", False)) == "(remove --use-torch-fsdp2)"
+    assert mlm_flag(Override("checkpoint.save", "/ckpt dir/x")) == "--save '/ckpt dir/x'"
+    assert mlm_flag(Override("no.such_key", 3)) == ""  # no Megatron-LM flag is guessed
+
+
+def test_tabs_show_what_the_text_report_prints() -> None:
+    """One renderer: the TUI's CLI and Python tabs carry the exact lines the text report prints for the fix."""
+    from diagnose.present.text import render_to_string
+
+    fix = Fix(summary="s", safety="safe",
+              overrides=[Override("checkpoint.save", "/ckpt dir/it's"), Override("model.name", "true"),
+                         Override("train.tags", ["a b", 1, None])],
+              env=[EnvVar("NCCL_DEBUG", "INFO WARN")])
+    f = finding("X9", fix=fix)
+    report = Report(findings=[f], root_cause=0)
+    forms = render_fix(report, f).forms
+    text = render_to_string(report, width=400)
+    assert forms["cli"].splitlines()[0] == "export NCCL_DEBUG='INFO WARN'"
+    cli = forms["cli"].splitlines()[1]
+    assert f"Bridge CLI  {cli}" in text
+    for line in forms["python"].splitlines()[1:]:
+        assert line in text
+    assert "export NCCL_DEBUG='INFO WARN'" in text
+    assert "--save '/ckpt dir/it'\"'\"'s'" in forms["mlm"].splitlines()
+    assert "# no Megatron-LM flag known for model.name" in forms["mlm"].splitlines()
 
 
 def test_replay_render_is_preferred_for_the_root_cause() -> None:

@@ -7,7 +7,8 @@
 3. while violations remain (e.g. turning on Megatron FSDP with ``checkpoint.save`` set and ``ckpt_format`` still
    ``torch_dist``), add the first suggested fix of each violation that does not undo a key already in the fix;
    bounded by ``max_rounds``;
-4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags.
+4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags,
+   through ``diagnose.explain.render`` (the one renderer every presenter uses; it documents the quoting).
    ``env.*`` keys are launch-script lines only (``render["env"]``: export/unset; a comment in the Python and YAML
    forms), never ``cfg.env_vars`` (Bridge applies those with ``os.environ.setdefault``: an export wins).
    ``launch.world_size`` (GPUs a fix needs) is ``render["launch"]`` and a comment line, never a Bridge override.
@@ -23,12 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import yaml
-
-from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
-from diagnose.explain.config.values import render_hydra, render_python
 from diagnose.explain.config.view import ConfigView
+from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
 from diagnose.explain.validate import ValidationResult, Violation
 from diagnose.explain.validate import run_checks as _run_checks
 from diagnose.model import Finding, Override
@@ -270,87 +268,3 @@ def _implied(view: ConfigView, finding: Finding | None, before: ValidationResult
     if keys:
         return any((view.origin(k) or "").startswith("implied:") for k in keys)
     return not view.config_known and any(v.origin.startswith("implied:") for v in view.values.values())
-
-
-# ------------------------------------------------------------------------------------------------ render
-
-
-def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, str]:
-    """``launch.*`` (the GPU count a fix needs) is not a config key: a comment line in the Python and YAML forms
-    and ``render["launch"]``, never a Bridge override."""
-    launch = [o for o in fix if o.key.startswith("launch.")]
-    fix = [o for o in fix if not o.key.startswith("launch.")]
-    config = [o for o in fix if not o.key.startswith("env.")]
-    env = [o for o in fix if o.key.startswith("env.")]
-    comment = _launch_comment(launch)
-    # environment changes are launch-script lines only: Bridge applies cfg.env_vars with os.environ.setdefault, so
-    # a recipe value never beats an exported one (QA #3); the Python and YAML forms point at the export lines
-    env_note = ("# environment, in the launch script (cfg.env_vars cannot override an exported value): "
-                + "; ".join(_env(o) for o in env)) if env else ""
-    heads = [c for c in (comment, env_note) if c]
-    python = "\n".join(_python(o) for o in config)
-    yaml_text = overrides_yaml(config)
-    out = {
-        "cli": " ".join(_cli(o) for o in config),
-        "python": "\n".join(heads + ([python] if python else [])),
-        "yaml": "".join(h + "\n" for h in heads) + yaml_text,
-    }
-    if comment:
-        out["launch"] = comment
-    if env:
-        out["env"] = "\n".join(_env(o) for o in env)
-    if framework == "megatron-lm":
-        out["mlm"] = " ".join(filter(None, (_mlm(o) for o in config)))
-    return out
-
-
-def _launch_comment(launch: list[Override]) -> str:
-    world = next((o.value for o in launch if o.key == "launch.world_size"), None)
-    if world is None:
-        return ""
-    return (f"# needs >= {world} GPUs: launch with world size {world} "
-            f"(torchrun: nnodes x nproc_per_node = {world}; srun: --ntasks={world})")
-
-
-def _cli(o: Override) -> str:
-    return f"~{o.key}" if is_delete(o) else f"{o.key}={render_hydra(o.value)}"
-
-
-def _python(o: Override) -> str:
-    return f"cfg.{o.key} = {render_python(None if is_delete(o) else o.value)}"
-
-
-def _env(o: Override) -> str:
-    name = o.key[4:]
-    return f"unset {name}" if is_delete(o) or o.value is None else f"export {name}={o.value}"
-
-
-def overrides_yaml(fix: list[Override]) -> str:
-    """Dotted overrides as nested YAML (``ddp.x=1`` -> ``ddp:\\n  x: 1``); a deletion becomes null."""
-    tree: dict[str, Any] = {}
-    for o in fix:
-        parts = o.key.split(".")
-        node = tree
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = node[p] = {}
-            node = nxt
-        node[parts[-1]] = None if is_delete(o) else o.value
-    return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False) if tree else ""
-
-
-def _mlm(o: Override) -> str:
-    inverted = next((flag for flag, key in INVERTED.items() if key == o.key), None)
-    if inverted is not None and isinstance(o.value, bool):
-        flag = "--" + inverted.replace("_", "-")
-        return flag if o.value is False else f"(remove {flag})"
-    name = BRIDGE_TO_MLM.get(o.key)
-    if name is None:
-        return ""
-    flag = "--" + name.replace("_", "-")
-    if o.value is True:
-        return flag
-    if o.value is False or o.value is None or is_delete(o):
-        return f"(remove {flag})"
-    return f"{flag} {o.value}"

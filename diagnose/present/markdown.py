@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from diagnose.explain.render import cli_line, env_line, python_lines
 from diagnose.model import Finding, Report
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
     SAFETY_NOTE,
-    cli_line,
     collapsed_line,
     mapping_lines,
-    python_lines,
     section_data,
     shown_facts,
     silent_line,
@@ -70,7 +69,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
             out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
             out += ["YAML:", "", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""]
         if fix.env:
-            body = "\n".join(f"export {e.name}={e.value}" for e in fix.env)
+            body = "\n".join(env_line(e.name, e.value) for e in fix.env)
             out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
         for step in fix.steps:
             out.append(f"- {md_inline(step)}")

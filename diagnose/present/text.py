@@ -1,7 +1,8 @@
 """The terminal report (rich): root cause first, then secondary findings, then cascades collapsed to one line each.
 
 Everything that came from a log (evidence, facts, config values) is made inert and put in ``Text`` objects, never
-in markup strings. Helpers here (rank compaction, override rendering) are shared with the markdown report.
+in markup strings. Helpers here (rank compaction, sections) are shared with the markdown report; a fix's overrides
+are rendered by ``diagnose.explain.render``, the one renderer of every presenter.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.safe import inert, inert_block, log_text
 
@@ -66,33 +68,8 @@ def where(f: Finding) -> str:
     return " ".join(parts)
 
 
-def cli_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, separators=(",", ":"))
-    s = str(v)
-    return f'"{s}"' if (not s or any(c.isspace() for c in s) or any(c in s for c in "\"'$`\\;&|<>()")) else s
-
-
-def python_value(v: Any) -> str:
-    return repr(v)
-
-
-def cli_line(overrides: list[Override]) -> str:
-    """Megatron-Bridge / Hydra-style ``key=value`` overrides for a training script's command line."""
-    return " ".join(f"{o.key}={cli_value(o.value)}" for o in overrides)
-
-
-def python_lines(overrides: list[Override], var: str = "cfg") -> list[str]:
-    return [f"{var}.{o.key} = {python_value(o.value)}" for o in overrides]
-
-
 def yaml_text(overrides: list[Override]) -> str:
-    from diagnose.explain.replay import overrides_yaml  # one nested-YAML builder for replay and reports
-
+    """The overrides as nested YAML, without the final newline (one builder: ``diagnose.explain.render``)."""
     return overrides_yaml(overrides).rstrip()
 
 
@@ -444,7 +421,7 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
         for line in yaml_text(fix.overrides).splitlines():
             out.append(command_text(f"{indent}  ", inert(line)))
     for e in fix.env:
-        out.append(command_text(f"{indent}Env         ", inert(f"export {e.name}={e.value}"), style="bold"))
+        out.append(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold"))
     for step in fix.steps:
         out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
                                                         initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))

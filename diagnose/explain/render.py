@@ -1,0 +1,251 @@
+"""The one renderer of a fix: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM flags, ``export`` lines.
+
+Every presenter (replay's ``render`` section, the text and markdown reports, the TUI's tabs) calls this module, so
+a value is quoted the same way wherever a user copies it from. Each target gets the quoting its reader needs:
+
+* Bridge CLI: one shell word per override. Bridge hands the words to Hydra's override parser and applies the
+  result through OmegaConf (``omegaconf_utils.parse_hydra_overrides`` then ``to_container(resolve=True)``), so a
+  value passes three readers, innermost first:
+
+  1. OmegaConf: ``${`` starts an interpolation; a literal one is written ``\\${`` (and a backslash run right
+     before it is doubled, so it stays literal too).
+  2. Hydra's grammar: ``true``/``false``/``null`` (any case), ints, floats (``1e-05``, ``inf``, ``nan``) and
+     ``[a,b]`` / ``{k:v}`` are typed; a string that is not a plain word (``fsdp_dtensor``, ``/ckpt/dir``,
+     ``expandable_segments:True``) or that would read as another type (``"true"``, ``"1e3"``, ``""``) is put in
+     double quotes. Inside Hydra quotes only a backslash run that precedes a quote (an escaped ``\\"`` or the
+     closing one) is an escape, so such a run is doubled and ``"`` becomes ``\\"``; other backslashes are literal.
+  3. The shell: the whole ``key=value`` word goes through ``shlex.quote`` (a plain word is left bare), so spaces,
+     quotes, ``$``, globs and ``;`` reach Hydra unchanged. A deletion is ``'~key'`` (quoted: a bare ``~`` would be
+     tilde-expanded).
+* Python: ``repr`` (``float('inf')`` for the values that have no literal), so ``ast.literal_eval`` of the right-hand
+  side gives the value back.
+* YAML: ``yaml.safe_dump`` picks the quoting (``'true'``, ``'1e3'``, ``''``, ``': x'``, ``'#x'``), so
+  ``yaml.safe_load`` gives the value back. (A string holding ``${`` would read as an interpolation when Bridge loads
+  the file through OmegaConf; no fix of ours sets one.)
+* Megatron-LM flags and ``export`` lines: ``shlex.quote``.
+
+Text that goes into a comment line (the environment note, the launch note) has its control characters escaped, so
+a value with a line break cannot end the comment and become code.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
+from diagnose.explain.config.overrides import is_delete
+from diagnose.model import Override
+
+# A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
+_HYDRA_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*(?::[A-Za-z0-9_./-]+)*", re.ASCII)
+_HYDRA_TYPED = {"true", "false", "null", "inf", "nan"}
+_BACKSLASHES_BEFORE_QUOTE = re.compile(r'(\\+)(?="|$)')
+_BACKSLASHES_BEFORE_INTERPOLATION = re.compile(r"(\\*)\$\{")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_ATTRIBUTE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+ENV_NOTE = "# environment, in the launch script (cfg.env_vars cannot override an exported value): "
+
+
+# ------------------------------------------------------------------------------------------------ values
+
+
+def hydra_value(value: Any) -> str:
+    """A value as Hydra override text, before shell quoting (``true``, ``null``, ``[1,"a b"]``, ``"1e3"``)."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # 1e-05, 0.1, inf, -inf, nan: all Hydra FLOAT tokens
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_hydra_key(k)}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    return _hydra_string(str(value))
+
+
+def _hydra_string(s: str) -> str:
+    if _HYDRA_PLAIN.fullmatch(s) and s.lower() not in _HYDRA_TYPED:
+        return s
+    # OmegaConf first (it reads last): keep ${ literal; a backslash run before it is doubled so it stays literal
+    s = _BACKSLASHES_BEFORE_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", s)
+    # then Hydra's quoted string: backslash runs before a quote or the closing quote are doubled, quotes escaped
+    s = _BACKSLASHES_BEFORE_QUOTE.sub(lambda m: m.group(1) * 2, s).replace('"', '\\"')
+    return f'"{s}"'
+
+
+def _hydra_key(key: Any) -> str:
+    """A dict key: Hydra's grammar has no quoted keys, so only identifier-like keys and ints are written as such."""
+    text = str(key)
+    if isinstance(key, int) or _HYDRA_PLAIN.fullmatch(text):
+        return text
+    return re.sub(r"([\\ ()\[\]{}:=,\t])", r"\\\1", text)  # Hydra's escapes for unquoted text
+
+
+def python_value(value: Any) -> str:
+    """A value as a Python literal; non-finite floats as ``float('inf')`` (no literal exists for them)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float('{value}')"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(python_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{python_value(k)}: {python_value(v)}" for k, v in value.items()) + "}"
+    return repr(str(value))
+
+
+def shell_word(value: Any) -> str:
+    """A value as one shell word (``True`` -> ``true``, lists space-joined by the caller)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shlex.quote(str(value))
+
+
+def comment_safe(text: str) -> str:
+    """Text for a ``#`` comment line: control characters (a line break above all) shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+# ------------------------------------------------------------------------------------------------ lines
+
+
+def cli_token(o: Override) -> str:
+    """One override as one shell word for a Bridge training script's command line."""
+    if is_delete(o):
+        return shlex.quote(f"~{o.key}")
+    return shlex.quote(f"{o.key}={hydra_value(o.value)}")
+
+
+def cli_line(overrides: list[Override]) -> str:
+    """Bridge / Hydra ``key=value`` overrides, space separated, ready to paste after the training script."""
+    return " ".join(cli_token(o) for o in overrides)
+
+
+def python_line(o: Override, var: str = "cfg") -> str:
+    if not _ATTRIBUTE_PATH.fullmatch(o.key):  # never let a key write code
+        return f"# not a Python attribute path: {comment_safe(repr(o.key))}"
+    return f"{var}.{o.key} = {python_value(None if is_delete(o) else o.value)}"
+
+
+def python_lines(overrides: list[Override], var: str = "cfg") -> list[str]:
+    return [python_line(o, var) for o in overrides]
+
+
+def env_line(name: str, value: Any) -> str:
+    """``export NAME=value`` (``unset NAME`` for a deletion or None) with the value shell-quoted."""
+    if not _IDENTIFIER.fullmatch(name):
+        return f"# not a shell variable name: {comment_safe(repr(name))}"
+    if value is None:
+        return f"unset {name}"
+    return f"export {name}={shell_word(value)}"
+
+
+def _env_override_line(o: Override) -> str:
+    return env_line(o.key[4:], None if is_delete(o) else o.value)
+
+
+def overrides_yaml(fix: list[Override]) -> str:
+    """Dotted overrides as nested YAML (``ddp.x=1`` -> ``ddp:\\n  x: 1``); a deletion becomes null."""
+    tree: dict[str, Any] = {}
+    for o in fix:
+        parts = o.key.split(".")
+        node = tree
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[parts[-1]] = None if is_delete(o) else _yaml_plain(o.value)
+    if not tree:
+        return ""
+    # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy)
+    return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=True, width=1 << 30)
+
+
+def _yaml_plain(value: Any) -> Any:
+    """What safe_dump can write: tuples as lists, other objects as their text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_yaml_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _yaml_plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def mlm_flag(o: Override) -> str:
+    """The Megatron-LM flag for one override; ``(remove --flag)`` when the fix turns a flag off; "" when no flag
+    is known for the key."""
+    inverted = next((flag for flag, key in INVERTED.items() if key == o.key), None)
+    if inverted is not None and isinstance(o.value, bool):
+        flag = "--" + inverted.replace("_", "-")
+        return flag if o.value is False else f"(remove {flag})"
+    name = BRIDGE_TO_MLM.get(o.key)
+    if name is None:
+        return ""
+    flag = "--" + name.replace("_", "-")
+    if o.value is True:
+        return flag
+    if o.value is False or o.value is None or is_delete(o):
+        return f"(remove {flag})"
+    if isinstance(o.value, (list, tuple)):  # argparse nargs: one word per item
+        return " ".join([flag] + [shell_word(v) for v in o.value])
+    return f"{flag} {shell_word(o.value)}"
+
+
+def mlm_flags(overrides: list[Override]) -> list[str]:
+    return [f for f in (mlm_flag(o) for o in overrides) if f]
+
+
+# ------------------------------------------------------------------------------------------------ a fix
+
+
+def launch_comment(launch: list[Override]) -> str:
+    world = next((o.value for o in launch if o.key == "launch.world_size"), None)
+    if world is None:
+        return ""
+    world = comment_safe(str(world))
+    return (f"# needs >= {world} GPUs: launch with world size {world} "
+            f"(torchrun: nnodes x nproc_per_node = {world}; srun: --ntasks={world})")
+
+
+def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, str]:
+    """A fix in every form: ``cli``, ``python``, ``yaml``; ``env`` (export/unset lines) when it sets ``env.*``;
+    ``launch`` when it needs a GPU count (``launch.world_size``); ``mlm`` for a Megatron-LM job.
+
+    ``env.*`` keys are launch-script lines only: Bridge applies ``cfg.env_vars`` with ``os.environ.setdefault``,
+    so a recipe value never beats an exported one; the Python and YAML forms carry them as a comment line.
+    ``launch.*`` is not a config key: a comment line in the Python and YAML forms, never a Bridge override.
+    """
+    launch = [o for o in fix if o.key.startswith("launch.")]
+    rest = [o for o in fix if not o.key.startswith("launch.")]
+    config = [o for o in rest if not o.key.startswith("env.")]
+    env = [_env_override_line(o) for o in rest if o.key.startswith("env.")]
+    comment = launch_comment(launch)
+    env_note = ENV_NOTE + comment_safe("; ".join(env)) if env else ""
+    heads = [c for c in (comment, env_note) if c]
+    python = "\n".join(python_lines(config))
+    out = {
+        "cli": cli_line(config),
+        "python": "\n".join(heads + ([python] if python else [])),
+        "yaml": "".join(h + "\n" for h in heads) + overrides_yaml(config),
+    }
+    if comment:
+        out["launch"] = comment
+    if env:
+        out["env"] = "\n".join(env)
+    if framework == "megatron-lm":
+        out["mlm"] = " ".join(mlm_flags(config))
+    return out
