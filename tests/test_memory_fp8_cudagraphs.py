@@ -110,6 +110,7 @@ def _view(values: dict) -> ConfigView:
     ({"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_param_gather": True}, True, True),
     ({"model.fp8": "hybrid", "ddp.fp8_param_gather": True}, True, True),
     ({"mlm.fp8": "hybrid", "mlm.fp8_param_gather": True}, True, True),
+    ({"mlm.fp8_format": "e4m3"}, True, False),
 ])
 def test_config_fp8(values, fp8, params):
     layout = layout_from_config(_view(values))

@@ -176,12 +176,13 @@ def _mla_fields(view: Any) -> dict[str, Any]:
 
 
 def fp8_from_config(view: Any) -> tuple[bool, bool]:
-    """(FP8 GEMMs, FP8 parameters). FP8 is on when ``fp8`` (Megatron-LM ``--fp8-format``, dest ``fp8``) names a
-    format, directly or in Bridge's ``mixed_precision``; a ``mixed_precision`` preset naming fp8 counts too.
+    """(FP8 GEMMs, FP8 parameters). FP8 is on when ``fp8`` names a format (Megatron-LM ``--fp8-format``: ``fp8``
+    in the arguments dump, ``fp8_format`` on a command line), directly or in Bridge's ``mixed_precision``, or
+    when the ``mixed_precision`` preset's name says fp8.
     FP8 parameters: ``fp8_param_gather`` (ddp / mixed_precision / Megatron-LM) or ``model.fp8_param``; Bridge's
     ``*_fp8_delayed_scaling_mixed`` presets set ``fp8_param_gather=True`` (Megatron-Bridge ``mixed_precision.py``)."""
-    fmt = next((v for v in (_get(view, k) for k in ("model.fp8", "mixed_precision.fp8", "mlm.fp8"))
-                if v is not None), None)
+    keys = ("model.fp8", "mixed_precision.fp8", "mlm.fp8", "mlm.fp8_format")
+    fmt = next((v for v in (_get(view, k) for k in keys) if v is not None), None)
     preset = str(_get(view, "mixed_precision", "") or "").lower()
     fp8 = (fmt is not None and str(fmt).strip().lower() not in _FALSE) or "fp8" in preset
     params = any(_bool(_get(view, k)) for k in ("ddp.fp8_param_gather", "mixed_precision.fp8_param_gather",
