@@ -51,14 +51,15 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
 
 
 def _frames_of(tb: Any, lines: list[LogLine]) -> list[LogLine] | None:
-    """Frame lines of a normalize Traceback (and of the exceptions chained before it), oldest first.
+    """Frame lines of a normalize Traceback (and of its enclosing exception groups and chained causes), oldest first.
 
     Python frames keep their log line (so a matched frame can be shown as evidence with its line number); C++
     frames are plain text (line number 0).
     """
     if getattr(tb, "frames", None) is None:
         return None
-    chain = list(getattr(tb, "chain", []) or []) + [tb]
+    # the exception groups it was raised inside (their frames say where it surfaced), then its own chain
+    chain = list(getattr(tb, "groups", []) or []) + list(getattr(tb, "chain", []) or []) + [tb]
     path = lines[-1].path
     out: list[LogLine] = []
     for t in chain:

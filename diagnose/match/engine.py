@@ -40,6 +40,7 @@ BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (dou
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
 
 _HEADER = "Traceback (most recent call last)"
+_GROUP_HEADER = "Exception Group Traceback (most recent call last)"
 _CHAIN_PHRASES = ("During handling of the above exception", "The above exception was the direct cause")
 _MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
 
@@ -268,7 +269,11 @@ class Matcher:
                     break  # the traceback is not chained to an earlier exception: stop at its header
                 header_at = None
             same.append(prev)
-            if text.startswith(_HEADER):
+            # Inside an exception group printout, walk up to the outermost group's header: its frames are where
+            # the member's error surfaced (a TaskGroup in save_checkpoint, say).
+            if (text.startswith(_HEADER) and not prev.group_depth) or (
+                prev.group_depth == 1 and text.startswith(_GROUP_HEADER)
+            ):
                 header_at = len(same) - 1
         if header_at is not None:
             del same[header_at + 1 :]
