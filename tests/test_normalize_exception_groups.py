@@ -56,7 +56,8 @@ def _lines(text: str, path: str = "x.log"):
 
 # The program behind sample_logs/exception_group_oom.log: a checkpoint writer staging shards in an asyncio TaskGroup,
 # two shards run out of GPU memory. Without torch (here: -S) the exception class prints as torch.OutOfMemoryError too.
-_ASYNC_WRITER = '''
+_ASYNC_WRITER = '''\
+"""A checkpoint writer that stages shards on the GPU in an asyncio.TaskGroup (Python 3.11+)."""
 import asyncio
 
 try:
