@@ -473,3 +473,39 @@ def test_unknown_job_is_a_one_line_error(slurm_env):
     )
     assert done.returncode == 2
     assert done.stderr == "diagnose: error: Slurm does not know job 987654321 (not in scontrol, not in sacct)\n"
+
+
+# --------------------------------------------------------------------------------- srun per-task files
+
+
+def check_per_task_report(code: int, report: dict, job: str, workdir: Path) -> None:
+    """Task 1's CUDA OOM is the root cause on rank 1 (the rank of its file name: the log lines carry none); task
+    0's NCCL timeout, read from its own file, is a consequence on rank 0."""
+    s = report["slurm"]
+    assert code == 1
+    assert [(t["path"], t["rank"], t["step"]) for t in s["task_outputs"]] == [
+        (str(workdir / f"out-{job}-{t}.log"), t, "0") for t in (0, 1)
+    ]
+    assert s["task_route"] == "sacct step SubmitLine" and s["task_outputs_found"] == 2
+    inputs = [i["path"] for i in report["inputs"]]
+    assert inputs == [str(workdir / f"diag-pertask-{job}.out")] + [str(workdir / f"out-{job}-{t}.log") for t in (0, 1)]
+    r = root(report)
+    assert r["category"] == "cuda_oom" and r["ranks"] == [1], r
+    assert r["evidence"][0]["path"] == str(workdir / f"out-{job}-1.log")
+    timeouts = [f for f in report["findings"] if f["category"] == "nccl_timeout"]
+    assert timeouts and all(f["role"] == "cascade" and f["ranks"] == [0] for f in timeouts)
+    assert finding(report, "SJ006")["role"] == "cascade"
+
+
+def test_per_task_srun_output_files_give_the_ranks(slurm_env, workdir):
+    """`srun -n 2 -o out-%j-%t.log`: one file per task, found and read as a per-rank set, first while slurmctld
+    remembers the job, then from accounting alone."""
+    job = sbatch(slurm_env, "-D", str(workdir), str(JOBS / "per_task.sh"), str(JOBS), cwd=workdir)
+    wait_ended(slurm_env, job)
+    code, report, _ = diagnose(slurm_env, job)
+    assert report["slurm"]["source"] == "scontrol"
+    check_per_task_report(code, report, job, workdir)
+    wait_forgotten(slurm_env, job)
+    code, report, _ = diagnose(slurm_env, job)
+    assert report["slurm"]["source"] == "sacct"
+    check_per_task_report(code, report, job, workdir)

@@ -534,7 +534,8 @@ def test_per_node_files_from_the_node_list(tmp_path):
     f = PatternFields(job_id=9, job_name="gpt")
     _touch(tmp_path / "gpt-gpu01-9.log")
     _touch(tmp_path / "gpt-gpu02-9.log")
-    files, note = find_files("%x-%N-%j.log", "stdout", f, StepShape("0", 16, expand_hostlist("gpu[01-03]")), str(tmp_path))
+    shape = StepShape("0", 16, expand_hostlist("gpu[01-03]"))
+    files, note = find_files("%x-%N-%j.log", "stdout", f, shape, str(tmp_path))
     assert [t.node for t in files] == ["gpu01", "gpu02"] and all(t.rank is None for t in files)
     assert "nodes gpu03" in note
 
@@ -548,7 +549,8 @@ def test_thousands_of_ranks_are_capped_keeping_rank_0_and_the_largest(tmp_path):
     f = PatternFields(job_id=8)
     for t in range(300):
         _touch(tmp_path / f"o-{t}.log", "x" * (1000 if t == 217 else 10 + t % 7))
-    out = collect([SrunCall(1, output="o-%t.log")], [StepShape("0", 300)], f, str(tmp_path), StepShape(None, None), cap=10)
+    calls, steps = [SrunCall(1, output="o-%t.log")], [StepShape("0", 300)]
+    out = collect(calls, steps, f, str(tmp_path), StepShape(None, None), cap=10)
     ranks = [t.rank for t in out.files]
     assert out.found == 300 and len(ranks) == 10 and ranks == sorted(ranks)
     assert 0 in ranks and 217 in ranks
@@ -565,7 +567,9 @@ def _runner_for(scontrol: str, sacct_rows: list[dict[str, str]], script: str | N
     def runner(argv):
         calls.append(argv)
         if argv[:3] == ["scontrol", "write", "batch_script"]:
-            return CommandResult(argv, 0 if script else 1, script or "", "" if script else "error: job script not found")
+            if script is None:
+                return CommandResult(argv, 1, "", "error: job script not found")
+            return CommandResult(argv, 0, script, "")
         if argv[0] == "scontrol":
             if scontrol:
                 return CommandResult(argv, 0, scontrol + "\n", "")
@@ -614,7 +618,8 @@ def test_lookup_finds_per_task_files_through_the_batch_script_from_scontrol(tmp_
     scontrol, rows = _train_job(tmp_path)
     job = lookup_job(parse_job_id("31"), _runner_for(scontrol, rows, SCRIPT_31), settle_s=0, sleep=lambda s: None)
     assert job.task_route == "scontrol write batch_script"
-    assert [(Path(t.path).name, t.rank, t.step) for t in job.task_outputs] == [("31-0.out", 0, "0"), ("31-1.out", 1, "0")]
+    found = [(Path(t.path).name, t.rank, t.step) for t in job.task_outputs]
+    assert found == [("31-0.out", 0, "0"), ("31-1.out", 1, "0")]
     assert job.analysis_inputs[0] == (str(tmp_path / "train-31.out"), None)
     assert any("read 2 per-task output file(s)" in n and "step 0, 2 tasks" in n for n in job.notes)
 
@@ -679,3 +684,22 @@ def test_the_ranks_of_the_report_come_from_the_task_file_names(tmp_path, oom_ran
 def test_srun_scanning_never_raises_on_any_text(text):
     for call in find_srun_calls(text, {"SLURM_JOB_ID": "1"}):
         assert call.ntasks is None or call.ntasks >= 0
+
+
+def test_per_node_and_per_task_glob_reads_back_both(tmp_path):
+    f = PatternFields(job_id=4, job_name="gpt")
+    for node, t in (("gpu01", 0), ("gpu01", 1), ("gpu02", 2)):
+        _touch(tmp_path / f"gpt-{node}-{t}.log")
+    files, _ = find_files("%x-%N-%t.log", "stdout", f, StepShape("0", 3, ["gpu01", "gpu02"]), str(tmp_path))
+    assert [(t.node, t.rank) for t in files] == [("gpu01", 0), ("gpu01", 1), ("gpu02", 2)]
+
+
+def test_asking_for_a_step_keeps_that_steps_task_files(tmp_path):
+    from diagnose.ingest.slurm.job import lookup_job
+
+    scontrol, rows = _train_job(tmp_path)
+    script = SCRIPT_31 + "srun -o logs/%j-%t.out python eval.py\n"  # two srun calls: ...
+    rows.append({"JobID": "31.1", "JobIDRaw": "31.1", "JobName": "python", "State": "COMPLETED", "ExitCode": "0:0",
+                 "NodeList": "vm", "NTasks": "2"})  # ... and two steps, both writing the same names
+    job = lookup_job(parse_job_id("31.1"), _runner_for(scontrol, rows, script), settle_s=0, sleep=lambda s: None)
+    assert {t.step for t in job.task_outputs} == {"1"}

@@ -5,7 +5,8 @@ Public API (for the CLI and the TUI):
 - ``parse_job_id(text, step=None) -> JobRef``: strict validation of ``123``, ``123_7``, ``123+1``, ``.STEP``.
 - ``lookup_job(ref) -> SlurmJob``: state, exit code/signal, DerivedExitCode, steps, nodes, elapsed vs limit,
   requeues, output files and the route that found them (scontrol, else sacct SubmitLine / --env-vars /
-  --batch-script / the slurm-%j.out default).
+  --batch-script / the slurm-%j.out default), and the per-task/per-node files of its srun steps
+  (``srun -o logs/%j-%t.out``; ``SlurmJob.task_outputs``, each with its rank).
 - ``list_failed_jobs(since="1d", user=None) -> list[JobSummary]``: recent jobs that ended badly, newest first
   (``JobSummary`` is documented in ``listing.py``). For the TUI's job list (``diagnose tui --slurm``).
 - ``diagnose_job(ref, options) -> SlurmDiagnosis``: the pipeline's Report on the job's output with Slurm's facts

@@ -208,6 +208,8 @@ def lookup_job(
         if not chosen:
             job.notes.append(f"step {ref.step} not found in sacct's record of job {job.job_id}")
         job.steps = chosen
+        # a step asked for: its own per-task files only (and those no step could be tied to)
+        job.task_outputs = [t for t in job.task_outputs if t.step in (ref.step, None)]
     return job
 
 

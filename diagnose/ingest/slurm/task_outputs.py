@@ -113,15 +113,15 @@ def as_glob(pattern: str, f: PatternFields, step: str | None) -> str:
 
 
 def as_regex(pattern: str, f: PatternFields, step: str | None) -> re.Pattern[str]:
-    """A regex for the pattern's names; the group ``t`` captures the task id (the rank)."""
+    """A regex for the pattern's names; the group ``t`` captures the task id (the rank), ``N`` the node."""
     seen: set[str] = set()
 
     def unknown(letter: str) -> str:
-        if letter == "t":
-            if "t" in seen:
-                return r"(?P=t)"
-            seen.add("t")
-            return r"(?P<t>\d+)"
+        if letter in "tN":
+            if letter in seen:
+                return f"(?P={letter})"
+            seen.add(letter)
+            return r"(?P<t>\d+)" if letter == "t" else r"(?P<N>[^/]+)"
         return r"\d+" if letter == "n" else r"[^/]+"
 
     return re.compile(_render(pattern, f, step, {}, re.escape, unknown))
@@ -138,7 +138,10 @@ def _size(path: str) -> int | None:
     return st.st_size if os.path.isfile(path) else None
 
 
-def _candidates(pattern: str, f: PatternFields, shape: StepShape) -> tuple[list[tuple[str, int | None, str | None]], int | None]:
+Candidate = tuple[str, int | None, str | None]  # (path, rank, node)
+
+
+def _candidates(pattern: str, f: PatternFields, shape: StepShape) -> tuple[list[Candidate], int | None]:
     """(path, rank, node) for every task or node the step had, and how many were expected; ([], None) when the
     step's shape does not say (the caller then globs)."""
     letters = uses(pattern)
@@ -151,13 +154,14 @@ def _candidates(pattern: str, f: PatternFields, shape: StepShape) -> tuple[list[
         if not shape.nodes:
             return [], None
         nodes = shape.nodes[:MAX_EXPANDED]
-        return [(expand_for(pattern, f, shape.step_id, node_index=i, node=h), None, h) for i, h in enumerate(nodes)], len(nodes)
+        paths = [expand_for(pattern, f, shape.step_id, node_index=i, node=h) for i, h in enumerate(nodes)]
+        return [(p, None, h) for p, h in zip(paths, nodes)], len(nodes)
     if not letters & {"t", "n", "N"}:
         return [(expand_for(pattern, f, shape.step_id), None, None)], 1
     return [], None  # %t together with %N: which task ran on which node depends on the distribution
 
 
-def _globbed(pattern: str, f: PatternFields, shape: StepShape, base: str) -> list[tuple[str, int | None, str | None]]:
+def _globbed(pattern: str, f: PatternFields, shape: StepShape, base: str) -> list[Candidate]:
     regex = as_regex(resolve(pattern, base), f, shape.step_id)
     found = []
     for path in glob.iglob(as_glob(resolve(pattern, base), f, shape.step_id)):
@@ -165,7 +169,7 @@ def _globbed(pattern: str, f: PatternFields, shape: StepShape, base: str) -> lis
         if m is None:
             continue
         rank = int(m.group("t")) if "t" in regex.groupindex else None
-        found.append((path, rank, None))
+        found.append((path, rank, m.group("N") if "N" in regex.groupindex else None))
         if len(found) >= MAX_EXPANDED:
             break
     return found
@@ -193,7 +197,8 @@ def find_files(pattern: str, stream: str, f: PatternFields, shape: StepShape, ba
         return [], f"no {stream} file of {what} matches {shown} (deleted, not written, or written elsewhere)"
     if missing and expected:
         kind = "tasks" if "t" in uses(pattern) else "nodes"
-        return files, f"{len(missing)} of {expected} {stream} files of {what} ({pattern}) are missing: {kind} {_short(missing)}"
+        lost = f"{kind} {_short(missing)}"
+        return files, f"{len(missing)} of {expected} {stream} files of {what} ({pattern}) are missing: {lost}"
     return files, ""
 
 
@@ -228,8 +233,8 @@ def collect(calls: list[SrunCall], steps: list[StepShape], f: PatternFields, wor
             cap: int = DEFAULT_MAX_TASK_FILES, exclude: set[str] | None = None) -> TaskOutputs:
     """Every per-task/per-node file the job's srun calls wrote, capped, with notes for what is missing."""
     result = TaskOutputs()
-    seen: set[str] = set(exclude or ())
-    found: list[TaskFile] = []
+    excluded = set(exclude or ())
+    found: dict[str, TaskFile] = {}
     for index, call in enumerate(calls):
         if call.unresolved:
             names = ", ".join(call.unresolved)
@@ -245,14 +250,13 @@ def collect(calls: list[SrunCall], steps: list[StepShape], f: PatternFields, wor
                 if note:
                     result.notes.append(note)
                 label = f"step {shape.step_id}" if shape.step_id is not None else "srun"
-                count = f", {shape.ntasks} tasks" if shape.ntasks is not None else ""
+                count = f", {shape.ntasks} task{'' if shape.ntasks == 1 else 's'}" if shape.ntasks is not None else ""
                 result.patterns.append(f"{pattern} ({label}{count})")
                 for tf in files:
-                    if tf.path not in seen:
-                        seen.add(tf.path)
-                        found.append(tf)
+                    if tf.path not in excluded:
+                        found[tf.path] = tf  # a later step writing the same name overwrote the earlier one
     result.found = len(found)
-    result.files = _capped(found, cap)
+    result.files = _capped(list(found.values()), cap)
     return result
 
 
