@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any
 
+from diagnose.explain.render import cli_line
 from diagnose.model import DiagnoseError
 
 SCHEMA = "diagnose/replay@1"
@@ -133,7 +134,7 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
             fix.append(inert(result.render()["cli"] or "; ".join(
                 line for line in (result.render().get("env") or "").splitlines())))
             if result.added and given:
-                fix.append("  (extended with: " + inert(" ".join(f"{o.key}={o.value}" for o in result.added)) + ")",
+                fix.append("  (extended with: " + inert(cli_line(result.added)) + ")",
                            style="yellow")
             console.print(fix, soft_wrap=True)  # a command line: never hard-wrapped (copy-paste)
             console.print(_violations_text("with the fix", result.after.violations))

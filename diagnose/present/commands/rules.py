@@ -101,18 +101,12 @@ def find_rule(catalogue: Catalogue, code: str) -> Rule:
     raise DiagnoseError(f"no rule {inert(code)!r} in the catalogue (see 'diagnose rules list')")
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    return str(v)
-
-
 def render_show(rule: Rule) -> list[Any]:
     """The rule's doc page as rich renderables (Text and Markdown), every catalogue string made inert."""
     from rich.markdown import Markdown
     from rich.text import Text
+
+    from diagnose.explain.render import cli_token, env_line
 
     out: list[Any] = []
     head = Text()
@@ -141,9 +135,9 @@ def render_show(rule: Rule) -> list[Any]:
         out.append(Text(inert_block(fix.summary)))
     out.append(Text(f"safety: {SAFETY_MEANING.get(fix.safety, fix.safety)}", style="italic"))
     for o in fix.overrides:
-        out.append(Text(f"  {inert(o.key)}={inert(_value(o.value))}", style="green"))
+        out.append(Text(f"  {inert(cli_token(o))}", style="green"))
     for e in fix.env:
-        out.append(Text(f"  export {inert(e.name)}={inert(e.value)}", style="green"))
+        out.append(Text(f"  {inert(env_line(e.name, e.value))}", style="green"))
     for s in fix.steps:
         out.append(Text(f"  - {inert(s)}"))
 
