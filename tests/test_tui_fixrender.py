@@ -204,3 +204,18 @@ def test_memory_picture_shows_fsdp_transient_buffers_apart_from_model_state():
     text = memory_text(memory).plain
     assert "transient" in text and "6.00 GiB" in text
     assert "20.00 GiB" in text  # model state total, without the transient buffers
+
+
+def test_replay_render_with_env_shows_the_exports_above_the_overrides() -> None:
+    """A proven fix that sets both config keys and environment variables: the CLI tab carries both."""
+    from diagnose.explain.render import render_fix as render_overrides
+
+    fix = [Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), Override("checkpoint.save", "/a b")]
+    root = finding("OOM104")
+    replay = {"rule": "OOM104", "fix": [{"key": o.key, "value": o.value} for o in fix],
+              "after_fix": {"passes": True}, "render": render_overrides(fix)}
+    forms = render_fix(Report(findings=[root], root_cause=0, replay=replay), root).forms
+    assert forms["cli"].splitlines() == ["export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                                         "'checkpoint.save=\"/a b\"'"]
+    assert forms["python"] == replay["render"]["python"] and forms["yaml"] == replay["render"]["yaml"]
+    assert forms["mlm"].splitlines() == ["export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--save '/a b'"]
