@@ -150,3 +150,26 @@ def test_diagnose_check_reports_the_worst_stage(tmp_path):
     assert "Traceback" not in out.stderr
     text = " ".join(out.stdout.split())
     assert "peak is on stage 3 of 0..3 (the last stage)" in text
+
+
+@pytest.mark.parametrize("fields, ok, bad", [
+    ({}, [1, 2, 4, 8, 16, 32], [3, 5, 6]),
+    ({"num_layers": 61, "num_layers_in_first_pipeline_stage": 3, "num_layers_in_last_pipeline_stage": 2},
+     [3, 4, 9, 16], [1, 2, 5, 8]),  # 56 middle layers over pp - 2 stages; pp=3: one middle stage of 56
+    ({"num_layers": 30, "account_for_embedding_in_pipeline_split": True,
+      "account_for_loss_in_pipeline_split": True}, [2, 4, 8, 16], [1, 3, 5]),
+])
+def test_pipeline_sizes_megatron_accepts(fields, ok, bad):
+    shape = replace(LLAMA, **fields)
+    assert [p for p in ok + bad if shape.pipeline_split_ok(p)] == ok
+    for p in ok:
+        assert sum(shape.stage_layers(p)) == shape.num_layers
+
+
+def test_split_search_keeps_only_pipeline_sizes_the_config_can_split():
+    from diagnose.explain.memory.options import valid_splits
+
+    shape = replace(LLAMA, num_layers=61, num_layers_in_first_pipeline_stage=3, num_layers_in_last_pipeline_stage=2)
+    layout = Layout(strategy="distributed_optimizer", gpus=64, pp=16, grad_bytes=4)
+    pps = sorted({p for _, p in valid_splits(Scenario(shape, layout, Workload(), 140 * GIB))})
+    assert pps == [4, 16]  # 64 GPUs: 3 and 9 do not divide them; 1, 2, 8 cannot split 61 this way

@@ -356,13 +356,14 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
 
 def valid_splits(scn: Scenario, max_tp: int = 8, max_pp: int = 16) -> list[tuple[int, int]]:
     """(TP, PP) pairs at the scenario's GPU count and CP: TP divides the attention heads and divides or is a multiple
-    of the query groups (at most 8: inside a node), PP divides the layers, TP x PP x CP divides the GPUs."""
+    of the query groups (at most 8: inside a node), PP splits the layers as megatron-core requires (evenly, or
+    with the config's first/last-stage layer counts or embedding/loss accounting), TP x PP x CP divides the GPUs."""
     shape, lay = scn.shape, scn.layout
     if shape is None:
         return []
     heads, groups = shape.num_attention_heads, shape.groups
     tps = [t for t in range(1, max_tp + 1) if heads % t == 0 and (groups % t == 0 or t % groups == 0)]
-    pps = [p for p in range(1, max_pp + 1) if shape.num_layers % p == 0]
+    pps = [p for p in range(1, max_pp + 1) if shape.pipeline_split_ok(p)]
     out = []
     for t in tps:
         for p in pps:

@@ -111,6 +111,20 @@ class ModelShape:
             layers[-1] = max(0, layers[-1] - 1)
         return layers
 
+    def pipeline_split_ok(self, pp: int) -> bool:
+        """Whether megatron-core builds exactly ``num_layers`` layers over ``pp`` stages with this config's split
+        settings (its asserts: the middle stages, or the layers plus embedding / loss, divide evenly)."""
+        pp = max(1, pp)
+        first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
+        if first is not None or last is not None:
+            stages = pp - (first is not None) - (last is not None)
+            rest = self.num_layers - (first or 0) - (last or 0)
+            if pp == 1 or stages < 0 or rest < 0:
+                return False
+            return rest == 0 if stages == 0 else rest % stages == 0
+        extra = int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
+        return (self.num_layers + extra) % pp == 0 and (pp > 1 or not extra)
+
     def moe_layers(self) -> list[bool]:
         if not self.num_moe_experts:
             return [False] * self.num_layers
