@@ -43,3 +43,59 @@ def test_a_prefixed_rank_is_never_overwritten_by_the_summary():
     report = match_text(text, CAT)
     assert report.root is not None and report.root.category == "cuda_oom"
     assert report.root.ranks == [3]
+
+
+# QA item 11 (docs/qa-report.md): the log names the host of a rank on another line.
+SRUN_OOM = """\
+ 3: Traceback (most recent call last):
+ 3:   File "/opt/Megatron-LM/megatron/training.py", line 400, in train_step
+ 3:     losses_reduced = forward_backward_func(
+ 3: RuntimeError: CUDA out of memory. Tried to allocate 8.00 GiB (GPU 3; 79.35 GiB total capacity; 70.11 GiB already \
+allocated; 6.19 GiB free; 71.02 GiB reserved in total by PyTorch)
+srun: error: node07: task 3: Exited with exit code 1
+ 0: [E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1234, \
+OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.
+"""
+
+
+def test_srun_names_the_host_of_a_rank_reported_elsewhere():
+    report = match_text(SRUN_OOM, CAT)
+    assert report.root is not None and report.root.category == "cuda_oom"
+    assert report.root.ranks == [3] and report.root.hosts == ["node07"]
+    nccl = next(f for f in report.findings if f.category == "nccl_timeout")
+    assert nccl.ranks == [0] and nccl.hosts == []  # srun said nothing about task 0
+
+
+def test_every_srun_line_of_a_grouped_finding_gives_its_tasks_and_node():
+    text = ("srun: error: node07: task 3: Exited with exit code 1\n"
+            "srun: error: node12: task 9: Exited with exit code 1\n")
+    f = next(f for f in match_text(text, CAT).findings if f.facts.get("tasks"))
+    assert f.count == 2 and f.ranks == [3, 9] and f.hosts == ["node07", "node12"]
+
+
+def test_with_torchrun_srun_tasks_are_not_ranks():
+    # srun starts one torchrun per node: task 1 is the second node, not rank 1
+    text = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" \
+           "srun: error: node07: task 1: Exited with exit code 1\n" + SUMMARY
+    report = match_text(text, CAT)
+    oom = next(f for f in report.findings if f.category == "cuda_oom")
+    assert oom.ranks == [1] and oom.hosts == []
+    srun = next(f for f in report.findings if f.facts.get("tasks"))
+    assert srun.ranks == [] and srun.hosts == ["node07"]  # the node is known, the task id is no rank
+
+
+def test_a_task_placeholder_host_becomes_the_node_srun_names():
+    text = ("2: [default0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+            "srun: error: node05: task 2: Exited with exit code 1\n")
+    oom = next(f for f in match_text(text, CAT).findings if f.category == "cuda_oom")
+    assert oom.hosts == ["node05"]
+
+
+def test_unprefixed_ooms_of_several_gpus_keep_their_devices_not_invented_ranks():
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU {} has a total capacity of "
+           "79.11 GiB of which 2.06 GiB is free.\n")
+    report = match_text(oom.format(1) + oom.format(0), CAT)
+    assert report.root is not None and report.root.count == 2
+    assert report.root.ranks == [] and report.root.facts["gpus"] == [0, 1]
+    single = match_text(oom.format(1), CAT)
+    assert "gpus" not in single.root.facts
