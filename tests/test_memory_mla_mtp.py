@@ -144,3 +144,16 @@ def test_config_reads_megatron_lm_argument_names():
                                      "mlm.mtp_num_layers": 1, "mlm.decoder_first_pipeline_num_layers": 1}))
     assert shape.multi_latent_attention and shape.kv_lora_rank == 128 and shape.mtp_num_layers == 1
     assert shape.num_layers_in_first_pipeline_stage == 1
+
+
+def test_moe_activations_count_top_k_and_shared_experts_and_dense_layers_apart():
+    shape = ModelShape(num_layers=2, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096, vocab_size=128,
+                       gated_linear_unit=True, position_embedding="rope", num_moe_experts=64,
+                       moe_ffn_hidden_size=512, moe_shared_expert_intermediate_size=1024, moe_router_topk=6,
+                       moe_layer_freq=(0, 1))
+    work = Workload(micro_batch_size=1, seq_length=1024)
+    tokens, h = 1024, 1024
+    dense = tokens * (18 * h + 6 * 4096)  # SwiGLU inner 6f per token
+    moe = tokens * (18 * h + 6 * (6 * 512 + 1024))  # six routed experts + the shared expert
+    head = 4 * tokens * h + 4 * tokens * 128
+    assert activation_bytes(shape, work) == int((dense + moe + head) * 1.05)

@@ -2,7 +2,8 @@
 
 Bytes per layer for ``s`` tokens x ``b`` micro batch x hidden ``h`` (bf16, flash attention so no ``a*s^2`` term):
 attention 11sbh + norms 4sbh + MLP 3sbh + MLP inner ``4*s*b*f`` (``6*s*b*f`` with a gated linear unit: the
-fc1 output is 2f wide and the activation's output is kept for fc2). Tensor parallel divides the inner parts, and
+fc1 output is 2f wide and the activation's output is kept for fc2). In an MoE layer ``f`` is top-k experts' FFN
+plus the shared experts' (dense and MoE layers are counted apart, ``moe_layer_freq``). Tensor parallel divides the inner parts, and
 with sequence parallelism everything; without SP the ``10*sbh`` part stays whole (Megatron's
 ``compute_activation_memory_without_sp``: ``sbh(10 + 24/tp)`` when f=4h). Context parallelism divides ``s``.
 Full recompute keeps only each layer's input (2sbh) plus one layer being recomputed. With 1F1B, pipeline stage
@@ -50,16 +51,16 @@ def _mla_attention_per_token(shape: ModelShape) -> float:
     return 3 * shape.hidden_size + q_path + kv_path + 4 * a * q_head + 4 * a * shape.v_head_dim
 
 
-def _layer_bytes(shape: ModelShape, tokens: int, tp: int, sp: bool, fp8: bool = False) -> float:
+def _layer_bytes(shape: ModelShape, tokens: int, tp: int, sp: bool, fp8: bool = False, moe: bool = True) -> float:
+    """One layer's activations; ``moe``: the layer is an MoE layer (when the model has experts)."""
     h, f = shape.hidden_size, shape.ffn
-    inner = (6 if shape.gated_linear_unit else 4) * f / h
-    moe = shape.num_moe_experts and shape.moe_ffn_hidden_size
     f_eff = f
-    if moe:
-        # tokens are routed to top-k experts: count the MLP inner part as k experts' worth (k=2 if unknown)
+    if moe and shape.num_moe_experts and shape.moe_ffn_hidden_size:
+        # tokens are routed to top-k experts: count the MLP inner part as k experts' worth (k=2 if unknown),
+        # plus the shared experts every token goes through
         k = shape.moe_router_topk or 2
-        f_eff = (shape.moe_ffn_hidden_size or f) * k
-        inner = (6 if shape.gated_linear_unit else 4) * f_eff / h
+        f_eff = shape.moe_ffn_hidden_size * k + (shape.moe_shared_expert_intermediate_size or 0)
+    inner = (6 if shape.gated_linear_unit else 4) * f_eff / h
     attention = _mla_attention_per_token(shape) if shape.multi_latent_attention else 11 * h
     per_token = attention + h * (7 + inner)
     if fp8:
@@ -92,18 +93,23 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
         return max(activation_bytes(shape, work, tp, pp, cp, i) for i in range(pp))
     tokens = work.micro_batch_size * max(1, work.seq_length // cp)
     sp = work.sequence_parallel and tp > 1
-    layers = shape.stage_layers(pp)[stage]
+    split = shape.stage_layers(pp)
+    layers = split[stage]
+    first_layer = sum(split[:stage])
+    flags = shape.moe_layers()[first_layer : first_layer + layers]
     last = stage == pp - 1
     mtp = shape.mtp_num_layers if last else 0
-    per_layer = _layer_bytes(shape, tokens, tp, sp, work.fp8)
+    sizes = {moe: _layer_bytes(shape, tokens, tp, sp, work.fp8, moe) for moe in (False, True)}
+    per_layer = max((sizes[m] for m in flags), default=0.0)
     h = shape.hidden_size
     if work.recompute == "full":
         chunk = max(1, work.recompute_num_layers or 1)
         kept = 2 * tokens * h / (tp if sp else 1)
         total = layers / chunk * kept + (chunk * per_layer if layers else 0)
     else:
-        total = layers * per_layer
-    total += mtp * (per_layer + 4 * tokens * h / (tp if sp else 1))
+        total = sum(sizes[m] for m in flags)
+    mtp_moe = bool(shape.moe_layers()[-1:] == [True])  # an MTP layer is MoE when the model's last layer is
+    total += mtp * (sizes[mtp_moe] + 4 * tokens * h / (tp if sp else 1))
     vocab = shape.padded_vocab(tp)
     logits = (4 * tokens * h / tp + 4 * tokens * vocab / tp) * (1 + mtp) if last else 0
     if pp > 1:
