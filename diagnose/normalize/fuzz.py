@@ -40,6 +40,18 @@ SEEDS = [
     b"During handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n"
     b"terminate called after throwing an instance of 'c10::Error'\n  what():  boom\nException raised from f at "
     b"a.cpp:1 (most recent call first):\nframe #0: f() + 0x1\n",
+    # a Python 3.11+ exception group: nested group, chained member, width cut, the group as a later context
+    b"[rank1]:   + Exception Group Traceback (most recent call last):\n[rank1]:   |   File \"a.py\", line 1, in f\n"
+    b"[rank1]:   | ExceptionGroup: g (3 sub-exceptions)\n[rank1]:   +-+---------------- 1 ----------------\n"
+    b"[rank1]:     | Exception Group Traceback (most recent call last):\n[rank1]:     | ExceptionGroup: h (1 sub-exception)\n"
+    b"[rank1]:     +-+---------------- 1 ----------------\n[rank1]:       | OSError: x\n"
+    b"[rank1]:       +------------------------------------\n[rank1]:     +---------------- 2 ----------------\n"
+    b"[rank1]:     | KeyError: 1\n[rank1]:     | \n[rank1]:     | The above exception was the direct cause of the "
+    b"following exception:\n[rank1]:     | \n[rank1]:     | Traceback (most recent call last):\n"
+    b"[rank1]:     |   File \"b.py\", line 2, in g\n[rank1]:     | torch.OutOfMemoryError: CUDA out of memory.\n"
+    b"[rank1]:     +---------------- ... ----------------\n[rank1]:     | and 1 more exception\n"
+    b"[rank1]:     +------------------------------------\n\nDuring handling of the above exception, another "
+    b"exception occurred:\n\nTraceback (most recent call last):\nSystemError: y\n",
 ]
 MAX_INPUT = 1 << 16
 
