@@ -148,7 +148,8 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
     if not text or text[0] not in _PREFIX_START:
         return line
     _peel_prefixes(line, text)
-    if line.text.startswith("  "):
+    rest = line.text
+    if rest.startswith("  ") and ("|" in rest or "+ Exception Group" in rest):  # cheap tests first: a hot path
         _peel_group_margin(line)
     return line
 
