@@ -9,7 +9,7 @@ Property tests over strings, ints, floats, bools, None and small lists:
 
 ``hydra_read`` implements the rules Bridge's readers apply, as diagnose/explain/render.py documents them:
 
-1. Hydra override grammar: ``[a,b]`` is a list; a quoted element (``"..."`` or ``'...'``) is a string in which a
+1. Hydra override grammar: ``[a,b]`` is a list, ``{k:v}`` a dict (``\\x`` in a key stands for ``x``); a quoted element (``"..."`` or ``'...'``) is a string in which a
    run of backslashes before a quote of the same kind is halved (an odd run escapes the quote, an even one lets it
    close) and other backslashes are literal; an unquoted element is ``true``/``false``/``null`` (any case), an
    int, a float (``1e-05``, ``inf``, ``nan``) or else the string itself.
@@ -49,7 +49,7 @@ from diagnose.model import EnvVar, Finding, Fix, Override, Report
 TRICKY = ["true", "True", "NULL", "no", "1e3", "-5", ".5", "inf", "nan", "", " ", ": x", "#x", "x: y", "- x",
           "a,b", "[1]", "{a: 1}", "it's", 'say "hi"', "a\\b", "ends\\", '\\"', "${oc.env:HOME}", "\\${x}", "$HOME",
           "`id`", "a;b", "a|b", "*", "~x", "x=y", "line\nbreak", "tab\there", " lead", "trail ", "expandable_segments:True",
-          "/ckpt dir/run 1", "ünïcode"]
+          "/ckpt dir/run 1", "ünïcode", "nel\x85", "ls\u2028x", "bom\ufeff", "nul\x00"]
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(TRICKY)
 values = scalars | st.lists(scalars, max_size=4)
@@ -91,10 +91,12 @@ def _element(text: str, i: int) -> tuple[Any, int]:
                 return items, i + 1
             assert text[i] == ",", f"expected , or ] at {i} in {text!r}"
             i += 1
+    if text.startswith("{", i):
+        return _dict(text, i + 1)
     if i < len(text) and text[i] in "'\"":
         return _quoted(text, i)
     end = i
-    while end < len(text) and text[end] not in ",]":
+    while end < len(text) and text[end] not in ",]}":
         end += 1
     word = text[i:end]
     assert word and word == word.strip() and not any(c in word for c in "'\"[]{}()=\\$ "), f"bad bare word {word!r}"
@@ -108,6 +110,25 @@ def _element(text: str, i: int) -> tuple[Any, int]:
     if _FLOAT.fullmatch(word):
         return float(word), end
     return word, end
+
+
+def _dict(text: str, i: int) -> tuple[dict[str, Any], int]:
+    """``{key:value,...}``: a key is bare text up to an unescaped ``:``; ``\\x`` stands for ``x``."""
+    out: dict[str, Any] = {}
+    if text.startswith("}", i):
+        return out, i + 1
+    while True:
+        key: list[str] = []
+        while text[i] != ":":
+            if text[i] == "\\":
+                i += 1
+            key.append(text[i])
+            i += 1
+        out["".join(key)], i = _element(text, i + 1)
+        if text[i] == "}":
+            return out, i + 1
+        assert text[i] == ",", f"expected , or }} at {i} in {text!r}"
+        i += 1
 
 
 def _quoted(text: str, i: int) -> tuple[str, int]:
@@ -194,6 +215,13 @@ def test_cli_line_splits_into_one_word_per_override(value: Any) -> None:
     words = shlex.split(cli_line(overrides))
     assert len(words) == 3 and words[1] == "b.y=true"
     assert same(value, cli_reads_back("c.z", shlex.quote(words[2])))
+
+
+@pytest.mark.parametrize("value", [{"a b": 1, "x:y": "q r", "k": [1, None]}, {}, {"n": {"m": "true"}}])
+def test_dict_values_read_back(value: dict[str, Any]) -> None:
+    assert cli_reads_back("a.b", cli_token(Override("a.b", value))) == value
+    assert yaml.safe_load(overrides_yaml([Override("a.b", value)])) == {"a": {"b": value}}
+    assert ast.literal_eval(python_line(Override("a.b", value)).partition(" = ")[2]) == value
 
 
 def test_plain_values_stay_bare_and_typed_lookalikes_are_quoted() -> None:

@@ -86,11 +86,10 @@ def _hydra_string(s: str) -> str:
 
 
 def _hydra_key(key: Any) -> str:
-    """A dict key: Hydra's grammar has no quoted keys, so only identifier-like keys and ints are written as such."""
-    text = str(key)
-    if isinstance(key, int) or _HYDRA_PLAIN.fullmatch(text):
-        return text
-    return re.sub(r"([\\ ()\[\]{}:=,\t])", r"\\\1", text)  # Hydra's escapes for unquoted text
+    """A dict key, with Hydra's backslash escapes (its grammar has no quoted keys). Hydra cannot write every key
+    as a string: one that reads as another type (``true``, ``1``) stays that type, and quotes or ``#`` in a key do
+    not parse. Config dict keys are identifiers in practice."""
+    return re.sub(r"([\\ ()\[\]{}:=,\t])", r"\\\1", str(key))
 
 
 def python_value(value: Any) -> str:
@@ -170,8 +169,13 @@ def overrides_yaml(fix: list[Override]) -> str:
         node[parts[-1]] = None if is_delete(o) else _yaml_plain(o.value)
     if not tree:
         return ""
-    # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy)
-    return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=True, width=1 << 30)
+    # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy).
+    # allow_unicode keeps "ü" readable, but PyYAML then writes some line separators (U+0085, U+2028) raw, which a
+    # reader folds; when the text does not read back, every non-ASCII character is escaped instead.
+    text = yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=True, width=1 << 30)
+    if text.isascii() or yaml.safe_load(text) == tree:
+        return text
+    return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=False, width=1 << 30)
 
 
 def _yaml_plain(value: Any) -> Any:
