@@ -703,3 +703,11 @@ def test_asking_for_a_step_keeps_that_steps_task_files(tmp_path):
                  "NodeList": "vm", "NTasks": "2"})  # ... and two steps, both writing the same names
     job = lookup_job(parse_job_id("31.1"), _runner_for(scontrol, rows, script), settle_s=0, sleep=lambda s: None)
     assert {t.step for t in job.task_outputs} == {"1"}
+
+
+def test_a_working_directory_with_pattern_characters_is_taken_literally(tmp_path):
+    base = tmp_path / "run[1]%j"
+    for t in (0, 1):
+        _touch(base / f"o-5-{t}.log")
+    files, _ = find_files("o-%j-%t.log", "stdout", PatternFields(job_id=5), StepShape(None, None), str(base))
+    assert [t.rank for t in files] == [0, 1]

@@ -162,9 +162,11 @@ def _candidates(pattern: str, f: PatternFields, shape: StepShape) -> tuple[list[
 
 
 def _globbed(pattern: str, f: PatternFields, shape: StepShape, base: str) -> list[Candidate]:
-    regex = as_regex(resolve(pattern, base), f, shape.step_id)
+    # the working directory is taken as it is (a "%" or "[" in it is not a pattern): only the pattern is expanded
+    prefix = "" if pattern.startswith("/") or not base else base.rstrip("/") + "/"
+    regex = re.compile(re.escape(prefix) + as_regex(pattern, f, shape.step_id).pattern)
     found = []
-    for path in glob.iglob(as_glob(resolve(pattern, base), f, shape.step_id)):
+    for path in glob.iglob(glob.escape(prefix) + as_glob(pattern, f, shape.step_id)):
         m = regex.fullmatch(path)
         if m is None:
             continue
