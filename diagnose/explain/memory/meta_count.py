@@ -9,11 +9,14 @@ Returns None when torch or megatron-core is missing or the build fails: callers 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 
 from diagnose.explain.memory.shape import ModelShape
 
@@ -22,13 +25,115 @@ def available() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
 
 
-def exact_count(shape: ModelShape, timeout: float = 180.0) -> int | None:
-    """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here. Multi-latent
-    attention and MTP are not built by the child (it builds the plain GPT layer spec): None for those."""
-    if shape.multi_latent_attention or shape.mtp_num_layers:
+def buildable(shape: ModelShape) -> bool:
+    """Multi-latent attention and MTP are not built by the child (it builds the plain GPT layer spec)."""
+    return not (shape.multi_latent_attention or shape.mtp_num_layers)
+
+
+def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -> int | None:
+    """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here.
+
+    The build costs seconds (importing megatron-core in a child), so a count is kept on disk per shape and per
+    torch/megatron-core version (see ``_cache_file``), and ``prefetch`` can start it while the caller does other
+    work. ``cache=False`` always builds (the tests that compare the analytic count with megatron-core use it).
+    """
+    if not buildable(shape):
         return None
+    key = _cache_key(shape)
+    if cache:
+        hit = _cache_read().get(key)
+        if isinstance(hit, int) and hit > 0:
+            return hit
+        pending = _PENDING.pop(key, None)
+        if pending is not None:
+            pending.join(timeout)
+            if isinstance(_DONE.get(key), int):
+                return _DONE[key]
     counts = exact_counts([shape], timeout)
-    return None if counts is None else counts[0]
+    count = None if counts is None else counts[0]
+    if cache and count is not None:
+        _cache_write(key, count)
+    return count
+
+
+def prefetch(shape: ModelShape) -> None:
+    """Start the meta-device build in the background (a thread waiting on the child process), so that
+    ``exact_count`` later finds it done: ``diagnose check`` overlaps it with the validator's own megatron-core
+    import instead of paying both one after the other."""
+    if not buildable(shape) or not available():
+        return
+    key = _cache_key(shape)
+    if key in _PENDING or key in _DONE or isinstance(_cache_read().get(key), int):
+        return
+
+    def work() -> None:
+        counts = exact_counts([shape])
+        if counts is not None and counts[0] is not None:
+            _DONE[key] = counts[0]
+            _cache_write(key, counts[0])
+
+    thread = threading.Thread(target=work, name="diagnose-meta-count", daemon=True)
+    _PENDING[key] = thread
+    thread.start()
+
+
+_PENDING: dict[str, threading.Thread] = {}
+_DONE: dict[str, int] = {}
+_CACHE_VERSION = 1  # bump when the child builds models differently
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    out = []
+    for dist in ("torch", "megatron-core"):
+        try:
+            out.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist}=?")
+    return ",".join(out)
+
+
+def _cache_key(shape: ModelShape) -> str:
+    text = json.dumps([_CACHE_VERSION, _versions(), dataclasses.asdict(shape)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cache_file() -> str | None:
+    """$DIAGNOSE_CACHE_DIR, else $XDG_CACHE_HOME/diagnose, else ~/.cache/diagnose; DIAGNOSE_CACHE_DIR='' turns it off."""
+    base = os.environ.get("DIAGNOSE_CACHE_DIR")
+    if base is None:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "diagnose")
+    return os.path.join(base, "meta_counts.json") if base else None
+
+
+def _cache_read() -> dict[str, object]:
+    path = _cache_file()
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}  # missing or damaged: a miss, rebuilt and rewritten
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_write(key: str, count: int) -> None:
+    path = _cache_file()
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = _cache_read()
+        data[key] = count
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".meta_counts.")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)  # atomic: two runs at once never leave half a file
+    except OSError:
+        pass  # a read-only home: no cache, same answers
 
 
 def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int | None] | None:

@@ -233,6 +233,23 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
                 replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
 
 
+def _prefetch_param_count(view: Any) -> None:
+    """Start megatron-core's meta-device parameter count now, in a child, while the validator imports megatron-core
+    here: the two imports take seconds each and no longer add up."""
+    from diagnose.explain.memory import from_config as fc
+    from diagnose.explain.memory.meta_count import prefetch
+    from diagnose.explain.memory.plan import _exact_wanted
+
+    if not _exact_wanted():
+        return
+    try:
+        shape = fc.shape_from_config(view)
+    except Exception:  # noqa: BLE001 - memory_plan reports a bad shape itself, with its own message
+        return
+    if shape is not None:
+        prefetch(shape)
+
+
 def build(args: Any) -> tuple[dict[str, Any], int, str]:
     from diagnose.explain.memory.plan import memory_plan
     from diagnose.explain.memory.replay_check import prove
@@ -242,6 +259,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     capacity, where = capacity_from_args(args)
     view = prepare_view(args)
     version = getattr(args, "bridge_version", None)
+    _prefetch_param_count(view)
     replay = replay_section(view, version)
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
