@@ -711,3 +711,42 @@ def test_a_working_directory_with_pattern_characters_is_taken_literally(tmp_path
         _touch(base / f"o-5-{t}.log")
     files, _ = find_files("o-%j-%t.log", "stdout", PatternFields(job_id=5), StepShape(None, None), str(base))
     assert [t.rank for t in files] == [0, 1]
+
+
+_PART = st.one_of(
+    st.text(alphabet="abcxyz._", min_size=1, max_size=4),
+    st.builds(lambda w, c: f"%{w}{c}", st.sampled_from(["", "2", "4"]), st.sampled_from(list("AajJNnstux"))),
+)
+
+
+@given(st.lists(_PART, min_size=1, max_size=6), st.integers(0, 5000), st.integers(0, 63))
+def test_a_tasks_file_name_reads_back_as_its_rank(parts, task, node_index):
+    """What srun would name task ``task``'s file, the regex built from the same pattern matches, giving ``task``."""
+    from diagnose.ingest.slurm.task_outputs import expand_for
+
+    pattern = "-".join(parts)  # srun patterns separate their fields; adjacent %N%t could not be told apart
+    f = PatternFields(job_id=77, array_job_id=70, array_task_id=7, job_name="gpt", user="u")
+    name = expand_for(pattern, f, "3", task=task, node_index=node_index, node=f"gpu{node_index:02d}")
+    m = as_regex(pattern, f, "3").fullmatch(name)
+    assert m is not None
+    if "%" in pattern and "t" in as_regex(pattern, f, "3").groupindex:
+        assert int(m.group("t")) == task
+
+
+def test_an_interactive_srun_job_with_per_task_files(tmp_path):
+    """``srun -n 2 -o i-%j-%t.log`` typed at a login node: no batch script, the job's SubmitLine is srun's."""
+    from diagnose.ingest.slurm.job import lookup_job
+
+    for t in (0, 1):
+        _touch(tmp_path / f"i-12-{t}.log")
+    line = "srun -n 2 -o i-%j-%t.log bash -c echo hi; exit 0"
+    rows = [
+        {"JobID": "12", "JobIDRaw": "12", "JobName": "bash", "User": "u", "State": "COMPLETED", "ExitCode": "0:0",
+         "NodeList": "vm", "WorkDir": str(tmp_path), "SubmitLine": line},
+        {"JobID": "12.0", "JobIDRaw": "12.0", "JobName": "bash", "State": "COMPLETED", "ExitCode": "0:0",
+         "NodeList": "vm", "NTasks": "2"},
+    ]  # fmt: skip
+    scontrol = f"JobId=12 JobName=bash UserId=u(1) JobState=COMPLETED ExitCode=0:0 BatchFlag=0 WorkDir={tmp_path}"
+    job = lookup_job(parse_job_id("12"), _runner_for(scontrol, rows, None), settle_s=0, sleep=lambda s: None)
+    assert job.task_route == "sacct SubmitLine" and [t.rank for t in job.task_outputs] == [0, 1]
+    assert not any(n.startswith("not a batch job") for n in job.notes)
