@@ -38,3 +38,18 @@ def make_catalogue(*rules) -> Catalogue:
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    """Each test session (each xdist worker) gets its own diagnose cache, so no test reads a count cached by
+    another run or by the user's own ~/.cache/diagnose; subprocesses inherit it through the environment."""
+    import os
+
+    previous = os.environ.get("DIAGNOSE_CACHE_DIR")
+    os.environ["DIAGNOSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("diagnose-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("DIAGNOSE_CACHE_DIR", None)
+    else:
+        os.environ["DIAGNOSE_CACHE_DIR"] = previous
