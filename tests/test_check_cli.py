@@ -293,5 +293,5 @@ def test_text_override_lines_are_one_line_and_the_header_is_whole(tmp_path, caps
 
     lines = [line for line in text.splitlines() if re.match(r"^ ?\d+  [a-z_.]+=", line)]
     assert lines and all(line.rstrip().split()[-1].count("=") == 1 for line in lines)  # ends on a whole key=value
-    assert any("model.init_model_with_meta_device=True" in line and "ddp.use_megatron_fsdp=True" in line
+    assert any("model.init_model_with_meta_device=true" in line and "ddp.use_megatron_fsdp=true" in line
                for line in lines)

@@ -72,28 +72,3 @@ def as_int(value: Any, default: int | None = None) -> int | None:
     if isinstance(value, str) and _INT.fullmatch(value.strip()):
         return int(value.strip())
     return default
-
-
-def render_python(value: Any) -> str:
-    """A value as Python source (for ``cfg.x.y = ...`` lines)."""
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(render_python(v) for v in value) + "]"
-    return repr(value)
-
-
-def render_hydra(value: Any) -> str:
-    """A value as a Hydra override value (``true``, ``null``, ``fsdp_dtensor``)."""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(render_hydra(v) for v in value) + "]"
-    s = str(value)
-    if s == "" or any(c in s for c in " ,=[]{}()'\"\\:") or s.lower() in TRUE_WORDS | FALSE_WORDS | NULL_WORDS:
-        return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return s

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_size
-from diagnose.model import DiagnoseError
+from diagnose.model import DiagnoseError, Override
 
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -196,7 +196,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         if i == 0 or not p["overrides"]:
             continue
         line = Text(f"{i:>2}  ", style="bold")
-        line.append(inert(" ".join(f"{o['key']}={o['value']}" for o in p["overrides"])))
+        line.append(inert(_fix_text(p["overrides"])))
         console.print(line, soft_wrap=True)  # one line, so that it can be copied into a shell
         console.print(Text("    " + inert(p["cost"] or ""), style="dim"))
     for note in mem.get("notes", []):
@@ -231,6 +231,16 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
                 was = None
             if was != o.get("value"):
                 replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
+
+
+def _fix_text(overrides: list[dict[str, Any]]) -> str:
+    """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys."""
+    from diagnose.explain.render import cli_line, env_line
+
+    ovs = [Override(o["key"], o["value"]) for o in overrides]
+    cli = cli_line([o for o in ovs if not o.key.startswith("env.")])
+    env = [env_line(o.key[len("env."):], o.value) for o in ovs if o.key.startswith("env.")]
+    return "; ".join([cli] * bool(cli) + env)
 
 
 def _prefetch_param_count(view: Any) -> None:
@@ -268,7 +278,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     given = out["memory"]["plans"][0]
     if not passes:
         given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
-        fix = " ".join(f"{o['key']}={o['value']}" for o in replay.get("fix") or [])
+        fix = _fix_text(replay.get("fix") or [])
         out["memory"]["notes"].append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
             + (f"validator's fix ({fix})" if fix else "violations above fixed")
