@@ -273,6 +273,7 @@ FACT_LABELS = {
     "last_enqueued": "last enqueued SeqNum", "pg_desc": "process group", "nccl_version": "NCCL version",
     "exit_code": "exit code", "exitcode": "exit code", "signal_name": "signal name", "gpu": "GPU",
     "exc_type": "exception", "job_id": "job id", "root_cause": "first failure", "failures": "other failures",
+    "gpus": "GPUs out of memory",  # several unprefixed OOMs, one per GPU, no ranks in the log
 }
 
 
