@@ -750,3 +750,25 @@ def test_an_interactive_srun_job_with_per_task_files(tmp_path):
     job = lookup_job(parse_job_id("12"), _runner_for(scontrol, rows, None), settle_s=0, sleep=lambda s: None)
     assert job.task_route == "sacct SubmitLine" and [t.rank for t in job.task_outputs] == [0, 1]
     assert not any(n.startswith("not a batch job") for n in job.notes)
+
+
+def test_slurm_header_names_the_per_task_outputs_it_read():
+    import io
+
+    from diagnose.present.commands.slurm import slurm_header, slurm_markdown
+    from diagnose.present.text import make_console
+
+    section = {"job_id": "7", "name": "train", "user": "u", "state": "FAILED", "exit_code": 1, "nodes": "n[1-2]",
+               "source": "sacct", "outputs": [], "task_route": "step submit line",
+               "task_patterns": ["/w/out-7-%t.log"], "task_outputs_found": 300,
+               "task_outputs": [{"path": f"/w/out-7-{r}.log", "stream": "stdout", "step": "7.0", "rank": r,
+                                 "node": "n1", "size": 10} for r in (0, 1, 2, 5)]}
+    buf = io.StringIO()
+    console = make_console(buf, "never")
+    for line in slurm_header(section, failed=True):
+        console.print(line, soft_wrap=True)
+    expected = "per-task outputs: 4 read of 300 found, ranks 0-2,5 (/w/out-7-%t.log, found via step submit line)"
+    assert expected in buf.getvalue()
+    assert f"- {expected}" in slurm_markdown(section)
+    section["task_outputs"] = []
+    assert "per-task" not in slurm_markdown(section)

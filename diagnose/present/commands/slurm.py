@@ -105,7 +105,29 @@ def slurm_header(s: dict[str, Any], failed: bool) -> list[Any]:
         if o.get("problem"):
             line += f" - {o['problem']}"
         lines.append(log_text(line, style="yellow" if o.get("problem") else ""))
+    tasks = task_outputs_line(s)
+    if tasks:
+        lines.append(log_text("  " + tasks))
     return lines
+
+
+def task_outputs_line(s: dict[str, Any]) -> str:
+    """One line for srun's per-task/per-node files: "per-task outputs: 128 of 1024 read (logs/%j-%t.out, via ...)"."""
+    files = s.get("task_outputs") or []
+    if not files:
+        return ""
+    found = s.get("task_outputs_found") or len(files)
+    ranks = sorted({t["rank"] for t in files if t.get("rank") is not None})
+    text = f"per-task outputs: {len(files)} read" + (f" of {found} found" if found > len(files) else "")
+    if ranks:
+        from diagnose.model import rank_runs
+
+        text += f", ranks {','.join(rank_runs(ranks))}"
+    patterns = ", ".join(str(p) for p in (s.get("task_patterns") or [])[:3])
+    via = s.get("task_route")
+    if patterns or via:
+        text += " (" + ", ".join(x for x in (patterns, f"found via {via}" if via else "") if x) + ")"
+    return text
 
 
 def _state_words(s: dict[str, Any]) -> str:
@@ -142,6 +164,9 @@ def slurm_markdown(s: dict[str, Any]) -> str:
     for o in s.get("outputs") or []:
         lines.append(f"- output ({o['stream']}): `{inert(o['path'])}` via {inert(str(s.get('output_route')))}"
                      + (f" ({inert(o['problem'])})" if o.get("problem") else ""))
+    tasks = task_outputs_line(s)
+    if tasks:
+        lines.append(f"- {inert(tasks)}")
     return "\n".join(lines) + "\n"
 
 
