@@ -173,6 +173,9 @@ def slurm_markdown(s: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------- --failed
 
 
+LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
+
+
 def _list_failed(args: Any, options: Any) -> int:
     from rich.text import Text
 
@@ -189,7 +192,9 @@ def _list_failed(args: Any, options: Any) -> int:
             if "[" in summary.job_id:  # "123_[0-9]": array tasks cancelled before any of them started
                 raise DiagnoseError("array tasks that never started")
             ref = parse_job_id(summary.job_id)
-            job = lookup_job(ref, settle_s=1.0)  # many jobs: do not wait long for an incomplete sacct record
+            # many jobs: do not wait long for an incomplete sacct record, and read fewer per-task files per job
+            # (rank 0 and the largest ones, where a failure's traceback makes the file grow)
+            job = lookup_job(ref, settle_s=1.0, max_task_files=LISTED_TASK_FILES)
             report = diagnose_job(ref, quick, job=job).report
             line = one_line_diagnosis(report)
             outputs = [o["path"] for o in (report.slurm or {}).get("outputs", [])]
