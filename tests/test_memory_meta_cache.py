@@ -73,6 +73,13 @@ def test_empty_cache_dir_setting_turns_the_cache_off(tmp_path, builds, monkeypat
     assert builds == [1, 1] and not list(tmp_path.iterdir())
 
 
+def test_no_cache_setting_turns_the_cache_off_too(cache_dir, builds, monkeypatch):
+    monkeypatch.setenv("DIAGNOSE_NO_CACHE", "1")
+    meta_count.exact_count(SHAPE)
+    meta_count.exact_count(SHAPE)
+    assert builds == [1, 1] and not (cache_dir / "meta_counts.json").exists()
+
+
 def test_unbuildable_shapes_never_start_a_child(cache_dir, builds):
     mla = ModelShape(num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1000, multi_latent_attention=True, kv_lora_rank=64)
     assert not meta_count.buildable(mla)

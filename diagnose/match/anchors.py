@@ -189,13 +189,9 @@ class _Locator:
 
 
 def _cache_dir() -> str | None:
-    if os.environ.get("DIAGNOSE_NO_CACHE"):
-        return None
-    d = os.environ.get("DIAGNOSE_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "diagnose")
-    return d
+    from diagnose.cache import cache_dir
+
+    return cache_dir()
 
 
 CACHE_KEEP = 16  # compiled databases kept (one per catalogue version and window kind); the oldest go first

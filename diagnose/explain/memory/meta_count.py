@@ -100,11 +100,10 @@ def _cache_key(shape: ModelShape) -> str:
 
 
 def _cache_file() -> str | None:
-    """$DIAGNOSE_CACHE_DIR, else $XDG_CACHE_HOME/diagnose, else ~/.cache/diagnose; DIAGNOSE_CACHE_DIR='' turns it off."""
-    base = os.environ.get("DIAGNOSE_CACHE_DIR")
-    if base is None:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "diagnose")
+    """``meta_counts.json`` in diagnose's cache folder (``diagnose.cache``); None when caching is off."""
+    from diagnose.cache import cache_dir
+
+    base = cache_dir()
     return os.path.join(base, "meta_counts.json") if base else None
 
 
