@@ -1,0 +1,60 @@
+"""``diagnose schema [report|check]``: print the JSON Schema (draft 2020-12) of a ``--format json`` output.
+
+The files are ``schemas/<name>-1.schema.json`` in a checkout; a wheel carries them as ``diagnose/_schemas`` (a
+symlink to ``../schemas``, like ``diagnose/_rules``). They are printed byte for byte, so a user can save the output
+and feed it to any validator. ``tests/test_json_schema.py`` validates every sample log's report against them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from diagnose.model import DiagnoseError
+
+# command-line name -> (file, the "schema" value of the documents it describes)
+SCHEMAS = {
+    "report": ("report-1.schema.json", "diagnose/report@1"),
+    "check": ("check-1.schema.json", "diagnose/check@1"),
+}
+EXIT_OK = 0
+
+
+def schemas_dir() -> Path:
+    """The folder holding the schema files: ``diagnose/_schemas`` when installed, ``schemas/`` in a checkout."""
+    here = Path(__file__).resolve().parent.parent.parent  # diagnose/
+    for candidate in (here / "_schemas", here.parent / "schemas"):
+        if candidate.is_dir() and any(candidate.glob("*.schema.json")):
+            return candidate
+    raise DiagnoseError("the JSON schema files are missing from this installation (reinstall diagnose)")
+
+
+def schema_path(name: str) -> Path:
+    if name not in SCHEMAS:
+        raise DiagnoseError(f"unknown schema {name!r}: choose one of {', '.join(SCHEMAS)}")
+    path = schemas_dir() / SCHEMAS[name][0]
+    if not path.is_file():
+        raise DiagnoseError(f"the JSON schema file {path.name} is missing from this installation (reinstall diagnose)")
+    return path
+
+
+def schema_text(name: str) -> str:
+    return schema_path(name).read_text(encoding="utf-8")
+
+
+def run(args: Any) -> int:
+    text = schema_text(getattr(args, "name", None) or "report")
+    dest = getattr(args, "output", None)
+    if dest:
+        try:
+            with open(dest, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as e:
+            raise DiagnoseError(f"cannot write {dest}: {e.strerror or e}") from None
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+__all__ = ["SCHEMAS", "run", "schema_path", "schema_text", "schemas_dir"]
