@@ -150,3 +150,52 @@ def test_replay_on_a_capacity_oom_log_proves_the_fitting_option_with_its_gpus(ca
     assert "memory: fits: needs >= 8 GPUs (DP 8; the job ran on 1)" in " ".join(out.split())
     # the Python form's comment stays one line (a wrapped comment would be broken Python)
     assert any(line.startswith("# needs >= 8 GPUs") and line.endswith("--ntasks=8)") for line in out.splitlines())
+
+
+def _fix_block(out: str) -> list[str]:
+    """The "fix...:" line of replay's text output and its indented continuation lines."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("fix"))
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" "):
+            break
+        block.append(line)
+    return block
+
+
+def test_replay_text_fix_shows_the_exports_then_the_bridge_cli(capsys):
+    """An env.* override and config overrides together: both are shown, export lines first, each on its line, in
+    the one renderer's words (shell-quoted value with a space)."""
+    from diagnose.explain.render import cli_line, env_line
+    from diagnose.model import Override
+
+    rc = main(["replay", str(DATA / "llama8b_bridge.yaml"), "--set", "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+               "--set", "ddp.use_megatron_fsdp=true", "--set", "checkpoint.save=/ckpt dir", "--color", "never"])
+    assert rc == 1  # fsdp without fsdp_dtensor: extended
+    block = _fix_block(capsys.readouterr().out)
+    assert len(block) == 2
+    label, export = block[0].split(": ", 1)
+    assert label == "fix" and export == env_line("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    cli = block[1].strip().split("  (extended with: ")[0]
+    assert cli == cli_line([Override("ddp.use_megatron_fsdp", True), Override("checkpoint.save", "/ckpt dir"),
+                            Override("checkpoint.ckpt_format", "fsdp_dtensor")])
+    assert "'checkpoint.save=\"/ckpt dir\"'" in cli  # Hydra quotes, then shell quotes
+    assert block[1].startswith(" " * len("fix: ")) and block[1].endswith("(extended with: checkpoint.ckpt_format=fsdp_dtensor)")
+
+
+def test_replay_text_env_only_fix_is_the_export_line(capsys):
+    assert main(["replay", str(DATA / "llama8b_bridge.yaml"), "--set", "env.NCCL_DEBUG=INFO", "--color", "never"]) == 0
+    assert _fix_block(capsys.readouterr().out) == ["fix: export NCCL_DEBUG=INFO"]
+
+
+def test_fix_lines_order_and_launch_only_fallback():
+    from diagnose.explain.render import render_fix
+    from diagnose.model import Override
+    from diagnose.present.commands.replay import fix_lines
+
+    both = render_fix([Override("ddp.use_megatron_fsdp", True), Override("env.A", "1 2"), Override("env.B", "x")])
+    assert fix_lines(both) == ["export A='1 2'", "export B=x", "ddp.use_megatron_fsdp=true"]
+    launch = render_fix([Override("launch.world_size", 8)])
+    assert fix_lines(launch) == [launch["launch"]] and launch["launch"].startswith("# needs >= 8 GPUs")
+    assert fix_lines(render_fix([])) == []

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from diagnose.explain.render import cli_line
+from diagnose.explain.render import render_fix
 from diagnose.model import DiagnoseError
 
 SCHEMA = "diagnose/replay@1"
@@ -131,12 +131,12 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
             label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if given else \
                 "fix (suggested by the validator): "
             fix = Text(label, style="bold")
-            fix.append(inert(result.render()["cli"] or "; ".join(
-                line for line in (result.render().get("env") or "").splitlines())))
+            for i, line in enumerate(fix_lines(result.render())):
+                fix.append(("\n" + " " * len(label) if i else "") + inert(line))
             if result.added and given:
-                fix.append("  (extended with: " + inert(cli_line(result.added)) + ")",
-                           style="yellow")
-            console.print(fix, soft_wrap=True)  # a command line: never hard-wrapped (copy-paste)
+                extension = "; ".join(fix_lines(render_fix(result.added, result.framework)))
+                fix.append("  (extended with: " + inert(extension) + ")", style="yellow")
+            console.print(fix, soft_wrap=True)  # command lines: never hard-wrapped (copy-paste)
             console.print(_violations_text("with the fix", result.after.violations))
         for note in result.after.notes:
             console.print(Text("note: ", style="cyan") + Text(inert(note.message)))
@@ -153,6 +153,16 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
     finally:
         if fh is not None:
             fh.close()
+
+
+def fix_lines(render: dict[str, str]) -> list[str]:
+    """A rendered fix (``diagnose.explain.render.render_fix``) as the lines a person applies, in order: the
+    ``export`` lines for the launch script, then the Bridge CLI words; the launch note when the fix is only a GPU
+    count."""
+    lines = [*(render.get("env") or "").splitlines(), *([render["cli"]] if render.get("cli") else [])]
+    if not lines and render.get("launch"):
+        lines = [render["launch"]]
+    return lines
 
 
 def _fit_line(fit: Any) -> str:
