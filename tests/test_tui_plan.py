@@ -16,7 +16,8 @@ from test_tui_reports import copy_log, ddp_wrap_oom_report, run_async
 from textual.widgets import DataTable, Input, Static
 
 from diagnose.explain.config import ConfigView
-from diagnose.model import DiagnoseError, Report
+from diagnose.explain.render import cli_line, env_line
+from diagnose.model import DiagnoseError, Override, Report
 from diagnose.present.commands import tui as tui_command
 from diagnose.present.commands.check import load_view
 from diagnose.present.tui.app import DiagnoseApp, MainScreen
@@ -27,7 +28,10 @@ from diagnose.present.tui.plan import (
     PlanScreen,
     compute,
     merge_sets,
+    overrides_text,
     parse_what_if,
+    plan_detail,
+    verdict_text,
     view_from_report_config,
 )
 
@@ -91,6 +95,31 @@ def test_what_if_values_are_data_never_code() -> None:
 def test_merge_replaces_a_key_in_place() -> None:
     merged = merge_sets(parse_what_if("a.b=1 c.d=2"), parse_what_if("a.b=3 e.f=4"))
     assert [(o.key, o.value) for o in merged] == [("a.b", 3), ("c.d", 2), ("e.f", 4)]
+
+
+def test_overrides_are_shown_in_the_one_renderers_words() -> None:
+    """The what-if line, the validator's fix and a plan's change: Bridge CLI words from render.cli_line (Hydra
+    quoting, then shell quoting), then export lines from render.env_line for env.* keys."""
+    sets = parse_what_if("ddp.use_megatron_fsdp=true model.name='a b' ~model.fp8 env.NCCL_DEBUG=INFO optimizer.lr=3e-4")
+    config = [o for o in sets if not o.key.startswith("env.")]
+    text = overrides_text(sets)
+    assert text == cli_line(config) + "; " + env_line("NCCL_DEBUG", "INFO")
+    assert text.startswith("ddp.use_megatron_fsdp=true 'model.name=\"a b\"' '~model.fp8' optimizer.lr=0.0003; ")
+    assert overrides_text([]) == ""
+    fix = [{"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"}, {"key": "ddp.use_megatron_fsdp", "value": True}]
+    verdict = verdict_text({"violations": [{"message": "m"}], "fix": fix, "after_fix": {"passes": True}}).plain
+    assert "fix: checkpoint.ckpt_format=fsdp_dtensor ddp.use_megatron_fsdp=true (passes after replay)" in verdict
+    detail = plan_detail(1, {"label": "x", "overrides": [{"key": "checkpoint.save", "value": "/a b"}]}).plain
+    assert "change: 'checkpoint.save=\"/a b\"'" in detail
+
+
+@pytest.mark.parametrize("typed", ["train.micro_batch_size=2 ddp.use_megatron_fsdp=true model.fp8=null",
+                                   "optimizer.lr=3e-4 checkpoint.save=/ckpt", "model.name='a b' ~model.fp8",
+                                   "model.name=[bold]x[/] model.path='$HOME/x;y'"])
+def test_shown_what_ifs_typed_back_give_the_same_overrides(typed: str) -> None:
+    sets = parse_what_if(typed)
+    back = parse_what_if(overrides_text(sets))
+    assert [(o.key, o.value) for o in back] == [(o.key, o.value) for o in sets]
 
 
 def test_compute_matches_diagnose_check_and_never_raises() -> None:
@@ -202,7 +231,9 @@ async def test_markup_in_a_what_if_is_shown_as_text() -> None:
         screen = app.screen
         await planned(pilot, screen)
         await type_what_if(pilot, screen, "model.name=[bold]x[/]")
-        assert "model.name=[bold]x[/]" in shown(screen, "#applied")
+        # the renderer's words (Hydra-quoted: not a plain word), the brackets as text, not rich markup
+        assert cli_line([Override("model.name", "[bold]x[/]")]) in shown(screen, "#applied")
+        assert "[bold]x[/]" in shown(screen, "#applied")
 
 
 @run_async

@@ -82,13 +82,23 @@ def merge_sets(current: list[Override], new: list[Override]) -> list[Override]:
     return out
 
 
-def show_value(o: Override) -> str:
+def overrides_text(overrides: list[Override]) -> str:
+    """Overrides as every report prints them, from the one renderer (``diagnose.explain.render``): Bridge CLI words
+    (``cli_line``: Hydra-quoted, then shell-quoted, ``'~key'`` for a removal), then ``export``/``unset`` lines for
+    ``env.*`` keys, joined by ``; ``. The CLI words typed back into the what-if box give the same overrides."""
     from diagnose.explain.config.overrides import is_delete
+    from diagnose.explain.render import cli_line, env_line
 
-    if is_delete(o):
-        return f"~{o.key}"
-    v = o.value
-    return f"{o.key}={str(v).lower() if isinstance(v, bool) else v}"
+    cli = cli_line([o for o in overrides if not o.key.startswith("env.")])
+    env = [env_line(o.key[len("env."):], None if is_delete(o) else o.value)
+           for o in overrides if o.key.startswith("env.")]
+    return "; ".join([cli] * bool(cli) + env)
+
+
+def _overrides(items: Any) -> list[Override]:
+    """A report's ``[{"key", "value"}]`` list as overrides (anything else skipped)."""
+    return [Override(key=str(o["key"]), value=o.get("value")) for o in items or []
+            if isinstance(o, dict) and "key" in o]
 
 
 def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = None) -> PlanResult:
@@ -241,7 +251,7 @@ def verdict_text(replay: dict[str, Any] | None) -> Text:
     fix = replay.get("fix") or []
     if fix:
         after = replay.get("after_fix") or {}
-        ov = " ".join(f"{o.get('key')}={o.get('value')}" for o in fix if isinstance(o, dict))
+        ov = overrides_text(_overrides(fix))
         text.append("  fix: ", "bold")
         text.append(inert(ov), "green" if after.get("passes") else "yellow")
         text.append(" (passes after replay)" if after.get("passes") else " (still fails after replay)", "dim")
@@ -284,7 +294,7 @@ def plan_detail(i: int, p: dict[str, Any]) -> Text:
     overrides = p.get("overrides") or []
     if overrides:
         text.append("change: ", "bold")
-        text.append(inert(" ".join(f"{o['key']}={o['value']}" for o in overrides)), "green")
+        text.append(inert(overrides_text(_overrides(overrides))), "green")
         text.append("\n")
     if p.get("cost"):
         text.append("cost: ", "bold")
@@ -457,11 +467,11 @@ class PlanScreen(Screen):
         row = event.cursor_row
         if self.busy or not (0 < row < len(plans)):
             return
-        change = [Override(key=str(o["key"]), value=o["value"]) for o in plans[row].get("overrides") or []]
+        change = _overrides(plans[row].get("overrides"))
         if not change:
             return
         self.sets = merge_sets(self.sets, change)
-        self.notify(f"Trying plan #{row}: " + inert(" ".join(show_value(o) for o in change)), title="What-if")
+        self.notify(f"Trying plan #{row}: " + inert(overrides_text(change)), title="What-if")
         self.replan()
 
     def action_back(self) -> None:
@@ -499,7 +509,7 @@ class PlanScreen(Screen):
         text = Text()
         if self.sets:
             text.append("what-ifs: ", "bold")
-            text.append(inert(" ".join(show_value(o) for o in self.sets)), "yellow")
+            text.append(inert(overrides_text(self.sets)), "yellow")
             text.append("  (ctrl+r resets)", "dim")
         else:
             text.append("what-ifs: none (the config as given)", "dim")
