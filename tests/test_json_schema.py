@@ -2,9 +2,9 @@
 
 * the enums in the schemas are the constants of ``diagnose/model.py`` (and of the memory model);
 * the definitions shared by the report and check schemas are the same text in both files;
-* every sample log's report (with and without replay), a few ``check`` outputs and a ``slurm`` report built with a
-  fake Slurm validate; reports with a key removed, a wrong enum or an unknown key do not;
-* ``diagnose schema [report|check]`` prints the files.
+* every sample log's report (with and without replay), a few ``check`` and ``replay`` outputs and a ``slurm`` report
+  built with a fake Slurm validate; reports with a key removed, a wrong enum or an unknown key do not;
+* ``diagnose schema [report|check|replay]`` prints the files.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def _load(name: str) -> dict:
 
 REPORT = _load("report-1")
 CHECK = _load("check-1")
+REPLAY = _load("replay-1")
 
 
 def _validator(schema: dict) -> Draft202012Validator:
@@ -52,7 +53,7 @@ def _errors(schema: dict, doc: dict) -> list[str]:
 # ------------------------------------------------------------------------------------------ the schemas
 
 
-@pytest.mark.parametrize("schema", [REPORT, CHECK], ids=["report", "check"])
+@pytest.mark.parametrize("schema", [REPORT, CHECK, REPLAY], ids=["report", "check", "replay"])
 def test_schema_is_valid_draft_2020_12(schema):
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     Draft202012Validator.check_schema(schema)
@@ -78,10 +79,11 @@ def test_memory_enums_are_the_memory_model_constants():
     assert REPORT["$defs"]["memory"]["properties"]["verdict"]["enum"] == list(VERDICTS)
 
 
-def test_check_schema_name_is_the_commands():
-    from diagnose.present.commands import check, schema
+def test_schema_names_are_the_commands():
+    from diagnose.present.commands import check, replay, schema
 
     assert CHECK["properties"]["schema"] == {"const": check.SCHEMA}
+    assert REPLAY["properties"]["schema"] == {"const": replay.SCHEMA}
     for file_name, document_schema in schema.SCHEMAS.values():
         on_disk = json.loads((SCHEMAS / file_name).read_text(encoding="utf-8"))
         assert on_disk["properties"]["schema"] == {"const": document_schema}
@@ -93,6 +95,11 @@ SHARED = ("category", "phase", "strategy", "components", "override", "violation"
 @pytest.mark.parametrize("name", SHARED)
 def test_definitions_shared_by_report_and_check_are_identical(name):
     assert REPORT["$defs"][name] == CHECK["$defs"][name]
+
+
+@pytest.mark.parametrize("name", [*(n for n in SHARED if n in REPLAY["$defs"]), "config", "config_value"])
+def test_definitions_shared_by_report_and_replay_are_identical(name):
+    assert REPORT["$defs"][name] == REPLAY["$defs"][name]
 
 
 def test_objects_fixed_by_the_model_are_closed():
@@ -151,6 +158,25 @@ def test_check_output_validates(capsys, config, extra):
     doc = json.loads(capsys.readouterr().out)
     assert _errors(CHECK, doc) == []
     assert doc["replay"]["passes"] == (not doc["replay"]["violations"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [str(CONFIGS / "run_config.yaml"), "--bridge-version", "0.4.2"],  # reproduced, fix suggested
+        [str(CONFIGS / "llama8b_bridge.yaml"), "--set", "ddp.use_megatron_fsdp=true", "--set", "checkpoint.save=/c",
+         "--set", "env.NCCL_DEBUG=INFO"],  # extended fix, an env var
+        [str(CONFIGS / "mlm_arguments.log")],  # Megatron-LM
+        [str(SAMPLES / "ddp_wrap_oom.log")],  # a log: the root cause's fix, with the memory fit
+    ],
+)
+def test_replay_output_validates(capsys, argv):
+    assert main(["replay", *argv, "--format", "json"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert _errors(REPLAY, doc) == []
+    broken = copy.deepcopy(doc)
+    del broken["requested_passes"]
+    assert _errors(REPLAY, broken) != []
 
 
 def _fake_slurm(tmp_path: Path):
@@ -259,7 +285,7 @@ def test_broken_check_output_fails_validation(capsys):
 
 
 @pytest.mark.parametrize("argv, name", [(["schema"], "report-1"), (["schema", "report"], "report-1"),
-                                        (["schema", "check"], "check-1")])
+                                        (["schema", "check"], "check-1"), (["schema", "replay"], "replay-1")])
 def test_schema_command_prints_the_file(capsys, argv, name):
     assert main(argv) == 0
     out = capsys.readouterr().out

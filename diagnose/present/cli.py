@@ -134,10 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     _format(p)
     _common(p)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of a --format json output (report or check)",
+    p = sub.add_parser("schema", help="print the JSON Schema of a --format json output (report, check, replay)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
-                       "(report) or 'check --format json' (check).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check"), help="which (default: report)")
+                       "(report), 'check --format json' (check) or 'replay --format json' (replay).")
+    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay"),
+                   help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)
 
