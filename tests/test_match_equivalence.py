@@ -67,6 +67,13 @@ CHAINED_TB = [
 ]
 
 
+def installed_backends() -> list[str]:
+    """The pure-Python scan always; RE2 and Hyperscan where the optional `fast` extra is installed (CI has it)."""
+    import importlib.util
+
+    return ["python"] + [b for b, mod in (("re2", "re2"), ("hyperscan", "hyperscan")) if importlib.util.find_spec(mod)]
+
+
 def _prefix(rng: random.Random, rank: int) -> str:
     return rng.choice([f"[rank{rank}]:", f"[default{rank % 8}]:[rank{rank}]:", f"{rank}: ", ""])
 
@@ -166,7 +173,7 @@ def test_fast_scan_equals_reference_matcher(catalogue, seed):
     codes = {code for code, _l, _p in expected}
     assert len(codes) > 10 and {"ZZ901", "ZZ902", "ZZ903"} <= codes  # the log really exercises the catalogue
     compiled = compile_catalogue(catalogue, all_captures())
-    for backend in ("python", "re2", "hyperscan"):
+    for backend in installed_backends():
         for window in (1 << 20, 4096):
             hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend=backend,
                                 window_size=window)
@@ -204,9 +211,9 @@ def test_backends_give_identical_reports(catalogue):
     text = generate_log(catalogue, 3).encode()
     dicts = [
         scan_and_match([TextSource("gen.log", text)], catalogue, backend=b).report.to_dict()
-        for b in ("python", "re2", "hyperscan")
+        for b in installed_backends()
     ]
-    assert dicts[0]["findings"] and dicts[0] == dicts[1] == dicts[2]
+    assert dicts[0]["findings"] and all(d == dicts[0] for d in dicts)
 
 
 def test_parallel_phase1_gives_the_serial_answer(catalogue, tmp_path, monkeypatch):
