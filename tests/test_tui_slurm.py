@@ -88,3 +88,25 @@ async def test_job_list_then_diagnosis(slurm_conf: str, tmp_path_factory: pytest
         assert isinstance(app.screen, JobsScreen)
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen) and app.report is report
+
+
+def test_job_analyzer_gives_the_log_view_every_file_it_read(slurm_conf: str, tmp_path_factory) -> None:
+    """A job whose srun writes one file per task (`-o out-%j-%t.log`): the TUI's log view gets the batch output and
+    each task's file, so the root cause's evidence (in task 1's file) opens in it."""
+    from diagnose.present.tui.slurmjobs import job_analyzer
+
+    jobs_dir = REPO / "tests" / "slurm_jobs"
+    workdir = tmp_path_factory.mktemp("tuipertask")
+    workdir.chmod(0o755)
+    done = subprocess.run(["sbatch", "--parsable", "-D", str(workdir), str(jobs_dir / "per_task.sh"), str(jobs_dir)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    job = done.stdout.strip().split(";")[0]
+    end = time.monotonic() + 120
+    while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < end, "job did not end"
+        time.sleep(0.3)
+    outputs: list[str] = []
+    report = job_analyzer(job, [], outputs)([], lambda done, total: None)
+    assert outputs == [str(workdir / f"diag-pertask-{job}.out")] + [str(workdir / f"out-{job}-{t}.log") for t in (0, 1)]
+    assert report.root is not None and report.root.category == "cuda_oom"
+    assert report.root.evidence[0].path in outputs

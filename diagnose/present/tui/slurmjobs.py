@@ -23,7 +23,8 @@ STATE_STYLE = {"FAILED": "red", "OUT_OF_MEMORY": "magenta", "TIMEOUT": "yellow",
 
 
 def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Callable:
-    """An analyzer for the app's worker: diagnose the Slurm job; ``outputs`` receives its readable output files."""
+    """An analyzer for the app's worker: diagnose the Slurm job; ``outputs`` receives the files it read (the batch
+    output, then srun's per-task files), so that the log view can open every evidence line's file."""
 
     def run(_inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.ingest.slurm import parse_job_id
@@ -31,7 +32,7 @@ def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Call
         from diagnose.pipeline import AnalyzeOptions
 
         result = diagnose_job(parse_job_id(job_id), AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress))
-        outputs[:] = result.job.readable_outputs
+        outputs[:] = [path for path, _rank in result.job.analysis_inputs]
         return result.report
 
     return run
