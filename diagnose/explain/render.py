@@ -76,13 +76,22 @@ def hydra_value(value: Any) -> str:
 
 
 def _hydra_string(s: str) -> str:
-    if _HYDRA_PLAIN.fullmatch(s) and s.lower() not in _HYDRA_TYPED:
+    if _HYDRA_PLAIN.fullmatch(s) and s.lower() not in _HYDRA_TYPED and _reads_back_bare(s):
         return s
     # OmegaConf first (it reads last): keep ${ literal; a backslash run before it is doubled so it stays literal
     s = _BACKSLASHES_BEFORE_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", s)
     # then Hydra's quoted string: backslash runs before a quote or the closing quote are doubled, quotes escaped
     s = _BACKSLASHES_BEFORE_QUOTE.sub(lambda m: m.group(1) * 2, s).replace('"', '\\"')
     return f'"{s}"'
+
+
+def _reads_back_bare(s: str) -> bool:
+    """Bare only if ``--set`` (diagnose's own reader, which also takes Python-printed values: ``None``, ``yes``,
+    ``torch.bfloat16``) reads the word back as this same string; Hydra reads a quoted word the same either way."""
+    from diagnose.explain.config.values import parse_scalar
+
+    back = parse_scalar(s)
+    return isinstance(back, str) and back == s
 
 
 def _hydra_key(key: Any) -> str:

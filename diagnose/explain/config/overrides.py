@@ -35,7 +35,55 @@ def parse_set(text: str) -> Override:
         return Override(key=f"env.{key}", value=value.strip().strip("'\""))
     if not KEY_RE.fullmatch(key):
         raise DiagnoseError(f"bad override key {_short(key)!r}: expected a dotted path like model.num_layers")
-    return Override(key=key, value=parse_scalar(value))
+    quoted = hydra_quoted(value.strip())
+    return Override(key=key, value=quoted if quoted is not None else parse_scalar(value))
+
+
+_BACKSLASH_RUN = re.compile(r"(\\*)(\$\{)?")
+
+
+def hydra_quoted(text: str) -> str | None:
+    """The string a Hydra quoted value stands for (``"a \\"b\\""`` -> ``a "b"``), or None when ``text`` is not
+    one quoted string. The reverse of ``diagnose.explain.render.hydra_value``, so a fix line copied from a report or
+    the TUI reads back as the same value: in Hydra's quoted strings a backslash run before a quote is halved (an odd
+    run escapes the quote), other backslashes are literal; then OmegaConf reads an odd run before ``${`` as a
+    literal ``${`` (halved too). A live interpolation (even run) is kept as text: nothing is resolved.
+    """
+    if len(text) < 2 or text[0] not in "'\"" or text[-1] != text[0]:
+        return None
+    quote, body = text[0], text[1:-1]
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\":
+            j = i
+            while j < len(body) and body[j] == "\\":
+                j += 1
+            run = j - i
+            if j == len(body):  # before the closing quote: halved
+                out.append("\\" * (run // 2))
+            elif body[j] == quote:
+                if run % 2 == 0:
+                    return None  # an unescaped quote inside: not one quoted string
+                out.append("\\" * (run // 2) + quote)
+                j += 1
+            else:
+                out.append("\\" * run)
+            i = j
+            continue
+        if ch == quote:
+            return None  # "a" "b": two strings, not one
+        out.append(ch)
+        i += 1
+    return _BACKSLASH_RUN.sub(_omegaconf_escape, "".join(out)) if "${" in "".join(out) else "".join(out)
+
+
+def _omegaconf_escape(m: re.Match[str]) -> str:
+    run, interpolation = m.group(1), m.group(2)
+    if not interpolation:
+        return m.group(0)
+    return "\\" * (len(run) // 2) + "${"
 
 
 def is_delete(override: Override) -> bool:
