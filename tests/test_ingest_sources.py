@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import mmap
 import os
 import shutil
@@ -37,14 +38,17 @@ def _one_line_error(excinfo) -> str:
     return message
 
 
-def test_file_is_memory_mapped_and_empty_file_is_bytes(tmp_path):
-    log = _write(tmp_path / "job.log", b"line one\nline two\n")
+def test_large_file_is_memory_mapped_small_and_empty_files_are_bytes(tmp_path):
+    body = b"line one\nline two\n" * ((sources_module.SMALL_READ_BYTES // 18) + 1)
+    log = _write(tmp_path / "job.log", body)
+    small = _write(tmp_path / "small.log", b"line one\nline two\n")
     empty = _write(tmp_path / "empty.log", b"")
-    with open_inputs([str(log), str(empty)]) as sources:
-        first, second = sources
-        assert isinstance(first.buffer, mmap.mmap) and first.size == 18
-        assert first.buffer[:] == b"line one\nline two\n" and first.path == str(log)
-        assert second.buffer == b"" and second.size == 0
+    with open_inputs([str(log), str(small), str(empty)]) as sources:
+        first, second, third = sources
+        assert isinstance(first.buffer, mmap.mmap) and first.size == len(body) > sources_module.SMALL_READ_BYTES
+        assert first.buffer[:18] == b"line one\nline two\n" and first.path == str(log)
+        assert second.buffer == b"line one\nline two\n" and second.size == 18  # read and closed: no descriptor kept
+        assert third.buffer == b"" and third.size == 0
     assert first.buffer.closed  # closed when the context ends
 
 
@@ -377,3 +381,63 @@ def test_os_errors_have_one_wording_per_kind():
     assert str(os_error("a", PermissionError(13, "x"), denied="cannot list folder")) == "a: permission denied (cannot list folder)"
     assert str(os_error("a", IsADirectoryError(21, "Is a directory"))) == "a: is a directory"
     assert str(os_error("a\x1b[2J", OSError(5, "Input/output error"), "read")) == "a\\x1b[2J: cannot read (Input/output error)"
+
+
+def _run_with_fd_limit(limit: int, code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a child whose open-file limit (soft and hard) is ``limit``, like a login node's ulimit -n."""
+    import resource
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lower, cwd=str(Path(__file__).resolve().parents[1]))
+
+
+def test_a_folder_of_more_per_rank_logs_than_the_open_file_limit(tmp_path):
+    """600 small per-rank logs under `ulimit -n 128`: small files are read and closed, none is held open."""
+    for r in range(600):
+        text = "iteration 1\n" + ("[rank%d]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB\n" % r
+                                  if r == 517 else "")
+        (tmp_path / f"rank{r}.log").write_text(text)
+    old = time.time() - 3600
+    for p in tmp_path.iterdir():
+        os.utime(p, (old, old))
+    done = _run_with_fd_limit(128, (
+        "import json, sys\nfrom diagnose.pipeline import analyze, AnalyzeOptions\n"
+        f"r = analyze([{str(tmp_path)!r}], AnalyzeOptions(replay=False)).to_dict()\n"
+        "print(json.dumps([len(r['inputs']), r['findings'][r['root_cause']]['ranks']]))"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [600, [517]]
+
+
+def test_too_many_large_logs_for_the_hard_limit_is_a_one_line_error(tmp_path):
+    """Large logs are mapped (one descriptor each); past a hard limit that cannot be raised, the error says what
+    to do instead of a traceback. (SMALL_READ_BYTES is lowered in the child so that small files stand in for large.)"""
+    for r in range(100):
+        (tmp_path / f"rank{r}.log").write_text("iteration 1\n" * 10)
+    old = time.time() - 3600
+    for p in tmp_path.iterdir():
+        os.utime(p, (old, old))
+    done = _run_with_fd_limit(48, (
+        "from diagnose.ingest import sources\nsources.SMALL_READ_BYTES = 0\n"
+        "from diagnose.model import DiagnoseError\n"
+        "try:\n"
+        f"    with sources.open_inputs([{str(tmp_path)!r}]) as s: print('opened', len(s))\n"
+        "except DiagnoseError as e: print('ERROR', e)"))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.strip()
+    assert out.startswith("ERROR ") and "too many open files" in out and "ulimit -n" in out
+    assert len(out.splitlines()) == 1
+
+
+def test_the_soft_open_file_limit_is_raised_towards_the_hard_one():
+    done = _run_with_fd_limit(4096, (
+        "import resource\nfrom diagnose.ingest.sources import raise_open_file_limit\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))\n"
+        "raise_open_file_limit(1000); a = resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+        "raise_open_file_limit(100000); b = resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+        "raise_open_file_limit(10); c = resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+        "print(a, b, c)"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "4096", "4096"]  # raised as needed, capped at hard, never lowered

@@ -3,6 +3,8 @@ an escape sequence cannot break the message over lines or drive the terminal."""
 
 from __future__ import annotations
 
+import errno
+
 from diagnose.model import DiagnoseError
 
 
@@ -41,4 +43,7 @@ def os_error(path: object, err: OSError, doing: str = "open", denied: str = "no 
         return input_error(path, f"permission denied ({denied})")
     if isinstance(err, IsADirectoryError):
         return input_error(path, "is a directory")
+    if err.errno in (errno.EMFILE, errno.ENFILE):
+        return input_error(path, f"cannot {doing}: too many open files (each log over 1 MiB keeps one open; "
+                                 "raise the limit with `ulimit -n`)")
     return input_error(path, f"cannot {doing} ({err.strerror or err})")

@@ -31,6 +31,10 @@ FIFO_TIMEOUT_S = 10.0
 LIVE_WINDOW_S = 10.0  # a job's log is usually read after the job ended; copying GiBs costs seconds per GiB
 LIVE_SNAPSHOT_MAX_BYTES = 1 << 30
 _COPY_CHUNK = 1 << 20
+# Files up to this size are read into memory and closed at once; larger ones are memory-mapped, and each mapping
+# holds one file descriptor (CPython's mmap keeps a dup of it) until the analysis ends. A folder of 4096 per-rank
+# logs would otherwise need 4096 descriptors where `ulimit -n` is often 1024.
+SMALL_READ_BYTES = 1 << 20
 
 
 @dataclass
@@ -64,7 +68,9 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Ite
     sources: list[Source] = []
     with tempfile.TemporaryDirectory(prefix="diagnose-") as tmp:
         try:
-            for entry in expand_inputs(list(inputs)):
+            entries = expand_inputs(list(inputs))
+            raise_open_file_limit(len(entries) + 64)
+            for entry in entries:
                 sources.append(_open_one(entry.path, entry, tmp, limits))
             yield sources
         finally:
@@ -127,9 +133,10 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         raise os_error(display_path, e) from None
     try:
         size = os.fstat(fh.fileno()).st_size
-        if size == 0:
+        if size <= SMALL_READ_BYTES:
+            data = fh.read(size)  # at most its size at open, even if it grows meanwhile
             fh.close()
-            return Source(path=display_path, size=0, buffer=b"", **hints)
+            return Source(path=display_path, size=len(data), buffer=data, **hints)
         try:
             mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
         except (ValueError, OSError) as e:
@@ -145,9 +152,29 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
     except OSError as e:
         fh.close()
         raise os_error(display_path, e, "read") from None
+    fh.close()  # the mapping keeps its own descriptor: one per large file, not two
     source = Source(path=display_path, size=size, buffer=mapped, **hints)
-    source._closers.extend([fh.close, mapped.close])
+    source._closers.append(mapped.close)
     return source
+
+
+def raise_open_file_limit(needed: int) -> None:
+    """Raise the soft limit on open files towards the hard limit when ``needed`` is more than the soft one (many
+    large per-rank logs are each mapped, one descriptor apiece). Never lowers it; a failure is left to the open that
+    then hits the limit, whose error says to raise ``ulimit -n``."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY or needed <= soft:
+            return
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        pass
 
 
 def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: float | None) -> None:
