@@ -318,3 +318,22 @@ async def test_mouse_selects_a_finding_and_a_fix_tab(oom_app: DiagnoseApp) -> No
         await pilot.double_click(findings, offset=(6, next(i for i, t in enumerate(rows) if "OOM103" in t)))
         await pilot.pause(0.2)
         assert isinstance(oom_app.screen, LogScreen) and oom_app.screen.view.cursor_line == 33
+
+
+@run_async
+async def test_many_logs_named_on_the_command_line_are_indexed_lazily(tmp_path) -> None:
+    """4096 per-rank logs given as files must not start 4096 index threads and mappings: the first few are indexed
+    at once, the others when opened."""
+    from diagnose.present.tui import app as app_module
+
+    paths = []
+    for r in range(40):
+        p = tmp_path / f"rank{r}.log"
+        p.write_text(f"[rank{r}]: iteration 1\n")
+        paths.append(str(p))
+    app = app_module.DiagnoseApp(paths, analyzer=lambda inputs, progress: Report(inputs=[]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert len(app.indices) == app_module.EAGER_INDEX_FILES
+        app.index_for(paths[-1])
+        assert len(app.indices) == app_module.EAGER_INDEX_FILES + 1

@@ -33,6 +33,9 @@ Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 DARK, LIGHT = "textual-dark", "textual-light"
 
 
+EAGER_INDEX_FILES = 8  # logs indexed in the background at start; the others when the user opens them
+
+
 def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
     """The real engine: ``diagnose.pipeline.analyze`` with the user's rule folders and our progress callback."""
 
@@ -235,9 +238,10 @@ class DiagnoseApp(App):
 
     def _start(self) -> None:
         self.sub_title = self._inputs_title()
-        for path in self.inputs:
-            if os.path.isfile(path):
-                self.index_for(path)  # index now, in the background, while the engine reads
+        # index the first few now, in the background, while the engine reads; the rest when opened (4096 per-rank
+        # logs named on the command line must not start 4096 threads and mappings)
+        for path in [p for p in self.inputs if os.path.isfile(p)][:EAGER_INDEX_FILES]:
+            self.index_for(path)
         if self.report is not None:
             self.show_report(self.report)
         elif self.analyzer is not None:
