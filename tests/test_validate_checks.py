@@ -181,7 +181,9 @@ def test_check_fails_with_the_real_message_and_its_fix_passes(case: Case, versio
 
 
 def test_every_registered_hard_check_has_a_case():
-    covered = {c.check for c in CASES}
+    from tests.test_validate_new_checks import NEW_CHECKS  # the CV050-CV098 checks have their cases there
+
+    covered = {c.check for c in CASES} | NEW_CHECKS
     note_checks = {"fsdp_forces_distributed_optimizer", "distributed_optimizer_sync", "fsdp_average_in_collective",
                    "fsdp_gradient_accumulation_fusion", "fsdp_reuse_grad_buf_mxfp8"}
     override_checks = {"override_unknown_key", "invalid_choice"}  # checks on what a fix writes: test_validate_keys.py
@@ -189,7 +191,13 @@ def test_every_registered_hard_check_has_a_case():
     # some registered functions emit under several names (async_save_*, megatron_fsdp_v2_*)
     aliases = {"async_save_format": {"async_save_format", "async_save_requires_save"},
                "megatron_fsdp_v2_guards": {n for n in covered if n.startswith("megatron_fsdp_v2_")},
-               "precision_aware_optimizer": {n for n in covered if n.startswith("precision_aware_optimizer_")}}
+               "precision_aware_optimizer": {n for n in covered if n.startswith("precision_aware_optimizer_")},
+               "pipeline_split_settings": {n for n in covered
+                                           if n.startswith(("uneven_pipeline_", "pipeline_", "account_for_"))},
+               "low_precision_param_needs_mode": {"fp8_param_needs_fp8", "fp4_param_needs_fp4"} & covered,
+               "fp8_delayed_scaling_limits": {n for n in covered if n.startswith(("fp8_delayed_", "fp8_bf16_"))},
+               "moe_flex_dispatcher": {"moe_deepep_needs_flex", "moe_one_flex_backend", "moe_deepep_pad"} & covered,
+               "moe_capacity_factor": {"moe_capacity_load_balancing", "moe_pad_needs_capacity"} & covered}
     for name in registered:
         assert aliases.get(name, {name}) & covered, f"no test case for check {name}"
 

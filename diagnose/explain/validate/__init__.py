@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from diagnose.explain.config.view import ConfigView
 from diagnose.explain.validate import checks_fsdp as _checks_fsdp  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_keys as _checks_keys  # noqa: F401 - registers checks
+from diagnose.explain.validate import checks_moe as _checks_moe  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_parallel as _checks_parallel  # noqa: F401 - registers checks
+from diagnose.explain.validate import checks_pipeline as _checks_pipeline  # noqa: F401 - registers checks
+from diagnose.explain.validate import checks_precision as _checks_precision  # noqa: F401 - registers checks
 from diagnose.explain.validate.registry import CHECKS, CheckContext, Violation, make_context
 
 __all__ = ["Violation", "ValidationResult", "validate", "run_checks", "CHECKS", "CheckContext"]

@@ -12,7 +12,7 @@ import difflib
 from typing import Iterable
 
 from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
 
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
 
@@ -29,7 +29,7 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def _known(ctx: CheckContext) -> set[str]:
-    keys = set(COMMON_DEFAULTS)
+    keys = set(COMMON_DEFAULTS) | KNOWN_KEYS
     for family in FAMILY_DEFAULTS.values():
         keys.update(family)
     keys.update(k for k, v in ctx.view.values.items() if v.origin != "override")

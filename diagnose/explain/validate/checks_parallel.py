@@ -143,7 +143,9 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.get("model.num_layers_in_first_pipeline_stage") is not None or ctx.get(
         "model.num_layers_in_last_pipeline_stage"
     ) is not None or ctx.get("model.pipeline_model_parallel_layout") is not None:
-        return  # uneven splits have their own arithmetic; not mirrored
+        return  # uneven splits: checks_pipeline.pipeline_split_settings
+    if ctx.flag("model.account_for_embedding_in_pipeline_split") or ctx.flag("model.account_for_loss_in_pipeline_split"):
+        return  # the embedding/loss count as layers: checks_pipeline.pipeline_split_settings
     fixes = [[ov("model.pipeline_model_parallel_size", d)] for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
     yield Violation(
         "layers_divisible_by_pp",

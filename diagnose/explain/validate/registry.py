@@ -80,6 +80,9 @@ class CheckSpec:
 
 
 CHECKS: list[CheckSpec] = []
+# config fields the checks read or their fixes write, beyond the release defaults: an override of one of them is no
+# typo (checks_keys.override_unknown_key)
+KNOWN_KEYS: set[str] = set()
 
 
 def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm")):

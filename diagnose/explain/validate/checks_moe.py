@@ -1,0 +1,217 @@
+"""Checks on mixture-of-experts settings and the expert-parallel process grid.
+
+Rules CV060-CV065 and CV086. Sources: megatron-core 0.16.1 ``transformer/moe/moe_layer.py`` (``MoELayer.__init__``
+L101, ``MoELayer.forward`` L379), ``model_parallel_config.py`` ``__post_init__`` (0.8-0.14: a ValueError, since
+0.15 only a warning, L440), ``transformer/transformer_config.py`` ``__post_init__`` (L1062-L1136),
+``parallel_state.py`` ``initialize_model_parallel`` (L786-L795, L833, L1263); Megatron-LM d98e8a64
+``megatron/training/arguments.py`` ``validate_args`` (~L1655). Where megatron-core's wording changed with its
+release, the job's megatron-core version (when the log shows it) picks the wording; unknown means 0.16.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from diagnose.explain.config.defaults import version_tuple
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+
+EP = "model.expert_model_parallel_size"
+ETP = "model.expert_tensor_parallel_size"
+EXPERTS = "model.num_moe_experts"
+DISPATCHER = "model.moe_token_dispatcher_type"
+DEEPEP = "model.moe_enable_deepep"
+BACKEND = "model.moe_flex_dispatcher_backend"
+CAPACITY = "model.moe_expert_capacity_factor"
+PAD = "model.moe_pad_expert_input_to_capacity"
+LB_TYPE = "model.moe_router_load_balancing_type"
+INSTANCES = "ddp.num_distributed_optimizer_instances"
+
+MSG_SP_OLD = "When using expert parallelism and tensor parallelism, sequence parallelism must be used"
+# upstream concatenates two literals without a space ("parallelismare")
+MSG_SP_NEW = ("During training, performance may degrade if MoE and tensor parallelismare enabled without also "
+              "enabling sequence parallelism.")
+MSG_DEEPEP_FLEX = "DeepEP backend is only supported with flex token dispatcher."
+MSG_ONE_BACKEND = "Only one backend is supported for flex token dispatcher."
+MSG_DEEPEP_PAD = "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity"
+MSG_PAD_NEEDS_CAPACITY = "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"
+MSG_DP_INSTANCES = "Data parallel size should be divisible by partial DistOpt shard factor"
+MSG_EDP_INSTANCES = "Expert data parallel size should be divisible by partial DistOpt shard factor"
+# load-balancing types that allow a capacity factor, and the message, per megatron-core release
+_CAPACITY_LB = (
+    ((0, 15, 0), ("aux_loss", "seq_aux_loss", "global_aux_loss", "none"),
+     "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none load balancing"),
+    ((0, 14, 0), ("aux_loss", "seq_aux_loss", "none"),
+     "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss or none load balancing"),
+    ((0, 0, 0), ("aux_loss", "none"), "moe_expert_capacity_factor only works with aux_loss or none load balancing"),
+)
+
+KNOWN_KEYS.update({EP, ETP, EXPERTS, DISPATCHER, DEEPEP, BACKEND, CAPACITY, PAD, LB_TYPE, INSTANCES,
+                   "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap"})
+
+
+def _core(ctx: CheckContext) -> tuple[int, int, int] | None:
+    return version_tuple(ctx.view.mcore_version)
+
+
+def _core_at_least(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
+    """True unless the job's megatron-core is known to be older (unknown: the latest behaviour)."""
+    core = _core(ctx)
+    return core is None or core >= version
+
+
+def _n(ctx: CheckContext, key: str) -> int:
+    return ctx.number(key, 1) or 1
+
+
+def _etp(ctx: CheckContext) -> int:
+    """Expert TP; upstream uses TP when it is unset."""
+    return ctx.number(ETP) or _n(ctx, "model.tensor_model_parallel_size")
+
+
+def _dispatcher(ctx: CheckContext) -> str:
+    return str(ctx.get(DISPATCHER) or "allgather")  # TransformerConfig's default
+
+
+def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
+    """The largest EP < ``below`` that divides the experts and keeps ETP*EP*PP dividing the world size."""
+    experts, world = ctx.number(EXPERTS), ctx.number("launch.world_size")
+    rest = _etp(ctx) * _n(ctx, "model.pipeline_model_parallel_size")
+    for d in range(below - 1, 0, -1):
+        if experts and experts % d:
+            continue
+        if world and world % (d * rest):
+            continue
+        return d
+    return None
+
+
+@check("experts_divisible_by_ep", "megatron-core transformer/moe/moe_layer.py MoELayer.__init__ (0.16.1 L101, a bare "
+       "assert; self.expert_parallel_size up to 0.12); Megatron-LM arguments.py validate_args (d98e8a64 ~L1657)")
+def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
+    experts, ep = ctx.number(EXPERTS), _n(ctx, EP)
+    if not experts or ep <= 1 or experts % ep == 0:
+        return
+    if ctx.mlm:
+        message = "Number of experts should be a multiple of expert model parallel_size."
+    elif _core_at_least(ctx, (0, 13, 0)):
+        message = "assert self.config.num_moe_experts % ep_size == 0"
+    else:
+        message = "assert self.config.num_moe_experts % self.expert_parallel_size == 0"
+    new_ep = _smaller_ep(ctx, ep)
+    yield Violation("experts_divisible_by_ep", message, [EXPERTS, EP],
+                    fixes=[[ov(EP, new_ep)]] if new_ep else [])
+
+
+@check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/moe_layer.py MoELayer.forward (0.16.1 L379, "
+       "at the first training step); model_parallel_config.py __post_init__ raised its own ValueError for EP>1 "
+       "in 0.8-0.14")
+def moe_tp_needs_sequence_parallel(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.number(EXPERTS) or _n(ctx, "model.tensor_model_parallel_size") <= 1:
+        return
+    if ctx.flag("model.sequence_parallel"):
+        return
+    old = not _core_at_least(ctx, (0, 15, 0)) and _n(ctx, EP) > 1
+    yield Violation(
+        "moe_tp_needs_sequence_parallel", MSG_SP_OLD if old else MSG_SP_NEW,
+        [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
+        fixes=[[ov("model.sequence_parallel", True)]],
+    )
+
+
+@check("expert_world_size_divisible", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L786-L795: "
+       "ETP defaults to TP; raised after the TP*PP*CP check)")
+def expert_world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
+    world = ctx.number("launch.world_size")
+    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
+    if not world or world % (tp * pp * cp):
+        return  # the dense check (world_size_divisible) raises first
+    size = _etp(ctx) * _n(ctx, EP) * pp
+    if world % size == 0:
+        return
+    new_ep = _smaller_ep(ctx, _n(ctx, EP))
+    yield Violation(
+        "expert_world_size_divisible",
+        f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size ({size})",
+        ["launch.world_size", ETP, EP, "model.pipeline_model_parallel_size"],
+        fixes=[[ov(EP, new_ep)]] if new_ep else [],
+    )
+
+
+@check("distributed_optimizer_instances", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L833 "
+       "dense, L1263 expert data-parallel groups)")
+def distributed_optimizer_instances(ctx: CheckContext) -> Iterable[Violation]:
+    instances, world = ctx.number(INSTANCES, 1) or 1, ctx.number("launch.world_size")
+    if instances <= 1 or not world:
+        return
+    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
+    expert = _etp(ctx) * _n(ctx, EP) * pp
+    if world % (tp * pp * cp) or world % expert:
+        return  # the world-size checks raise first
+    keys = [INSTANCES, "launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+            "model.context_parallel_size"]
+    if (world // (tp * pp * cp) * cp) % instances:
+        yield Violation("distributed_optimizer_instances", MSG_DP_INSTANCES, keys, fixes=[[ov(INSTANCES, 1)]])
+    elif (world // expert) % instances:
+        yield Violation("distributed_optimizer_instances", MSG_EDP_INSTANCES, keys + [EP, ETP],
+                        fixes=[[ov(INSTANCES, 1)]])
+
+
+@check("moe_flex_dispatcher", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1062-L1079)")
+def moe_flex_dispatcher(ctx: CheckContext) -> Iterable[Violation]:
+    deepep = ctx.flag(DEEPEP)
+    if deepep and _dispatcher(ctx) != "flex":
+        yield Violation("moe_deepep_needs_flex", MSG_DEEPEP_FLEX, [DEEPEP, DISPATCHER],
+                        fixes=[[ov(DISPATCHER, "flex")], [ov(DEEPEP, False)]])
+        return
+    if deepep and ctx.get(BACKEND) == "hybridep":
+        yield Violation("moe_one_flex_backend", MSG_ONE_BACKEND, [DEEPEP, BACKEND], fixes=[[ov(DEEPEP, False)]])
+        return
+    if _dispatcher(ctx) == "flex" and ctx.flag(PAD) and (deepep or ctx.get(BACKEND) == "deepep"):
+        yield Violation("moe_deepep_pad", MSG_DEEPEP_PAD, [PAD, DISPATCHER, DEEPEP, BACKEND], fixes=[[ov(PAD, False)]])
+
+
+@check("moe_shared_expert_overlap", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1089; "
+       "'alltoall or flex' since 0.18)")
+def moe_shared_expert_overlap(ctx: CheckContext) -> Iterable[Violation]:
+    size = ctx.number("model.moe_shared_expert_intermediate_size")
+    if size is None or size <= 0 or not ctx.flag("model.moe_shared_expert_overlap"):
+        return
+    core = _core(ctx)
+    if core is not None and core >= (0, 18, 0):
+        allowed = ("alltoall", "flex")
+        message = "moe_shared_expert_overlap only works with alltoall or flex token dispatcher."
+    else:
+        allowed, message = ("alltoall",), "moe_shared_expert_overlap only works with alltoall token dispatcher."
+    if _dispatcher(ctx) in allowed:
+        return
+    yield Violation("moe_shared_expert_overlap", message, ["model.moe_shared_expert_overlap", DISPATCHER],
+                    fixes=[[ov(DISPATCHER, "alltoall")], [ov("model.moe_shared_expert_overlap", False)]])
+
+
+def _capacity(ctx: CheckContext) -> float | None:
+    """The capacity factor as upstream uses it (a negative value means none)."""
+    value = ctx.get(CAPACITY)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number < 0 else number
+
+
+@check("moe_capacity_factor", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1105-L1136; "
+       "the load-balancing list grew in 0.14 and 0.15)")
+def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
+    capacity = _capacity(ctx)
+    if capacity is not None:
+        lb = ctx.get(LB_TYPE) or "aux_loss"
+        core = _core(ctx) or (99, 0, 0)
+        allowed, message = next((a, m) for since, a, m in _CAPACITY_LB if core >= since)
+        types = lb if isinstance(lb, list) else [lb]
+        if any(t not in allowed for t in types):
+            yield Violation("moe_capacity_load_balancing", message, [CAPACITY, LB_TYPE],
+                            fixes=[[ov(LB_TYPE, "aux_loss")], [ov(CAPACITY, None), ov(PAD, False)]])
+            return
+    if ctx.flag(PAD) and capacity is None:
+        yield Violation("moe_pad_needs_capacity", MSG_PAD_NEEDS_CAPACITY, [PAD, CAPACITY], fixes=[[ov(PAD, False)]])

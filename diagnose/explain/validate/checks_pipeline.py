@@ -1,0 +1,195 @@
+"""Checks on the pipeline split: virtual pipeline (interleaved) sizes, uneven first/last stages, explicit layouts.
+
+Rules CV050-CV053. Sources: megatron-core 0.16.1 ``parallel_state.py`` ``initialize_model_parallel`` (~L746) and
+``transformer/transformer_config.py`` ``TransformerConfig.__post_init__`` (~L1299-L1460), Megatron-LM d98e8a64
+``megatron/training/arguments.py`` ``validate_args`` (~L1000), Megatron-Bridge 067f987d
+``models/gpt_provider.py`` ``GPTModelProvider.provide`` (~L240). The messages are upstream's, missing spaces
+included (an f-string pair without a separator), so replay can find them in a log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from diagnose.explain.config.defaults import version_tuple
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+
+VPP = "model.virtual_pipeline_model_parallel_size"
+PP = "model.pipeline_model_parallel_size"
+FIRST = "model.num_layers_in_first_pipeline_stage"
+LAST = "model.num_layers_in_last_pipeline_stage"
+EMB = "model.account_for_embedding_in_pipeline_split"
+LOSS = "model.account_for_loss_in_pipeline_split"
+LAYOUT = "model.pipeline_model_parallel_layout"
+
+MSG_MODEL_CHUNKS = "Make sure the number of model chunks is the same across all pipeline stages."
+MSG_VPP_NEEDS_PP = "pipeline-model-parallel size should be greater than 1 with interleaved schedule"
+MSG_MLM_VPP_PP1 = "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1"
+MSG_MLM_VPP_PP2 = (
+    "When interleaved schedule is used and p2p communication overlap is disabled, pipeline-model-parallel size "
+    "should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per communication "
+    "batch"
+)
+MSG_SPLIT_AND_ACCOUNT = (
+    "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at the same time with "
+    "account_for_embedding_in_pipeline_splitand account_for_loss_in_pipeline_split"
+)
+
+KNOWN_KEYS.update({VPP, PP, FIRST, LAST, EMB, LOSS, LAYOUT, "model.overlap_p2p_comm"})
+
+
+def _pp(ctx: CheckContext) -> int:
+    return ctx.number(PP, 1) or 1
+
+
+def _vpp(ctx: CheckContext) -> int | None:
+    """The virtual pipeline size, None when unset (0 is treated as unset, like upstream's truthiness test)."""
+    return ctx.number(VPP) or None
+
+
+def _set(ctx: CheckContext, key: str) -> bool:
+    return ctx.get(key) is not None
+
+
+def _mcore_before(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
+    """The job's megatron-core is known to be older than ``version``."""
+    core = version_tuple(ctx.view.mcore_version)
+    return core is not None and core < version
+
+
+def _vpp_divisors(per_stage: int, below: int) -> list[list[Any]]:
+    """Fix alternatives for a VPP that does not divide ``per_stage`` layers: the largest VPP > 1 below the current
+    one that does, then no interleaving at all."""
+    fixes = [[ov(VPP, d)] for d in range(below - 1, 1, -1) if per_stage and per_stage % d == 0][:1]
+    return fixes + [[ov(VPP, None)]]
+
+
+@check("vpp_model_chunks", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (067f987d ~L240; same "
+       "assert since v0.1), at model build", ("megatron-bridge",))
+def vpp_model_chunks(ctx: CheckContext) -> Iterable[Violation]:
+    """``(num_layers // PP) % VPP == 0`` unless the split is flexible (first/last stage sizes, account_for_* or a
+    layout), in which case megatron-core's per-stage checks below apply."""
+    vpp, layers, pp = _vpp(ctx), ctx.number("model.num_layers"), _pp(ctx)
+    if not vpp or not layers:
+        return
+    flexible = ctx.flag(EMB) or ctx.flag(LOSS) or _set(ctx, FIRST) or _set(ctx, LAST) or _set(ctx, LAYOUT)
+    if flexible or (layers // pp) % vpp == 0:
+        return
+    yield Violation("vpp_model_chunks", MSG_MODEL_CHUNKS, ["model.num_layers", PP, VPP],
+                    fixes=_vpp_divisors(layers // pp, vpp))
+
+
+@check("vpp_needs_pipeline", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 ~L746); Megatron-LM "
+       "arguments.py validate_args (d98e8a64 ~L1000: PP > 2 unless overlap_p2p_comm)")
+def vpp_needs_pipeline(ctx: CheckContext) -> Iterable[Violation]:
+    vpp, pp = _vpp(ctx), _pp(ctx)
+    if vpp is None:
+        return
+    keys = [VPP, PP]
+    if ctx.mlm:
+        # validate_args runs before initialize_model_parallel and asserts its own wording
+        if ctx.flag("model.overlap_p2p_comm") and pp <= 1:
+            yield Violation("vpp_needs_pipeline", MSG_MLM_VPP_PP1, keys, fixes=[[ov(VPP, None)]])
+        elif not ctx.flag("model.overlap_p2p_comm") and pp <= 2:
+            fixes = [[ov(VPP, None)]] if pp <= 1 else [[ov("model.overlap_p2p_comm", True)], [ov(VPP, None)]]
+            yield Violation("vpp_needs_pipeline", MSG_MLM_VPP_PP2, keys + ["model.overlap_p2p_comm"], fixes=fixes)
+        return
+    if pp <= 1:
+        yield Violation("vpp_needs_pipeline", MSG_VPP_NEEDS_PP, keys, fixes=[[ov(VPP, None)]])
+
+
+@check("pipeline_split_settings", "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ "
+       "(0.16.1 ~L1299-L1460: account_for_* vs first/last, layout conflicts, uneven split arithmetic)")
+def pipeline_split_settings(ctx: CheckContext) -> Iterable[Violation]:
+    """The uneven-pipeline part of ``__post_init__``, in its order: it raises the first problem only."""
+    first, last = ctx.number(FIRST), ctx.number(LAST)
+    emb, loss = ctx.flag(EMB), ctx.flag(LOSS)
+    split_keys = [FIRST, LAST, EMB, LOSS]
+    if (_set(ctx, FIRST) or _set(ctx, LAST)) and (emb or loss):
+        yield Violation("pipeline_split_settings", MSG_SPLIT_AND_ACCOUNT, split_keys,
+                        fixes=[[ov(EMB, False), ov(LOSS, False)], [ov(FIRST, None), ov(LAST, None)]])
+        return
+    if _set(ctx, LAYOUT):
+        if _set(ctx, FIRST) or _set(ctx, LAST) or emb or loss:
+            message = (
+                "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments. "
+                f"self.num_layers_in_first_pipeline_stage={ctx.get(FIRST)!r}, "
+                f"self.num_layers_in_last_pipeline_stage={ctx.get(LAST)!r}, "
+                f"self.account_for_embedding_in_pipeline_split={emb!r}, "
+                f"self.account_for_loss_in_pipeline_split={loss!r}."
+            )
+            yield Violation("pipeline_layout_conflict", message, [LAYOUT] + split_keys,
+                            fixes=[[ov(FIRST, None), ov(LAST, None), ov(EMB, False), ov(LOSS, False)]])
+        return  # the layout's own arithmetic (PipelineParallelLayerLayout) is not mirrored
+    layers = ctx.number("model.num_layers")
+    if not layers:
+        return
+    if _set(ctx, FIRST) or _set(ctx, LAST):
+        yield from _uneven(ctx, layers, first, last)
+    elif emb or loss:
+        yield from _account_for(ctx, layers + int(emb) + int(loss))
+
+
+def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None) -> Iterable[Violation]:
+    vpp, stages, remaining = _vpp(ctx), _pp(ctx), layers
+    keys = ["model.num_layers", PP, FIRST, LAST]
+    drop_split = [[ov(FIRST, None), ov(LAST, None)]]
+    for name, value, key in (("first", first, FIRST), ("last", last, LAST)):
+        if value is None:
+            continue
+        if value <= 0:
+            yield Violation("uneven_pipeline_stages", f"num_layers_in_{name}_pipeline_stage must be larger than 0",
+                            keys, fixes=drop_split)
+            return
+        if vpp is not None and value % vpp:
+            yield Violation(
+                "uneven_pipeline_vpp",
+                f"number of layers at {name} stage: {value}must be divisible by virtual pipelineparallel degree {vpp}",
+                keys + [VPP], fixes=[[ov(VPP, None)]] + drop_split)
+            return
+        remaining -= value
+        stages -= 1
+    if bool(remaining) != bool(stages) and not _mcore_before(ctx, (0, 16, 0)):
+        yield Violation(
+            "uneven_pipeline_stages",
+            f"Mismatch: {remaining} middle layers remaining but {stages} middle PP stages available.",
+            keys, fixes=drop_split)
+        return
+    if stages > 0 and remaining % stages:
+        yield Violation(
+            "uneven_pipeline_stages",
+            f"number of layers at middle stage: {remaining} must be divisible bythe middle pipeline model parallel "
+            f"size {stages}", keys, fixes=drop_split)
+        return
+    if stages > 0 and vpp is not None and (remaining // stages) % vpp:
+        yield Violation(
+            "uneven_pipeline_vpp",
+            f"number of layers on each middle pipeline rank:{remaining // stages} must be divisible by "
+            f"virtualpipeline parallel degree {vpp}", keys + [VPP], fixes=[[ov(VPP, None)]] + drop_split)
+
+
+def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
+    pp, vpp = _pp(ctx), _vpp(ctx)
+    keys = ["model.num_layers", PP, EMB, LOSS]
+    drop = [[ov(EMB, False), ov(LOSS, False)]]
+    if vpp is None:
+        if layers % pp:
+            yield Violation(
+                "account_for_pipeline_split",
+                f"number of middle layers: {layers} must be divisible by middle pipeline_model_parallel_size {pp}",
+                keys, fixes=drop)
+        return
+    if layers % pp:
+        yield Violation(
+            "account_for_pipeline_split",
+            f"num_layers: {layers} after enableaccount_for_embedding_in_pipeline_split or "
+            f"account_for_loss_in_pipeline_split must be divisibleby pipeline_model_parallel_size {pp}",
+            keys + [VPP], fixes=drop)
+        return
+    if (layers // pp) % vpp:
+        yield Violation(
+            "account_for_pipeline_split_vpp",
+            f"number of layers on each pipeline rank: {layers // pp}(after enable "
+            "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible by"
+            f"virtual_pipeline_model_parallel_size{vpp}",
+            keys + [VPP], fixes=_vpp_divisors(layers // pp, vpp) + drop)
