@@ -336,3 +336,16 @@ def test_gzip_bomb_is_bounded(tmp_path):
     assert res.returncode in (0, 2), err
     if res.returncode == 2:
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [
+    ["analyze", "sample_logs/ddp_wrap_oom.log", "--no-replay"],
+    ["replay", "sample_logs/ddp_wrap_oom.log"],
+    ["check", "tests/data/configs/llama8b_bridge.yaml", "--gpus", "8"],
+    ["schema", "report"],
+])
+def test_an_output_file_that_cannot_be_written_is_a_one_line_error(tmp_path, command):
+    target = tmp_path / "no-such-folder" / "out.txt"
+    res = cli(*command, "-o", str(target), env_extra={"DIAGNOSE_EXACT_PARAMS": "0"})
+    line = assert_clean_error(res, "cannot write", str(target), "no such file")
+    assert "internal error" not in line and not target.exists()

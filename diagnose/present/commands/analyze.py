@@ -104,12 +104,8 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text") or "text"
     color = getattr(args, "color", "auto") or "auto"
     output = getattr(args, "output", None)
-    if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                render(report, fmt, fh, color if color == "always" else "never")
-        except OSError as e:
-            raise DiagnoseError(f"cannot write {output}: {e.strerror or e}") from None
-    else:
-        render(report, fmt, sys.stdout, color)
+    from diagnose.present.output import output_stream
+
+    with output_stream(output) as fh:
+        render(report, fmt, fh, color if (color == "always" or not output) else "never")
     return EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK

@@ -291,16 +291,14 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
 
 def run(args: Any) -> int:
     out, code, where = build(args)
+    from diagnose.present.output import output_stream
+
     dest = getattr(args, "output", None)
-    fh = open(dest, "w", encoding="utf-8") if dest else None  # noqa: SIM115
-    try:
+    with output_stream(dest) as fh:
         if getattr(args, "format", "text") == "json":
-            (fh or sys.stdout).write(json.dumps(out, indent=2, default=str) + "\n")
+            fh.write(json.dumps(out, indent=2, default=str) + "\n")
         else:
-            _render_text(out, where, fh, getattr(args, "color", "auto"))
-    finally:
-        if fh:
-            fh.close()
+            _render_text(out, where, fh if dest else None, getattr(args, "color", "auto"))
     return code
 
 

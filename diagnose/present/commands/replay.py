@@ -12,7 +12,6 @@ JSON: {"schema": "diagnose/replay@1", "config": {...}, "replay": {...}, "request
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from diagnose.explain.render import render_fix
@@ -90,15 +89,9 @@ def _from_log(path: str) -> tuple[Any, Any]:
 
 
 def _write(args: Any, text: str) -> None:
-    path = getattr(args, "output", None)
-    if path:
-        try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as e:
-            raise DiagnoseError(f"cannot write {path}: {e.strerror or e}") from None
-    else:
-        sys.stdout.write(text)
+    from diagnose.present.output import write_output
+
+    write_output(getattr(args, "output", None), text)
 
 
 def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
@@ -108,12 +101,13 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
     from diagnose.present.safe import inert, inert_block
 
     color = getattr(args, "color", "auto")
+    from diagnose.present.output import output_stream
+
     out_path = getattr(args, "output", None)
-    fh = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
-    try:
+    with output_stream(out_path) as fh:
         console = Console(
-            file=fh or sys.stdout,
-            no_color=color == "never" or fh is not None,
+            file=fh,
+            no_color=color == "never" or bool(out_path),
             force_terminal=True if color == "always" else None,
             highlight=False,
         )
@@ -150,9 +144,6 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
                 if render.get(key):
                     console.print(Text(f"{key}:", style="bold"))
                     console.print(Text(inert_block(render[key]).rstrip("\n")), soft_wrap=True)  # code: never wrapped
-    finally:
-        if fh is not None:
-            fh.close()
 
 
 def fix_lines(render: dict[str, str]) -> list[str]:

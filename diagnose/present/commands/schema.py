@@ -7,7 +7,6 @@ and feed it to any validator. ``tests/test_json_schema.py`` validates every samp
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +45,9 @@ def schema_text(name: str) -> str:
 
 def run(args: Any) -> int:
     text = schema_text(getattr(args, "name", None) or "report")
-    dest = getattr(args, "output", None)
-    if dest:
-        try:
-            with open(dest, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as e:
-            raise DiagnoseError(f"cannot write {dest}: {e.strerror or e}") from None
-    else:
-        sys.stdout.write(text)
+    from diagnose.present.output import write_output
+
+    write_output(getattr(args, "output", None), text)
     return EXIT_OK
 
 

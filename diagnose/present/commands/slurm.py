@@ -43,15 +43,9 @@ def run(args: Any) -> int:
 
 @contextmanager
 def _output(args: Any) -> Iterator[TextIO]:
-    path = getattr(args, "output", None)
-    if not path:
-        yield sys.stdout
-        return
-    try:
-        fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise DiagnoseError(f"--output {path}: {e.strerror}") from None
-    with fh:
+    from diagnose.present.output import output_stream
+
+    with output_stream(getattr(args, "output", None)) as fh:
         yield fh
 
 
