@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHAPE = {"model.num_layers": 32, "model.hidden_size": 1024, "model.num_attention_heads": 16,
          "launch.world_size": 64}
 MOE = {"model.num_moe_experts": 64}
+A2A = {**MOE, "comm_overlap.overlap_moe_expert_parallel_comm": True, "model.overlap_moe_expert_parallel_comm": True,
+       "model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "alltoall", "model.bf16": True}
+OPGWOS = {"mlm.overlap_param_gather_with_optimizer_step": True, "ddp.use_distributed_optimizer": True,
+          "optimizer.use_distributed_optimizer": True}
 
 
 @dataclass
@@ -53,7 +57,7 @@ CASES = [
          "When interleaved schedule is used and p2p communication overlap is disabled, pipeline-model-parallel size "
          "should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per "
          "communication batch",
-         {"model.overlap_p2p_comm": True}, framework="megatron-lm", version=None, rule="CV051"),
+         {"mlm.overlap_p2p_comm": True}, framework="megatron-lm", version=None, rule="CV051"),
     Case("uneven_pipeline_stages", {"model.pipeline_model_parallel_size": 2,
                                     "model.num_layers_in_first_pipeline_stage": 2,
                                     "model.num_layers_in_last_pipeline_stage": 2},
@@ -138,6 +142,30 @@ CASES = [
     Case("moe_pad_needs_capacity", {**MOE, "model.moe_pad_expert_input_to_capacity": True},
          "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity",
          {"model.moe_expert_capacity_factor": 1.0}, rule="CV065"),
+    Case("ep_a2a_overlap_requirements", {**A2A, "model.expert_model_parallel_size": 1},
+         "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1",
+         {"comm_overlap.overlap_moe_expert_parallel_comm": False}, rule="CV067"),
+    Case("ep_a2a_overlap_requirements", {**A2A, "model.moe_token_dispatcher_type": "allgather"},
+         "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex',"
+         + " " * 22 + "but got allgather", {"model.moe_token_dispatcher_type": "flex"}, rule="CV067"),
+    Case("ep_a2a_overlap_requirements", {**A2A, "model.recompute_granularity": "full",
+                                         "model.recompute_method": "uniform", "model.recompute_num_layers": 1},
+         "disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+         {"model.recompute_granularity": "selective", "model.recompute_method": None,
+          "model.recompute_num_layers": None}, rule="CV067"),
+    Case("ep_a2a_overlap_requirements", {**A2A, "model.pipeline_model_parallel_size": 4},
+         "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+         "pipeline_model_parallel_size > 1", {"model.virtual_pipeline_model_parallel_size": 2}, rule="CV067"),
+    Case("overlap_param_gather_with_optimizer_step", {**OPGWOS},
+         "Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather",
+         {"ddp.overlap_param_gather": True, "optimizer.overlap_param_gather": True,
+          "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2},
+         framework="megatron-lm", version=None, rule="CV085"),
+    Case("overlap_param_gather_with_optimizer_step", {**OPGWOS, "ddp.overlap_param_gather": True,
+                                                      "optimizer.overlap_param_gather": True},
+         "--overlap-param-gather-with-optimizer-step only supported with interleaved pipeline parallelism",
+         {"model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2},
+         framework="megatron-lm", version=None, rule="CV085"),
     Case("distributed_optimizer_instances", {"launch.world_size": 8, "model.tensor_model_parallel_size": 2,
                                              "ddp.num_distributed_optimizer_instances": 3},
          "Data parallel size should be divisible by partial DistOpt shard factor",

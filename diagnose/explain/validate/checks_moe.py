@@ -1,11 +1,12 @@
 """Checks on mixture-of-experts settings and the expert-parallel process grid.
 
-Rules CV060-CV065 and CV086. Sources: megatron-core 0.16.1 ``transformer/moe/moe_layer.py`` (``MoELayer.__init__``
-L101, ``MoELayer.forward`` L379), ``model_parallel_config.py`` ``__post_init__`` (0.8-0.14: a ValueError, since
-0.15 only a warning, L440), ``transformer/transformer_config.py`` ``__post_init__`` (L1062-L1136),
-``parallel_state.py`` ``initialize_model_parallel`` (L786-L795, L833, L1263); Megatron-LM d98e8a64
-``megatron/training/arguments.py`` ``validate_args`` (~L1655). Where megatron-core's wording changed with its
-release, the job's megatron-core version (when the log shows it) picks the wording; unknown means 0.16.
+Rules CV060-CV065, CV067 and CV086. Sources: megatron-core 0.16.1 ``transformer/moe/moe_layer.py``
+(``MoELayer.__init__`` L101, ``MoELayer.forward`` L379), ``model_parallel_config.py`` ``__post_init__`` (0.8-0.14:
+a ValueError, since 0.15 only a warning, L440), ``transformer/transformer_config.py`` ``__post_init__``
+(L1062-L1136), ``parallel_state.py`` ``initialize_model_parallel`` (L786-L795, L833, L1263); Megatron-LM d98e8a64
+``megatron/training/arguments.py`` ``validate_args`` (~L1655); Megatron-Bridge 067f987d ``training/comm_overlap.py``
+``CommOverlapConfig.setup`` (~L478). Where megatron-core's wording changed with its release, the job's megatron-core
+version (when the log shows it) picks the wording; unknown means 0.16.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CAPACITY = "model.moe_expert_capacity_factor"
 PAD = "model.moe_pad_expert_input_to_capacity"
 LB_TYPE = "model.moe_router_load_balancing_type"
 INSTANCES = "ddp.num_distributed_optimizer_instances"
+A2A_OVERLAP = "comm_overlap.overlap_moe_expert_parallel_comm"
 
 MSG_SP_OLD = "When using expert parallelism and tensor parallelism, sequence parallelism must be used"
 # upstream concatenates two literals without a space ("parallelismare")
@@ -46,7 +48,8 @@ _CAPACITY_LB = (
 )
 
 KNOWN_KEYS.update({EP, ETP, EXPERTS, DISPATCHER, DEEPEP, BACKEND, CAPACITY, PAD, LB_TYPE, INSTANCES,
-                   "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap"})
+                   "model.moe_shared_expert_intermediate_size", "model.moe_shared_expert_overlap", A2A_OVERLAP,
+                   "model.overlap_moe_expert_parallel_comm", "model.mtp_num_layers"})
 
 
 def _core(ctx: CheckContext) -> tuple[int, int, int] | None:
@@ -81,6 +84,8 @@ def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
             continue
         if world and world % (d * rest):
             continue
+        if not world and below % d:
+            continue  # GPU count unknown: a divisor of the old EP keeps ETP*EP*PP dividing it
         return d
     return None
 
@@ -215,3 +220,59 @@ def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
             return
     if ctx.flag(PAD) and capacity is None:
         yield Violation("moe_pad_needs_capacity", MSG_PAD_NEEDS_CAPACITY, [PAD, CAPACITY], fixes=[[ov(PAD, False)]])
+
+
+def _a2a_overlap_problem(ctx: CheckContext) -> tuple[str, list[str]] | None:
+    """The first assert of ``CommOverlapConfig.setup`` that fails (message, keys), in upstream's order; the torch
+    version assert (>= 2.6) is not decidable from the config and is skipped."""
+    ep, experts, dispatcher = _n(ctx, EP), ctx.number(EXPERTS), _dispatcher(ctx)
+    if ep <= 1:
+        return "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1", [EP]
+    if experts is None or experts <= 1:
+        # upstream's f-string continues the line with a backslash, so the message carries the indentation spaces
+        return (f"overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1, "
+                f"{' ' * 20}but got {experts}"), [EXPERTS]
+    if dispatcher not in ("alltoall", "flex"):
+        return (f"overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or "
+                f"'flex',{' ' * 22}but got {dispatcher}"), [DISPATCHER]
+    if not (ctx.flag("model.bf16") or ctx.flag("model.fp16")):
+        return "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models", ["model.bf16"]
+    vpp = ctx.get("model.virtual_pipeline_model_parallel_size")
+    if _n(ctx, "model.pipeline_model_parallel_size") > 1 and vpp is None:
+        return ("If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+                "pipeline_model_parallel_size > 1"), ["model.virtual_pipeline_model_parallel_size"]
+    if ctx.get("model.recompute_granularity") == "full":
+        return ("disable full recomputation when enabling overlap_moe_expert_parallel_comm",
+                ["model.recompute_granularity"])
+    if ctx.get("model.recompute_method") is not None:
+        return "disable recomputation method when enabling overlap_moe_expert_parallel_comm", ["model.recompute_method"]
+    if ctx.get("model.recompute_num_layers") is not None:
+        return ("recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm",
+                ["model.recompute_num_layers"])
+    modules = ctx.get("model.recompute_modules") or []
+    if not ctx.surely_before((0, 6, 0)) and isinstance(modules, list) and "moe" in modules:
+        return ("disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+                ["model.recompute_modules"])
+    if ctx.flag("model.moe_shared_expert_overlap"):
+        return ("disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm",
+                ["model.moe_shared_expert_overlap"])
+    mtp = ctx.number("model.mtp_num_layers")
+    if mtp not in (None, 0, 1):
+        message = ("MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm."
+                   if ctx.surely_before((0, 6, 0)) else
+                   "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm.")
+        return message, ["model.mtp_num_layers"]
+    return None
+
+
+@check("ep_a2a_overlap_requirements", "Megatron-Bridge training/comm_overlap.py CommOverlapConfig.setup (>= 0.2.0; "
+       "067f987d ~L478; 'moe in recompute_modules' and the MTP wording since 0.6.0)", ("megatron-bridge",))
+def ep_a2a_overlap_requirements(ctx: CheckContext) -> Iterable[Violation]:
+    if not ctx.flag(A2A_OVERLAP):
+        return  # upstream tests the user's comm_overlap setting (``is True``)
+    problem = _a2a_overlap_problem(ctx)
+    if problem is None:
+        return
+    message, keys = problem
+    yield Violation("ep_a2a_overlap_requirements", message, [A2A_OVERLAP] + keys,
+                    fixes=[[ov(A2A_OVERLAP, False), ov("model.overlap_moe_expert_parallel_comm", False)]])

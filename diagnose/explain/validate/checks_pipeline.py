@@ -1,8 +1,9 @@
-"""Checks on the pipeline split: virtual pipeline (interleaved) sizes, uneven first/last stages, explicit layouts.
+"""Checks on the pipeline split: virtual pipeline (interleaved) sizes, uneven first/last stages, explicit layouts,
+and the interleaved-only parameter all-gather overlap.
 
-Rules CV050-CV053. Sources: megatron-core 0.16.1 ``parallel_state.py`` ``initialize_model_parallel`` (~L746) and
-``transformer/transformer_config.py`` ``TransformerConfig.__post_init__`` (~L1299-L1460), Megatron-LM d98e8a64
-``megatron/training/arguments.py`` ``validate_args`` (~L1000), Megatron-Bridge 067f987d
+Rules CV050-CV053 and CV085. Sources: megatron-core 0.16.1 ``parallel_state.py`` ``initialize_model_parallel``
+(~L746) and ``transformer/transformer_config.py`` ``TransformerConfig.__post_init__`` (~L1299-L1460), Megatron-LM
+d98e8a64 ``megatron/training/arguments.py`` ``validate_args`` (~L1000, L1066), Megatron-Bridge 067f987d
 ``models/gpt_provider.py`` ``GPTModelProvider.provide`` (~L240). The messages are upstream's, missing spaces
 included (an f-string pair without a separator), so replay can find them in a log.
 """
@@ -21,6 +22,8 @@ LAST = "model.num_layers_in_last_pipeline_stage"
 EMB = "model.account_for_embedding_in_pipeline_split"
 LOSS = "model.account_for_loss_in_pipeline_split"
 LAYOUT = "model.pipeline_model_parallel_layout"
+MLM_P2P = "mlm.overlap_p2p_comm"  # Megatron-LM arguments with no Bridge path are kept as mlm.<name>
+OPGWOS = "mlm.overlap_param_gather_with_optimizer_step"
 
 MSG_MODEL_CHUNKS = "Make sure the number of model chunks is the same across all pipeline stages."
 MSG_VPP_NEEDS_PP = "pipeline-model-parallel size should be greater than 1 with interleaved schedule"
@@ -35,7 +38,8 @@ MSG_SPLIT_AND_ACCOUNT = (
     "account_for_embedding_in_pipeline_splitand account_for_loss_in_pipeline_split"
 )
 
-KNOWN_KEYS.update({VPP, PP, FIRST, LAST, EMB, LOSS, LAYOUT, "model.overlap_p2p_comm"})
+KNOWN_KEYS.update({VPP, PP, FIRST, LAST, EMB, LOSS, LAYOUT, "model.overlap_p2p_comm",
+                   "optimizer.overlap_param_gather_with_optimizer_step"})
 
 
 def _pp(ctx: CheckContext) -> int:
@@ -88,11 +92,12 @@ def vpp_needs_pipeline(ctx: CheckContext) -> Iterable[Violation]:
     keys = [VPP, PP]
     if ctx.mlm:
         # validate_args runs before initialize_model_parallel and asserts its own wording
-        if ctx.flag("model.overlap_p2p_comm") and pp <= 1:
+        overlap = ctx.flag(MLM_P2P) or ctx.flag("model.overlap_p2p_comm")
+        if overlap and pp <= 1:
             yield Violation("vpp_needs_pipeline", MSG_MLM_VPP_PP1, keys, fixes=[[ov(VPP, None)]])
-        elif not ctx.flag("model.overlap_p2p_comm") and pp <= 2:
-            fixes = [[ov(VPP, None)]] if pp <= 1 else [[ov("model.overlap_p2p_comm", True)], [ov(VPP, None)]]
-            yield Violation("vpp_needs_pipeline", MSG_MLM_VPP_PP2, keys + ["model.overlap_p2p_comm"], fixes=fixes)
+        elif not overlap and pp <= 2:
+            fixes = [[ov(VPP, None)]] + ([[ov(MLM_P2P, True)]] if pp == 2 else [])
+            yield Violation("vpp_needs_pipeline", MSG_MLM_VPP_PP2, keys + [MLM_P2P], fixes=fixes)
         return
     if pp <= 1:
         yield Violation("vpp_needs_pipeline", MSG_VPP_NEEDS_PP, keys, fixes=[[ov(VPP, None)]])
@@ -193,3 +198,20 @@ def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
             "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible by"
             f"virtual_pipeline_model_parallel_size{vpp}",
             keys + [VPP], fixes=_vpp_divisors(layers // pp, vpp) + drop)
+
+
+@check("overlap_param_gather_with_optimizer_step", "Megatron-LM arguments.py validate_args (d98e8a64 L1066-L1074; "
+       "the distributed-optimizer assert before these is CV025's)", ("megatron-lm",))
+def overlap_param_gather_with_optimizer_step(ctx: CheckContext) -> Iterable[Violation]:
+    key = OPGWOS if ctx.view.has(OPGWOS) else "optimizer.overlap_param_gather_with_optimizer_step"
+    if not ctx.flag(key) or not ctx.flag("optimizer.use_distributed_optimizer"):
+        return
+    fixes = [[ov(key, False)]]
+    if not (ctx.flag("ddp.overlap_param_gather") or ctx.flag("optimizer.overlap_param_gather")):
+        yield Violation("overlap_param_gather_with_optimizer_step",
+                        "Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather",
+                        [key, "ddp.overlap_param_gather"], fixes=fixes)
+    elif _vpp(ctx) is None:
+        yield Violation("overlap_param_gather_with_optimizer_step",
+                        "--overlap-param-gather-with-optimizer-step only supported with interleaved pipeline "
+                        "parallelism", [key, VPP], fixes=fixes)
