@@ -223,6 +223,12 @@ CASES = [
     Case("scheduler_units", {"train.train_samples": 100000, "scheduler.lr_warmup_iters": 100},
          "Use lr_warmup_samples for sample-based training, not lr_warmup_iters",
          {"scheduler.lr_warmup_iters": 0, "scheduler.lr_warmup_samples": 1000}, rule="CV097"),
+    Case("scheduler_units", {"train.train_iters": 1000, "scheduler.lr_decay_iters": 1000,
+                             "scheduler.lr_warmup_iters": 100, "scheduler.lr_decay_samples": 50000},
+         "Cannot mix iteration-based and sample-based scheduler fields. Found iteration fields: lr_decay_iters=1000, "
+         "lr_warmup_iters=100, lr_wsd_decay_iters=None. Found sample fields: lr_decay_samples=50000, "
+         "lr_warmup_samples=0, lr_wsd_decay_samples=None. Use either iteration fields OR sample fields, not both.",
+         {"scheduler.lr_decay_samples": None}, rule="CV097"),
     Case("cuda_graphs_need_te_rng_tracker", {"model.cuda_graph_impl": "local"},
          "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "
          "use_te_rng_tracker=True'.", {"rng.te_rng_tracker": True}, rule="CV098"),

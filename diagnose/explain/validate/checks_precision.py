@@ -3,9 +3,9 @@
 Rules CV070, CV071, CV073, CV080, CV090, CV091, CV097, CV098. Sources: megatron-core 0.16.1
 ``transformer/transformer_config.py`` ``__post_init__`` (L988-L1035, L1180-L1249),
 ``transformer/dot_product_attention.py`` ``DotProductAttention.__init__``; Megatron-Bridge 067f987d
-``training/mixed_precision.py`` (presets, ``MixedPrecisionConfig.finalize``, ``update_config_with_precision_overrides``),
-``training/config.py`` (``_validate_cp_comm_type`` ~L1665, ``_validate_training_scheduler_compatibility`` ~L1699,
-the rng sync ~L1415), ``models/gpt_provider.py`` ``provide`` (~L233); Megatron-LM d98e8a64 ``arguments.py``
+``training/mixed_precision.py`` (presets, ``MixedPrecisionConfig.finalize``,
+``update_config_with_precision_overrides``), ``training/config.py`` (``SchedulerConfig.finalize`` ~L406,
+``_validate_cp_comm_type`` ~L1665, ``_validate_training_scheduler_compatibility`` ~L1699, the rng sync ~L1415), ``models/gpt_provider.py`` ``provide`` (~L233); Megatron-LM d98e8a64 ``arguments.py``
 ``validate_args`` (~L1426).
 """
 
@@ -207,13 +207,18 @@ def context_parallel_needs_te(ctx: CheckContext) -> Iterable[Violation]:
                                [ov("model.context_parallel_size", 1)]])
 
 
-@check("scheduler_units", "Megatron-Bridge training/config.py ConfigContainer._validate_training_scheduler_"
-       "compatibility (>= 0.2.0; 067f987d ~L1699)", ("megatron-bridge",))
+@check("scheduler_units", "Megatron-Bridge training/config.py SchedulerConfig.finalize (mixed units) and "
+       "ConfigContainer._validate_training_scheduler_compatibility (both >= 0.2.0; 067f987d ~L406, ~L1699)",
+       ("megatron-bridge",))
 def scheduler_units(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.surely_before((0, 2, 0)):
         return
     samples_based = ctx.get("train.train_samples") is not None
     keys = ["train.train_iters", "train.train_samples"]
+    mixed = _mixed_scheduler_units(ctx, samples_based)
+    if mixed is not None:
+        yield mixed
+        return
     if samples_based:
         wrong = (("lr_decay_iters", None, "Use lr_decay_samples for sample-based training, not lr_decay_iters"),
                  ("lr_warmup_iters", 0, "Use lr_warmup_samples for sample-based training, not lr_warmup_iters"))
@@ -226,6 +231,34 @@ def scheduler_units(ctx: CheckContext) -> Iterable[Violation]:
             yield Violation("scheduler_units", message, [f"scheduler.{name}"] + keys,
                             fixes=[[ov(f"scheduler.{name}", allowed)]])
             return
+
+
+_ITER_FIELDS = (("lr_decay_iters", None), ("lr_warmup_iters", 0), ("lr_wsd_decay_iters", None))
+_SAMPLE_FIELDS = (("lr_decay_samples", None), ("lr_warmup_samples", 0), ("lr_wsd_decay_samples", None))
+KNOWN_KEYS.update(f"scheduler.{name}" for name, _ in _ITER_FIELDS + _SAMPLE_FIELDS)
+
+
+def _mixed_scheduler_units(ctx: CheckContext, samples_based: bool) -> Violation | None:
+    """SchedulerConfig.finalize (runs before the cross-check above): iteration and sample fields together. The fix
+    resets the fields of the unit the run does not use."""
+    def values(fields: tuple[tuple[str, Any], ...]) -> list[tuple[str, Any, Any]]:
+        return [(name, ctx.get(f"scheduler.{name}", unset), unset) for name, unset in fields]
+
+    iters, samples = values(_ITER_FIELDS), values(_SAMPLE_FIELDS)
+
+    def used(items: list[tuple[str, Any, Any]]) -> bool:
+        return any(value != unset and not (unset == 0 and value is None) for _, value, unset in items)
+
+    if not (used(iters) and used(samples)):
+        return None
+    shown = [", ".join(f"{name}={value}" for name, value, _ in group) for group in (iters, samples)]
+    wrong = iters if samples_based else samples
+    return Violation(
+        "scheduler_units",
+        f"Cannot mix iteration-based and sample-based scheduler fields. Found iteration fields: {shown[0]}. "
+        f"Found sample fields: {shown[1]}. Use either iteration fields OR sample fields, not both.",
+        [f"scheduler.{name}" for name, _, _ in iters + samples] + ["train.train_samples"],
+        fixes=[[ov(f"scheduler.{name}", unset) for name, value, unset in wrong if value != unset]])
 
 
 @check("cuda_graphs_need_te_rng_tracker", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (since "
