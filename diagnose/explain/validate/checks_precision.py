@@ -5,8 +5,8 @@ Rules CV070, CV071, CV073, CV080, CV090, CV091, CV097, CV098. Sources: megatron-
 ``transformer/dot_product_attention.py`` ``DotProductAttention.__init__``; Megatron-Bridge 067f987d
 ``training/mixed_precision.py`` (presets, ``MixedPrecisionConfig.finalize``,
 ``update_config_with_precision_overrides``), ``training/config.py`` (``SchedulerConfig.finalize`` ~L406,
-``_validate_cp_comm_type`` ~L1665, ``_validate_training_scheduler_compatibility`` ~L1699, the rng sync ~L1415), ``models/gpt_provider.py`` ``provide`` (~L233); Megatron-LM d98e8a64 ``arguments.py``
-``validate_args`` (~L1426).
+``_validate_cp_comm_type`` ~L1665, ``_validate_training_scheduler_compatibility`` ~L1699, the rng sync ~L1415),
+``models/gpt_provider.py`` ``provide`` (~L233); Megatron-LM d98e8a64 ``arguments.py`` ``validate_args`` (~L1426).
 """
 
 from __future__ import annotations
