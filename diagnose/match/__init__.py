@@ -91,6 +91,8 @@ def scan_and_match(
     attribute_ranks(findings, root)
     from diagnose.match.silent_ranks import mark_silent_ranks  # noqa: PLC0415 - silent NCCL ranks (QA #13)
     mark_silent_ranks(findings, root)
+    from diagnose.match.collective_skew import mark_collective_skew  # noqa: PLC0415 - desynced/straggling ranks
+    mark_collective_skew(findings, root)
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from diagnose.match import collective_skew
 from diagnose.match.engine import Hit
 from diagnose.model import Evidence, Finding, LogLine
 from diagnose.normalize import collapse_carriage_returns
@@ -26,6 +27,7 @@ class Group:
     first_hit: Hit
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    collective: collective_skew.CollectiveSummary | None = None  # NCCL timeouts: ranks by SeqNum/OpType/progress
 
 
 def evidence_of(line: LogLine) -> Evidence:
@@ -50,10 +52,16 @@ def group_hits(hits: list[Hit]) -> list[Group]:
             g.ranks.add(hit.rank)
         if hit.line.host:
             g.hosts.add(hit.line.host)
+        if hit.rule.rule.category == collective_skew.NCCL_TIMEOUT:
+            if g.collective is None:
+                g.collective = collective_skew.CollectiveSummary()
+            collective_skew.note_hit(g.collective, hit.facts, hit.line.text, hit.rank)
     out = list(groups.values())
     for g in out:
         g.finding.ranks = sorted(g.ranks)
         g.finding.hosts = sorted(g.hosts)
+        if g.collective is not None and g.collective.groups:
+            g.finding.facts[collective_skew.FACT] = collective_skew.summary_fact(g.collective)
     return out
 
 

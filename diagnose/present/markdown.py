@@ -19,6 +19,7 @@ from diagnose.present.text import (
     section_data,
     shown_facts,
     silent_line,
+    skew_line,
     where,
     yaml_text,
 )
@@ -48,6 +49,9 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
         out += [f"**{md_inline(silent[0].upper() + silent[1:])}**", ""]
+    skew = skew_line(f)
+    if skew and skew.split("; ")[0].lower() not in f.explanation.lower():
+        out += [f"**{md_inline(skew[0].upper() + skew[1:])}**", ""]
     if f.evidence:
         body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
@@ -109,6 +113,8 @@ def render_markdown(report: Report) -> str:
             silent = silent_line(f, root)
             if silent:
                 text += f"; {silent}"
+            if skew_line(f):
+                text += f"; {skew_line(f)}"
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
     for name in ("config", "replay", "memory", "slurm"):

@@ -259,6 +259,7 @@ FACTS_SHOWN = 12
 HIDDEN_FACTS = frozenset({
     "replay", "capacity_typo", "old_reserved_word", "template", "prefix_style", "tasks_text", "docs_url", "hint",
     "alloc_conf_env", "pg", "pg_guid", "device", "other_processes", "no_other_failures", "silent_ranks",
+    "collective_groups", "desync", "stragglers",
     "nccl_result", "cpp_type",
 })
 # Shown in the meta line when the finding has ranks.
@@ -397,6 +398,13 @@ def silent_line(f: Finding, root: Finding | None) -> str:
     return silent_sentence(silent)
 
 
+def skew_line(f: Finding) -> str:
+    """The desynced and straggling NCCL ranks (``facts.desync``, ``facts.stragglers``) as one sentence, or ``""``."""
+    from diagnose.match.collective_skew import skew_sentences
+
+    return "; ".join(skew_sentences(f.facts))
+
+
 def command_text(prefix: str, command: str, style: str = "") -> Text:
     """A line holding something to copy (a command, code, YAML): never wrapped, never cut, at any width."""
     t = Text(prefix, style="dim", no_wrap=True, overflow="ignore")
@@ -442,6 +450,10 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if silent and silent.lower() not in f.explanation.lower():
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
             inert(silent[0].upper() + silent[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
+    skew = skew_line(f)
+    if skew and skew.split("; ")[0].lower() not in f.explanation.lower():
+        parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
+            inert(skew[0].upper() + skew[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
         parts.extend(_evidence(f))
     parts.extend(_facts(f))
@@ -547,6 +559,9 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
             silent = silent_line(f, root)
             if silent:
                 line.append("; " + inert(silent), style="yellow")
+            skew = skew_line(f)
+            if skew:
+                line.append("; " + inert(skew), style="yellow")
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
     for name in ("config", "replay", "memory", "slurm"):

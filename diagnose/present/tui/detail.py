@@ -10,6 +10,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from diagnose.model import Finding, Report
 from diagnose.present.safe import block_text, inert, shorten
+from diagnose.present.text import skew_line
 from diagnose.present.tui.findings import SEVERITY_STYLE
 from diagnose.present.tui.fixrender import TAB_ORDER, RenderedFix, render_fix
 from diagnose.present.tui.fmt import format_ranks, rank_phrase
@@ -127,6 +128,9 @@ class FindingDetail(VerticalScroll):
         finding = report.findings[index]
         self.query_one("#finding-header", Static).update(header_text(report, finding))
         explanation = reflow(finding.explanation) or "(no explanation)"
+        skew = skew_line(finding)  # desynced/straggling NCCL ranks; already in the root cause's explanation
+        if skew and skew.split("; ")[0].lower() not in explanation.lower():
+            explanation += "\n\n" + skew[0].upper() + skew[1:] + "."
         self.query_one("#finding-explanation", Static).update(block_text(explanation))
         self.query_one("#finding-evidence", Static).update(evidence_text(finding, self.display_names))
         rendered = render_fix(report, finding)
