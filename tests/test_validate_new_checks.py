@@ -216,7 +216,13 @@ CASES = [
          {"model.hierarchical_context_parallel_sizes": [2, 4]}, rule="CV090"),
     Case("context_parallel_needs_te", {"model.context_parallel_size": 2, "model.transformer_impl": "local"},
          "Context parallelism is only supported by TEDotProductAttention!",
-         {"model.transformer_impl": "transformer_engine"}, rule="CV091"),
+         {"model.transformer_impl": "transformer_engine"}, framework="megatron-lm", version=None, rule="CV091"),
+    Case("context_parallel_needs_te", {"model.context_parallel_size": 2, "model.transformer_layer_spec":
+                                       "megatron.bridge.models.gpt_provider.local_layer_spec"},
+         "Context parallelism is only supported by TEDotProductAttention!",
+         # Bridge builds its layers from transformer_layer_spec: transformer_impl=local alone keeps TE attention
+         {"model.transformer_layer_spec": "megatron.bridge.models.gpt_provider.default_layer_spec",
+          "model.transformer_impl": "local"}, rule="CV091"),
     Case("scheduler_units", {"train.train_iters": 1000, "scheduler.lr_decay_samples": 50000},
          "Use lr_decay_iters for iteration-based training, not lr_decay_samples",
          {"scheduler.lr_decay_samples": None, "scheduler.lr_decay_iters": 900}, rule="CV097"),

@@ -60,6 +60,7 @@ def precision(ctx: CheckContext, field: str) -> Any:
 
 KNOWN_KEYS.update({"mixed_precision", "model.recompute_modules", "model.cp_comm_type",
                    "model.hierarchical_context_parallel_sizes", "model.transformer_impl", "model.use_te_rng_tracker",
+                   "model.transformer_layer_spec",
                    "rng.te_rng_tracker", "train.train_iters", "train.train_samples", "scheduler.lr_decay_iters",
                    "scheduler.lr_decay_samples", "scheduler.lr_warmup_iters", "scheduler.lr_warmup_samples"})
 KNOWN_KEYS.update(f"model.{name}" for name in _MCORE_DEFAULTS)
@@ -198,13 +199,26 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
 
 
 @check("context_parallel_needs_te", "megatron-core transformer/dot_product_attention.py DotProductAttention.__init__ "
-       "(0.16.1; the local attention that transformer_impl='local' builds), at model build")
+       "(0.16.1), the attention of the local layer spec, at model build: Megatron-LM builds it for "
+       "--transformer-impl local; Megatron-Bridge for transformer_layer_spec=local_layer_spec (gpt_provider.py; "
+       "Bridge picks the spec by that field, not by transformer_impl)")
 def context_parallel_needs_te(ctx: CheckContext) -> Iterable[Violation]:
-    if (ctx.number("model.context_parallel_size", 1) or 1) > 1 and ctx.get("model.transformer_impl") == "local":
-        yield Violation("context_parallel_needs_te", "Context parallelism is only supported by TEDotProductAttention!",
-                        ["model.context_parallel_size", "model.transformer_impl"],
-                        fixes=[[ov("model.transformer_impl", "transformer_engine")],
-                               [ov("model.context_parallel_size", 1)]])
+    if (ctx.number("model.context_parallel_size", 1) or 1) <= 1:
+        return
+    message = "Context parallelism is only supported by TEDotProductAttention!"
+    if ctx.mlm:
+        if ctx.get("model.transformer_impl") == "local":
+            yield Violation("context_parallel_needs_te", message,
+                            ["model.context_parallel_size", "model.transformer_impl"],
+                            fixes=[[ov("model.transformer_impl", "transformer_engine")],
+                                   [ov("model.context_parallel_size", 1)]])
+        return
+    spec = ctx.get("model.transformer_layer_spec")
+    if isinstance(spec, str) and spec.rsplit(".", 1)[-1] == "local_layer_spec":
+        # a layer-spec function cannot be set from the command line: the fix the tool can prove is CP=1
+        yield Violation("context_parallel_needs_te", message,
+                        ["model.context_parallel_size", "model.transformer_layer_spec"],
+                        fixes=[[ov("model.context_parallel_size", 1)]])
 
 
 @check("scheduler_units", "Megatron-Bridge training/config.py SchedulerConfig.finalize (mixed units) and "
