@@ -377,6 +377,10 @@ E2E = {
                "sequence_parallel": "false", "moe_token_dispatcher_type": "alltoall"},
               "ValueError: During training, performance may degrade if MoE and tensor parallelismare enabled without "
               "also enabling sequence parallelism.", {"model.sequence_parallel": True}),
+    # the rule's own fix is a Bridge preset: replay proves it through the preset's fields (mirror and megatron-core)
+    "CV073": ({"fp8": "hybrid", "fp8_recipe": "delayed", "first_last_layers_bf16": "true", "bf16": "true"},
+              "ValueError: Delayed scaling does not support first / last layer in BF16.",
+              {"mixed_precision": "bf16_with_fp8_current_scaling_mixed"}),
     "CV052": ({"pipeline_model_parallel_size": 2, "num_layers_in_first_pipeline_stage": 14,
                "num_layers_in_last_pipeline_stage": 14},
               "ValueError: Mismatch: 4 middle layers remaining but 0 middle PP stages available.",

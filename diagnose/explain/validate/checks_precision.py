@@ -67,6 +67,17 @@ KNOWN_KEYS.update(f"model.{name}" for name in _MCORE_DEFAULTS)
 KNOWN_KEYS.update(f"mixed_precision.{name}" for name in (*_MCORE_DEFAULTS, "fp8_param_gather"))
 
 
+def bridge_precision_overlay(view: Any) -> dict[str, Any]:
+    """The model fields Bridge's mixed-precision config writes before ``model.finalize()`` (what the real
+    TransformerConfig then sees): a named preset's values, or the ``mixed_precision.*`` section's; empty when the
+    job names no preset or one this table does not know."""
+    preset = view.get("mixed_precision")
+    if isinstance(preset, str) and preset:
+        return dict(PRESETS.get(preset.replace("-", "_"), {}))
+    return {name: view.get(f"mixed_precision.{name}") for name in _MCORE_DEFAULTS
+            if view.has(f"mixed_precision.{name}")}
+
+
 def _on(value: Any) -> bool:
     """FP8/FP4 mode fields are format names (``hybrid``, ``e4m3``) or None; the param fields are booleans."""
     if value is _NO or value is None:

@@ -89,6 +89,10 @@ def build_kwargs(view: ConfigView) -> dict[str, dict[str, Any]] | None:
     ddp = _kwargs(torch, classes["DistributedDataParallelConfig"], view.section("ddp"))
     opt = _kwargs(torch, classes["OptimizerConfig"], view.section("optimizer"))
     model_section = view.section("model")
+    if view.framework != "megatron-lm":
+        from diagnose.explain.validate.checks_precision import bridge_precision_overlay
+
+        model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
     model = _kwargs(torch, classes["TransformerConfig"], model_section)
     if (model.get("pipeline_model_parallel_size") or 1) > 1 and model.get("pipeline_dtype") is None:
         # Bridge's mixed-precision setup fills pipeline_dtype from the training precision before finalize().
