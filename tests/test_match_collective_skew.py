@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from diagnose.match.collective_skew import (
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import scan
 from diagnose.match.findings import group_hits
+from diagnose.pipeline import AnalyzeOptions, analyze
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import render_markdown
 from diagnose.present.text import render_to_string
@@ -205,3 +207,11 @@ def test_log_text_cannot_smuggle_words_into_the_sentence():
     note_hit(summary, {"seq_num": "7", "op_type": "[red]boom"}, "[Rank 1] Watchdog caught", None)
     note_hit(summary, {"seq_num": "x", "op_type": "ALLREDUCE"}, "[Rank 2] Watchdog caught", None)
     assert list(summary.groups) == [(None, 7, None, None, None, None)]
+
+
+def test_sample_log_names_the_desynced_rank():
+    log = Path(__file__).resolve().parent.parent / "sample_logs" / "nccl_desync_seqnum.log"
+    report = analyze([str(log)], AnalyzeOptions(jobs=1))
+    [d] = report.root.facts[FACT_DESYNC]
+    assert d["ranks"] == [11] and d["calls"] == [{"seq_num": 2452, "op_type": "_ALLGATHER_BASE", "ranks": [11]}]
+    assert "Rank 11 timed out on SeqNum 2452 (_ALLGATHER_BASE) while 15 ranks waited" in report.root.explanation
