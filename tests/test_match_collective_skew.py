@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from test_tui_reports import run_async
 
 from diagnose.match import TextSource, load_catalogue, match_text
 from diagnose.match.collective_skew import (
@@ -215,3 +216,27 @@ def test_sample_log_names_the_desynced_rank():
     [d] = report.root.facts[FACT_DESYNC]
     assert d["ranks"] == [11] and d["calls"] == [{"seq_num": 2452, "op_type": "_ALLGATHER_BASE", "ranks": [11]}]
     assert "Rank 11 timed out on SeqNum 2452 (_ALLGATHER_BASE) while 15 ranks waited" in report.root.explanation
+
+
+@run_async
+async def test_tui_shows_the_sentence_on_a_cascade_finding(tmp_path: Path, catalogue) -> None:
+    from diagnose.present.tui.app import DiagnoseApp
+    from diagnose.present.tui.detail import FindingDetail
+
+    oom = ("[rank17]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+           "capacity of 79.10 GiB of which 1.06 GiB is free.")
+    log = tmp_path / "job.log"
+    log.write_text(text([oom] + [watchdog(r, 813, "ALLGATHER") if r == 9 else watchdog(r) for r in range(64)
+                                 if r != 17]))
+    report = match_text(log.read_text(), catalogue, path=str(log))
+    index = next(i for i, f in enumerate(report.findings) if FACT_DESYNC in f.facts)
+    assert index != report.root_cause
+    app = DiagnoseApp([str(log)], report=report, display_names={str(log): "job.log"})
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        app.screen.query_one(FindingDetail).show(report, index)
+        await pilot.pause()
+        widget = app.screen.query_one("#finding-explanation")
+        content = widget.content
+        shown = " ".join((content.plain if hasattr(content, "plain") else str(content)).split())
+        assert "Rank 9 timed out on SeqNum 813 (ALLGATHER) while 62 ranks waited on SeqNum 812 (ALLREDUCE)" in shown
