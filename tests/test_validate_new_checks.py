@@ -238,6 +238,9 @@ CASES = [
     Case("cuda_graphs_need_te_rng_tracker", {"model.cuda_graph_impl": "local"},
          "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "
          "use_te_rng_tracker=True'.", {"rng.te_rng_tracker": True}, rule="CV098"),
+    Case("cuda_graphs_need_te_rng_tracker", {"model.enable_cuda_graph": True},
+         "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "
+         "use_te_rng_tracker=True'.", {"model.use_te_rng_tracker": True}, version="0.1.0", rule="CV098"),
 ]
 NEW_CHECKS = {c.check for c in CASES}
 

@@ -60,7 +60,7 @@ def precision(ctx: CheckContext, field: str) -> Any:
 
 KNOWN_KEYS.update({"mixed_precision", "model.recompute_modules", "model.cp_comm_type",
                    "model.hierarchical_context_parallel_sizes", "model.transformer_impl", "model.use_te_rng_tracker",
-                   "model.transformer_layer_spec",
+                   "model.transformer_layer_spec", "model.enable_cuda_graph",
                    "rng.te_rng_tracker", "train.train_iters", "train.train_samples", "scheduler.lr_decay_iters",
                    "scheduler.lr_decay_samples", "scheduler.lr_warmup_iters", "scheduler.lr_warmup_samples"})
 KNOWN_KEYS.update(f"model.{name}" for name in _MCORE_DEFAULTS)
@@ -291,10 +291,13 @@ def _mixed_scheduler_units(ctx: CheckContext, samples_based: bool) -> Violation 
        ("megatron-bridge",))
 def cuda_graphs_need_te_rng_tracker(ctx: CheckContext) -> Iterable[Violation]:
     impl = ctx.get("model.cuda_graph_impl", "none")
-    if impl in (None, "none") or ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker"):
+    # v0.1.x tested enable_cuda_graph; since v0.2 megatron-core turns that flag into cuda_graph_impl="local" first
+    graphs = impl not in (None, "none") or ctx.flag("model.enable_cuda_graph")
+    if not graphs or ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker"):
         return
     yield Violation(
         "cuda_graphs_need_te_rng_tracker",
         "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with use_te_rng_tracker=True'.",
         ["model.cuda_graph_impl", "model.use_te_rng_tracker"],
-        fixes=[[ov("model.use_te_rng_tracker", True)], [ov("model.cuda_graph_impl", "none")]])
+        fixes=[[ov("model.use_te_rng_tracker", True)],
+               [ov("model.cuda_graph_impl", "none"), ov("model.enable_cuda_graph", False)]])
