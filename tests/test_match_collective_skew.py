@@ -240,3 +240,10 @@ async def test_tui_shows_the_sentence_on_a_cascade_finding(tmp_path: Path, catal
         content = widget.content
         shown = " ".join((content.plain if hasattr(content, "plain") else str(content)).split())
         assert "Rank 9 timed out on SeqNum 813 (ALLGATHER) while 62 ranks waited on SeqNum 812 (ALLREDUCE)" in shown
+
+
+def test_a_rank_that_also_reported_the_majority_collective_is_in_step(catalogue):
+    # torch <= 2.2 prints no process group: ranks 0-3 also time out in their data-parallel group's SeqNum 45
+    log = [WATCHDOG.format(pg=f"[Rank {r}]", seq=45, op="ALLGATHER", numel=8) for r in range(4)]
+    log += [WATCHDOG.format(pg=f"[Rank {r}]", seq=812, op="ALLREDUCE", numel=8) for r in range(16)]
+    assert skew_facts(match_text(text(log), catalogue, path="job.log")) == []

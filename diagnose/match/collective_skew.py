@@ -174,8 +174,8 @@ def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | No
         if kpg != pg:
             continue
         for r in ranks:
-            if enq is not None:
-                enqueued[r] = min(enq, enqueued.get(r, enq))
+            if enq is not None:  # the furthest a rank got: named only when every report of it is behind
+                enqueued[r] = max(enq, enqueued.get(r, enq))
             if seq is not None:
                 failing.setdefault(r, seq)
     if len(enqueued) < 3:
@@ -190,21 +190,26 @@ def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | No
 
 def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int]) -> dict[str, Any] | None:
     """Ranks of ``pg`` that timed out on another SeqNum/OpType than most (``skip``: ranks already named)."""
-    called: dict[int, tuple[int, str]] = {}
+    called: dict[int, set[tuple[int, str]]] = {}
     for (kpg, seq, op, _nin, _enq, _done), ranks in pooled.items():
         if kpg != pg or seq is None or op is None:
             continue
         for r in ranks:
-            called.setdefault(r, (seq, op))
+            called.setdefault(r, set()).add((seq, op))
     if len(called) < 3:
         return None
-    (seq, op), count = _mode(called)
-    odd = sorted(r for r, v in called.items() if v != (seq, op) and r not in skip)
+    holders: dict[tuple[int, str], int] = {}
+    for calls in called.values():
+        for c in calls:
+            holders[c] = holders.get(c, 0) + 1
+    (seq, op), count = min(holders.items(), key=lambda kv: (-kv[1], kv[0]))
+    # A rank that also reported the majority's collective is in step (an unprefixed line of another group, say).
+    odd = sorted(r for r, calls in called.items() if (seq, op) not in calls and r not in skip)
     if not _small_minority(len(odd), len(called)):
         return None
     others: dict[tuple[int, str], list[int]] = {}
     for r in odd:
-        others.setdefault(called[r], []).append(r)
+        others.setdefault(min(called[r]), []).append(r)
     return {
         "pg": pg, "seq_num": seq, "op_type": op, "majority": count,
         "ranks": odd,
