@@ -247,3 +247,14 @@ def test_a_rank_that_also_reported_the_majority_collective_is_in_step(catalogue)
     log = [WATCHDOG.format(pg=f"[Rank {r}]", seq=45, op="ALLGATHER", numel=8) for r in range(4)]
     log += [WATCHDOG.format(pg=f"[Rank {r}]", seq=812, op="ALLREDUCE", numel=8) for r in range(16)]
     assert skew_facts(match_text(text(log), catalogue, path="job.log")) == []
+
+
+def test_many_different_minority_collectives_are_summed_up(catalogue):
+    odd = {3: (813, "ALLGATHER"), 7: (814, "BROADCAST"), 9: (815, "REDUCE_SCATTER"), 12: (816, "BARRIER"),
+           20: (817, "ALLTOALL")}
+    log = [watchdog(r, *odd.get(r, (812, "ALLREDUCE"))) for r in range(64)]
+    report = match_text(text(log), catalogue, path="job.log")
+    assert report.root.facts[FACT_DESYNC][0]["ranks"] == [3, 7, 9, 12, 20]
+    assert ("Rank 3 timed out on SeqNum 813 (ALLGATHER), rank 7 timed out on SeqNum 814 (BROADCAST), rank 9 timed "
+            "out on SeqNum 815 (REDUCE_SCATTER), 2 more rank groups on other collectives while 59 ranks waited on "
+            "SeqNum 812 (ALLREDUCE)") in report.root.explanation

@@ -170,7 +170,7 @@ def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | No
     """Ranks of process group ``pg`` whose last enqueued work is below the SeqNum the majority hangs in."""
     enqueued: dict[int, int] = {}
     failing: dict[int, int] = {}
-    for (kpg, seq, op, _nin, enq, _done), ranks in pooled.items():
+    for (kpg, seq, _op, _nin, enq, _done), ranks in pooled.items():
         if kpg != pg:
             continue
         for r in ranks:
@@ -226,7 +226,8 @@ def desync_sentence(d: dict[str, Any]) -> str:
     calls = d.get("calls") or []
     parts = [f"{_who(c['ranks'])} timed out on SeqNum {c['seq_num']} ({c['op_type']})" for c in calls[:MAX_CLAUSES]]
     if len(calls) > MAX_CLAUSES:
-        parts.append(f"{len(calls) - MAX_CLAUSES} more")
+        more = len(calls) - MAX_CLAUSES
+        parts.append(f"{more} more rank group{'s' if more > 1 else ''} on other collectives")
     return (f"{', '.join(parts)} while {d['majority']} ranks waited on SeqNum {d['seq_num']} ({d['op_type']}): "
             "collectives were called in a different order (desync)")
 
@@ -295,12 +296,3 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
         text = " ".join(s[0].upper() + s[1:] + "." for s in skew_sentences(f.facts))
         f.explanation = f"{f.explanation.rstrip()}\n\n{text}" if f.explanation else text
 
-
-def skew_ranks(facts: dict[str, Any]) -> list[int]:
-    """Every rank the ``stragglers`` and ``desync`` facts name (for presenters and ranking)."""
-    out: set[int] = set()
-    for name in (FACT_STRAGGLERS, FACT_DESYNC):
-        for item in facts.get(name) or []:
-            if isinstance(item, dict):
-                out.update(r for r in item.get("ranks") or [] if _int(r) is not None and not isinstance(r, str))
-    return sorted(out)

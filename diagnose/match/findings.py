@@ -2,7 +2,8 @@
 
 A finding keeps the count, the sorted ranks and hosts, the first line, a few evidence lines with exact line numbers
 (text made inert), the explanation and fix from the rule, and the facts of its first hit (later hits only fill
-keys the first one lacked).
+keys the first one lacked). NCCL timeout findings also keep which ranks reported which SeqNum/OpType/progress
+(``collective_skew``), bounded by distinct values, so the ranks that disagree can be named after ranking.
 """
 
 from __future__ import annotations

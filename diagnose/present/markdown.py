@@ -113,8 +113,9 @@ def render_markdown(report: Report) -> str:
             silent = silent_line(f, root)
             if silent:
                 text += f"; {silent}"
-            if skew_line(f):
-                text += f"; {skew_line(f)}"
+            skew = skew_line(f)
+            if skew:
+                text += f"; {skew}"
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
     for name in ("config", "replay", "memory", "slurm"):
