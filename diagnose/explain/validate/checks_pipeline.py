@@ -173,10 +173,24 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
             f"virtualpipeline parallel degree {vpp}", keys + [VPP], fixes=[[ov(VPP, None)]] + drop_split)
 
 
+def _account_for_fixes(ctx: CheckContext, base: int, pp: int) -> list[list[Any]]:
+    """Turn off one of the account_for_* flags when that makes the count divide PP, else both."""
+    out = []
+    for key, other in ((LOSS, EMB), (EMB, LOSS)):
+        if ctx.flag(key) and (base + int(ctx.flag(other))) % pp == 0:
+            out.append([ov(key, False)])
+    return out + [[ov(EMB, False), ov(LOSS, False)]]
+
+
 def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
     pp, vpp = _pp(ctx), _vpp(ctx)
     keys = ["model.num_layers", PP, EMB, LOSS]
-    drop = [[ov(EMB, False), ov(LOSS, False)]]
+    drop = _account_for_fixes(ctx, layers - int(ctx.flag(EMB)) - int(ctx.flag(LOSS)), pp)
+    if ctx.mlm and layers % pp:
+        # validate_args (d98e8a64 ~L997) asserts this before the model config is built
+        yield Violation("account_for_pipeline_split",
+                        "Number of layers should be divisible by the pipeline-model-parallel size", keys, fixes=drop)
+        return
     if vpp is None:
         if layers % pp:
             yield Violation(
