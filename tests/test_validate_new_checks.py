@@ -329,7 +329,7 @@ def test_release_gates():
 
 MCORE_CASES = [c for c in CASES if c.check in {
     "uneven_pipeline_stages", "pipeline_split_settings", "uneven_pipeline_vpp", "pipeline_layout_conflict",
-    "account_for_pipeline_split_vpp", "moe_deepep_needs_flex", "moe_one_flex_backend", "moe_deepep_pad",
+    "account_for_pipeline_split_vpp", "account_for_pipeline_split", "moe_deepep_needs_flex", "moe_one_flex_backend", "moe_deepep_pad",
     "moe_capacity_load_balancing", "moe_pad_needs_capacity", "moe_shared_expert_overlap", "fp8_param_needs_fp8",
     "fp4_param_needs_fp4", "fp4_and_fp8", "fp8_delayed_first_last_bf16", "fp8_bf16_layers_per_stage",
     "fp8_delayed_recompute_modules", "selective_recompute_settings",
