@@ -130,7 +130,8 @@ def pipeline_split_settings(ctx: CheckContext) -> Iterable[Violation]:
     if not layers:
         return
     if _set(ctx, FIRST) or _set(ctx, LAST):
-        yield from _uneven(ctx, layers, first, last)
+        if first is not None or last is not None:  # not whole numbers: no claim
+            yield from _uneven(ctx, layers, first, last)
     elif emb or loss:
         yield from _account_for(ctx, layers + int(emb) + int(loss))
 
