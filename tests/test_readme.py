@@ -1,0 +1,66 @@
+"""README.md stays true: its counts, its set-up commands and its `diagnose analyze` transcripts are checked against
+what the code does now (a transcript may leave lines out, marked or not; the lines it shows must be real, in order)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diagnose.match.rules import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_rule_count() -> None:
+    m = re.search(r"\(`rules/`, data, (\d+) rules\)", README)
+    assert m, "README no longer states the rule count"
+    assert int(m.group(1)) == len(load_catalogue().rules)
+
+
+def test_sample_log_count() -> None:
+    m = re.search(r"`sample_logs/` holds (\d+) logs", README)
+    assert m, "README no longer states the sample log count"
+    logs = [p for p in ROOT.glob("sample_logs/**/*.log") if p.with_suffix(".expected.json").exists()]
+    assert int(m.group(1)) == len(logs)
+
+
+def test_the_two_setup_commands_are_what_ci_runs() -> None:
+    section = README.split("## Set up", 1)[1]
+    block = section.split("```", 2)[1].strip().splitlines()
+    assert len(block) == 2, block
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").replace(" -q ", " ")  # CI installs quietly
+    for command in block:
+        assert command.strip() in ci, command
+
+
+def _analyze_transcripts() -> list[tuple[str, list[str]]]:
+    out = []
+    for cmd, body in re.findall(r"```\n\$ (diagnose analyze [^\n]+)\n(.*?)```", README, re.S):
+        body = body.split("\n$ ", 1)[0]  # the transcript of this command, not of the next one ("$ echo $?")
+        shown = [ln.rstrip() for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("…")]
+        out.append((cmd, shown))
+    return out
+
+
+@pytest.mark.parametrize("cmd,shown", _analyze_transcripts(), ids=lambda v: v if isinstance(v, str) else "")
+def test_analyze_transcript_lines_are_real_and_in_order(cmd: str, shown: list[str]) -> None:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100"}
+    done = subprocess.run([sys.executable, "-m", *cmd.split()], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    real = [ln.rstrip() for ln in done.stdout.splitlines()]
+    at = 0
+    for line in shown:
+        try:
+            at = real.index(line, at) + 1
+        except ValueError:
+            pytest.fail(f"README line not in the output (or out of order): {line!r}")
+
+
+def test_there_is_a_transcript_to_check() -> None:
+    assert _analyze_transcripts()
