@@ -71,12 +71,13 @@ def _layer_bytes(shape: ModelShape, tokens: int, tp: int, sp: bool, fp8: bool = 
     return tokens * (10 * h + (per_token - 10 * h) / tp)
 
 
-def in_flight(work: Workload, pp: int, stage: int) -> float:
-    """Micro batches whose activations stage ``stage`` holds at its peak (1F1B / interleaved warm-up + 1)."""
+def in_flight(work: Workload, pp: int, stage: int, vpp: int | None = None) -> float:
+    """Micro batches whose activations stage ``stage`` holds at its peak (1F1B / interleaved warm-up + 1).
+    ``vpp``: virtual stages per rank when a custom pipeline layout implies them (else the workload's)."""
     if pp <= 1:
         return 1.0
-    if work.virtual_pp and work.virtual_pp > 1:
-        vpp = work.virtual_pp
+    vpp = vpp or work.virtual_pp
+    if vpp and vpp > 1:
         n = ((pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
     else:
         n = float(pp - stage)
@@ -93,12 +94,12 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
         return max(activation_bytes(shape, work, tp, pp, cp, i) for i in range(pp))
     tokens = work.micro_batch_size * max(1, work.seq_length // cp)
     sp = work.sequence_parallel and tp > 1
-    split = shape.stage_layers(pp)
-    layers = split[stage]
-    first_layer = sum(split[:stage])
-    flags = shape.moe_layers()[first_layer : first_layer + layers]
+    ids = shape.stage_layer_ids(pp)[stage]
+    layers = len(ids)
+    all_flags = shape.moe_layers()
+    flags = [all_flags[i] for i in ids if i < len(all_flags)]
     last = stage == pp - 1
-    mtp = shape.mtp_num_layers if last else 0
+    mtp = shape.stage_mtp_layers(pp)[stage]
     sizes = {moe: _layer_bytes(shape, tokens, tp, sp, work.fp8, moe) for moe in (False, True)}
     per_layer = max((sizes[m] for m in flags), default=0.0)
     h = shape.hidden_size
@@ -111,9 +112,10 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
     mtp_moe = bool(shape.moe_layers()[-1:] == [True])  # an MTP layer is MoE when the model's last layer is
     total += mtp * (sizes[mtp_moe] + 4 * tokens * h / (tp if sp else 1))
     vocab = shape.padded_vocab(tp)
-    logits = (4 * tokens * h / tp + 4 * tokens * vocab / tp) * (1 + mtp) if last else 0
+    # the MTP layers' logits are computed with the output layer on the last stage, wherever the MTP layers are
+    logits = (4 * tokens * h / tp + 4 * tokens * vocab / tp) * (1 + shape.mtp_num_layers) if last else 0
     if pp > 1:
-        total *= in_flight(work, pp, stage)
+        total *= in_flight(work, pp, stage, shape.layout_vpp(pp))
         if stage == 0:
             total += tokens * h * 2 * pp / (tp if sp else 1)  # embedding outputs
     total += logits  # final norm output + fp32 logits and their grad (one micro batch at a time)
@@ -139,6 +141,6 @@ def cuda_graph_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
     tp, pp, cp = max(1, tp), max(1, pp), max(1, cp)
     tokens = work.micro_batch_size * max(1, work.seq_length // cp)
     sp = work.sequence_parallel and tp > 1
-    layers = shape.stage_layers(pp)[stage] + (shape.mtp_num_layers if stage == pp - 1 else 0)
-    sets = in_flight(work, pp, stage) if pp > 1 else 1.0
+    layers = shape.stage_layers(pp)[stage] + shape.stage_mtp_layers(pp)[stage]
+    sets = in_flight(work, pp, stage, shape.layout_vpp(pp)) if pp > 1 else 1.0
     return int(layers * sets * 4 * 2 * tokens * shape.hidden_size / (tp if sp else 1))

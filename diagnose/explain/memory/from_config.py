@@ -11,8 +11,10 @@ Release-dependent defaults (../shared/knowledge/megatron-core.md §2b):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload
 from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import Layout
@@ -113,7 +115,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
     bias = _get(view, "model.add_bias_linear")
     if bias is None:
         bias = not _bool(_get(view, "mlm.disable_bias_linear"))
-    return ModelShape(
+    shape = ModelShape(
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -147,6 +149,39 @@ def shape_from_config(view: Any) -> ModelShape | None:
         account_for_embedding_in_pipeline_split=_bool(_model(view, "account_for_embedding_in_pipeline_split")),
         account_for_loss_in_pipeline_split=_bool(_model(view, "account_for_loss_in_pipeline_split")),
     )
+    # a custom layout megatron-core would refuse is not modelled (pipeline_layout_problem says why)
+    stages = _pipeline_layout(view)[0]
+    if stages is not None and not _layout_problems(view, shape, stages):
+        shape = replace(shape, pipeline_layout=stages)
+    return shape
+
+
+def _layout_problems(view: Any, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:
+    pp = _int(_get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    vpp = _int(_get(view, "model.virtual_pipeline_model_parallel_size"))
+    return pp_layout.layout_problems(stages, pp, shape.num_layers, shape.mtp_num_layers, vpp)
+
+
+def _pipeline_layout(view: Any) -> tuple[tuple[str, ...] | None, str | None]:
+    """``pipeline_model_parallel_layout`` parsed, or (None, why it cannot be read); (None, None) when unset."""
+    value = _model(view, "pipeline_model_parallel_layout")
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None, None
+    try:
+        return pp_layout.parse_layout(value), None
+    except pp_layout.LayoutError as e:
+        return None, str(e)
+
+
+def pipeline_layout_problem(view: Any, shape: ModelShape) -> str | None:
+    """Why the config's custom pipeline layout is not used for the memory model (None: unset, or used)."""
+    stages, error = _pipeline_layout(view)
+    if error:
+        return error
+    if stages is None:
+        return None
+    problems = _layout_problems(view, shape, stages)
+    return "pipeline_model_parallel_layout: " + "; ".join(problems) if problems else None
 
 
 def _present(view: Any, name: str) -> bool:
@@ -288,7 +323,8 @@ def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) ->
         recompute=granularity,
         recompute_num_layers=_int(_get(view, "model.recompute_num_layers")),
         num_microbatches=micro,
-        virtual_pp=_int(_get(view, "model.virtual_pipeline_model_parallel_size")),
+        virtual_pp=_int(_get(view, "model.virtual_pipeline_model_parallel_size")) or (
+            shape.layout_vpp(layout.pp) if shape else None),
         fp8=fp8_from_config(view)[0],
         cuda_graphs=cuda_graphs_from_config(view),
     )

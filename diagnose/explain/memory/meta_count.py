@@ -94,8 +94,16 @@ def _versions() -> str:
     return ",".join(out)
 
 
+def _whole_model(shape: ModelShape) -> dict:
+    """The fields that decide the whole model's count: the pipeline layout only places layers, so it is left out
+    (counts cached before it existed stay valid)."""
+    fields = dataclasses.asdict(shape)
+    fields.pop("pipeline_layout", None)
+    return fields
+
+
 def _cache_key(shape: ModelShape) -> str:
-    text = json.dumps([_CACHE_VERSION, _versions(), dataclasses.asdict(shape)], sort_keys=True, default=str)
+    text = json.dumps([_CACHE_VERSION, _versions(), _whole_model(shape)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -139,7 +147,7 @@ def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int |
     """Several models in one child process (megatron-core is imported once); None if it cannot run here."""
     if not available():
         return None
-    payload = json.dumps([dataclasses.asdict(s) for s in shapes])
+    payload = json.dumps([_whole_model(s) for s in shapes])
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     try:
         proc = subprocess.run(

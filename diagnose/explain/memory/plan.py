@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.explain.memory import from_config as fc
+from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
 from diagnose.explain.memory.options import Plan, Scenario, evaluate, search
@@ -78,6 +79,21 @@ def stage_note(p: Plan) -> str | None:
             f"{p.peak / 2**30:.1f} GiB; per stage (GiB): {peaks}")
 
 
+def layout_notes(view: Any, shape: Any, pp: int) -> list[str]:
+    """What the memory model made of ``pipeline_model_parallel_layout``: the decoder layers it puts on each
+    pipeline rank, or why it is not used (then the stages follow the usual split)."""
+    problem = fc.pipeline_layout_problem(view, shape)
+    if problem:
+        return [f"{problem}: megatron-core would refuse it; the memory per stage below ignores it"]
+    stages = shape.layout_for(pp)
+    if stages is None:
+        return []
+    vpp = len(stages) // max(1, pp)
+    chunks = " (virtual stages joined by +)" if vpp > 1 else ""
+    return [f"pipeline_model_parallel_layout: decoder layers per pipeline rank{chunks}: "
+            f"{pp_layout.describe(stages, max(1, pp))}"]
+
+
 def _exact_wanted() -> bool:
     return os.environ.get("DIAGNOSE_EXACT_PARAMS", "1") != "0" and meta_available()
 
@@ -127,6 +143,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
+    notes += layout_notes(view, shape, layout.pp)
     note = stage_note(given)
     if note:
         notes.append("as given, " + note)

@@ -28,14 +28,20 @@ main model's last layer is, as ``theoretical_memory_usage.py`` assumes) and a fi
 stage (``mtp_on_this_rank`` without a custom layout), which then also builds a word embedding
 (``gpt_model.py``: ``if self.pre_process or self.mtp_process: self.embedding = ...``) and shares the output layer.
 
-Pipeline split (``transformer_block.py`` ``get_num_layers_to_build``): ``num_layers_in_first/last_pipeline_stage``
-fix those stages and the middle stages share the rest evenly; else ``account_for_embedding/loss_in_pipeline_split``
-count the embedding / loss as one layer each, and the first / last stage builds one transformer layer fewer.
+Pipeline split (``transformer_block.py`` ``get_num_layers_to_build``): a custom ``pipeline_model_parallel_layout``
+(``pp_layout.py``) says what every (virtual) stage builds, decoder and MTP layers included; else
+``num_layers_in_first/last_pipeline_stage`` fix those stages and the middle stages share the rest evenly; else
+``account_for_embedding/loss_in_pipeline_split`` count the embedding / loss as one layer each, and the first / last
+stage builds one transformer layer fewer. Per-stage numbers are per pipeline *rank*: with virtual pipeline
+stages a rank holds the sum of its chunks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from diagnose.explain.memory import pp_layout
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,39 @@ class ModelShape:
     num_layers_in_last_pipeline_stage: int | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # pipeline_model_parallel_layout, parsed (``pp_layout.parse_layout``): stages in virtual order, e.g. "Ettt"
+    pipeline_layout: tuple[str, ...] | None = None
+
+    def layout_for(self, pp: int) -> tuple[str, ...] | None:
+        """The custom layout when megatron-core accepts it at this pipeline size (else the usual split applies)."""
+        if self.pipeline_layout is None:
+            return None
+        return self.pipeline_layout if _layout_ok(self.pipeline_layout, max(1, pp), self.num_layers,
+                                                  self.mtp_num_layers) else None
+
+    def layout_vpp(self, pp: int) -> int | None:
+        """Virtual stages per rank that the layout implies at this pipeline size (None without a layout)."""
+        stages = self.layout_for(pp)
+        return None if stages is None else len(stages) // max(1, pp)
+
+    def stage_layer_ids(self, pp: int) -> list[list[int]]:
+        """Decoder layer indices on each pipeline rank (with a layout and VPP, not contiguous)."""
+        stages = self.layout_for(pp)
+        if stages is not None:
+            return pp_layout.rank_layer_ids(stages, max(1, pp))
+        out, start = [], 0
+        for n in self.stage_layers(pp):
+            out.append(list(range(start, start + n)))
+            start += n
+        return out
+
+    def stage_mtp_layers(self, pp: int) -> list[int]:
+        """MTP layers on each pipeline rank: the layout's placement, else all on the last rank."""
+        pp = max(1, pp)
+        stages = self.layout_for(pp)
+        if stages is not None:
+            return pp_layout.rank_mtp_layers(stages, pp)
+        return [0] * (pp - 1) + [self.mtp_num_layers]
 
     @property
     def ffn(self) -> int:
@@ -96,6 +135,9 @@ class ModelShape:
         Where Megatron would assert (layers not divisible), the remainder goes to the first stages so that an
         estimate is still possible; the validator reports the config itself."""
         pp = max(1, pp)
+        stages = self.layout_for(pp)
+        if stages is not None:
+            return [sum(c.count("t") for c in chunks) for chunks in pp_layout.rank_chunks(stages, pp)]
         if pp == 1:
             return [self.num_layers]
         first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
@@ -115,6 +157,10 @@ class ModelShape:
         """Whether megatron-core builds exactly ``num_layers`` layers over ``pp`` stages with this config's split
         settings (its asserts: the middle stages, or the layers plus embedding / loss, divide evenly)."""
         pp = max(1, pp)
+        if self.pipeline_layout is not None:
+            # the same layout at another PP is read with another VPP (stages / PP); PP=1 with several stages
+            # would be virtual stages without a pipeline, not something to propose
+            return self.layout_for(pp) is not None and (pp > 1 or len(self.pipeline_layout) == 1)
         first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:
             stages = pp - (first is not None) - (last is not None)
@@ -133,6 +179,11 @@ class ModelShape:
             return [i % max(1, freq) == 0 for i in range(self.num_layers)]
         pattern = [bool(x) for x in freq]
         return (pattern + [False] * self.num_layers)[: self.num_layers]
+
+
+@lru_cache(maxsize=256)
+def _layout_ok(stages: tuple[str, ...], pp: int, num_layers: int, mtp_num_layers: int) -> bool:
+    return not pp_layout.layout_problems(stages, pp, num_layers, mtp_num_layers)
 
 
 def _spread(n: int, parts: int) -> list[int]:
@@ -228,7 +279,9 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     """Parameters on each pipeline stage of one TP rank (index = pipeline rank).
 
     The first stage holds the embeddings, the last one the final norm, the output layer (a copy of the word
-    embedding when tied and PP>1), and the MTP block with its own word embedding when untied and PP>1.
+    embedding when tied and PP>1), and the MTP block with its own word embedding when untied and PP>1. A custom
+    layout decides which rank builds which decoder layers and the MTP block; a rank other than the last holding
+    the MTP block (megatron-core's ``mtp_standalone``) builds a word embedding of its own for it.
     """
     tp, pp, ep = max(1, tp), max(1, pp), max(1, ep)
     v = s.padded_vocab(tp)
@@ -236,36 +289,39 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     word = v // tp * h
     pos = s.seq_length * h if s.position_embedding == "learned_absolute" else 0
     flags = s.moe_layers()
+    mtp_per_rank = s.stage_mtp_layers(pp)
+    md, me = mtp_params(s, tp, ep, etp)
+    per_mtp = (md // s.mtp_num_layers, me // s.mtp_num_layers) if s.mtp_num_layers else (0, 0)
     stages = []
-    start = 0
-    for i, n in enumerate(s.stage_layers(pp)):
+    for i, ids in enumerate(s.stage_layer_ids(pp)):
         dense = expert = 0
-        for moe in flags[start : start + n]:
-            d, e = layer_params(s, moe, tp, ep, etp)
+        for layer in ids:
+            d, e = layer_params(s, flags[layer] if layer < len(flags) else False, tp, ep, etp)
             dense += d
             expert += e
-        start += n
         linear = dense + expert
         emb = 0
-        mtp = 0
+        mtp = mtp_per_rank[i]
         if i == 0:
             dense += word + pos
             emb += word
+        if mtp:
+            dense += per_mtp[0] * mtp
+            expert += per_mtp[1] * mtp
+            linear += (per_mtp[0] + per_mtp[1]) * mtp
         if i == pp - 1:
             dense += _norm(s)  # final norm
             if s.untie_embeddings or pp > 1:
                 dense += word
                 emb += word
-            if s.mtp_num_layers:
-                md, me = mtp_params(s, tp, ep, etp)
-                dense += md
-                expert += me
-                linear += md + me
-                mtp = s.mtp_num_layers
-                if s.untie_embeddings and pp > 1:
-                    dense += word  # the MTP block's word embedding on the last stage (output layer shared)
-                    emb += word
-        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": n, "mtp_layers": mtp}, linear=linear))
+            if mtp and s.untie_embeddings and pp > 1:
+                dense += word  # the MTP block's word embedding on the last stage (output layer shared)
+                emb += word
+        elif mtp and (i > 0 or (s.layout_vpp(pp) or 1) > 1):
+            dense += word  # a standalone MTP chunk (not the first stage's): its own word embedding, tied to it
+            emb += word
+        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": len(ids), "mtp_layers": mtp},
+                                 linear=linear))
     return stages
 
 
