@@ -16,8 +16,9 @@ Estimates, not calibrated on hardware (the H200 calibration covers dense GPT, bf
   output ``2h``, the q path ``4*q_lora_rank`` (down-projection output and its norm), the kv path
   ``2*(kv_lora_rank + qk_pos_emb_head_dim) + 2*kv_lora_rank``, Q and K ``2*2*a*q_head``, V and the attention
   output ``2*2*a*v_head_dim``, the dropout mask ``h``;
-- MTP: each MTP layer is one more transformer layer on the last stage, plus its concatenated input (``4sbh``) and
-  its own fp32 logits;
+- MTP: each MTP layer is one more transformer layer on the stage holding it (the last one, or where a custom
+  ``pipeline_model_parallel_layout`` puts it), plus its concatenated input (``4sbh``), and its own fp32 logits on
+  the last stage;
 - FP8 (Transformer Engine keeps the inputs of the GEMMs for backward in FP8, 1 byte instead of 2): the QKV input,
   the projection input, the fc1 input and the fc2 input, ``3h + f`` bytes per token less;
 - CUDA graphs: ``cuda_graph_bytes``.
