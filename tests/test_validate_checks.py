@@ -183,7 +183,7 @@ def test_check_fails_with_the_real_message_and_its_fix_passes(case: Case, versio
 def test_every_registered_hard_check_has_a_case():
     from tests.test_validate_new_checks import NEW_CHECKS  # the CV050-CV098 checks have their cases there
 
-    covered = {c.check for c in CASES} | NEW_CHECKS
+    covered = {c.check for c in CASES} | NEW_CHECKS | {"pipeline_layout_invalid"}  # tests/test_validate_layout.py
     note_checks = {"fsdp_forces_distributed_optimizer", "distributed_optimizer_sync", "fsdp_average_in_collective",
                    "fsdp_gradient_accumulation_fusion", "fsdp_reuse_grad_buf_mxfp8"}
     override_checks = {"override_unknown_key", "invalid_choice"}  # checks on what a fix writes: test_validate_keys.py

@@ -230,3 +230,73 @@ def overlap_param_gather_with_optimizer_step(ctx: CheckContext) -> Iterable[Viol
         yield Violation("overlap_param_gather_with_optimizer_step",
                         "--overlap-param-gather-with-optimizer-step only supported with interleaved pipeline "
                         "parallelism", [key, VPP], fixes=fixes)
+
+
+MLM_LAYOUT = "mlm.pipeline_model_parallel_layout"
+MTP_LAYERS = "model.mtp_num_layers"
+KNOWN_KEYS.update({MTP_LAYERS})
+_LAYER_TYPE = {"E": "LayerType.embedding", "t": "LayerType.decoder", "m": "LayerType.mtp", "L": "LayerType.loss"}
+
+
+def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: int | None, mtp: int) -> str | None:
+    """The first assertion megatron-core 0.16.1 raises for this layout, in its words (None: it accepts it).
+
+    ``PipelineParallelLayerLayout.__init__`` (stages divisible by PP), ``TransformerConfig.__post_init__`` (VPP),
+    then ``validate_layer_layout``, in that order. The MTP-placement message is cut short upstream (its second
+    f-string is a separate statement), so it is given as it really prints."""
+    from diagnose.explain.memory.pp_layout import rank_chunks
+
+    if len(stages) % pp:
+        return (f"pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+                f"(len(layout)={len(stages)}, pipeline_model_parallel_size={pp})")
+    detected = len(stages) // pp
+    if vpp is not None and vpp != detected:
+        return (f"virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout, "
+                f"(self.virtual_pipeline_model_parallel_size={vpp},  detected_vpp_size={detected})")
+    flat = "".join(stages)
+    if not flat:
+        return "The first layer must be embedding, but got nothing"
+    if flat[0] != "E":
+        return f"The first layer must be embedding, but got {_LAYER_TYPE[flat[0]]}"
+    if flat[-1] != "L":
+        return f"The last layer must be loss, but got {_LAYER_TYPE[flat[-1]]}"
+    if flat.count("E") != 1:
+        return "Embedding must be specified exactly once"
+    if flat.count("L") != 1:
+        return "Loss must be specified exactly once"
+    if layers is not None and flat.count("t") != layers:
+        return f"Number of decoder layers {flat.count('t')}must match num_layers {layers}"
+    if flat.count("m") != mtp:
+        return "Number of mtp layers in layout must match mtp_num_layers"
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        return "decoder layers must be placed before MTP layers"
+    chunks = rank_chunks(stages, pp)
+    if any("m" in c for rank in chunks for c in rank[:-1]):
+        return "Currently we restrict that the MTP should be always in the last "
+    if any("m" in rank[-1] and rank[-1].count("m") != mtp for rank in chunks):
+        return "All of the MTP layers must be in the same one virtual pipeline stage"
+    return None
+
+
+@check("pipeline_layout_invalid", "megatron-core transformer/pipeline_parallel_layer_layout.py "
+       "PipelineParallelLayerLayout.__init__ / validate_layer_layout and TransformerConfig.__post_init__ (0.16.1 "
+       "~L1307-L1360); the layout is parsed by diagnose's own grammar (explain/memory/pp_layout.py), never evaluated")
+def pipeline_layout_invalid(ctx: CheckContext) -> Iterable[Violation]:
+    from diagnose.explain.memory.pp_layout import LayoutError, parse_layout
+
+    key = LAYOUT if _set(ctx, LAYOUT) else MLM_LAYOUT if _set(ctx, MLM_LAYOUT) else None
+    if key is None:
+        return
+    if _set(ctx, FIRST) or _set(ctx, LAST) or ctx.flag(EMB) or ctx.flag(LOSS):
+        return  # pipeline_split_settings raises first (the conflict)
+    drop = [[ov(key, None)]]  # the even split; replay proves whether this model allows it
+    try:
+        stages = parse_layout(ctx.get(key))
+    except LayoutError as e:
+        yield Violation("pipeline_layout_invalid", str(e), [key], fixes=drop)
+        return
+    message = _layout_message(stages, _pp(ctx), _vpp(ctx), ctx.number("model.num_layers"),
+                              ctx.number(MTP_LAYERS) or 0)
+    if message is not None:
+        keys = [key, PP, VPP, "model.num_layers", MTP_LAYERS]
+        yield Violation("pipeline_layout_invalid", message, keys, fixes=drop)
