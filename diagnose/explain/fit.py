@@ -160,7 +160,9 @@ def apply_fit(result: Any, fit: CapacityFit) -> None:
         return
     finding = fit.finding
     if fit.fragmentation:
-        rule_fix = " ".join(f"{o.key}={o.value}" for o in finding.fix.overrides)
+        from diagnose.explain.render import inline_fix
+
+        rule_fix = inline_fix(finding.fix.overrides)
         if rule_fix:
             finding.fix.steps = [f"If it still does not fit: {rule_fix}"] + list(finding.fix.steps)
         if finding.fix.summary:

@@ -262,3 +262,11 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
     if framework == "megatron-lm":
         out["mlm"] = " ".join(mlm_flags(config))
     return out
+
+
+def inline_fix(overrides: list[Override]) -> str:
+    """A fix inside a sentence or a one-line summary: the Bridge CLI words, then ``export`` lines for env.* keys,
+    joined by ``; `` (what a user would paste, in the same quoting as everywhere else)."""
+    cli = cli_line([o for o in overrides if not o.key.startswith("env.")])
+    env = [_env_override_line(o) for o in overrides if o.key.startswith("env.")]
+    return "; ".join(([cli] if cli else []) + env)

@@ -473,7 +473,9 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         out["notes"].append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
-        change = " ".join(f"{o.key}={o.value}" for o in best.overrides)
+        from diagnose.explain.render import inline_fix
+
+        change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
         out["explanation"] += (f" Cheapest change that fits{gpus}: {change or best.label} "
                                f"(predicted peak {fmt_gib(best.peak)}).")

@@ -150,7 +150,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:
-            change = " ".join(f"{o.key}={o.value}" for o in more.overrides)
+            from diagnose.explain.render import inline_fix
+
+            change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
     return MemoryPlan(capacity, params, source, plans, notes)

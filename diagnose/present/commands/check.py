@@ -163,7 +163,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         fix = rep.get("fix") or []
         after = rep.get("after_fix") or {}
         if fix:
-            ov = " ".join(f"{o['key']}={o['value']}" for o in fix)
+            ov = _fix_text(fix)
             proven = "passes after replay" if after.get("passes") else "still fails after replay"
             console.print(Text(f"  fix ({proven}): " + inert(ov), style="green" if after.get("passes") else "yellow"))
         gbs = rep.get("changes_global_batch_size")
@@ -235,12 +235,9 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
 
 def _fix_text(overrides: list[dict[str, Any]]) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys."""
-    from diagnose.explain.render import cli_line, env_line
+    from diagnose.explain.render import inline_fix
 
-    ovs = [Override(o["key"], o["value"]) for o in overrides]
-    cli = cli_line([o for o in ovs if not o.key.startswith("env.")])
-    env = [env_line(o.key[len("env."):], o.value) for o in ovs if o.key.startswith("env.")]
-    return "; ".join([cli] * bool(cli) + env)
+    return inline_fix([Override(o["key"], o["value"]) for o in overrides])
 
 
 def _prefetch_param_count(view: Any) -> None:
