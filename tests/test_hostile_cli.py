@@ -349,3 +349,30 @@ def test_an_output_file_that_cannot_be_written_is_a_one_line_error(tmp_path, com
     res = cli(*command, "-o", str(target), env_extra={"DIAGNOSE_EXACT_PARAMS": "0"})
     line = assert_clean_error(res, "cannot write", str(target), "no such file")
     assert "internal error" not in line and not target.exists()
+
+
+@pytest.mark.parametrize("kind", ["log", "folder", "config"])
+def test_output_over_an_input_is_refused_and_the_input_kept(tmp_path, kind):
+    """QA2 #1: `-o job.log` used to replace the only copy of the failed job's log with the report."""
+    log = tmp_path / "logs" / "job.log"
+    log.parent.mkdir()
+    shutil.copy(ROOT / "sample_logs" / "ddp_wrap_oom.log", log)
+    config = tmp_path / "run_config.yaml"
+    shutil.copy(ROOT / "tests" / "data" / "configs" / "llama8b_bridge.yaml", config)
+    before = {p: p.read_bytes() for p in (log, config)}
+    command = {
+        "log": ["analyze", str(log), "--no-replay", "-o", str(log)],
+        "folder": ["analyze", str(log.parent), "--no-replay", "-o", str(log)],
+        "config": ["check", str(config), "--gpus", "8", "-o", str(tmp_path / "." / "run_config.yaml")],
+    }[kind]
+    res = cli(*command, env_extra={"DIAGNOSE_EXACT_PARAMS": "0"})
+    assert_clean_error(res, "is one of the inputs")
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_output_next_to_the_log_is_written(tmp_path):
+    log = tmp_path / "job.log"
+    shutil.copy(ROOT / "sample_logs" / "ddp_wrap_oom.log", log)
+    res = cli("analyze", str(log), "--no-replay", "-f", "json", "-o", str(tmp_path / "report.json"))
+    assert res.returncode == 1, res.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["root_cause"] is not None

@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.command
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
     try:
+        _refuse_output_over_input(args)
         module = importlib.import_module(f"diagnose.present.commands.{name}")
         return int(module.run(args))
     except KeyboardInterrupt:
@@ -179,6 +180,41 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_USAGE
+
+
+def _inputs(args: argparse.Namespace) -> list[str]:
+    """Every path a command reads: logs, folders, the config, user rule files."""
+    found: list[str] = []
+    for attr in ("paths", "config", "rules"):
+        value = getattr(args, attr, None)
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, str))
+    return [p for p in found if p and p != "-"]
+
+
+def _refuse_output_over_input(args: argparse.Namespace) -> None:
+    """Refuse ``-o`` naming a file the command reads (or one inside a folder it reads).
+
+    The report is written after the input was read, so ``-o job.log`` would silently replace the only copy of a
+    failed job's log (or ``check cfg.yaml -o cfg.yaml`` the config) with the report.
+    """
+    out = getattr(args, "output", None)
+    if not out or not os.path.exists(out):
+        return
+    from diagnose.model import DiagnoseError
+
+    real_out = os.path.realpath(out)
+    for path in _inputs(args):
+        if not os.path.exists(path):
+            continue
+        real_in = os.path.realpath(path)
+        inside = os.path.isdir(real_in) and real_out.startswith(real_in.rstrip(os.sep) + os.sep)
+        if inside or os.path.samefile(out, path):
+            from diagnose.ingest.errors import shown
+
+            raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 
 def _one_line(s: str, limit: int = 300) -> str:
