@@ -273,3 +273,30 @@ def test_numpy_newline_count_equals_bytes_count(data, a, b):
     if count is None:
         pytest.skip("numpy not installed")
     assert count(data, a, b) == data.count(b"\n", a, b)
+
+
+_ITER = ("[2026-11-29 10:20:00] iteration {i:8d}/  100000 | consumed samples: {c:12d} | elapsed time per iteration "
+         "(ms): 8012.4 | learning rate: 1.5E-04 | global batch size:  4096 | lm loss: 2.87E+00 | loss scale: 1.0 |")
+_FRAMES_OOM = [
+    "Traceback (most recent call last):",
+    '  File "/opt/Megatron-LM/megatron/core/transformer/moe/experts.py", line 250, in forward',
+    "    intermediate_parallel = self.activation_func(fc1_output)",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 11.38 GiB. GPU 1 has a total capacity of 79.11 GiB "
+    "of which 2.31 GiB is free. Including non-PyTorch memory, this process has 76.79 GiB memory in use. Of the "
+    "allocated memory 70.02 GiB is allocated by PyTorch, and 5.10 GiB is reserved by PyTorch but unallocated.",
+]
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_per_rank_files_date_a_failure_by_the_rank_that_logs_iterations(tmp_path, trained):
+    """QA2 #2: Megatron logs iterations on one rank; the OOM on rank 3 after 300 iterations is not "first_iteration"."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    iterations = [_ITER.format(i=i, c=i * 4096) for i in range(1, 301)] if trained else ["> building model ..."]
+    (tmp_path / "rank_0.log").write_text("\n".join(iterations) + "\n")
+    (tmp_path / "rank_3.log").write_text("\n".join(_FRAMES_OOM) + "\n")
+    report = analyze([str(tmp_path)], AnalyzeOptions(replay=False))
+    assert report.root_cause is not None
+    root = report.findings[report.root_cause]
+    assert root.ranks == [3]
+    assert root.phase == ("training" if trained else "first_iteration")

@@ -475,7 +475,29 @@ def scan(
         size = len(buf)
         infos.append(InputInfo(source.path, size, lines_before + (0 if last_byte_nl or size == 0 else 1)))
     blocks = materialise(collector, readers)
+    _first_iteration_across_files(matcher.hits, markers, compiled, sources)
     return matcher.hits, blocks, infos
+
+
+def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compiled: Compiled, sources: list) -> None:
+    """A failure in "the first iteration" of one per-rank file is in training when another file of the run trained.
+
+    Megatron prints iteration lines on one rank only (the last, or rank 0), so in a folder of per-rank files the
+    failing rank's own file shows no progress although the job ran for hundreds of iterations; ranks step in
+    lockstep, so another file's iteration lines (same torchrun attempt) date the failure. Within one file the
+    order of lines decides, as before.
+    """
+    from diagnose.normalize.phases import TRAINING_PROGRESS
+
+    trained = {si for (si, ci) in markers.latest if compiled.captures[ci].spec.name in TRAINING_PROGRESS}
+    if not trained:
+        return
+    attempts = {getattr(sources[si], "attempt", None) for si in trained}
+    for hit in hits:
+        if hit.phase != "first_iteration" or hit.rule.rule.phase != "auto" or hit.source_index in trained:
+            continue
+        if getattr(sources[hit.source_index], "attempt", None) in attempts:
+            hit.phase = "training"
 
 
 def _release(buf, released: int, upto: int) -> int:

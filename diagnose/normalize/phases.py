@@ -107,6 +107,7 @@ _PHASE_AFTER_MARKER = {
     "exiting": "shutdown",
 }
 _TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done")
+TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its first iteration
 
 # Frame patterns, most specific phase first: the first phase with a matching frame wins. Each frame is reduced to
 # ``path/file.py:function`` (from a ``File "...", line N, in function`` line; code lines are ignored, they mention
