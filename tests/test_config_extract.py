@@ -208,3 +208,31 @@ def test_srun_launching_python_directly_gives_the_world_size():
     other = ConfigView()
     parse_command("srun -N 2 torchrun --nproc_per_node 8 --nnodes 2 train.py model.num_layers=2", "log:4", other)
     assert other.get("launch.world_size") == 16  # torchrun decides, not srun's task count
+
+
+def test_megatron_lm_moe_mla_mtp_layout_and_fp8_flags_reach_bridge_paths(tmp_path):
+    """QA2 #3: these flags stayed mlm.<name>, so the validator said "moe_act ... only supported with
+    moe_grouped_gemm" with --moe-grouped-gemm given, and the memory model made every layer MoE."""
+    p = tmp_path / "args.txt"
+    p.write_text(
+        "--num-layers 61 --pipeline-model-parallel-size 16 --moe-grouped-gemm --moe-layer-freq \"([0]*3+[1]*58)\"\n"
+        "--mtp-num-layers 1 --pipeline-model-parallel-layout \"Et*3|(tt|)*29,m|L\" --multi-latent-attention\n"
+        "--q-lora-rank 1536 --kv-lora-rank 512 --fp8-format hybrid --moe-token-dispatcher-type alltoall\n")
+    view = load_config(str(p))
+    assert view.get("model.moe_grouped_gemm") is True
+    assert view.get("model.moe_layer_freq") == [0] * 3 + [1] * 58
+    assert view.get("model.mtp_num_layers") == 1
+    assert view.get("model.pipeline_model_parallel_layout") == "Et*3|(tt|)*29,m|L"
+    assert view.get("model.multi_latent_attention") is True and view.get("model.q_lora_rank") == 1536
+    assert view.get("model.fp8") == "hybrid"
+    assert view.get("model.moe_token_dispatcher_type") == "alltoall"
+
+
+@pytest.mark.parametrize("text,value", [
+    ("2", 2), ("([1]*3+[0]*1)*2", [1, 1, 1, 0] * 2), ("[0]+[1]*3", [0, 1, 1, 1]),
+    ("__import__('os').system('x')", "__import__('os').system('x')"), ("[1]*99999999", "[1]*99999999"),
+])
+def test_moe_layer_freq_patterns_are_expanded_never_evaluated(value, text):
+    from diagnose.explain.config.mlm_args import moe_freq_value
+
+    assert moe_freq_value(text) == value

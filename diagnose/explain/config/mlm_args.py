@@ -112,6 +112,37 @@ MLM_TO_BRIDGE: dict[str, tuple[str, ...]] = {
     "tokenizer_type": ("tokenizer.tokenizer_type",),
     "world_size": ("launch.world_size",),
     "data_parallel_size": ("launch.data_parallel_size",),
+    # TransformerConfig fields that Bridge's model provider spells the same way (MoE, MLA, MTP, layouts, FP8):
+    # left as mlm.<name>, the validator and the memory model did not see them (a DeepSeek-V3 argument list got
+    # "moe_act ... only supported with moe_grouped_gemm" with --moe-grouped-gemm given, and every layer as MoE).
+    "mtp_num_layers": ("model.mtp_num_layers",),
+    "pipeline_model_parallel_layout": ("model.pipeline_model_parallel_layout",),
+    "moe_grouped_gemm": ("model.moe_grouped_gemm",),
+    "moe_layer_freq": ("model.moe_layer_freq",),
+    "moe_shared_expert_intermediate_size": ("model.moe_shared_expert_intermediate_size",),
+    "moe_shared_expert_overlap": ("model.moe_shared_expert_overlap",),
+    "moe_token_dispatcher_type": ("model.moe_token_dispatcher_type",),
+    "moe_router_load_balancing_type": ("model.moe_router_load_balancing_type",),
+    "moe_expert_capacity_factor": ("model.moe_expert_capacity_factor",),
+    "moe_pad_expert_input_to_capacity": ("model.moe_pad_expert_input_to_capacity",),
+    "moe_enable_deepep": ("model.moe_enable_deepep",),
+    "moe_flex_dispatcher_backend": ("model.moe_flex_dispatcher_backend",),
+    "overlap_moe_expert_parallel_comm": ("model.overlap_moe_expert_parallel_comm",),
+    "multi_latent_attention": ("model.multi_latent_attention",),
+    "q_lora_rank": ("model.q_lora_rank",),
+    "kv_lora_rank": ("model.kv_lora_rank",),
+    "qk_head_dim": ("model.qk_head_dim",),
+    "qk_pos_emb_head_dim": ("model.qk_pos_emb_head_dim",),
+    "v_head_dim": ("model.v_head_dim",),
+    "fp8_format": ("model.fp8",),  # --fp8-format is stored as args.fp8 (dest='fp8')
+    "fp8": ("model.fp8",),
+    "fp8_recipe": ("model.fp8_recipe",),
+    "fp4": ("model.fp4",),
+    "first_last_layers_bf16": ("model.first_last_layers_bf16",),
+    "cp_comm_type": ("model.cp_comm_type",),
+    "hierarchical_context_parallel_sizes": ("model.hierarchical_context_parallel_sizes",),
+    "te_rng_tracker": ("model.use_te_rng_tracker",),  # --te-rng-tracker, dest use_te_rng_tracker
+    "use_te_rng_tracker": ("model.use_te_rng_tracker",),
 }
 
 # Bridge path -> Megatron-LM flag, for rendering a fix as Megatron-LM flags.
@@ -142,6 +173,37 @@ INVERTED: dict[str, str] = {
 }
 
 
+_FREQ_TERM = re.compile(r"\[([01](?:,[01])*)\](?:\*(\d{1,5}))?")
+_FREQ_MAX = 100_000
+
+
+def moe_freq_value(text: str) -> Any:
+    """``--moe-layer-freq`` as megatron reads it (``moe_freq_type``), without eval: ``"2"`` -> 2,
+    ``"([0]*3+[1]*58)"`` -> a 0/1 list, ``"([1]*3+[0])*2"`` -> the group repeated. Anything else stays text."""
+    s = "".join(text.split())
+    if s.isdigit():
+        return int(s)
+    repeat = 1
+    m = re.fullmatch(r"\((.*)\)\*(\d{1,5})", s)
+    if m:
+        s, repeat = m.group(1), int(m.group(2))
+    elif s.startswith("(") and s.endswith(")"):
+        s = s[1:-1]
+    out: list[int] = []
+    for term in s.split("+"):
+        t = _FREQ_TERM.fullmatch(term)
+        if t is None:
+            return text
+        items = [int(x) for x in t.group(1).split(",")]
+        count = int(t.group(2) or 1)
+        if len(out) + len(items) * count > _FREQ_MAX:
+            return text
+        out.extend(items * count)
+    if not out or len(out) * repeat > _FREQ_MAX:
+        return text
+    return out * repeat
+
+
 def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
     """Set one Megatron-LM argument (underscore name) on the view, under its Bridge paths."""
     if name in INVERTED:
@@ -156,6 +218,8 @@ def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
         if as_bool(value):
             view.set("model.activation_func", "silu", origin)
         return
+    if name == "moe_layer_freq" and isinstance(value, str):
+        value = moe_freq_value(value)
     paths = MLM_TO_BRIDGE.get(name)
     if not paths:
         view.set(f"mlm.{name}", value, origin)
