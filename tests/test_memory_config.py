@@ -79,3 +79,12 @@ def test_no_shape_when_sizes_are_missing_or_junk(bad):
     if not bad:
         base.pop("model.num_layers")
     assert shape_from_config(_view(base)) is None
+
+
+@pytest.mark.parametrize("freq", ["([0]*3+[1]*5)", [0, 0, 0, 1, 1, 1, 1, 1]])
+def test_moe_layer_freq_as_a_pattern_string_gives_the_same_shape_as_the_list(freq):
+    """QA2 #4: a YAML ``moe_layer_freq: "([0]*3+[1]*5)"`` (converted by megatron's moe_freq_type) made every layer MoE."""
+    shape = shape_from_config(_view({
+        "model.num_layers": 8, "model.hidden_size": 1024, "model.num_attention_heads": 8, "model.num_moe_experts": 16,
+        "model.moe_ffn_hidden_size": 512, "model.moe_layer_freq": freq}))
+    assert shape is not None and shape.moe_layer_freq == (0, 0, 0, 1, 1, 1, 1, 1)

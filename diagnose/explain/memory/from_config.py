@@ -108,6 +108,10 @@ def shape_from_config(view: Any) -> ModelShape | None:
         "mlm.padded_vocab_size")) if v), 32000)
     norm = str(_model(view, "normalization", "LayerNorm"))
     freq = _model(view, "moe_layer_freq", 1)
+    if isinstance(freq, str):  # "([0]*3+[1]*58)", as MoE model-zoo YAMLs over Bridge write it
+        from diagnose.explain.config.mlm_args import moe_freq_value
+
+        freq = moe_freq_value(freq)
     if isinstance(freq, (list, tuple)):
         freq = tuple(int(x) for x in freq)
     else:
