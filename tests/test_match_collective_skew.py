@@ -258,3 +258,30 @@ def test_many_different_minority_collectives_are_summed_up(catalogue):
     assert ("Rank 3 timed out on SeqNum 813 (ALLGATHER), rank 7 timed out on SeqNum 814 (BROADCAST), rank 9 timed "
             "out on SeqNum 815 (REDUCE_SCATTER), 2 more rank groups on other collectives while 59 ranks waited on "
             "SeqNum 812 (ALLREDUCE)") in report.root.explanation
+
+
+def _old_watchdog(r: int, seq: int, op: str) -> str:
+    """torch <= 2.2: ``[Rank N]`` (rank in its process group), no process group named."""
+    return launcher(r) + WATCHDOG.format(pg=f"[Rank {r % 8 if seq > 10000 else r}]", seq=seq, op=op, numel=4096)
+
+
+@pytest.mark.parametrize("tp_seq", [88123, 2452])
+def test_unprefixed_lines_of_another_group_are_no_desync(catalogue, tp_seq):
+    """QA2 #5: with no process group in the lines, a TP group hanging at its own SeqNum 88123 while the data-parallel
+    group waits at 2452 is two groups' counters, not "collectives called in a different order". The same SeqNum on
+    another OpType is still a desync."""
+    log = [_old_watchdog(r, tp_seq, "ALLREDUCE") for r in range(8)]
+    log += [_old_watchdog(r, 2452, "_ALLGATHER_BASE") for r in range(8, 64)]
+    report = match_text(text(log), catalogue)
+    named = [f for f in report.findings if FACT_DESYNC in f.facts]
+    if tp_seq == 2452:
+        assert named and named[0].facts[FACT_DESYNC][0]["ranks"] == list(range(8))
+    else:
+        assert not named
+
+
+def test_a_named_group_on_another_seqnum_is_still_a_desync(catalogue):
+    log = [launcher(r) + WATCHDOG.format(pg=PG.format(r=r), seq=88123 if r < 2 else 2452, op="ALLREDUCE", numel=1)
+           for r in range(16)]
+    report = match_text(text(log), catalogue)
+    assert [f.facts[FACT_DESYNC][0]["ranks"] for f in report.findings if FACT_DESYNC in f.facts] == [[0, 1]]

@@ -153,6 +153,21 @@ def _pooled(findings: Iterable[Finding]) -> dict[Key, set[int]]:
     return pooled
 
 
+def _calls_without_group(findings: Iterable[Finding]) -> set[tuple[Any, Any]]:
+    """(SeqNum, OpType) pairs that only lines without a process group reported (torch <= 2.2 ``[Rank 5] ``).
+
+    Each process group counts its own SeqNums, so such a timeout on another SeqNum may be another group's
+    collective (a TP group's all-reduce while the data-parallel group waits), not a desync."""
+    known: set[tuple[Any, Any]] = set()
+    bare: set[tuple[Any, Any]] = set()
+    for f in findings:
+        entries = f.facts.get(FACT)
+        for e in entries if isinstance(entries, list) else ():
+            if isinstance(e, dict):
+                (bare if e.get("pg") is None else known).add((e.get("seq_num"), e.get("op_type")))
+    return bare - known
+
+
 def _small_minority(odd: int, total: int) -> bool:
     return 0 < odd <= MAX_NAMED and odd <= max(1, total // 4) and total - odd >= 2
 
@@ -188,8 +203,19 @@ def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | No
             "last_enqueued": min(enqueued[r] for r in behind), "reporting": len(enqueued)}
 
 
-def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int]) -> dict[str, Any] | None:
-    """Ranks of ``pg`` that timed out on another SeqNum/OpType than most (``skip``: ranks already named)."""
+NEAR_SEQ = 16  # SeqNums this close are taken as one group's counter when the lines do not name the group
+
+
+def _far(a: Any, b: Any) -> bool:
+    return isinstance(a, int) and isinstance(b, int) and abs(a - b) > NEAR_SEQ
+
+
+def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int],
+                unknown_group: set[tuple[Any, Any]] | None = None) -> dict[str, Any] | None:
+    """Ranks of ``pg`` that timed out on another SeqNum/OpType than most (``skip``: ranks already named).
+
+    ``unknown_group``: calls reported without a process group; a rank whose every call is one of them, on a SeqNum
+    far from the majority's (more than ``NEAR_SEQ`` apart), is not named: it may be waiting in another group."""
     called: dict[int, set[tuple[int, str]]] = {}
     for (kpg, seq, op, _nin, _enq, _done), ranks in pooled.items():
         if kpg != pg or seq is None or op is None:
@@ -204,7 +230,9 @@ def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int]) -> dict[st
             holders[c] = holders.get(c, 0) + 1
     (seq, op), count = min(holders.items(), key=lambda kv: (-kv[1], kv[0]))
     # A rank that also reported the majority's collective is in step (an unprefixed line of another group, say).
-    odd = sorted(r for r, calls in called.items() if (seq, op) not in calls and r not in skip)
+    unknown_group = unknown_group or set()
+    odd = sorted(r for r, calls in called.items() if (seq, op) not in calls and r not in skip
+                 and not all(c in unknown_group and _far(c[0], seq) for c in calls))
     if not _small_minority(len(odd), len(called)):
         return None
     others: dict[tuple[int, str], list[int]] = {}
@@ -262,6 +290,7 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
     """
     timeouts = [i for i, f in enumerate(findings) if f.category == NCCL_TIMEOUT]
     pooled = _pooled(findings[i] for i in timeouts)
+    unknown_group = _calls_without_group(findings[i] for i in timeouts)
     for f in findings:
         f.facts.pop(FACT, None)
     if not pooled:
@@ -276,7 +305,7 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
             stragglers.append(s)
             behind.update(s["ranks"])
     for pg in pgs:
-        d = find_desync(pooled, pg, behind)  # a straggler's own timeout on an earlier SeqNum is no desync
+        d = find_desync(pooled, pg, behind, unknown_group)  # a straggler's own timeout on an earlier SeqNum is no desync
         if d is not None:
             desyncs.append(d)
     if not stragglers and not desyncs:
