@@ -173,3 +173,40 @@ def test_checkpoint_save_oom_after_training_is_a_transient_peak_not_capacity(tmp
     assert "on 1 GPU" not in mem["explanation"] and "had trained" in mem["explanation"]
     assert any("data-parallel size is unknown" in n for n in mem["notes"])
     assert not any(o["fits"] and o["gpus"] > 1 for o in mem["options"])  # no GPU counts sized from a guessed DP
+
+
+_TRAIN_OOM = [
+    "Traceback (most recent call last):",
+    '  File "/opt/Megatron-LM/megatron/core/transformer/transformer_layer.py", line 250, in forward',
+    "    hidden_states = self.mlp(hidden_states)",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 1 has a total capacity of 79.11 GiB "
+    "of which 2.31 GiB is free. Including non-PyTorch memory, this process has 76.79 GiB memory in use. Of the "
+    "allocated memory 70.02 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.",
+]
+_CFG = ("model:\n  num_layers: 32\n  hidden_size: 4096\n  ffn_hidden_size: 14336\n  num_attention_heads: 32\n"
+        "  num_query_groups: 8\n  vocab_size: 128256\n  seq_length: 8192\n  gated_linear_unit: true\n"
+        "  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 2\ntrain:\n  micro_batch_size: 1\n"
+        "  global_batch_size: 512\nddp:\n  use_distributed_optimizer: true\n  grad_reduce_in_fp32: true\n"
+        "optimizer:\n  use_distributed_optimizer: true\n  bf16: true\n")
+
+
+@pytest.mark.parametrize("files", [64, 1])
+def test_dp_size_from_the_ranks_of_per_rank_files_or_said_to_be_unknown(tmp_path, files):
+    """QA2 #6: 64 per-rank files with TP 2 x PP 2 in the config were modelled on 4 GPUs (DP 1, the distributed
+    optimizer unsharded) while current.dp_known said true; one file gives no world size: dp_known false, a note."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    (tmp_path / "cfg.yaml").write_text(_CFG)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for r in range(files):
+        lines = _TRAIN_OOM if r == files - 1 else ["> building model ..."]
+        (logs / f"rank_{r}.log").write_text("\n".join(lines) + "\n")
+    mem = analyze([str(logs)], AnalyzeOptions(config_path=str(tmp_path / "cfg.yaml"))).memory
+    current = mem["current"]
+    if files == 64:
+        assert (current["gpus"], current["dp"], current["dp_known"]) == (64, 16, True)
+        assert any("world size 64 from the highest rank" in n for n in mem["notes"])
+    else:
+        assert (current["dp"], current["dp_known"]) == (1, False)
+        assert any("data-parallel size is unknown" in n for n in mem["notes"])

@@ -360,6 +360,26 @@ def _replay_view(view: Any, layout: Layout) -> Any:
     return out
 
 
+def _world_from_ranks(report: Any, view: Any) -> int | None:
+    """The world size a per-rank log shows (highest rank + 1) when the config does not state one.
+
+    Used only when it is a multiple of TP x PP x CP: a 2048-rank job whose config gives TP 2, PP 16 was modelled
+    on 32 GPUs (DP 1, nothing sharded). Ranks that never wrote a line make it a lower bound, so DP is never
+    overstated."""
+    if _set_in_job(view, "launch.world_size"):
+        return None
+    top = max((r for f in getattr(report, "findings", None) or () for r in (f.ranks or ()) if isinstance(r, int)),
+              default=None)
+    if top is None:
+        return None
+    base = fc.layout_from_config(view)
+    split = base.tp * base.pp * base.cp
+    world = top + 1
+    if world <= split or world % split:
+        return None
+    return world
+
+
 def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | None:
     finding = _oom_finding(report)
     if finding is None:
@@ -371,7 +391,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     phase = finding.phase or "unknown"
     shape = fc.shape_from_config(view)
     log_params = _log_params(report, view)
-    layout = fc.layout_from_config(view)
+    world_from_ranks = _world_from_ranks(report, view)
+    layout = fc.layout_from_config(view, world_from_ranks)
     inferred_note = None
     if not log_params and shape is None:
         log_params, inferred_note = _params_from_grad_buffer(n, phase, texts, layout, view)
@@ -423,7 +444,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     # a job that trains, or saves a checkpoint (Megatron saves after training iterations), had its model state
     # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
     trained = phase in ("training", "eval", "checkpoint_save")
-    world_known = _set_in_job(view, "launch.world_size")
+    world_known = _set_in_job(view, "launch.world_size") or world_from_ranks is not None
     state_unexplained = trained and current.state.persistent > capacity
     if state_unexplained:
         # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
@@ -439,7 +460,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     out["current"] = {
         "strategy": layout.strategy,
         "dp": layout.dp,
-        "dp_known": bool(world_known or layout.gpus > 1),  # false: the log does not give the DP size (modelled 1)
+        "dp_known": bool(world_known),  # false: the log does not give the DP size (modelled 1)
         "gpus": layout.gpus,
         "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
         "bytes_per_param": round(current.state.bytes_per_param, 3),
@@ -457,6 +478,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         out["current"]["worst_stage"] = current.stage
         out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
     replay_view = _replay_view(_ensure_view(view), layout)
+    if world_from_ranks is not None and hasattr(replay_view, "set"):
+        replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)
     if state_unexplained:
         # options sized from a state the job demonstrably did not have would be guesses presented as predictions
@@ -469,7 +492,10 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
     if state_unexplained:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")
-    if not world_known and layout.gpus == 1:
+    if world_from_ranks is not None:
+        out["notes"].append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
+                            f"data-parallel size {layout.dp}")
+    elif not world_known:
         out["notes"].append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
