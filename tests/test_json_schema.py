@@ -18,7 +18,7 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 from jsonschema import Draft202012Validator  # noqa: E402
 
-from diagnose.explain.memory.state import COMPONENTS, STRATEGIES  # noqa: E402
+from diagnose.explain.memory.state import COMPONENTS, OPTIONAL_COMPONENTS, STRATEGIES  # noqa: E402
 from diagnose.explain.memory.verdict import VERDICTS  # noqa: E402
 from diagnose.model import CATEGORIES, PHASES, REPORT_SCHEMA, ROLES, SAFETIES, SEVERITIES  # noqa: E402
 from diagnose.pipeline import AnalyzeOptions, analyze  # noqa: E402
@@ -74,7 +74,7 @@ def test_report_enums_are_the_model_constants():
 def test_memory_enums_are_the_memory_model_constants():
     for schema in (REPORT, CHECK):
         assert schema["$defs"]["strategy"]["enum"] == list(STRATEGIES)
-        assert list(schema["$defs"]["components"]["properties"]) == list(COMPONENTS)
+        assert list(schema["$defs"]["components"]["properties"]) == list(COMPONENTS + OPTIONAL_COMPONENTS)
         assert schema["$defs"]["components"]["required"] == list(COMPONENTS)
     assert REPORT["$defs"]["memory"]["properties"]["verdict"]["enum"] == list(VERDICTS)
 
@@ -150,6 +150,9 @@ def test_analyze_json_on_the_command_line_validates(capsys):
         ("llama8b_bridge.yaml", ["--gpus", "8", "--gpu", "h100-80gb"]),
         ("mlm_arguments.log", ["--gpus", "8"]),
         ("llama8b_bridge.yaml", ["--gpus", "6", "--set", "model.tensor_model_parallel_size=4"]),  # fails validation
+        # QA2 #7: the fp8 and cuda_graphs components were not in the schema
+        ("llama8b_bridge.yaml", ["--gpus", "8", "--set", "model.fp8=hybrid", "--set", "model.use_te_rng_tracker=true",
+                                 "--set", "model.cuda_graph_impl=transformer_engine"]),
     ],
 )
 def test_check_output_validates(capsys, config, extra):

@@ -46,6 +46,7 @@ STRATEGIES = (
     "fsdp:optim_grads_params",
 )
 COMPONENTS = ("params", "grads", "main_params", "optimizer", "buffers")
+OPTIONAL_COMPONENTS = ("fp8", "cuda_graphs")  # present only when the job uses FP8 / CUDA graphs
 PREFETCH_ELEMENTS = 1_000_000_000  # megatron_fsdp.py: suggested_communication_unit_size floor
 
 # which state is divided by N, per strategy: (params, grads, main params + optimizer)
