@@ -300,3 +300,22 @@ def test_per_rank_files_date_a_failure_by_the_rank_that_logs_iterations(tmp_path
     root = report.findings[report.root_cause]
     assert root.ranks == [3]
     assert root.phase == ("training" if trained else "first_iteration")
+
+
+def test_per_rank_hang_on_a_one_element_collective_is_during_training_when_a_file_trained(tmp_path):
+    """QA2 #8: the ranks that log no iterations got NC002 "timed out before training started" (a one-element
+    all-reduce at SeqNum 80231) while rank 63's file shows 299 iterations: one finding, during training."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    watchdog = ("[E1129 10:35:00.1 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Watchdog caught "
+                "collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                "Timeout(ms)=600000) ran for 600031 milliseconds before timing out.")
+    for seq, expected in ((80231, "NC007"), (12, "NC002")):
+        folder = tmp_path / str(seq)
+        folder.mkdir()
+        for r in range(8):
+            lines = [_ITER.format(i=i, c=i * 4096) for i in range(1, 300)] if r == 7 and seq > 100 else ["> start"]
+            (folder / f"rank_{r}.log").write_text("\n".join(lines + [watchdog.format(r=r, seq=seq)]) + "\n")
+        report = analyze([str(folder)], AnalyzeOptions(replay=False))
+        codes = {f.rule for f in report.findings if f.category == "nccl_timeout"}
+        assert codes == {expected}, (seq, codes)

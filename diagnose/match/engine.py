@@ -493,11 +493,34 @@ def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compi
     if not trained:
         return
     attempts = {getattr(sources[si], "attempt", None) for si in trained}
+    by_code = {cr.rule.code: cr for cr in compiled.rules}
     for hit in hits:
-        if hit.phase != "first_iteration" or hit.rule.rule.phase != "auto" or hit.source_index in trained:
+        if hit.source_index in trained or getattr(sources[hit.source_index], "attempt", None) not in attempts:
             continue
-        if getattr(sources[hit.source_index], "attempt", None) in attempts:
+        if hit.phase == "first_iteration" and hit.rule.rule.phase == "auto":
             hit.phase = "training"
+        _in_training_rule(hit, by_code)
+
+
+# A rule that says "before training" from the line alone, and the rule for the same line once training is known.
+_DURING_TRAINING = {"NC002": "NC007"}
+
+
+def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
+    """NC002 ("timed out before training started") judged a one-element collective in a file with no iteration
+    lines; when another file shows the job trained, a SeqNum of 100 or more is a collective of training (NC007).
+    Low SeqNums keep NC002: those are the job's first collectives whatever the other files say."""
+    old = hit.rule.rule.code
+    new = by_code.get(_DURING_TRAINING.get(old, ""))
+    try:
+        seq = int(hit.facts.get("seq_num"))
+    except (TypeError, ValueError):
+        return
+    if new is None or seq < 100:
+        return
+    hit.rule = new
+    hit.phase = new.rule.phase if new.rule.phase != "auto" else "training"
+    hit.key = new.rule.code + hit.key[len(old):]
 
 
 def _release(buf, released: int, upto: int) -> int:
