@@ -34,8 +34,9 @@ CASES = [
 VALID = [("Et*3|t*3|t*3|t*3L", 4, None, 12, 0), ("Et|t|t|t|t|t|t|tL", 4, 2, 8, 0), ("Et*3|t*3|t*3|t*3m|L", 5, None, 12, 1)]
 
 
-def _view(layout, pp, vpp, layers, mtp) -> ConfigView:
+def _view(layout, pp, vpp, layers, mtp, mcore: str | None = "0.16.1") -> ConfigView:
     view = ConfigView(framework="megatron-bridge", version="0.6.2")
+    view.mcore_version = mcore
     settings = {"model.num_layers": layers, "model.hidden_size": 1024, "model.num_attention_heads": 16,
                 "model.pipeline_model_parallel_size": pp, "model.pipeline_model_parallel_layout": layout,
                 "launch.world_size": pp * 8}
@@ -130,3 +131,16 @@ def test_analyze_reproduces_a_layout_failure_from_the_log(tmp_path):
     assert replay["reproduced"] is True, replay
     assert replay["proven"] is True
     assert [f["key"] for f in replay["fix"]] == ["model.pipeline_model_parallel_layout"]
+
+
+def test_mtp_split_layouts_are_not_refused_for_a_newer_or_unknown_megatron_core():
+    """After 0.16 megatron-core accepts one loss per MTP layer and MTP layers over consecutive ranks (QA2 #16):
+    those conditions are claimed only when the job's megatron-core is known to be 0.16 or older."""
+    split = ("Et*3|t*3|t*3|t*3mL|mL|L", 3, None, 12, 2)  # a loss per MTP layer and the main one; MTP on two stages
+    assert [v.message for v in _layout_violations(_view(*split, mcore="0.16.1"))] == [
+        "Loss must be specified exactly once"]
+    assert _layout_violations(_view(*split, mcore=None)) == []
+    assert _layout_violations(_view(*split, mcore="0.17.0")) == []
+    # what no release accepts is still refused whatever the version
+    assert [v.message for v in _layout_violations(_view("Et*3|t*3|t*3|t*2L", 4, None, 12, 0, mcore=None))] == [
+        "Number of decoder layers 11must match num_layers 12"]

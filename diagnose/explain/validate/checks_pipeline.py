@@ -238,12 +238,15 @@ KNOWN_KEYS.update({MTP_LAYERS})
 _LAYER_TYPE = {"E": "LayerType.embedding", "t": "LayerType.decoder", "m": "LayerType.mtp", "L": "LayerType.loss"}
 
 
-def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: int | None, mtp: int) -> str | None:
+def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: int | None, mtp: int,
+                    strict_mtp: bool = True) -> str | None:
     """The first assertion megatron-core 0.16.1 raises for this layout, in its words (None: it accepts it).
 
     ``PipelineParallelLayerLayout.__init__`` (stages divisible by PP), ``TransformerConfig.__post_init__`` (VPP),
     then ``validate_layer_layout``, in that order. The MTP-placement message is cut short upstream (its second
-    f-string is a separate statement), so it is given as it really prints."""
+    f-string is a separate statement), so it is given as it really prints. Releases after 0.16 also accept one loss
+    per MTP layer (``mtp_loss_split``) and MTP layers spread over consecutive ranks (``mtp_split``): with MTP layers
+    and a megatron-core not known to be 0.16 or older (``strict_mtp`` False), those conditions are not claimed."""
     from diagnose.explain.memory.pp_layout import rank_chunks
 
     if len(stages) % pp:
@@ -262,7 +265,7 @@ def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: i
         return f"The last layer must be loss, but got {_LAYER_TYPE[flat[-1]]}"
     if flat.count("E") != 1:
         return "Embedding must be specified exactly once"
-    if flat.count("L") != 1:
+    if flat.count("L") != 1 and (strict_mtp or not mtp or flat.count("L") != 1 + mtp):
         return "Loss must be specified exactly once"
     if layers is not None and flat.count("t") != layers:
         return f"Number of decoder layers {flat.count('t')}must match num_layers {layers}"
@@ -270,12 +273,19 @@ def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: i
         return "Number of mtp layers in layout must match mtp_num_layers"
     if "m" in flat and "t" in flat[flat.index("m"):]:
         return "decoder layers must be placed before MTP layers"
+    if mtp and not strict_mtp:
+        return None  # MTP placement rules differ after 0.16 (mtp_split): not claimed for an unknown release
     chunks = rank_chunks(stages, pp)
     if any("m" in c for rank in chunks for c in rank[:-1]):
         return "Currently we restrict that the MTP should be always in the last "
     if any("m" in rank[-1] and rank[-1].count("m") != mtp for rank in chunks):
         return "All of the MTP layers must be in the same one virtual pipeline stage"
     return None
+
+
+def _mcore_at_most_0_16(ctx: CheckContext) -> bool:
+    """The job's megatron-core is known to be 0.16.x or older (the layout rules this check mirrors)."""
+    return _mcore_before(ctx, (0, 17, 0))
 
 
 @check("pipeline_layout_invalid", "megatron-core transformer/pipeline_parallel_layer_layout.py "
@@ -296,7 +306,7 @@ def pipeline_layout_invalid(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("pipeline_layout_invalid", str(e), [key], fixes=drop)
         return
     message = _layout_message(stages, _pp(ctx), _vpp(ctx), ctx.number("model.num_layers"),
-                              ctx.number(MTP_LAYERS) or 0)
+                              ctx.number(MTP_LAYERS) or 0, strict_mtp=_mcore_at_most_0_16(ctx))
     if message is not None:
         keys = [key, PP, VPP, "model.num_layers", MTP_LAYERS]
         yield Violation("pipeline_layout_invalid", message, keys, fixes=drop)
