@@ -231,3 +231,20 @@ def test_parallel_phase1_gives_the_serial_answer(catalogue, tmp_path, monkeypatc
         serial = scan_and_match([src], catalogue, jobs=1).report.to_dict()
         forked = scan_and_match([src], catalogue, jobs=2).report.to_dict()
     assert serial["findings"] and serial == forked
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_stray_lines_between_chained_tracebacks_keep_the_fast_scan_exact(catalogue, seed):
+    """Every 13th line gets stray text (a progress suffix, a NUL, non-ASCII): some land between "During handling of
+    the above exception" and the next header, where the rebuild keeps the chain; the fast look-back must keep it too
+    (it used to stop at the stray line and lose the chained frames: another rule, another phase)."""
+    rng = random.Random(seed)
+    lines = generate_log(catalogue, seed).split("\n")
+    for i in range(0, len(lines), 13):
+        lines[i] = lines[i] + rng.choice([" caf\u00e9", " \x00", " \u2013 ", " progress 10%", "x"])
+    text = "\n".join(lines)
+    expected = reference_hits(text, catalogue, "gen.log")
+    compiled = compile_catalogue(catalogue, all_captures())
+    for backend in installed_backends():
+        hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend=backend)
+        assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, backend

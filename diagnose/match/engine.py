@@ -28,6 +28,7 @@ MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
+CHAIN_GAP_LINES = 64  # stray lines of the same stream tolerated between a chain phrase and the next header
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
@@ -256,6 +257,7 @@ class Matcher:
             return []
         same: list[LogLine] = []
         header_at: int | None = None  # index in ``same`` of the last header passed
+        gap = 0  # other lines passed since that header, looking for a chain phrase above it
         for _s, prev in reader.backwards(start, ll.lineno, TRACEBACK_LOOKBACK_LINES, TRACEBACK_LOOKBACK_BYTES):
             if prev.stream != stream:
                 continue
@@ -266,8 +268,16 @@ class Matcher:
                     same.append(prev)
                     continue
                 if not stripped.startswith(_CHAIN_PHRASES):
-                    break  # the traceback is not chained to an earlier exception: stop at its header
+                    # The rebuild keeps a chain across stray output between the phrase and the next header (a
+                    # progress line of the same rank); look a little further up for the phrase, then let the
+                    # rebuild decide. A header or a frame means an earlier, separate traceback: stop.
+                    gap += 1
+                    if gap > CHAIN_GAP_LINES or stripped.startswith((_HEADER, _GROUP_HEADER, 'File "')):
+                        break
+                    same.append(prev)
+                    continue
                 header_at = None
+                gap = 0
             same.append(prev)
             # Inside an exception group printout, walk up to the outermost group's header: its frames are where
             # the member's error surfaced (a TaskGroup in save_checkpoint, say).
