@@ -117,15 +117,7 @@ class Traceback:
     @property
     def groups(self) -> list["Traceback"]:
         """The exception groups this exception is nested in, outermost first."""
-        out: list[Traceback] = []
-        seen: set[int] = set()
-        node = self.group
-        while node is not None and id(node) not in seen:
-            seen.add(id(node))
-            out.append(node)
-            node = node.group
-        out.reverse()
-        return out
+        return _walk_up(self, "group")
 
     @property
     def leaves(self) -> list["Traceback"]:
@@ -158,19 +150,25 @@ class Traceback:
     @property
     def chain(self) -> list["Traceback"]:
         """Earlier exceptions this one is chained to, oldest first (not including self)."""
-        out: list[Traceback] = []
-        seen: set[int] = set()
-        node = self.cause
-        while node is not None and id(node) not in seen:
-            seen.add(id(node))
-            out.append(node)
-            node = node.cause
-        out.reverse()
-        return out
+        return _walk_up(self, "cause")
 
     @property
     def first_line(self) -> int:
         return self.lines[0].lineno if self.lines else 0
+
+
+def _walk_up(tb: "Traceback", link: str) -> list["Traceback"]:
+    """Follow ``link`` ("cause" or "group") from ``tb``, farthest first, ``tb`` itself excluded; a cycle (never
+    built by the rebuild, but cheap to guard) stops the walk."""
+    out: list[Traceback] = []
+    seen: set[int] = set()
+    node = getattr(tb, link)
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        out.append(node)
+        node = getattr(node, link)
+    out.reverse()
+    return out
 
 
 _IDLE, _FRAMES, _CODE, _MESSAGE, _CPP, _AFTER = range(6)
