@@ -144,3 +144,17 @@ def test_mapping_lines_reads_sourced_values_and_counts_defaults():
     assert not any("model.k3" in ln for ln in lines)
     assert lines[lines.index("  python: |") + 1 :][:2] == ["      a = 1", "      b = 2"]
     assert "- x" in [ln.strip() for ln in lines]
+
+
+def test_text_sections_leave_out_empty_fields_and_say_when_nothing_was_recovered():
+    """QA2 #12: `source: []`, `framework: null`, `values: {}` are noise in the text report (JSON keeps them)."""
+    from diagnose.model import Report
+    from diagnose.present.text import render_to_string
+
+    report = Report(config={"source": [], "framework": None, "version": None, "values": {}})
+    text = render_to_string(report)
+    assert "CONFIG" in text and "nothing recovered from the input" in text
+    assert "source: []" not in text and "framework: null" not in text and "values: {}" not in text
+    report = Report(config={"source": ["log:3 launch command"], "framework": None, "values": {"a.b": 1}})
+    text = render_to_string(report)
+    assert "log:3 launch command" in text and "framework" not in text and "nothing recovered" not in text

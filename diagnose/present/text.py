@@ -515,6 +515,12 @@ def _section(title: str, data: Any, width: int = 100) -> list[Any]:
         return []
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     data = section_data(data)
+    if isinstance(data, dict):
+        # empty fields (source: [], framework: null, values: {}) say nothing to a reader; JSON keeps them
+        data = {k: v for k, v in data.items() if v not in (None, "", [], {})}
+        if not data:
+            out.append(Text("  nothing recovered from the input", style="dim"))
+            return out
     lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
     if lead_key:  # the one sentence a user reads first (replay's summary, memory's explanation), then the details
         for w in wrap_paragraphs(inert(data[lead_key]), width, "  "):
