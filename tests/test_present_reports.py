@@ -158,3 +158,7 @@ def test_text_sections_leave_out_empty_fields_and_say_when_nothing_was_recovered
     report = Report(config={"source": ["log:3 launch command"], "framework": None, "values": {"a.b": 1}})
     text = render_to_string(report)
     assert "log:3 launch command" in text and "framework" not in text and "nothing recovered" not in text
+    from diagnose.present.markdown import render_markdown
+
+    md = render_markdown(Report(config={"source": [], "framework": None, "values": {}}))
+    assert "_nothing recovered from the input_" in md and "source: []" not in md

@@ -13,6 +13,7 @@ from diagnose.explain.render import cli_line, env_line, python_lines
 from diagnose.model import Finding, Report
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
+    NOTHING_RECOVERED,
     SAFETY_NOTE,
     collapsed_line,
     mapping_lines,
@@ -85,7 +86,10 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
 def _section(title: str, data: Any) -> list[str]:
     if not data:
         return []
-    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(section_data(data)))), "yaml"), ""]
+    shown = section_data(data)
+    if not shown:
+        return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
+    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""]
 
 
 def render_markdown(report: Report) -> str:

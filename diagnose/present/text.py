@@ -466,9 +466,15 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     return parts
 
 
+NOTHING_RECOVERED = "nothing recovered from the input"
+
+
 def section_data(data: Any) -> Any:
-    """A report section as shown: an empty ``render.cli`` (env-only fix) shows the export lines instead, and empty
-    renderings are left out."""
+    """A report section as shown: empty fields (``source: []``, ``framework: null``, ``values: {}``) are left out
+    (JSON keeps them), an empty ``render.cli`` (env-only fix) shows the export lines instead, and empty renderings
+    are left out."""
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if v not in (None, "", [], {})}
     if not isinstance(data, dict) or not isinstance(data.get("render"), dict):
         return data
     render = dict(data["render"])
@@ -515,12 +521,9 @@ def _section(title: str, data: Any, width: int = 100) -> list[Any]:
         return []
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     data = section_data(data)
-    if isinstance(data, dict):
-        # empty fields (source: [], framework: null, values: {}) say nothing to a reader; JSON keeps them
-        data = {k: v for k, v in data.items() if v not in (None, "", [], {})}
-        if not data:
-            out.append(Text("  nothing recovered from the input", style="dim"))
-            return out
+    if not data:
+        out.append(Text("  " + NOTHING_RECOVERED, style="dim"))
+        return out
     lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
     if lead_key:  # the one sentence a user reads first (replay's summary, memory's explanation), then the details
         for w in wrap_paragraphs(inert(data[lead_key]), width, "  "):
