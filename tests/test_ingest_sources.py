@@ -260,11 +260,25 @@ def test_file_growing_after_open_keeps_the_size_at_open(tmp_path):
 
 
 def test_recently_written_file_is_snapshot_so_truncation_cannot_crash(tmp_path):
+    # larger than SMALL_READ_BYTES, so it is mapped (a small file is read whole at open, a snapshot by itself)
+    body = b"x" * (sources_module.SMALL_READ_BYTES + 300_000) + b"\nend\n"
+    log = _write(tmp_path / "live.log", body, old=False)
+    with open_inputs([str(log)]) as (source,):
+        os.truncate(log, 0)  # copytruncate log rotation while we scan
+        assert isinstance(source.buffer, mmap.mmap)
+        assert source.buffer[-4:] == b"end\n"  # reading the whole map would SIGBUS if it were the original file
+        assert source.size == len(body) and source.path == str(log)
+
+
+def test_a_small_live_file_is_read_at_open_without_a_copy(tmp_path, monkeypatch):
+    def no_copy(path, tmp):
+        raise AssertionError("a small file needs no snapshot copy")
+
+    monkeypatch.setattr(sources_module, "_snapshot", no_copy)
     log = _write(tmp_path / "live.log", b"x" * 300_000 + b"\nend\n", old=False)
     with open_inputs([str(log)]) as (source,):
         os.truncate(log, 0)  # copytruncate log rotation while we scan
-        assert source.buffer[-4:] == b"end\n"  # reading the whole map would SIGBUS if it were the original file
-        assert source.size == 300_005 and source.path == str(log)
+        assert source.buffer[-4:] == b"end\n" and source.size == 300_005
 
 
 def test_sources_close_idempotently(tmp_path):

@@ -103,7 +103,9 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
     if not stat.S_ISREG(st.st_mode):
         raise input_error(path, "not a regular file")
-    if 0 < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
+    # a small file is read whole (up to its size at open) by _map_file, which is already a snapshot: copy only
+    # the larger live files that would otherwise be mapped
+    if SMALL_READ_BYTES < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
         snapshot = _snapshot(path, tmp)
         return _map_file(snapshot, display_path=path, **hints)
     return _map_file(path, display_path=path, **hints)
