@@ -53,3 +53,13 @@ def _private_cache_dir(tmp_path_factory):
         os.environ.pop("DIAGNOSE_CACHE_DIR", None)
     else:
         os.environ["DIAGNOSE_CACHE_DIR"] = previous
+
+
+def config_view(values: dict, framework: str = "megatron-bridge"):
+    """A Megatron-Bridge config as a file would give it (every value from ``file:cfg``), with release defaults."""
+    from diagnose.explain.config import ConfigView, apply_defaults
+
+    view = ConfigView(framework=framework)
+    for k, v in values.items():
+        view.set(k, v, "file:cfg")
+    return apply_defaults(view)

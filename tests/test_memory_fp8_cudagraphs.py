@@ -4,8 +4,9 @@ estimates, checked here against hand computations in direction and size."""
 from __future__ import annotations
 
 import pytest
+from conftest import config_view
 
-from diagnose.explain.config import ConfigView, apply_defaults
+from diagnose.explain.config import ConfigView
 from diagnose.explain.memory.activations import Workload, activation_bytes, cuda_graph_bytes
 from diagnose.explain.memory.from_config import layout_from_config, shape_from_config, workload_from_config
 from diagnose.explain.memory.options import Scenario, evaluate
@@ -93,11 +94,7 @@ def test_cuda_graphs_raise_the_planned_peak():
 
 
 def _view(values: dict) -> ConfigView:
-    view = ConfigView(framework="megatron-bridge")
-    base = {"model.num_layers": 4, "model.hidden_size": 1024, "model.num_attention_heads": 16}
-    for k, v in {**base, **values}.items():
-        view.set(k, v, "file:cfg")
-    return apply_defaults(view)
+    return config_view({"model.num_layers": 4, "model.hidden_size": 1024, "model.num_attention_heads": 16, **values})
 
 
 @pytest.mark.parametrize("values, fp8, params", [

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import config_view
 
-from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory.activations import Workload, _layer_bytes, activation_bytes, in_flight
 from diagnose.explain.memory.from_config import pipeline_layout_problem, shape_from_config, workload_from_config
 from diagnose.explain.memory.options import Scenario, evaluate, valid_splits
@@ -261,11 +261,7 @@ def test_split_search_keeps_pipeline_sizes_the_layout_accepts():
 
 # ------------------------------------------------------------------------------------------------ config / check
 
-def _view(values: dict) -> ConfigView:
-    view = ConfigView(framework="megatron-bridge")
-    for k, v in values.items():
-        view.set(k, v, "file:cfg")
-    return apply_defaults(view)
+_view = config_view
 
 
 CONFIG = {

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from conftest import config_view
 
-from diagnose.explain.config import ConfigView, apply_defaults
+from diagnose.explain.config import ConfigView
 from diagnose.explain.memory.activations import Workload, activation_bytes
 from diagnose.explain.memory.from_config import shape_from_config
 from diagnose.explain.memory.shape import ModelShape, count_params, layer_params, mtp_params, stage_counts
@@ -113,11 +114,7 @@ def test_mtp_adds_a_layer_and_logits_to_the_last_stage_activations():
 
 
 def _view(values: dict) -> ConfigView:
-    view = ConfigView(framework="megatron-bridge")
-    base = {"model.num_layers": 4, "model.hidden_size": 1024, "model.num_attention_heads": 16}
-    for k, v in {**base, **values}.items():
-        view.set(k, v, "file:cfg")
-    return apply_defaults(view)
+    return config_view({"model.num_layers": 4, "model.hidden_size": 1024, "model.num_attention_heads": 16, **values})
 
 
 def test_config_reads_mla_and_mtp():

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import config_view
 
-from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory.activations import Workload, activation_bytes, in_flight
 from diagnose.explain.memory.from_config import shape_from_config
 from diagnose.explain.memory.options import Scenario, evaluate
@@ -100,11 +100,7 @@ def test_the_peak_is_on_the_worst_stage_not_the_first():
     assert even.stage == 0 and even.peak < plan.peak
 
 
-def _view(values: dict) -> ConfigView:
-    view = ConfigView(framework="megatron-bridge")
-    for k, v in values.items():
-        view.set(k, v, "file:cfg")
-    return apply_defaults(view)
+_view = config_view
 
 
 CONFIG = {
