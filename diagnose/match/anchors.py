@@ -32,6 +32,8 @@ import re
 from collections import OrderedDict
 from typing import Callable, Iterator
 
+from diagnose.cache import cache_dir
+
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
 _CACHE: "OrderedDict[tuple, Phase1]" = OrderedDict()
@@ -188,12 +190,6 @@ class _Locator:
         (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
 
 
-def _cache_dir() -> str | None:
-    from diagnose.cache import cache_dir
-
-    return cache_dir()
-
-
 CACHE_KEEP = 16  # compiled databases kept (one per catalogue version and window kind); the oldest go first
 
 
@@ -222,7 +218,7 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
     for part in (str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs):
         h.update(part.encode() if isinstance(part, str) else part)
         h.update(b"\0")
-    folder = _cache_dir()
+    folder = cache_dir()
     path = os.path.join(folder, f"hs-{h.hexdigest()[:32]}.db") if folder else None
     if path:
         try:
