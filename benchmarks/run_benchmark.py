@@ -31,7 +31,6 @@ sys.path.insert(0, str(HERE))
 
 from gen_log import _size, generate  # noqa: E402
 
-
 LOG_AGE_S = 600
 
 

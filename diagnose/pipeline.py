@@ -6,8 +6,8 @@ this module only wires them together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from diagnose.model import Report
 

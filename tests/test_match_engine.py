@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_catalogue, make_rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.match import TextSource, match_text, scan_and_match
-from diagnose.match import engine
+from diagnose.match import TextSource, engine, match_text, scan_and_match
 from diagnose.match.compiled import compile_catalogue
 from diagnose.model import CaptureSpec
-from conftest import make_catalogue, make_rule
 
 OOM = make_rule("OOM1", "CUDA out of memory", r"CUDA out of memory\. Tried to allocate (?P<req>[\d.]+ [GM]iB)",
                 category="cuda_oom")

@@ -17,8 +17,7 @@ from diagnose.match import TextSource, all_captures, scan_and_match
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import scan
 from diagnose.match.rules import Catalogue
-from diagnose.normalize import decode, normalize_line
-from diagnose.normalize import phases
+from diagnose.normalize import decode, normalize_line, phases
 from diagnose.normalize.tracebacks import traceback_ending_at
 
 RANKS = 32

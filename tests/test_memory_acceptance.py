@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_memory_verdict import REAL_OOM
 
 from diagnose.explain.config import ConfigView, apply_overrides
 from diagnose.explain.memory import run
 from diagnose.explain.validate import validate
 from diagnose.model import Evidence, Finding, Report
 from diagnose.normalize.facts.oom import parse_cuda_oom
-
-from test_memory_verdict import REAL_OOM
 
 PARAMS = 36_327_530_496  # " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 36327530496"
 GIB = 2**30

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_memory_verdict import REAL_OOM
 
 from diagnose.explain.config import ConfigView
 from diagnose.explain.memory import run
 from diagnose.model import Evidence, Finding, Report
-
-from test_memory_verdict import REAL_OOM
 
 KEYS = ["model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_query_groups",
         "model.ffn_hidden_size", "model.vocab_size", "model.tensor_model_parallel_size",

@@ -130,9 +130,10 @@ def test_a_request_larger_than_the_gpu_is_capacity(phase):
 
 
 def test_a_request_larger_than_the_gpu_is_explained_through_the_pipeline():
-    from diagnose.pipeline import AnalyzeOptions, analyze
+    import os
+    import tempfile
 
-    import tempfile, os
+    from diagnose.pipeline import AnalyzeOptions, analyze
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "too_big.log")
         with open(path, "w") as fh:

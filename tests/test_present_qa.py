@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from diagnose.model import Evidence, Finding, Fix, Override, EnvVar, Report
+from diagnose.model import EnvVar, Evidence, Finding, Fix, Override, Report
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import render_markdown
 from diagnose.present.text import render_to_string, shown_facts

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from diagnose.present.safe import inert, inert_block, log_text, markup_escape, shorten

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 import diagnose.explain.memory as memory
 from diagnose.explain import enrich
 from diagnose.explain.config.extract import blocks_from_lines, lines_of

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.replay import render_fix, replay
 from diagnose.model import Evidence, Finding, Override

@@ -78,9 +78,8 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
     Each replayed finding gets ``facts["replay"] = {"proven": bool, "added": [...]}``. With no fix to replay but
     a known config that fails validation, the validator's own suggested fix is replayed.
     """
-    from diagnose.explain.replay import replay
-
     from diagnose.explain.fit import apply_fit, capacity_fix
+    from diagnose.explain.replay import replay
 
     fit = capacity_fix(report, view)
     chosen = None

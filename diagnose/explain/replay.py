@@ -21,8 +21,9 @@ layout, job_gpus, peak_bytes, capacity_bytes, label, cost), ``extended``, ``note
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
 from diagnose.explain.config.view import ConfigView

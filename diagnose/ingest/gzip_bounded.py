@@ -12,8 +12,9 @@ import bz2
 import lzma
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from diagnose.ingest.errors import input_error, os_error
 

@@ -16,12 +16,13 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Iterator
+from typing import IO
 
 from diagnose.ingest.discover import expand_inputs
-from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
 from diagnose.ingest.errors import input_error, os_error
+from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
 from diagnose.model import DiagnoseError
 
 FIFO_TIMEOUT_S = 10.0

@@ -7,8 +7,8 @@ same on a string (rule examples, tests, the TUI's paste screen).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from diagnose.match.rules import Catalogue, Rule, load_catalogue
 from diagnose.model import Block, CaptureSpec, Report
@@ -76,8 +76,8 @@ def scan_and_match(
     ``jobs`` > 1 runs phase 1 of large inputs in that many forked worker processes (same answers). ``backend``
     picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give the same answer.
     """
-    from diagnose.match.compiled import compile_catalogue
     from diagnose.match.attribution import attribute_ranks
+    from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
     from diagnose.match.ranking import rank

@@ -9,7 +9,8 @@ are the ``File "..."`` / ``frame #N`` lines of the same stream above the line) s
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from diagnose.model import LogLine
 

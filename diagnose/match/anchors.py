@@ -30,13 +30,13 @@ import hashlib
 import os
 import re
 from collections import OrderedDict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from diagnose.cache import cache_dir
 
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
-_CACHE: "OrderedDict[tuple, Phase1]" = OrderedDict()
+_CACHE: OrderedDict[tuple, Phase1] = OrderedDict()
 _CACHE_SIZE = 8
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
@@ -249,10 +249,10 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
     return db
 
 
-_CAPTURE_LOCATORS: dict[tuple[bytes, str], "_Locator | None"] = {}
+_CAPTURE_LOCATORS: dict[tuple[bytes, str], _Locator | None] = {}
 
 
-def capture_locator(literal: bytes, pattern: str) -> "_Locator | None":
+def capture_locator(literal: bytes, pattern: str) -> _Locator | None:
     """A Hyperscan locator for a capture's anchor and regex (None without Hyperscan or for a regex it refuses)."""
     key = (literal, pattern)
     if key not in _CAPTURE_LOCATORS:
@@ -445,7 +445,7 @@ class Phase1:
         for i in ids:
             _find_lines(window, self.anchors[i], starts)
 
-    def _single(self, i: int) -> "_Locator | None":
+    def _single(self, i: int) -> _Locator | None:
         """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
         if i not in self._singles:
             try:
@@ -477,10 +477,10 @@ def _make_engine(literals: list[bytes], backend: str):
     return _PythonPresence(literals)
 
 
-_TEXT_PRESENCE: dict[tuple[bytes, ...], "Callable[[bytes], list[int]] | None"] = {}
+_TEXT_PRESENCE: dict[tuple[bytes, ...], Callable[[bytes], list[int]] | None] = {}
 
 
-def text_presence(literals: list[bytes]) -> "Callable[[bytes], list[int]] | None":
+def text_presence(literals: list[bytes]) -> Callable[[bytes], list[int]] | None:
     """Which of ``literals`` occur in one line's text (UTF-8), by a Hyperscan literal database; None without it.
 
     Phase 2 asks this for every distinct candidate text: a loop of ``in`` over hundreds of anchors is the cost

@@ -20,8 +20,9 @@ something only when a small minority disagrees (as ``silent_ranks`` does, and wi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from diagnose.model import Finding, rank_runs
 

@@ -22,7 +22,7 @@ REGEX_TIMEOUT_S = 1.0  # per search; only a pathological pattern comes near it
 @dataclass(slots=True)
 class CompiledPattern:
     anchor: str
-    regex: "regex.Pattern"
+    regex: regex.Pattern
 
 
 @dataclass(slots=True)
@@ -37,10 +37,10 @@ class CompiledRule:
 @dataclass(slots=True)
 class CompiledCapture:
     spec: CaptureSpec
-    regex: "regex.Pattern | None"
+    regex: regex.Pattern | None
     literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
-    loose: "regex.Pattern | None" = None  # the regex loosened for the raw line (a cheap necessary condition)
-    window_rx: "re.Pattern[bytes] | None" = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
+    loose: regex.Pattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
+    window_rx: re.Pattern[bytes] | None = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
 
     def accepts(self, text: str) -> bool:
         """Does a normalised line qualify (anchor present, regex matches if any)?"""

@@ -11,13 +11,13 @@ normalised lines.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import regex
 
-from diagnose.match import adapters
-from diagnose.match import parallel
+from diagnose.match import adapters, parallel
 from diagnose.match.anchors import Phase1, phase1_for, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule

@@ -18,9 +18,9 @@ Problems are data (:class:`LintProblem`); the ``rules lint`` command prints them
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import regex
 

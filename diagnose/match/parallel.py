@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mmap
 import multiprocessing
-from typing import Iterator
+from collections.abc import Iterator
 
 CHUNK_BYTES = 32 << 20
 

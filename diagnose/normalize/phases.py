@@ -22,7 +22,8 @@ seen before the failure line in the same file decides.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from diagnose.model import Block, CaptureSpec, LogLine
 

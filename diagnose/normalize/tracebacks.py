@@ -99,13 +99,13 @@ class Traceback:
     lines: list[LogLine] = field(default_factory=list)
     cpp_frames: list[str] = field(default_factory=list)
     cpp_raised_from: str = ""
-    cause: "Traceback | None" = None  # the exception this one happened while handling / was raised from
+    cause: Traceback | None = None  # the exception this one happened while handling / was raised from
     chain_kind: str | None = None  # "cause" (raise ... from) or "context" (during handling)
     headless: bool = False  # started at a File line: the "Traceback" header was not seen
     is_group: bool = False  # an ExceptionGroup / BaseExceptionGroup (its members are in ``exceptions``)
-    exceptions: list["Traceback"] = field(default_factory=list)  # a group's members, in printed order
+    exceptions: list[Traceback] = field(default_factory=list)  # a group's members, in printed order
     omitted: int = 0  # a group's members not printed ("and N more exceptions", "... (max_group_depth is N)")
-    group: "Traceback | None" = None  # the exception group this exception was printed inside
+    group: Traceback | None = None  # the exception group this exception was printed inside
     group_index: int | None = None  # its 1-based place in that group
 
     @property
@@ -115,12 +115,12 @@ class Traceback:
         return int(m.group("n")) if m is not None else None
 
     @property
-    def groups(self) -> list["Traceback"]:
+    def groups(self) -> list[Traceback]:
         """The exception groups this exception is nested in, outermost first."""
         return _walk_up(self, "group")
 
     @property
-    def leaves(self) -> list["Traceback"]:
+    def leaves(self) -> list[Traceback]:
         """The non-group exceptions a group holds, depth first (itself when it is not a group)."""
         if not self.is_group:
             return [self]
@@ -148,7 +148,7 @@ class Traceback:
         return [f"{f.file}:{f.function} {f.code}".rstrip() for f in self.frames] + list(self.cpp_frames)
 
     @property
-    def chain(self) -> list["Traceback"]:
+    def chain(self) -> list[Traceback]:
         """Earlier exceptions this one is chained to, oldest first (not including self)."""
         return _walk_up(self, "cause")
 
@@ -157,7 +157,7 @@ class Traceback:
         return self.lines[0].lineno if self.lines else 0
 
 
-def _walk_up(tb: "Traceback", link: str) -> list["Traceback"]:
+def _walk_up(tb: Traceback, link: str) -> list[Traceback]:
     """Follow ``link`` ("cause" or "group") from ``tb``, farthest first, ``tb`` itself excluded; a cycle (never
     built by the rebuild, but cheap to guard) stops the walk."""
     out: list[Traceback] = []

@@ -64,7 +64,7 @@ def shorten(text: str, limit: int = 400) -> str:
     return text[: limit - 1] + "…"
 
 
-def log_text(text: str, style: str = "", limit: int | None = None) -> "Text":
+def log_text(text: str, style: str = "", limit: int | None = None) -> Text:
     """A rich ``Text`` holding a log line, inert, never interpreted as markup."""
     from rich.text import Text
 
@@ -74,7 +74,7 @@ def log_text(text: str, style: str = "", limit: int | None = None) -> "Text":
     return Text(s, style=style, no_wrap=False)
 
 
-def block_text(text: str, style: str = "") -> "Text":
+def block_text(text: str, style: str = "") -> Text:
     """A rich ``Text`` for multi-line text from a log or rule (newlines kept), never interpreted as markup."""
     from rich.text import Text
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import textwrap
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console, Group
 from rich.padding import Padding

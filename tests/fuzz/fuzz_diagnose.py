@@ -19,6 +19,8 @@ import atheris
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 with atheris.instrument_imports():
+    from rich.console import Console
+
     from diagnose.explain.config.extract import blocks_from_lines, from_blocks
     from diagnose.match import load_catalogue, match_text
     from diagnose.normalize import decode, normalize_line
@@ -26,7 +28,6 @@ with atheris.instrument_imports():
     from diagnose.normalize.tracebacks import rebuild
     from diagnose.present import json_report, markdown
     from diagnose.present import text as text_report
-    from rich.console import Console
 
 CATALOGUE = load_catalogue()
 

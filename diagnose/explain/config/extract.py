@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.config import captures as C
 from diagnose.explain.config.bridge_yaml import flatten_bridge, key_lines, looks_like_bridge

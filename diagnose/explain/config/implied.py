@@ -11,7 +11,8 @@ validator then prints the same failure, replay says "reproduced (from the settin
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Finding

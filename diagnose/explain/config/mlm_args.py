@@ -13,7 +13,8 @@ An argument list is what follows ``pretrain_gpt.py`` on a launch line: ``--tenso
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from diagnose.explain.config.values import as_bool, parse_scalar
 from diagnose.explain.config.view import ConfigView

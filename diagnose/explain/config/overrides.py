@@ -8,7 +8,8 @@ dotted paths (``ddp.use_megatron_fsdp``) or ``env.<NAME>`` for the process envir
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from diagnose.explain.config.values import parse_scalar
 from diagnose.explain.config.view import ConfigView

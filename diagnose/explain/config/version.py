@@ -9,7 +9,7 @@ Sources: ../shared/knowledge/megatron-bridge.md §1.4 (messages per release), §
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.config.defaults import version_range
 

@@ -18,8 +18,9 @@ what the log did not print; replay may say "reproduced (from the settings the er
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 _MISSING = object()
 
@@ -95,7 +96,7 @@ class ConfigView:
     def remove(self, key: str) -> None:
         self.values.pop(key, None)
 
-    def copy(self) -> "ConfigView":
+    def copy(self) -> ConfigView:
         return ConfigView(
             values=dict(self.values),
             framework=self.framework,
@@ -105,7 +106,7 @@ class ConfigView:
             version_clues=list(self.version_clues),
         )
 
-    def merge(self, other: "ConfigView") -> None:
+    def merge(self, other: ConfigView) -> None:
         """Take every value of ``other`` (it wins), and its framework/version when ours are unknown."""
         for k, v in other.values.items():
             if v.origin == "default" and k in self.values:

@@ -9,7 +9,7 @@ Sources: Megatron-Bridge ``src/megatron/bridge/training/config.py`` (``ConfigCon
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
 

@@ -9,7 +9,7 @@ not in struct``), and values outside a field's fixed set of choices.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov

@@ -11,7 +11,7 @@ version (when the log shows it) picks the wording; unknown means 0.16.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov

@@ -7,7 +7,7 @@ Sources: Megatron-Bridge ``training/config.py`` (``validate``, ``get_data_parall
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
 

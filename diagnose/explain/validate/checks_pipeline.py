@@ -10,7 +10,8 @@ included (an f-string pair without a separator), so replay can find them in a lo
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov

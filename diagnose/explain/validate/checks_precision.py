@@ -11,8 +11,9 @@ Rules CV070, CV071, CV073, CV080, CV090, CV091, CV097, CV098. Sources: megatron-
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import prod
-from typing import Any, Iterable
+from typing import Any
 
 from diagnose.explain.config.values import as_bool
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov

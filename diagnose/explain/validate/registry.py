@@ -7,8 +7,9 @@ can pick one that does not undo an override the user asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from diagnose.explain.config.defaults import VersionRange, family_of, version_range, version_tuple
 from diagnose.explain.config.values import as_bool, as_int

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.diagnosis import SlurmDiagnosis, diagnose_job

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import pwd
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
@@ -26,12 +26,10 @@ from diagnose.ingest.slurm.output_path import (
     parse_sbatch_options,
     resolve,
 )
-from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
-from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
 from diagnose.ingest.slurm.parse import (
     ExitStatus,
-    ScontrolRecord,
     SacctRow,
+    ScontrolRecord,
     parse_duration,
     parse_env_outputs,
     parse_exit_code,
@@ -39,6 +37,8 @@ from diagnose.ingest.slurm.parse import (
     parse_scontrol_jobs,
     split_state,
 )
+from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
+from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
 from diagnose.model import DiagnoseError
 
 Runner = Callable[[list[str]], CommandResult]

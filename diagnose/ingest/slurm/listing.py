@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.job import Runner
-from diagnose.ingest.slurm.parse import parse_duration, parse_exit_code, parse_sacct, split_state, signal_name
+from diagnose.ingest.slurm.parse import parse_duration, parse_exit_code, parse_sacct, signal_name, split_state
 from diagnose.model import DiagnoseError
 
 # Asked from sacct (--state selects jobs that were in one of these during the window); COMPLETED is asked too

@@ -14,10 +14,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.output_path import PatternFields, resolve
 from diagnose.ingest.slurm.srun_script import SrunCall, file_pattern
 

@@ -16,7 +16,8 @@ rendered fact gives the fact back.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from diagnose.model import LogLine
 from diagnose.normalize.facts.nccl import (
@@ -53,7 +54,7 @@ def _text(item: LogLine | str | Any) -> str:
     return item if isinstance(item, str) else str(item)
 
 
-def _safe(fn: Callable[[str, list[str]], "dict[str, Any] | None"]) -> Parser:
+def _safe(fn: Callable[[str, list[str]], dict[str, Any] | None]) -> Parser:
     def parser(line: LogLine | str, context: Sequence[LogLine | str] = ()) -> dict[str, Any] | None:
         try:
             return fn(_text(line), [_text(c) for c in (context or ())])

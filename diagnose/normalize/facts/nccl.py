@@ -14,7 +14,8 @@ Formats (../shared/knowledge/megatron-core.md section 6):
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 _PREFIX = re.compile(
     r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\] "

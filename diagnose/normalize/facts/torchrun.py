@@ -27,7 +27,8 @@ The summary block (printed after ``torch.distributed.elastic.multiprocessing.err
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 _FIELD = re.compile(r"\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<value>.*)$")
 _INDEX = re.compile(r"\s*\[(?P<i>\d+)\]:\s*$")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from diagnose.model import DiagnoseError, Report
 
@@ -71,7 +71,8 @@ def render(report: Report, fmt: str, out, color: str) -> None:
 
         out.write(render_markdown(report))
     else:
-        from diagnose.present.text import make_console, render as render_text
+        from diagnose.present.text import make_console
+        from diagnose.present.text import render as render_text
 
         render_text(report, make_console(out, color))
 

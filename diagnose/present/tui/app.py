@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import work

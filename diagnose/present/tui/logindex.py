@@ -14,8 +14,8 @@ import tempfile
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from itertools import accumulate
-from typing import Callable
 
 from diagnose.model import DiagnoseError
 

@@ -11,8 +11,9 @@ a newer request makes the result of an older one be dropped. Typed values are pa
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual import work

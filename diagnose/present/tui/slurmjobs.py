@@ -6,7 +6,7 @@ The list comes from ``diagnose.ingest.slurm.list_failed_jobs`` (sacct) and a job
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
