@@ -20,7 +20,7 @@ import regex
 from diagnose.match import adapters, parallel
 from diagnose.match.anchors import Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
-from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
+from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 
@@ -200,7 +200,7 @@ class Matcher:
             for p in cr.patterns:
                 if p.anchor not in text:
                     continue
-                m = self._search(cr, p.regex, text)
+                m = self._search(cr, p, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
                     matches.append((cr, facts, group_key(cr.rule.code, facts)))
@@ -210,9 +210,13 @@ class Matcher:
         self.memo[text] = matches
         return matches
 
-    def _search(self, cr: CompiledRule, rx, text: str):
+    def _search(self, cr: CompiledRule, p: CompiledPattern, text: str):
         try:
-            return rx.search(text, timeout=REGEX_TIMEOUT_S)
+            return p.regex.search(text, timeout=REGEX_TIMEOUT_S)
+        except (regex.error, TypeError, ValueError) as e:  # compiled lazily: a rule that bypassed the loader's check
+            cr.disabled = True
+            self.warnings.append(f"rule {cr.rule.code}: regex does not compile ({e}); rule skipped")
+            return None
         except TimeoutError:
             cr.disabled = True
             self.warnings.append(
