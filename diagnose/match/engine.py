@@ -418,15 +418,25 @@ def numpy_counter():
     return count
 
 
+COUNT_STEP = 128 << 10  # newlines are counted per step: a candidate's line number is counted from the step before it
+assert CHECKPOINT_BYTES % COUNT_STEP == 0
+
+
 def scan_window(phase1: Phase1, offset: int, w: bytes, count: Callable[[bytes, int, int], int] = _bytes_count
                 ) -> WindowResult:
     candidates, captures = phase1.scan(w)
-    checkpoints, n = [], 0
-    for sub in range(0, len(w), CHECKPOINT_BYTES):
-        checkpoints.append(n)
-        n += count(w, sub, sub + CHECKPOINT_BYTES)
+    before = [0]  # newlines before each COUNT_STEP of the window
+    n = 0
+    for sub in range(0, len(w), COUNT_STEP):
+        n += count(w, sub, sub + COUNT_STEP)
+        before.append(n)
+    per = CHECKPOINT_BYTES // COUNT_STEP
+    checkpoints = before[:-1:per] if len(w) else []
     lines, cursor, ln = [], 0, 0
-    for c in candidates:
+    for c in candidates:  # the newlines of the window are counted once, plus at most a step per candidate
+        base = c - c % COUNT_STEP
+        if base > cursor:
+            cursor, ln = base, before[base // COUNT_STEP]
         ln += w.count(b"\n", cursor, c)
         cursor = c
         lines.append(ln)
