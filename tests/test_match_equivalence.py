@@ -247,3 +247,21 @@ def test_stray_lines_between_chained_tracebacks_keep_the_fast_scan_exact(catalog
     for backend in installed_backends():
         hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend=backend)
         assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, backend
+
+
+@pytest.mark.parametrize("seed", [2, 6])
+def test_pure_python_scanner_with_a_tiny_shape_memory_equals_reference_matcher(catalogue, seed, monkeypatch):
+    """The pure-Python scanner remembers line shapes; forgetting them (a full memory) or not remembering long lines
+    must never change an answer."""
+    from diagnose.match import anchors
+
+    monkeypatch.setattr(anchors._PythonPresence, "MAX_SHAPES", 8)
+    monkeypatch.setattr(anchors._PythonPresence, "MAX_SHAPE_BYTES", 40)
+    anchors._CACHE.clear()
+    text = generate_log(catalogue, seed)
+    expected = reference_hits(text, catalogue, "gen.log")
+    compiled = compile_catalogue(catalogue, all_captures())
+    for window in (4096, 1 << 16):
+        hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend="python", window_size=window)
+        assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, window
+    anchors._CACHE.clear()

@@ -125,6 +125,11 @@ class _PythonPresence:
         shapes = set(window.translate(_SHAPE).split(b"\n"))
         named: set[int] = set(self.multiline)
         new = shapes - self.seen
+        if len(self.seen) + len(new) > self.MAX_SHAPES:  # forget everything, then learn this window's shapes
+            self.seen.clear()
+            self.holding.clear()
+            self.holding_keys.clear()
+            new = shapes
         if new:
             named.update(self._learn(new))
         for shape in shapes & self.holding_keys:
@@ -134,10 +139,6 @@ class _PythonPresence:
     def _learn(self, new: set[bytes]) -> set[int]:
         joined = b"\n".join(new)
         found = [i for i, m in enumerate(self.mapped) if m in joined]
-        if len(self.seen) + len(new) > self.MAX_SHAPES:
-            self.seen.clear()
-            self.holding.clear()
-            self.holding_keys.clear()
         for shape in new:
             if len(shape) > self.MAX_SHAPE_BYTES:
                 continue
