@@ -41,6 +41,7 @@ _CR_REWRITE = re.compile(rb"\r[^\n]")
 _CACHE: OrderedDict[tuple, Phase1] = OrderedDict()
 _CACHE_SIZE = 8
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"0" * 16)  # what varies between repeats of a line: numbers, ids
+LOCATOR_MIN_BYTES = 1 << 20  # smaller windows locate lines without compiling a Hyperscan locator
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
 
@@ -174,13 +175,8 @@ class _HyperscanPresence:
     def __init__(self, literals: list[bytes]):
         import hyperscan
 
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=[_hs_literal(lit) for lit in literals],
-            ids=list(range(len(literals))),
-            elements=len(literals),
-            flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(literals),
-        )
+        self._db = _cached_database(hyperscan, [_hs_literal(lit) for lit in literals], list(range(len(literals))),
+                                    [hyperscan.HS_FLAG_SINGLEMATCH] * len(literals))
 
     def present(self, window: bytes) -> list[int]:
         found: list[int] = []
@@ -471,8 +467,9 @@ class Phase1:
 
     def _locate(self, ids: list[int], window: bytes, plain: bool, starts: set[int]) -> None:
         """Lines of the anchors ``ids``: one Hyperscan pass with a locator for exactly that set (cached: the same
-        noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses) by find loops."""
-        if self.name == "hyperscan":
+        noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses, a small window:
+        compiling a locator costs more than finding a few lines) by find loops and the anchor's regexes."""
+        if self.name == "hyperscan" and len(window) >= LOCATOR_MIN_BYTES:
             usable = [i for i in ids if self._single(i) is not None]
             for i in ids:
                 if i not in usable:
