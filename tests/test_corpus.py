@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def _accuracy_module():
     spec = importlib.util.spec_from_file_location("corpus_accuracy", ROOT / "benchmarks" / "accuracy.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
