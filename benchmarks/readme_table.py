@@ -17,7 +17,8 @@ def main(path: str = str(HERE / "results.json")) -> int:
         rg = r.get("rg", {})
         print(f"| {r['size']} | ripgrep | {rg.get('wall_s')} s | {rg.get('cpu_s')} s | {rg.get('MBps')} / "
               f"{rg.get('cpu_MBps')} | 1 | {rg.get('peak_rss_MiB')} MiB | {rg.get('load_avg_1m')} | |")
-        for name, label in (("plain", "plain"), ("full", "full"), ("plain_pure_python", "pure Python")):
+        for name, label in (("plain", "plain"), ("full", "full"), ("plain_pure_python", "pure Python"),
+                            ("full_re2", "RE2 (not chosen)")):
             x = r.get(name)
             if x:
                 print(f"| {r['size']} | {label} | {x['wall_s']} s | {x['cpu_s']} s | {x['MBps']} / {x['cpu_MBps']} | "

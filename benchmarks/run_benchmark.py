@@ -11,7 +11,8 @@ Each run reinstalls the tree into both (``--no-deps``, so the code measured is t
 1. big logs: for each size, the generated 512-rank log (seeded, cached under benchmarks/out/, dated back so ingest
    maps it instead of copying a live file), page cache warmed, then in turn ``rg -c -F -f anchors.txt`` (the
    catalogue's anchor literals), the plain install, the full install, and the plain install's pure-Python scanner
-   (``DIAGNOSE_SCANNER=python``, the path of platforms without wheels; sizes up to ``--python-max``). Each child's
+   (``DIAGNOSE_SCANNER=python``, the path of platforms without wheels) and the full install forced to RE2 (the
+   engine not chosen), for sizes up to ``--python-max``. Each child's
    wall time, CPU time (user + system, from wait4) and peak RSS; the 1-minute load average before each;
 2. small logs: ``analyze`` of every sample log with the full install, twice (a fresh cache, then warm): wall
    p50 / p95 / max, CPU, peak RSS;
@@ -148,6 +149,7 @@ def big_logs(a, venvs: Path, env: dict[str, str]) -> list[dict]:
         runs = [("plain", venv_python(venvs, "plain"), {}), ("full", venv_python(venvs, "full"), {})]
         if size <= _size(a.python_max):
             runs.append(("plain_pure_python", venv_python(venvs, "plain"), {"DIAGNOSE_SCANNER": "python"}))
+            runs.append(("full_re2", venv_python(venvs, "full"), {"DIAGNOSE_SCANNER": "re2"}))  # the engine not chosen
         best: dict[str, dict] = {}
         for _ in range(a.repeat):
             if rg:
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in info.get("rows", []):
         rgd = r.get("rg", {})
         print(f"{r['size']:>7}: rg {rgd.get('wall_s')}s wall {rgd.get('cpu_s')}s CPU")
-        for name in ("plain", "full", "plain_pure_python"):
+        for name in ("plain", "full", "plain_pure_python", "full_re2"):
             if name in r:
                 x = r[name]
                 print(f"   {name:>18}: {x['wall_s']}s wall {x['cpu_s']}s CPU ({x['MBps']} / {x['cpu_MBps']} MB/s), "
