@@ -198,6 +198,8 @@ LLAMA_70B = {
         "share_embeddings_and_output_weights": False, "seq_length": 8192, "tensor_model_parallel_size": 1,
         "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "sequence_parallel": False, "bf16": True,
         "recompute_granularity": None,
+        # what Bridge's Llama 3 provider sets (megatron-core's defaults are 0.1 dropout and an unfused SwiGLU)
+        "bias_activation_fusion": True, "hidden_dropout": 0.0, "attention_dropout": 0.0,
     },
     "ddp": {"use_megatron_fsdp": False, "use_distributed_optimizer": True, "grad_reduce_in_fp32": True},
     "optimizer": {"optimizer": "adam", "bf16": True, "use_distributed_optimizer": True, "lr": 0.0003},

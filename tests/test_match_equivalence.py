@@ -247,3 +247,44 @@ def test_stray_lines_between_chained_tracebacks_keep_the_fast_scan_exact(catalog
     for backend in installed_backends():
         hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend=backend)
         assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, backend
+
+
+@pytest.mark.parametrize("seed", [2, 6])
+def test_pure_python_scanner_with_a_tiny_shape_memory_equals_reference_matcher(catalogue, seed, monkeypatch):
+    """The pure-Python scanner remembers line shapes; forgetting them (a full memory) or not remembering long lines
+    must never change an answer."""
+    from diagnose.match import anchors
+
+    monkeypatch.setattr(anchors._PythonPresence, "MAX_SHAPES", 8)
+    monkeypatch.setattr(anchors._PythonPresence, "MAX_SHAPE_BYTES", 40)
+    anchors._CACHE.clear()
+    text = generate_log(catalogue, seed)
+    expected = reference_hits(text, catalogue, "gen.log")
+    compiled = compile_catalogue(catalogue, all_captures())
+    for window in (4096, 1 << 16):
+        hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend="python", window_size=window)
+        assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, window
+    anchors._CACHE.clear()
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_hyperscan_locators_equal_reference_matcher(catalogue, seed, monkeypatch):
+    """Windows of 1 MiB and more locate the lines of present anchors with per-anchor Hyperscan locators (smaller
+    ones by find loops and the anchors' regexes): force the locators on the small generated log."""
+    pytest.importorskip("hyperscan")
+    from diagnose.match import anchors
+
+    monkeypatch.setattr(anchors, "LOCATOR_MIN_BYTES", 0)
+    anchors._CACHE.clear()
+    lines = generate_log(catalogue, seed).split("\n")
+    if seed == 5:
+        for i in range(0, len(lines), 89):
+            lines[i] = lines[i] + " caf\u00e9"
+    text = "\n".join(lines)
+    expected = reference_hits(text, catalogue, "gen.log")
+    compiled = compile_catalogue(catalogue, all_captures())
+    for window in (1 << 20, 4096):
+        hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend="hyperscan",
+                            window_size=window)
+        assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, window
+    anchors._CACHE.clear()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import config_view
 
-from diagnose.explain.memory.activations import Workload, _layer_bytes, activation_bytes, in_flight
+from diagnose.explain.memory.activations import Workload, activation_bytes, in_flight, layer_kept_bytes
 from diagnose.explain.memory.from_config import pipeline_layout_problem, shape_from_config, workload_from_config
 from diagnose.explain.memory.options import Scenario, evaluate, valid_splits
 from diagnose.explain.memory.plan import memory_plan
@@ -212,9 +212,9 @@ def test_more_layers_on_one_stage_make_it_the_peak_by_exactly_those_layers():
     assert before.stage == 0  # evenly split, the embedding stage with 4 micro batches in flight peaks
     assert after.stage == 2 and after.peak == max(after.stage_peaks)
     # stage 2 gains 4 layers: 18 bytes for each of their parameters, and their activations for the 2 micro
-    # batches stage 2 of 4 holds in flight (x 1.05 without sequence parallelism)
+    # batches stage 2 of 4 holds in flight
     params = 4 * layer_params(LLAMA, moe=False)[0]
-    acts = 4 * _layer_bytes(LLAMA, 4096, 1, False) * in_flight(work, 4, 2) * 1.05
+    acts = 4 * layer_kept_bytes(LLAMA, work, 4096) * in_flight(work, 4, 2)
     assert after.stage_peaks[2] - before.stage_peaks[2] == pytest.approx(18 * params + acts, abs=2)
     # the first two stages are untouched
     assert after.stage_peaks[:2] == before.stage_peaks[:2]

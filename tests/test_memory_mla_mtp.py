@@ -94,9 +94,12 @@ def test_mla_keeps_more_activations_per_layer_than_gqa_attention_of_the_same_hid
     one = replace(DSV3, num_layers=1, num_moe_experts=None, moe_layer_freq=1, vocab_size=128)
     mla = activation_bytes(one, work, tp=1)
     plain = activation_bytes(replace(one, multi_latent_attention=False), work, tp=1)
-    # per token, by hand: MLA keeps 3h + 4*1536 + 2*576 + 2*512 + 4*128*192 + 4*128*128 = 193,664 bytes
-    # where the standard formula keeps 11h = 78,848; times 4096 tokens and Megatron's 1.05 without SP
-    assert mla - plain == pytest.approx((193_664 - 11 * H) * 4096 * 1.05, rel=1e-6)
+    # per token, by hand: MLA keeps 3h + 4*1536 + 2*576 + 2*512 + 4*128*192 + 4*128*128 = 193,664 bytes (its
+    # norm output 2h and mask h are counted with every layer's), where flash attention of 128 heads of d = 56
+    # keeps Q 2ad, K 2gd, the QKV output 2(ad + 2gd), the output 2ad and the softmax statistics 4a
+    a, d = 128, H // 128
+    flash = 2 * a * d + 2 * a * d + 2 * (a * d + 2 * a * d) + 2 * a * d + 4 * a
+    assert mla - plain == pytest.approx((193_664 - 3 * H - flash) * 4096, rel=1e-6)
 
 
 def test_mtp_adds_a_layer_and_logits_to_the_last_stage_activations():
@@ -106,9 +109,11 @@ def test_mtp_adds_a_layer_and_logits_to_the_last_stage_activations():
     mtp = replace(dense, mtp_num_layers=1)
     last = activation_bytes(mtp, work, tp=1, pp=4, stage=3) - activation_bytes(dense, work, tp=1, pp=4, stage=3)
     tokens, h = 4096, 4096
-    layer = tokens * h * (18 + 6 * 14336 / h)
-    logits = 4 * tokens * h + 4 * tokens * 128256
-    assert last == pytest.approx((layer + 4 * tokens * h + logits) * 1.05, rel=1e-6)
+    # one more layer (TE norms 2 x 2h, QKV and fc1 inputs 2 x 2h, flash attention of MHA 12h + 4a, fused
+    # SwiGLU 6f), its concatenated input 4h, and its own logits: fp32 softmax 4V + bf16 logits 2V per token
+    layer = tokens * (8 * h + 12 * h + 4 * 32 + 6 * 14336)
+    logits = 6 * tokens * 128256
+    assert last == pytest.approx(layer + 4 * tokens * h + logits, rel=1e-6)
     # the other stages do not change
     assert activation_bytes(mtp, work, tp=1, pp=4, stage=0) == activation_bytes(dense, work, tp=1, pp=4, stage=0)
 
@@ -150,7 +155,9 @@ def test_moe_activations_count_top_k_and_shared_experts_and_dense_layers_apart()
                        moe_layer_freq=(0, 1))
     work = Workload(micro_batch_size=1, seq_length=1024)
     tokens, h = 1024, 1024
-    dense = tokens * (18 * h + 6 * 4096)  # SwiGLU inner 6f per token
-    moe = tokens * (18 * h + 6 * (6 * 512 + 1024))  # six routed experts + the shared expert
-    head = 4 * tokens * h + 4 * tokens * 128
-    assert activation_bytes(shape, work) == int((dense + moe + head) * 1.05)
+    common = 8 * h + 12 * h + 4 * 8  # norms, GEMM inputs, flash attention (MHA of 8 heads)
+    dense = tokens * (common + 6 * 4096)  # fused SwiGLU inner 6f per token
+    # six routed experts (inner 6f and their permuted input and output 4h each), the shared expert, the router
+    moe = tokens * (common + 6 * (6 * 512 + 4 * h) + 6 * 1024 + 16 * 64)
+    head = tokens * (2 * h + 2 * h + 6 * 128)  # final norm, output layer input, fp32 softmax + bf16 logits
+    assert activation_bytes(shape, work) == int(dense + moe + head)

@@ -101,7 +101,7 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
         if not view.config_known:
             return None
         root = report.root
-        chosen = replay(view, [], bridge_version, finding=root, real_mcore=root is None or _wants_mcore(root))
+        chosen = replay(view, [], bridge_version, finding=root, real_mcore=_wants_mcore(root))
     return chosen.to_dict()
 
 
@@ -110,8 +110,12 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
 _CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
 
 
-def _wants_mcore(finding: Finding) -> bool:
-    return finding.category in _CONFIG_CATEGORIES
+def _wants_mcore(finding: Finding | None) -> bool | str:
+    """megatron-core's own checks for config failures, from the cache; never waited for (seconds of import): a
+    config not cached yet is checked by a background worker for the next run."""
+    from diagnose.explain.validate import BACKGROUND
+
+    return BACKGROUND if finding is None or finding.category in _CONFIG_CATEGORIES else False
 
 
 def _run_memory(report: Report, view, options: Any) -> None:

@@ -143,12 +143,12 @@ def replay(
     finding: Finding | None = None,
     extend: bool = True,
     max_rounds: int = MAX_ROUNDS,
-    real_mcore: bool = True,
+    real_mcore: bool | str = True,
 ) -> ReplayResult:
     """``real_mcore``: also build megatron-core's config classes (when importable and the job's config is known;
     importing megatron-core costs seconds, so callers on a hot path may turn it off)."""
     version = bridge_version or view.version
-    real_mcore = real_mcore and view.config_known
+    real_mcore = real_mcore if view.config_known else False
 
     def run_checks(v: ConfigView, ver: str | None) -> ValidationResult:
         return _run_checks(v, ver, real_mcore=real_mcore)

@@ -32,12 +32,16 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
+import regex
+
 from diagnose.cache import cache_dir
 
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
 _CACHE: OrderedDict[tuple, Phase1] = OrderedDict()
 _CACHE_SIZE = 8
+_SHAPE = bytes.maketrans(b"0123456789abcdef", b"0" * 16)  # what varies between repeats of a line: numbers, ids
+LOCATOR_MIN_BYTES = 1 << 20  # smaller windows locate lines without compiling a Hyperscan locator
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
 
@@ -95,13 +99,57 @@ def _hs_literal(lit: bytes) -> bytes:
 
 
 class _PythonPresence:
+    """Which literals occur in a window, without a native engine, at C speed for the common case.
+
+    A big log is big because it repeats: a few dozen line shapes (NCCL INFO lines, the same warning from every
+    rank, iteration lines) with other numbers and ids. Digits and lowercase hex letters are mapped to ``0`` (one
+    ``bytes.translate``), the window is split into lines and made a set, all in C; only line shapes never seen
+    before are searched, for every literal mapped the same way (the map is per byte, so a literal in a line is a
+    mapped literal in its mapped line: the answer can only over-approximate). What each shape holds is
+    remembered, so a window of known shapes costs a set difference and a set intersection. The few literals
+    named are then checked exactly on the window itself. A literal holding a newline is searched directly.
+    """
+
     name = "python"
+    MAX_SHAPES = 1 << 14  # remembered line shapes (then forgotten all at once): memory stays bounded
+    MAX_SHAPE_BYTES = 1024  # a longer line is searched whenever it occurs, never remembered
 
     def __init__(self, literals: list[bytes]):
         self.literals = literals
+        self.mapped = [lit.translate(_SHAPE) for lit in literals]
+        self.multiline = [i for i, lit in enumerate(literals) if b"\n" in lit]
+        self.seen: set[bytes] = set()  # every remembered shape
+        self.holding: dict[bytes, tuple[int, ...]] = {}  # the remembered shapes that hold a literal
+        self.holding_keys: set[bytes] = set()
 
     def present(self, window: bytes) -> list[int]:
-        return [i for i, lit in enumerate(self.literals) if lit in window]
+        shapes = set(window.translate(_SHAPE).split(b"\n"))
+        named: set[int] = set(self.multiline)
+        new = shapes - self.seen
+        if len(self.seen) + len(new) > self.MAX_SHAPES:  # forget everything, then learn this window's shapes
+            self.seen.clear()
+            self.holding.clear()
+            self.holding_keys.clear()
+            new = shapes
+        if new:
+            named.update(self._learn(new))
+        for shape in shapes & self.holding_keys:
+            named.update(self.holding[shape])
+        return sorted(i for i in named if self.literals[i] in window)
+
+    def _learn(self, new: set[bytes]) -> set[int]:
+        joined = b"\n".join(new)
+        found = [i for i, m in enumerate(self.mapped) if m in joined]
+        for shape in new:
+            if len(shape) > self.MAX_SHAPE_BYTES:
+                continue
+            self.seen.add(shape)
+            if found:
+                held = tuple(i for i in found if self.mapped[i] in shape)
+                if held:
+                    self.holding[shape] = held
+                    self.holding_keys.add(shape)
+        return set(found)
 
 
 class _Re2Presence:
@@ -127,13 +175,8 @@ class _HyperscanPresence:
     def __init__(self, literals: list[bytes]):
         import hyperscan
 
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=[_hs_literal(lit) for lit in literals],
-            ids=list(range(len(literals))),
-            elements=len(literals),
-            flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(literals),
-        )
+        self._db = _cached_database(hyperscan, [_hs_literal(lit) for lit in literals], list(range(len(literals))),
+                                    [hyperscan.HS_FLAG_SINGLEMATCH] * len(literals))
 
     def present(self, window: bytes) -> list[int]:
         found: list[int] = []
@@ -166,7 +209,8 @@ class _Locator:
             lit = _hs_literal(lit_bytes)
             mixed += [lit + rb"[^\n]*" + special, special + rb"[^\n]*" + lit]
         self.plain = self._compile(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
-        self.mixed = self._compile(hyperscan, mixed + loose, [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+        self.mixed = self._compile(hyperscan, mixed + loose,
+                                   [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
 
     @staticmethod
     def _compile(hyperscan, exprs: list[bytes], flags: list[int]):
@@ -287,6 +331,7 @@ class _CombinedScanner:
             self.plain = self._build(mixed=False)
         self._mixed = None
         self.located = [lp is not None for lp in self.loose]
+        self.fired: set[int] = set()  # located anchors whose regexes matched in the last window scanned
 
     def _compiles(self, exprs: list[bytes]) -> bool:
         hs = self._hs
@@ -335,12 +380,14 @@ class _CombinedScanner:
             db = self._mixed
         starts: set[int] = set()
         others: list[int] = []
+        fired = self.fired = set()
         located, n = self.located, self.n
         rfind, find, size = window.rfind, window.find, len(window)
         last = [1, 0]  # start and end of the last line reported: later matches on it are skipped
 
         def on_match(i, _f, to, _fl, _c):
             if i < n and located[i]:
+                fired.add(i)
                 if last[0] <= to <= last[1]:
                     return None
                 s = rfind(b"\n", 0, to) + 1
@@ -368,6 +415,7 @@ class Phase1:
         self._singles: dict[int, _Locator | None] = {}
         self._seen: dict[tuple[int, ...], int] = {}
         self.combined: _CombinedScanner | None = None
+        backend = resolve_backend(backend)
         if combined and backend in ("auto", "hyperscan"):
             try:
                 self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
@@ -380,9 +428,14 @@ class Phase1:
             self.engine = _make_engine(anchors + [ESCAPE] + capture_literals, backend)
             self.name = self.engine.name
         self.ascii = False  # is the window last scanned pure ASCII? (known whenever capture literals were present)
+        self.present_anchors: tuple[int, ...] = ()
+        self._filters: dict[int, list | None] = {}
 
     def scan(self, window: bytes) -> tuple[list[int], list[int]]:
-        """(sorted start offsets of candidate lines, indices of the capture literals present)."""
+        """(sorted start offsets of candidate lines, indices of the capture literals present).
+
+        Also sets ``present_anchors``: the anchors that can match on a line of this window whose text is a part of
+        its bytes (no ANSI escape, ``\\r`` rewrite, NUL or invalid UTF-8): phase 2 looks only for those there."""
         n = self.n_anchors
         if self.combined is not None:
             self.ascii = window.isascii()
@@ -391,10 +444,12 @@ class Phase1:
             for i in present:
                 if i < n:  # an anchor the database has as a bare literal
                     _find_lines(window, self.anchors[i], starts)
+            self.present_anchors = tuple(sorted(self.combined.fired.union(i for i in present if i < n)))
         else:
             present = self.engine.present(window)
             starts = set()
             anchors_present = [i for i in present if i < n]
+            self.present_anchors = tuple(anchors_present)
             self.ascii = False
             if anchors_present:
                 self.ascii = window.isascii()
@@ -412,8 +467,9 @@ class Phase1:
 
     def _locate(self, ids: list[int], window: bytes, plain: bool, starts: set[int]) -> None:
         """Lines of the anchors ``ids``: one Hyperscan pass with a locator for exactly that set (cached: the same
-        noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses) by find loops."""
-        if self.name == "hyperscan":
+        noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses, a small window:
+        compiling a locator costs more than finding a few lines) by find loops and the anchor's regexes."""
+        if self.name == "hyperscan" and len(window) >= LOCATOR_MIN_BYTES:
             usable = [i for i in ids if self._single(i) is not None]
             for i in ids:
                 if i not in usable:
@@ -443,7 +499,13 @@ class Phase1:
             locator.lines(window, plain, starts)
             return
         for i in ids:
-            _find_lines(window, self.anchors[i], starts)
+            _find_lines_checked(window, self.anchors[i], self._filter(i), starts)
+
+    def _filter(self, i: int) -> list | None:
+        """The regexes of anchor ``i`` loosened for a raw line (see ``line_filter``), compiled once."""
+        if i not in self._filters:
+            self._filters[i] = line_filter(self.anchor_patterns[i])
+        return self._filters[i]
 
     def _single(self, i: int) -> _Locator | None:
         """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
@@ -464,6 +526,70 @@ def _find_lines(window: bytes, lit: bytes, starts: set[int]) -> None:
         if end == -1:
             break
         pos = find(lit, end)
+
+
+_LOOKAROUND = re.compile(r"\(\?<?[=!]|\\G")
+FILTER_TIMEOUT_S = 1.0
+
+
+def line_filter(patterns: list[str]):
+    """The ``regex`` patterns a raw line must match for one of ``patterns`` to match its text, or None (no filter:
+    every line holding the anchor is a candidate).
+
+    On a line whose text is a part of its decoded bytes (the prefixes peeled off the front), a match in the text
+    is a match in the line once the assertions about where the text starts or ends are dropped (``loosen``). A
+    lookaround could see the prefix, so a pattern with one gets no filter. Same engine and same flags as phase 2:
+    the same semantics, for every character."""
+    out = []
+    for p in patterns:
+        lp = loosen(p) if p.isascii() else None
+        if lp is None or _LOOKAROUND.search(lp):
+            return None
+        try:
+            out.append(regex.compile(lp))
+        except (regex.error, TypeError, ValueError):
+            return None
+    return out or None
+
+
+def _find_lines_checked(window: bytes, lit: bytes, filters: list | None, starts: set[int]) -> None:
+    """``_find_lines``, keeping only the lines where a filter matches (or whose text may not be a part of them)."""
+    if filters is None:
+        _find_lines(window, lit, starts)
+        return
+    find, rfind, size = window.find, window.rfind, len(window)
+    pos = find(lit)
+    while pos != -1:
+        s = rfind(b"\n", 0, pos) + 1
+        e = find(b"\n", pos)
+        end = e if e != -1 else size
+        if _line_may_match(window[s:end], filters):
+            starts.add(s)
+        if e == -1:
+            break
+        pos = find(lit, e)
+
+
+def _line_may_match(raw: bytes, filters: list) -> bool:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True  # shown as \\xNN escapes: the text is not a part of the line
+    if "\x00" in text or "\x1b" in text or "\x9b" in text or "\r" in text.rstrip("\r"):
+        return True
+    try:
+        return any(rx.search(text, timeout=FILTER_TIMEOUT_S) is not None for rx in filters)
+    except TimeoutError:
+        return True  # phase 2 times the same regex out, names it and switches the rule off
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` unless ``$DIAGNOSE_SCANNER`` names an engine (hyperscan, re2, python): the benchmark measures the
+    pure-Python path that way on a machine that has the wheels."""
+    if backend == "auto":
+        forced = os.environ.get("DIAGNOSE_SCANNER", "auto")
+        return forced if forced in _ENGINES else "auto"
+    return backend
 
 
 def _make_engine(literals: list[bytes], backend: str):

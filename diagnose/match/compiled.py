@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 import regex
+from regex import Pattern as RegexPattern  # a class field below is named `regex`
 
 from diagnose.match.anchors import loosen
 from diagnose.match.rules import Catalogue, Rule
@@ -21,8 +22,18 @@ REGEX_TIMEOUT_S = 1.0  # per search; only a pathological pattern comes near it
 
 @dataclass(slots=True)
 class CompiledPattern:
+    """A rule pattern; its regex is compiled on first use (a small log needs a handful of the catalogue's 900)."""
+
     anchor: str
-    regex: regex.Pattern
+    source: str
+    _rx: RegexPattern | None = None
+
+    @property
+    def regex(self) -> RegexPattern:
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = regex.compile(self.source)
+        return rx
 
 
 @dataclass(slots=True)
@@ -37,9 +48,9 @@ class CompiledRule:
 @dataclass(slots=True)
 class CompiledCapture:
     spec: CaptureSpec
-    regex: regex.Pattern | None
+    regex: RegexPattern | None
     literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
-    loose: regex.Pattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
+    loose: RegexPattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
     window_rx: re.Pattern[bytes] | None = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
 
     def accepts(self, text: str) -> bool:
@@ -64,7 +75,9 @@ class Compiled:
     warnings: list[str] = field(default_factory=list)
 
 
-def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None) -> Compiled:
+def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None, lazy: bool = False) -> Compiled:
+    """``lazy``: compile each rule's regex on first use: only for rules already checked to compile
+    (``load_catalogue`` checks every regex it reads, or read it from a file cached after that check)."""
     warnings: list[str] = []
     anchor_index: dict[str, int] = {}
     rules_by_anchor: list[list[int]] = []
@@ -79,8 +92,11 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
     for rule in catalogue.rules:
         patterns = []
         try:
-            for p in rule.patterns:
-                patterns.append(CompiledPattern(p.anchor, regex.compile(p.regex)))
+            for rp in rule.patterns:
+                cp = CompiledPattern(rp.anchor, rp.regex)
+                if not lazy:
+                    cp.regex  # noqa: B018 - compiled now, so that a broken regex is reported before the scan
+                patterns.append(cp)
         except (regex.error, TypeError, ValueError) as e:
             warnings.append(f"rule {rule.code}: regex does not compile ({e}); rule skipped")
             continue
@@ -130,9 +146,9 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
     literals = [a.encode("utf-8") for a in anchors]
     anchor_patterns: list[list[str]] = [[] for _ in anchors]
     for cr in compiled_rules:
-        for p in cr.patterns:
-            source = p.regex.pattern
-            bucket = anchor_patterns[anchor_index[p.anchor]]
+        for cpat in cr.patterns:
+            source = cpat.source
+            bucket = anchor_patterns[anchor_index[cpat.anchor]]
             if source not in bucket:
                 bucket.append(source)
     return Compiled(

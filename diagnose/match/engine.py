@@ -18,9 +18,9 @@ from typing import Any
 import regex
 
 from diagnose.match import adapters, parallel
-from diagnose.match.anchors import Phase1, phase1_for, text_presence, windows
+from diagnose.match.anchors import Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
-from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledRule
+from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 
@@ -35,7 +35,7 @@ PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; late
 WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
 NUMPY_MIN_BYTES = 128 << 20  # from here on newlines are counted with numpy when importable (its import: ~0.07 s)
-COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (its database compiles in ~0.15 s)
+COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (compiling it: ~0.15 s)
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
@@ -122,6 +122,13 @@ class _LineReader:
 _TRACEBACK_MARKERS = (b'File "', b"Traceback (most recent call last)")
 
 
+def _text_is_part_of_bytes(decoded: str) -> bool:
+    """Is the normalised text of this decoded line a part of its raw bytes? Yes unless ANSI escapes were stripped,
+    ``\\r`` rewrites collapsed, or bytes shown as ``\\xNN`` (invalid UTF-8, NUL): then an anchor can appear in
+    the text that is not in the bytes."""
+    return not ("\x1b" in decoded or "\x9b" in decoded or "\\x" in decoded or "\r" in decoded.rstrip("\r"))
+
+
 def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple) -> bool:
     """Is there a frame or traceback header line of ``stream`` within the look-back window before ``start``?
 
@@ -163,14 +170,22 @@ class Matcher:
 
     # ---------------------------------------------------------------------------------------- per text
 
-    def classify(self, text: str) -> list[tuple[CompiledRule, dict, str]]:
-        """Rules whose regex matches ``text``, latest in catalogue order first (memoised by text)."""
+    def classify(self, text: str, allowed: tuple[int, ...] | None = None) -> list[tuple[CompiledRule, dict, str]]:
+        """Rules whose regex matches ``text``, latest in catalogue order first (memoised by text).
+
+        ``allowed``: the only anchors that can occur in ``text`` (those phase 1 found in the line's window, the
+        text being a part of the line's bytes); the answer is the same, only cheaper: the memo stays valid."""
         entry = self.memo.get(text)
         if entry is not None:
             return entry
         c = self.c
         rule_ids: set[int] = set()
-        if self.presence is not None:
+        if allowed is not None:
+            anchors, by_anchor = c.anchors, c.rules_by_anchor
+            for i in allowed:
+                if anchors[i] in text:
+                    rule_ids.update(by_anchor[i])
+        elif self.presence is not None:
             for i in self.presence(text.encode("utf-8", "surrogatepass")):
                 rule_ids.update(c.rules_by_anchor[i])
         else:
@@ -185,7 +200,7 @@ class Matcher:
             for p in cr.patterns:
                 if p.anchor not in text:
                     continue
-                m = self._search(cr, p.regex, text)
+                m = self._search(cr, p, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
                     matches.append((cr, facts, group_key(cr.rule.code, facts)))
@@ -195,9 +210,13 @@ class Matcher:
         self.memo[text] = matches
         return matches
 
-    def _search(self, cr: CompiledRule, rx, text: str):
+    def _search(self, cr: CompiledRule, p: CompiledPattern, text: str):
         try:
-            return rx.search(text, timeout=REGEX_TIMEOUT_S)
+            return p.regex.search(text, timeout=REGEX_TIMEOUT_S)
+        except (regex.error, TypeError, ValueError) as e:  # compiled lazily: a rule that bypassed the loader's check
+            cr.disabled = True
+            self.warnings.append(f"rule {cr.rule.code}: regex does not compile ({e}); rule skipped")
+            return None
         except TimeoutError:
             cr.disabled = True
             self.warnings.append(
@@ -209,9 +228,10 @@ class Matcher:
     # ---------------------------------------------------------------------------------------- per line
 
     def line(self, reader: _LineReader, source_index: int, rank_hint, start: int, raw: bytes, lineno: int,
-             pos_in_window: int) -> None:
+             pos_in_window: int, window_anchors: tuple[int, ...] | None = None) -> None:
         ll = normalize_line(decode(raw), reader.path, lineno)
-        matches = self.classify(ll.text)
+        text_in_bytes = window_anchors is not None and _text_is_part_of_bytes(ll.raw)
+        matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
         if not matches:
             return
         frames: list[LogLine] | None = None
@@ -374,6 +394,7 @@ class WindowResult:
     candidate_lines: list[int]  # newlines before each candidate, relative to the window
     captures: list[int]  # capture anchors present
     ascii_only: bool = False
+    anchors: tuple[int, ...] = ()  # the anchors that can match on a plain line of the window (Phase1.present_anchors)
 
 
 def _bytes_count(w: bytes, start: int, end: int) -> int:
@@ -397,20 +418,30 @@ def numpy_counter():
     return count
 
 
+COUNT_STEP = 128 << 10  # newlines are counted per step: a candidate's line number is counted from the step before it
+assert CHECKPOINT_BYTES % COUNT_STEP == 0
+
+
 def scan_window(phase1: Phase1, offset: int, w: bytes, count: Callable[[bytes, int, int], int] = _bytes_count
                 ) -> WindowResult:
     candidates, captures = phase1.scan(w)
-    checkpoints, n = [], 0
-    for sub in range(0, len(w), CHECKPOINT_BYTES):
-        checkpoints.append(n)
-        n += count(w, sub, sub + CHECKPOINT_BYTES)
+    before = [0]  # newlines before each COUNT_STEP of the window
+    n = 0
+    for sub in range(0, len(w), COUNT_STEP):
+        n += count(w, sub, sub + COUNT_STEP)
+        before.append(n)
+    per = CHECKPOINT_BYTES // COUNT_STEP
+    checkpoints = before[:-1:per] if len(w) else []
     lines, cursor, ln = [], 0, 0
-    for c in candidates:
+    for c in candidates:  # the newlines of the window are counted once, plus at most a step per candidate
+        base = c - c % COUNT_STEP
+        if base > cursor:
+            cursor, ln = base, before[base // COUNT_STEP]
         ln += w.count(b"\n", cursor, c)
         cursor = c
         lines.append(ln)
     return WindowResult(offset, len(w), n, checkpoints, candidates, lines, captures,
-                        bool(captures) and phase1.ascii)
+                        bool(captures) and phase1.ascii, phase1.present_anchors)
 
 
 def _serial_results(buf, phase1: Phase1, window_size: int, count=_bytes_count) -> Iterator[WindowResult]:
@@ -434,13 +465,15 @@ def scan(
     """
     capture_literals = [cc.literal for cc in compiled.captures]
     total_bytes = sum(len(s.buffer) for s in sources)
+    backend = resolve_backend(backend)
     phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
                         combined=total_bytes >= COMBINED_MIN_BYTES)
     phase_names = adapters.phase_capture_names()
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
-    presence = text_presence(compiled.literals) if total_bytes >= COMBINED_MIN_BYTES and backend in ("auto", "hyperscan") else None
+    big = total_bytes >= COMBINED_MIN_BYTES
+    presence = text_presence(compiled.literals) if big and backend in ("auto", "hyperscan") else None
     matcher = Matcher(compiled, warnings, markers, presence)
     count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
     done = 0
@@ -471,7 +504,7 @@ def scan(
                 e = buf.find(b"\n", start, window_end)
                 if e == -1:
                     e = window_end
-                matcher.line(reader, si, rank_hint, start, buf[start:e], lines_before + ln + 1, s)
+                matcher.line(reader, si, rank_hint, start, buf[start:e], lines_before + ln + 1, s, r.anchors)
             markers.end()
             if r.captures:
                 collector.window(view, r.captures)

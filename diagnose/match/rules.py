@@ -124,8 +124,12 @@ def load_catalogue(
 
 
 def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
+    from diagnose.match import rule_cache
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        cached = rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
+        data = cached if cached is not None else tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as e:
         raise DiagnoseError(f"rules file {path}: cannot read: {e}") from None
     except tomllib.TOMLDecodeError as e:
@@ -133,10 +137,12 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
     rules, errors = [], []
     for i, raw in enumerate(data.get("rule", [])):
         try:
-            rules.append(parse_rule(raw, str(path)))
+            rules.append(parse_rule(raw, str(path), check_regex=cached is None))
         except ValueError as e:
             code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
             errors.append(f"{path}: rule {code}: {e}")
+    if cached is None and not errors:
+        rule_cache.put(text, data)
     return rules, errors
 
 
@@ -156,7 +162,7 @@ def _str_list(raw: dict, key: str) -> list[str]:
     return list(v)
 
 
-def parse_rule(raw: Any, source: str) -> Rule:
+def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError("a rule must be a table")
     code = _need(raw, "code", str)
@@ -185,7 +191,8 @@ def parse_rule(raw: Any, source: str) -> Rule:
         if len(p["anchor"]) < 3:
             raise ValueError(f"anchor {p['anchor']!r} is shorter than 3 characters")
         try:
-            regex.compile(p["regex"])  # compiled again (from regex's cache) by the engine
+            if check_regex:  # off only for a file cached after this very check passed (rule_cache)
+                regex.compile(p["regex"])  # compiled again (from regex's cache) by the engine
         except regex.error as e:
             raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None
         patterns.append(Pattern(p["anchor"], p["regex"]))

@@ -41,6 +41,9 @@ CAPTURES: list[CaptureSpec] = [
     # megatron-core DDP / Megatron-FSDP wrap prints its full config repr.
     CaptureSpec("config.ddp_repr", "Setting up DistributedDataParallel with config"),
     CaptureSpec("config.num_parameters", " > number of parameters on", keep="all", max_blocks=64),
+    # megatron-core's import-time fallback warnings: no Transformer Engine (so the local layer spec), no apex
+    CaptureSpec("config.te_missing", "Transformer Engine and Apex are not installed"),
+    CaptureSpec("config.apex_missing", "Apex is not installed. Falling back to Torch Norm"),
     # Version clues: "megatron-core 0.16.1", "megatron_bridge==0.4.2", "megatron-bridge version: 0.6.2".
     *[
         CaptureSpec(f"config.version_line.{anchor}", anchor,

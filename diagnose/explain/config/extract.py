@@ -81,6 +81,11 @@ def from_blocks(
     for block in each("config.num_parameters"):
         for line in block.lines[:1]:
             parse_num_parameters(line, view)
+    for name, keys in (("config.te_missing", ("launch.transformer_engine", "launch.apex")),
+                       ("config.apex_missing", ("launch.apex",))):
+        for block in each(name):
+            for key in keys:
+                view.set(key, False, f"log:{block.lines[0].lineno}")
     for name in sorted(n for n in blocks if n.startswith("config.version_line")):
         for block in each(name):
             texts.extend(line.text for line in block.lines[:1])

@@ -404,6 +404,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         if changed:
             notes.append(changed)
     work = fc.workload_from_config(view, shape, layout) if shape is not None else None
+    if (attention := fc.attention_note(view, work)) is not None:
+        notes.append(attention)
     params_source = "log" if log_params else "config"
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
                    saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),

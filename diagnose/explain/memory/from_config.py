@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from diagnose.explain.memory import pp_layout
-from diagnose.explain.memory.activations import Workload
+from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import Layout
 
@@ -331,4 +331,45 @@ def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) ->
             shape.layout_vpp(layout.pp) if shape else None),
         fp8=fp8_from_config(view)[0],
         cuda_graphs=cuda_graphs_from_config(view),
+        **layer_implementation(view),
     )
+
+
+def attention_note(view: Any, work: Workload | None) -> str | None:
+    """Say so when the activations are sized for an attention that keeps the ``a*s^2`` scores."""
+    if work is None or work.attention == "flash":
+        return None
+    if _get(view, "model.transformer_impl") is None and _get(view, "launch.transformer_engine") is False:
+        why = "the log says Transformer Engine is not installed, so the local layer spec"
+    else:
+        why = (f"transformer_impl={_get(view, 'model.transformer_impl')}, "
+               f"attention_backend={_get(view, 'model.attention_backend')}")
+    kind = {"local": "megatron-core's local DotProductAttention",
+            "te_unfused": "Transformer Engine's unfused attention"}
+    return (f"activations sized for {kind.get(work.attention, work.attention)} ({why}): it keeps the "
+            f"a*s^2 attention scores ({'fp32' if work.softmax_fp32 and work.attention == 'local' else 'bf16'} "
+            "softmax); flash attention or selective recompute does not")
+
+
+def layer_implementation(view: Any) -> dict[str, Any]:
+    """How the job's layers are built, for the activation model (``Workload`` fields).
+
+    The attention comes from ``model.transformer_impl`` / ``model.attention_backend`` (Megatron-LM
+    ``--transformer-impl`` / ``--attention-backend``); a log that says Transformer Engine is not installed
+    (``launch.transformer_engine`` false) means the local spec, whose norms are torch's unless apex is there.
+    Unset values take megatron-core's defaults (fp32 softmax, no activation or RoPE fusion, dropout 0.1);
+    Megatron-LM's arguments default to the fused SwiGLU and RoPE and a bf16 softmax."""
+    mlm = getattr(view, "framework", None) == "megatron-lm"
+    impl = _get(view, "model.transformer_impl")
+    if impl is None and _get(view, "launch.transformer_engine") is False:
+        impl = "local"
+    local = str(impl or "").lower() == "local"
+    return {
+        "attention": attention_kind(impl, _get(view, "model.attention_backend")),
+        "torch_norm": local and _get(view, "launch.apex") is not True,
+        "softmax_fp32": _bool(_get(view, "model.attention_softmax_in_fp32"), not mlm),
+        "activation_fusion": _bool(_get(view, "model.bias_activation_fusion"), mlm),
+        "rope_fusion": _bool(_get(view, "model.apply_rope_fusion"), mlm),
+        "hidden_dropout": _float(_get(view, "model.hidden_dropout"), 0.1) or 0.0,
+        "attention_dropout": _float(_get(view, "model.attention_dropout"), 0.1) or 0.0,
+    }

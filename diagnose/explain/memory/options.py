@@ -242,6 +242,13 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             add(Candidate(f"micro batch {mbs}", [("train.micro_batch_size", mbs)], lay,
                           replace(work, micro_batch_size=mbs), "more, smaller micro batches: lower GPU efficiency",
                           4.0 + 0.1 * (work.micro_batch_size // max(1, mbs))))
+            if work.recompute is None and work.attention != "flash":
+                # attention that keeps the a*s^2 scores: the scores, not the micro batch, may be what does not fit
+                add(Candidate(f"micro batch {mbs} + selective recompute",
+                              [("train.micro_batch_size", mbs), ("model.recompute_granularity", "selective")], lay,
+                              replace(work, micro_batch_size=mbs, recompute="selective"),
+                              "smaller micro batches, attention core recomputed: lower GPU efficiency",
+                              RECOMPUTE_COST["selective"] + 0.25 + 0.1 * (work.micro_batch_size // max(1, mbs))))
         if work.recompute is None:
             add(Candidate("selective recompute", [("model.recompute_granularity", "selective")], lay,
                           replace(work, recompute="selective"), "recompute attention core: a few % slower",

@@ -144,6 +144,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
     notes += layout_notes(view, shape, layout.pp)
+    if (attention := fc.attention_note(view, work)) is not None:
+        notes.append(attention)
     note = stage_note(given)
     if note:
         notes.append("as given, " + note)

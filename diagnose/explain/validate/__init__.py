@@ -23,7 +23,7 @@ from diagnose.explain.validate import checks_pipeline as _checks_pipeline  # noq
 from diagnose.explain.validate import checks_precision as _checks_precision  # noqa: F401 - registers checks
 from diagnose.explain.validate.registry import CHECKS, CheckContext, Violation, make_context
 
-__all__ = ["Violation", "ValidationResult", "validate", "run_checks", "CHECKS", "CheckContext"]
+__all__ = ["Violation", "ValidationResult", "validate", "run_checks", "CHECKS", "CheckContext", "BACKGROUND"]
 
 
 @dataclass
@@ -38,8 +38,13 @@ class ValidationResult:
         return not self.violations
 
 
-def run_checks(view: ConfigView, bridge_version: str | None = None, real_mcore: bool = True) -> ValidationResult:
-    """Run every registered check for the view's framework (and the real megatron-core classes if asked)."""
+BACKGROUND = "background"  # real_mcore=BACKGROUND: megatron-core's answer if cached, else computed in the background
+
+
+def run_checks(view: ConfigView, bridge_version: str | None = None,
+               real_mcore: bool | str = True) -> ValidationResult:
+    """Run every registered check for the view's framework (and the real megatron-core classes if asked; with
+    ``BACKGROUND`` only when their answer for this config is cached: see ``mcore.check_with_mcore``)."""
     ctx = make_context(view, bridge_version)
     result = ValidationResult(family=ctx.family)
     for spec in CHECKS:
@@ -51,7 +56,7 @@ def run_checks(view: ConfigView, bridge_version: str | None = None, real_mcore: 
     if real_mcore:
         from diagnose.explain.validate import mcore
 
-        found = mcore.check_with_mcore(view)
+        found = mcore.check_with_mcore(view, wait=real_mcore != BACKGROUND)
         if found is not None:
             result.mcore_checked = True
             mirrored = {v.message for v in result.violations}
@@ -59,7 +64,8 @@ def run_checks(view: ConfigView, bridge_version: str | None = None, real_mcore: 
     return result
 
 
-def validate(view: ConfigView, bridge_version: str | None = None, real_mcore: bool = True) -> list[Violation]:
+def validate(view: ConfigView, bridge_version: str | None = None,
+             real_mcore: bool | str = True) -> list[Violation]:
     """The hard violations the job's config (as in ``view``) would hit, for ``bridge_version`` (default: the
     view's version, else the latest family). Never raises on odd values; unknown values skip their checks."""
     return run_checks(view, bridge_version, real_mcore).violations

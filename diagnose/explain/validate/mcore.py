@@ -80,41 +80,47 @@ def _kwargs(torch: Any, cls: Any, section: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_kwargs(view: ConfigView) -> dict[str, dict[str, Any]] | None:
-    """The keyword arguments each real class gets from ``view`` (None when megatron-core is absent)."""
-    classes = _load()
-    if classes is None:
-        return None
-    torch = classes["torch"]
-    ddp = _kwargs(torch, classes["DistributedDataParallelConfig"], view.section("ddp"))
-    opt = _kwargs(torch, classes["OptimizerConfig"], view.section("optimizer"))
+def _sections(view: ConfigView) -> dict[str, Any]:
+    """What megatron-core's classes are built from: the view's three sections (Bridge's mixed-precision overlay
+    applied to the model's) and the environment they read. Plain data: it is the cache key and the worker's input."""
     model_section = view.section("model")
     if view.framework != "megatron-lm":
         from diagnose.explain.validate.checks_precision import bridge_precision_overlay
 
         model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
-    model = _kwargs(torch, classes["TransformerConfig"], model_section)
+    env = {name: view.get(f"env.{name}") for name in _ENV_READ}
+    return {"ddp": view.section("ddp"), "optimizer": view.section("optimizer"), "model": model_section,
+            "env": {k: None if v is None else str(v) for k, v in env.items()}}
+
+
+def _kwargs_from(classes: dict[str, Any], sections: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    torch = classes["torch"]
+    ddp = _kwargs(torch, classes["DistributedDataParallelConfig"], sections["ddp"])
+    opt = _kwargs(torch, classes["OptimizerConfig"], sections["optimizer"])
+    model = _kwargs(torch, classes["TransformerConfig"], sections["model"])
     if (model.get("pipeline_model_parallel_size") or 1) > 1 and model.get("pipeline_dtype") is None:
         # Bridge's mixed-precision setup fills pipeline_dtype from the training precision before finalize().
-        model["pipeline_dtype"] = torch.bfloat16 if model.get("bf16") else (torch.float16 if model.get("fp16") else torch.float32)
+        model["pipeline_dtype"] = (torch.bfloat16 if model.get("bf16")
+                                   else torch.float16 if model.get("fp16") else torch.float32)
     return {"DistributedDataParallelConfig": ddp, "OptimizerConfig": opt, "TransformerConfig": model}
 
 
-def check_with_mcore(view: ConfigView) -> list[Violation] | None:
-    """Violations raised by megatron-core's own config classes; None when megatron-core cannot be imported.
-
-    TransformerConfig is built only when the model shape (num_layers, hidden_size, num_attention_heads) is known.
-    """
+def build_kwargs(view: ConfigView) -> dict[str, dict[str, Any]] | None:
+    """The keyword arguments each real class gets from ``view`` (None when megatron-core is absent)."""
     classes = _load()
     if classes is None:
         return None
-    all_kwargs = build_kwargs(view) or {}
-    env = {name: view.get(f"env.{name}") for name in _ENV_READ}
-    found: list[Violation] = []
+    return _kwargs_from(classes, _sections(view))
+
+
+def _errors(classes: dict[str, Any], sections: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each class's ``__post_init__`` raises for these sections: [{cls, message, keys, version}]."""
+    all_kwargs = _kwargs_from(classes, sections)
+    found: list[dict[str, Any]] = []
     with _LOCK:
         saved = {name: os.environ.get(name) for name in _ENV_READ}
         try:
-            for name, value in env.items():
+            for name, value in sections["env"].items():
                 if value is None:
                     os.environ.pop(name, None)
                 else:
@@ -127,14 +133,9 @@ def check_with_mcore(view: ConfigView) -> list[Violation] | None:
                 message = _post_init_error(classes[cls_name], kwargs)
                 if message:
                     section = _SECTION[cls_name]
-                    found.append(
-                        Violation(
-                            check=f"mcore:{cls_name}",
-                            message=message,
-                            keys=[f"{section}.{k}" for k in kwargs if re.search(rf"\b{re.escape(k)}\b", message)],
-                            source=SOURCE.format(cls=cls_name, version=classes["version"]),
-                        )
-                    )
+                    found.append({"cls": cls_name, "message": message, "version": str(classes["version"]),
+                                  "keys": [f"{section}.{k}" for k in kwargs
+                                           if re.search(rf"\b{re.escape(k)}\b", message)]})
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -142,6 +143,190 @@ def check_with_mcore(view: ConfigView) -> list[Violation] | None:
                 else:
                     os.environ[name] = value
     return found
+
+
+def _violations(entries: list[dict[str, Any]]) -> list[Violation]:
+    return [Violation(check=f"mcore:{e['cls']}", message=e["message"], keys=list(e["keys"]),
+                      source=SOURCE.format(cls=e["cls"], version=e["version"])) for e in entries]
+
+
+def check_with_mcore(view: ConfigView, wait: bool = True) -> list[Violation] | None:
+    """Violations raised by megatron-core's own config classes; None when megatron-core cannot be imported.
+
+    TransformerConfig is built only when the model shape (num_layers, hidden_size, num_attention_heads) is known.
+    Answers are kept on disk per inputs and torch/megatron-core versions (``mcore_checks.json`` in diagnose's
+    cache folder): a config checked once is never imported for again. ``wait=False`` (``analyze``: the report
+    never waits seconds for an import): an answer not on disk is left to one background worker process that
+    imports megatron-core once for every config this process asked about and fills the cache; None meanwhile.
+    """
+    if not installed():
+        return None
+    sections = _sections(view)
+    key = _cache_key(sections)
+    hit = _cache.read().get(key) if key else None
+    if isinstance(hit, list):
+        try:
+            return _violations(hit)
+        except (KeyError, TypeError):
+            pass  # damaged entry: computed again below
+    if not wait:
+        if key is not None and _cache.path() is not None:
+            _queue_background(key, sections)
+        return None
+    classes = _load()
+    if classes is None:
+        return None
+    entries = _errors(classes, sections)
+    if key is not None:
+        _cache.write(key, entries)
+    return _violations(entries)
+
+
+def installed() -> bool:
+    """torch and megatron-core are installed (found, not imported: the import costs seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+_CACHE_VERSION = 1  # bump when the classes are built differently
+
+
+def _cache_key(sections: dict[str, Any]) -> str | None:
+    """sha256 of the inputs and versions; None when the inputs are not plain JSON data (then never cached)."""
+    import hashlib
+    import json
+
+    try:
+        text = json.dumps([_CACHE_VERSION, _versions(), sections], sort_keys=True, allow_nan=False)
+        if json.loads(text)[2] != sections:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    out = []
+    for dist in ("torch", "megatron-core"):
+        try:
+            out.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist}=?")
+    return ",".join(out)
+
+
+class _JsonCache:
+    """One JSON object in diagnose's cache folder, replaced atomically; missing or damaged reads as empty."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def path(self) -> str | None:
+        from diagnose.cache import cache_dir
+
+        base = cache_dir()
+        return os.path.join(base, self.name) if base else None
+
+    def read(self) -> dict[str, Any]:
+        import json
+
+        path = self.path()
+        if path is None:
+            return {}
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write(self, key: str, value: Any) -> None:
+        import json
+        import tempfile
+
+        path = self.path()
+        if path is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            data = self.read()
+            if len(data) >= _CACHE_MAX:
+                data.clear()
+            data[key] = value
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{self.name}.")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: no cache, same answers
+
+
+_CACHE_MAX = 4096
+_cache = _JsonCache("mcore_checks.json")
+_QUEUED: dict[str, dict[str, Any]] = {}
+
+
+def _queue_background(key: str, sections: dict[str, Any]) -> None:
+    """Remember a config for the background worker, started once when this process exits."""
+    if not _QUEUED:
+        import atexit
+
+        atexit.register(_start_worker)
+    _QUEUED[key] = sections
+
+
+def _start_worker() -> None:
+    """One detached ``python -m diagnose.explain.validate.mcore`` for every queued config; never waited for."""
+    import json
+    import subprocess
+    import sys
+
+    if not _QUEUED:
+        return
+    payload = json.dumps([{"key": k, "sections": v} for k, v in _QUEUED.items()])
+    _QUEUED.clear()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "diagnose.explain.validate.mcore"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=dict(os.environ, PYTHONWARNINGS="ignore"),
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(payload.encode())
+        proc.stdin.close()
+    except (OSError, ValueError):
+        pass  # no worker: the next run that waits computes it
+
+
+def _worker(requests: list[dict[str, Any]]) -> int:
+    """The background worker: one import of megatron-core, every request computed and cached. Workers of one
+    cache folder run one at a time (a lock file), and skip what another worker cached meanwhile."""
+    import fcntl
+
+    path = _cache.path()
+    if path is None:
+        return 0
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _cache.read()
+        todo = [r for r in requests if isinstance(r, dict) and isinstance(r.get("sections"), dict)
+                and r.get("key") not in done and _cache_key(r["sections"]) == r.get("key")]
+        if not todo:
+            return 0
+        classes = _load()
+        if classes is None:
+            return 1
+        for r in todo:
+            _cache.write(r["key"], _errors(classes, r["sections"]))
+    return 0
 
 
 def _post_init_error(cls: Any, kwargs: dict[str, Any]) -> str | None:
@@ -154,3 +339,14 @@ def _post_init_error(cls: Any, kwargs: dict[str, Any]) -> str | None:
     except Exception:  # noqa: BLE001 - a value we could not convert: not the job's failure
         return None
     return None
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    try:
+        reqs = json.loads(sys.stdin.read() or "[]")
+    except ValueError:
+        sys.exit(2)
+    sys.exit(_worker(reqs if isinstance(reqs, list) else []))
