@@ -186,6 +186,10 @@ class Finding:
     explanation: str = ""
     fix: Fix = field(default_factory=Fix)
     facts: dict[str, Any] = field(default_factory=dict)
+    # How the category was reached: "rule" (a specific rule's message), "inferred" (a generic rule's evidence read by
+    # an [[infer]] table: frames, exception type, words) or "catchall" (the most salient error line, nothing else).
+    basis: str = "rule"
+    basis_detail: str = ""  # for "inferred": which table and which evidence decided
     # Not in JSON: which input the first evidence came from and a sort key in time, for ranking.
     cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
 

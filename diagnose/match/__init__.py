@@ -87,7 +87,7 @@ def scan_and_match(
     compiled = compile_catalogue(catalogue, captures, lazy=True)  # regexes compiled as lines need them
     warnings = list(compiled.warnings)
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
-    findings, root = rank(group_hits(hits))
+    findings, root = rank(group_hits(hits, catalogue.inferences))
     attribute_ranks(findings, root)
     from diagnose.match.silent_ranks import mark_silent_ranks  # noqa: PLC0415 - silent NCCL ranks (QA #13)
     mark_silent_ranks(findings, root)

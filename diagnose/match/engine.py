@@ -21,6 +21,7 @@ from diagnose.match import adapters, parallel
 from diagnose.match.anchors import Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
+from diagnose.match.inference import MAX_FRAMES
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 
@@ -64,6 +65,7 @@ class Hit:
     phase: str
     key: str  # grouping key: rule code + its named groups with numbers masked
     extra_evidence: list[LogLine] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)  # generic and catch-all rules: traceback frames, innermost last
 
 
 class _LineReader:
@@ -267,7 +269,12 @@ class Matcher:
                 for k, v in adapters.run_parser(rule.parser, ll, following).items():
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
-            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra))
+            kept: list[str] = []
+            if rule.tier != "specific" and seen < PARSED_HITS_PER_GROUP:
+                if frames is None:
+                    frames = self._frames(reader, start, ll)
+                kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
+            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, kept))
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:

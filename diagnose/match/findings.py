@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from diagnose.match import collective_skew
 from diagnose.match.engine import Hit
+from diagnose.match.inference import infer
+from diagnose.match.rules import Inference
 from diagnose.model import Evidence, Finding, LogLine
 from diagnose.normalize import collapse_carriage_returns
 from diagnose.present.safe import inert, shorten
@@ -36,7 +38,8 @@ def evidence_of(line: LogLine) -> Evidence:
     return Evidence(line.path, line.lineno, shorten(inert(collapse_carriage_returns(line.raw)), EVIDENCE_CHARS))
 
 
-def group_hits(hits: list[Hit]) -> list[Group]:
+def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> list[Group]:
+    """Findings from hits; a generic finding's category is inferred from its first hit's evidence."""
     groups: dict[str, Group] = {}
     first_by_rule: dict[str, Group] = {}
     for hit in hits:
@@ -44,7 +47,7 @@ def group_hits(hits: list[Hit]) -> list[Group]:
         if g is None and len(groups) >= MAX_GROUPS:
             g = first_by_rule.get(hit.rule.rule.code)
         if g is None:
-            g = Group(_new_finding(hit), hit)
+            g = Group(_new_finding(hit, inferences or []), hit)
             groups[hit.key] = g
             first_by_rule.setdefault(hit.rule.rule.code, g)
         else:
@@ -66,13 +69,13 @@ def group_hits(hits: list[Hit]) -> list[Group]:
     return out
 
 
-def _new_finding(hit: Hit) -> Finding:
+def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     rule = hit.rule.rule
     evidence = [evidence_of(hit.line)]
     for extra in hit.extra_evidence:
         if extra.lineno > 0:
             evidence.insert(0, evidence_of(extra))
-    return Finding(
+    finding = Finding(
         rule=rule.code,
         name=rule.slug,
         title=rule.title,
@@ -88,6 +91,16 @@ def _new_finding(hit: Hit) -> Finding:
         fix=copy.deepcopy(rule.fix),
         facts=dict(hit.facts),
     )
+    if rule.tier == "catchall":
+        finding.basis = "catchall"
+    if rule.tier != "specific":
+        inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase)
+        if inferred is not None:
+            finding.category = inferred.inference.category
+            finding.confidence = max(finding.confidence, inferred.inference.confidence)
+            finding.basis = "inferred"
+            finding.basis_detail = inferred.basis
+    return finding
 
 
 def _add(g: Group, hit: Hit) -> None:

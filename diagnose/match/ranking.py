@@ -1,10 +1,13 @@
 """Root-cause ranking: which finding explains the failure, which ones are its consequences.
 
-* Candidates are error findings whose rule is role ``root``. A catch-all (category ``other``) is a candidate only
-  when no specific error matched.
+* Candidates are error findings whose rule is role ``root``, by the rule's tier: a specific rule's finding first;
+  a generic one (an exception's shape, its category inferred from the evidence) only when no specific error
+  matched.
 * Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
+* Catch-all rules (``tier = "catchall"``: an NCCL WARN, an ``srun: error:``, a non-zero exit...) speak last, only
+  when nothing above did: a failed log is never silent, and its finding says it was a catch-all.
 * The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
   everything else is ``context``. Findings are ordered root first, then the rest by time, then cascades.
 """
@@ -61,13 +64,18 @@ def _compare(a: Group, b: Group) -> int:
 by_time = functools.cmp_to_key(_compare)
 
 
+def _tier(g: Group) -> str:
+    return g.first_hit.rule.rule.tier
+
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
     errors = [g for g in ordered if g.finding.severity == "error"]
-    root_role = [g for g in errors if g.first_hit.rule.rule.role == "root"]
-    specific = [g for g in root_role if g.finding.category != "other"]
-    cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade"]
+    catchall = [g for g in errors if _tier(g) == "catchall"]
+    root_role = [g for g in errors if g.first_hit.rule.rule.role == "root" and _tier(g) != "catchall"]
+    specific = [g for g in root_role if _tier(g) == "specific"]
+    cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade" and _tier(g) != "catchall"]
 
     root: Group | None = None
     confidence = None
@@ -80,6 +88,9 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     elif cascades:
         root = cascades[0]
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
+    elif catchall:
+        root = catchall[0]
+        confidence = root.finding.confidence
 
     if root is None:
         findings = [g.finding for g in ordered]

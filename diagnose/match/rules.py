@@ -2,8 +2,11 @@
 
 A catalogue is a folder of ``*.toml`` files, one per family, read in file-name order; rules keep their order inside
 a file. Order matters: when several rules match the same line, the LAST one in catalogue order wins (generic rules
-first, specific ones after them), as in PyTorch's Dr. CI log classifier. The schema is documented in
-``rules/README.md``.
+come first in the catalogue, specific ones after them, so a specific rule overrides a generic one on the same
+line). Across lines, the root cause is chosen by tier (``match/ranking.py``): a specific rule over a generic one
+(the shape of an exception, its category inferred from the traceback), over a cascade, over a catch-all that
+speaks only when nothing else did (Dr. CI's catch-all). ``[[infer]]`` tables teach how a generic finding's category
+is read from its evidence (``match/inference.py``). The schema is documented in ``rules/README.md``.
 """
 
 from __future__ import annotations
@@ -63,12 +66,42 @@ class Rule:
     examples_no_match: list[str] = field(default_factory=list)
     source: str = ""  # file it came from
     order: int = 0  # global position in the catalogue
+    tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
+
+
+TIERS = ("specific", "generic", "catchall")
+
+
+@dataclass(slots=True)
+class Inference:
+    """How a generic finding's category is read from its evidence (an ``[[infer]]`` table; first match wins).
+
+    Every condition given must hold; inside one condition any entry may. ``frames_any``: a frame of the line's
+    traceback contains one (a library path such as ``megatron/core/dist_checkpointing/``); ``text_any``: a regex
+    found in the matched line; ``exc_types``: the exception's type name ends with one; ``library_frame``: the last
+    frame is in an installed package (site-packages/dist-packages), not the user's script; ``phases``: the
+    finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    """
+
+    code: str
+    category: str
+    why: str
+    confidence: float
+    frames_any: list[str] = field(default_factory=list)
+    text_any: list[str] = field(default_factory=list)
+    exc_types: list[str] = field(default_factory=list)
+    library_frame: bool | None = None
+    phases: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
 
 
 @dataclass
 class Catalogue:
     rules: list[Rule]
     errors: list[str] = field(default_factory=list)  # problems found while loading (lint reports them)
+    inferences: list[Inference] = field(default_factory=list)
 
     def by_code(self, code: str) -> Rule | None:
         for r in self.rules:
@@ -103,14 +136,16 @@ def load_catalogue(
         dirs.append(p)
     rules: list[Rule] = []
     errors: list[str] = []
+    inferences: list[Inference] = []
     for d in dirs:
         files = [d] if d.is_file() else sorted(d.glob("*.toml"))
         if d.is_dir() and not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
         for f in files:
-            loaded, errs = load_rule_file(f)
+            loaded, errs, infs = load_rule_file_all(f)
             rules.extend(loaded)
             errors.extend(errs)
+            inferences.extend(infs)
     seen: dict[str, str] = {}
     for i, r in enumerate(rules):
         r.order = i
@@ -120,10 +155,16 @@ def load_catalogue(
     if strict and errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise DiagnoseError(f"{errors[0]}{more}; see: diagnose rules lint --only-user --rules DIR")
-    return Catalogue(rules, errors)
+    return Catalogue(rules, errors, inferences)
 
 
 def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
+    rules, errors, _ = load_rule_file_all(path)
+    return rules, errors
+
+
+def load_rule_file_all(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
+    """The rules, the problems found, and the ``[[infer]]`` tables of one catalogue file."""
     from diagnose.match import rule_cache
 
     try:
@@ -141,9 +182,64 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
         except ValueError as e:
             code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
             errors.append(f"{path}: rule {code}: {e}")
+    inferences: list[Inference] = []
+    for i, raw in enumerate(data.get("infer", [])):
+        try:
+            inferences.append(parse_inference(raw, str(path), check_regex=cached is None))
+        except ValueError as e:
+            code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
+            errors.append(f"{path}: infer {code}: {e}")
     if cached is None and not errors:
         rule_cache.put(text, data)
-    return rules, errors
+    return rules, errors, inferences
+
+
+def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inference:
+    if not isinstance(raw, dict):
+        raise ValueError("an [[infer]] entry must be a table")
+    code = _need(raw, "code", str)
+    if not (2 <= len(code) <= 8 and code[0].isalpha() and all(c in CODE_CHARS for c in code)):
+        raise ValueError(f"code {code!r} must be 2-8 upper-case letters and digits, starting with a letter")
+    category = _need(raw, "category", str)
+    if category not in CATEGORIES or category == "other":
+        raise ValueError(f"category {category!r} must be one of {', '.join(CATEGORIES)} but 'other'")
+    confidence = raw.get("confidence", 0.5)
+    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise ValueError("confidence must be a number in [0, 1]")
+    library = raw.get("library_frame")
+    if library is not None and not isinstance(library, bool):
+        raise ValueError("'library_frame' must be true or false")
+    text_any = _str_list(raw, "text_any")
+    for t in text_any:
+        try:
+            if check_regex:
+                regex.compile(t)
+        except regex.error as e:
+            raise ValueError(f"text_any {t!r}: regex does not compile: {e}") from None
+    phases = _str_list(raw, "phases")
+    bad = [p for p in phases if p not in PHASES]
+    if bad:
+        raise ValueError(f"phases {bad} are not among {', '.join(PHASES)}")
+    conditions = _str_list(raw, "frames_any") or text_any or _str_list(raw, "exc_types") or library is not None
+    if not conditions:
+        raise ValueError("no condition: give frames_any, text_any, exc_types or library_frame")
+    examples = raw.get("examples", [])
+    if not isinstance(examples, list) or not all(isinstance(x, dict) for x in examples):
+        raise ValueError("'examples' must be a list of tables")
+    return Inference(
+        code=code,
+        category=category,
+        why=_need(raw, "why", str).strip(),
+        confidence=float(confidence),
+        frames_any=_str_list(raw, "frames_any"),
+        text_any=text_any,
+        exc_types=_str_list(raw, "exc_types"),
+        library_frame=library,
+        phases=phases,
+        rules=_str_list(raw, "rules"),
+        examples=list(examples),
+        source=source,
+    )
 
 
 def _need(raw: dict, key: str, kind: type) -> Any:
@@ -242,6 +338,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     parser = raw.get("parser")
     if parser is not None and not isinstance(parser, str):
         raise ValueError("'parser' must be a string")
+    tier = raw.get("tier", "generic" if category == "other" else "specific")
+    if tier not in TIERS:
+        raise ValueError(f"tier {tier!r} is not one of {', '.join(TIERS)}")
 
     return Rule(
         code=code,
@@ -263,4 +362,5 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         examples_match=_str_list(ex, "match"),
         examples_no_match=_str_list(ex, "no_match"),
         source=source,
+        tier=tier,
     )

@@ -1,0 +1,88 @@
+"""A generic finding's category, read from its evidence as a human would: the traceback's frames, the exception type,
+where it was raised, the words of the line.
+
+Generic rules (``tier = "generic"``: the shape of a Python exception, an assertion, a native crash) know that a
+failure happened but not what kind. The catalogue's ``[[infer]]`` tables (``rules/05_inference.toml``) say what
+each kind of evidence means: a frame in ``megatron/core/dist_checkpointing/`` puts it in checkpointing, an
+``unexpected keyword argument`` raised inside an installed package is version skew. The first table whose
+conditions all hold decides (file order, as Dr. CI's rules). The finding keeps the rule it came from and says how
+its category was reached (``Finding.basis``), with a confidence between the generic rule's and a specific rule's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import regex
+
+from diagnose.match.rules import Inference
+
+_EXC_TYPE = regex.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b")
+_LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
+_FRAME_FILE = regex.compile(r'^\s*File "([^"]*)"')
+_FRAME_HEAD = regex.compile(r'File "[^"]*", line \d+, in \S+')
+MAX_FRAMES = 32  # the innermost frames kept on a generic hit; where it was raised is at the end
+
+
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    inference: Inference
+    detail: str  # the evidence that decided it: the frame, the type or the words
+
+    @property
+    def basis(self) -> str:
+        return f"{self.inference.code}: {self.inference.why} ({self.detail})"
+
+
+def exception_type(text: str) -> str:
+    """The exception's type name at the start of ``text`` ("" when the line is not an exception line)."""
+    m = _EXC_TYPE.match(text.strip())
+    return m.group(1) if m else ""
+
+
+def raised_in_library(frames: Sequence[str]) -> bool:
+    """Was the innermost Python frame in an installed package (not the user's own script)?"""
+    for text in reversed(frames):
+        m = _FRAME_FILE.match(text)
+        if m:
+            return any(root in m.group(1) for root in _LIBRARY_ROOTS)
+    return False
+
+
+def infer(
+    inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str
+) -> Inferred | None:
+    """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None."""
+    exc = exception_type(text)
+    library: bool | None = None
+    for inf in inferences:
+        if inf.rules and rule_code not in inf.rules:
+            continue
+        if inf.phases and phase not in inf.phases:
+            continue
+        detail = ""
+        if inf.exc_types:
+            hit = next((t for t in inf.exc_types if exc == t or exc.endswith("." + t)), None)
+            if hit is None:
+                continue
+            detail = exc
+        if inf.text_any:
+            found = next((m for t in inf.text_any if (m := regex.search(t, text)) is not None), None)
+            if found is None:
+                continue
+            detail = detail or found.group(0)
+        if inf.frames_any:
+            frame = next((f for f in reversed(frames) for needle in inf.frames_any if needle in f), None)
+            if frame is None:
+                continue
+            head = _FRAME_HEAD.search(frame)
+            detail = head.group(0) if head else frame.strip()
+        if inf.library_frame is not None:
+            if library is None:
+                library = raised_in_library(frames)
+            if library != inf.library_frame:
+                continue
+            detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
+        return Inferred(inf, detail[:200])
+    return None

@@ -1,0 +1,83 @@
+"""Categories from the evidence (rules' [[infer]] tables, diagnose/match/inference.py): every table's examples, the
+first-match order, and the whole path through the matcher (a generic exception whose frames decide)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.match import load_catalogue, match_text
+from diagnose.match.inference import exception_type, infer, raised_in_library
+from diagnose.match.rules import parse_inference
+
+CATALOGUE = load_catalogue()
+EXAMPLES = [(inf.code, ex) for inf in CATALOGUE.inferences for ex in inf.examples]
+
+
+def test_the_catalogue_has_inference_tables_with_examples():
+    assert len(CATALOGUE.inferences) >= 15
+    assert not CATALOGUE.errors
+    assert all(inf.examples for inf in CATALOGUE.inferences), [i.code for i in CATALOGUE.inferences if not i.examples]
+    codes = [inf.code for inf in CATALOGUE.inferences]
+    assert len(codes) == len(set(codes))
+
+
+@pytest.mark.parametrize(("code", "example"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
+def test_every_inference_example(code, example):
+    got = infer(CATALOGUE.inferences, "PY001", example["line"], example.get("frames", []), example.get("phase", "unknown"))
+    expected = example["category"]
+    if expected == "none":
+        assert got is None or got.inference.code != code, f"{code} should not decide {example['line']!r}"
+    else:
+        assert got is not None, f"nothing inferred for {example['line']!r}"
+        assert got.inference.category == expected, got.basis
+
+
+def test_first_table_in_order_decides():
+    # a disk-full error inside checkpoint code is an I/O failure (IF004 comes before the frames of IF020)
+    frames = ['File "/opt/m/megatron/core/dist_checkpointing/strategies/filesystem_async.py", line 3, in write']
+    got = infer(CATALOGUE.inferences, "PY001", "OSError: [Errno 28] No space left on device", frames, "checkpoint_save")
+    assert got is not None and got.inference.code == "IF004"
+
+
+def test_helpers():
+    assert exception_type("torch.distributed.DistNetworkError: timed out") == "torch.distributed.DistNetworkError"
+    assert exception_type("the job failed") == ""
+    assert raised_in_library(['File "/usr/lib/python3/dist-packages/x.py", line 1, in f'])
+    assert not raised_in_library(['File "/usr/lib/python3/dist-packages/x.py", line 1, in f', 'File "train.py", line 2'])
+
+
+def test_a_table_without_a_condition_or_with_other_as_category_is_refused():
+    with pytest.raises(ValueError, match="no condition"):
+        parse_inference({"code": "IF999", "category": "data", "why": "x"}, "t")
+    with pytest.raises(ValueError, match="but 'other'"):
+        parse_inference({"code": "IF999", "category": "other", "why": "x", "text_any": ["x"]}, "t")
+
+
+LOG = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workspace/pretrain_gpt.py", line 40, in <module>
+[rank0]:     pretrain(train_valid_test_datasets_provider, model_provider)
+[rank0]:   File "/opt/megatron-lm/megatron/training/training.py", line 350, in pretrain
+[rank0]:     save_checkpoint(iteration, model, optimizer, opt_param_scheduler)
+[rank0]:   File "/opt/megatron-lm/megatron/training/checkpointing.py", line 512, in save_checkpoint
+[rank0]:     state_dict = generate_state_dict(args, model, optimizer)
+[rank0]:   File "/opt/megatron-lm/megatron/core/optimizer/distrib_optimizer.py", line 1204, in sharded_state_dict
+[rank0]:     x = param.to_local()
+[rank0]: AttributeError: 'Tensor' object has no attribute 'to_local'
+"""
+
+
+def test_a_generic_exception_gets_its_category_from_the_frames_and_says_so():
+    report = match_text(LOG, CATALOGUE)
+    root = report.root
+    assert root is not None and root.rule == "PY001"
+    assert root.category == "checkpoint_format"
+    assert root.basis == "inferred" and root.basis_detail.startswith("IF020")
+    assert root.basis_detail.endswith('distrib_optimizer.py", line 1204, in sharded_state_dict)')
+    assert 0.3 < root.confidence < 0.8
+    assert report.to_dict()["findings"][0]["basis"] == "inferred"
+
+
+def test_a_specific_rule_keeps_its_own_category_and_basis():
+    report = match_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", CATALOGUE)
+    assert report.root is not None and report.root.basis == "rule" and report.root.category == "cuda_oom"
