@@ -14,7 +14,7 @@ from diagnose.model import CATEGORIES
 CATALOGUE = load_catalogue()
 RULES = CATALOGUE.rules
 PREFIX_FILE = {
-    "PY": "00_generic", "LA": "10_launcher", "IM": "15_import_version", "CV": "20_config_validation",
+    "PY": "00_generic", "CA": "00_generic", "LA": "10_launcher", "IM": "15_import_version", "CV": "20_config_validation",
     "MB": "30_megatron_fsdp", "OOM": "40_oom", "NC": "50_nccl", "CK": "60_checkpoint", "SL": "70_slurm",
     "HW": "80_hardware", "NU": "85_numerics", "DA": "90_data", "EC": "99_echoes",
 }
@@ -62,8 +62,8 @@ def test_fix_values_are_real_values():
 
 def test_generic_rules_come_first():
     """Last match wins, so the catch-alls must be ordered before every specific rule."""
-    generic = [r.order for r in RULES if r.code.startswith("PY")]
-    specific = [r.order for r in RULES if not r.code.startswith("PY")]
+    generic = [r.order for r in RULES if r.code.startswith(("PY", "CA"))]
+    specific = [r.order for r in RULES if not r.code.startswith(("PY", "CA"))]
     assert max(generic) < min(specific)
 
 

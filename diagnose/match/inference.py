@@ -20,6 +20,9 @@ from diagnose.match.rules import Inference
 
 _EXC_TYPE = regex.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b")
 _LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
+# framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/...): library code too
+_LIBRARY_DIRS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
+                 "/verl/", "/transformers/", "/accelerate/", "/lightning/", "/pytorch_lightning/", "/torchtitan/")
 _FRAME_FILE = regex.compile(r'^\s*File "([^"]*)"')
 _FRAME_HEAD = regex.compile(r'File "[^"]*", line \d+, in \S+')
 MAX_FRAMES = 32  # the innermost frames kept on a generic hit; where it was raised is at the end
@@ -42,11 +45,15 @@ def exception_type(text: str) -> str:
 
 
 def raised_in_library(frames: Sequence[str]) -> bool:
-    """Was the innermost Python frame in an installed package (not the user's own script)?"""
+    """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
+
+    A call that does not fit a signature raises at the caller: when the caller is Megatron calling Transformer
+    Engine, two libraries disagree on a version; when it is the user's own script, the script is wrong."""
     for text in reversed(frames):
         m = _FRAME_FILE.match(text)
         if m:
-            return any(root in m.group(1) for root in _LIBRARY_ROOTS)
+            path = m.group(1)
+            return any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS)
     return False
 
 

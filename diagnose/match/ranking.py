@@ -72,7 +72,8 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
     errors = [g for g in ordered if g.finding.severity == "error"]
-    catchall = [g for g in errors if _tier(g) == "catchall"]
+    # a catch-all may be a warning (an NCCL WARN line is context next to an error): it still speaks when alone
+    catchall = [g for g in ordered if _tier(g) == "catchall" and g.finding.severity != "info"]
     root_role = [g for g in errors if g.first_hit.rule.rule.role == "root" and _tier(g) != "catchall"]
     specific = [g for g in root_role if _tier(g) == "specific"]
     cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade" and _tier(g) != "catchall"]
@@ -91,6 +92,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     elif catchall:
         root = catchall[0]
         confidence = root.finding.confidence
+        root.finding.severity = "error"  # it ended the job: nothing else in the log did
 
     if root is None:
         findings = [g.finding for g in ordered]

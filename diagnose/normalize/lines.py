@@ -114,6 +114,8 @@ _LAYER = re.compile(
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
+    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
+        (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\ (?!\ )   # pdsh "node017: "
     """,
     re.VERBOSE,
@@ -123,7 +125,7 @@ _LAYER = re.compile(
 _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|srun|sbatch|salloc")
 
 # Characters a prefix can start with; anything else skips the regex entirely.
-_PREFIX_START = frozenset("[ 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
+_PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
 _MAX_LAYERS = 8
 
 
@@ -189,6 +191,7 @@ _KIND_BY_LASTGROUP = {
     "tslevel": "iso",
     "nts": "nemo",
     "host": "pdsh",
+    "ray_end": "ray",
 }
 
 
@@ -232,6 +235,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         elif kind == "mpi" or kind == "lightning":
             line.rank = int(g("mpi_rank") or g("lrank"))
             saw_rank = True
+        elif kind == "ray":
+            # Ray's log_to_driver (and launchers built on it) tag each actor's lines; the actor is the stream
+            line.host = g("ray_ip") or g("ray_actor") or line.host
         elif kind == "bhost":
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
