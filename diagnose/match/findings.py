@@ -93,7 +93,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     )
     if rule.tier == "catchall":
         finding.basis = "catchall"
-    if rule.tier != "specific":
+    if rule.tier == "generic":
         inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase)
         if inferred is not None:
             finding.category = inferred.inference.category
