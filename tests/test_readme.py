@@ -64,3 +64,17 @@ def test_analyze_transcript_lines_are_real_and_in_order(cmd: str, shown: list[st
 
 def test_there_is_a_transcript_to_check() -> None:
     assert _analyze_transcripts()
+
+
+def test_accuracy_table_is_the_recorded_one() -> None:
+    """README's accuracy figures are corpus/accuracy.json's (which tests/test_corpus.py recomputes)."""
+    import json
+
+    figures = json.loads((ROOT / "corpus" / "accuracy.json").read_text(encoding="utf-8"))["figures"]
+    for part, label in (("dev", "dev (tuned on)"), ("test", "test (frozen, never tuned on)")):
+        f = figures[part]
+        row = (
+            f"| {label} | {f['failures']} | {f['top1']:.1f} % | {f['silent']} | {f['clean_right']}/{f['clean']} | "
+            f"{f['phase_accuracy']:.1f} % | {f['evidence_rate']:.1f} % |"
+        )
+        assert row in README, row
