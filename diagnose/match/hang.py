@@ -249,7 +249,8 @@ def _group_name(g: _Group) -> str:
 
 def _sentence(d: _Divergence) -> str:
     op = f"{short_op(d.op)} #{d.seq} of {_group_name(d.group)}"
-    waiting = f"{_ranks(d.waiting)} wait in it" if d.waiting else "no rank entered it"
+    waiting = (f"{_ranks(d.waiting)} {'waits' if len(d.waiting) == 1 else 'wait'} in it" if d.waiting
+               else "no rank entered it")
     by_role: dict[str, list[HangRank]] = {}
     for c in d.culprits:
         by_role.setdefault(c.role, []).append(c)
@@ -272,8 +273,9 @@ def _sentence(d: _Divergence) -> str:
         parts.append(f"Size mismatch: {_ranks([c.rank for c in odd])} called {op} with input sizes {sizes} "
                      f"where {_ranks([r for r in d.waiting if r not in {c.rank for c in odd}])} used {d.sizes}.")
     elif d.kind == "dead_rank":
+        verb = "waits" if len(d.waiting) == 1 else "wait"
         parts.append(f"{_ranks(d.missing).capitalize()} left no flight-recorder dump (dead, killed, or its node "
-                     f"gone) while {_ranks(d.waiting)} wait in {op}.")
+                     f"gone) while {_ranks(d.waiting)} {verb} in {op}.")
     else:
         who = "Every rank" if len(d.waiting) > 1 else _ranks(d.waiting).capitalize()
         parts.append(f"{who} entered {op} and none completed it: the collective itself is stuck (network, GPU, "

@@ -1,8 +1,9 @@
 """Make REAL flight-recorder dumps of a real hang: N ranks on CPU with gloo, one of them misbehaving.
 
-``python make_hang.py SCENARIO WORLD OUTDIR FORMAT [BAD_RANK]`` (FORMAT: pickle | json). The parent imports torch
-once and forks the ranks (cheaper than torchrun's N interpreters on a small machine); each rank joins a gloo
-group through a FileStore, runs a few collectives on the default group and on a second group, then:
+``python make_hang.py OUTROOT NAME=SCENARIO,WORLD,FORMAT,BAD_RANK ...`` (FORMAT: pickle | json): each scenario in
+``OUTROOT/NAME``, all of them at once. The parent imports torch once and forks the ranks (cheaper than torchrun's
+N interpreters on a small machine); each rank joins a gloo group through a FileStore, runs a few collectives on
+the default group and on a second group, then:
 
 * ``stall``: BAD_RANK never calls the next all_reduce (as if stuck in data loading); the others time out in it;
 * ``desync``: BAD_RANK calls a broadcast where the others call the all_reduce;
@@ -26,7 +27,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
-WAIT = datetime.timedelta(seconds=2)
+WAIT = datetime.timedelta(seconds=3)  # how long the ranks wait in the collective that hangs
+WAIT_OK = datetime.timedelta(seconds=60)  # nothing hangs: a slow (descheduled) rank must not time out
 
 
 def train_step(x: torch.Tensor, group) -> None:
@@ -41,7 +43,7 @@ def hang_point(scenario: str, rank: int, bad: int) -> None:
         work = dist.all_reduce(torch.ones(96), async_op=True)  # gloo aborts a rank sent more than it expects
     else:
         work = dist.all_reduce(torch.ones(64), async_op=True)
-    work.wait(WAIT)
+    work.wait(WAIT_OK if scenario == "ok" else WAIT)
 
 
 def dump(out: str, rank: int, fmt: str) -> None:
@@ -95,24 +97,30 @@ def rank_main(scenario: str, rank: int, world: int, out: str, fmt: str, bad: int
 
 
 def main() -> int:
-    scenario, world, out, fmt = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    bad = int(sys.argv[5]) if len(sys.argv) > 5 else world - 1
-    os.makedirs(out, exist_ok=True)
+    root = sys.argv[1]
+    runs = []
+    for spec in sys.argv[2:]:
+        name, _, args = spec.partition("=")
+        scenario, world, fmt, bad = args.split(",")
+        out = os.path.join(root, name)
+        os.makedirs(out, exist_ok=True)
+        runs.append((scenario, int(world), out, fmt, int(bad)))
     # The recorder symbolises the stacks on the first pickle dump of a process (about a second of CPU); doing it
     # once here, before the fork, lets every rank inherit the warm symbol cache. The dumps' content is unchanged.
     from torch.utils._traceback import CapturedTraceback
 
     CapturedTraceback.format_all([CapturedTraceback.extract(cpp=False)])
     pids = {}
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = rank_main(scenario, rank, world, out, fmt, bad)
-            finally:
-                os._exit(code)
-        pids[pid] = rank
+    for scenario, world, out, fmt, bad in runs:
+        for rank in range(world):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = rank_main(scenario, rank, world, out, fmt, bad)
+                finally:
+                    os._exit(code)
+            pids[pid] = rank
     deadline = time.monotonic() + 120
     while pids and time.monotonic() < deadline:
         pid, _status = os.waitpid(-1, os.WNOHANG)
