@@ -237,3 +237,37 @@ def test_nccl_json_dump_from_an_h200_reads_like_its_pickle():
     assert key == [(e.group, e.seq, e.op, e.input_sizes) for e in js.entries] and len(key) == 9
     assert js.groups["0"].last_completed == 7 and js.comm_lib_version == "2.28.9"
     assert not js.entries[0].frames and pkl.entries[0].frames[0].name == "all_reduce"
+
+
+# ---------------------------------------------------------------------------------------------------- TUI
+
+
+def test_tui_hang_grid_marks_the_stalled_rank(dumps_root):
+    import asyncio
+
+    from diagnose.present.tui.app import DiagnoseApp
+    from diagnose.present.tui.hangview import HangScreen
+
+    report, _hang = _analyze(dumps_root / "stall4")
+    log = str(dumps_root / "stall4" / "rank0.log")
+
+    async def run() -> None:
+        app = DiagnoseApp([log], report=report)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("g")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, HangScreen)
+            assert screen.row_of(1) == ["▶ rank 1", ". done", ". done", ". done", "- NEVER"]
+            assert screen.row_of(0)[0] == "  rank 0" and screen.row_of(0)[-1] == "W waiting"
+            summary = str(screen.query_one("#hang-summary").content)
+            assert "Rank 1 never entered all_reduce #4" in summary and "train_step" in summary
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, HangScreen)
+            await pilot.press("enter")  # the root finding's evidence is a dump: the grid, not a binary "log"
+            await pilot.pause()
+            assert isinstance(app.screen, HangScreen)
+
+    asyncio.run(run())

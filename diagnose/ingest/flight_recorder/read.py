@@ -90,7 +90,9 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
         except RefusedPickle as e:
             raise DumpError(f"{where}: unsafe pickle refused, not loaded: {e}") from None
         except (EOFError, pickle_errors()) as e:
-            kind = "truncated" if isinstance(e, EOFError) or "ran out of input" in str(e).lower() else "corrupt"
+            # a whole pickle ends with STOP ("."); PyTorch's end with the top dict's SETITEMS then STOP
+            bad_byte = "invalid load key" in str(e)
+            kind = "truncated" if isinstance(e, EOFError) or not (bad_byte or data.endswith(b".")) else "corrupt"
             raise DumpError(f"{where}: {kind} flight-recorder pickle ({_one_line(e)})") from None
         except RecursionError:
             raise DumpError(f"{where}: flight-recorder pickle nested too deeply, not read") from None
@@ -103,7 +105,7 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
     except UnicodeDecodeError:
         raise DumpError(f"{where}: flight-recorder JSON is not UTF-8") from None
     except json.JSONDecodeError as e:
-        kind = "truncated" if e.pos >= len(data.rstrip()) - 1 else "corrupt"
+        kind = "corrupt" if data.rstrip().endswith(b"}") else "truncated"  # a whole dump ends its top object
         raise DumpError(f"{where}: {kind} flight-recorder JSON ({e.msg} at byte {e.pos})") from None
     except (RecursionError, ValueError) as e:
         raise DumpError(f"{where}: flight-recorder JSON not readable ({type(e).__name__})") from None
