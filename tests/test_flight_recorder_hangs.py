@@ -125,7 +125,7 @@ def test_dead_rank_is_called_so(dumps_root, tmp_path):
     assert hang["kind"] == "dead_rank" and hang["missing_dumps"] == [1] and hang["waiting_ranks"] == [0, 2, 3]
     assert [c["role"] for c in hang["culprits"]] == ["no_dump"]
     root = doc["findings"][doc["root_cause"]]
-    assert root["rule"] == "FR004" and root["ranks"] == [1] and "no flight-recorder dump" in root["title"]
+    assert root["rule"] == "FR004" and root["ranks"] == [1] and "rank 1 left no dump" in root["title"]
     assert [cell["state"] for cell in hang["grid"][-1]["cells"]] == ["waiting", "no_dump", "waiting", "waiting"]
 
 

@@ -277,9 +277,10 @@ def _sentence(d: _Divergence) -> str:
         parts.append(f"{_ranks(d.missing).capitalize()} left no flight-recorder dump (dead, killed, or its node "
                      f"gone) while {_ranks(d.waiting)} {verb} in {op}.")
     else:
-        who = "Every rank" if len(d.waiting) > 1 else _ranks(d.waiting).capitalize()
-        parts.append(f"{who} entered {op} and none completed it: the collective itself is stuck (network, GPU, "
-                     "or a kernel queued before it on the stream).")
+        who = f"Every rank ({_ranks(d.waiting)})" if len(d.waiting) > 1 else _ranks(d.waiting).capitalize()
+        done = "none completed it" if len(d.waiting) > 1 else "it never completed"
+        parts.append(f"{who} entered {op} and {done}: the collective itself is stuck (network, GPU, or a kernel "
+                     "queued before it on the stream).")
     if d.missing and d.kind != "dead_rank":
         parts.append(f"No dump from {_ranks(d.missing)}.")
     return " ".join(parts)

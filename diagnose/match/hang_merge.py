@@ -9,6 +9,7 @@ its lines join the hang's evidence.
 
 from __future__ import annotations
 
+from diagnose.match.hang import short_op
 from diagnose.model import Evidence, Finding, Fix, HangReport, Report, rank_runs
 
 _GENERIC = {"nccl_timeout", "nccl_error", "launcher", "other"}
@@ -69,11 +70,11 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
     if hang.waiting_ranks:
         first = hang.waiting_ranks[0]
         evidence.append(Evidence(path=by_rank.get(first, ""), line=0,
-                                 text=f"ranks {', '.join(rank_runs(hang.waiting_ranks))} entered {hang.op} "
-                                      f"#{hang.seq} of group {hang.group} ({hang.group_desc}) {hang.input_sizes}"))
+                                 text=f"{_ranks(hang.waiting_ranks)} entered {hang.op} #{hang.seq} of group "
+                                      f"{hang.group} ({hang.group_desc}) {hang.input_sizes}"))
     if log_root is not None:
         evidence.extend(log_root.evidence[: max(0, MAX_EVIDENCE - len(evidence))])
-    title = hang.summary.split(";")[0].split(" (")[0].rstrip(".")
+    title = _title(hang)
     facts = {
         "source": "flight_recorder",
         "kind": hang.kind,
@@ -91,7 +92,7 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
     return Finding(
         rule=code,
         name=slug,
-        title=f"Hang: {title[:200]}",
+        title=title,
         category="nccl_timeout",
         phase=log_root.phase if log_root is not None and log_root.category in _GENERIC else "unknown",
         severity="error",
@@ -105,6 +106,26 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
                 safety="manual", steps=list(steps)),
         facts=facts,
     )
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(rank_runs(ranks))
+
+
+def _title(hang: HangReport) -> str:
+    """A short headline per kind (the summary sentence is the explanation's first paragraph)."""
+    op = f"{short_op(hang.op or '')} #{hang.seq}"
+    odd = _ranks([c.rank for c in hang.culprits if c.role != "no_dump"])
+    if hang.kind == "stalled":
+        return f"Hang: {odd} never entered {op}, which the others wait in"
+    if hang.kind == "desync":
+        other = sorted({c.last_op or "?" for c in hang.culprits if c.role == "desync"})
+        return f"Hang: desync, {odd} called {', '.join(other)} where the others called {op}"
+    if hang.kind == "size_mismatch":
+        return f"Hang: size mismatch, {odd} called {op} with other tensor sizes"
+    if hang.kind == "dead_rank":
+        return f"Hang: {_ranks(hang.missing_dumps)} left no dump while the others wait in {op}"
+    return f"Hang: {op} was entered and never completed"
 
 
 def explains(log_root: Finding, hang: HangReport) -> bool:

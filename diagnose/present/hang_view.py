@@ -34,7 +34,8 @@ def hang_lines(hang: HangReport) -> list[str]:
 
 
 def grid_rows(hang: HangReport, max_rows: int = MAX_TEXT_ROWS) -> list[str]:
-    """The grid as text: a header of collectives, one row per rank (named ranks always shown)."""
+    """The grid as text: a header of sequence numbers, one row per rank (named ranks always shown, marked ``<``),
+    then which op each sequence number is."""
     if not hang.grid:
         return []
     ranks = [cell.rank for cell in hang.grid[0].cells]
@@ -42,10 +43,10 @@ def grid_rows(hang: HangReport, max_rows: int = MAX_TEXT_ROWS) -> list[str]:
     shown = [r for r in ranks if r in named]
     shown += [r for r in ranks if r not in named][: max(0, max_rows - len(shown))]
     shown.sort()
-    heads = [f"#{col.seq} {col.op}" for col in hang.grid]
-    width = max(len(h) for h in heads)
+    heads = [f"#{col.seq}" for col in hang.grid]
+    width = max(3, *(len(h) for h in heads))
     label = max(len(f"rank {r}") for r in shown) if shown else 6
-    rows = [" " * (label + 2) + "  ".join(h.ljust(width) for h in heads)]
+    rows = [(" " * (label + 2) + "  ".join(h.ljust(width) for h in heads)).rstrip()]
     states = [{cell.rank: cell.state for cell in col.cells} for col in hang.grid]
     for r in shown:
         marks = "  ".join(SYMBOLS.get(s.get(r, ""), "?").ljust(width) for s in states)
@@ -53,5 +54,8 @@ def grid_rows(hang: HangReport, max_rows: int = MAX_TEXT_ROWS) -> list[str]:
         rows.append(f"{f'rank {r}'.ljust(label)}  {marks}".rstrip() + flag)
     if len(shown) < len(ranks):
         rows.append(f"... {len(ranks) - len(shown)} more rank(s) not shown")
+    group = f"group {hang.grid[0].group} ({hang.grid[0].group_desc})" if hang.grid[0].group_desc else \
+        f"group {hang.grid[0].group}"
+    rows.append(f"{group}: " + ", ".join(f"#{col.seq} {col.op}" for col in hang.grid))
     rows.append(LEGEND)
     return rows

@@ -595,7 +595,7 @@ def _hang_section(report: Report) -> list[Any]:
     rows = grid_rows(hang)
     if rows:
         parts.append(Text(""))
-        parts.extend(Text("  " + inert(row), no_wrap=True) for row in rows)
+        parts.extend(Text("  " + inert(row), no_wrap=True, overflow="ignore") for row in rows)
     return parts
 
 
