@@ -210,6 +210,7 @@ class Report:
     replay: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     slurm: dict[str, Any] | None = None
+    hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
 
     @property
@@ -233,9 +234,126 @@ class Report:
         }
         if self.slurm is not None:
             out["slurm"] = self.slurm
+        if self.hang is not None:
+            out["hang"] = asdict(self.hang)
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out
+
+
+# ------------------------------------------------------------------------------- flight recorder (hangs)
+
+
+@dataclass(slots=True)
+class FrFrame:
+    """One Python frame of a recorded collective's stack (the recorder lists them innermost first)."""
+
+    name: str
+    filename: str
+    line: int
+
+
+@dataclass(slots=True)
+class FrEntry:
+    """One collective (or p2p op) in a rank's flight-recorder ring buffer, whatever the dump's format version."""
+
+    record_id: int
+    group: str  # process group name ("0", "1"... or a hash), the key of pg_config / pg_status
+    group_desc: str  # "default_pg", "undefined", a user's description ("dp", "tp"...)
+    seq: int  # collective_seq_id (``seq_id`` before format 2.0); p2p ops use p2p_seq
+    p2p_seq: int
+    is_p2p: bool
+    op: str  # profiling_name: "nccl:all_reduce", "gloo:broadcast"...
+    input_sizes: list[list[int]]
+    output_sizes: list[list[int]]
+    input_dtypes: list[str]
+    output_dtypes: list[str]
+    state: str  # scheduled | started | completed
+    completed: bool  # state completed, or a completion time recorded
+    timeout_ms: int | None
+    frames: list[FrFrame]
+
+
+@dataclass(slots=True)
+class FrGroup:
+    name: str
+    desc: str
+    ranks: list[int] | None  # global ranks, from pg_config; None when the dump does not say
+    last_enqueued: int | None = None
+    last_started: int | None = None
+    last_completed: int | None = None
+
+
+@dataclass(slots=True)
+class FrDump:
+    """One rank's flight-recorder dump, read without running code, normalised across format versions."""
+
+    path: str
+    rank: int
+    format: str  # "pickle" | "json"
+    version: str
+    comm_lib_version: str
+    groups: dict[str, FrGroup]
+    entries: list[FrEntry]
+    dropped_entries: int = 0  # entries beyond the cap or malformed
+
+
+@dataclass(slots=True)
+class HangRank:
+    """A rank the analysis names, with where it was."""
+
+    rank: int
+    role: str  # stalled | desync | size_mismatch | no_dump
+    last_op: str | None = None  # its last collective in the group ("gloo:all_reduce")
+    last_seq: int | None = None
+    last_sizes: list[list[int]] = field(default_factory=list)
+    frame: str | None = None  # "train.py:57 in train_step": the first frame outside torch
+
+
+@dataclass(slots=True)
+class HangCell:
+    """What one rank did at one collective of the grid."""
+
+    rank: int
+    state: str  # completed | waiting | absent | desync | size_mismatch | no_dump
+
+
+@dataclass(slots=True)
+class HangColumn:
+    group: str
+    group_desc: str
+    seq: int
+    op: str  # the majority's op
+    cells: list[HangCell]
+
+
+@dataclass(slots=True)
+class HangDumpInfo:
+    path: str
+    rank: int
+    format: str
+    version: str
+    entries: int
+
+
+@dataclass(slots=True)
+class HangReport:
+    """What the flight-recorder dumps say about a hang (schema: report-1 ``hang``)."""
+
+    kind: str  # stalled | desync | size_mismatch | dead_rank | not_completed | none
+    summary: str
+    group: str | None = None
+    group_desc: str | None = None
+    seq: int | None = None  # the first collective where the ranks diverge (or the one nobody completed)
+    op: str | None = None
+    input_sizes: list[list[int]] = field(default_factory=list)
+    waiting_ranks: list[int] = field(default_factory=list)  # ranks that entered it and wait
+    culprits: list[HangRank] = field(default_factory=list)
+    missing_dumps: list[int] = field(default_factory=list)  # members of the group without a dump
+    world_size: int | None = None
+    dumps: list[HangDumpInfo] = field(default_factory=list)
+    grid: list[HangColumn] = field(default_factory=list)  # the collectives around the divergence, per rank
+    warnings: list[str] = field(default_factory=list)
 
 
 class DiagnoseError(Exception):

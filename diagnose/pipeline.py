@@ -30,21 +30,46 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     """Diagnose the given inputs (paths, folders, .gz, or "-" for stdin)."""
     options = options or AnalyzeOptions()
     from diagnose.ingest import open_inputs
-    from diagnose.match import load_catalogue, scan_and_match
+    from diagnose.ingest.flight_recorder import find_dumps
+    from diagnose.match import MatchResult, load_catalogue, scan_and_match
 
     catalogue = load_catalogue(options.rules_dirs, strict=True)
-    with open_inputs(inputs) as sources:
-        for source in sources:
-            if source.path in options.rank_hints:
-                source.rank_hint = options.rank_hints[source.path]
-        result = scan_and_match(
-            sources, catalogue, jobs=options.jobs, progress=options.progress, backend=options.backend
-        )
+    found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
+    log_inputs = found.log_inputs if found.dumps else inputs
+    if log_inputs:
+        with open_inputs(log_inputs) as sources:
+            for source in sources:
+                if source.path in options.rank_hints:
+                    source.rank_hint = options.rank_hints[source.path]
+            result = scan_and_match(
+                sources, catalogue, jobs=options.jobs, progress=options.progress, backend=options.backend
+            )
+    else:  # only flight-recorder dumps were named
+        result = MatchResult(report=Report(), blocks={})
     report = result.report
     report.warnings[:0] = catalogue.errors
+    if found.dumps:
+        _hang(report, found)
     if options.replay:
         _enrich(report, result.blocks, options)
     return report
+
+
+def _hang(report: Report, found) -> None:
+    """Read the flight-recorder dumps, name the rank that hung, make it the root cause over the timeouts."""
+    from diagnose.ingest.flight_recorder import read_dumps
+    from diagnose.match.hang import analyse_dumps
+    from diagnose.match.hang_merge import merge_hang
+    from diagnose.match.silent_ranks import world_size
+
+    dumps, warnings = read_dumps(found.dumps)
+    warnings = [*found.warnings, *warnings]
+    hang = analyse_dumps(dumps, warnings, world_size=world_size(report.findings))
+    if hang is None:
+        report.warnings.extend(warnings)
+        return
+    merge_hang(report, hang)
+    report.warnings.extend(warnings)
 
 
 def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:

@@ -92,6 +92,18 @@ def _section(title: str, data: Any) -> list[str]:
     return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""]
 
 
+def _hang(report: Report) -> list[str]:
+    from diagnose.present.hang_view import grid_rows, hang_lines
+
+    lines = hang_lines(report.hang)
+    out = ["### Hang (flight recorder)", "", md_inline(lines[0]), ""]
+    out += [f"- {md_inline(line)}" for line in lines[1:]]
+    rows = grid_rows(report.hang)
+    if rows:
+        out += ["", fenced(inert_block("\n".join(rows)))]
+    return [*out, ""]
+
+
 def render_markdown(report: Report) -> str:
     out: list[str] = []
     root = report.root
@@ -122,6 +134,8 @@ def render_markdown(report: Report) -> str:
                 text += f"; {skew}"
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
+    if report.hang is not None:
+        out += _hang(report)
     for name in ("config", "replay", "memory", "slurm"):
         out += _section(name.capitalize(), getattr(report, name))
     if report.warnings:

@@ -574,11 +574,28 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
                 line.append("; " + inert(skew), style="yellow")
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
+    if report.hang is not None:
+        parts.extend(_hang_section(report))
     for name in ("config", "replay", "memory", "slurm"):
         parts.extend(_section(name, getattr(report, name), width))
     if report.warnings:
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
+    return parts
+
+
+def _hang_section(report: Report) -> list[Any]:
+    """HANG (flight recorder): the sentences, then the grid unwrapped (it is a table)."""
+    from diagnose.present.hang_view import grid_rows, hang_lines
+
+    hang = report.hang
+    parts: list[Any] = [Text(""), Text("HANG (flight recorder)", style="bold underline")]
+    for line in hang_lines(hang):
+        parts.append(Padding(Text(inert(line)), (0, 0, 0, 2)))
+    rows = grid_rows(hang)
+    if rows:
+        parts.append(Text(""))
+        parts.extend(Text("  " + inert(row), no_wrap=True, overflow="ignore") for row in rows)
     return parts
 
 

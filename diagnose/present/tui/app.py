@@ -58,6 +58,7 @@ class MainScreen(Screen):
         Binding("4", "fix_tab('mlm')", "MLM", show=False),
         Binding("j", "jobs", "Jobs"),
         Binding("p", "plan", "Plan"),
+        Binding("g", "hang", "Hang grid"),
     ]
     DEFAULT_CSS = """
     MainScreen #body { height: 1fr; }
@@ -148,7 +149,15 @@ class MainScreen(Screen):
         if action == "plan":
             app = self.app
             return isinstance(app, DiagnoseApp) and app.plan_view() is not None
+        if action == "hang":
+            app = self.app
+            return isinstance(app, DiagnoseApp) and app.report is not None and app.report.hang is not None
         return True
+
+    def action_hang(self) -> None:
+        app = self.app
+        assert isinstance(app, DiagnoseApp)
+        app.open_hang()
 
     def action_plan(self) -> None:
         app = self.app
@@ -391,6 +400,10 @@ class DiagnoseApp(App):
             self.notify("This finding has no evidence line to open.", severity="warning")
             return
         chosen = finding.evidence[min(max(number, 0), len(finding.evidence) - 1)]
+        hang = self.report.hang if self.report is not None else None
+        if hang is not None and chosen.path in {d.path for d in hang.dumps}:
+            self.open_hang()  # a flight-recorder dump is binary: its evidence is the grid, not a log line
+            return
         marked = {e.line - 1 for e in finding.evidence if e.path == chosen.path}
         self.open_log(chosen.path, max(0, chosen.line - 1), marked)
 
@@ -408,6 +421,15 @@ class DiagnoseApp(App):
                 view = None
             self._plan_view = (self.report, view)
         return self._plan_view[1]
+
+    def open_hang(self) -> None:
+        """The flight-recorder view: the hang's sentences and the ranks x collectives grid (``g``)."""
+        from diagnose.present.tui.hangview import HangScreen
+
+        if self.report is None or self.report.hang is None:
+            self.notify("No flight-recorder dump was found beside the logs.", severity="warning")
+            return
+        self.push_screen(HangScreen(self.report.hang))
 
     def open_plan(self) -> None:
         """The memory plan with a what-if editor for the job's config, GPU count and GPU (``p``)."""
