@@ -207,6 +207,7 @@ class Report:
     memory: dict[str, Any] | None = None
     slurm: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
+    verify: dict[str, Any] | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
 
     @property
     def root(self) -> Finding | None:
@@ -229,6 +230,8 @@ class Report:
         }
         if self.slurm is not None:
             out["slurm"] = self.slurm
+        if self.verify is not None:
+            out["verify"] = self.verify
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out

@@ -71,8 +71,10 @@ def assumed_release(version: str | None, framework: str | None = None) -> str:
         return "Megatron-LM (message wording from its megatron-core release)"
     family = release_family(version)
     label = FAMILY_LABELS[family]
-    if version:
+    if version and version_range(version) is not None and version_range(version)[0] == version_range(version)[1]:
         return f"{label} (release {version})"
+    if version:
+        return f"{label} (the log allows {version}: validated as this family)"
     return (f"{label} (release unknown: validated as the newest family read in source; pass --bridge-version "
             f"0.7.0 for the branch without dist.use_megatron_fsdp)")
 
