@@ -212,6 +212,7 @@ class Report:
     slurm: dict[str, Any] | None = None
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
+    verify: dict[str, Any] | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
 
     @property
     def root(self) -> Finding | None:
@@ -236,6 +237,8 @@ class Report:
             out["slurm"] = self.slurm
         if self.hang is not None:
             out["hang"] = asdict(self.hang)
+        if self.verify is not None:
+            out["verify"] = self.verify
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out

@@ -24,6 +24,9 @@ class AnalyzeOptions:
     backend: str = "auto"  # phase-1 scan engine: auto | hyperscan | re2 | python
     # rank per input path when the caller knows it better than the file name does (Slurm's srun -o %t)
     rank_hints: dict[str, int] = field(default_factory=dict)
+    # the verify section (diagnose.explain.verify): None = only for a log without failure; True = always
+    verify: bool | None = None
+    strict: bool = False  # verify: a warning (a performance fallback) fails too
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:

@@ -1,6 +1,7 @@
 """The explain stage: the job's config, replay of the validator with proven fixes, and the memory model.
 
-``enrich(report, blocks, options)`` fills ``report.config``, ``report.replay`` and ``report.memory``. Each part
+``enrich(report, blocks, options)`` fills ``report.config``, ``report.replay``, ``report.memory`` and, for a log
+without failure (or when ``options.verify``), ``report.verify``. Each part
 that fails adds one line to ``report.warnings`` and leaves the rest of the report intact.
 """
 
@@ -28,6 +29,14 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
             report.replay = replay_findings(report, view, getattr(options, "bridge_version", None))
         except Exception as e:  # noqa: BLE001
             report.warnings.append(f"config replay failed: {type(e).__name__}: {e}")
+    want = getattr(options, "verify", None)
+    if want or (want is None and report.root is None):
+        try:
+            from diagnose.explain.verify import verify
+
+            report.verify = verify(report, blocks, view, strict=bool(getattr(options, "strict", False))).to_dict()
+        except Exception as e:  # noqa: BLE001
+            report.warnings.append(f"verify failed: {type(e).__name__}: {e}")
 
 
 def build_view(report: Report, blocks: dict | None, options: Any = None):

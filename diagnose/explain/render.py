@@ -39,6 +39,7 @@ import yaml
 
 from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
+from diagnose.explain.config.releases import FIELD_MOVES
 from diagnose.model import Override
 
 # A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
@@ -144,6 +145,8 @@ def cli_line(overrides: list[Override]) -> str:
 def python_line(o: Override, var: str = "cfg") -> str:
     if not _ATTRIBUTE_PATH.fullmatch(o.key):  # never let a key write code
         return f"# not a Python attribute path: {comment_safe(repr(o.key))}"
+    if is_delete(o) and o.key in FIELD_MOVES:  # a field the release removed: assigning it would be a no-op
+        return f"# delete the line that sets {var}.{o.key} (no such field from Megatron-Bridge 0.7.0)"
     return f"{var}.{o.key} = {python_value(None if is_delete(o) else o.value)}"
 
 

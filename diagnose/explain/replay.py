@@ -68,6 +68,8 @@ class ReplayResult:
             "after_fix": {"violations": [v.to_dict() for v in self.after.violations], "passes": self.passes},
             "render": self.render(),
         }
+        if self.before.assumed_release:
+            out["assumed_release"] = self.before.assumed_release
         if self.rule:
             out["rule"] = self.rule
             # proven only against the job's own config; against release defaults it is not a proof

@@ -24,7 +24,7 @@ __all__ = [
     "scan_and_match",
 ]
 
-_CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config")
+_CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts")
 
 
 @dataclass

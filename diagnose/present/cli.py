@@ -134,10 +134,30 @@ def build_parser() -> argparse.ArgumentParser:
     _format(p)
     _common(p)
 
-    p = sub.add_parser("schema", help="print the JSON Schema of a --format json output (report, check, replay)",
+    p = sub.add_parser("verify", help="check that a finished run really trained with Megatron FSDP",
+                       description="Check a finished run's log: Megatron FSDP really active (wrapper, strategy, DP "
+                       "size), loss finite to the last iteration, checkpoint written in fsdp_dtensor, and the "
+                       "performance fallbacks that happened. Exit 0 only when every check holds.")
+    p.add_argument("paths", nargs="+", metavar="LOG",
+                   help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
+    _format(p, ("text", "json"))
+    _rules_opt(p)
+    p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml, if not in the log")
+    p.add_argument("--bridge-version", metavar="X.Y.Z", help="Megatron-Bridge release the job ran (default: inferred)")
+    p.add_argument("--strict", action="store_true", help="a warning (performance fallback) fails the run too")
+    _common(p)
+
+    p = sub.add_parser("mcp", help="serve the diagnose tools to a coding agent (Model Context Protocol, stdio)",
+                       description="Run an MCP server on stdin/stdout with the tools analyze, verify, check, replay "
+                       "and slurm, each returning the command's JSON. Read-only. Needs: pip install 'diagnose[agent]'.")
+    _common(p)
+
+    p = sub.add_parser("schema",
+                       help="print the JSON Schema of a --format json output (report, check, replay, verify)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
-                       "(report), 'check --format json' (check) or 'replay --format json' (replay).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay"),
+                       "(report), 'check --format json' (check), 'replay --format json' (replay) or "
+                       "'verify --format json' (verify).")
+    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "verify"),
                    help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)

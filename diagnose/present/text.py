@@ -578,6 +578,10 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
         parts.extend(_hang_section(report))
     for name in ("config", "replay", "memory", "slurm"):
         parts.extend(_section(name, getattr(report, name), width))
+    if report.verify:
+        from diagnose.present.verify_text import verify_renderables
+
+        parts.extend(verify_renderables(report.verify))
     if report.warnings:
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)

@@ -7,13 +7,16 @@ With ``real_mcore=True`` (the default) and megatron-core importable, megatron-co
 their ``__post_init__`` raises is added as violations with check names ``mcore:<Class>``; a duplicate of a
 mirrored check with the same message is dropped.
 
-Release families: "old" (Megatron-Bridge <= 0.4.x) and "new" (>= 0.5.0, also used when the release is unknown).
+Release families (``diagnose.explain.config.releases``): "old" (Megatron-Bridge <= 0.4.x), "new" (0.5.0-0.6.x, also
+used when the release is unknown) and "latest" (>= 0.7.0: no ``dist.use_megatron_fsdp``); every result says which
+it assumed (``assumed_release``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diagnose.explain.config.releases import assumed_release
 from diagnose.explain.config.view import ConfigView
 from diagnose.explain.validate import checks_fsdp as _checks_fsdp  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_keys as _checks_keys  # noqa: F401 - registers checks
@@ -32,6 +35,7 @@ class ValidationResult:
     notes: list[Violation] = field(default_factory=list)
     family: str = "new"
     mcore_checked: bool = False  # real megatron-core config classes were built
+    assumed_release: str = ""  # which release the checks assumed, and why (releases.assumed_release)
 
     @property
     def passes(self) -> bool:
@@ -46,7 +50,8 @@ def run_checks(view: ConfigView, bridge_version: str | None = None,
     """Run every registered check for the view's framework (and the real megatron-core classes if asked; with
     ``BACKGROUND`` only when their answer for this config is cached: see ``mcore.check_with_mcore``)."""
     ctx = make_context(view, bridge_version)
-    result = ValidationResult(family=ctx.family)
+    result = ValidationResult(family=ctx.family,
+                              assumed_release=assumed_release(ctx.version_text, ctx.framework))
     for spec in CHECKS:
         if ctx.framework not in spec.frameworks:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+from diagnose.model import Override
 
 MSG_BOTH_FSDP_OLD = "Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."
 MSG_BOTH_FSDP_NEW = "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."
@@ -92,11 +93,13 @@ def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
         return
     if ctx.megatron_fsdp and not ctx.flag("dist.use_torch_fsdp2"):
         return
+    fixes = [[ov("checkpoint.ckpt_format", "torch_dist")],
+             [ov("ddp.use_megatron_fsdp", True), ov("dist.use_torch_fsdp2", False)]]
+    if ctx.release == "latest" and ctx.flag("dist.use_megatron_fsdp") and not ctx.flag("dist.use_torch_fsdp2"):
+        fixes.reverse()  # Megatron FSDP was asked for with the moved field: the migration, not another format
     yield Violation(
         "fsdp_dtensor_only_megatron_fsdp", MSG_DTENSOR_ONLY_MFSDP,
-        ["checkpoint.ckpt_format", "ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
-        fixes=[[ov("checkpoint.ckpt_format", "torch_dist")],
-               [ov("ddp.use_megatron_fsdp", True), ov("dist.use_torch_fsdp2", False)]],
+        ["checkpoint.ckpt_format", "ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"], fixes=fixes,
     )
 
 
@@ -326,3 +329,52 @@ def fsdp_reuse_grad_buf_mxfp8(ctx: CheckContext) -> Iterable[Violation]:
     else:
         msg = "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"
     yield Violation("fsdp_reuse_grad_buf_mxfp8", msg, ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], kind="note")
+
+
+# ----------------------------------------------------------------------------------------------- moved fields
+
+MSG_STALE_OVERRIDE = "Could not override '{key}'."
+MSG_STALE_SKIPPED = "Key '{leaf}' in overrides not found in config object {owner}. Skipping."
+MSG_STALE_UNKNOWN = ("{key} is not a field on {label}: move it to {moved_to} (the release is unknown; on >= 0.7 a "
+                     "command-line override is refused and a YAML key is skipped, leaving Megatron FSDP off)")
+
+
+@check("stale_moved_field",
+       "Megatron-Bridge >= 0.7 (the Megatron FSDP skill's validated branch): DistributedInitConfig without "
+       "use_megatron_fsdp; utils/omegaconf_utils.py parse_hydra_overrides (struct mode refuses the key) and "
+       "_apply_overrides (a YAML key is skipped with a warning); docs/RELEASES.md", ("megatron-bridge",))
+def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
+    """A field the job's release no longer has, set by the job: the migration to its new place is the fix.
+    A command-line override fails at start-up; a YAML key is skipped with a warning and the job runs without
+    the setting (for ``dist.use_megatron_fsdp``: without Megatron FSDP). Unknown release: a note."""
+    from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
+
+    for key, move in FIELD_MOVES.items():
+        if not ctx.view.has(key):
+            continue
+        origin = ctx.view.origin(key) or ""
+        if origin == "default" or origin.startswith("implied:"):
+            continue
+        value = ctx.get(key)
+        if origin != "override" and not ctx.flag(key):
+            continue  # a skipped False changes nothing
+        exists = field_exists(key, ctx.version_text)
+        if exists is True:
+            continue
+        fix = [ov(move.moved_to, value), Override(key=key, value=_delete())]
+        if exists is None:
+            yield Violation("stale_moved_field", MSG_STALE_UNKNOWN.format(
+                key=key, label=FAMILY_LABELS["latest"], moved_to=move.moved_to), [key, move.moved_to],
+                fixes=[fix], kind="note")
+            continue
+        if origin == "override":
+            msg = MSG_STALE_OVERRIDE.format(key=key)
+        else:
+            msg = MSG_STALE_SKIPPED.format(leaf=key.rsplit(".", 1)[1], owner=move.owner)
+        yield Violation("stale_moved_field", msg, [key, move.moved_to], fixes=[fix])
+
+
+def _delete():
+    from diagnose.explain.config.overrides import _DELETE
+
+    return _DELETE

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.explain.config.defaults import VersionRange, family_of, version_range, version_tuple
+from diagnose.explain.config.releases import release_family
 from diagnose.explain.config.values import as_bool, as_int
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Override
@@ -34,8 +35,10 @@ class Violation:
 class CheckContext:
     view: ConfigView
     version: VersionRange | None  # (lowest, highest) release the job can be
-    family: str  # "old" (<= 0.4.x) | "new" (>= 0.5.0)
+    family: str  # message wording: "old" (<= 0.4.x) | "new" (>= 0.5.0)
     framework: str  # "megatron-bridge" | "megatron-lm"
+    release: str = "new"  # fields: "old" | "new" | "latest" (>= 0.7.0, no dist.use_megatron_fsdp); releases.py
+    version_text: str | None = None  # the release as given (--bridge-version or the log), None when unknown
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.view.get(key, default)
@@ -53,7 +56,10 @@ class CheckContext:
 
     @property
     def megatron_fsdp(self) -> bool:
-        """Either flag turns Megatron FSDP on (Bridge then forces both True)."""
+        """Either flag turns Megatron FSDP on (Bridge then forces both True); on the ``latest`` family only
+        ``ddp.use_megatron_fsdp`` exists (a stale ``dist.use_megatron_fsdp`` is refused or ignored there)."""
+        if self.release == "latest":
+            return self.flag("ddp.use_megatron_fsdp")
         return self.flag("ddp.use_megatron_fsdp") or self.flag("dist.use_megatron_fsdp")
 
     @property
@@ -110,6 +116,8 @@ def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckCo
         version=version_range(version),
         family=family_of(version),
         framework=framework,
+        release=release_family(version),
+        version_text=version or None,
     )
 
 

@@ -117,7 +117,7 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         head.append(inert(", ".join(view.sources) or "(nothing recovered)"))
         head.append(f"  framework: {view.framework or 'unknown'}")
         if view.framework != "megatron-lm":
-            head.append(f"  megatron-bridge: {inert(view.version or 'unknown (validated as the latest release)')}")
+            head.append(f"  validated as: {inert(result.before.assumed_release)}")
         console.print(head)
         console.print(_violations_text("as given", result.before.violations))
         given = [o for o in result.fix if not any(o is a for a in result.added)]

@@ -1,0 +1,66 @@
+"""``diagnose verify LOG... [--format text|json] [--strict]``: did a run that finished really train with
+Megatron FSDP (wrapper, strategy, DP size), keep a finite loss to its last iteration and write an fsdp_dtensor
+checkpoint, and which performance fallbacks happened? Checks in ``diagnose.explain.verify``.
+
+Exit codes: 0 every check holds (warnings allowed unless ``--strict``), 1 a check failed or is unknown, 2 bad input.
+JSON: {"schema": "diagnose/verify@1", "inputs": [...], "root_cause": {...} | null, "verify": {...}}
+(``diagnose schema verify``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SCHEMA = "diagnose/verify@1"
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+def verify_payload(paths: list[str], config: str | None = None, bridge_version: str | None = None,
+                   strict: bool = False, rules: list[str] | None = None) -> dict[str, Any]:
+    """The verify JSON for ``paths`` (one job: several files are its ranks). Bad input: DiagnoseError."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    options = AnalyzeOptions(rules_dirs=list(rules or []), config_path=config, bridge_version=bridge_version,
+                             verify=True, strict=strict)
+    report = analyze(list(paths), options)
+    root = report.root
+    payload: dict[str, Any] = {
+        "schema": SCHEMA,
+        "inputs": list(paths),
+        "root_cause": None if root is None else {"rule": root.rule, "title": root.title},
+        "verify": report.verify or {"passes": False, "failed": [], "counts": {}, "run": {}, "checks": []},
+    }
+    if report.warnings:
+        payload["warnings"] = list(report.warnings)
+    return payload
+
+
+def run(args: Any) -> int:
+    payload = verify_payload(list(args.paths), getattr(args, "config", None), getattr(args, "bridge_version", None),
+                             bool(getattr(args, "strict", False)), getattr(args, "rules", None))
+    from diagnose.present.output import output_stream
+
+    out_path = getattr(args, "output", None)
+    with output_stream(out_path) as fh:
+        if getattr(args, "format", "text") == "json":
+            fh.write(json.dumps(payload, indent=2, default=str) + "\n")
+        else:
+            _print_text(fh, payload, getattr(args, "color", "auto") if not out_path else "never")
+    return EXIT_OK if payload["verify"].get("passes") else EXIT_FAIL
+
+
+def _print_text(fh: Any, payload: dict[str, Any], color: str) -> None:
+    from rich.console import Group
+    from rich.text import Text
+
+    from diagnose.present.safe import inert
+    from diagnose.present.text import make_console
+    from diagnose.present.verify_text import verify_renderables
+
+    console = make_console(fh, color)
+    parts: list[Any] = [Text("diagnose verify: ", style="bold") + Text(inert(", ".join(payload["inputs"])))]
+    parts.extend(verify_renderables(payload["verify"]))
+    for w in payload.get("warnings") or []:
+        parts.append(Text("warning: ", style="yellow") + Text(inert(w)))
+    console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)
