@@ -74,9 +74,15 @@ def window(since: str, until: str | None = None) -> tuple[str, str]:
     return start, end
 
 
-def list_ended_jobs(start: str, end: str, user: str | None = None, runner: Runner = run_slurm) -> list[SlurmRow]:
-    """Every job that ended between ``start`` and ``end`` (all users unless ``user``), array tasks one by one."""
+def list_ended_jobs(start: str, end: str, user: str | None = None, name: str | None = None,
+                    runner: Runner = run_slurm) -> list[SlurmRow]:
+    """Every job that ended between ``start`` and ``end`` (all users unless ``user``; only jobs called ``name``
+    when given), array tasks one by one."""
     argv = ["sacct", "--parsable2", "-X", "-S", start, "-E", end, f"--state={ENDED}", f"--format={FIELDS}"]
+    if name:
+        if not re.fullmatch(r"[A-Za-z0-9_.:+-][A-Za-z0-9_.:+,-]{0,199}", name):
+            raise DiagnoseError(f"--name {name[:30]!r}: expected job names like train-7b (comma-separated)")
+        argv.append(f"--name={name}")
     if user:
         if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}", user):
             raise DiagnoseError(f"--user {user[:30]!r}: not a user name")

@@ -38,7 +38,8 @@ class ArrayPlan:
 
 
 def write_array(run_dir: str, store: str, tasks: int, files: list[FileItem] | None = None,
-                window: tuple[str, str] | None = None, user: str | None = None, sbatch_args: list[str] | None = None,
+                window: tuple[str, str] | None = None, user: str | None = None, name: str | None = None,
+                sbatch_args: list[str] | None = None,
                 gpus_per_node: int = 8, python: str | None = None) -> ArrayPlan:
     """Write manifest, array and merge scripts into ``run_dir``; submit nothing."""
     if not 1 <= tasks <= MAX_TASKS:
@@ -62,6 +63,7 @@ def write_array(run_dir: str, store: str, tasks: int, files: list[FileItem] | No
         source = f"--manifest {q(manifest)}"
     elif window is not None:
         source = f"--sacct --start {q(window[0])} --end {q(window[1])}" + (f" --user {q(user)}" if user else "")
+        source += f" --name {q(name)}" if name else ""
     else:
         raise DiagnoseError("fleet submit: give log files/folders, or --sacct")
     python = python or sys.executable

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema of a --format json output (report, check, replay)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
                        "(report), 'check --format json' (check) or 'replay --format json' (replay).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay"),
+    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "fleet"),
                    help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)
@@ -161,6 +161,7 @@ def _fleet_parser(sub) -> None:
         q.add_argument("--sacct", action="store_true", help="the jobs that ended in the window, from sacct")
         q.add_argument("--since", default="7d", metavar="AGE", help="with --sacct: how far back (default 7d)")
         q.add_argument("--user", metavar="USER", help="with --sacct: only this user's jobs (default: all users)")
+        q.add_argument("--name", metavar="NAMES", help="with --sacct: only jobs with these names (comma-separated)")
         q.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
                        help="GPUs per node when sacct's AllocTRES has no gres/gpu (default 8)")
 

@@ -70,7 +70,7 @@ def _items(args: Any) -> list:
             start, end = args.start, args.end or time.strftime("%Y-%m-%dT%H:%M:%S")
         else:
             start, end = slurm_source.window(args.since, args.end)
-        rows = scan.shard_rows(slurm_source.list_ended_jobs(start, end, user=args.user), shard)
+        rows = scan.shard_rows(slurm_source.list_ended_jobs(start, end, user=args.user, name=args.name), shard)
         return [scan.SlurmItem(row, args.gpus_per_node) for row in rows]
     if getattr(args, "manifest", None):
         return scan.shard_files(scan.read_manifest(args.manifest), shard)
@@ -108,7 +108,8 @@ def _submit(args: Any) -> int:
         if args.paths:
             raise DiagnoseError("give log paths or --sacct, not both")
         plan = submit.write_array(args.run_dir, args.store, args.tasks, window=slurm_source.window(args.since),
-                                  user=args.user, sbatch_args=args.sbatch_arg, gpus_per_node=args.gpus_per_node)
+                                  user=args.user, name=args.name, sbatch_args=args.sbatch_arg,
+                                  gpus_per_node=args.gpus_per_node)
     else:
         if not args.paths:
             raise DiagnoseError("give log files or folders, or --sacct")

@@ -17,6 +17,7 @@ SCHEMAS = {
     "report": ("report-1.schema.json", "diagnose/report@1"),
     "check": ("check-1.schema.json", "diagnose/check@1"),
     "replay": ("replay-1.schema.json", "diagnose/replay@1"),
+    "fleet": ("fleet-1.schema.json", "diagnose/fleet@1"),
 }
 EXIT_OK = 0
 
