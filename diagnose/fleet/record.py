@@ -105,7 +105,7 @@ def build_record(report: Report, facts: JobFacts, log_hosts: list[str], status: 
         elapsed_s=facts.elapsed_s,
         gpu_hours=gpu_hours,
         start_ts=facts.start_ts,
-        end_ts=facts.end_ts,
+        end_ts=facts.end_ts or now(),  # never NULL: the report's window needs a time
         source=facts.source,
         report=pack_report(json.dumps(report.to_dict(), ensure_ascii=True, default=str)),
         scanned_at=now(),

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from diagnose.fleet.record import HOST_SCAN_LINES, JobFacts, build_record
-from diagnose.fleet.slurm_source import SlurmRow, gpus_of, in_shard, job_from_row, nodes_of, placed
+from diagnose.fleet.slurm_source import SlurmRow, epoch, gpus_of, in_shard, job_from_row, nodes_of, placed
 from diagnose.fleet.store import FleetStore, JobRecord, SeenFile, now, pack_report
+from diagnose.ingest.slurm.parse import split_state
 from diagnose.model import DiagnoseError, Report
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".out.gz", ".err.gz", ".txt.gz")
@@ -237,6 +238,8 @@ def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
     facts = JobFacts(
         job_key=row.key, via=item.via, cluster=row.get("Cluster"), job_id=row.job_id, name=row.get("JobName"),
         user=row.get("User"), nodes=nodes_of(row), gpus=gpus_of(row, item.gpus_per_node),
+        state=split_state(row.get("State"))[0],
+        start_ts=epoch(row.get("Start")), end_ts=epoch(row.get("End")),
     )
     try:
         job = job_from_row(row)
@@ -248,9 +251,7 @@ def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
         facts.state, facts.exit_code = job.state, job.exit.code
         facts.derived_exit_code = job.derived_exit.code
         facts.elapsed_s = job.elapsed_s
-        from diagnose.fleet.slurm_source import epoch
-
-        facts.start_ts, facts.end_ts = epoch(job.start), epoch(job.end)
+        facts.start_ts, facts.end_ts = epoch(job.start) or facts.start_ts, epoch(job.end) or facts.end_ts
         facts.source = ",".join(p for p, _ in job.analysis_inputs)
         report = diagnose_job(job.ref, options, job=job).report
     except (DiagnoseError, OSError) as e:
@@ -267,7 +268,7 @@ def _unreadable(facts: JobFacts, problem: str) -> JobRecord:
     return JobRecord(
         job_key=facts.job_key, failed=failed(Report(), facts), status="unreadable", via=facts.via,
         cluster=facts.cluster, job_id=facts.job_id, name=facts.name, user=facts.user, state=facts.state,
-        exit_code=facts.exit_code, problem=problem[:500], nodes=list(facts.nodes), end_ts=facts.end_ts,
+        exit_code=facts.exit_code, problem=problem[:500], nodes=list(facts.nodes), end_ts=facts.end_ts or now(),
         source=facts.source, report=pack_report('{"schema": "diagnose/report@1", "unreadable": true}'),
         scanned_at=now(),
     )
