@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from diagnose.model import Report
 
@@ -24,6 +25,8 @@ class AnalyzeOptions:
     backend: str = "auto"  # phase-1 scan engine: auto | hyperscan | re2 | python
     # rank per input path when the caller knows it better than the file name does (Slurm's srun -o %t)
     rank_hints: dict[str, int] = field(default_factory=dict)
+    # a catalogue already loaded from rules_dirs: callers analysing many jobs in one process (fleet) load it once
+    catalogue: Any = None
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -32,7 +35,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     from diagnose.ingest import open_inputs
     from diagnose.match import load_catalogue, scan_and_match
 
-    catalogue = load_catalogue(options.rules_dirs, strict=True)
+    catalogue = options.catalogue or load_catalogue(options.rules_dirs, strict=True)
     with open_inputs(inputs) as sources:
         for source in sources:
             if source.path in options.rank_hints:

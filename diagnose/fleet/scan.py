@@ -150,6 +150,7 @@ def pending(store: FleetStore, items: list[Item]) -> tuple[list[Item], int]:
 
 def scan(store: FleetStore, items: list[Item], options: ScanOptions) -> ScanSummary:
     started = time.monotonic()
+    _catalogue(options.rules_dirs)  # a broken --rules file fails here, once, not in every job (forked workers share it)
     todo, skipped = pending(store, items)
     summary = ScanSummary(listed=len(items), skipped=skipped)
     batch: list[tuple[JobRecord, SeenFile | None]] = []
@@ -198,11 +199,23 @@ def _diagnose_star(args: tuple[Item, list[str], bool]) -> tuple[JobRecord, SeenF
 # ------------------------------------------------------------------------------------------ one job (worker)
 
 
+_CATALOGUES: dict[tuple[str, ...], object] = {}  # per process: loading the rules costs ~40 ms, a small job ~20 ms
+
+
+def _catalogue(rules_dirs: list[str]) -> object:
+    from diagnose.match import load_catalogue
+
+    key = tuple(rules_dirs)
+    if key not in _CATALOGUES:
+        _CATALOGUES[key] = load_catalogue(list(rules_dirs), strict=True)
+    return _CATALOGUES[key]
+
+
 def diagnose_item(item: Item, rules_dirs: list[str], replay: bool) -> tuple[JobRecord, SeenFile | None]:
     """Diagnose one job; never raises for a bad log (the row says what went wrong)."""
     from diagnose.pipeline import AnalyzeOptions
 
-    options = AnalyzeOptions(rules_dirs=list(rules_dirs), replay=replay)
+    options = AnalyzeOptions(rules_dirs=list(rules_dirs), replay=replay, catalogue=_catalogue(rules_dirs))
     if isinstance(item, FileItem):
         return _diagnose_file(item, options)
     return _diagnose_slurm(item, options), None
@@ -258,7 +271,8 @@ def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
         return _unreadable(facts, str(e))
     hosts = log_hosts(job.analysis_inputs[0][0]) if job.analysis_inputs else []
     status = "diagnosed" if job.analysis_inputs else "unreadable"
-    problem = None if job.analysis_inputs else "; ".join(job.notes) or "no readable output file"
+    problems = job.notes or [f"{o.stream} file {o.path}: {o.problem}" for o in job.outputs if o.problem]
+    problem = None if job.analysis_inputs else "; ".join(problems) or "Slurm has no record of the job's output"
     return build_record(report, facts, hosts, status=status, problem=problem)
 
 

@@ -159,8 +159,11 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
 
 
 def placed(job: SlurmJob) -> bool:
-    """The bulk row found a readable output file (else the worker asks Slurm about this job alone)."""
-    return any(o.readable for o in job.outputs)
+    """The bulk row settled where the output is: a readable file, or the path of sbatch's own ``-o/-e`` (the
+    command line beats ``#SBATCH`` lines and the environment, so a missing file there is gone, not elsewhere).
+    Otherwise the worker asks Slurm about this job alone."""
+    from_command_line = bool(job.outputs) and job.output_route.startswith("sacct SubmitLine")
+    return from_command_line or any(o.readable for o in job.outputs)
 
 
 def nodes_of(row: SlurmRow) -> list[str]:

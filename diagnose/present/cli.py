@@ -162,13 +162,13 @@ def _fleet_parser(sub) -> None:
         q.add_argument("--since", default="7d", metavar="AGE", help="with --sacct: how far back (default 7d)")
         q.add_argument("--user", metavar="USER", help="with --sacct: only this user's jobs (default: all users)")
         q.add_argument("--name", metavar="NAMES", help="with --sacct: only jobs with these names (comma-separated)")
+        q.add_argument("--start", metavar="TIME", help="with --sacct: a fixed window start (sacct -S), not --since")
+        q.add_argument("--end", metavar="TIME", help="with --sacct: the window end (sacct -E; default now)")
         q.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
                        help="GPUs per node when sacct's AllocTRES has no gres/gpu (default 8)")
 
     q = fsub.add_parser("scan", help="diagnose every job not yet in the store")
     source_opts(q)
-    q.add_argument("--start", metavar="TIME", help="with --sacct: a fixed window start (sacct -S), instead of --since")
-    q.add_argument("--end", metavar="TIME", help="with --sacct: the window end (sacct -E; default now)")
     q.add_argument("--manifest", metavar="FILE", help="a file listing one log path per line")
     q.add_argument("--shard", metavar="I/N", help="take only shard I of N (Slurm array tasks)")
     q.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="worker processes (default: all cores)")

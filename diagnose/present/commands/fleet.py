@@ -66,10 +66,7 @@ def _items(args: Any) -> list:
     if getattr(args, "sacct", False):
         if args.paths or getattr(args, "manifest", None):
             raise DiagnoseError("give log paths or --sacct, not both")
-        if args.start:
-            start, end = args.start, args.end or time.strftime("%Y-%m-%dT%H:%M:%S")
-        else:
-            start, end = slurm_source.window(args.since, args.end)
+        start, end = _window(args)
         rows = scan.shard_rows(slurm_source.list_ended_jobs(start, end, user=args.user, name=args.name), shard)
         return [scan.SlurmItem(row, args.gpus_per_node) for row in rows]
     if getattr(args, "manifest", None):
@@ -77,6 +74,20 @@ def _items(args: Any) -> list:
     if not args.paths:
         raise DiagnoseError("give log files or folders to scan, --manifest FILE, or --sacct")
     return scan.shard_files(scan.list_files(args.paths), shard)
+
+
+def _window(args: Any) -> tuple[str, str]:
+    """The sacct window as absolute times: --start/--end as given, else --since back from now (fixed once, so that
+    every array task of `fleet submit` sees the same jobs)."""
+    from diagnose.fleet.slurm_source import window
+    from diagnose.ingest.slurm.listing import sacct_since
+
+    if not args.start:
+        return window(args.since, args.end)
+    for value in (args.start, args.end):
+        if value is not None and sacct_since(value).startswith("now-"):
+            raise DiagnoseError(f"--start/--end {value[:30]!r}: expected a date like 2026-11-29T12:00")
+    return args.start, args.end or time.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _scan(args: Any) -> int:
@@ -102,12 +113,12 @@ def _scan(args: Any) -> int:
 
 
 def _submit(args: Any) -> int:
-    from diagnose.fleet import scan, slurm_source, submit
+    from diagnose.fleet import scan, submit
 
     if args.sacct:
         if args.paths:
             raise DiagnoseError("give log paths or --sacct, not both")
-        plan = submit.write_array(args.run_dir, args.store, args.tasks, window=slurm_source.window(args.since),
+        plan = submit.write_array(args.run_dir, args.store, args.tasks, window=_window(args),
                                   user=args.user, name=args.name, sbatch_args=args.sbatch_arg,
                                   gpus_per_node=args.gpus_per_node)
     else:
