@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from diagnose.model import Report
 
@@ -27,6 +28,8 @@ class AnalyzeOptions:
     # the verify section (diagnose.explain.verify): None = only for a log without failure; True = always
     verify: bool | None = None
     strict: bool = False  # verify: a warning (a performance fallback) fails too
+    # a catalogue already loaded from rules_dirs: callers analysing many jobs in one process (fleet) load it once
+    catalogue: Any = None
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -36,7 +39,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     from diagnose.ingest.flight_recorder import find_dumps
     from diagnose.match import MatchResult, load_catalogue, scan_and_match
 
-    catalogue = load_catalogue(options.rules_dirs, strict=True)
+    catalogue = options.catalogue or load_catalogue(options.rules_dirs, strict=True)
     found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
     log_inputs = found.log_inputs if found.dumps else inputs
     if log_inputs:

@@ -152,17 +152,84 @@ def build_parser() -> argparse.ArgumentParser:
                        "and slurm, each returning the command's JSON. Read-only. Needs: pip install 'diagnose[agent]'.")
     _common(p)
 
+    _fleet_parser(sub)
+
     p = sub.add_parser("schema",
-                       help="print the JSON Schema of a --format json output (report, check, replay, verify)",
+                       help="print the JSON Schema of a --format json output (report, check, replay, verify, fleet)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
-                       "(report), 'check --format json' (check), 'replay --format json' (replay) or "
-                       "'verify --format json' (verify).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "verify"),
+                       "(report), 'check --format json' (check), 'replay --format json' (replay), "
+                       "'verify --format json' (verify) or 'fleet report --format json' (fleet).")
+    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "verify", "fleet"),
                    help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)
 
     return parser
+
+
+def _fleet_parser(sub) -> None:
+    p = sub.add_parser("fleet", help="diagnose every job of a cluster into a store; report what recurs",
+                       description="Fleet diagnosis: scan logs or Slurm accounting into a SQLite store (also as a "
+                       "Slurm array, or from Slurm's epilog), then report classes, nodes, users, configs.")
+    fsub = p.add_subparsers(dest="fleet_command", metavar="ACTION", parser_class=_Parser, required=True)
+
+    def store_opt(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--store", default="fleet.db", metavar="DB", help="the SQLite store (default: fleet.db)")
+
+    def source_opts(q: argparse.ArgumentParser) -> None:
+        q.add_argument("paths", nargs="*", metavar="LOG", help="log files or folders (each file is one job)")
+        q.add_argument("--sacct", action="store_true", help="the jobs that ended in the window, from sacct")
+        q.add_argument("--since", default="7d", metavar="AGE", help="with --sacct: how far back (default 7d)")
+        q.add_argument("--user", metavar="USER", help="with --sacct: only this user's jobs (default: all users)")
+        q.add_argument("--name", metavar="NAMES", help="with --sacct: only jobs with these names (comma-separated)")
+        q.add_argument("--start", metavar="TIME", help="with --sacct: a fixed window start (sacct -S), not --since")
+        q.add_argument("--end", metavar="TIME", help="with --sacct: the window end (sacct -E; default now)")
+        q.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                       help="GPUs per node when sacct's AllocTRES has no gres/gpu (default 8)")
+
+    q = fsub.add_parser("scan", help="diagnose every job not yet in the store")
+    source_opts(q)
+    q.add_argument("--manifest", metavar="FILE", help="a file listing one log path per line")
+    q.add_argument("--shard", metavar="I/N", help="take only shard I of N (Slurm array tasks)")
+    q.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="worker processes (default: all cores)")
+    q.add_argument("--batch", type=int, default=64, metavar="N", help="jobs per committed transaction (default 64)")
+    q.add_argument("--replay", action="store_true", help="also run config replay and the memory model per job")
+    q.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    _rules_opt(q)
+    store_opt(q)
+    _common(q)
+
+    q = fsub.add_parser("submit", help="run the scan as a Slurm array job (one shard per task), then merge")
+    source_opts(q)
+    q.add_argument("--tasks", type=int, default=4, metavar="N", help="array tasks (default 4)")
+    q.add_argument("--run-dir", default="fleet-run", metavar="DIR", help="scripts, shards (default fleet-run)")
+    q.add_argument("--sbatch-arg", action="append", default=[], metavar="OPT",
+                   help="an extra #SBATCH option, e.g. --partition=cpu; repeatable")
+    q.add_argument("--no-merge", action="store_true", help="do not submit the dependent merge job")
+    q.add_argument("--dry-run", action="store_true", help="write the scripts, submit nothing")
+    store_opt(q)
+    _common(q)
+
+    q = fsub.add_parser("merge", help="fold shard stores into the store")
+    q.add_argument("shards", nargs="+", metavar="SHARD", help="shard stores (fleet-run/shard-*.db)")
+    q.add_argument("--missing-ok", action="store_true", help="skip shards that do not exist (a failed task)")
+    store_opt(q)
+    _common(q)
+
+    q = fsub.add_parser("report", help="classes, GPU-hours, nodes, users, configs over a window")
+    q.add_argument("--since", default="7d", metavar="AGE", help="window: 7d, 12h, 2w (default 7d)")
+    q.add_argument("--alpha", type=float, default=0.01, help="family-wise error rate of the node test (default 0.01)")
+    q.add_argument("--min-failures", type=int, default=3, metavar="K", help="flag a node only with K+ failures (3)")
+    q.add_argument("--format", "-f", choices=("text", "json", "markdown"), default="text")
+    q.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    store_opt(q)
+    _common(q)
+
+    q = fsub.add_parser("epilog", help="diagnose the ending job named by Slurm's epilog environment (SLURM_JOB_ID)")
+    q.add_argument("--comment", action="store_true", help="put the one-line verdict into the job's comment")
+    q.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
+    store_opt(q)
+    _common(q)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ SCHEMAS = {
     "check": ("check-1.schema.json", "diagnose/check@1"),
     "replay": ("replay-1.schema.json", "diagnose/replay@1"),
     "verify": ("verify-1.schema.json", "diagnose/verify@1"),
+    "fleet": ("fleet-1.schema.json", "diagnose/fleet@1"),
 }
 EXIT_OK = 0
 

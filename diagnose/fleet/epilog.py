@@ -1,0 +1,87 @@
+"""The epilog entry: diagnose one job as it ends, append it to the store, optionally put the verdict in its comment.
+
+Run by ``diagnose/fleet/epilog.sh`` (``EpilogSlurmctld`` on the controller, or a per-node ``Epilog``), which bounds
+it with ``timeout``. Slurm's environment names the job: ``SLURM_JOB_ID`` (for an array task also
+``SLURM_ARRAY_JOB_ID`` and ``SLURM_ARRAY_TASK_ID``), ``SLURM_CLUSTER_NAME``. slurmctld still holds the job's record
+while its epilog runs, so the job is read through scontrol (the same lookup as ``diagnose slurm``). The row's key
+(``slurm:<cluster>:<job id>``) is the one ``fleet scan --sacct`` uses: a job seen by both is stored once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from diagnose.fleet.record import JobFacts, build_record
+from diagnose.fleet.scan import log_hosts
+from diagnose.fleet.slurm_source import epoch
+from diagnose.fleet.store import FleetStore
+from diagnose.ingest.slurm.commands import run_slurm
+from diagnose.ingest.slurm.hostlist import expand_hostlist
+from diagnose.ingest.slurm.job import Runner
+from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.model import DiagnoseError, Report
+
+COMMENT_LIMIT = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;()\[\]/+=-]")
+
+
+@dataclass(slots=True)
+class EpilogResult:
+    job_id: str
+    added: bool
+    verdict: str
+    comment_set: bool
+
+
+def job_ref_from_env(env: Mapping[str, str]) -> JobRef:
+    """The ending job, from the variables Slurm sets for prologs and epilogs."""
+    array_job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    text = f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID", "")
+    if not text:
+        raise DiagnoseError("fleet epilog: SLURM_JOB_ID is not set (run it as Slurm's epilog, or set it by hand)")
+    return parse_job_id(text)
+
+
+def verdict(report: Report) -> str:
+    root = report.root
+    if root is None:
+        return "diagnose: no failure found"
+    return f"diagnose: [{root.rule}] {root.title}"
+
+
+def safe_comment(text: str) -> str:
+    """What goes into the job's comment: plain printable ASCII, bounded."""
+    return _UNSAFE.sub("?", " ".join(text.split()))[:COMMENT_LIMIT]
+
+
+def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, gpus_per_node: int = 8,
+               runner: Runner = run_slurm) -> EpilogResult:
+    from diagnose.ingest.slurm import diagnose_job, lookup_job
+    from diagnose.pipeline import AnalyzeOptions
+
+    ref = job_ref_from_env(env)
+    job = lookup_job(ref, runner=runner, settle_s=2.0, max_task_files=16)
+    report = diagnose_job(ref, AnalyzeOptions(replay=False), runner=runner, job=job).report
+    nodes = expand_hostlist(job.nodes, limit=10_000) if job.nodes else []
+    facts = JobFacts(
+        job_key=f"slurm:{env.get('SLURM_CLUSTER_NAME') or 'cluster'}:{job.job_id}", via="epilog",
+        cluster=env.get("SLURM_CLUSTER_NAME", ""), job_id=job.job_id, name=job.name, user=job.user, state=job.state,
+        exit_code=job.exit.code, derived_exit_code=job.derived_exit.code, nodes=nodes,
+        gpus=len(nodes) * gpus_per_node if nodes else None, elapsed_s=job.elapsed_s, start_ts=epoch(job.start),
+        end_ts=epoch(job.end) or time.time(), source=",".join(p for p, _ in job.analysis_inputs),
+    )
+    inputs = job.analysis_inputs
+    record = build_record(report, facts, log_hosts(inputs[0][0]) if inputs else [],
+                          status="diagnosed" if inputs else "unreadable",
+                          problem=None if inputs else ("; ".join(job.notes) or "no readable output file"))
+    with FleetStore(store_path) as store:
+        added = store.add([record]) == 1
+    line = verdict(report)
+    comment_set = False
+    if comment and report.root is not None:
+        done = runner(["scontrol", "update", f"job={job.job_id}", f"comment={safe_comment(line)}"])
+        comment_set = done.ok
+    return EpilogResult(job.job_id, added, line, comment_set)
