@@ -18,6 +18,8 @@ from diagnose.explain.config.cmdline import join_continuations, parse_command
 from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
+from diagnose.explain.config.providers import apply_provider
+from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.version import infer_version
@@ -123,6 +125,8 @@ def _finish(view: ConfigView, texts: list[str], defaults: bool) -> None:
     view.version = view.version or version
     view.mcore_version = view.mcore_version or mcore
     view.version_clues.extend(c for c in clues if c not in view.version_clues)
+    apply_provider(view)
+    apply_tokenizer_vocab(view)
     preset = view.get("mixed_precision")
     if isinstance(preset, str) and preset in _MIXED_PRECISION:
         for key, value in _MIXED_PRECISION[preset].items():

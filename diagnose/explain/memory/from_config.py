@@ -160,6 +160,35 @@ def shape_from_config(view: Any) -> ModelShape | None:
     return shape
 
 
+# keys that move the parameter count, the value megatron-core's TransformerConfig / GPTModel takes when the
+# config does not say, and how the report names it
+_COUNT_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("model.gated_linear_unit", False, "gated_linear_unit (GLU/SwiGLU)"),
+    ("model.share_embeddings_and_output_weights", True, "share_embeddings_and_output_weights (tied embeddings)"),
+    ("model.normalization", "LayerNorm", "normalization"),
+    ("model.add_bias_linear", True, "add_bias_linear"),
+    ("model.position_embedding_type", "learned_absolute", "position_embedding_type"),
+)
+
+
+def count_assumptions(view: Any) -> list[str]:
+    """What the parameter count assumed because the config does not say (one phrase each): the vocabulary
+    (32,000) when neither a size nor a known tokenizer is given, and for a Bridge config, the keys that move the
+    count and were filled by megatron-core's defaults (a provider's or the file's values are not assumptions).
+    A Megatron-LM argument list is complete by itself (an absent flag is the argument's default)."""
+    out = []
+    if not any(_get(view, k) is not None for k in ("model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size",
+                                                    "model.padded_vocab_size", "mlm.padded_vocab_size")):
+        out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
+    if getattr(view, "framework", None) == "megatron-lm":
+        return out
+    for key, default, name in _COUNT_KEYS:
+        origin = _origin(view, key)
+        if origin is None or origin == "default":
+            out.append(f"{name} = {default} (megatron-core's default: not in the config)")
+    return out
+
+
 def _layout_problems(view: Any, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:
     pp = _int(_get(view, "model.pipeline_model_parallel_size"), 1) or 1
     vpp = _int(_get(view, "model.virtual_pipeline_model_parallel_size"))

@@ -24,6 +24,7 @@ class MemoryPlan:
     params_source: str  # "config" (analytic) | "meta" (built on the meta device)
     plans: list[Plan]
     notes: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
 
     @property
     def given(self) -> Plan:
@@ -34,6 +35,7 @@ class MemoryPlan:
             "gpu_capacity_bytes": self.capacity,
             "params": self.params,
             "params_source": self.params_source,
+            "params_assumed": list(self.assumed),
             "plans": [plan_dict(p) for p in self.plans],
             "notes": list(self.notes),
         }
@@ -108,6 +110,16 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 bad.append(f"{key}={value!r} is not a positive integer")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
+        from diagnose.explain.config.providers import table_releases, unresolved_provider
+
+        target = unresolved_provider(view)
+        if target is not None:
+            releases = table_releases()
+            raise DiagnoseError(
+                f"the model's shape is in its provider {target}, which diagnose could not read (not a provider of "
+                f"Megatron-Bridge {releases[0] if releases else '?'}..{releases[-1] if releases else '?'} and "
+                "megatron-bridge is not installed here): give model.num_layers, model.hidden_size and "
+                "model.num_attention_heads (and its vocab, GLU and embedding settings), or install megatron-bridge")
         raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
@@ -157,4 +169,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
-    return MemoryPlan(capacity, params, source, plans, notes)
+    assumed = fc.count_assumptions(view)
+    if assumed:
+        notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
+                     + ": set them (or the model's provider _target_) for a true count")
+    return MemoryPlan(capacity, params, source, plans, notes, assumed)
