@@ -59,7 +59,9 @@ def evaluate(node: ast.AST, consts: dict[str, object]) -> object:
         ops = {ast.Add: lambda a, b: a + b, ast.Mult: lambda a, b: a * b, ast.Sub: lambda a, b: a - b,
                ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b}
         fn = ops.get(type(node.op))
-        if fn is not None and (isinstance(left, (int, float)) or isinstance(right, (int, float))):
+        numbers = isinstance(left, (int, float)) or isinstance(right, (int, float))
+        if fn is not None and (numbers or (isinstance(left, list) and isinstance(right, list)
+                                           and isinstance(node.op, ast.Add))):
             if isinstance(left, list) and isinstance(right, int) and right > 100_000:
                 raise Unknown
             return fn(left, right)
@@ -106,7 +108,10 @@ def classes_of(source: str, path: str) -> dict[str, dict]:
                 try:
                     fields[item.target.id] = evaluate(item.value, consts)
                 except Unknown:
-                    fields[item.target.id] = None if item.target.id.startswith("_") else {"unknown": True}
+                    if "Callable" in ast.unparse(item.annotation) and isinstance(item.value, ast.Name):
+                        fields[item.target.id] = {"callable": item.value.id}  # an imported activation
+                    else:
+                        fields[item.target.id] = None if item.target.id.startswith("_") else {"unknown": True}
         doc = ast.get_docstring(node) or ""
         out[node.name] = {
             "module": module,

@@ -31,12 +31,14 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
             raise DiagnoseError(f"config refused: more than {MAX_VALUES} values")
         if isinstance(value, dict):
             keys = set(map(str, value))
-            if keys and keys <= _META_KEYS and "_target_" in keys:
-                view.set(prefix, _short_target(value["_target_"]), origin)
-                return
             if prefix == "model" and isinstance(value.get("_target_"), str):
                 # the provider class: its defaults fill what the file does not set (config/providers.py)
                 view.set("model._target_", value["_target_"], origin)
+                if keys <= _META_KEYS:
+                    return
+            if keys and keys <= _META_KEYS and "_target_" in keys:
+                view.set(prefix, _short_target(value["_target_"]), origin)
+                return
             for k, v in value.items():
                 k = str(k)
                 if k in _META_KEYS:

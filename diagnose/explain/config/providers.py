@@ -112,11 +112,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads")
+
+
 def from_table(target: str, version: str | None = None) -> ProviderDefaults | None:
+    """The class's defaults at the job's Bridge release; with no release known, the newest release whose class
+    gives the model's sizes itself (0.3.1's deprecated DeepSeek classes left them to the bridge's
+    MEGATRON_DEFAULTS, 0.3.0's set them), else the newest."""
     key = _find(target)
     if key is None:
         return None
     fields, releases = _resolve(key, version)
+    if version is None and not all(fields.get(f) for f in SHAPE_FIELDS):
+        for variant in reversed(table()["providers"][key]["variants"]):
+            f, r = _resolve(key, variant["releases"][-1])
+            if all(f.get(x) for x in SHAPE_FIELDS):
+                fields, releases = f, r
+                break
     shown = releases[-1] if len(releases) == 1 else f"{releases[0]}..{releases[-1]}"
     return ProviderDefaults(key, f"Megatron-Bridge {shown} provider table",
                             {k: _plain(v) for k, v in fields.items() if not k.startswith("_")})

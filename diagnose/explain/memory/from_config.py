@@ -98,7 +98,8 @@ def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) ->
 
 def shape_from_config(view: Any) -> ModelShape | None:
     """The model's shape, or None when the config lacks the sizes (layers, hidden, heads)."""
-    layers = _int(_get(view, "model.num_layers"))
+    hybrid = hybrid_pattern(view)
+    layers = len(hybrid) if hybrid else _int(_get(view, "model.num_layers"))
     hidden = _int(_get(view, "model.hidden_size"))
     heads = _int(_get(view, "model.num_attention_heads"))
     if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads:
@@ -152,6 +153,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
             view, "num_layers_in_last_pipeline_stage", mlm="decoder_last_pipeline_num_layers")),
         account_for_embedding_in_pipeline_split=_bool(_model(view, "account_for_embedding_in_pipeline_split")),
         account_for_loss_in_pipeline_split=_bool(_model(view, "account_for_loss_in_pipeline_split")),
+        **_mamba_fields(view, hybrid),
     )
     # a custom layout megatron-core would refuse is not modelled (pipeline_layout_problem says why)
     stages = _pipeline_layout(view)[0]
@@ -187,6 +189,35 @@ def count_assumptions(view: Any) -> list[str]:
         if origin is None or origin == "default":
             out.append(f"{name} = {default} (megatron-core's default: not in the config)")
     return out
+
+
+_HYBRID_SYMBOLS = set("M*-E")
+
+
+def hybrid_pattern(view: Any) -> str | None:
+    """The hybrid model's layer pattern (``hybrid_override_pattern``, Bridge's newer ``hybrid_layer_pattern``,
+    Megatron-LM ``--hybrid-override-pattern``), or None. Megatron-core's MTP separator ``/`` ends the decoder part.
+    A pattern with symbols megatron-core does not build raises ValueError (the caller refuses the count)."""
+    for name in ("hybrid_override_pattern", "hybrid_layer_pattern"):
+        value = _model(view, name)
+        if isinstance(value, str) and value.strip() and value.strip().lower() not in _FALSE:
+            text = value.strip().split("/", 1)[0]
+            if len(text) > 100_000 or not set(text) <= _HYBRID_SYMBOLS:
+                raise ValueError(f"model.{name} {value[:40]!r}: only M, *, - and E are layers")
+            return text
+    return None
+
+
+def _mamba_fields(view: Any, pattern: str | None) -> dict[str, Any]:
+    if not pattern:
+        return {}
+    return {
+        "hybrid_pattern": pattern,
+        "mamba_num_heads": _int(_model(view, "mamba_num_heads")),
+        "mamba_head_dim": _int(_model(view, "mamba_head_dim"), 64) or 64,
+        "mamba_state_dim": _int(_model(view, "mamba_state_dim"), 128) or 128,
+        "mamba_num_groups": _int(_model(view, "mamba_num_groups"), 8) or 8,
+    }
 
 
 def _layout_problems(view: Any, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:

@@ -26,8 +26,9 @@ def available() -> bool:
 
 
 def buildable(shape: ModelShape) -> bool:
-    """Multi-latent attention and MTP are not built by the child (it builds the plain GPT layer spec)."""
-    return not (shape.multi_latent_attention or shape.mtp_num_layers)
+    """Multi-latent attention, MTP and hybrid Mamba models are not built by the child (it builds the plain GPT
+    layer spec)."""
+    return not (shape.multi_latent_attention or shape.mtp_num_layers or shape.hybrid_pattern)
 
 
 def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -> int | None:

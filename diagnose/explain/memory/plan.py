@@ -110,8 +110,15 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 bad.append(f"{key}={value!r} is not a positive integer")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
-        from diagnose.explain.config.providers import table_releases, unresolved_provider
+        from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
 
+        named = fc._get(view, "model._target_")
+        read = resolve(named, getattr(view, "version", None)) if named is not None else None
+        if read is not None:
+            missing = [f"model.{f}" for f in SHAPE_FIELDS if not fc._get(view, f"model.{f}")]
+            raise DiagnoseError(f"the model's provider {read.short} ({read.source}) does not set "
+                                f"{', '.join(missing)} itself (that release takes them from the Hugging Face "
+                                "config): give them in the config")
         target = unresolved_provider(view)
         if target is not None:
             releases = table_releases()
