@@ -155,9 +155,10 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")
         return view
-    if stripped.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", stripped):
+    joined = re.sub(r"\\[ \t]*\r?\n", " ", stripped)  # shell line continuations, as upstream scripts write them
+    if joined.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", joined):
         view = ConfigView(framework="megatron-lm")
-        tokens = text.split()
+        tokens = joined.split()
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
         view.sources.append(f"file:{name}")
         _finish(view, [], defaults)

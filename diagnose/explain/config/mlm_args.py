@@ -228,6 +228,12 @@ def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
         if as_bool(value):
             view.set("model.activation_func", "silu", origin)
         return
+    if name in ("quick_geglu", "squared_relu"):  # arguments.py: quick_geglu is a GLU, squared_relu is not
+        view.set(f"mlm.{name}", value, origin)
+        if as_bool(value):
+            view.set("model.gated_linear_unit", name == "quick_geglu", origin)
+            view.set("model.activation_func", "quick_gelu" if name == "quick_geglu" else "squared_relu", origin)
+        return
     if name == "moe_layer_freq" and isinstance(value, str):
         value = moe_freq_value(value)
     paths = MLM_TO_BRIDGE.get(name)

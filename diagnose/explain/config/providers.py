@@ -203,9 +203,10 @@ def apply_provider(view: Any) -> ProviderDefaults | None:
     ``unresolved_provider`` names it)."""
     target = view.get("model._target_")
     resolved = resolve(target, getattr(view, "version", None)) if target is not None else None
-    if resolved is None:
+    if resolved is None or not all(resolved.fields.get(f) for f in SHAPE_FIELDS):
+        # a generic class (Bridge >= 0.4 builds it from the Hugging Face config): the sized class of that model
         hf = hf_provider(view.get("model.hf_model_id"))
-        resolved = resolve(hf, getattr(view, "version", None)) if hf else None
+        resolved = (resolve(hf, getattr(view, "version", None)) if hf else None) or resolved
     if resolved is None:
         return None
     for name, value in resolved.fields.items():
