@@ -5,8 +5,8 @@
    (the finding's message is among the violations), or None when the job's config is unknown;
 2. apply the overrides and validate again;
 3. while violations remain (e.g. turning on Megatron FSDP with ``checkpoint.save`` set and ``ckpt_format`` still
-   ``torch_dist``), add the first suggested fix of each violation that does not undo a key already in the fix;
-   bounded by ``max_rounds``;
+   ``torch_dist``), search the smallest set of the violations' suggested fixes that passes, fewest keys first
+   (``fix_search``; never undoing a key already in the fix), bounded by ``max_rounds`` x 8 validations;
 4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags,
    through ``diagnose.explain.render`` (the one renderer every presenter uses; it documents the quoting).
    ``env.*`` keys are launch-script lines only (``render["env"]``: export/unset; a comment in the Python and YAML
@@ -21,12 +21,13 @@ layout, job_gpus, peak_bytes, capacity_bytes, label, cost), ``extended``, ``note
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
 from diagnose.explain.config.view import ConfigView
+from diagnose.explain.fix_search import search_fix
 from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
 from diagnose.explain.validate import ValidationResult, Violation
 from diagnose.explain.validate import run_checks as _run_checks
@@ -144,9 +145,12 @@ def replay(
     extend: bool = True,
     max_rounds: int = MAX_ROUNDS,
     real_mcore: bool | str = True,
+    accept: Callable[[list[Override]], bool] | None = None,
 ) -> ReplayResult:
     """``real_mcore``: also build megatron-core's config classes (when importable and the job's config is known;
-    importing megatron-core costs seconds, so callers on a hot path may turn it off)."""
+    importing megatron-core costs seconds, so callers on a hot path may turn it off). ``accept``: a further test
+    the fix must pass (the memory model, for an OOM). A fix that does not pass is extended by the smallest set of
+    the violations' suggested fixes that passes (``fix_search``), never by undoing a requested key."""
     version = bridge_version or view.version
     real_mcore = real_mcore if view.config_known else False
 
@@ -158,15 +162,11 @@ def replay(
     after = run_checks(apply_overrides(view, fix), version) if fix else before
     requested = after
     added: list[Override] = []
-    rounds = 0
-    while extend and not after.passes and rounds < max_rounds:
-        rounds += 1
-        extra = _extension(after.violations, fix)
-        if not extra:
-            break
-        fix.extend(extra)
-        added.extend(extra)
-        after = run_checks(apply_overrides(view, fix), version)
+    if extend and (not after.passes or (accept is not None and not accept(fix))):
+        found = search_fix(fix, after, lambda ovs: run_checks(apply_overrides(view, ovs), version), accept,
+                           max_candidates=max_rounds * 8)
+        added = found.fix[len(fix):]
+        fix, after = found.fix, found.result
     return ReplayResult(
         reproduced=_reproduced(view, before, finding),
         before=before,
@@ -187,24 +187,6 @@ def _dedupe(overrides: list[Override]) -> list[Override]:
         last.pop(o.key, None)
         last[o.key] = o
     return list(last.values())
-
-
-def _extension(violations: list[Violation], fix: list[Override]) -> list[Override]:
-    """First compatible suggested fix of every violation: never change a key the fix already sets."""
-    pinned = {o.key: o.value for o in fix}
-    extra: list[Override] = []
-    for v in violations:
-        for alternative in v.fixes:
-            if any(o.key in pinned and pinned[o.key] != o.value for o in alternative):
-                continue
-            new = [o for o in alternative if o.key not in pinned]
-            if not new:
-                continue
-            for o in new:
-                pinned[o.key] = o.value
-            extra.extend(new)
-            break
-    return extra
 
 
 def _plain(text: str) -> str:

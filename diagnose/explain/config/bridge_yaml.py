@@ -1,7 +1,7 @@
 """Megatron-Bridge YAML (``run_config.yaml``, the ``Task Configuration`` banner, recipe dumps) to dotted paths.
 
-``_target_`` keys name classes; they are never imported (the model's is kept as ``model._target_``: its provider
-defaults are looked up by ``providers.py``). A mapping that only wraps a target (``{_target_:
+``_target_`` keys name classes; they are never imported (the model's is kept as ``ConfigView.model_target``: its
+provider defaults are looked up by ``providers.py``). A mapping that only wraps a target (``{_target_:
 torch.bfloat16, _call_: false}``) is kept as the target's short name. ``env_vars`` become ``env.<NAME>``.
 """
 
@@ -33,7 +33,7 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
             keys = set(map(str, value))
             if prefix == "model" and isinstance(value.get("_target_"), str):
                 # the provider class: its defaults fill what the file does not set (config/providers.py)
-                view.set("model._target_", value["_target_"], origin)
+                view.model_target = value["_target_"]
                 if keys <= _META_KEYS:
                     return
             if keys and keys <= _META_KEYS and "_target_" in keys:

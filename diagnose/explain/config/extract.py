@@ -19,9 +19,9 @@ from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
 from diagnose.explain.config.providers import apply_provider
-from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
+from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Block, DiagnoseError, Finding, LogLine
@@ -106,6 +106,7 @@ def _parse_task_yaml(block: Block, view: ConfigView) -> None:
     data = safe_load("\n".join(body), what="Task Configuration block")
     if looks_like_bridge(data):
         part = flatten_bridge(data, f"log:{block.start_line}")
+        view.model_target = view.model_target or part.model_target
         where = key_lines(body)
         for key, item in part.values.items():
             index = where.get(key)
@@ -150,7 +151,8 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     text = _read(path)
     name = os.path.basename(path)
     stripped = text.lstrip()
-    if any(marker in text for marker in (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)) or _looks_like_log(text):
+    markers = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
+    if any(marker in text for marker in markers) or _looks_like_log(text):
         view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")

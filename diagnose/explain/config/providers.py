@@ -201,7 +201,7 @@ def apply_provider(view: Any) -> ProviderDefaults | None:
     """Fill every ``model.*`` key the config does not set with the provider's default (origin
     ``provider:<Class> (<release>)``). Returns what was applied, or None (no target, or one not readable:
     ``unresolved_provider`` names it)."""
-    target = view.get("model._target_")
+    target = getattr(view, "model_target", None)
     resolved = resolve(target, getattr(view, "version", None)) if target is not None else None
     if resolved is None or not all(resolved.fields.get(f) for f in SHAPE_FIELDS):
         # a generic class (Bridge >= 0.4 builds it from the Hugging Face config): the sized class of that model
@@ -220,7 +220,7 @@ def apply_provider(view: Any) -> ProviderDefaults | None:
 
 def unresolved_provider(view: Any) -> str | None:
     """The ``_target_`` the config names when diagnose could not read its defaults (None otherwise)."""
-    target = view.get("model._target_")
+    target = getattr(view, "model_target", None)
     if target is None or not isinstance(target, str):
         return None
     if resolve(target, getattr(view, "version", None)) is not None:

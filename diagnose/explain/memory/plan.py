@@ -112,7 +112,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
         from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
 
-        named = fc._get(view, "model._target_")
+        named = getattr(view, "model_target", None)
         read = resolve(named, getattr(view, "version", None)) if named is not None else None
         if read is not None:
             missing = [f"model.{f}" for f in SHAPE_FIELDS if not fc._get(view, f"model.{f}")]
@@ -158,7 +158,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         given.violations = [layout_note]
         notes.append("the config as given is invalid (its data-parallel size is not a whole number); the plans "
                      "below use TP x PP splits that divide the GPU count")
-    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans)
+    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans,
+                          keep_other=max_plans)
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]

@@ -71,13 +71,18 @@ def _activation(name: str) -> Any:
     leaf = name.strip().rsplit(".", 1)[-1]
     if leaf in ("silu", "gelu", "relu"):
         return getattr(F, leaf)
+    if leaf == "quick_gelu":  # the object TransformerConfig compares against (its own import)
+        try:
+            from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+            return quick_gelu
+        except ImportError:
+            pass
     try:
         from megatron.core import activations
     except ImportError:
         activations = None
     fn = getattr(activations, leaf, None) if activations is not None and leaf.isidentifier() else None
-    if fn is None and leaf == "quick_gelu":
-        from megatron.core.fusions.fused_bias_geglu import quick_gelu as fn
     return fn if callable(fn) else None
 
 
