@@ -52,6 +52,7 @@ class ReplayResult:
     category: str | None = None  # the finding's category (a CUDA OOM is no config check to reproduce)
     fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
     fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
+    config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
 
     @property
     def passes(self) -> bool:
@@ -85,11 +86,11 @@ class ReplayResult:
         notes = [v.message for v in self.after.notes]
         if notes:
             out["notes"] = notes
-        out["summary"] = describe(out)
+        out["summary"] = describe(out, self.config_known)
         return out
 
 
-def describe(section: dict[str, Any]) -> str:
+def describe(section: dict[str, Any], config_known: bool = False) -> str:
     """One line for people: whether replay reproduced the failure and whether the fix is proven."""
     parts: list[str] = []
     reproduced = section.get("reproduced")
@@ -98,13 +99,16 @@ def describe(section: dict[str, Any]) -> str:
         how = " (from the settings the error states)" if section.get("implied") else ""
         parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
                      else f"reproduced by replay{how}")
-    elif reproduced is False and section.get("category") and not violations:
+    elif reproduced in (False, None) and section.get("category") and not violations and (
+            reproduced is False or config_known):
         parts.append(f"the job's config passes validation (a {section['category']} failure is not a config check)")
     elif reproduced is False:
         parts.append("not reproduced by replay (the job's config passes these checks)"
                      if not violations else f"replay finds {len(violations)} other violation(s)")
     elif section.get("implied"):
         parts.append("config not in the log: replay checked the fix against the settings the error states")
+    elif config_known:
+        parts.append("replay checked the fix against the job's config (release defaults for what it does not set)")
     else:
         parts.append("config not in the log: replay checked the fix against release defaults only")
     render = (section.get("render") or {}).get("cli") or ""
@@ -124,6 +128,8 @@ def describe(section: dict[str, Any]) -> str:
                     if fit.get("peak_bytes") else
                     "the reserved-but-unallocated memory would have served the request")
             verdict = f"{'valid' if ok else 'INVALID'} and fits: {gpus}{peak}"
+        elif fits is None and (fit.get("notes") or []):
+            verdict += f"; memory: {fit['notes'][0]}"
         elif fits is False:
             need = fit.get("peak_bytes")
             verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
@@ -178,6 +184,7 @@ def replay(
         implied=_implied(view, finding, before),
         rule=finding.rule if finding is not None else None,
         category=finding.category if finding is not None else None,
+        config_known=view.config_known,
     )
 
 

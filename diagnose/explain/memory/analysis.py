@@ -380,7 +380,9 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     return world
 
 
-def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | None:
+def analyze_oom(report: Any, view: Any = None, options: Any = None, search_options: bool = True) -> dict | None:
+    """The report's ``memory`` section for the root CUDA OOM. ``search_options=False``: only the verdict and the
+    config's own prediction (``current``), e.g. to check a fix by re-running the same model on the changed config."""
     finding = _oom_finding(report)
     if finding is None:
         return None
@@ -488,9 +490,11 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         plans = []
         if verdict == "fragmentation":
             out["options"] = [_expandable_segments_option(n, layout)]
-    else:
+    elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
         out["options"] = [_plan_dict(p) for p in plans]
+    else:
+        plans = []
     if state_unexplained:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")

@@ -349,9 +349,12 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
     cp = _int(_get(view, "model.context_parallel_size"), 1) or 1
     ep = _int(_get(view, "model.expert_model_parallel_size"), 1) or 1
     world = gpus or _int(_get(view, "launch.world_size")) or tp * pp * cp
-    params_dtype = str(_get(view, "model.params_dtype", "")).lower()
-    mixed = (_get(view, "mixed_precision") is not None or _bool(_get(view, "model.bf16"))
-             or _bool(_get(view, "model.fp16")))
+    # Bridge's mixed precision (a preset name, or a MixedPrecisionConfig section in recipe dumps) writes the
+    # model's bf16/fp16 and params_dtype before the model is built
+    params_dtype = str(_get(view, "mixed_precision.params_dtype") or _get(view, "model.params_dtype", "")).lower()
+    preset = _get(view, "mixed_precision")
+    mixed = (isinstance(preset, str) and preset.strip().lower() not in _FALSE) or any(
+        _bool(_get(view, k)) for k in ("mixed_precision.bf16", "mixed_precision.fp16", "model.bf16", "model.fp16"))
     param_bytes = 4 if (("float32" in params_dtype or "fp32" in params_dtype) and not mixed) else 2
     offload = _bool(_get(view, "optimizer.optimizer_cpu_offload"))
     return Layout(

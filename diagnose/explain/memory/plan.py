@@ -96,6 +96,32 @@ def layout_notes(view: Any, shape: Any, pp: int) -> list[str]:
             f"{pp_layout.describe(stages, max(1, pp))}"]
 
 
+def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
+    """A config read from a log that also printed its parameter count (per model-parallel rank, at the job's own
+    TP x PP): make the shape agree with it as the OOM analysis does, so that the plan, ``analyze`` and the TUI
+    count the same model (one answer)."""
+    from diagnose.explain.memory.shape import reconcile
+
+    logged = fc._int(fc._get(view, "launch.num_parameters"))
+    if not logged:
+        return None
+    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
+    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
+    etp = fc._int(fc._get(view, "model.expert_tensor_parallel_size"))
+    if fc._origin(view, "model.tensor_model_parallel_size") == "override":
+        return None  # the user changed the split: the logged per-rank count is for another layout
+    return reconcile(shape, logged, tp, pp, ep, etp)
+
+
+def _log_confirms(view: Any, shape: Any) -> bool:
+    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
+    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
+    return count_params(shape, tp, pp, ep, fc._int(fc._get(view, "model.expert_tensor_parallel_size"))).total == \
+        fc._int(fc._get(view, "launch.num_parameters"))
+
+
 def _exact_wanted() -> bool:
     return os.environ.get("DIAGNOSE_EXACT_PARAMS", "1") != "0" and meta_available()
 
@@ -130,6 +156,11 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
+    reconciled = _reconcile_with_log(view, shape)
+    if reconciled is not None:
+        shape, reconcile_note = reconciled
+    else:
+        reconcile_note = None
     if gpus % layout.model_parallel:
         layout_note = (f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}")
     else:
@@ -142,6 +173,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     params, source, notes = analytic, "config", []
     if layout_note:
         notes.append(layout_note)
+    if reconcile_note:
+        notes.append(reconcile_note)
     if _exact_wanted():
         exact = exact_count(shape)
         if exact is not None:
@@ -177,7 +210,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
-    assumed = fc.count_assumptions(view)
+    # a count the log confirms (its own parameter line, per rank) assumes nothing
+    assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
     if assumed:
         notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
                      + ": set them (or the model's provider _target_) for a true count")

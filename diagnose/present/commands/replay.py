@@ -29,6 +29,7 @@ def run(args: Any) -> int:
     overrides = normalize_overrides(getattr(args, "sets", None) or [])
     finding = None
     fit = None
+    report = None
     if looks_like_log_file(args.config):
         view, report = _from_log(args.config)
         finding = report.root
@@ -53,6 +54,11 @@ def run(args: Any) -> int:
         from diagnose.explain.fit import apply_fit
 
         apply_fit(result, fit)
+    elif finding is not None and finding.category == "cuda_oom":
+        # the rule's fix or the user's --set on an OOM log: checked against the same memory model as analyze
+        from diagnose.explain.fit import apply_memory_fit, memory_fit
+
+        apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
     requested_passes = result.requested is not None and result.requested.passes
     payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict(),
                "requested_passes": requested_passes}
