@@ -3,8 +3,8 @@
 CONFIG is a Megatron-Bridge YAML (``run_config.yaml``), a Megatron-LM arguments dump or argument list, or a log.
 The config is validated as is, then with the ``--set`` overrides; a fix that trips another check is extended
 until it passes (or no compatible fix is known), and the complete set is printed.
-Exit codes: 0 the config with the requested overrides passes as is, 1 it has violations (the output then shows
-the extended fix, if one passes), 2 bad input.
+Exit codes: 0 the config with the requested overrides passes as is (and, on a CUDA OOM log, fits per the memory
+model), 1 it has violations (the output then shows the extended fix, if one passes) or does not fit, 2 bad input.
 JSON: {"schema": "diagnose/replay@1", "config": {...}, "replay": {...}, "requested_passes": bool}
 (sections as in the analyze report).
 """
@@ -67,7 +67,8 @@ def run(args: Any) -> int:
         _write(args, text)
     else:
         _print_text(args, view, result, user=bool(getattr(args, "sets", None)))
-    return EXIT_OK if requested_passes else EXIT_FAIL
+    # an OOM log: overrides that validate but would run out of memory again are no fix
+    return EXIT_OK if requested_passes and result.fits is not False else EXIT_FAIL
 
 
 def _from_log(path: str) -> tuple[Any, Any]:
@@ -144,6 +145,8 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         if result.fits is not None and result.fit is not None:
             console.print(Text("memory: ", style="bold") + Text(_fit_line(result.fit),
                                                                   style="green" if result.fits else "red"))
+        elif result.fit is not None and result.fit.notes:
+            console.print(Text("memory: ", style="bold") + Text(inert(result.fit.notes[0]), style="yellow"))
         if result.fix:
             render = result.render()
             for key in ("python", "yaml", "env", "mlm"):
