@@ -87,7 +87,7 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
     Each replayed finding gets ``facts["replay"] = {"proven": bool, "added": [...]}``. With no fix to replay but
     a known config that fails validation, the validator's own suggested fix is replayed.
     """
-    from diagnose.explain.fit import apply_fit, capacity_fix
+    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
     from diagnose.explain.replay import replay
 
     fit = capacity_fix(report, view)
@@ -99,6 +99,9 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
         result = replay(view, overrides, bridge_version, finding=finding, real_mcore=_wants_mcore(finding))
         if fit is not None and finding is fit.finding:
             apply_fit(result, fit)
+        elif index == report.root_cause and finding.category == "cuda_oom":
+            # any other fix for the OOM is checked against the same memory model (one answer)
+            apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
         finding.facts["replay"] = {
             "proven": result.passes if result.reproduced is not None else None,
             "reproduced": result.reproduced,

@@ -21,7 +21,7 @@ GIB = 1024 ** 3
 class CapacityFit:
     finding: Finding
     overrides: list[Override]  # what replay proves (config keys, env.*, launch.world_size when more GPUs)
-    fits: bool
+    fits: bool | None  # None: the memory model could not size it (activations unknown, a layout it cannot map)
     gpus: int | None = None  # GPUs the fix needs
     dp: int | None = None
     job_gpus: int | None = None  # GPUs the job ran on
@@ -184,3 +184,79 @@ def apply_fit(result: Any, fit: CapacityFit) -> None:
         step = f"cost: {fit.cost}"
         if step not in finding.fix.steps:
             finding.fix.steps = [step] + list(finding.fix.steps)
+
+
+# keys that change how the model is split: the log's per-rank parameter count no longer applies to the new layout
+_LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+                "model.context_parallel_size", "model.expert_model_parallel_size",
+                "model.expert_tensor_parallel_size", "model.virtual_pipeline_model_parallel_size",
+                "model.pipeline_model_parallel_layout", "launch.world_size")
+
+
+class _Capacity:
+    def __init__(self, capacity: int | None):
+        self.gpu_memory_bytes = capacity
+
+
+def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Finding | None = None) -> \
+        CapacityFit | None:
+    """Whether ``overrides`` (any fix: the rule's, a validator's, the user's ``--set``) fits, by the same memory
+    model as the report's ``memory`` section (one answer): the option with the same overrides when the model
+    listed it, else the model re-run on the config with the fix applied. None when the report has no memory
+    section for a CUDA OOM. ``fits`` is None, with a note saying why, when it cannot be sized: the activations are
+    unknown (never "fits" without them), or the fix changes the parallel layout and the model listed no such
+    option (the log's per-rank parameter count is for the job's layout)."""
+    memory = report.memory if isinstance(report.memory, dict) else None
+    root = finding or report.root
+    if not memory or root is None or root.category != "cuda_oom" or not overrides:
+        return None
+    capacity = _int(memory.get("gpu_capacity_bytes"))
+    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    job_gpus = _int(current.get("gpus"))
+    pinned = {o.key: o.value for o in overrides}
+    for option in memory.get("options") or []:
+        ovs = _overrides(option.get("overrides")) if isinstance(option, dict) else []
+        if ovs and {o.key: o.value for o in ovs} == {k: v for k, v in pinned.items() if not k.startswith("env.")}:
+            return _from_prediction(root, overrides, option, capacity, job_gpus)
+    if any(k in pinned for k in _LAYOUT_KEYS):
+        return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
+                           _int(current.get("usable_bytes")),
+                           notes=["not sized: the fix changes the parallel layout and the memory model lists no "
+                                  "option with it (see the memory options)"])
+    from diagnose.explain.config.overrides import apply_overrides
+    from diagnose.explain.memory import analyze_oom
+
+    changed = apply_overrides(view, [o for o in overrides if not o.key.startswith("env.")])
+    redo = analyze_oom(report, changed, _Capacity(capacity), search_options=False)
+    again = redo.get("current") if isinstance(redo, dict) else None
+    if not isinstance(again, dict):
+        return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
+                           notes=["not sized: the memory model has no prediction for this config"])
+    return _from_prediction(root, overrides, again, capacity, job_gpus)
+
+
+def _from_prediction(root: Finding, overrides: list[Override], pred: dict[str, Any], capacity: int | None,
+                     job_gpus: int | None) -> CapacityFit:
+    peak = _int(pred.get("peak_bytes"))
+    usable = _int(pred.get("usable_bytes")) or (capacity - max(2 * GIB, capacity // 25) if capacity else None)
+    notes: list[str] = []
+    if "fits" in pred and isinstance(pred.get("fits"), bool):
+        fits: bool | None = pred["fits"]
+    else:
+        fits = None if peak is None or usable is None else peak <= usable
+    if fits and not _int(pred.get("activation_bytes")):
+        fits = None  # the model state fits, but nothing says the activations do
+        notes.append("activations unknown (the config gives no model shape or workload): only the model state was "
+                     "sized, so this is not a fit")
+    gpus = _int(pred.get("gpus")) or job_gpus
+    return CapacityFit(root, overrides, fits, gpus, _int(pred.get("dp")), job_gpus, peak, capacity, usable,
+                       str(pred.get("label") or ""), str(pred.get("cost") or ""), notes, layout=_layout(pred))
+
+
+def apply_memory_fit(result: Any, fit: CapacityFit | None) -> None:
+    """Record a memory check on a replay result without changing the finding's fix (``apply_fit`` does that for
+    the capacity fix chosen from the options)."""
+    if fit is None:
+        return
+    result.fit = fit
+    result.fits = fit.fits

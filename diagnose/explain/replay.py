@@ -5,8 +5,8 @@
    (the finding's message is among the violations), or None when the job's config is unknown;
 2. apply the overrides and validate again;
 3. while violations remain (e.g. turning on Megatron FSDP with ``checkpoint.save`` set and ``ckpt_format`` still
-   ``torch_dist``), add the first suggested fix of each violation that does not undo a key already in the fix;
-   bounded by ``max_rounds``;
+   ``torch_dist``), search the smallest set of the violations' suggested fixes that passes, fewest keys first
+   (``fix_search``; never undoing a key already in the fix), bounded by ``max_rounds`` x 8 validations;
 4. render the final set as a Bridge CLI override line, Python recipe lines, YAML and, for Megatron-LM jobs, flags,
    through ``diagnose.explain.render`` (the one renderer every presenter uses; it documents the quoting).
    ``env.*`` keys are launch-script lines only (``render["env"]``: export/unset; a comment in the Python and YAML
@@ -21,12 +21,13 @@ layout, job_gpus, peak_bytes, capacity_bytes, label, cost), ``extended``, ``note
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
 from diagnose.explain.config.view import ConfigView
+from diagnose.explain.fix_search import search_fix
 from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
 from diagnose.explain.validate import ValidationResult, Violation
 from diagnose.explain.validate import run_checks as _run_checks
@@ -51,6 +52,7 @@ class ReplayResult:
     category: str | None = None  # the finding's category (a CUDA OOM is no config check to reproduce)
     fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
     fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
+    config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
 
     @property
     def passes(self) -> bool:
@@ -86,11 +88,11 @@ class ReplayResult:
         notes = [v.message for v in self.after.notes]
         if notes:
             out["notes"] = notes
-        out["summary"] = describe(out)
+        out["summary"] = describe(out, self.config_known)
         return out
 
 
-def describe(section: dict[str, Any]) -> str:
+def describe(section: dict[str, Any], config_known: bool = False) -> str:
     """One line for people: whether replay reproduced the failure and whether the fix is proven."""
     parts: list[str] = []
     reproduced = section.get("reproduced")
@@ -99,13 +101,16 @@ def describe(section: dict[str, Any]) -> str:
         how = " (from the settings the error states)" if section.get("implied") else ""
         parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
                      else f"reproduced by replay{how}")
-    elif reproduced is False and section.get("category") and not violations:
+    elif reproduced in (False, None) and section.get("category") and not violations and (
+            reproduced is False or config_known):
         parts.append(f"the job's config passes validation (a {section['category']} failure is not a config check)")
     elif reproduced is False:
         parts.append("not reproduced by replay (the job's config passes these checks)"
                      if not violations else f"replay finds {len(violations)} other violation(s)")
     elif section.get("implied"):
         parts.append("config not in the log: replay checked the fix against the settings the error states")
+    elif config_known:
+        parts.append("replay checked the fix against the job's config (release defaults for what it does not set)")
     else:
         parts.append("config not in the log: replay checked the fix against release defaults only")
     render = (section.get("render") or {}).get("cli") or ""
@@ -125,6 +130,8 @@ def describe(section: dict[str, Any]) -> str:
                     if fit.get("peak_bytes") else
                     "the reserved-but-unallocated memory would have served the request")
             verdict = f"{'valid' if ok else 'INVALID'} and fits: {gpus}{peak}"
+        elif fits is None and (fit.get("notes") or []):
+            verdict += f"; memory: {fit['notes'][0]}"
         elif fits is False:
             need = fit.get("peak_bytes")
             verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
@@ -146,9 +153,12 @@ def replay(
     extend: bool = True,
     max_rounds: int = MAX_ROUNDS,
     real_mcore: bool | str = True,
+    accept: Callable[[list[Override]], bool] | None = None,
 ) -> ReplayResult:
     """``real_mcore``: also build megatron-core's config classes (when importable and the job's config is known;
-    importing megatron-core costs seconds, so callers on a hot path may turn it off)."""
+    importing megatron-core costs seconds, so callers on a hot path may turn it off). ``accept``: a further test
+    the fix must pass (the memory model, for an OOM). A fix that does not pass is extended by the smallest set of
+    the violations' suggested fixes that passes (``fix_search``), never by undoing a requested key."""
     version = bridge_version or view.version
     real_mcore = real_mcore if view.config_known else False
 
@@ -160,15 +170,11 @@ def replay(
     after = run_checks(apply_overrides(view, fix), version) if fix else before
     requested = after
     added: list[Override] = []
-    rounds = 0
-    while extend and not after.passes and rounds < max_rounds:
-        rounds += 1
-        extra = _extension(after.violations, fix)
-        if not extra:
-            break
-        fix.extend(extra)
-        added.extend(extra)
-        after = run_checks(apply_overrides(view, fix), version)
+    if extend and (not after.passes or (accept is not None and not accept(fix))):
+        found = search_fix(fix, after, lambda ovs: run_checks(apply_overrides(view, ovs), version), accept,
+                           max_candidates=max_rounds * 8)
+        added = found.fix[len(fix):]
+        fix, after = found.fix, found.result
     return ReplayResult(
         reproduced=_reproduced(view, before, finding),
         before=before,
@@ -180,6 +186,7 @@ def replay(
         implied=_implied(view, finding, before),
         rule=finding.rule if finding is not None else None,
         category=finding.category if finding is not None else None,
+        config_known=view.config_known,
     )
 
 
@@ -189,24 +196,6 @@ def _dedupe(overrides: list[Override]) -> list[Override]:
         last.pop(o.key, None)
         last[o.key] = o
     return list(last.values())
-
-
-def _extension(violations: list[Violation], fix: list[Override]) -> list[Override]:
-    """First compatible suggested fix of every violation: never change a key the fix already sets."""
-    pinned = {o.key: o.value for o in fix}
-    extra: list[Override] = []
-    for v in violations:
-        for alternative in v.fixes:
-            if any(o.key in pinned and pinned[o.key] != o.value for o in alternative):
-                continue
-            new = [o for o in alternative if o.key not in pinned]
-            if not new:
-                continue
-            for o in new:
-                pinned[o.key] = o.value
-            extra.extend(new)
-            break
-    return extra
 
 
 def _plain(text: str) -> str:

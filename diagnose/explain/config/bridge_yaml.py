@@ -1,6 +1,7 @@
 """Megatron-Bridge YAML (``run_config.yaml``, the ``Task Configuration`` banner, recipe dumps) to dotted paths.
 
-``_target_`` keys name classes; they are never imported. A mapping that only wraps a target (``{_target_:
+``_target_`` keys name classes; they are never imported (the model's is kept as ``ConfigView.model_target``: its
+provider defaults are looked up by ``providers.py``). A mapping that only wraps a target (``{_target_:
 torch.bfloat16, _call_: false}``) is kept as the target's short name. ``env_vars`` become ``env.<NAME>``.
 """
 
@@ -30,6 +31,11 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
             raise DiagnoseError(f"config refused: more than {MAX_VALUES} values")
         if isinstance(value, dict):
             keys = set(map(str, value))
+            if prefix == "model" and isinstance(value.get("_target_"), str):
+                # the provider class: its defaults fill what the file does not set (config/providers.py)
+                view.model_target = value["_target_"]
+                if keys <= _META_KEYS:
+                    return
             if keys and keys <= _META_KEYS and "_target_" in keys:
                 view.set(prefix, _short_target(value["_target_"]), origin)
                 return

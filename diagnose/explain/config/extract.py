@@ -18,8 +18,10 @@ from diagnose.explain.config.cmdline import join_continuations, parse_command
 from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
+from diagnose.explain.config.providers import apply_provider
 from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
+from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
 from diagnose.explain.config.view import ConfigView
 from diagnose.model import Block, DiagnoseError, Finding, LogLine
@@ -104,6 +106,7 @@ def _parse_task_yaml(block: Block, view: ConfigView) -> None:
     data = safe_load("\n".join(body), what="Task Configuration block")
     if looks_like_bridge(data):
         part = flatten_bridge(data, f"log:{block.start_line}")
+        view.model_target = view.model_target or part.model_target
         where = key_lines(body)
         for key, item in part.values.items():
             index = where.get(key)
@@ -123,6 +126,8 @@ def _finish(view: ConfigView, texts: list[str], defaults: bool) -> None:
     view.version = view.version or version
     view.mcore_version = view.mcore_version or mcore
     view.version_clues.extend(c for c in clues if c not in view.version_clues)
+    apply_provider(view)
+    apply_tokenizer_vocab(view)
     preset = view.get("mixed_precision")
     if isinstance(preset, str) and preset in _MIXED_PRECISION:
         for key, value in _MIXED_PRECISION[preset].items():
@@ -146,14 +151,16 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     text = _read(path)
     name = os.path.basename(path)
     stripped = text.lstrip()
-    if any(marker in text for marker in (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)) or _looks_like_log(text):
+    markers = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
+    if any(marker in text for marker in markers) or _looks_like_log(text):
         view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")
         return view
-    if stripped.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", stripped):
+    joined = re.sub(r"\\[ \t]*\r?\n", " ", stripped)  # shell line continuations, as upstream scripts write them
+    if joined.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", joined):
         view = ConfigView(framework="megatron-lm")
-        tokens = text.split()
+        tokens = joined.split()
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
         view.sources.append(f"file:{name}")
         _finish(view, [], defaults)

@@ -228,6 +228,12 @@ def set_mlm_arg(view: ConfigView, name: str, value: Any, origin: str) -> None:
         if as_bool(value):
             view.set("model.activation_func", "silu", origin)
         return
+    if name in ("quick_geglu", "squared_relu"):  # arguments.py: quick_geglu is a GLU, squared_relu is not
+        view.set(f"mlm.{name}", value, origin)
+        if as_bool(value):
+            view.set("model.gated_linear_unit", name == "quick_geglu", origin)
+            view.set("model.activation_func", "quick_gelu" if name == "quick_geglu" else "squared_relu", origin)
+        return
     if name == "moe_layer_freq" and isinstance(value, str):
         value = moe_freq_value(value)
     paths = MLM_TO_BRIDGE.get(name)
@@ -258,6 +264,19 @@ def _apply_values(view: ConfigView, values: dict[str, tuple[Any, str]]) -> None:
         if name == "num_query_groups" and gqa is not None and not as_bool(gqa[0]):
             continue  # without --group-query-attention megatron ignores num_query_groups
         set_mlm_arg(view, name, value, origin)
+    _position_embedding(view, values)
+
+
+def _position_embedding(view: ConfigView, values: dict[str, tuple[Any, str]]) -> None:
+    """Megatron-LM's older position flags (``arguments.py``): ``--use-rotary-position-embeddings`` means
+    ``position_embedding_type=rope``; ``--no-position-embedding`` drops the learned table (type ``none`` unless
+    RoPE). An explicit ``--position-embedding-type`` wins over the first."""
+    rotary = values.get("use_rotary_position_embeddings")
+    if rotary is not None and as_bool(rotary[0]) and "position_embedding_type" not in values:
+        view.set("model.position_embedding_type", "rope", rotary[1])
+    nope = values.get("no_position_embedding")
+    if nope is not None and as_bool(nope[0]) and str(view.get("model.position_embedding_type", "")) != "rope":
+        view.set("model.position_embedding_type", "none", nope[1])
 
 
 def parse_arg_list(tokens: list[str], origin: str, view: ConfigView | None = None) -> ConfigView:

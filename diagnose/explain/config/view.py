@@ -45,6 +45,9 @@ class ConfigView:
     mcore_version: str | None = None
     sources: list[str] = field(default_factory=list)
     version_clues: list[str] = field(default_factory=list)
+    # the model provider class the config names (``model._target_``): a class name, never a value or an import;
+    # its defaults are looked up by ``providers.py``
+    model_target: str | None = None
 
     # -- reading
     def get(self, key: str, default: Any = None) -> Any:
@@ -104,6 +107,7 @@ class ConfigView:
             mcore_version=self.mcore_version,
             sources=list(self.sources),
             version_clues=list(self.version_clues),
+            model_target=self.model_target,
         )
 
     def merge(self, other: ConfigView) -> None:
@@ -115,6 +119,7 @@ class ConfigView:
         self.framework = self.framework or other.framework
         self.version = self.version or other.version
         self.mcore_version = self.mcore_version or other.mcore_version
+        self.model_target = self.model_target or other.model_target
         for s in other.sources:
             if s not in self.sources:
                 self.sources.append(s)

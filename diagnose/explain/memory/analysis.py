@@ -58,7 +58,8 @@ def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
     return a is not None and b > 0 and abs(a - b) <= tol * b
 
 
-def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]) -> tuple[Layout, list[str]]:
+def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None,
+                 texts: list[str]) -> tuple[Layout, list[str]]:
     """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
 
     With DDP at wrap time the request is the grad buffer (4 or 2 bytes per parameter, whole: DDP never shards it);
@@ -131,7 +132,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
     module = 0 if layout.meta_init else layout.param_bytes
     named = _fsdp_buffer_in_frames(joined)
     best = None
-    for names, label, sharded_in in _FSDP_BUFFERS[::-1]:  # allocation order: weights, main weights, grads
+    for _names, label, sharded_in in _FSDP_BUFFERS[::-1]:  # allocation order: weights, main weights, grads
         if named is not None and named[0] != label:
             continue
         if label == "bf16 param buffer" and strategy == "fsdp:no_shard":
@@ -207,7 +208,8 @@ def _pct(a: int | None, b: int | None) -> str:
     return "" if not a or not b else f" ({100 * a / b:.0f} % of the GPU)"
 
 
-def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None) -> str:
+def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int,
+             buffer: str | None) -> str:
     billions = f"{params / 1e9:.1f}B"
     req = fmt_gib(n.requested) if n.requested else "?"
     if larger_than_gpu(n, capacity) and not buffer:
@@ -380,7 +382,9 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     return world
 
 
-def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | None:
+def analyze_oom(report: Any, view: Any = None, options: Any = None, search_options: bool = True) -> dict | None:
+    """The report's ``memory`` section for the root CUDA OOM. ``search_options=False``: only the verdict and the
+    config's own prediction (``current``), e.g. to check a fix by re-running the same model on the changed config."""
     finding = _oom_finding(report)
     if finding is None:
         return None
@@ -488,9 +492,11 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None) -> dict | No
         plans = []
         if verdict == "fragmentation":
             out["options"] = [_expandable_segments_option(n, layout)]
-    else:
+    elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
         out["options"] = [_plan_dict(p) for p in plans]
+    else:
+        plans = []
     if state_unexplained:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")

@@ -98,7 +98,8 @@ def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) ->
 
 def shape_from_config(view: Any) -> ModelShape | None:
     """The model's shape, or None when the config lacks the sizes (layers, hidden, heads)."""
-    layers = _int(_get(view, "model.num_layers"))
+    hybrid = hybrid_pattern(view)
+    layers = len(hybrid) if hybrid else _int(_get(view, "model.num_layers"))
     hidden = _int(_get(view, "model.hidden_size"))
     heads = _int(_get(view, "model.num_attention_heads"))
     if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads:
@@ -152,12 +153,71 @@ def shape_from_config(view: Any) -> ModelShape | None:
             view, "num_layers_in_last_pipeline_stage", mlm="decoder_last_pipeline_num_layers")),
         account_for_embedding_in_pipeline_split=_bool(_model(view, "account_for_embedding_in_pipeline_split")),
         account_for_loss_in_pipeline_split=_bool(_model(view, "account_for_loss_in_pipeline_split")),
+        **_mamba_fields(view, hybrid),
     )
     # a custom layout megatron-core would refuse is not modelled (pipeline_layout_problem says why)
     stages = _pipeline_layout(view)[0]
     if stages is not None and not _layout_problems(view, shape, stages):
         shape = replace(shape, pipeline_layout=stages)
     return shape
+
+
+# keys that move the parameter count, the value megatron-core's TransformerConfig / GPTModel takes when the
+# config does not say, and how the report names it
+_COUNT_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("model.gated_linear_unit", False, "gated_linear_unit (GLU/SwiGLU)"),
+    ("model.share_embeddings_and_output_weights", True, "share_embeddings_and_output_weights (tied embeddings)"),
+    ("model.normalization", "LayerNorm", "normalization"),
+    ("model.add_bias_linear", True, "add_bias_linear"),
+    ("model.position_embedding_type", "learned_absolute", "position_embedding_type"),
+)
+
+
+def count_assumptions(view: Any) -> list[str]:
+    """What the parameter count assumed because the config does not say (one phrase each): the vocabulary
+    (32,000) when neither a size nor a known tokenizer is given, and for a Bridge config, the keys that move the
+    count and were filled by megatron-core's defaults (a provider's or the file's values are not assumptions).
+    A Megatron-LM argument list is complete by itself (an absent flag is the argument's default)."""
+    out = []
+    if not any(_get(view, k) is not None for k in ("model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size",
+                                                    "model.padded_vocab_size", "mlm.padded_vocab_size")):
+        out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
+    if getattr(view, "framework", None) == "megatron-lm":
+        return out
+    for key, default, name in _COUNT_KEYS:
+        origin = _origin(view, key)
+        if origin is None or origin == "default":
+            out.append(f"{name} = {default} (megatron-core's default: not in the config)")
+    return out
+
+
+_HYBRID_SYMBOLS = set("M*-E")
+
+
+def hybrid_pattern(view: Any) -> str | None:
+    """The hybrid model's layer pattern (``hybrid_override_pattern``, Bridge's newer ``hybrid_layer_pattern``,
+    Megatron-LM ``--hybrid-override-pattern``), or None. Megatron-core's MTP separator ``/`` ends the decoder part.
+    A pattern with symbols megatron-core does not build raises ValueError (the caller refuses the count)."""
+    for name in ("hybrid_override_pattern", "hybrid_layer_pattern"):
+        value = _model(view, name)
+        if isinstance(value, str) and value.strip() and value.strip().lower() not in _FALSE:
+            text = value.strip().split("/", 1)[0]
+            if len(text) > 100_000 or not set(text) <= _HYBRID_SYMBOLS:
+                raise ValueError(f"model.{name} {value[:40]!r}: only M, *, - and E are layers")
+            return text
+    return None
+
+
+def _mamba_fields(view: Any, pattern: str | None) -> dict[str, Any]:
+    if not pattern:
+        return {}
+    return {
+        "hybrid_pattern": pattern,
+        "mamba_num_heads": _int(_model(view, "mamba_num_heads")),
+        "mamba_head_dim": _int(_model(view, "mamba_head_dim"), 64) or 64,
+        "mamba_state_dim": _int(_model(view, "mamba_state_dim"), 128) or 128,
+        "mamba_num_groups": _int(_model(view, "mamba_num_groups"), 8) or 8,
+    }
 
 
 def _layout_problems(view: Any, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:
@@ -253,7 +313,8 @@ def strategy_from_config(view: Any) -> str:
         ver = mcore_version(view)
         if value is None or (_origin(view, key) == "default" and ver is not None and ver >= (0, 18)):
             value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
-        value = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}.get(str(value), str(value))
+        value = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}.get(
+            str(value), str(value))
         return f"fsdp:{value}" if f"fsdp:{value}" in (
             "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
     if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):
@@ -288,8 +349,12 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
     cp = _int(_get(view, "model.context_parallel_size"), 1) or 1
     ep = _int(_get(view, "model.expert_model_parallel_size"), 1) or 1
     world = gpus or _int(_get(view, "launch.world_size")) or tp * pp * cp
-    params_dtype = str(_get(view, "model.params_dtype", "")).lower()
-    mixed = _get(view, "mixed_precision") is not None or _bool(_get(view, "model.bf16")) or _bool(_get(view, "model.fp16"))
+    # Bridge's mixed precision (a preset name, or a MixedPrecisionConfig section in recipe dumps) writes the
+    # model's bf16/fp16 and params_dtype before the model is built
+    params_dtype = str(_get(view, "mixed_precision.params_dtype") or _get(view, "model.params_dtype", "")).lower()
+    preset = _get(view, "mixed_precision")
+    mixed = (isinstance(preset, str) and preset.strip().lower() not in _FALSE) or any(
+        _bool(_get(view, k)) for k in ("mixed_precision.bf16", "mixed_precision.fp16", "model.bf16", "model.fp16"))
     param_bytes = 4 if (("float32" in params_dtype or "fp32" in params_dtype) and not mixed) else 2
     offload = _bool(_get(view, "optimizer.optimizer_cpu_offload"))
     return Layout(

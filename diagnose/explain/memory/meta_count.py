@@ -26,8 +26,9 @@ def available() -> bool:
 
 
 def buildable(shape: ModelShape) -> bool:
-    """Multi-latent attention and MTP are not built by the child (it builds the plain GPT layer spec)."""
-    return not (shape.multi_latent_attention or shape.mtp_num_layers)
+    """Multi-latent attention, MTP and hybrid Mamba models are not built by the child (it builds the plain GPT
+    layer spec)."""
+    return not (shape.multi_latent_attention or shape.mtp_num_layers or shape.hybrid_pattern)
 
 
 def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -> int | None:
@@ -193,7 +194,8 @@ def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
             moe_ffn_hidden_size=shape.moe_ffn_hidden_size or shape.ffn,
             moe_shared_expert_intermediate_size=shape.moe_shared_expert_intermediate_size,
             moe_shared_expert_gate=shape.moe_shared_expert_gate,
-            moe_layer_freq=shape.moe_layer_freq if isinstance(shape.moe_layer_freq, int) else list(shape.moe_layer_freq),
+            moe_layer_freq=(shape.moe_layer_freq if isinstance(shape.moe_layer_freq, int)
+                            else list(shape.moe_layer_freq)),
             moe_router_dtype="fp32",
         )
     cfg = TransformerConfig(

@@ -23,7 +23,8 @@ HEADROOM_MIN = 2 * GIB
 
 STRATEGY_COST = {
     "ddp": (0.0, "plain DDP"),
-    "distributed_optimizer": (1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, same speed"),
+    "distributed_optimizer": (1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, "
+                                   "same speed"),
     "fsdp:no_shard": (2.0, "Megatron FSDP without sharding"),
     "fsdp:optim": (2.2, "Megatron FSDP, optimizer state sharded: about the communication of the distributed optimizer"),
     "fsdp:optim_grads": (2.5, "Megatron FSDP, optimizer + grads sharded (ZeRO-2): reduce-scatter of grads"),
@@ -148,12 +149,24 @@ def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layou
 
 
 def _current(scn: Scenario, key: str) -> Any:
+    """The job's value of ``key`` as the model has it: what the config states, else (a release default or not
+    shown) what the model inferred from the OOM itself, e.g. fp32 grads from the size of the grad buffer being
+    allocated; an option must then still say ``ddp.grad_reduce_in_fp32=false`` to get bf16 grads."""
     if scn.view is None:
         return None
     try:
-        return scn.view.get(key)
+        value = scn.view.get(key)
+        origin = scn.view.origin(key) if hasattr(scn.view, "origin") else "file"
     except Exception:  # noqa: BLE001
         return None
+    if origin in (None, "default"):
+        modelled = {"ddp.grad_reduce_in_fp32": scn.layout.grad_bytes == 4,
+                    "ddp.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
+                    "optimizer.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
+                    "ddp.use_megatron_fsdp": scn.layout.strategy.startswith("fsdp:")}
+        if key in modelled:
+            return modelled[key]
+    return value
 
 
 def _diff(scn: Scenario, pairs: list[tuple[str, Any]]) -> list[Override]:
@@ -254,7 +267,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                           replace(work, recompute="selective"), "recompute attention core: a few % slower",
                           RECOMPUTE_COST["selective"]))
         if work.recompute != "full":
-            add(Candidate("full recompute", [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
+            add(Candidate("full recompute", [("model.recompute_granularity", "full"),
+                                             ("model.recompute_method", "uniform"),
                                              ("model.recompute_num_layers", 1)], lay,
                           replace(work, recompute="full", recompute_num_layers=1),
                           "recompute every layer in backward: about 30 % slower", RECOMPUTE_COST["full"]))
@@ -304,7 +318,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         strat = lay.strategy if lay.strategy != "ddp" else "distributed_optimizer"
         if strat != lay.strategy:
             pairs = strategy_overrides(scn, strat) + pairs
-        add(Candidate("optimizer CPU offload", pairs, replace(lay, strategy=strat, optimizer_offload_fraction=1.0), work,
+        add(Candidate("optimizer CPU offload", pairs,
+                      replace(lay, strategy=strat, optimizer_offload_fraction=1.0), work,
                       "optimizer step on the CPU: much slower steps (several x at 100 % offload)", 10.0))
 
     # combinations at the same GPU count: full sharding + bf16 grads (+ recompute)
@@ -335,7 +350,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         full = replace(lay, strategy=strongest, meta_init=True)
         bases.append((strongest, strategy_overrides(scn, strongest, True), full))
         if lay.grad_bytes == 4:
-            bases.append((strongest + " + bf16 grads", strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn),
+            bases.append((strongest + " + bf16 grads",
+                          strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn),
                           replace(full, grad_bytes=2)))
         if lay.strategy != "fsdp:optim_grads":
             bases.append(("fsdp:optim_grads", strategy_overrides(scn, "fsdp:optim_grads"),
@@ -349,7 +365,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             while lay.gpus * factor <= max_gpus:
                 gpus = lay.gpus * factor
                 cand_layout = replace(base, gpus=gpus)
-                note = STRATEGY_COST[base.strategy][1] + ("; grads in bf16" if base.grad_bytes != lay.grad_bytes else "")
+                note = STRATEGY_COST[base.strategy][1] + (
+                    "; grads in bf16" if base.grad_bytes != lay.grad_bytes else "")
                 cand = Candidate(f"{name} on {gpus} GPUs", spairs, cand_layout, work,
                                  f"{gpus} GPUs instead of {lay.gpus} (data parallel {cand_layout.dp}); " + note,
                                  _more_gpus_cost(factor) + strategy_cost / 10)

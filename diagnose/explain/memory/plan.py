@@ -24,6 +24,7 @@ class MemoryPlan:
     params_source: str  # "config" (analytic) | "meta" (built on the meta device)
     plans: list[Plan]
     notes: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
 
     @property
     def given(self) -> Plan:
@@ -34,6 +35,7 @@ class MemoryPlan:
             "gpu_capacity_bytes": self.capacity,
             "params": self.params,
             "params_source": self.params_source,
+            "params_assumed": list(self.assumed),
             "plans": [plan_dict(p) for p in self.plans],
             "notes": list(self.notes),
         }
@@ -94,6 +96,32 @@ def layout_notes(view: Any, shape: Any, pp: int) -> list[str]:
             f"{pp_layout.describe(stages, max(1, pp))}"]
 
 
+def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
+    """A config read from a log that also printed its parameter count (per model-parallel rank, at the job's own
+    TP x PP): make the shape agree with it as the OOM analysis does, so that the plan, ``analyze`` and the TUI
+    count the same model (one answer)."""
+    from diagnose.explain.memory.shape import reconcile
+
+    logged = fc._int(fc._get(view, "launch.num_parameters"))
+    if not logged:
+        return None
+    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
+    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
+    etp = fc._int(fc._get(view, "model.expert_tensor_parallel_size"))
+    if fc._origin(view, "model.tensor_model_parallel_size") == "override":
+        return None  # the user changed the split: the logged per-rank count is for another layout
+    return reconcile(shape, logged, tp, pp, ep, etp)
+
+
+def _log_confirms(view: Any, shape: Any) -> bool:
+    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
+    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
+    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
+    return count_params(shape, tp, pp, ep, fc._int(fc._get(view, "model.expert_tensor_parallel_size"))).total == \
+        fc._int(fc._get(view, "launch.num_parameters"))
+
+
 def _exact_wanted() -> bool:
     return os.environ.get("DIAGNOSE_EXACT_PARAMS", "1") != "0" and meta_available()
 
@@ -108,9 +136,31 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 bad.append(f"{key}={value!r} is not a positive integer")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
+        from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
+
+        named = getattr(view, "model_target", None)
+        read = resolve(named, getattr(view, "version", None)) if named is not None else None
+        if read is not None:
+            missing = [f"model.{f}" for f in SHAPE_FIELDS if not fc._get(view, f"model.{f}")]
+            raise DiagnoseError(f"the model's provider {read.short} ({read.source}) does not set "
+                                f"{', '.join(missing)} itself (that release takes them from the Hugging Face "
+                                "config): give them in the config")
+        target = unresolved_provider(view)
+        if target is not None:
+            releases = table_releases()
+            raise DiagnoseError(
+                f"the model's shape is in its provider {target}, which diagnose could not read (not a provider of "
+                f"Megatron-Bridge {releases[0] if releases else '?'}..{releases[-1] if releases else '?'} and "
+                "megatron-bridge is not installed here): give model.num_layers, model.hidden_size and "
+                "model.num_attention_heads (and its vocab, GLU and embedding settings), or install megatron-bridge")
         raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
+    reconciled = _reconcile_with_log(view, shape)
+    if reconciled is not None:
+        shape, reconcile_note = reconciled
+    else:
+        reconcile_note = None
     if gpus % layout.model_parallel:
         layout_note = (f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}")
     else:
@@ -123,6 +173,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     params, source, notes = analytic, "config", []
     if layout_note:
         notes.append(layout_note)
+    if reconcile_note:
+        notes.append(reconcile_note)
     if _exact_wanted():
         exact = exact_count(shape)
         if exact is not None:
@@ -139,7 +191,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         given.violations = [layout_note]
         notes.append("the config as given is invalid (its data-parallel size is not a whole number); the plans "
                      "below use TP x PP splits that divide the GPU count")
-    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans)
+    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans,
+                          keep_other=max_plans)
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
@@ -157,4 +210,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
-    return MemoryPlan(capacity, params, source, plans, notes)
+    # a count the log confirms (its own parameter line, per rank) assumes nothing
+    assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
+    if assumed:
+        notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
+                     + ": set them (or the model's provider _target_) for a true count")
+    return MemoryPlan(capacity, params, source, plans, notes, assumed)

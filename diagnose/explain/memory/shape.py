@@ -19,8 +19,9 @@ qk_pos_emb_head_dim``; without ``q_lora_rank`` a column-parallel ``linear_q_proj
 ``linear_q_down_proj`` ``q_lora_rank x h`` (a TE ``duplicated`` linear: whole on every TP rank), a q norm of
 ``q_lora_rank`` and a column-parallel ``linear_q_up_proj`` ``a*q_head x q_lora_rank``; ``linear_kv_down_proj``
 ``(kv_lora_rank + qk_pos_emb_head_dim) x h`` (duplicated), a kv norm of ``kv_lora_rank``, column-parallel
-``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj`` ``h x a*v_head_dim``.
-No biases. Duplicated down projections follow the TE layer spec; the local spec splits them over TP.
+``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj``
+``h x a*v_head_dim``. No biases. Duplicated down projections follow the TE layer spec; the local spec splits them
+over TP.
 
 Multi-token prediction (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``): each of ``mtp_num_layers``
 holds ``enorm`` and ``hnorm`` (``h``), a column-parallel ``eh_proj`` ``h x 2h``, one transformer layer (MoE when the
@@ -81,6 +82,14 @@ class ModelShape:
     account_for_loss_in_pipeline_split: bool = False
     # pipeline_model_parallel_layout, parsed (``pp_layout.parse_layout``): stages in virtual order, e.g. "Ettt"
     pipeline_layout: tuple[str, ...] | None = None
+    # hybrid Mamba models (Nemotron-H; megatron-core MambaModel): one symbol per layer, M Mamba, * attention,
+    # - MLP, E MoE (``hybrid_override_pattern`` / ``hybrid_layer_pattern``); None: a GPT model
+    hybrid_pattern: str | None = None
+    mamba_num_heads: int | None = None  # None: d_inner = 2h, heads = d_inner / mamba_head_dim
+    mamba_head_dim: int = 64
+    mamba_state_dim: int = 128
+    mamba_num_groups: int = 8
+    mamba_conv_kernel: int = 4
 
     def layout_for(self, pp: int) -> tuple[str, ...] | None:
         """The custom layout when megatron-core accepts it at this pipeline size (else the usual split applies)."""
@@ -172,6 +181,8 @@ class ModelShape:
         return (self.num_layers + extra) % pp == 0 and (pp > 1 or not extra)
 
     def moe_layers(self) -> list[bool]:
+        if self.hybrid_pattern:
+            return [c == "E" for c in self.hybrid_pattern][: self.num_layers]
         if not self.num_moe_experts:
             return [False] * self.num_layers
         freq = self.moe_layer_freq
@@ -264,6 +275,40 @@ def layer_params(s: ModelShape, moe: bool, tp: int = 1, ep: int = 1, etp: int | 
     return dense, expert
 
 
+def _mamba(s: ModelShape, tp: int) -> int:
+    """One Mamba layer on one TP rank (megatron-core ``mamba_mixer.py`` ``MambaMixer`` with the TE spec: the
+    layer's norm fused into ``in_proj``): ``in_proj`` ``h -> 2*d_inner + 2*groups*state + heads`` and ``conv1d``
+    over ``d_inner + 2*groups*state`` channels (kernel 4, bias) column-parallel; ``dt_bias``, ``A_log``, ``D`` per
+    head; a gated RMSNorm of ``d_inner``; ``out_proj`` ``d_inner -> h`` row-parallel. No linear biases."""
+    h = s.hidden_size
+    d_inner = s.mamba_num_heads * s.mamba_head_dim if s.mamba_num_heads else 2 * h
+    heads = s.mamba_num_heads or d_inner // s.mamba_head_dim
+    groups_state = 2 * s.mamba_num_groups * s.mamba_state_dim
+    in_proj = (2 * d_inner + groups_state + heads) // tp * h
+    conv_dim = (d_inner + groups_state) // tp
+    conv = conv_dim * s.mamba_conv_kernel + conv_dim
+    return _norm(s) + in_proj + conv + 3 * (heads // tp) + d_inner // tp + (d_inner // tp) * h
+
+
+def hybrid_layer_params(s: ModelShape, symbol: str, tp: int = 1, ep: int = 1,
+                        etp: int | None = None) -> tuple[int, int]:
+    """(dense, expert) parameters of one layer of a hybrid model: each symbol is a whole layer with one norm."""
+    if symbol == "M":
+        return _mamba(s, tp), 0
+    if symbol == "*":
+        return _attention(s, tp) + _norm(s), 0
+    if symbol == "-":
+        return _mlp(s.hidden_size, s.ffn, s.gated_linear_unit, s.add_bias_linear, tp) + _norm(s), 0
+    d, e = layer_params(s, True, tp, ep, etp)  # "E": MoE layer
+    return d - _attention(s, tp) - _norm(s), e
+
+
+def _layer_at(s: ModelShape, index: int, flags: list[bool], tp: int, ep: int, etp: int | None) -> tuple[int, int]:
+    if s.hybrid_pattern:
+        return hybrid_layer_params(s, s.hybrid_pattern[index] if index < len(s.hybrid_pattern) else "-", tp, ep, etp)
+    return layer_params(s, flags[index] if index < len(flags) else False, tp, ep, etp)
+
+
 def mtp_params(s: ModelShape, tp: int = 1, ep: int = 1, etp: int | None = None) -> tuple[int, int]:
     """(dense, expert) parameters of the MTP block on the last stage (without the word embedding it adds)."""
     if not s.mtp_num_layers:
@@ -296,7 +341,7 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     for i, ids in enumerate(s.stage_layer_ids(pp)):
         dense = expert = 0
         for layer in ids:
-            d, e = layer_params(s, flags[layer] if layer < len(flags) else False, tp, ep, etp)
+            d, e = _layer_at(s, layer, flags, tp, ep, etp)
             dense += d
             expert += e
         linear = dense + expert

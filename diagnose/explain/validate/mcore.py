@@ -63,7 +63,34 @@ def mcore_version() -> str | None:
     return None if classes is None else str(classes["version"])
 
 
+def _activation(name: str) -> Any:
+    """An activation named in a config dump (``silu``, ``F.silu``, ``torch.nn.functional.gelu``,
+    ``megatron.core.activations.squared_relu``) as the callable megatron-core compares against; None if unknown."""
+    import torch.nn.functional as F
+
+    leaf = name.strip().rsplit(".", 1)[-1]
+    if leaf in ("silu", "gelu", "relu"):
+        return getattr(F, leaf)
+    if leaf == "quick_gelu":  # the object TransformerConfig compares against (its own import)
+        try:
+            from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+            return quick_gelu
+        except ImportError:
+            pass
+    try:
+        from megatron.core import activations
+    except ImportError:
+        activations = None
+    fn = getattr(activations, leaf, None) if activations is not None and leaf.isidentifier() else None
+    return fn if callable(fn) else None
+
+
 def _convert(torch: Any, field: dataclasses.Field, value: Any) -> Any:
+    if field.name.endswith("activation_func") and isinstance(value, str):
+        # a dump names the function; megatron-core's checks compare the callable itself (F.silu == F.silu)
+        fn = _activation(value)
+        return fn if fn is not None else _UNSET
     default = field.default
     wants_dtype = isinstance(default, torch.dtype) or field.name.endswith("dtype")
     if wants_dtype and isinstance(value, str):
@@ -76,8 +103,13 @@ def _kwargs(torch: Any, cls: Any, section: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.init and f.name in section:
-            out[f.name] = _convert(torch, f, section[f.name])
+            value = _convert(torch, f, section[f.name])
+            if value is not _UNSET:
+                out[f.name] = value
     return out
+
+
+_UNSET = object()  # a value that cannot be given to the real class as the job had it: left at its default
 
 
 def _sections(view: ConfigView) -> dict[str, Any]:
@@ -88,6 +120,10 @@ def _sections(view: ConfigView) -> dict[str, Any]:
         from diagnose.explain.validate.checks_precision import bridge_precision_overlay
 
         model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
+    if model_section.get("apply_rope_fusion") and view.get("launch.transformer_engine") is not False:
+        # megatron-core checks the fused RoPE kernel against the Transformer Engine of the process that runs the
+        # check: that is this machine, not the job's. Only a log saying the job had no TE makes it the job's error.
+        model_section["apply_rope_fusion"] = False
     env = {name: view.get(f"env.{name}") for name in _ENV_READ}
     return {"ddp": view.section("ddp"), "optimizer": view.section("optimizer"), "model": model_section,
             "env": {k: None if v is None else str(v) for k, v in env.items()}}
@@ -192,7 +228,7 @@ def installed() -> bool:
         return False
 
 
-_CACHE_VERSION = 1  # bump when the classes are built differently
+_CACHE_VERSION = 2  # bump when the classes are built differently (2: activation_func as the callable)
 
 
 def _cache_key(sections: dict[str, Any]) -> str | None:

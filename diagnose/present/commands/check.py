@@ -173,8 +173,9 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
                                "where a split allows", style="yellow"))
     mem = out["memory"]
     cap = mem["gpu_capacity_bytes"]
-    console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({mem['params_source']}), "
-                       f"GPU {fmt_gib(cap)} ({where})", style="bold"))
+    source = mem["params_source"] if not mem.get("params_assumed") else f"{mem['params_source']}, with ASSUMED values"
+    console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({source}), "
+                       f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)
     for col, just in (("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
                       ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left")):
@@ -200,7 +201,8 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         console.print(line, soft_wrap=True)  # one line, so that it can be copied into a shell
         console.print(Text("    " + inert(p["cost"] or ""), style="dim"))
     for note in mem.get("notes", []):
-        console.print(Text("note: " + inert(note), style="dim"))
+        warn = note.startswith("WARNING")
+        console.print(Text(("" if warn else "note: ") + inert(note), style="bold yellow" if warn else "dim"))
     given = mem["plans"][0]
     cheapest = next((i for i, p in enumerate(mem["plans"]) if i and p["fits"] and p.get("valid") is not False), None)
     if given.get("valid") is False:

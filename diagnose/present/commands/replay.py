@@ -3,8 +3,8 @@
 CONFIG is a Megatron-Bridge YAML (``run_config.yaml``), a Megatron-LM arguments dump or argument list, or a log.
 The config is validated as is, then with the ``--set`` overrides; a fix that trips another check is extended
 until it passes (or no compatible fix is known), and the complete set is printed.
-Exit codes: 0 the config with the requested overrides passes as is, 1 it has violations (the output then shows
-the extended fix, if one passes), 2 bad input.
+Exit codes: 0 the config with the requested overrides passes as is (and, on a CUDA OOM log, fits per the memory
+model), 1 it has violations (the output then shows the extended fix, if one passes) or does not fit, 2 bad input.
 JSON: {"schema": "diagnose/replay@1", "config": {...}, "replay": {...}, "requested_passes": bool}
 (sections as in the analyze report).
 """
@@ -29,6 +29,7 @@ def run(args: Any) -> int:
     overrides = normalize_overrides(getattr(args, "sets", None) or [])
     finding = None
     fit = None
+    report = None
     if looks_like_log_file(args.config):
         view, report = _from_log(args.config)
         finding = report.root
@@ -53,6 +54,11 @@ def run(args: Any) -> int:
         from diagnose.explain.fit import apply_fit
 
         apply_fit(result, fit)
+    elif finding is not None and finding.category == "cuda_oom":
+        # the rule's fix or the user's --set on an OOM log: checked against the same memory model as analyze
+        from diagnose.explain.fit import apply_memory_fit, memory_fit
+
+        apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
     requested_passes = result.requested is not None and result.requested.passes
     payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict(),
                "requested_passes": requested_passes}
@@ -61,7 +67,8 @@ def run(args: Any) -> int:
         _write(args, text)
     else:
         _print_text(args, view, result, user=bool(getattr(args, "sets", None)))
-    return EXIT_OK if requested_passes else EXIT_FAIL
+    # an OOM log: overrides that validate but would run out of memory again are no fix
+    return EXIT_OK if requested_passes and result.fits is not False else EXIT_FAIL
 
 
 def _from_log(path: str) -> tuple[Any, Any]:
@@ -138,6 +145,8 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         if result.fits is not None and result.fit is not None:
             console.print(Text("memory: ", style="bold") + Text(_fit_line(result.fit),
                                                                   style="green" if result.fits else "red"))
+        elif result.fit is not None and result.fit.notes:
+            console.print(Text("memory: ", style="bold") + Text(inert(result.fit.notes[0]), style="yellow"))
         if result.fix:
             render = result.render()
             for key in ("python", "yaml", "env", "mlm"):

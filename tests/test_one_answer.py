@@ -1,0 +1,88 @@
+"""One answer per job (issue 16): analyze, replay, check and the TUI plan use the same parameter count, the same
+layout and the same memory verdict, and every fix shown is checked against memory as well as validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+CAPTURED = Path(__file__).resolve().parents[1] / "sample_logs" / "captured"
+B062 = CAPTURED / "b062_first_iter_activation_oom.log"
+DDP_WRAP = CAPTURED / "b042_ddp_wrap_oom.log"
+
+
+@pytest.fixture(scope="module")
+def b062():
+    if not B062.exists():
+        pytest.skip("b062_first_iter_activation_oom.log not in this checkout")
+    from diagnose.pipeline import analyze
+
+    return analyze([str(B062)])
+
+
+def test_root_cause_fix_is_checked_against_memory(b062):
+    """Full recompute is the rule's fix: it validates, and the memory model (the same one as the MEMORY section)
+    says whether it fits, instead of ``fits: null``."""
+    replay, memory = b062.replay, b062.memory
+    assert replay["after_fix"]["passes"] is True
+    assert replay["fits"] is False
+    same = next(o for o in memory["options"] if o["label"] == "full recompute")
+    assert replay["fit"]["peak_bytes"] == same["peak_bytes"] and same["fits"] is False
+    assert "does not fit" in replay["summary"]
+
+
+def test_replay_summary_does_not_deny_the_config_it_read(b062):
+    assert len(b062.config["values"]) > 100
+    assert "config not in the log" not in b062.replay["summary"]
+
+
+def test_tui_plan_counts_the_same_model_as_analyze(b062):
+    from diagnose.present.tui.plan import PlanRequest, compute, view_from_report_config
+
+    view = view_from_report_config(json.loads(json.dumps(b062.config)))
+    result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory["gpu_capacity_bytes"], real_mcore=False))
+    assert result.memory["params"] == b062.memory["params"] == 8_030_261_248
+    assert result.memory["params_assumed"] == []  # the log's own parameter line confirms the count
+    plan = next(p for p in result.memory["plans"] if p["label"] == "full recompute")
+    assert plan["fits"] is b062.replay["fits"] is False
+
+
+def test_replay_set_on_an_oom_log_is_checked_against_memory(tmp_path, capsys):
+    if not B062.exists():
+        pytest.skip("b062_first_iter_activation_oom.log not in this checkout")
+    from diagnose.present.cli import main
+
+    code = main(["replay", str(B062), "--set", "model.recompute_granularity=selective", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["replay"]["fits"] is False and out["replay"]["fit"]["peak_bytes"] > out["replay"]["fit"][
+        "capacity_bytes"]
+    assert code == 1  # validates, but would run out of memory again
+
+
+def test_bf16_grads_option_says_so_when_fp32_grads_were_inferred_from_the_oom():
+    """ddp_wrap_oom: the log does not set grad_reduce_in_fp32 (the view holds the release default, False), the
+    model infers fp32 grads from the OOM size; the bf16-grads option must carry the override, or it is the plain
+    option at a lower price."""
+    if not DDP_WRAP.exists():
+        pytest.skip("b042_ddp_wrap_oom.log not in this checkout")
+    from diagnose.pipeline import analyze
+
+    memory = analyze([str(DDP_WRAP)]).memory
+    assert memory["current"]["grad_dtype"] == "fp32"
+    plain = next(o for o in memory["options"] if o["label"] == "fsdp:optim_grads_params on 8 GPUs")
+    bf16 = next(o for o in memory["options"] if o["label"] == "fsdp:optim_grads_params + bf16 grads on 8 GPUs")
+    assert {"key": "ddp.grad_reduce_in_fp32", "value": False} in bf16["overrides"]
+    assert bf16["overrides"] != plain["overrides"] and bf16["peak_bytes"] < plain["peak_bytes"]
+
+
+def test_memory_fit_never_says_fits_without_activations():
+    from diagnose.explain.fit import _from_prediction
+    from diagnose.model import Finding, Override
+
+    root = Finding(rule="x", name="x", title="t", category="cuda_oom", phase="training", severity="error",
+                   role="root", confidence=1.0)
+    pred = {"peak_bytes": 10 * 2**30, "usable_bytes": 70 * 2**30, "activation_bytes": None, "gpus": 8}
+    fit = _from_prediction(root, [Override("ddp.use_distributed_optimizer", True)], pred, 80 * 2**30, 8)
+    assert fit.fits is None and "activations unknown" in fit.notes[0]
