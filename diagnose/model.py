@@ -186,8 +186,10 @@ class Finding:
     explanation: str = ""
     fix: Fix = field(default_factory=Fix)
     facts: dict[str, Any] = field(default_factory=dict)
-    # Not in JSON: which input the first evidence came from and a sort key in time, for ranking.
+    # Not in JSON:
     cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
+    # srun per-node lines behind this finding, from every hit (not only the evidence kept): task id -> node
+    task_nodes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -217,6 +219,7 @@ class Report:
         for f in self.findings:
             d = asdict(f)
             d.pop("cause_of", None)
+            d.pop("task_nodes", None)
             findings.append(d)
         out: dict[str, Any] = {
             "schema": REPORT_SCHEMA,

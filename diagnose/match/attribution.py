@@ -21,7 +21,6 @@ from typing import Any
 
 from diagnose.model import Finding
 from diagnose.normalize.facts import expand_task_list
-from diagnose.normalize.facts.slurm import parse_srun_error
 
 _TASK_HOST = re.compile(r"task(?P<n>\d+)$")  # normalize's name for the node of srun task N
 # torch >= 2.1 "GPU 1 has a total capacity of", torch <= 2.0 "(GPU 1; 79.35 GiB total capacity"
@@ -37,7 +36,8 @@ def _summary_root(findings: list[Finding]) -> dict[str, Any] | None:
 
 
 def _srun_tasks(f: Finding) -> dict[int, str]:
-    """Task id -> node of every srun per-node line behind ``f``: its facts (first hit) and its evidence lines."""
+    """Task id -> node of every srun per-node line behind ``f``: its facts (first hit) and, for a finding grouped
+    by the matcher, every hit's (``Finding.task_nodes``)."""
     out: dict[int, str] = {}
     node = f.facts.get("node")
     tasks = f.facts.get("tasks")
@@ -45,12 +45,8 @@ def _srun_tasks(f: Finding) -> dict[int, str]:
         tasks = expand_task_list(tasks)
     if isinstance(node, str) and node and isinstance(tasks, list):
         out.update((t, node) for t in tasks if isinstance(t, int))
-    for ev in f.evidence:
-        if "srun: error: " not in ev.text:
-            continue
-        parsed = parse_srun_error(ev.text)
-        if parsed and parsed.get("tasks") and "…" not in parsed["tasks_text"]:
-            out.update((t, parsed["node"]) for t in parsed["tasks"])
+    for task, task_node in f.task_nodes.items():
+        out.setdefault(task, task_node)
     return out
 
 
