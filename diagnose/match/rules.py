@@ -2,8 +2,12 @@
 
 A catalogue is a folder of ``*.toml`` files, one per family, read in file-name order; rules keep their order inside
 a file. Order matters: when several rules match the same line, the LAST one in catalogue order wins (generic rules
-first, specific ones after them), as in PyTorch's Dr. CI log classifier. The schema is documented in
-``rules/README.md``.
+first, specific ones after them; PyTorch's Dr. CI does the opposite: its first rule in file order wins). The schema
+is documented in ``rules/README.md``.
+
+Most rules read log lines (``input = "log"``, with patterns). ``input = "slurm_job"`` rules have no patterns: they
+name the ``slurm_outcome`` of a job's Slurm record (state, exit, requeues) that ``diagnose.ingest.slurm.findings``
+turns into a finding, and their examples are ``scontrol show job`` records.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+INPUTS = ("log", "slurm_job")
+# What Slurm's record of a job can say, as ingest/slurm/findings.py decides it; one slurm_job rule per outcome.
+SLURM_OUTCOMES = (
+    "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "FAILED", "SIGNALED", "STEP_FAILED",
+    "BOOT_FAIL", "DEADLINE", "REQUEUED",
+)
+LAUNCHERS = ("torchrun",)
 
 
 @dataclass(slots=True)
@@ -63,6 +74,10 @@ class Rule:
     examples_no_match: list[str] = field(default_factory=list)
     source: str = ""  # file it came from
     order: int = 0  # global position in the catalogue
+    input: str = "log"  # "log": patterns over log lines; "slurm_job": a job's Slurm record (no patterns)
+    slurm_outcome: str = ""  # input "slurm_job": which outcome of the record (one of SLURM_OUTCOMES)
+    launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
+    during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
 
 
 @dataclass
@@ -89,7 +104,7 @@ def default_rules_dir() -> Path:
 def load_catalogue(
     extra_dirs: list[str | Path] | None = None, include_default: bool = True, strict: bool = False
 ) -> Catalogue:
-    """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (last match wins).
+    """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (the last matching rule wins).
 
     ``strict`` (analysis) refuses a catalogue with broken rules: a user who passed ``--rules`` expects those rules
     to run, and a report made without them would look clean. ``rules lint`` and ``rules list`` load leniently and
@@ -184,8 +199,26 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
         raise ValueError("confidence must be a number in [0, 1]")
 
+    kind = raw.get("input", "log")
+    if kind not in INPUTS:
+        raise ValueError(f"input {kind!r} is not one of {', '.join(INPUTS)}")
+    outcome = raw.get("slurm_outcome", "")
+    if kind == "slurm_job":
+        if outcome not in SLURM_OUTCOMES:
+            raise ValueError(f"slurm_outcome {outcome!r} is not one of {', '.join(SLURM_OUTCOMES)}")
+        if raw.get("patterns"):
+            raise ValueError("a slurm_job rule reads Slurm's record, not log lines: no patterns")
+    elif outcome:
+        raise ValueError("slurm_outcome is only for input = \"slurm_job\"")
+    launcher = raw.get("launcher", "")
+    if launcher and launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    during_training = raw.get("during_training", "")
+    if not isinstance(during_training, str):
+        raise ValueError("'during_training' must be a rule code")
+
     patterns = []
-    for p in _need(raw, "patterns", list):
+    for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
         if len(p["anchor"]) < 3:
@@ -196,7 +229,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         except regex.error as e:
             raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None
         patterns.append(Pattern(p["anchor"], p["regex"]))
-    if not patterns:
+    if not patterns and kind == "log":
         raise ValueError("no patterns")
 
     fix_raw = raw.get("fix", {})
@@ -263,4 +296,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         examples_match=_str_list(ex, "match"),
         examples_no_match=_str_list(ex, "no_match"),
         source=source,
+        input=kind,
+        slurm_outcome=outcome,
+        launcher=launcher,
+        during_training=during_training,
     )
