@@ -190,8 +190,10 @@ class Finding:
     # an [[infer]] table: frames, exception type, words) or "catchall" (the most salient error line, nothing else).
     basis: str = "rule"
     basis_detail: str = ""  # for "inferred": which table and which evidence decided
-    # Not in JSON: which input the first evidence came from and a sort key in time, for ranking.
+    # Not in JSON:
     cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
+    # srun per-node lines behind this finding, from every hit (not only the evidence kept): task id -> node
+    task_nodes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -223,6 +225,7 @@ class Report:
         for f in self.findings:
             d = asdict(f)
             d.pop("cause_of", None)
+            d.pop("task_nodes", None)
             findings.append(d)
         out: dict[str, Any] = {
             "schema": REPORT_SCHEMA,

@@ -99,3 +99,22 @@ def test_unprefixed_ooms_of_several_gpus_keep_their_devices_not_invented_ranks()
     assert report.root.ranks == [] and report.root.facts["gpus"] == [0, 1]
     single = match_text(oom.format(1), CAT)
     assert "gpus" not in single.root.facts
+
+
+def test_every_srun_line_counts_not_only_the_evidence_kept():
+    # issue 17: six per-node lines grouped into one finding keep only three evidence lines; the ranks and hosts
+    # come from every line (the hits' facts), not from re-parsing the evidence kept
+    text = "".join(f"srun: error: node0{n}: tasks {4 * n}-{4 * n + 3}: Exited with exit code 1\n" for n in range(6))
+    f = next(f for f in match_text(text, CAT).findings if f.facts.get("tasks"))
+    assert f.count == 6 and len(f.evidence) < 6
+    assert f.ranks == list(range(24))
+    assert f.hosts == [f"node0{n}" for n in range(6)]
+
+
+def test_srun_nodes_of_every_line_name_the_hosts_of_ranks_reported_elsewhere():
+    oom = "[rank{}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    text = oom.format(21) + "".join(
+        f"srun: error: node0{n}: tasks {4 * n}-{4 * n + 3}: Exited with exit code 1\n" for n in range(6))
+    report = match_text(text, CAT)
+    assert report.root is not None and report.root.category == "cuda_oom"
+    assert report.root.ranks == [21] and report.root.hosts == ["node05"]

@@ -37,6 +37,21 @@ def test_numbers_from_the_old_message():
     assert n.reserved_unallocated == pytest.approx((78.01 - 77.23) * GIB, rel=1e-3)
 
 
+def test_text_is_read_by_the_one_oom_parser():
+    """verdict has no OOM regex of its own (issue 17): every wording normalize's parser knows is read, the pre-1.4
+    "cached" one and ROCm's HIP included, with the same numbers as the parser's facts."""
+    from diagnose.normalize.facts.oom import parse_cuda_oom
+
+    cached = OLD_OOM.replace("reserved in total by PyTorch)", "cached)")
+    n = from_text(cached)
+    assert n.known and n.reserved_unallocated == pytest.approx((78.01 - 77.23) * GIB, rel=1e-3)
+    hip = from_text(REAL_OOM.replace("CUDA out of memory", "HIP out of memory"))
+    facts = parse_cuda_oom(REAL_OOM)
+    assert facts is not None
+    assert (hip.requested, hip.capacity, hip.free) == (facts["requested_bytes"], facts["total_bytes"], facts["free_bytes"])
+    assert not from_text("Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB").known
+
+
 def test_engine_facts_are_read_by_their_names():
     from diagnose.normalize.facts.oom import parse_cuda_oom
 

@@ -14,8 +14,9 @@ from diagnose.model import CATEGORIES
 CATALOGUE = load_catalogue()
 RULES = CATALOGUE.rules
 PREFIX_FILE = {
-    "PY": "00_generic", "CA": "00_generic", "LA": "10_launcher", "IM": "15_import_version", "CV": "20_config_validation",
-    "MB": "30_megatron_fsdp", "OOM": "40_oom", "NC": "50_nccl", "CK": "60_checkpoint", "SL": "70_slurm",
+    "PY": "00_generic", "CA": "00_generic", "LA": "10_launcher", "IM": "15_import_version",
+    "CV": "20_config_validation", "MB": "30_megatron_fsdp", "OOM": "40_oom", "NC": "50_nccl", "CK": "60_checkpoint",
+    "SL": "70_slurm", "SJ": "75_slurm_job",
     "HW": "80_hardware", "NU": "85_numerics", "DA": "90_data", "EC": "99_echoes",
 }
 # Top-level ConfigContainer fields of Megatron-Bridge (megatron-bridge.md §1.5) a fix may override.
@@ -58,6 +59,22 @@ def test_fix_values_are_real_values():
         for o in r.fix.overrides:
             # ("none" in lower case is a real value: model.cuda_graph_impl="none")
             assert not (isinstance(o.value, str) and o.value.strip() in {"null", "Null", "NULL", "None", "~", ""}), r.code
+
+
+def test_one_slurm_job_rule_per_outcome():
+    from diagnose.match.rules import SLURM_OUTCOMES
+
+    outcomes = [r.slurm_outcome for r in RULES if r.input == "slurm_job"]
+    assert sorted(outcomes) == sorted(SLURM_OUTCOMES)
+    assert all(r.code.startswith("SJ") and not r.patterns for r in RULES if r.input == "slurm_job")
+
+
+def test_no_builtin_code_is_retired_or_in_the_user_range():
+    from diagnose.match.lint import retired_codes
+
+    retired = retired_codes()
+    assert "ZZ001" in retired  # the file is read
+    assert not [r.code for r in RULES if r.code in retired or r.code.startswith("U")]
 
 
 def test_generic_rules_come_first():

@@ -56,3 +56,12 @@ def test_show_makes_example_log_text_inert(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[31mBoomError" in out
+
+
+def test_show_a_slurm_job_rule(capsys):
+    """Slurm's own findings (SJ0xx) are catalogue rules too: `rules show SJ006` has a page (issue 17)."""
+    assert main(["rules", "show", "SJ006"]) == 0
+    out = capsys.readouterr().out
+    assert "SJ006" in out and "slurm-nonzero-exit" in out and "75_slurm_job.toml" in out
+    assert "Reads" in out and "outcome FAILED" in out and "Patterns" not in out
+    assert "JobState=FAILED" in out  # its examples are scontrol records

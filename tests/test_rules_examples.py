@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import pytest
 
+from diagnose.ingest.slurm.findings import findings_of_scontrol
 from diagnose.match import match_text
-from diagnose.match.rules import load_catalogue
+from diagnose.match.rules import Rule, load_catalogue
 
 CATALOGUE = load_catalogue()
 RULES = CATALOGUE.rules
 
 
-def _codes(text: str, backend: str = "python") -> list[str]:
+def _codes(text: str, backend: str = "python", rule: Rule | None = None) -> list[str]:
+    if rule is not None and rule.input == "slurm_job":
+        return [f.rule for f in findings_of_scontrol(text)]
     return [f.rule for f in match_text(text, CATALOGUE, backend=backend).findings]
 
 
@@ -23,7 +26,7 @@ def _codes(text: str, backend: str = "python") -> list[str]:
 def test_match_examples_give_the_rule(rule):
     assert rule.examples_match, f"{rule.code} has no match example"
     for n, example in enumerate(rule.examples_match, 1):
-        codes = _codes(example)
+        codes = _codes(example, rule=rule)
         assert rule.code in codes, f"{rule.code} match example {n} gave {codes}: {example[:200]!r}"
 
 
@@ -31,7 +34,7 @@ def test_match_examples_give_the_rule(rule):
 def test_no_match_examples_do_not_give_the_rule(rule):
     assert rule.examples_no_match, f"{rule.code} has no no_match example"
     for n, example in enumerate(rule.examples_no_match, 1):
-        codes = _codes(example)
+        codes = _codes(example, rule=rule)
         assert rule.code not in codes, f"{rule.code} no_match example {n} gave it: {example[:200]!r}"
 
 

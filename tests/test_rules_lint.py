@@ -141,3 +141,39 @@ def test_anchor_in_optional_part_is_a_warning_for_user_rules(tmp_path, capsys):
     assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 0
     out = capsys.readouterr().out
     assert "warning:" in out and "anchor 'MyLoaderError' is not provably in every match" in out
+
+
+def test_a_retired_code_is_never_reused(tmp_path, capsys):
+    _write(tmp_path, "50_mine.toml", _rule(code="ZZ001"))
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
+    assert "rule ZZ001: code is retired" in capsys.readouterr().out
+
+
+def test_user_codes_outside_the_reserved_range_are_warned(tmp_path, capsys):
+    _write(tmp_path, "50_mine.toml", _rule(code="DA900"))
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("warning: ") and "rule DA900" in out[0] and "beginning with U" in out[0]
+
+
+def test_builtin_rules_may_not_take_user_codes_or_rule_references_that_do_not_exist(tmp_path):
+    from diagnose.match import lint as lint_module
+    from diagnose.match.rules import Catalogue
+
+    catalogue, _ = load_for_lint()
+    nc002 = catalogue.by_code("NC002")
+    mb101 = catalogue.by_code("MB101")
+    assert nc002 is not None and mb101 is not None
+    nc002.during_training = "NC999"
+    mb101.code = "U100"
+    problems = [str(p) for p in lint_module.lint(Catalogue([nc002, mb101]), run_examples=False).problems]
+    assert any("rule NC002: during_training 'NC999' is not a log rule" in p for p in problems)
+    assert any("rule U100: codes beginning with U are reserved for users" in p for p in problems)
+
+
+def test_a_user_slurm_job_rule_is_refused(tmp_path, capsys):
+    text = _rule().replace('phase = "init"', 'phase = "init"\ninput = "slurm_job"\nslurm_outcome = "FAILED"')
+    text = text.replace("""patterns = [ { anchor = "MyLoaderError", regex = 'MyLoaderError: (?P<shard>\\S+)' } ]\n""", "")
+    _write(tmp_path, "50_mine.toml", text)
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
+    assert "slurm_job rules are built in" in capsys.readouterr().out

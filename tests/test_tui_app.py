@@ -155,6 +155,29 @@ async def test_enter_opens_the_log_at_the_evidence_and_escape_returns(oom_app: D
 
 
 @run_async
+async def test_enter_opens_an_xz_log_at_the_evidence_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lzma
+
+    monkeypatch.chdir(tmp_path)
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    packed = tmp_path / "ddp_wrap_oom.log.xz"
+    packed.write_bytes(lzma.compress(log.read_bytes()))
+    report = ddp_wrap_oom_report(log, str(packed))  # the evidence names the .xz, as analyze's report does
+    log.unlink()
+    app = DiagnoseApp([str(packed)], report=report, display_names={})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, LogScreen)
+        assert screen.view.cursor_line == 33
+        rows = view_text(screen.view)
+        cursor_rows = [r for r in rows if "Tried to allocate 135.33 GiB" in r]
+        assert cursor_rows and cursor_rows[0].lstrip().startswith("34▶")
+
+
+@run_async
 async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()

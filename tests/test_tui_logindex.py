@@ -177,18 +177,27 @@ def test_rank_facet_lists_one_ranks_lines(tmp_path: Path) -> None:
         index.close()
 
 
-def test_gzip_log_is_inflated_for_viewing_and_cleaned_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_compressed_log_is_read_through_ingest_as_text_and_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    import bz2
     import gzip
+    import lzma
+    import tempfile
 
-    path = tmp_path / "job.log.gz"
-    path.write_bytes(gzip.compress(b"".join(b"[rank0]: line %d\n" % i for i in range(100))))
+    compress = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}[suffix]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where ingest inflates it
+    path = tmp_path / f"job.log{suffix}"
+    path.write_bytes(compress(b"".join(b"[rank0]: line %d\n" % i for i in range(100))))
     index = LogIndex(str(path)).start()
     assert index.done.wait(10) and index.error is None
     assert index.line_count == 100 and index.line_text(99) == "[rank0]: line 99"
-    inflated = index._gunzipped
-    assert inflated is not None and Path(inflated).is_file()
+    assert any(scratch.iterdir())  # inflated into a temporary file...
     index.close()
-    assert not Path(inflated).exists()
+    assert not any(scratch.iterdir())  # ... removed on close
 
 
 def test_unreadable_log_sets_a_one_line_error(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def scan_and_match(
     warnings = list(compiled.warnings)
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits, catalogue.inferences))
-    attribute_ranks(findings, root)
+    attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
     from diagnose.match.silent_ranks import mark_silent_ranks  # noqa: PLC0415 - silent NCCL ranks (QA #13)
     mark_silent_ranks(findings, root)
     from diagnose.match.collective_skew import mark_collective_skew  # noqa: PLC0415 - desynced/straggling ranks

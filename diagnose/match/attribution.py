@@ -21,7 +21,6 @@ from typing import Any
 
 from diagnose.model import Finding
 from diagnose.normalize.facts import expand_task_list
-from diagnose.normalize.facts.slurm import parse_srun_error
 
 _TASK_HOST = re.compile(r"task(?P<n>\d+)$")  # normalize's name for the node of srun task N
 # torch >= 2.1 "GPU 1 has a total capacity of", torch <= 2.0 "(GPU 1; 79.35 GiB total capacity"
@@ -37,7 +36,8 @@ def _summary_root(findings: list[Finding]) -> dict[str, Any] | None:
 
 
 def _srun_tasks(f: Finding) -> dict[int, str]:
-    """Task id -> node of every srun per-node line behind ``f``: its facts (first hit) and its evidence lines."""
+    """Task id -> node of every srun per-node line behind ``f``: its facts (first hit) and, for a finding grouped
+    by the matcher, every hit's (``Finding.task_nodes``)."""
     out: dict[int, str] = {}
     node = f.facts.get("node")
     tasks = f.facts.get("tasks")
@@ -45,35 +45,27 @@ def _srun_tasks(f: Finding) -> dict[int, str]:
         tasks = expand_task_list(tasks)
     if isinstance(node, str) and node and isinstance(tasks, list):
         out.update((t, node) for t in tasks if isinstance(t, int))
-    for ev in f.evidence:
-        if "srun: error: " not in ev.text:
-            continue
-        parsed = parse_srun_error(ev.text)
-        if parsed and parsed.get("tasks") and "…" not in parsed["tasks_text"]:
-            out.update((t, parsed["node"]) for t in parsed["tasks"])
+    for task, task_node in f.task_nodes.items():
+        out.setdefault(task, task_node)
     return out
 
 
-# Findings only torchrun's (or torch.distributed.launch's) agent produces; LA004, LA011, LA013 come from any launch.
-_TORCHRUN_RULES = frozenset({"LA001", "LA002", "LA003", "LA005", "LA006", "LA008", "LA014"})
-
-
-def _tasks_are_ranks(findings: list[Finding]) -> bool:
-    """srun task ids are global ranks unless torchrun (one launcher task per node) is in the log."""
+def _tasks_are_ranks(findings: list[Finding], torchrun_codes: frozenset[str]) -> bool:
+    """srun task ids are global ranks unless torchrun (one launcher task per node) is in the log: a finding of a
+    rule only torchrun's agent produces (``launcher = "torchrun"`` in the catalogue) or its failure summary."""
     for f in findings:
-        if f.rule in _TORCHRUN_RULES or isinstance(f.facts.get("root_cause"), dict):
+        if f.rule in torchrun_codes or isinstance(f.facts.get("root_cause"), dict):
             return False
     return True
 
 
-def _hosts_from_srun(findings: list[Finding]) -> None:
+def _hosts_from_srun(findings: list[Finding], tasks_are_ranks: bool) -> None:
     task_node: dict[int, str] = {}
     for f in findings:
         for task, node in _srun_tasks(f).items():
             task_node.setdefault(task, node)
     if not task_node:
         return
-    tasks_are_ranks = _tasks_are_ranks(findings)
     for f in findings:
         if f.hosts:
             # "task3" is the node of srun task 3 (normalize's placeholder): say which node that was
@@ -96,16 +88,18 @@ def _gpus_of_unranked(findings: list[Finding]) -> None:
             f.facts["gpus"] = sorted(gpus)
 
 
-def attribute_ranks(findings: list[Finding], root_index: int | None) -> None:
-    """Give rank/host to findings that lack them, from srun task lists and the torchrun summary."""
-    _fill_from_facts(findings)
+def attribute_ranks(findings: list[Finding], root_index: int | None, torchrun_codes: frozenset[str]) -> None:
+    """Give rank/host to findings that lack them, from srun task lists and the torchrun summary.
+
+    ``torchrun_codes``: the rules only torchrun's agent produces (``launcher = "torchrun"``)."""
+    tasks_are_ranks = _tasks_are_ranks(findings, torchrun_codes)
+    _fill_from_facts(findings, tasks_are_ranks)
     _summary_for_root(findings, root_index)
-    _hosts_from_srun(findings)
+    _hosts_from_srun(findings, tasks_are_ranks)
     _gpus_of_unranked(findings)
 
 
-def _fill_from_facts(findings: list[Finding]) -> None:
-    tasks_are_ranks = _tasks_are_ranks(findings)
+def _fill_from_facts(findings: list[Finding], tasks_are_ranks: bool) -> None:
     for f in findings:
         if tasks_are_ranks and not f.ranks and f.facts.get("tasks") is not None:
             tasks = f.facts["tasks"]

@@ -90,6 +90,8 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
 
     compiled_rules: list[CompiledRule] = []
     for rule in catalogue.rules:
+        if rule.input != "log":  # a slurm_job rule reads a job's Slurm record, never a line
+            continue
         patterns = []
         try:
             for rp in rule.patterns:

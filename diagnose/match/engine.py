@@ -552,16 +552,13 @@ def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compi
         _in_training_rule(hit, by_code)
 
 
-# A rule that says "before training" from the line alone, and the rule for the same line once training is known.
-_DURING_TRAINING = {"NC002": "NC007"}
-
-
 def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
-    """NC002 ("timed out before training started") judged a one-element collective in a file with no iteration
-    lines; when another file shows the job trained, a SeqNum of 100 or more is a collective of training (NC007).
-    Low SeqNums keep NC002: those are the job's first collectives whatever the other files say."""
+    """A rule that says "before training" from the line alone (NC002: a one-element collective timed out in a file
+    with no iteration lines) names in ``during_training`` the rule for the same line once another file shows the
+    job trained: a SeqNum of 100 or more is then a collective of training. Low SeqNums keep the first rule: those
+    are the job's first collectives whatever the other files say."""
     old = hit.rule.rule.code
-    new = by_code.get(_DURING_TRAINING.get(old, ""))
+    new = by_code.get(hit.rule.rule.during_training) if hit.rule.rule.during_training else None
     try:
         seq = int(hit.facts.get("seq_num"))
     except (TypeError, ValueError):

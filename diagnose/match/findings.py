@@ -17,11 +17,13 @@ from diagnose.match.inference import infer
 from diagnose.match.rules import Inference
 from diagnose.model import Evidence, Finding, LogLine
 from diagnose.normalize import collapse_carriage_returns
+from diagnose.normalize.facts import expand_task_list
 from diagnose.present.safe import inert, shorten
 
 EVIDENCE_KEPT = 3
 EVIDENCE_CHARS = 500
 MAX_GROUPS = 500  # distinct findings; beyond it, hits join their rule's first finding
+MAX_TASK_NODES = 1_000_000  # srun task ids remembered per finding (expand_task_list's own bound)
 
 
 @dataclass
@@ -56,6 +58,7 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
             g.ranks.add(hit.rank)
         if hit.line.host:
             g.hosts.add(hit.line.host)
+        _note_srun_tasks(g.finding, hit.facts)
         if hit.rule.rule.category == collective_skew.NCCL_TIMEOUT:
             if g.collective is None:
                 g.collective = collective_skew.CollectiveSummary()
@@ -67,6 +70,23 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
         if g.collective is not None and g.collective.groups:
             g.finding.facts[collective_skew.FACT] = collective_skew.summary_fact(g.collective)
     return out
+
+
+def _note_srun_tasks(f: Finding, facts: dict) -> None:
+    """Remember which node each srun task ran on, from this hit's own facts (a rule's named groups keep srun's
+    text, e.g. "0-3,8"; the ``srun_error`` parser gives a list), so that no line is lost to the evidence limit."""
+    node, tasks = facts.get("node"), facts.get("tasks")
+    if not isinstance(node, str) or not node or tasks is None:
+        return
+    if isinstance(tasks, str):
+        tasks = expand_task_list(tasks)
+    if not isinstance(tasks, list):
+        return
+    for t in tasks:
+        if len(f.task_nodes) >= MAX_TASK_NODES:
+            return
+        if isinstance(t, int):
+            f.task_nodes.setdefault(t, node)
 
 
 def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:

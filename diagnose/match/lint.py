@@ -10,7 +10,11 @@ What is checked, per rule (``rules/README.md`` documents the schema):
 * a named ``parser`` exists in ``diagnose.normalize.facts.PARSERS``;
 * at least one ``match`` and one ``no_match`` example, every pattern exercised by some match example;
 * every example runs through the real pipeline (``diagnose.match.match_text``): a ``match`` example must produce a
-  finding of the rule, a ``no_match`` example must not.
+  finding of the rule, a ``no_match`` example must not; a ``slurm_job`` rule's examples are ``scontrol show job``
+  records, run through ``diagnose.ingest.slurm.findings``;
+* codes: never one listed in ``rules/RETIRED`` (codes are never reused); codes beginning with ``U`` are reserved for
+  users' rules (an error in the built-in catalogue, and a user rule outside that range is warned that a later
+  release may take its code); one ``slurm_job`` rule per outcome; ``during_training`` names a log rule.
 
 Problems are data (:class:`LintProblem`); the ``rules lint`` command prints them.
 """
@@ -28,6 +32,8 @@ from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_f
 from diagnose.model import DiagnoseError
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
+USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
+RETIRED_FILE = "RETIRED"  # in the built-in rules folder: codes used once, never to be reused
 
 try:  # Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
     from re import _constants as _sre_constants
@@ -122,6 +128,8 @@ def lint(
     """
     problems = list(load_problems or [])
     problems += _duplicates(catalogue)
+    problems += _code_ranges(catalogue, retired_codes())
+    problems += _rule_references(catalogue)
     parsers = _parser_names()
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
@@ -146,6 +154,64 @@ def _duplicates(catalogue: Catalogue) -> list[LintProblem]:
         if r.slug in slugs:
             out.append(LintProblem("error", r.source, r.code, f"duplicate slug {r.slug!r} (also in {slugs[r.slug]})"))
         slugs.setdefault(r.slug, r.source)
+    return out
+
+
+def retired_codes() -> dict[str, str]:
+    """Code -> why it was retired, from the built-in ``rules/RETIRED`` (``CODE  reason`` lines, ``#`` comments)."""
+    path = default_rules_dir() / RETIRED_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            code, _, why = line.partition(" ")
+            out[code] = why.strip()
+    return out
+
+
+def is_builtin(rule: Rule) -> bool:
+    return Path(rule.source).resolve().parent == default_rules_dir().resolve()
+
+
+def _code_ranges(catalogue: Catalogue, retired: dict[str, str]) -> list[LintProblem]:
+    out: list[LintProblem] = []
+    for r in catalogue.rules:
+        if r.code in retired:
+            out.append(LintProblem("error", r.source, r.code, f"code is retired ({retired[r.code]}): use a new one"))
+        if is_builtin(r):
+            if r.code.startswith(USER_CODE_PREFIX):
+                out.append(LintProblem("error", r.source, r.code, "codes beginning with U are reserved for users"))
+        elif not r.code.startswith(USER_CODE_PREFIX):
+            out.append(LintProblem(
+                "warning", r.source, r.code,
+                "user rules should use codes beginning with U (U001, USR100...): a later release may take this one",
+            ))
+    return out
+
+
+def _rule_references(catalogue: Catalogue) -> list[LintProblem]:
+    """Attributes that name another rule or a Slurm outcome point at something that exists, once."""
+    out: list[LintProblem] = []
+    by_code = {r.code: r for r in catalogue.rules}
+    outcomes: dict[str, str] = {}
+    for r in catalogue.rules:
+        if r.during_training:
+            target = by_code.get(r.during_training)
+            if target is None or target.input != "log":
+                what = f"during_training {r.during_training!r} is not a log rule"
+                out.append(LintProblem("error", r.source, r.code, what))
+        if r.input == "slurm_job":
+            if not is_builtin(r):
+                out.append(LintProblem("error", r.source, r.code, "slurm_job rules are built in; users' never run"))
+            elif r.slurm_outcome in outcomes:
+                out.append(LintProblem(
+                    "error", r.source, r.code, f"slurm_outcome {r.slurm_outcome} is also {outcomes[r.slurm_outcome]}'s"
+                ))
+            outcomes.setdefault(r.slurm_outcome, r.code)
     return out
 
 
@@ -288,6 +354,9 @@ def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[L
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
             continue
+        if rule.input == "slurm_job":
+            out += _run_slurm_examples(rule)
+            continue
         for n, example in enumerate(rule.examples_match, 1):
             codes = _codes(match_text, example, catalogue)
             if rule.code not in codes:
@@ -296,6 +365,22 @@ def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[L
         for n, example in enumerate(rule.examples_no_match, 1):
             if rule.code in _codes(match_text, example, catalogue):
                 out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
+    return out
+
+
+def _run_slurm_examples(rule: Rule) -> list[LintProblem]:
+    """A slurm_job rule's examples are ``scontrol show job`` records: run them through the Slurm findings."""
+    from diagnose.ingest.slurm.findings import findings_of_scontrol
+
+    out: list[LintProblem] = []
+    for n, example in enumerate(rule.examples_match, 1):
+        codes = [f.rule for f in findings_of_scontrol(example)]
+        if rule.code not in codes:
+            got = ", ".join(codes) or "nothing"
+            out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
+    for n, example in enumerate(rule.examples_no_match, 1):
+        if rule.code in [f.rule for f in findings_of_scontrol(example)]:
+            out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
     return out
 
 

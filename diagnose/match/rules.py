@@ -5,8 +5,13 @@ a file. Order matters: when several rules match the same line, the LAST one in c
 come first in the catalogue, specific ones after them, so a specific rule overrides a generic one on the same
 line). Across lines, the root cause is chosen by tier (``match/ranking.py``): a specific rule over a generic one
 (the shape of an exception, its category inferred from the traceback), over a cascade, over a catch-all that
-speaks only when nothing else did (Dr. CI's catch-all). ``[[infer]]`` tables teach how a generic finding's category
-is read from its evidence (``match/inference.py``). The schema is documented in ``rules/README.md``.
+speaks only when nothing else did (Dr. CI's catch-all speaks last too; its first rule in file order wins on a
+line). ``[[infer]]`` tables teach how a generic finding's category is read from its evidence
+(``match/inference.py``). The schema is documented in ``rules/README.md``.
+
+Most rules read log lines (``input = "log"``, with patterns). ``input = "slurm_job"`` rules have no patterns: they
+name the ``slurm_outcome`` of a job's Slurm record (state, exit, requeues) that ``diagnose.ingest.slurm.findings``
+turns into a finding, and their examples are ``scontrol show job`` records.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+INPUTS = ("log", "slurm_job")
+# What Slurm's record of a job can say, as ingest/slurm/findings.py decides it; one slurm_job rule per outcome.
+SLURM_OUTCOMES = (
+    "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "FAILED", "SIGNALED", "STEP_FAILED",
+    "BOOT_FAIL", "DEADLINE", "REQUEUED",
+)
+LAUNCHERS = ("torchrun",)
 
 
 @dataclass(slots=True)
@@ -66,6 +78,10 @@ class Rule:
     examples_no_match: list[str] = field(default_factory=list)
     source: str = ""  # file it came from
     order: int = 0  # global position in the catalogue
+    input: str = "log"  # "log": patterns over log lines; "slurm_job": a job's Slurm record (no patterns)
+    slurm_outcome: str = ""  # input "slurm_job": which outcome of the record (one of SLURM_OUTCOMES)
+    launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
+    during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
 
 
@@ -122,7 +138,7 @@ def default_rules_dir() -> Path:
 def load_catalogue(
     extra_dirs: list[str | Path] | None = None, include_default: bool = True, strict: bool = False
 ) -> Catalogue:
-    """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (last match wins).
+    """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (the last matching rule wins).
 
     ``strict`` (analysis) refuses a catalogue with broken rules: a user who passed ``--rules`` expects those rules
     to run, and a report made without them would look clean. ``rules lint`` and ``rules list`` load leniently and
@@ -280,8 +296,26 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
         raise ValueError("confidence must be a number in [0, 1]")
 
+    kind = raw.get("input", "log")
+    if kind not in INPUTS:
+        raise ValueError(f"input {kind!r} is not one of {', '.join(INPUTS)}")
+    outcome = raw.get("slurm_outcome", "")
+    if kind == "slurm_job":
+        if outcome not in SLURM_OUTCOMES:
+            raise ValueError(f"slurm_outcome {outcome!r} is not one of {', '.join(SLURM_OUTCOMES)}")
+        if raw.get("patterns"):
+            raise ValueError("a slurm_job rule reads Slurm's record, not log lines: no patterns")
+    elif outcome:
+        raise ValueError("slurm_outcome is only for input = \"slurm_job\"")
+    launcher = raw.get("launcher", "")
+    if launcher and launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    during_training = raw.get("during_training", "")
+    if not isinstance(during_training, str):
+        raise ValueError("'during_training' must be a rule code")
+
     patterns = []
-    for p in _need(raw, "patterns", list):
+    for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
         if len(p["anchor"]) < 3:
@@ -292,7 +326,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         except regex.error as e:
             raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None
         patterns.append(Pattern(p["anchor"], p["regex"]))
-    if not patterns:
+    if not patterns and kind == "log":
         raise ValueError("no patterns")
 
     fix_raw = raw.get("fix", {})
@@ -362,5 +396,10 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         examples_match=_str_list(ex, "match"),
         examples_no_match=_str_list(ex, "no_match"),
         source=source,
+
         tier=tier,
+        input=kind,
+        slurm_outcome=outcome,
+        launcher=launcher,
+        during_training=during_training,
     )

@@ -1,7 +1,7 @@
 """The numbers of a CUDA OOM message, and a verdict on why the allocation failed.
 
 Numbers come from the engine's facts on the OOM finding; when a fact is missing we read it from the finding's
-evidence line (PyTorch >= 2.1 and <= 2.0 wordings, megatron-core.md §5). Verdicts:
+evidence line with the one CUDA-OOM parser, ``diagnose.normalize.facts.oom`` (every PyTorch wording). Verdicts:
 
 - ``fragmentation``: the free memory plus the cached-but-unallocated memory would have held the request, but no
   single free block did (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
@@ -15,22 +15,11 @@ evidence line (PyTorch >= 2.1 and <= 2.0 wordings, megatron-core.md §5). Verdic
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from diagnose.explain.memory.gpus import parse_size
-
-_S = r"(\d+(?:\.\d+)?\s?(?:bytes|[KMGT]iB))"
-_NEW = re.compile(
-    r"Tried to allocate " + _S + r"\. GPU \S+ has a total capac(?:i)?ty of " + _S + r" of which " + _S + r" is free\."
-    r"(?:.*?this process has " + _S + r" memory in use\.)?"
-    r"(?:.*?Of the allocated memory " + _S + r" is allocated by PyTorch,.*?and " + _S + r" is reserved by PyTorch but unallocated)?"
-)
-_OLD = re.compile(
-    r"Tried to allocate " + _S + r" \(GPU \S+; " + _S + r" total capacity; " + _S + r" already allocated; " + _S
-    + r" free;(?: " + _S + r" allowed;)? " + _S + r" reserved in total by PyTorch\)"
-)
+from diagnose.normalize.facts.oom import parse_cuda_oom
 
 VERDICTS = ("capacity", "fragmentation", "transient_peak", "activations", "unknown")
 
@@ -73,16 +62,18 @@ def _size(value: Any) -> int | None:
 
 
 def from_text(text: str) -> OomNumbers:
-    m = _NEW.search(text)
-    if m:
-        req, cap, free, in_use, alloc, unalloc = (_size(g) for g in m.groups())
-        return OomNumbers(req, cap, free, in_use, alloc, unalloc)
-    m = _OLD.search(text)
-    if m:
-        req, cap, alloc, free, _allowed, reserved = (_size(g) for g in m.groups())
-        unalloc = reserved - alloc if reserved is not None and alloc is not None else None
-        return OomNumbers(req, cap, free, reserved, alloc, unalloc)
-    return OomNumbers()
+    """The numbers of an OOM message (an evidence line), read by normalize's CUDA-OOM parser."""
+    f = parse_cuda_oom(text)
+    if f is None or f["template"] not in ("2.1+", "<=2.0") or f["total_bytes"] is None:
+        return OomNumbers()
+    if f["template"] == "<=2.0":  # no per-process figure then: what PyTorch reserved is what it held
+        in_use = f["reserved_bytes"]
+    else:
+        in_use = f["process_in_use_bytes"]
+    return OomNumbers(
+        f["requested_bytes"], f["total_bytes"], f["free_bytes"], in_use, f["allocated_bytes"],
+        f["reserved_unallocated_bytes"],
+    )
 
 
 def from_facts(facts: dict[str, Any], texts: list[str] = ()) -> OomNumbers:

@@ -193,7 +193,7 @@ def lookup_job(
         raise DiagnoseError(f"Slurm does not know job {ref.slurm_id} (not in scontrol, not in sacct)")
     job = SlurmJob(ref=ref, job_id=ref.slurm_id)
     if record is not None:
-        _fill_from_scontrol(job, record)
+        fill_from_scontrol(job, record)
     job_rows = [r for r in sacct_rows if "." not in r.fields.get("JobID", "")]
     chosen_row = None
     if job_rows:
@@ -249,7 +249,7 @@ def _pick_record(records: list[ScontrolRecord]) -> ScontrolRecord | None:
     return (failing or records)[0]
 
 
-def _fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
+def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
     f = rec.fields
     job.source = "scontrol"
     job.raw_id = _int(f.get("JobId"))

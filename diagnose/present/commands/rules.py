@@ -141,7 +141,11 @@ def render_show(rule: Rule) -> list[Any]:
     for s in fix.steps:
         out.append(Text(f"  - {inert(s)}"))
 
-    out.append(Text("\nPatterns", style="bold underline"))
+    if rule.input == "slurm_job":
+        out.append(Text("\nReads", style="bold underline"))
+        out.append(Text(f"  the job's Slurm record (scontrol, sacct): outcome {inert(rule.slurm_outcome)}"))
+    else:
+        out.append(Text("\nPatterns", style="bold underline"))
     for i, p in enumerate(rule.patterns, 1):
         out.append(Text(f"  {i}. anchor {inert(repr(p.anchor))}"))
         out.append(Text(f"     regex  {inert(p.regex)}", style="dim"))

@@ -8,15 +8,15 @@ them while the rest is still being indexed. No Textual import: the log view widg
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
-import os
-import tempfile
 import threading
 import time
 from array import array
 from collections.abc import Callable
 from itertools import accumulate
 
+from diagnose.ingest import open_inputs
 from diagnose.model import DiagnoseError
 
 CHUNK_BYTES = 1 << 20
@@ -40,8 +40,7 @@ class LogIndex:
         on_progress: Callable[[LogIndex], None] | None = None,
     ) -> None:
         self.path = path
-        self._file = None
-        self._gunzipped: str | None = None  # temp file holding a .gz input inflated, removed in close()
+        self._inputs = contextlib.ExitStack()  # ingest's open input (and temp file of a compressed one) until close()
         self.size = 0
         self._buf: mmap.mmap | bytes = b""
         self.opened = threading.Event()
@@ -85,19 +84,18 @@ class LogIndex:
         return self
 
     def _open(self) -> None:
-        """Map the file (a ``.gz`` is first inflated, bounded, into a temp file): in the builder thread."""
-        real = self.path
-        if self.path.endswith(".gz"):
-            from diagnose.ingest.gzip_bounded import GzipLimits, decompress_to_file
-
-            fd, self._gunzipped = tempfile.mkstemp(prefix="diagnose-view-", suffix=".log")
-            os.close(fd)
-            decompress_to_file(self.path, self._gunzipped, GzipLimits())
-            real = self._gunzipped
-        self._file = open(real, "rb")  # noqa: SIM115 - closed in close()
-        size = os.fstat(self._file.fileno()).st_size
-        self._buf = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        self.size = size
+        """Open the log the way analysis read it, through ingest (``.gz``/``.bz2``/``.xz`` inflated, bounded, into
+        a temporary file; a large file memory-mapped): in the builder thread."""
+        if self.path == "-":  # the TUI spools standard input to a file first; never read the terminal here
+            raise DiagnoseError("-: standard input was read once and cannot be shown again")
+        sources = self._inputs.enter_context(open_inputs([self.path]))
+        if len(sources) != 1:
+            raise DiagnoseError(f"{self.path}: not one log file")
+        if self._closed:  # closed while ingest was opening it: nothing must outlive close()
+            self._inputs.close()
+            return
+        self._buf = sources[0].buffer
+        self.size = sources[0].size
         self.opened.set()
 
     def _build(self) -> None:
@@ -224,10 +222,7 @@ class LogIndex:
                 self._buf.close()
             except BufferError:  # a view still alive somewhere: the GC closes it
                 pass
-        if self._file is not None:
-            self._file.close()
-        if self._gunzipped is not None:
-            try:
-                os.unlink(self._gunzipped)
-            except OSError:
-                pass
+        try:
+            self._inputs.close()  # closes the source and removes ingest's temporary files
+        except (OSError, BufferError):
+            pass
