@@ -205,6 +205,10 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
         return
     from diagnose.model import DiagnoseError
 
+    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
+        from diagnose.ingest.errors import shown
+
+        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     real_out = os.path.realpath(out)
     for path in _inputs(args):
         if not os.path.exists(path):
@@ -215,6 +219,15 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
             from diagnose.ingest.errors import shown
 
             raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
+
+
+def _stdin_is(path: str) -> bool:
+    """Is standard input redirected from ``path`` (``diagnose analyze - -o job.log < job.log``)?"""
+    try:
+        st_in, st_out = os.fstat(0), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (st_in.st_dev, st_in.st_ino) == (st_out.st_dev, st_out.st_ino)
 
 
 def _one_line(s: str, limit: int = 300) -> str:
