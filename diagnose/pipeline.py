@@ -24,6 +24,9 @@ class AnalyzeOptions:
     backend: str = "auto"  # phase-1 scan engine: auto | hyperscan | re2 | python
     # rank per input path when the caller knows it better than the file name does (Slurm's srun -o %t)
     rank_hints: dict[str, int] = field(default_factory=dict)
+    # a user-named input that is empty is an error (a job that died before writing), not "no failure"; Slurm's
+    # follow and job views read outputs that may still be empty and keep their Slurm findings
+    refuse_empty: bool = False
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -34,6 +37,9 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
 
     catalogue = load_catalogue(options.rules_dirs, strict=True)
     with open_inputs(inputs) as sources:
+        empty = [s.path for s in sources if s.size == 0]
+        if options.refuse_empty and empty and len(empty) == len(sources):
+            raise _empty_error(empty)
         for source in sources:
             if source.path in options.rank_hints:
                 source.rank_hint = options.rank_hints[source.path]
@@ -42,9 +48,26 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
         )
     report = result.report
     report.warnings[:0] = catalogue.errors
+    if empty:
+        report.warnings.append(f"{len(empty)} of {len(sources)} inputs are empty (0 bytes), e.g. "
+                               f"{shown(empty[0])}: those ranks wrote nothing")
     if options.replay:
         _enrich(report, result.blocks, options)
     return report
+
+
+def _empty_error(paths: list[str]) -> Exception:
+    from diagnose.model import DiagnoseError
+
+    first = "standard input" if paths[0] == "-" else shown(paths[0])
+    what = f"{first} is empty" if len(paths) == 1 else f"all {len(paths)} inputs are empty"
+    return DiagnoseError(f"{what} (0 bytes): nothing to diagnose (did the job die before writing its log?)")
+
+
+def shown(path: str) -> str:
+    from diagnose.ingest.errors import shown as _shown
+
+    return _shown(path)
 
 
 def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:

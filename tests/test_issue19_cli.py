@@ -31,3 +31,53 @@ def test_item1_output_that_is_the_file_on_stdin_is_refused(tmp_path: Path) -> No
     assert res.returncode == 2, res.stderr
     assert b"standard input" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert log.read_bytes() == SAMPLE.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------- item 2
+
+
+def test_item2_gzip_on_stdin_and_without_suffix_is_decompressed(tmp_path: Path) -> None:
+    packed = gzip.compress(SAMPLE.read_bytes())
+    res = cli("analyze", "-", stdin=packed)
+    assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, res.stderr
+    plain_name = tmp_path / "job.log"
+    plain_name.write_bytes(packed)
+    res = cli("analyze", str(plain_name))
+    assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, res.stderr
+
+
+def test_item2_utf16_with_bom_is_decoded(tmp_path: Path) -> None:
+    for encoding in ("utf-16", "utf-16-be", "utf-32"):
+        path = tmp_path / f"{encoding}.log"
+        bom = {"utf-16-be": b"\xfe\xff"}.get(encoding, b"")
+        path.write_bytes(bom + SAMPLE.read_text(encoding="utf-8").encode(encoding))
+        res = cli("analyze", str(path))
+        assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, (encoding, res.stderr)
+
+
+def test_item2_zstd_random_bytes_and_empty_inputs_are_refused(tmp_path: Path) -> None:
+    zst = tmp_path / "job.log.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))
+    assert_clean_error(cli("analyze", str(zst)), "zstd")
+    noise = tmp_path / "noise.log"
+    noise.write_bytes(os.urandom(100_000))
+    assert_clean_error(cli("analyze", str(noise)), "binary data")
+    assert_clean_error(cli("analyze", "-", stdin=os.urandom(5000)), "binary data")
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert_clean_error(cli("analyze", str(empty)), "empty")
+
+
+def test_item2_nul_padding_left_by_a_crash_is_still_a_log(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.log"
+    path.write_bytes(b"\x00" * 4096 + OOM.encode() + b"\n" + b"\x00" * 8192)
+    res = cli("analyze", str(path))
+    assert res.returncode == 1, res.stderr
+
+
+def test_item2_one_empty_rank_in_a_folder_is_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_bytes(b"")
+    (tmp_path / "rank1.log").write_text(OOM + "\n")
+    res = cli("analyze", str(tmp_path))
+    assert res.returncode == 1, res.stderr
+    assert b"1 of 2 inputs are empty" in res.stdout

@@ -96,6 +96,7 @@ def run(args) -> int:
         replay=not getattr(args, "no_replay", False),
         jobs=jobs,
         progress=progress,
+        refuse_empty=True,
     )
     try:
         report = analyze(list(args.paths), options)

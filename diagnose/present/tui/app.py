@@ -42,7 +42,8 @@ def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
     def run(inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.pipeline import AnalyzeOptions, analyze
 
-        return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress))
+        return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress,
+                                                  refuse_empty=True))
 
     return run
 
