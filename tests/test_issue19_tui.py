@@ -20,7 +20,7 @@ async def _export_as(app: DiagnoseApp, pilot, name: str) -> None:
 
 
 @run_async
-async def test_item1_export_refuses_to_overwrite_the_log_being_read(oom_app: DiagnoseApp, tmp_path: Path) -> None:
+async def test_item1_export_refuses_to_overwrite_the_log_being_read(oom_app: DiagnoseApp, tmp_path: Path) -> None:  # noqa: F811
     log = Path(oom_app.inputs[0])
     before = log.read_bytes()
     async with oom_app.run_test(size=SIZE) as pilot:
@@ -33,7 +33,7 @@ async def test_item1_export_refuses_to_overwrite_the_log_being_read(oom_app: Dia
 
 
 @run_async
-async def test_item1_export_over_an_existing_file_asks_first(oom_app: DiagnoseApp, tmp_path: Path) -> None:
+async def test_item1_export_over_an_existing_file_asks_first(oom_app: DiagnoseApp, tmp_path: Path) -> None:  # noqa: F811
     other = tmp_path / "notes.md"
     other.write_text("my notes\n")
     async with oom_app.run_test(size=SIZE) as pilot:
