@@ -81,3 +81,32 @@ def test_item2_one_empty_rank_in_a_folder_is_a_warning(tmp_path: Path) -> None:
     res = cli("analyze", str(tmp_path))
     assert res.returncode == 1, res.stderr
     assert b"1 of 2 inputs are empty" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- item 3
+
+_TRUNCATE_AFTER_MAP = """
+import os, sys
+from diagnose.ingest import sources
+from diagnose.present.cli import entry
+real = sources._map_file
+def map_then_truncate(path, display_path, **hints):
+    source = real(path, display_path, **hints)
+    os.truncate(path, 0)  # another program empties the log once we mapped it (copytruncate)
+    return source
+sources._map_file = map_then_truncate
+sys.argv = ["diagnose", *sys.argv[1:]]
+sys.exit(entry())
+"""
+
+
+def test_item3_a_log_truncated_while_read_is_one_line_not_sigbus(tmp_path: Path) -> None:
+    log = tmp_path / "old.log"
+    log.write_bytes(b"x" * 100 + b"\n" * (4 << 20) + SAMPLE.read_bytes())  # over 1 MiB: memory-mapped
+    os.utime(log, (1, 1))  # not a live file: mapped in place, not copied first
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIAGNOSE_SKIP_SLURM": "1", "NO_COLOR": "1"}
+    env.pop("DIAGNOSE_NO_FORK", None)
+    res = subprocess.run([sys.executable, "-c", _TRUNCATE_AFTER_MAP, "analyze", str(log)], capture_output=True,
+                         env=env, timeout=120)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert b"truncated" in res.stderr and len(res.stderr.strip().splitlines()) == 1

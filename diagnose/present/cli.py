@@ -182,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def entry() -> int:
+    """The console script and ``python -m diagnose``: ``main`` in a supervised child (see present/supervise.py)."""
+    from diagnose.present.supervise import supervised
+
+    return supervised(main)
+
+
 def _inputs(args: argparse.Namespace) -> list[str]:
     """Every path a command reads: logs, folders, the config, user rule files."""
     found: list[str] = []
@@ -237,4 +244,4 @@ def _one_line(s: str, limit: int = 300) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())
