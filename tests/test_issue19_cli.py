@@ -110,3 +110,41 @@ def test_item3_a_log_truncated_while_read_is_one_line_not_sigbus(tmp_path: Path)
                          env=env, timeout=120)
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert b"truncated" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------- item 4
+
+GOOD_CFG = """model:
+  tensor_model_parallel_size: 2
+  num_layers: 4
+  hidden_size: 256
+  num_attention_heads: 8
+train:
+  micro_batch_size: 1
+  global_batch_size: 8
+ddp:
+  use_distributed_optimizer: true
+"""
+
+
+def test_item4_broken_configs_are_refused_with_did_you_mean(tmp_path: Path) -> None:
+    cases = {
+        "typo.yaml": (GOOD_CFG.replace("tensor_model_parallel_size", "tensor_model_paralel_size"),
+                      "did you mean model.tensor_model_parallel_size"),
+        "section.yaml": (GOOD_CFG.replace("train:", "trian:"), "did you mean train:"),
+        "dup.yaml": (GOOD_CFG + "model:\n  num_layers: 8\n", "duplicate key 'model'"),
+        "dotted.yaml": (GOOD_CFG + "model.num_layers: 999\n", "nest it under model:"),
+        "type.yaml": (GOOD_CFG.replace("num_layers: 4", "num_layers: four"), "could not be converted to Integer"),
+        "args.txt": ("--tensor-model-paralel-size 2 --num-layers 4 --hidden-size 256 --num-attention-heads 8\n",
+                     "did you mean --tensor-model-parallel-size"),
+    }
+    for name, (text, words) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert_clean_error(cli("replay", str(path)), words)
+    assert_clean_error(cli("check", str(tmp_path / "typo.yaml"), "--gpus", "8"), "did you mean")
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD_CFG)
+    assert cli("replay", str(good)).returncode == 0
+    assert_clean_error(cli("replay", str(good), "--set", "model.tensor_model_parallel_size=abc"),
+                       "could not be converted to Integer")

@@ -90,6 +90,9 @@ def prepare_view(args: Any) -> Any:
 
     view = load_view(args.config)
     sets = [parse_set(s) for s in (getattr(args, "sets", None) or [])]
+    from diagnose.explain.config.keycheck import check_overrides
+
+    check_overrides(sets)
     if sets:
         view = apply_overrides(view, sets)
     view.set("launch.world_size", int(args.gpus), "override")
