@@ -148,3 +148,20 @@ def test_item4_broken_configs_are_refused_with_did_you_mean(tmp_path: Path) -> N
     assert cli("replay", str(good)).returncode == 0
     assert_clean_error(cli("replay", str(good), "--set", "model.tensor_model_parallel_size=abc"),
                        "could not be converted to Integer")
+
+
+# ---------------------------------------------------------------------------------------------- item 5
+
+
+def test_item5_gpu_memory_without_unit_is_refused_and_a_wrong_one_is_not_silent(tmp_path: Path) -> None:
+    assert_clean_error(cli("analyze", str(SAMPLE), "--gpu-memory", "80"), "no unit")
+    res = cli("analyze", str(SAMPLE), "--gpu-memory", "80GiB", "--format", "json")
+    import json
+
+    data = json.loads(res.stdout)
+    assert any("ignored" in w and "139.80 GiB" in w for w in data["warnings"]), data["warnings"]
+    assert "169 %" not in res.stdout.decode() and data["memory"]["gpu_capacity_bytes"] > 139 << 30
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(GOOD_CFG)
+    res = cli("check", str(cfg), "--gpus", "8", "--gpu-memory", "80GB")
+    assert b"--gpu h100-80gb" in res.stdout.replace(b"\n", b" "), res.stdout[-800:]
