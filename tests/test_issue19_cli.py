@@ -165,3 +165,12 @@ def test_item5_gpu_memory_without_unit_is_refused_and_a_wrong_one_is_not_silent(
     cfg.write_text(GOOD_CFG)
     res = cli("check", str(cfg), "--gpus", "8", "--gpu-memory", "80GB")
     assert b"--gpu h100-80gb" in res.stdout.replace(b"\n", b" "), res.stdout[-800:]
+
+
+# ---------------------------------------------------------------------------------------------- item 7
+
+
+def test_item7_missing_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    res = cli("analyze", str(SAMPLE), "--config", str(tmp_path / "nope.yaml"))
+    assert_clean_error(res, "--config", "no such file")
+    assert res.stdout == b""

@@ -75,6 +75,20 @@ def render(report: Report, fmt: str, out, color: str) -> None:
         render_text(report, make_console(out, color))
 
 
+def _check_config_path(path: str | None) -> None:
+    """A ``--config`` that cannot be read is a usage error (exit 2, one line), found before the log is scanned."""
+    if not path:
+        return
+    import os
+
+    from diagnose.ingest.errors import shown
+
+    if not os.path.exists(path):
+        raise DiagnoseError(f"--config {shown(path)}: no such file or directory")
+    if not os.access(path, os.R_OK):
+        raise DiagnoseError(f"--config {shown(path)}: permission denied")
+
+
 def run(args) -> int:
     from diagnose.pipeline import AnalyzeOptions, analyze
 
@@ -84,6 +98,7 @@ def run(args) -> int:
     # (3.9 s vs 3.5 s per GiB) while costing memory; -j N asks for N workers on machines with real cores.
     jobs = args.jobs if getattr(args, "jobs", 0) else 1
     gpu_memory = parse_size(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
+    _check_config_path(getattr(args, "config", None))
     want_bar = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     progress, stop = _progress_bar(want_bar)
     options = AnalyzeOptions(
