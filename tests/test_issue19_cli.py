@@ -174,3 +174,32 @@ def test_item7_missing_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
     res = cli("analyze", str(SAMPLE), "--config", str(tmp_path / "nope.yaml"))
     assert_clean_error(res, "--config", "no such file")
     assert res.stdout == b""
+
+
+# ---------------------------------------------------------------------------------------------- item 20
+
+
+def test_item20_a_closed_pipe_keeps_the_diagnosis_exit_code(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.log"
+    clean.write_text("hello\nworld\n")
+    # the reader is gone before we write: rich used to turn the EPIPE into exit 1 ("failure diagnosed")
+    def script(log: Path) -> str:
+        return f"{sys.executable} -m diagnose analyze {log} | (exec 0<&-; sleep 1); echo rc=${{PIPESTATUS[0]}}"
+
+    res = run_shell(script(clean), tmp_path)
+    assert b"rc=0" in res.stdout, (res.stdout, res.stderr)
+    res = run_shell(script(SAMPLE), tmp_path)
+    assert b"rc=1" in res.stdout, (res.stdout, res.stderr)
+    assert b"Traceback" not in res.stderr and b"error" not in res.stderr
+
+
+# ---------------------------------------------------------------------------------------------- item 23
+
+
+def test_item23_full_disk_and_closed_stdout_are_one_line_errors(tmp_path: Path) -> None:
+    for command in ("analyze", "rules"):
+        args = f"analyze {SAMPLE}" if command == "analyze" else "rules list"
+        res = run_shell(f"{sys.executable} -m diagnose {args} > /dev/full", tmp_path)
+        assert res.returncode == 2 and b"No space left" in res.stderr and b"internal error" not in res.stderr, res
+        res = run_shell(f"{sys.executable} -m diagnose {args} >&-", tmp_path)
+        assert res.returncode == 2 and b"standard output is closed" in res.stderr, res

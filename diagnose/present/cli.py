@@ -10,6 +10,7 @@ Exit codes: 0 no failure found (or the config validates and fits), 1 failure dia
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -17,6 +18,13 @@ import sys
 from diagnose import __version__
 
 EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk or /dev/full: not an internal error
+
+
+def _silence_stdout() -> None:
+    from diagnose.present.output import silence_stdout
+
+    silence_stdout()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
     try:
         _refuse_output_over_input(args)
+        if sys.stdout is None and not getattr(args, "output", None):
+            from diagnose.model import DiagnoseError
+
+            raise DiagnoseError("standard output is closed: nowhere to write (use -o FILE)")
         module = importlib.import_module(f"diagnose.present.commands.{name}")
         return int(module.run(args))
     except KeyboardInterrupt:
@@ -172,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if debug:
             raise
-        if isinstance(e, DiagnoseError):
+        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            print(f"diagnose: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+            _silence_stdout()
+        elif isinstance(e, DiagnoseError):
             print(f"diagnose: error: {e}", file=sys.stderr)
         else:
             print(

@@ -119,11 +119,11 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text") or "text"
     color = getattr(args, "color", "auto") or "auto"
     output = getattr(args, "output", None)
-    from diagnose.present.output import output_stream
-
     note = gpu_memory_note(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
     if note:
         report.warnings.append(f"--gpu-memory {note}")
-    with output_stream(output) as fh:
-        render(report, fmt, fh, color if (color == "always" or not output) else "never")
-    return EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
+    code = EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
+    from diagnose.present.output import deliver
+
+    deliver(output, lambda fh: render(report, fmt, fh, color if (color == "always" or not output) else "never"))
+    return code
