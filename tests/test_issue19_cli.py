@@ -203,3 +203,22 @@ def test_item23_full_disk_and_closed_stdout_are_one_line_errors(tmp_path: Path) 
         assert res.returncode == 2 and b"No space left" in res.stderr and b"internal error" not in res.stderr, res
         res = run_shell(f"{sys.executable} -m diagnose {args} >&-", tmp_path)
         assert res.returncode == 2 and b"standard output is closed" in res.stderr, res
+
+
+def test_item23_usage_errors_point_at_the_right_help_and_suggest(tmp_path: Path) -> None:
+    res = cli()
+    assert res.returncode == 2 and res.stdout == b"" and b"usage: diagnose" in res.stderr
+    assert_clean_error(cli("analyze", str(SAMPLE), "--bogus"), "diagnose analyze --help")
+    assert_clean_error(cli("rules", "show", "OOM10"), "did you mean")
+    assert_clean_error(cli("analyze", str(SAMPLE), "--rules", "/dev/zero"), "not a folder")
+
+
+def test_item23_zero_width_characters_are_shown_not_passed_raw(tmp_path: Path) -> None:
+    log = tmp_path / "zw.log"
+    log.write_text(OOM.replace("Tried to allocate", "Tried\u200b to\u2060 allocate\u00ad") + "\n", encoding="utf-8")
+    for fmt in ("text", "markdown"):
+        res = cli("analyze", str(log), "--format", fmt)
+        out = res.stdout.decode("utf-8")
+        assert res.returncode == 1, res.stderr
+        assert not any(ch in out for ch in "\u200b\u200c\u200d\u2060\u00ad"), fmt
+        assert "\\u200b" in out, fmt

@@ -155,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not args.command:
-        parser.print_help()
+        parser.print_help(sys.stderr)  # usage on stderr, exit 2: the output stream stays for reports
         return EXIT_USAGE
     name = args.command
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
@@ -195,6 +195,30 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_USAGE
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse; an option the sub-command does not know is reported by that sub-command's parser (its usage, its
+    --help), not by the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparser(parser, args)
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser | None:
+    found = None
+    for name in ("command", "rules_command"):
+        value = getattr(args, name, None)
+        if not value:
+            break
+        current = found or parser
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or value not in actions[0].choices:
+            break
+        found = actions[0].choices[value]
+    return found
 
 
 def entry() -> int:
