@@ -1,5 +1,5 @@
 import sys
 
-from diagnose.present.cli import main
+from diagnose.present.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

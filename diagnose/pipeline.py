@@ -30,6 +30,9 @@ class AnalyzeOptions:
     strict: bool = False  # verify: a warning (a performance fallback) fails too
     # a catalogue already loaded from rules_dirs: callers analysing many jobs in one process (fleet) load it once
     catalogue: Any = None
+    # a user-named input that is empty is an error (a job that died before writing), not "no failure"; Slurm's
+    # follow and job views read outputs that may still be empty and keep their Slurm findings
+    refuse_empty: bool = False
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -42,8 +45,14 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     catalogue = options.catalogue or load_catalogue(options.rules_dirs, strict=True)
     found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
     log_inputs = found.log_inputs if found.dumps else inputs
+    empty: list[str] = []
+    n_sources = 0
     if log_inputs:
         with open_inputs(log_inputs) as sources:
+            n_sources = len(sources)
+            empty = [s.path for s in sources if s.size == 0]
+            if options.refuse_empty and empty and len(empty) == len(sources):
+                raise _empty_error(empty)
             for source in sources:
                 if source.path in options.rank_hints:
                     source.rank_hint = options.rank_hints[source.path]
@@ -54,6 +63,9 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
         result = MatchResult(report=Report(), blocks={})
     report = result.report
     report.warnings[:0] = catalogue.errors
+    if empty:
+        report.warnings.append(f"{len(empty)} of {n_sources} inputs are empty (0 bytes), e.g. "
+                               f"{shown(empty[0])}: those ranks wrote nothing")
     if found.dumps:
         _hang(report, found)
     if options.replay:
@@ -76,6 +88,20 @@ def _hang(report: Report, found) -> None:
         return
     merge_hang(report, hang)
     report.warnings.extend(warnings)
+
+
+def _empty_error(paths: list[str]) -> Exception:
+    from diagnose.model import DiagnoseError
+
+    first = "standard input" if paths[0] == "-" else shown(paths[0])
+    what = f"{first} is empty" if len(paths) == 1 else f"all {len(paths)} inputs are empty"
+    return DiagnoseError(f"{what} (0 bytes): nothing to diagnose (did the job die before writing its log?)")
+
+
+def shown(path: str) -> str:
+    from diagnose.ingest.errors import shown as _shown
+
+    return _shown(path)
 
 
 def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:

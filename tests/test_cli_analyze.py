@@ -78,7 +78,9 @@ def test_parse_size():
     assert analyze.parse_size("80GiB") == 80 << 30
     assert analyze.parse_size("80G") == 80 << 30
     assert analyze.parse_size("141GB") == 141 * 10**9
-    assert analyze.parse_size("1024") == 1024
+    assert analyze.parse_size("85899345920") == 80 << 30
+    with pytest.raises(DiagnoseError, match="no unit"):  # issue 19 item 5: "80" is not 80 bytes
+        analyze.parse_size("80")
     with pytest.raises(DiagnoseError):
         analyze.parse_size("0GiB")
 

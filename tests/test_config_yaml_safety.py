@@ -18,10 +18,14 @@ PWNED = "/tmp/diagnose_yaml_pwned_dir"
 def test_python_object_tags_are_loaded_as_plain_data_and_not_executed():
     if os.path.exists(PWNED):
         os.rmdir(PWNED)
-    view = load_config(str(DATA / "hostile_python_tag.yaml"))
+    data = safe_load((DATA / "hostile_python_tag.yaml").read_text())
     assert not os.path.exists(PWNED)
-    assert view.get("model.num_layers") == [PWNED]  # the argument list, as data
-    assert view.get("ddp.use_megatron_fsdp") == "true"  # unknown tag: the scalar, untyped
+    assert data["model"]["num_layers"] == [PWNED]  # the argument list, as data
+    assert data["ddp"]["use_megatron_fsdp"] == "true"  # unknown tag: the scalar, untyped
+    # as a config, a list where Bridge wants an int is refused (issue 19 item 4), still without running anything
+    with pytest.raises(DiagnoseError, match="could not be converted to Integer"):
+        load_config(str(DATA / "hostile_python_tag.yaml"))
+    assert not os.path.exists(PWNED)
 
 
 def test_billion_laughs_is_refused():

@@ -71,17 +71,15 @@ def assert_inert(out: bytes) -> None:
 # ------------------------------------------------------------------------------------------- paths
 
 
-def test_empty_file_is_valid_and_has_no_failure(tmp_path):
+def test_empty_file_is_an_error_not_a_clean_run(tmp_path):
+    # issue 19 item 2: a job that died before writing its log is not "no failure" (this test said exit 0 before)
     p = tmp_path / "empty.log"
     p.write_bytes(b"")
-    res = cli("analyze", str(p))
-    assert res.returncode == 0, res.stderr
-    assert b"Traceback" not in res.stderr
+    assert_clean_error(cli("analyze", str(p)), "empty.log is empty")
 
 
-def test_empty_stdin_is_valid():
-    res = cli("analyze", "-", stdin=b"")
-    assert res.returncode == 0, res.stderr
+def test_empty_stdin_is_an_error():
+    assert_clean_error(cli("analyze", "-", stdin=b""), "standard input is empty")
 
 
 def test_missing_path(tmp_path):

@@ -71,11 +71,15 @@ def compressed_kind(path: str) -> str | None:
     return None
 
 
-def decompress_to_file(src: str, dst: str, limits: GzipLimits) -> int:
-    """Decompress ``src`` (kind from its suffix, gzip by default) into ``dst``; return the bytes written."""
-    name, magic, make, errors = _FORMATS[compressed_kind(src) or ".gz"]
+def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None = None,
+                       display: str | None = None) -> int:
+    """Decompress ``src`` (``kind`` a suffix, else from its name, gzip by default) into ``dst``; return the bytes
+    written. Errors name ``display`` (what the user named, e.g. ``-``) when given, else ``src``."""
+    name, magic, make, errors = _FORMATS[kind or compressed_kind(src) or ".gz"]
+    user_src = src
+    src = display or src
     try:
-        fin = open(src, "rb")
+        fin = open(user_src, "rb")
     except IsADirectoryError:
         raise input_error(src, f"is a directory, not a {name} file") from None
     except OSError as e:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+from diagnose.ingest import sniff
 from diagnose.ingest.discover import expand_inputs
 from diagnose.ingest.errors import input_error, os_error
 from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
@@ -87,29 +88,47 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
         stream_name=entry.stream_name,
     )
     if path == "-":
-        spooled = _spool_stdin(tmp)
-        return _map_file(spooled, display_path="-", **hints)
+        return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits), display_path="-", **hints)
     if compressed_kind(path) is not None:
         out = os.path.join(tmp, f"gunzip-{len(os.listdir(tmp))}.log")
         decompress_to_file(path, out, limits)
-        return _map_file(out, display_path=path, **hints)
+        return _map_file(_decoded(out, path, tmp, limits, compressed=True), display_path=path, **hints)
     try:
         st = os.stat(path)
     except OSError as e:
         raise os_error(path, e, denied="cannot reach this path") from None
     if stat.S_ISFIFO(st.st_mode):
-        return _read_stream(path, tmp, **hints)
+        return _map_file(_decoded(_read_stream(path, tmp), path, tmp, limits), display_path=path, **hints)
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
         # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
     if not stat.S_ISREG(st.st_mode):
         raise input_error(path, "not a regular file")
+    real = path
     # a small file is read whole (up to its size at open) by _map_file, which is already a snapshot: copy only
     # the larger live files that would otherwise be mapped
     if SMALL_READ_BYTES < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
-        snapshot = _snapshot(path, tmp)
-        return _map_file(snapshot, display_path=path, **hints)
-    return _map_file(path, display_path=path, **hints)
+        real = _snapshot(path, tmp)
+    return _map_file(_decoded(real, path, tmp, limits), display_path=path, **hints)
+
+
+def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: bool = False) -> str:
+    """The file to scan for ``real``: itself when it is text; decompressed when its magic bytes say gzip, bzip2 or
+    xz whatever its name; re-encoded as UTF-8 when a BOM says UTF-16/32. Archives we do not open and binary data
+    are refused in one line (they used to be scanned as garbage and called "no failure")."""
+    sample = sniff.head(real, display)
+    kind = None if compressed else sniff.compressed_by_magic(sample)
+    if kind is not None:
+        out = os.path.join(tmp, f"unpacked-{len(os.listdir(tmp))}.log")
+        decompress_to_file(real, out, limits, kind=kind[0], display=display)
+        real, sample = out, sniff.head(out, display)
+    encoding = sniff.bom_encoding(sample)
+    if encoding is not None:
+        out = os.path.join(tmp, f"utf8-{len(os.listdir(tmp))}.log")
+        sniff.transcode_to_utf8(real, out, encoding, display, limits.max_output_bytes)
+        real, sample = out, sniff.head(out, display)
+    sniff.refuse_unreadable(sample, display)
+    return real
 
 
 def _snapshot(path: str, tmp: str) -> str:
@@ -206,7 +225,7 @@ def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: 
             out.write(chunk)
 
 
-def _read_stream(path: str, tmp: str, **hints) -> Source:
+def _read_stream(path: str, tmp: str) -> str:
     """A FIFO or character device: read it until EOF, with a timeout when nothing comes."""
     out = os.path.join(tmp, f"fifo-{len(os.listdir(tmp))}.log")
     try:
@@ -223,7 +242,7 @@ def _read_stream(path: str, tmp: str, **hints) -> Source:
     finally:
         if fd >= 0:
             os.close(fd)
-    return _map_file(out, display_path=path, **hints)
+    return out
 
 
 def _spool_stdin(tmp: str) -> str:

@@ -149,6 +149,8 @@ def load_catalogue(
         p = Path(d)
         if not p.exists():
             raise DiagnoseError(f"rules folder {d}: does not exist")
+        if not (p.is_dir() or p.is_file()):  # /dev/zero, a FIFO: never a rules file, and reading it would hang
+            raise DiagnoseError(f"rules {d}: not a folder or a .toml file")
         dirs.append(p)
     rules: list[Rule] = []
     errors: list[str] = []

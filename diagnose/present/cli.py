@@ -10,6 +10,7 @@ Exit codes: 0 no failure found (or the config validates and fits), 1 failure dia
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -17,6 +18,13 @@ import sys
 from diagnose import __version__
 
 EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk or /dev/full: not an internal error
+
+
+def _silence_stdout() -> None:
+    from diagnose.present.output import silence_stdout
+
+    silence_stdout()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -234,14 +242,18 @@ def _fleet_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not args.command:
-        parser.print_help()
+        parser.print_help(sys.stderr)  # usage on stderr, exit 2: the output stream stays for reports
         return EXIT_USAGE
     name = args.command
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
     try:
         _refuse_output_over_input(args)
+        if sys.stdout is None and not getattr(args, "output", None):
+            from diagnose.model import DiagnoseError
+
+            raise DiagnoseError("standard output is closed: nowhere to write (use -o FILE)")
         module = importlib.import_module(f"diagnose.present.commands.{name}")
         return int(module.run(args))
     except KeyboardInterrupt:
@@ -259,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if debug:
             raise
-        if isinstance(e, DiagnoseError):
+        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            print(f"diagnose: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+            _silence_stdout()
+        elif isinstance(e, DiagnoseError):
             print(f"diagnose: error: {e}", file=sys.stderr)
         else:
             print(
@@ -267,6 +282,37 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_USAGE
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse; an option the sub-command does not know is reported by that sub-command's parser (its usage, its
+    --help), not by the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparser(parser, args)
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser | None:
+    found = None
+    for name in ("command", "rules_command"):
+        value = getattr(args, name, None)
+        if not value:
+            break
+        current = found or parser
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or value not in actions[0].choices:
+            break
+        found = actions[0].choices[value]
+    return found
+
+
+def entry() -> int:
+    """The console script and ``python -m diagnose``: ``main`` in a supervised child (see present/supervise.py)."""
+    from diagnose.present.supervise import supervised
+
+    return supervised(main)
 
 
 def _inputs(args: argparse.Namespace) -> list[str]:
@@ -292,6 +338,10 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
         return
     from diagnose.model import DiagnoseError
 
+    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
+        from diagnose.ingest.errors import shown
+
+        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     real_out = os.path.realpath(out)
     for path in _inputs(args):
         if not os.path.exists(path):
@@ -304,6 +354,15 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
             raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 
+def _stdin_is(path: str) -> bool:
+    """Is standard input redirected from ``path`` (``diagnose analyze - -o job.log < job.log``)?"""
+    try:
+        st_in, st_out = os.fstat(0), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (st_in.st_dev, st_in.st_ino) == (st_out.st_dev, st_out.st_ino)
+
+
 def _one_line(s: str, limit: int = 300) -> str:
     s = " ".join(s.split())
     s = "".join(ch if ch.isprintable() else "?" for ch in s)
@@ -311,4 +370,4 @@ def _one_line(s: str, limit: int = 300) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())

@@ -6,8 +6,9 @@ one-line ``cannot write PATH: reason`` error, exit code 2, for every command.
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -19,6 +20,8 @@ from diagnose.model import DiagnoseError
 def output_stream(path: str | None) -> Iterator[TextIO]:
     """Yield standard output when ``path`` is empty, else the file, opened for writing (UTF-8) and closed after."""
     if not path:
+        if sys.stdout is None or getattr(sys.stdout, "closed", False):
+            raise DiagnoseError("standard output is closed: nowhere to write the report (use -o FILE)")
         yield sys.stdout
         return
     try:
@@ -35,3 +38,31 @@ def output_stream(path: str | None) -> Iterator[TextIO]:
 def write_output(path: str | None, text: str) -> None:
     with output_stream(path) as fh:
         fh.write(text)
+
+
+def deliver(path: str | None, write: Callable[[TextIO], None]) -> None:
+    """Write with ``write(stream)`` to ``path`` or standard output. A reader that closed the pipe early (``| head``,
+    ``| true``) is not an error and changes nothing about the answer: the exit code stays the diagnosis's. Any
+    other failure to write standard output (``> /dev/full``) is one line, exit 2."""
+    try:
+        with output_stream(path) as fh:
+            write(fh)
+            if not path:
+                fh.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OSError as e:
+        if path:
+            raise
+        silence_stdout()
+        raise DiagnoseError(f"cannot write the report to standard output: {e.strerror or e}") from None
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the flush at exit cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

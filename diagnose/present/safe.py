@@ -17,8 +17,11 @@ if TYPE_CHECKING:  # rich is imported lazily: safe.py is used on fast paths too
 
 # Unicode characters that change how surrounding text is laid out or read: bidi embeddings/overrides/isolates,
 # direction marks, line/paragraph separators, and the BOM/zero-width no-break space in the middle of a line.
+# Zero-width and invisible characters (U+200B-U+200D, U+2060-U+2064, the soft hyphen U+00AD) too: they hide inside
+# a key or a path, so what is shown would not be what is typed back.
 _INVISIBLE_LAYOUT = (
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\ufeff"
+    "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\u00ad\u180e"
 )
 
 

@@ -614,18 +614,27 @@ def render(report: Report, console: Console) -> None:
     console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)
 
 
+class _Console(Console):
+    """rich's Console, except that a closed pipe raises BrokenPipeError for the command to handle: rich's own
+    answer, ``SystemExit(1)``, made ``analyze clean.log | true`` say "failure diagnosed" (exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
 def make_console(file, color: str = "auto", width: int | None = None) -> Console:
     """A console honouring ``--color`` (auto/always/never) and NO_COLOR (which ``auto`` respects)."""
     import os
 
     if color == "always":
-        return Console(file=file, force_terminal=True, color_system="standard", width=width or 100,
+        return _Console(file=file, force_terminal=True, color_system="standard", width=width or 100,
                        highlight=False, emoji=False)
     if color == "never" or os.environ.get("NO_COLOR"):
-        return Console(file=file, no_color=True, color_system=None, width=width or 100, highlight=False,
+        return _Console(file=file, no_color=True, color_system=None, width=width or 100, highlight=False,
                        emoji=False, force_terminal=False)
     is_tty = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
+    return _Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
 
 
 def render_to_string(report: Report, color: str = "never", width: int = 100) -> str:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 
 from diagnose.explain.config import captures as C
+from diagnose.explain.config import keycheck
 from diagnose.explain.config.bridge_yaml import flatten_bridge, key_lines, looks_like_bridge
 from diagnose.explain.config.cmdline import join_continuations, parse_command
 from diagnose.explain.config.defaults import apply_defaults
@@ -162,6 +163,7 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         view = ConfigView(framework="megatron-lm")
         tokens = joined.split()
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
+        keycheck.check_mlm_flags([k[4:] for k in view.values if k.startswith("mlm.")], name)
         view.sources.append(f"file:{name}")
         _finish(view, [], defaults)
         return view
@@ -173,12 +175,14 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         view.sources.append(f"file:{name}")
         _finish(view, [], defaults)
         return view
-    data = safe_load(text, what=name)
+    data = safe_load(text, what=name, strict_keys=True)
     if not looks_like_bridge(data):
         raise DiagnoseError(
             f"{name} is not a Megatron-Bridge config (no model:/ddp:/checkpoint: sections), an arguments dump or a log"
         )
+    keycheck.check_bridge_mapping(data, name)
     view = flatten_bridge(data, f"file:{name}")
+    keycheck.check_values({k: v.value for k, v in view.values.items()}, name)
     view.framework = "megatron-bridge"
     view.sources.append(f"file:{name}")
     _finish(view, [], defaults)

@@ -28,6 +28,22 @@ class InertSafeLoader(yaml.SafeLoader):
         self._aliases = 0
         self._nodes = 0
 
+    strict_keys = False  # refuse a key given twice in one mapping (Bridge's loader does; PyYAML keeps the last)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102 - duplicate check only
+        if self.strict_keys and isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    line = key_node.start_mark.line + 1
+                    if key_node.value in seen:
+                        raise DiagnoseError(
+                            f"duplicate key '{_short(key_node.value)}' at line {line} (first at line "
+                            f"{seen[key_node.value]}): the second would replace the first"
+                        )
+                    seen[key_node.value] = line
+        return super().construct_mapping(node, deep=deep)
+
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - counting only
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
@@ -53,20 +69,29 @@ InertSafeLoader.add_multi_constructor("", _construct_inert)
 InertSafeLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
 
 
-def safe_load(text: str, what: str = "YAML") -> Any:
-    """Parse one YAML document safely; DiagnoseError (one line) on bad or hostile input."""
+def _short(text: str, limit: int = 60) -> str:
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
+    """Parse one YAML document safely; DiagnoseError (one line) on bad or hostile input. ``strict_keys``: a key
+    repeated in one mapping is an error (config files a user hands us), not "the last one wins"."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise DiagnoseError(f"{what} refused: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB")
     loader: InertSafeLoader | None = None
     try:
         loader = InertSafeLoader(text)
+        loader.strict_keys = strict_keys
         node = loader.get_single_node()
         if node is None:
             return None
         if _expanded_size(node) > MAX_EXPANDED:
             raise DiagnoseError(f"{what} refused: aliases expand to more than {MAX_EXPANDED} values (an alias bomb?)")
         return loader.construct_document(node)
-    except DiagnoseError:
+    except DiagnoseError as e:
+        if strict_keys and str(e).startswith("duplicate key"):
+            raise DiagnoseError(f"{what}: {e}") from None
         raise
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

@@ -92,6 +92,35 @@ def parse_size(text: str | int | float) -> int:
     return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
 
 
+def parse_gpu_memory(text: str) -> tuple[int, str | None]:
+    """``--gpu-memory``: bytes and a note for the user (or None).
+
+    A bare number under 1 MiB has no plausible meaning in bytes (``80`` meant 80 GiB): refused, with the spelling
+    to use. A decimal size near a GPU's marketed one (``80GB`` = 74.51 GiB, while an "80 GB" H100 reports 79.11
+    GiB to torch) is taken as written, with a note naming the ``--gpu`` that has the real capacity.
+    """
+    raw = str(text).strip()
+    try:
+        value = parse_size(raw)
+    except DiagnoseError as e:
+        raise DiagnoseError(f"--gpu-memory: {e}") from None
+    if value <= 0:
+        raise DiagnoseError(f"--gpu-memory {raw[:40]!r}: must be more than 0")
+    m = _SIZE.match(raw)
+    unit = m.group(2).lower() if m else ""
+    if unit in ("", "b", "bytes") and value < MIB:
+        raise DiagnoseError(f"--gpu-memory {raw[:40]!r} has no unit (that is {value} bytes): write e.g. "
+                            f"{raw[:20]}GiB, or name the GPU with --gpu (e.g. h100-80gb)")
+    note = None
+    if unit in ("gb", "tb"):
+        near = [g for g in GPUS.values() if value <= g.capacity_bytes <= value * 1.10]
+        if near:
+            g = min(near, key=lambda g: g.capacity_bytes)
+            note = (f"{raw} = {fmt_gib(value)} (GB is 10^9 bytes); a GPU sold as {raw} has "
+                    f"{fmt_gib(g.capacity_bytes)}: --gpu {g.name}")
+    return value, note
+
+
 def gpu_by_name(name: str) -> GpuModel:
     key = name.strip().lower().replace("_", "-").replace(" ", "-")
     key = ALIASES.get(key, key)

@@ -6,7 +6,6 @@ one line by the CLI). A progress bar goes to stderr when the input is large and 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 
@@ -15,21 +14,20 @@ from diagnose.model import DiagnoseError, Report
 PROGRESS_MIN_BYTES = 64 << 20
 EXIT_OK, EXIT_FAILURE_FOUND = 0, 1
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
-    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes."""
-    m = _SIZE.match(text or "")
-    if m is None:
-        raise DiagnoseError(f"--gpu-memory {text!r}: expected a size like 80GiB, 141GB or 85899345920")
-    number, prefix, binary, byte = m.groups()
-    power = "KMGT".find(prefix.upper()) + 1 if prefix else 0
-    base = 1000 if (byte and not binary and prefix) else 1024
-    value = int(float(number) * base**power)
-    if value <= 0:
-        raise DiagnoseError(f"--gpu-memory {text!r}: must be positive")
-    return value
+    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes; a bare number
+    under 1 MiB (``80``) is refused (see ``gpus.parse_gpu_memory``)."""
+    from diagnose.explain.memory.gpus import parse_gpu_memory
+
+    return parse_gpu_memory(text)[0]
+
+
+def gpu_memory_note(text: str) -> str | None:
+    from diagnose.explain.memory.gpus import parse_gpu_memory
+
+    return parse_gpu_memory(text)[1]
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
@@ -77,6 +75,20 @@ def render(report: Report, fmt: str, out, color: str) -> None:
         render_text(report, make_console(out, color))
 
 
+def _check_config_path(path: str | None) -> None:
+    """A ``--config`` that cannot be read is a usage error (exit 2, one line), found before the log is scanned."""
+    if not path:
+        return
+    import os
+
+    from diagnose.ingest.errors import shown
+
+    if not os.path.exists(path):
+        raise DiagnoseError(f"--config {shown(path)}: no such file or directory")
+    if not os.access(path, os.R_OK):
+        raise DiagnoseError(f"--config {shown(path)}: permission denied")
+
+
 def run(args) -> int:
     from diagnose.pipeline import AnalyzeOptions, analyze
 
@@ -86,6 +98,7 @@ def run(args) -> int:
     # (3.9 s vs 3.5 s per GiB) while costing memory; -j N asks for N workers on machines with real cores.
     jobs = args.jobs if getattr(args, "jobs", 0) else 1
     gpu_memory = parse_size(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
+    _check_config_path(getattr(args, "config", None))
     want_bar = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     progress, stop = _progress_bar(want_bar)
     options = AnalyzeOptions(
@@ -96,6 +109,7 @@ def run(args) -> int:
         replay=not getattr(args, "no_replay", False),
         jobs=jobs,
         progress=progress,
+        refuse_empty=True,
     )
     try:
         report = analyze(list(args.paths), options)
@@ -105,8 +119,11 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text") or "text"
     color = getattr(args, "color", "auto") or "auto"
     output = getattr(args, "output", None)
-    from diagnose.present.output import output_stream
+    note = gpu_memory_note(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
+    if note:
+        report.warnings.append(f"--gpu-memory {note}")
+    code = EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
+    from diagnose.present.output import deliver
 
-    with output_stream(output) as fh:
-        render(report, fmt, fh, color if (color == "always" or not output) else "never")
-    return EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
+    deliver(output, lambda fh: render(report, fmt, fh, color if (color == "always" or not output) else "never"))
+    return code

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_size
+from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError, Override
 
 SCHEMA = "diagnose/check@1"
@@ -31,10 +31,8 @@ LEGEND = ("dist-opt = distributed_optimizer, fsdp:og = fsdp:optim_grads, fsdp:og
 def capacity_from_args(args: Any) -> tuple[int, str]:
     """(bytes, where the number came from)."""
     if getattr(args, "gpu_memory", None):
-        n = parse_size(args.gpu_memory)
-        if n <= 0:
-            raise DiagnoseError(f"--gpu-memory {args.gpu_memory!r}: must be more than 0")
-        return n, f"--gpu-memory {args.gpu_memory}"
+        n, note = parse_gpu_memory(args.gpu_memory)
+        return n, f"--gpu-memory {args.gpu_memory}" + (f"; {note}" if note else "")
     name = getattr(args, "gpu", None) or DEFAULT_GPU
     gpu = gpu_by_name(name)
     where = f"--gpu {gpu.name}" if getattr(args, "gpu", None) else f"default GPU {gpu.name} (use --gpu or --gpu-memory)"
@@ -90,6 +88,9 @@ def prepare_view(args: Any) -> Any:
 
     view = load_view(args.config)
     sets = [parse_set(s) for s in (getattr(args, "sets", None) or [])]
+    from diagnose.explain.config.keycheck import check_overrides
+
+    check_overrides(sets)
     if sets:
         view = apply_overrides(view, sets)
     view.set("launch.world_size", int(args.gpus), "override")

@@ -27,6 +27,9 @@ def run(args: Any) -> int:
     from diagnose.explain.replay import replay
 
     overrides = normalize_overrides(getattr(args, "sets", None) or [])
+    from diagnose.explain.config.keycheck import check_overrides
+
+    check_overrides(overrides)
     finding = None
     fit = None
     report = None

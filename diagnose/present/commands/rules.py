@@ -98,7 +98,12 @@ def find_rule(catalogue: Catalogue, code: str) -> Rule:
     for r in catalogue.rules:
         if r.code.upper() == wanted or r.slug == code.strip():
             return r
-    raise DiagnoseError(f"no rule {inert(code)!r} in the catalogue (see 'diagnose rules list')")
+    import difflib
+
+    codes = [r.code for r in catalogue.rules]
+    close = difflib.get_close_matches(wanted, codes, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise DiagnoseError(f"no rule {inert(code)!r} in the catalogue ({hint}see 'diagnose rules list')")
 
 
 def render_show(rule: Rule) -> list[Any]:

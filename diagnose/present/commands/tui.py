@@ -54,6 +54,9 @@ def _run_check(args) -> int:
     if int(gpus) < 1:
         raise DiagnoseError("--gpus must be at least 1")
     sets = [parse_set(s) for s in (getattr(args, "sets", None) or [])]
+    from diagnose.explain.config.keycheck import check_overrides
+
+    check_overrides(sets)
     app = PlanApp(view, int(gpus), capacity, title=os.path.basename(config) or config, capacity_label=where,
                   sets=sets, bridge_version=getattr(args, "bridge_version", None))
     app.run()

@@ -27,7 +27,7 @@ from diagnose.present.tui.export import export_report
 from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LogIndex
-from diagnose.present.tui.screens import ExportScreen, HelpScreen, LogScreen, PasteScreen
+from diagnose.present.tui.screens import ConfirmScreen, ExportScreen, HelpScreen, LogScreen, PasteScreen
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 DARK, LIGHT = "textual-dark", "textual-light"
@@ -42,7 +42,8 @@ def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
     def run(inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.pipeline import AnalyzeOptions, analyze
 
-        return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress))
+        return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress,
+                                                  refuse_empty=True))
 
     return run
 
@@ -455,14 +456,45 @@ class DiagnoseApp(App):
     # --------------------------------------------------------------------------------------- actions
 
     def export_to(self, path: str | None) -> None:
+        """Export, after two checks: never over an input (the only copy of a failed job's log), and only over
+        another existing file once the user said yes."""
         if not path or self.report is None:
             return
+        target = os.path.expanduser(path)
+        if self._is_input(target):
+            self.notify(f"{inert(path)} is one of the logs being read: choose another name.",
+                        title="Not exported", severity="error", markup=False)
+            return
+        if os.path.exists(target):
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._write_export(path)
+                else:
+                    self.notify("Not exported.", markup=False)
+
+            self.push_screen(ConfirmScreen(f"{inert(path)} exists. Overwrite it?"), answered)
+            return
+        self._write_export(path)
+
+    def _is_input(self, target: str) -> bool:
+        """Is ``target`` one of the files read (or inside a folder read)?"""
+        real = os.path.realpath(target)
+        for name in [*self.inputs, *self._job_outputs]:
+            if not name or name == "-" or not os.path.exists(name):
+                continue
+            real_in = os.path.realpath(name)
+            if real == real_in or (os.path.isdir(real_in) and real.startswith(real_in.rstrip(os.sep) + os.sep)):
+                return True
+        return False
+
+    def _write_export(self, path: str) -> None:
+        assert self.report is not None
         try:
             fmt = export_report(self.report, path)
         except DiagnoseError as e:
-            self.notify(inert(str(e)), severity="error")
+            self.notify(inert(str(e)), severity="error", markup=False)
             return
-        self.notify(f"Saved the report as {fmt} to {inert(path)}.")
+        self.notify(f"Saved the report as {fmt} to {inert(path)}.", markup=False)
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK

@@ -245,6 +245,28 @@ class ExportScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question (``y`` / ``n``, esc is no); returns True for yes."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No"),
+                Binding("escape", "answer(False)", "No")]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 70; height: auto; border: round $warning; background: $surface; padding: 1 2; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.question + "  [y/n]"), id="confirm-question")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class PasteScreen(Screen[str]):
     """Paste a log, then ctrl+r (or the button) diagnoses it."""
 

@@ -1,0 +1,190 @@
+"""Refuse a config the real loaders refuse: unknown sections, misspelt keys and flags, wrong value types.
+
+Bridge's YAML loader builds dataclasses (an unknown field is an error, ``'abc'`` for an int is an error), Hydra's
+struct mode refuses ``Could not override '<key>'``, Megatron-LM's argparse refuses an unknown flag. The tool used to
+drop or keep such values silently and then call the config valid. What we can know is refused here, one line, with
+a did-you-mean: a top-level section that ``ConfigContainer`` does not have, a dotted top-level key (which would
+override the nested value), a key or flag close to a known one but not one, and a value of the wrong type for a
+field whose type we know. A key we do not know and that is close to none stays (our field list is not complete).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from diagnose.model import DiagnoseError
+
+# Megatron-Bridge ConfigContainer's fields (knowledge/megatron-bridge.md §1.5) and the meta keys of a dump
+SECTIONS = frozenset({
+    "env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer", "ddp", "validation", "scheduler",
+    "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
+    "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart",
+    "_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_",
+})
+# integer fields beyond those whose release default is an int (COMMON_DEFAULTS)
+INT_FIELDS = frozenset({
+    "model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
+    "model.num_query_groups", "model.kv_channels", "model.seq_length", "model.max_position_embeddings",
+    "model.vocab_size", "model.num_moe_experts", "model.moe_router_topk", "model.virtual_pipeline_model_parallel_size",
+    "model.expert_tensor_parallel_size", "model.recompute_num_layers", "model.mtp_num_layers",
+    "train.micro_batch_size", "train.global_batch_size", "train.train_iters", "train.eval_iters",
+    "checkpoint.save_interval", "dataset.seq_length",
+})
+CUTOFF = 0.9  # "tensor_model_paralel_size" scores 0.98, "use_megatron_fdsp" 0.94; real neighbours score lower
+# megatron-core's config classes, read as source (no torch import): their fields are never called a typo
+_MCORE_SOURCES = {
+    "model": ("core/transformer/transformer_config.py", "core/model_parallel_config.py"),
+    "ddp": ("core/distributed/distributed_data_parallel_config.py",),
+    "optimizer": ("core/optimizer/optimizer_config.py",),
+}
+
+
+def _typed_fields() -> dict[str, type]:
+    from diagnose.explain.config.defaults import COMMON_DEFAULTS
+
+    out: dict[str, type] = {key: int for key in INT_FIELDS}
+    for key, value in COMMON_DEFAULTS.items():
+        if isinstance(value, bool):
+            out[key] = bool
+        elif isinstance(value, int):
+            out[key] = int
+        elif isinstance(value, float):
+            out[key] = float
+    return out
+
+
+def known_keys() -> set[str]:
+    from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
+    from diagnose.explain.config.mlm_args import MLM_TO_BRIDGE
+
+    keys = set(COMMON_DEFAULTS) | set(INT_FIELDS)
+    for family in FAMILY_DEFAULTS.values():
+        keys.update(family)
+    for paths in MLM_TO_BRIDGE.values():
+        keys.update(paths)
+    keys |= mcore_fields()
+    try:
+        import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
+        from diagnose.explain.validate.registry import KNOWN_KEYS
+        keys |= KNOWN_KEYS
+    except ImportError:  # pragma: no cover - the validator is part of the package
+        pass
+    return keys
+
+
+_mcore_fields: set[str] | None = None
+
+
+def mcore_fields() -> set[str]:
+    """``section.field`` for every field megatron-core's config dataclasses declare, when it is installed."""
+    global _mcore_fields
+    if _mcore_fields is not None:
+        return _mcore_fields
+    import ast
+    import importlib.util
+    import os
+
+    found: set[str] = set()
+    try:
+        spec = importlib.util.find_spec("megatron")
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    except (ImportError, ValueError):
+        roots = []
+    for section, files in _MCORE_SOURCES.items():
+        for root in roots:
+            for name in files:
+                try:
+                    with open(os.path.join(root, name), encoding="utf-8") as fh:
+                        tree = ast.parse(fh.read())
+                except (OSError, SyntaxError, ValueError):
+                    continue
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ClassDef):
+                        found.update(f"{section}.{st.target.id}" for st in node.body
+                                     if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name))
+    _mcore_fields = found
+    return found
+
+
+def did_you_mean(name: str, choices: Iterable[str], cutoff: float = CUTOFF) -> str | None:
+    close = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def check_bridge_mapping(data: dict, what: str) -> None:
+    """Top-level sections of a loaded Bridge YAML: DiagnoseError for an unknown or a dotted one."""
+    for raw in data:
+        key = str(raw)
+        if key in SECTIONS:
+            continue
+        if "." in key and key.split(".", 1)[0] in SECTIONS:
+            raise DiagnoseError(f"{what}: top-level key '{key}' is not a section (Bridge's loader refuses it; it "
+                                f"would not set {key}): nest it under {key.split('.', 1)[0]}:")
+        hint = did_you_mean(key, SECTIONS - {"_target_", "_partial_", "_call_", "_args_", "_recursive_",
+                                             "_convert_"}, cutoff=0.6)
+        raise DiagnoseError(f"{what}: unknown section '{key}:'" + (f" (did you mean {hint}:?)" if hint else
+                            f" (ConfigContainer has {', '.join(sorted(s for s in SECTIONS if s[0] != '_'))})"))
+
+
+def check_values(values: dict[str, Any], what: str, allow: Iterable[str] = ()) -> None:
+    """Flattened keys of a config file: DiagnoseError for a misspelt key or a value of the wrong type."""
+    known = known_keys()
+    allowed = set(allow)
+    typed = _typed_fields()
+    for key, value in values.items():
+        if key.startswith(("env.", "env_vars.", "mlm.", "launch.")) or key in allowed:
+            continue
+        if key not in known:
+            section = key.split(".", 1)[0] + "."
+            hint = did_you_mean(key, (k for k in known if k.startswith(section)))
+            if hint is not None:
+                raise DiagnoseError(f"{what}: unknown key '{key}' (did you mean {hint}?)")
+            continue
+        problem = type_problem(key, value, typed)
+        if problem:
+            raise DiagnoseError(f"{what}: {problem}")
+
+
+def type_problem(key: str, value: Any, typed: dict[str, type] | None = None) -> str | None:
+    """Why ``value`` cannot be ``key``'s type (OmegaConf's wording), or None."""
+    want = (typed or _typed_fields()).get(key)
+    if want is None or value is None:
+        return None
+    if want is bool and isinstance(value, bool):
+        return None
+    if want is int and isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None
+    if want is int and isinstance(value, float) and value.is_integer():
+        return None
+    name = {bool: "Boolean", int: "Integer", float: "Float"}[want]
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+    return f"{key}: value {shown} of type '{type(value).__name__}' could not be converted to {name}"
+
+
+def check_mlm_flags(names: Iterable[str], what: str) -> None:
+    """Megatron-LM flags kept as ``mlm.<name>`` that are a typo of a known flag: DiagnoseError (argparse refuses
+    an unknown flag: ``unrecognized arguments``)."""
+    from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
+
+    flags = set(MLM_TO_BRIDGE) | set(INVERTED)
+    for name in names:
+        hint = did_you_mean(name, flags)
+        if hint is not None and hint != name:
+            raise DiagnoseError(f"{what}: unrecognized argument --{name.replace('_', '-')} (did you mean "
+                                f"--{hint.replace('_', '-')}?)")
+
+
+def check_overrides(overrides: Iterable) -> None:
+    """``--set`` values of the wrong type for their field: DiagnoseError (Hydra refuses them at load)."""
+    typed = _typed_fields()
+    for o in overrides:
+        value = getattr(o, "value", None)
+        if not isinstance(getattr(o, "key", None), str) or type(value).__name__ == "object":
+            continue  # a removal (~key)
+        problem = type_problem(o.key, value, typed)
+        if problem:
+            raise DiagnoseError(f"--set {problem}")

@@ -1,0 +1,107 @@
+"""What an input really holds, told from its first bytes rather than from its name.
+
+A gzip piped to stdin or saved without ``.gz``, a log PowerShell's ``>`` wrote (UTF-16 with a BOM), a zstd or zip
+archive, random bytes: each used to be read as garbage text in which no rule matched, so the tool said "no failure"
+with exit 0. Here the magic bytes and BOMs decide: what can be decoded is decoded, the rest is refused in one line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+
+from diagnose.ingest.errors import input_error, os_error
+
+SAMPLE_BYTES = 64 << 10
+# Of the bytes that are not NUL, the share that is neither text nor a terminal escape above which a file is binary.
+# Real logs hold a few invalid UTF-8 bytes or control characters (progress bars, a crashed writer's junk); random
+# or compiled data holds more than half.
+BINARY_SHARE = 0.30
+
+COMPRESSED = {  # magic -> (suffix understood by gzip_bounded, name)
+    b"\x1f\x8b": (".gz", "gzip"),
+    b"BZh": (".bz2", "bzip2"),
+    b"\xfd7zXZ\x00": (".xz", "xz"),
+}
+REFUSED = {  # magic -> what to tell the user
+    b"\x28\xb5\x2f\xfd": "zstd-compressed: decompress it first (zstd -dc FILE | diagnose analyze -)",
+    b"\x04\x22\x4d\x18": "lz4-compressed: decompress it first (lz4 -dc FILE | diagnose analyze -)",
+    b"PK\x03\x04": "a zip archive: unpack it first (unzip) and name the log or its folder",
+    b"7z\xbc\xaf\x27\x1c": "a 7-Zip archive: unpack it first and name the log or its folder",
+}
+BOMS = (  # longest first: the UTF-32 LE BOM starts with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_TEXT_CONTROLS = frozenset(b"\t\n\r\x0b\x0c\x1b\x08")
+
+
+def head(path: str, display: str, size: int = SAMPLE_BYTES) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as e:
+        raise os_error(display, e, "read") from None
+
+
+def compressed_by_magic(sample: bytes) -> tuple[str, str] | None:
+    for magic, kind in COMPRESSED.items():
+        if sample.startswith(magic):
+            return kind
+    return None
+
+
+def bom_encoding(sample: bytes) -> str | None:
+    for bom, encoding in BOMS:
+        if sample.startswith(bom):
+            return encoding
+    return None
+
+
+def refuse_unreadable(sample: bytes, display: str) -> None:
+    """Raise a one-line DiagnoseError for an archive format we do not open, or for binary data."""
+    for magic, reason in REFUSED.items():
+        if sample.startswith(magic):
+            raise input_error(display, reason)
+    if looks_binary(sample):
+        raise input_error(display, "binary data, not a text log (a core dump, a checkpoint, or compressed?)")
+
+
+def looks_binary(sample: bytes) -> bool:
+    """True when the sample is mostly neither text nor terminal escapes (NUL padding is not counted: a log whose
+    writer crashed on NFS may hold runs of NULs, and is still a log)."""
+    data = sample.replace(b"\x00", b"")
+    if not data:
+        return bool(sample)  # only NULs
+    text = data.decode("utf-8", "replace")
+    if len(sample) == SAMPLE_BYTES:  # a character cut by the sample's end is not an invalid one
+        text = text[:-2]
+    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ord(ch) not in _TEXT_CONTROLS)
+    return bad > BINARY_SHARE * max(len(text), 1)
+
+
+def transcode_to_utf8(src: str, dst: str, encoding: str, display: str, max_bytes: int) -> None:
+    """Re-encode a UTF-16/32 file (BOM dropped) as UTF-8, streaming; undecodable units become U+FFFD."""
+    decoder = codecs.getincrementaldecoder(encoding)("replace")
+    bom = next(len(b) for b, enc in BOMS if enc == encoding)
+    written = 0
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            fin.seek(bom)
+            while True:
+                chunk = fin.read(1 << 20)
+                out = decoder.decode(chunk, final=not chunk).encode("utf-8", "surrogatepass")
+                written += len(out)
+                if written > max_bytes:
+                    raise input_error(display, f"refusing to decode more than {max_bytes} bytes")
+                fout.write(out)
+                if not chunk:
+                    return
+    except OSError as e:
+        try:
+            os.unlink(dst)
+        except OSError:
+            pass
+        raise os_error(display, e, "decode") from None

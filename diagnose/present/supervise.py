@@ -1,0 +1,94 @@
+"""Run the command in a child process so that a bus error becomes a one-line message.
+
+Logs over 1 MiB are memory-mapped. If another program truncates one while we read it (logrotate's copytruncate, a
+job restarted into the same file, ``truncate -s 0``), touching the vanished pages raises SIGBUS, which Python cannot
+catch: the process died with exit 135 and no word, leaving a TUI's terminal in the alternate screen. The console
+script and ``python -m diagnose`` therefore fork: the child does the work, the parent waits and, if the child died
+of SIGBUS, restores the terminal and says what happened in one line (exit 2). Any other way the child ends is
+passed on unchanged (its exit code, or the same signal). ``main()`` called in-process (tests, embedding) does not
+fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+EXIT_USAGE = 2
+TRUNCATED = ("diagnose: error: an input log was truncated or replaced while it was being read (log rotation? a job "
+             "still writing?): run again, or on a copy of the log")
+_RESET_TERMINAL = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h\x1b[0m"
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def supervised(main: Callable[[], int]) -> int:
+    if not hasattr(os, "fork") or os.environ.get("DIAGNOSE_NO_FORK") == "1":
+        return main()
+    saved_tty = _save_tty()
+    try:
+        pid = os.fork()
+    except OSError:
+        return main()
+    if pid == 0:  # the child: do the work, exit through the normal interpreter shutdown (flushes, atexit)
+        os.environ["DIAGNOSE_NO_FORK"] = "1"
+        sys.exit(main())
+    return _wait_for(pid, saved_tty)
+
+
+def _wait_for(pid: int, saved_tty) -> int:
+    previous = {sig: signal.signal(sig, lambda s, _f: _forward(pid, s)) for sig in _FORWARDED}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child has the same ^C and says so
+    try:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                return EXIT_USAGE
+            except InterruptedError:
+                continue
+    finally:
+        for sig, handler in previous.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(sig, handler)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    sig = os.WTERMSIG(status)
+    if sig == signal.SIGBUS:
+        _restore_tty(saved_tty)
+        print(TRUNCATED, file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
+    os.kill(os.getpid(), sig)
+    return 128 + sig
+
+
+def _forward(pid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, sig)
+
+
+def _save_tty():
+    try:
+        import termios
+
+        if sys.stdin is not None and sys.stdin.isatty():
+            return termios.tcgetattr(sys.stdin.fileno())
+    except (ImportError, OSError, ValueError):
+        pass
+    return None
+
+
+def _restore_tty(saved) -> None:
+    if saved is None:
+        return
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import termios
+
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+        if sys.stdout is not None and sys.stdout.isatty():
+            sys.stdout.write(_RESET_TERMINAL)
+            sys.stdout.flush()

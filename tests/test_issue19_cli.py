@@ -1,0 +1,224 @@
+"""Issue 19: what a new user and a hostile input hit, through the real command line.
+
+Each test ran against the tree before its fix and failed there; each says which item it keeps fixed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_hostile_cli import OOM, ROOT, assert_clean_error, cli
+
+SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
+
+
+def run_shell(script: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "DIAGNOSE_SKIP_SLURM": "1"}
+    return subprocess.run(["bash", "-c", script], capture_output=True, cwd=cwd, env=env, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------- item 1
+
+
+def test_item1_output_that_is_the_file_on_stdin_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes(SAMPLE.read_bytes())
+    res = run_shell(f'{sys.executable} -m diagnose analyze - -o job.log < job.log', tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert b"standard input" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert log.read_bytes() == SAMPLE.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------- item 2
+
+
+def test_item2_gzip_on_stdin_and_without_suffix_is_decompressed(tmp_path: Path) -> None:
+    packed = gzip.compress(SAMPLE.read_bytes())
+    res = cli("analyze", "-", stdin=packed)
+    assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, res.stderr
+    plain_name = tmp_path / "job.log"
+    plain_name.write_bytes(packed)
+    res = cli("analyze", str(plain_name))
+    assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, res.stderr
+
+
+def test_item2_utf16_with_bom_is_decoded(tmp_path: Path) -> None:
+    for encoding in ("utf-16", "utf-16-be", "utf-32"):
+        path = tmp_path / f"{encoding}.log"
+        bom = {"utf-16-be": b"\xfe\xff"}.get(encoding, b"")
+        path.write_bytes(bom + SAMPLE.read_text(encoding="utf-8").encode(encoding))
+        res = cli("analyze", str(path))
+        assert res.returncode == 1 and b"ROOT CAUSE" in res.stdout, (encoding, res.stderr)
+
+
+def test_item2_zstd_random_bytes_and_empty_inputs_are_refused(tmp_path: Path) -> None:
+    zst = tmp_path / "job.log.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(200))
+    assert_clean_error(cli("analyze", str(zst)), "zstd")
+    noise = tmp_path / "noise.log"
+    noise.write_bytes(os.urandom(100_000))
+    assert_clean_error(cli("analyze", str(noise)), "binary data")
+    assert_clean_error(cli("analyze", "-", stdin=os.urandom(5000)), "binary data")
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert_clean_error(cli("analyze", str(empty)), "empty")
+
+
+def test_item2_nul_padding_left_by_a_crash_is_still_a_log(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.log"
+    path.write_bytes(b"\x00" * 4096 + OOM.encode() + b"\n" + b"\x00" * 8192)
+    res = cli("analyze", str(path))
+    assert res.returncode == 1, res.stderr
+
+
+def test_item2_one_empty_rank_in_a_folder_is_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_bytes(b"")
+    (tmp_path / "rank1.log").write_text(OOM + "\n")
+    res = cli("analyze", str(tmp_path))
+    assert res.returncode == 1, res.stderr
+    assert b"1 of 2 inputs are empty" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- item 3
+
+_TRUNCATE_AFTER_MAP = """
+import os, sys
+from diagnose.ingest import sources
+from diagnose.present.cli import entry
+real = sources._map_file
+def map_then_truncate(path, display_path, **hints):
+    source = real(path, display_path, **hints)
+    os.truncate(path, 0)  # another program empties the log once we mapped it (copytruncate)
+    return source
+sources._map_file = map_then_truncate
+sys.argv = ["diagnose", *sys.argv[1:]]
+sys.exit(entry())
+"""
+
+
+def test_item3_a_log_truncated_while_read_is_one_line_not_sigbus(tmp_path: Path) -> None:
+    log = tmp_path / "old.log"
+    log.write_bytes(b"x" * 100 + b"\n" * (4 << 20) + SAMPLE.read_bytes())  # over 1 MiB: memory-mapped
+    os.utime(log, (1, 1))  # not a live file: mapped in place, not copied first
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIAGNOSE_SKIP_SLURM": "1", "NO_COLOR": "1"}
+    env.pop("DIAGNOSE_NO_FORK", None)
+    res = subprocess.run([sys.executable, "-c", _TRUNCATE_AFTER_MAP, "analyze", str(log)], capture_output=True,
+                         env=env, timeout=120)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert b"truncated" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------- item 4
+
+GOOD_CFG = """model:
+  tensor_model_parallel_size: 2
+  num_layers: 4
+  hidden_size: 256
+  num_attention_heads: 8
+train:
+  micro_batch_size: 1
+  global_batch_size: 8
+ddp:
+  use_distributed_optimizer: true
+"""
+
+
+def test_item4_broken_configs_are_refused_with_did_you_mean(tmp_path: Path) -> None:
+    cases = {
+        "typo.yaml": (GOOD_CFG.replace("tensor_model_parallel_size", "tensor_model_paralel_size"),
+                      "did you mean model.tensor_model_parallel_size"),
+        "section.yaml": (GOOD_CFG.replace("train:", "trian:"), "did you mean train:"),
+        "dup.yaml": (GOOD_CFG + "model:\n  num_layers: 8\n", "duplicate key 'model'"),
+        "dotted.yaml": (GOOD_CFG + "model.num_layers: 999\n", "nest it under model:"),
+        "type.yaml": (GOOD_CFG.replace("num_layers: 4", "num_layers: four"), "could not be converted to Integer"),
+        "args.txt": ("--tensor-model-paralel-size 2 --num-layers 4 --hidden-size 256 --num-attention-heads 8\n",
+                     "did you mean --tensor-model-parallel-size"),
+    }
+    for name, (text, words) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert_clean_error(cli("replay", str(path)), words)
+    assert_clean_error(cli("check", str(tmp_path / "typo.yaml"), "--gpus", "8"), "did you mean")
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD_CFG)
+    assert cli("replay", str(good)).returncode == 0
+    assert_clean_error(cli("replay", str(good), "--set", "model.tensor_model_parallel_size=abc"),
+                       "could not be converted to Integer")
+
+
+# ---------------------------------------------------------------------------------------------- item 5
+
+
+def test_item5_gpu_memory_without_unit_is_refused_and_a_wrong_one_is_not_silent(tmp_path: Path) -> None:
+    assert_clean_error(cli("analyze", str(SAMPLE), "--gpu-memory", "80"), "no unit")
+    res = cli("analyze", str(SAMPLE), "--gpu-memory", "80GiB", "--format", "json")
+    import json
+
+    data = json.loads(res.stdout)
+    assert any("ignored" in w and "139.80 GiB" in w for w in data["warnings"]), data["warnings"]
+    assert "169 %" not in res.stdout.decode() and data["memory"]["gpu_capacity_bytes"] > 139 << 30
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(GOOD_CFG)
+    res = cli("check", str(cfg), "--gpus", "8", "--gpu-memory", "80GB")
+    assert b"--gpu h100-80gb" in res.stdout.replace(b"\n", b" "), res.stdout[-800:]
+
+
+# ---------------------------------------------------------------------------------------------- item 7
+
+
+def test_item7_missing_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    res = cli("analyze", str(SAMPLE), "--config", str(tmp_path / "nope.yaml"))
+    assert_clean_error(res, "--config", "no such file")
+    assert res.stdout == b""
+
+
+# ---------------------------------------------------------------------------------------------- item 20
+
+
+def test_item20_a_closed_pipe_keeps_the_diagnosis_exit_code(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.log"
+    clean.write_text("hello\nworld\n")
+    # the reader is gone before we write: rich used to turn the EPIPE into exit 1 ("failure diagnosed")
+    def script(log: Path) -> str:
+        return f"{sys.executable} -m diagnose analyze {log} | (exec 0<&-; sleep 1); echo rc=${{PIPESTATUS[0]}}"
+
+    res = run_shell(script(clean), tmp_path)
+    assert b"rc=0" in res.stdout, (res.stdout, res.stderr)
+    res = run_shell(script(SAMPLE), tmp_path)
+    assert b"rc=1" in res.stdout, (res.stdout, res.stderr)
+    assert b"Traceback" not in res.stderr and b"error" not in res.stderr
+
+
+# ---------------------------------------------------------------------------------------------- item 23
+
+
+def test_item23_full_disk_and_closed_stdout_are_one_line_errors(tmp_path: Path) -> None:
+    for command in ("analyze", "rules"):
+        args = f"analyze {SAMPLE}" if command == "analyze" else "rules list"
+        res = run_shell(f"{sys.executable} -m diagnose {args} > /dev/full", tmp_path)
+        assert res.returncode == 2 and b"No space left" in res.stderr and b"internal error" not in res.stderr, res
+        res = run_shell(f"{sys.executable} -m diagnose {args} >&-", tmp_path)
+        assert res.returncode == 2 and b"standard output is closed" in res.stderr, res
+
+
+def test_item23_usage_errors_point_at_the_right_help_and_suggest(tmp_path: Path) -> None:
+    res = cli()
+    assert res.returncode == 2 and res.stdout == b"" and b"usage: diagnose" in res.stderr
+    assert_clean_error(cli("analyze", str(SAMPLE), "--bogus"), "diagnose analyze --help")
+    assert_clean_error(cli("rules", "show", "OOM10"), "did you mean")
+    assert_clean_error(cli("analyze", str(SAMPLE), "--rules", "/dev/zero"), "not a folder")
+
+
+def test_item23_zero_width_characters_are_shown_not_passed_raw(tmp_path: Path) -> None:
+    log = tmp_path / "zw.log"
+    log.write_text(OOM.replace("Tried to allocate", "Tried\u200b to\u2060 allocate\u00ad") + "\n", encoding="utf-8")
+    for fmt in ("text", "markdown"):
+        res = cli("analyze", str(log), "--format", fmt)
+        out = res.stdout.decode("utf-8")
+        assert res.returncode == 1, res.stderr
+        assert not any(ch in out for ch in "\u200b\u200c\u200d\u2060\u00ad"), fmt
+        assert "\\u200b" in out, fmt
