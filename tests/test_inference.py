@@ -124,3 +124,9 @@ def test_known_harmless_lines_never_make_a_failure():
         "==== job finished with exit code 0 ====\n"
     )
     assert match_text(clean, CATALOGUE).root is None
+
+
+def test_an_nccl_warn_catch_all_names_the_subsystem():
+    line = "gpu-7:7713:7928 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0\n"
+    root = match_text(line, CATALOGUE).root
+    assert root is not None and root.facts.get("subsystem") == "network (InfiniBand/RoCE)"
