@@ -81,3 +81,52 @@ def test_a_generic_exception_gets_its_category_from_the_frames_and_says_so():
 def test_a_specific_rule_keeps_its_own_category_and_basis():
     report = match_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", CATALOGUE)
     assert report.root is not None and report.root.basis == "rule" and report.root.category == "cuda_oom"
+
+
+TIMEOUT_THEN_ABORT = """\
+[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800300 milliseconds before timing out.
+[E ProcessGroupNCCL.cpp:414] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid this inconsistency, we are taking the entire process down.
+terminate called after throwing an instance of 'std::runtime_error'
+  what():  [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800300 milliseconds before timing out.
+"""
+
+ERROR_THEN_TIMEOUT = """\
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/home/u/train.py", line 3, in <module>
+[rank3]: ValueError: my own check failed
+[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800300 milliseconds before timing out.
+"""
+
+
+def test_a_generic_error_after_the_watchdog_timeout_is_part_of_the_cascade():
+    root = match_text(TIMEOUT_THEN_ABORT, CATALOGUE).root
+    assert root is not None and root.category == "nccl_timeout", root
+
+
+def test_a_generic_error_before_the_timeout_stays_the_root():
+    root = match_text(ERROR_THEN_TIMEOUT, CATALOGUE).root
+    assert root is not None and root.rule == "PY001" and root.ranks == [3]
+
+
+def test_a_catch_all_speaks_only_when_nothing_else_did_and_says_so():
+    only_warn = "gpu7:77:88 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got async event : port error\n"
+    root = match_text(only_warn, CATALOGUE).root
+    assert root is not None and root.rule == "PY007" and root.basis == "catchall" and root.severity == "error"
+    with_error = only_warn + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    root = match_text(with_error, CATALOGUE).root
+    assert root is not None and root.category == "cuda_oom"
+
+
+def test_known_harmless_lines_never_make_a_failure():
+    clean = (
+        "slurmstepd: error: _is_a_lwp: open() /proc/121771/status failed: No such file or directory\n"
+        "node01:1234:5678 [0] misc/ibvwrap.cc:110 NCCL WARN Call to ibv_open_device failed\n"
+        "==== job finished with exit code 0 ====\n"
+    )
+    assert match_text(clean, CATALOGUE).root is None
+
+
+def test_an_nccl_warn_catch_all_names_the_subsystem():
+    line = "gpu-7:7713:7928 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0\n"
+    root = match_text(line, CATALOGUE).root
+    assert root is not None and root.facts.get("subsystem") == "network (InfiniBand/RoCE)"

@@ -246,3 +246,13 @@ def test_mpirun_tag_output_and_lightning_rank_prefixes():
     assert (line.rank, line.text) == (3, "Traceback (most recent call last):")
     line = normalize_line("[rank: 2] Seed set to 1234")
     assert (line.rank, line.text) == (2, "Seed set to 1234")
+
+
+def test_pdsh_prefix_keeps_the_line_indentation_behind_it():
+    """pdsh (the DeepSpeed launcher's multi-node runner) writes "host: " before each line as written, so a traceback's
+    indented frame lines keep the host too: the frames and the exception are one stream."""
+    from diagnose.normalize import normalize_line
+
+    frame = normalize_line('worker-1:   File "/w/pretrain_gpt.py", line 39, in model_provider')
+    assert frame.host == "worker-1" and frame.text == '  File "/w/pretrain_gpt.py", line 39, in model_provider'
+    assert normalize_line("model:   gpt").host is None  # no digit: a config line, not a host

@@ -44,16 +44,25 @@ def exception_type(text: str) -> str:
     return m.group(1) if m else ""
 
 
+_LIBRARY_CALL = regex.compile(
+    r"\b(?:deepspeed|torch|transformer_engine|te|apex|megatron|nemo|transformers|accelerate|flash_attn|vllm)\.\w"
+)
+
+
 def raised_in_library(frames: Sequence[str]) -> bool:
     """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
 
     A call that does not fit a signature raises at the caller: when the caller is Megatron calling Transformer
-    Engine, two libraries disagree on a version; when it is the user's own script, the script is wrong."""
+    Engine, two libraries disagree on a version; when it is the user's own script, the script is wrong, unless the
+    line it stopped on calls into a library (``deepspeed.zero.Init(...)``): then the library changed its API."""
     for text in reversed(frames):
         m = _FRAME_FILE.match(text)
         if m:
             path = m.group(1)
-            return any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS)
+            if any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS):
+                return True
+            code = text[m.end():]  # the frame's source line, when the traceback printed it
+            return _LIBRARY_CALL.search(code) is not None
     return False
 
 

@@ -6,6 +6,7 @@
 * Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
+  A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade.
 * Catch-all rules (``tier = "catchall"``: an NCCL WARN, an ``srun: error:``, a non-zero exit...) speak last, only
   when nothing above did: a failed log is never silent, and its finding says it was a catch-all.
 * The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
@@ -80,6 +81,11 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
 
     root: Group | None = None
     confidence = None
+    # A generic error printed after the first NCCL watchdog timeout is its consequence (the watchdog aborts the
+    # communicator and every rank's pending call raises): the timeout, and not what it raised, leads.
+    timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]
+    if not specific and root_role and timeouts and by_time(timeouts[0]) < by_time(root_role[0]):
+        root_role = []
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]

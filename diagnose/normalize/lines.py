@@ -116,7 +116,7 @@ _LAYER = re.compile(
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
-    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\ (?!\ )   # pdsh "node017: "
+    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\    # pdsh "node017: " (then the line as written, indentation too)
     """,
     re.VERBOSE,
 )

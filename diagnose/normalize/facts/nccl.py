@@ -172,7 +172,30 @@ def parse_nccl_warn(text: str) -> dict[str, Any] | None:
     cuda = _CUDA_FAILURE.search(out["message"])
     if cuda is not None:
         out["cuda_error"] = {"code": int(cuda.group("code")), "text": cuda.group("what")}
+    out["subsystem"] = nccl_subsystem(out["file"], out["message"])
     return out
+
+
+# NCCL's source tree names the subsystem that warned: the first match (file path, then message words) wins.
+_SUBSYSTEMS = (
+    ("net_ib", "network (InfiniBand/RoCE)"), ("ibvwrap", "network (InfiniBand/RoCE)"),
+    ("NET/IB", "network (InfiniBand/RoCE)"), ("net_socket", "network (TCP sockets)"),
+    ("NET/Socket", "network (TCP sockets)"), ("/net.cc", "network plugin"), ("NET/Plugin", "network plugin"),
+    ("shm", "shared memory (/dev/shm)"), ("bootstrap", "bootstrap (TCP rendezvous between ranks)"),
+    ("socket", "bootstrap (TCP sockets)"), ("graph/", "topology detection"), ("topo", "topology detection"),
+    ("nvls", "NVLink SHARP (NVLS)"), ("p2p", "peer-to-peer (NVLink/PCIe)"), ("proxy", "proxy thread"),
+    ("coll_net", "CollNet/SHARP"), ("collnet", "CollNet/SHARP"), ("init.cc", "communicator init"),
+    ("enqueue", "kernel launch"), ("alloc", "memory allocation"), ("Cuda failure", "a CUDA call"),
+)
+
+
+def nccl_subsystem(file: str | None, message: str) -> str | None:
+    """Which NCCL subsystem a WARN came from, in words, from its source file or its message."""
+    for where in (file or "", message):
+        for needle, name in _SUBSYSTEMS:
+            if needle in where:
+                return name
+    return None
 
 
 # ----------------------------------------------------------------------------- watchdog follow-up lines
