@@ -81,7 +81,7 @@ def test_json_report_is_report_to_dict_with_schema_shape():
     assert set(data) >= {"schema", "inputs", "root_cause", "findings", "config", "replay", "memory"}
     assert data["inputs"] == [{"path": "job.log", "bytes": report.inputs[0].bytes, "lines": 517}]
     keys = {"rule", "name", "title", "category", "phase", "severity", "role", "confidence", "ranks", "hosts",
-            "count", "first_line", "evidence", "explanation", "fix", "facts"}
+            "count", "first_line", "evidence", "explanation", "fix", "facts", "basis", "basis_detail"}
     for f in data["findings"]:
         assert set(f) == keys
         assert f["category"] in CATEGORIES and f["phase"] in PHASES

@@ -15,6 +15,7 @@ from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
     NOTHING_RECOVERED,
     SAFETY_NOTE,
+    category_words,
     collapsed_line,
     mapping_lines,
     section_data,
@@ -42,6 +43,8 @@ def fenced(body: str, lang: str = "text") -> str:
 def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]:
     out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
+    if f.basis != "rule":
+        meta[1] = md_inline(category_words(f))
     w = where(f)
     if w:
         meta.append(md_inline(w))

@@ -58,6 +58,15 @@ def compact_ranks(ranks: Iterable[int]) -> str:
     return ", ".join(runs)
 
 
+def category_words(f: Finding) -> str:
+    """The category as the report says it: with how it was reached unless a specific rule's message said it."""
+    if f.basis == "inferred":
+        return f"{f.category} (inferred from the evidence)"
+    if f.basis == "catchall":
+        return f"{f.category} (catch-all: nothing more specific matched)"
+    return f.category
+
+
 def where(f: Finding) -> str:
     """"ranks 0-7, 9 on node1, node2" (or "rank 3", or "" when the log names no rank)."""
     parts = []
@@ -198,7 +207,7 @@ def _size(n: int) -> str:
 
 
 def _finding_meta(f: Finding) -> Text:
-    bits = [f"phase {f.phase}", f.category, f"confidence {f.confidence:.2f}"]
+    bits = [f"phase {f.phase}", category_words(f), f"confidence {f.confidence:.2f}"]
     w = where(f)
     if w:
         bits.append(w)
@@ -447,6 +456,10 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     title.append("  ")
     title.append(inert(f.title), style="bold")
     parts: list[Any] = [title, Padding(_finding_meta(f), (0, 0, 0, 2))]  # wrapped lines stay indented
+    if f.basis == "inferred" and f.basis_detail:
+        parts.extend(Text(line, style="dim") for line in textwrap.wrap(
+            inert("category from " + f.basis_detail), max(40, width - 1),
+            initial_indent="  ", subsequent_indent="    "))
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(

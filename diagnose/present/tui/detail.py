@@ -10,7 +10,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from diagnose.model import Finding, Report
 from diagnose.present.safe import block_text, inert, shorten
-from diagnose.present.text import skew_line
+from diagnose.present.text import category_words, skew_line
 from diagnose.present.tui.findings import SEVERITY_STYLE
 from diagnose.present.tui.fixrender import TAB_ORDER, RenderedFix, render_fix
 from diagnose.present.tui.fmt import format_ranks, rank_phrase
@@ -30,7 +30,7 @@ def header_text(report: Report, finding: Finding) -> Text:
     text.append("\n")
     parts = [
         inert(finding.rule),
-        inert(finding.category),
+        inert(category_words(finding)),
         f"phase: {inert(finding.phase)}",
         f"{finding.severity}, {'root cause' if report.root is finding else finding.role}",
         f"confidence {finding.confidence:.0%}",
