@@ -137,7 +137,11 @@ def _groups(by_rank: dict[int, FrDump], world_size: int | None) -> dict[str, _Gr
         for name, status in dump.groups.items():
             if name in groups and status.last_completed is not None:
                 groups[name].completed_upto[rank] = status.last_completed
-    widest = set(max((grp.ranks or [] for d in by_rank.values() for grp in d.groups.values()), key=len, default=[]))
+    widest: set[int] = set()
+    for d in by_rank.values():
+        for grp in d.groups.values():
+            if grp.ranks and len(grp.ranks) > len(widest):
+                widest = set(grp.ranks)
     # global ranks are 0..world-1: the default group holds every rank up to the highest one that dumped
     widest.update(range(max(by_rank) + 1))
     if world_size and 0 < world_size <= MAX_WORLD:

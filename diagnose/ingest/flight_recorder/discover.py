@@ -111,8 +111,9 @@ def _by_prefix(prefix: str) -> list[DumpFile]:
         return []
     out = []
     for name in names:
-        rest = name[len(start):] if name.startswith(start) else None
-        if rest and _RANKED_NAME.match(rest) and _RANKED_NAME.match(rest).group("prefix") == "":
+        rest = name[len(start):] if name.startswith(start) else ""
+        m = _RANKED_NAME.match(rest)
+        if m is not None and m.group("prefix") == "":
             dump = _candidate(os.path.join(folder, name), rest)
             if dump is not None:
                 out.append(dump)
