@@ -124,6 +124,7 @@ def test_size_and_counts_are_bounded(tmp_path):
     path.write_bytes(many)
     dump = read_dump(DumpFile(str(path), 1, "pickle"))
     assert len(dump.entries) == MAX_ENTRIES and dump.dropped_entries == 1_000_000 - MAX_ENTRIES
+    assert dump.entries[-1].frames and not dump.entries[0].frames  # stacks kept for the newest entries only
     # a self-referencing list and absurd numbers: read, never looped over or formatted
     loop: list = []
     loop.append(loop)

@@ -70,6 +70,7 @@ class _Divergence:
     waiting: list[int] = field(default_factory=list)
     culprits: list[HangRank] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
+    start: int = 0  # the oldest sequence number every dumped member still holds
 
 
 _KIND_ORDER = {"stalled": 0, "desync": 1, "size_mismatch": 2, "dead_rank": 3, "not_completed": 4}
@@ -194,16 +195,16 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
         culprits += [_rank(r, "desync", seqs[r], seq) for r in other_op]
         culprits += [_rank(r, "size_mismatch", seqs[r], seq) for r in size_odd]
         culprits += [HangRank(rank=r, role="no_dump") for r in missing]
-        return _Divergence(g, kind, seq, op, sizes, sorted(same), culprits, missing)
+        return _Divergence(g, kind, seq, op, sizes, sorted(same), culprits, missing, start)
     top = max(last.values())
     at_top = {r: seqs[r][top] for r in present if top in seqs[r]}
     op = _majority([e.op for _, e in sorted(at_top.items())])
     sizes = _majority_sizes({r: e for r, e in at_top.items() if e.op == op})
     if missing:
         return _Divergence(g, "dead_rank", top, op, sizes, sorted(at_top),
-                           [HangRank(rank=r, role="no_dump") for r in missing], missing)
+                           [HangRank(rank=r, role="no_dump") for r in missing], missing, start)
     if at_top and not any(_done(g, r, e) for r, e in at_top.items()):
-        return _Divergence(g, "not_completed", top, op, sizes, sorted(at_top), [], [])
+        return _Divergence(g, "not_completed", top, op, sizes, sorted(at_top), [], [], start)
     return None
 
 
@@ -295,7 +296,7 @@ def _sentence(d: _Divergence) -> str:
 
 def _grid(d: _Divergence, by_rank: dict[int, FrDump]) -> list[HangColumn]:
     g = d.group
-    all_seqs = sorted({n for s in g.seqs.values() for n in s})
+    all_seqs = sorted({n for s in g.seqs.values() for n in s if n >= d.start})
     if d.seq in all_seqs:
         i = all_seqs.index(d.seq)
         window = all_seqs[max(0, i - (MAX_GRID_COLUMNS - 2)): i + 2]
