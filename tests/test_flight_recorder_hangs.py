@@ -51,6 +51,22 @@ def dumps_root(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def torchrun_job(tmp_path_factory) -> Path:
+    """The issue's case: a 4-rank job under torchrun (its rendezvous, its --log-dir), rank 1 never enters the
+    all-reduce the others wait in; the job's own output is job.log, the dumps land beside it."""
+    root = tmp_path_factory.mktemp("torchrun")
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1"}
+    with open(root / "job.log", "wb") as log:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                               "--log-dir", str(root / "logs"), "--redirects", "3", str(MAKE), "--torchrun",
+                               str(root), "stall", "pickle", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=240, check=False)
+    assert proc.returncode == 1  # torchrun reports the ranks that failed (the ones that timed out)
+    assert len(list(root.glob("nccl_trace_rank_*"))) == 4
+    return root
+
+
 def _analyze(path) -> tuple:
     report = analyze([str(path)], AnalyzeOptions(replay=False))
     return report, report.hang
@@ -86,6 +102,16 @@ def test_stalled_rank_is_named_alone_with_its_last_collective_and_frame(dumps_ro
     stalled_column = hang.grid[-1]
     assert stalled_column.seq == 4 and {c.rank: c.state for c in stalled_column.cells} == {
         0: "waiting", 1: "absent", 2: "waiting", 3: "waiting"}
+
+
+def test_torchrun_job_with_dumps_names_the_stalled_rank_the_logs_alone_do_not(torchrun_job):
+    logs_only = analyze([str(torchrun_job / "job.log"), str(torchrun_job / "logs")], AnalyzeOptions(replay=False))
+    assert logs_only.hang is None and not logs_only.root.rule.startswith("FR")
+    report, hang = _analyze(torchrun_job)
+    assert hang.kind == "stalled" and [c.rank for c in hang.culprits] == [1] and hang.waiting_ranks == [0, 2, 3]
+    assert report.root.rule == "FR001" and report.root.ranks == [1]
+    assert hang.culprits[0].frame.endswith("in train_step")
+    assert any("attempt_0" in e.path and "timed out" in e.text for e in report.root.evidence)
 
 
 @pytest.mark.parametrize("name", ["stall4j", "stall2", "stall16"])
