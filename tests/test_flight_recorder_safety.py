@@ -199,3 +199,25 @@ def test_older_formats_are_read(tmp_path):
     path.write_bytes(pickle.dumps(mid, protocol=2))
     assert read_dump(DumpFile(str(path), 0, "pickle")).comm_lib_version == "2.21.5"
     assert read_dumps([DumpFile(str(path), 0, "pickle")])[1] == []
+
+
+def test_huge_lengths_deep_nesting_and_fifos_are_one_line_errors(tmp_path):
+    import os
+    import struct
+
+    cases = {
+        "nccl_trace_rank_0": b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b"abc",  # BINBYTES8 of a terabyte
+        "nccl_trace_rank_1": b"\x80\x02\x8b" + struct.pack("<i", 2**31 - 1) + b"abc",  # LONG4 of 2 GiB
+        "nccl_trace_rank_2.json": b'{"entries":' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        fmt = "json" if name.endswith(".json") else "pickle"
+        with pytest.raises(DumpError) as err:
+            read_dump(DumpFile(str(tmp_path / name), 0, fmt))
+        assert "\n" not in str(err.value) and name in str(err.value)
+    fifo = tmp_path / "nccl_trace_rank_3"
+    os.mkfifo(fifo)
+    with pytest.raises(DumpError, match="not a regular file"):
+        read_dump(DumpFile(str(fifo), 3, "pickle"))  # would block forever if opened for a plain read
+    assert [d.rank for d in find_dumps([str(tmp_path)]).dumps] == [0, 1, 2]  # the FIFO is never sniffed

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 from typing import Any
 
@@ -73,7 +74,11 @@ def read_dumps(files: list[DumpFile]) -> tuple[list[FrDump], list[str]]:
 def read_dump(f: DumpFile) -> FrDump:
     where = shown(f.path)
     try:
-        with open(f.path, "rb") as fh:
+        # non-blocking open and a regular-file check: a dump swapped for a FIFO after discovery cannot block us
+        fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise DumpError(f"{where}: not a regular file, not read")
             data = fh.read(MAX_DUMP_BYTES + 1)
     except OSError as e:
         raise DumpError(f"{where}: flight-recorder dump unreadable ({e.strerror or e})") from None
