@@ -222,3 +222,10 @@ def test_huge_lengths_deep_nesting_and_fifos_are_one_line_errors(tmp_path):
         read_dump(DumpFile(str(fifo), 3, "pickle"))  # would block forever if opened for a plain read
     # the FIFO is never opened; pickles without the recorder's keys in their first bytes are not taken for dumps
     assert [d.rank for d in find_dumps([str(tmp_path)]).dumps] == [2]
+
+
+def test_a_json_log_named_like_a_dump_stays_a_log(tmp_path):
+    log = tmp_path / "worker_3"
+    log.write_text('{"level": "error", "version": "1", "msg": "CUDA out of memory"}\n')
+    found = find_dumps([str(log)])
+    assert not found.dumps and found.log_inputs == [str(log)]
