@@ -185,7 +185,7 @@ def test_a_folder_of_dumps_only_is_analysed_without_logs(tmp_path):
 
 
 def test_older_formats_are_read(tmp_path):
-    """1.x named the sequence ``seq_id`` and had no pg_config / pg_status; 2.3-2.7 said ``nccl_version``."""
+    """1.x named the sequence ``seq_id`` (1.4: pg_config as pg_id -> ranks); 2.3-2.7 said ``nccl_version``."""
     old = {"version": "1.5", "entries": [{"record_id": i, "pg_id": 0, "seq_id": i, "profiling_name": "nccl:all_reduce",
                                           "input_sizes": [[4]], "output_sizes": [[4]], "state": "scheduled",
                                           "frames": []} for i in (1, 2)]}
@@ -193,6 +193,9 @@ def test_older_formats_are_read(tmp_path):
     path.write_bytes(pickle.dumps(old, protocol=2))
     dump = read_dump(DumpFile(str(path), 0, "pickle"))
     assert [(e.group, e.seq, e.op) for e in dump.entries] == [("0", 1, "nccl:all_reduce"), ("0", 2, "nccl:all_reduce")]
+    old["version"], old["pg_config"] = "1.4", {0: [0, 1, 2, 3]}  # 1.4: ranks per pg_id, a list
+    path.write_bytes(pickle.dumps(old, protocol=2))
+    assert read_dump(DumpFile(str(path), 0, "pickle")).groups["0"].ranks == [0, 1, 2, 3]
     mid = _dump([_entry(1)])
     mid["nccl_version"] = mid.pop("comm_lib_version")
     mid["version"] = "2.4"

@@ -2,7 +2,8 @@
 
 Formats PyTorch has written (``version`` key, ``FlightRecorder.hpp`` / ``NCCLUtils.hpp``):
 
-* 1.x (torch 2.2): entries keyed ``seq_id`` (no separate p2p counter), no ``pg_config`` / ``pg_status``;
+* 1.x (torch 2.2-2.3): entries keyed ``pg_id`` and ``seq_id`` (no ``process_group``, no p2p counter); 1.1 has no
+  ``record_id`` / ``op_id`` / ``pg_config``; 1.4 adds them, ``pg_config`` as ``{pg_id: [ranks]}``;
 * 2.0-2.2: ``collective_seq_id`` / ``p2p_seq_id`` / ``op_id``, ``process_group`` (name, desc), ``pg_config``;
 * 2.3-2.7: ``pg_status`` (last enqueued / started / completed per group), ``is_p2p``, dtypes, ``timeout_ms``,
   thread id and name, ``nccl_version``;
@@ -244,7 +245,9 @@ def _groups(raw: dict) -> dict[str, FrGroup]:
     config = raw.get("pg_config")
     if isinstance(config, dict):
         for key, value in list(config.items())[:MAX_GROUPS]:
-            if isinstance(value, dict):
+            if isinstance(value, (list, tuple)) and isinstance(key, int):  # format 1.4: {pg_id: [ranks]}
+                groups[str(key)] = FrGroup(name=str(key), desc="", ranks=_ranks(value))
+            elif isinstance(value, dict):
                 name = _str(value.get("name")) or _str(key)
                 groups[_str(key)] = FrGroup(name=name, desc=_str(value.get("desc")), ranks=_ranks(value.get("ranks")))
     status = raw.get("pg_status")
