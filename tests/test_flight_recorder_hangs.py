@@ -72,12 +72,12 @@ def _analyze(path) -> tuple:
     return report, report.hang
 
 
-def _cli_json(path, tmp_path) -> dict:
+def _cli_json(path, tmp_path, exit_code: int = 1) -> dict:
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "--format", "json", "-o", str(out), str(path)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "DIAGNOSE_SKIP_SLURM": "1"},
                           check=False)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == exit_code, proc.stderr
     return json.loads(out.read_text())
 
 
@@ -185,9 +185,10 @@ def test_text_and_markdown_show_the_hang_and_its_grid(dumps_root):
 def test_json_report_with_a_hang_validates_against_the_schema(dumps_root, tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((HERE.parent / "schemas" / "report-1.schema.json").read_text())
-    for name in ("stall4", "size4"):
-        doc = _cli_json(dumps_root / name, tmp_path)
+    for name in ("stall4", "size4", "ok2"):
+        doc = _cli_json(dumps_root / name, tmp_path, 0 if name == "ok2" else 1)
         jsonschema.Draft202012Validator(schema).validate(doc)
+    doc = _cli_json(dumps_root / "stall4", tmp_path)
     doc["hang"]["kind"] = "frozen"
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
 
