@@ -79,3 +79,15 @@ def test_the_stalled_ranks_own_error_stays_root():
     # a generic exception counts only when printed by the named rank alone
     assert _stall_report(_finding("PY001", "other", [1])).root.rule == "PY001"
     assert _stall_report(_finding("PY001", "other", [0, 1, 2, 3])).root.rule == "FR001"
+
+
+def test_a_rank_whose_buffer_dropped_the_collective_is_not_called_stalled():
+    # rank 1's ring buffer holds only the newer sub-group entries, but its pg_status says it enqueued default #2
+    status = {"0": FrGroup(name="0", desc="default_pg", ranks=[0, 1], last_enqueued=2, last_completed=2)}
+    dumps = [_dump(0, [_e(1), _e(2)], status), _dump(1, [_e(s, "5", "dp") for s in (1, 2, 3)], status)]
+    dumps[0].entries += [_e(s, "5", "dp") for s in (1, 2, 3)]
+    assert analyse_dumps(dumps).kind == "none"
+    status1 = {"0": FrGroup(name="0", desc="default_pg", ranks=[0, 1], last_enqueued=1, last_completed=1)}
+    dumps[1].groups = status1  # now it says it stopped at #1: stalled
+    hang = analyse_dumps(dumps)
+    assert hang.kind == "stalled" and [c.rank for c in hang.culprits] == [1] and hang.seq == 2

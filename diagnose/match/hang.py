@@ -58,6 +58,7 @@ class _Group:
     members: list[int]
     seqs: dict[int, dict[int, FrEntry]] = field(default_factory=dict)  # rank -> seq -> entry (dumped ranks)
     completed_upto: dict[int, int] = field(default_factory=dict)  # rank -> pg_status last completed
+    enqueued_upto: dict[int, int] = field(default_factory=dict)  # rank -> pg_status last enqueued
 
 
 @dataclass
@@ -138,6 +139,8 @@ def _groups(by_rank: dict[int, FrDump], world_size: int | None) -> dict[str, _Gr
         for name, status in dump.groups.items():
             if name in groups and status.last_completed is not None:
                 groups[name].completed_upto[rank] = status.last_completed
+            if name in groups and status.last_enqueued is not None:
+                groups[name].enqueued_upto[rank] = status.last_enqueued
     widest: set[int] = set()
     for d in by_rank.values():
         for grp in d.groups.values():
@@ -178,7 +181,9 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
     if not lows:
         return None
     start = max(lows)  # the oldest collective every rank's ring buffer still holds
-    last = {r: max(s) if s else -1 for r, s in seqs.items()}
+    # the last collective each rank enqueued: its buffer's, or pg_status's when the ring buffer has already
+    # dropped it (a rank busy in other groups): such a rank is not behind
+    last = {r: max(max(s) if s else -1, g.enqueued_upto.get(r, -1)) for r, s in seqs.items()}
     for seq in sorted({n for s in seqs.values() for n in s if n >= start}):
         here = {r: s[seq] for r, s in seqs.items() if seq in s}
         behind = [r for r in present if r not in here and last[r] < seq]
@@ -196,7 +201,7 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
         culprits += [_rank(r, "size_mismatch", seqs[r], seq) for r in size_odd]
         culprits += [HangRank(rank=r, role="no_dump") for r in missing]
         return _Divergence(g, kind, seq, op, sizes, sorted(same), culprits, missing, start)
-    top = max(last.values())
+    top = max(max(s) for s in seqs.values() if s)
     at_top = {r: seqs[r][top] for r in present if top in seqs[r]}
     op = _majority([e.op for _, e in sorted(at_top.items())])
     sizes = _majority_sizes({r: e for r, e in at_top.items() if e.op == op})
