@@ -51,17 +51,33 @@ def dumps_root(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def torchrun_job(tmp_path_factory) -> Path:
+    """The issue's case: a 4-rank job under torchrun (its rendezvous, its --log-dir), rank 1 never enters the
+    all-reduce the others wait in; the job's own output is job.log, the dumps land beside it."""
+    root = tmp_path_factory.mktemp("torchrun")
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1"}
+    with open(root / "job.log", "wb") as log:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                               "--log-dir", str(root / "logs"), "--redirects", "3", str(MAKE), "--torchrun",
+                               str(root), "stall", "pickle", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=240, check=False)
+    assert proc.returncode == 1  # torchrun reports the ranks that failed (the ones that timed out)
+    assert len(list(root.glob("nccl_trace_rank_*"))) == 4
+    return root
+
+
 def _analyze(path) -> tuple:
     report = analyze([str(path)], AnalyzeOptions(replay=False))
     return report, report.hang
 
 
-def _cli_json(path, tmp_path) -> dict:
+def _cli_json(path, tmp_path, exit_code: int = 1) -> dict:
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "--format", "json", "-o", str(out), str(path)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "DIAGNOSE_SKIP_SLURM": "1"},
                           check=False)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == exit_code, proc.stderr
     return json.loads(out.read_text())
 
 
@@ -86,6 +102,16 @@ def test_stalled_rank_is_named_alone_with_its_last_collective_and_frame(dumps_ro
     stalled_column = hang.grid[-1]
     assert stalled_column.seq == 4 and {c.rank: c.state for c in stalled_column.cells} == {
         0: "waiting", 1: "absent", 2: "waiting", 3: "waiting"}
+
+
+def test_torchrun_job_with_dumps_names_the_stalled_rank_the_logs_alone_do_not(torchrun_job):
+    logs_only = analyze([str(torchrun_job / "job.log"), str(torchrun_job / "logs")], AnalyzeOptions(replay=False))
+    assert logs_only.hang is None and not logs_only.root.rule.startswith("FR")
+    report, hang = _analyze(torchrun_job)
+    assert hang.kind == "stalled" and [c.rank for c in hang.culprits] == [1] and hang.waiting_ranks == [0, 2, 3]
+    assert report.root.rule == "FR001" and report.root.ranks == [1]
+    assert hang.culprits[0].frame.endswith("in train_step")
+    assert any("attempt_0" in e.path and "timed out" in e.text for e in report.root.evidence)
 
 
 @pytest.mark.parametrize("name", ["stall4j", "stall2", "stall16"])
@@ -159,9 +185,10 @@ def test_text_and_markdown_show_the_hang_and_its_grid(dumps_root):
 def test_json_report_with_a_hang_validates_against_the_schema(dumps_root, tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((HERE.parent / "schemas" / "report-1.schema.json").read_text())
-    for name in ("stall4", "size4"):
-        doc = _cli_json(dumps_root / name, tmp_path)
+    for name in ("stall4", "size4", "ok2"):
+        doc = _cli_json(dumps_root / name, tmp_path, 0 if name == "ok2" else 1)
         jsonschema.Draft202012Validator(schema).validate(doc)
+    doc = _cli_json(dumps_root / "stall4", tmp_path)
     doc["hang"]["kind"] = "frozen"
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
 

@@ -124,6 +124,7 @@ def test_size_and_counts_are_bounded(tmp_path):
     path.write_bytes(many)
     dump = read_dump(DumpFile(str(path), 1, "pickle"))
     assert len(dump.entries) == MAX_ENTRIES and dump.dropped_entries == 1_000_000 - MAX_ENTRIES
+    assert dump.entries[-1].frames and not dump.entries[0].frames  # stacks kept for the newest entries only
     # a self-referencing list and absurd numbers: read, never looped over or formatted
     loop: list = []
     loop.append(loop)
@@ -184,7 +185,7 @@ def test_a_folder_of_dumps_only_is_analysed_without_logs(tmp_path):
 
 
 def test_older_formats_are_read(tmp_path):
-    """1.x named the sequence ``seq_id`` and had no pg_config / pg_status; 2.3-2.7 said ``nccl_version``."""
+    """1.x named the sequence ``seq_id`` (1.4: pg_config as pg_id -> ranks); 2.3-2.7 said ``nccl_version``."""
     old = {"version": "1.5", "entries": [{"record_id": i, "pg_id": 0, "seq_id": i, "profiling_name": "nccl:all_reduce",
                                           "input_sizes": [[4]], "output_sizes": [[4]], "state": "scheduled",
                                           "frames": []} for i in (1, 2)]}
@@ -192,9 +193,42 @@ def test_older_formats_are_read(tmp_path):
     path.write_bytes(pickle.dumps(old, protocol=2))
     dump = read_dump(DumpFile(str(path), 0, "pickle"))
     assert [(e.group, e.seq, e.op) for e in dump.entries] == [("0", 1, "nccl:all_reduce"), ("0", 2, "nccl:all_reduce")]
+    old["version"], old["pg_config"] = "1.4", {0: [0, 1, 2, 3]}  # 1.4: ranks per pg_id, a list
+    path.write_bytes(pickle.dumps(old, protocol=2))
+    assert read_dump(DumpFile(str(path), 0, "pickle")).groups["0"].ranks == [0, 1, 2, 3]
     mid = _dump([_entry(1)])
     mid["nccl_version"] = mid.pop("comm_lib_version")
     mid["version"] = "2.4"
     path.write_bytes(pickle.dumps(mid, protocol=2))
     assert read_dump(DumpFile(str(path), 0, "pickle")).comm_lib_version == "2.21.5"
     assert read_dumps([DumpFile(str(path), 0, "pickle")])[1] == []
+
+
+def test_huge_lengths_deep_nesting_and_fifos_are_one_line_errors(tmp_path):
+    import os
+    import struct
+
+    cases = {
+        "nccl_trace_rank_0": b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b"abc",  # BINBYTES8 of a terabyte
+        "nccl_trace_rank_1": b"\x80\x02\x8b" + struct.pack("<i", 2**31 - 1) + b"abc",  # LONG4 of 2 GiB
+        "nccl_trace_rank_2.json": b'{"entries":' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        fmt = "json" if name.endswith(".json") else "pickle"
+        with pytest.raises(DumpError) as err:
+            read_dump(DumpFile(str(tmp_path / name), 0, fmt))
+        assert "\n" not in str(err.value) and name in str(err.value)
+    fifo = tmp_path / "nccl_trace_rank_3"
+    os.mkfifo(fifo)
+    with pytest.raises(DumpError, match="not a regular file"):
+        read_dump(DumpFile(str(fifo), 3, "pickle"))  # would block forever if opened for a plain read
+    # the FIFO is never opened; pickles without the recorder's keys in their first bytes are not taken for dumps
+    assert [d.rank for d in find_dumps([str(tmp_path)]).dumps] == [2]
+
+
+def test_a_json_log_named_like_a_dump_stays_a_log(tmp_path):
+    log = tmp_path / "worker_3"
+    log.write_text('{"level": "error", "version": "1", "msg": "CUDA out of memory"}\n')
+    found = find_dumps([str(log)])
+    assert not found.dumps and found.log_inputs == [str(log)]

@@ -58,6 +58,7 @@ class _Group:
     members: list[int]
     seqs: dict[int, dict[int, FrEntry]] = field(default_factory=dict)  # rank -> seq -> entry (dumped ranks)
     completed_upto: dict[int, int] = field(default_factory=dict)  # rank -> pg_status last completed
+    enqueued_upto: dict[int, int] = field(default_factory=dict)  # rank -> pg_status last enqueued
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _Divergence:
     waiting: list[int] = field(default_factory=list)
     culprits: list[HangRank] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
+    start: int = 0  # the oldest sequence number every dumped member still holds
 
 
 _KIND_ORDER = {"stalled": 0, "desync": 1, "size_mismatch": 2, "dead_rank": 3, "not_completed": 4}
@@ -137,7 +139,13 @@ def _groups(by_rank: dict[int, FrDump], world_size: int | None) -> dict[str, _Gr
         for name, status in dump.groups.items():
             if name in groups and status.last_completed is not None:
                 groups[name].completed_upto[rank] = status.last_completed
-    widest = set(max((grp.ranks or [] for d in by_rank.values() for grp in d.groups.values()), key=len, default=[]))
+            if name in groups and status.last_enqueued is not None:
+                groups[name].enqueued_upto[rank] = status.last_enqueued
+    widest: set[int] = set()
+    for d in by_rank.values():
+        for grp in d.groups.values():
+            if grp.ranks and len(grp.ranks) > len(widest):
+                widest = set(grp.ranks)
     # global ranks are 0..world-1: the default group holds every rank up to the highest one that dumped
     widest.update(range(max(by_rank) + 1))
     if world_size and 0 < world_size <= MAX_WORLD:
@@ -173,7 +181,9 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
     if not lows:
         return None
     start = max(lows)  # the oldest collective every rank's ring buffer still holds
-    last = {r: max(s) if s else -1 for r, s in seqs.items()}
+    # the last collective each rank enqueued: its buffer's, or pg_status's when the ring buffer has already
+    # dropped it (a rank busy in other groups): such a rank is not behind
+    last = {r: max(max(s) if s else -1, g.enqueued_upto.get(r, -1)) for r, s in seqs.items()}
     for seq in sorted({n for s in seqs.values() for n in s if n >= start}):
         here = {r: s[seq] for r, s in seqs.items() if seq in s}
         behind = [r for r in present if r not in here and last[r] < seq]
@@ -190,16 +200,16 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
         culprits += [_rank(r, "desync", seqs[r], seq) for r in other_op]
         culprits += [_rank(r, "size_mismatch", seqs[r], seq) for r in size_odd]
         culprits += [HangRank(rank=r, role="no_dump") for r in missing]
-        return _Divergence(g, kind, seq, op, sizes, sorted(same), culprits, missing)
-    top = max(last.values())
+        return _Divergence(g, kind, seq, op, sizes, sorted(same), culprits, missing, start)
+    top = max(max(s) for s in seqs.values() if s)
     at_top = {r: seqs[r][top] for r in present if top in seqs[r]}
     op = _majority([e.op for _, e in sorted(at_top.items())])
     sizes = _majority_sizes({r: e for r, e in at_top.items() if e.op == op})
     if missing:
         return _Divergence(g, "dead_rank", top, op, sizes, sorted(at_top),
-                           [HangRank(rank=r, role="no_dump") for r in missing], missing)
+                           [HangRank(rank=r, role="no_dump") for r in missing], missing, start)
     if at_top and not any(_done(g, r, e) for r, e in at_top.items()):
-        return _Divergence(g, "not_completed", top, op, sizes, sorted(at_top), [], [])
+        return _Divergence(g, "not_completed", top, op, sizes, sorted(at_top), [], [], start)
     return None
 
 
@@ -291,7 +301,7 @@ def _sentence(d: _Divergence) -> str:
 
 def _grid(d: _Divergence, by_rank: dict[int, FrDump]) -> list[HangColumn]:
     g = d.group
-    all_seqs = sorted({n for s in g.seqs.values() for n in s})
+    all_seqs = sorted({n for s in g.seqs.values() for n in s if n >= d.start})
     if d.seq in all_seqs:
         i = all_seqs.index(d.seq)
         window = all_seqs[max(0, i - (MAX_GRID_COLUMNS - 2)): i + 2]

@@ -48,7 +48,10 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
     w = where(f)
     if w:
         meta.append(md_inline(w))
-    meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    if f.facts.get("source") == "flight_recorder":
+        meta.append("from the flight-recorder dumps")
+    else:
+        meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
     out += [" · ".join(meta), ""]
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
@@ -57,7 +60,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
     if skew and skew.split("; ")[0].lower() not in f.explanation.lower():
         out += [f"**{md_inline(skew[0].upper() + skew[1:])}**", ""]
     if f.evidence:
-        body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
+        body = "\n".join(f"{inert(e.path)}{f':{e.line}' if e.line > 0 else ''}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
     facts = shown_facts(f.facts, ranks_known=bool(f.ranks))
     if facts:

@@ -211,7 +211,10 @@ def _finding_meta(f: Finding) -> Text:
     w = where(f)
     if w:
         bits.append(w)
-    bits.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    if f.facts.get("source") == "flight_recorder":
+        bits.append("from the flight-recorder dumps")
+    else:
+        bits.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
     return Text(" · ".join(inert(b) for b in bits), style="dim")
 
 
@@ -257,7 +260,10 @@ def _evidence(f: Finding) -> list[Any]:
         heading.append("  " + inert(f.evidence[0].path), style="dim")
     grid = _grid()
     for e in f.evidence:
-        where_text = f"line {e.line}" if one_path else f"{inert(e.path)}:{e.line}"
+        if e.line > 0:
+            where_text = f"line {e.line}" if one_path else f"{inert(e.path)}:{e.line}"
+        else:  # not a line of a file (a flight-recorder dump, a Slurm record): the file alone
+            where_text = "" if one_path else inert(e.path)
         grid.add_row(Text(where_text, style="cyan"), log_text(e.text, limit=400))
     return [heading, _RStripped(Padding(grid, (0, 0, 0, 4), expand=False))]
 

@@ -27,6 +27,10 @@ SNIFF_BYTES = 4096
 MAX_DUMP_FILES = 16384
 _RANKED_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d{1,7})(?P<ext>\.(?:json|pkl|pickle))?$", re.IGNORECASE)
 _KEYS = (b"entries", b"version", b"pg_config")
+# PyTorch's JSON dump is an object whose keys come sorted (nlohmann's map): it opens with one of these. A JSON log
+# line ({"level": ...}) does not, so a log named like a dump is still read as a log.
+_JSON_START = re.compile(rb'^\s*\{\s*"(?:comm_lib_version|entries|nccl_comm_state|nccl_version|pg_config|pg_status|'
+                         rb'version)"\s*:')
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +57,7 @@ def sniff(path: str) -> str | None:
         return None
     if len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and any(k in head for k in _KEYS):
         return "pickle"
-    stripped = head.lstrip()
-    if stripped[:1] == b"{" and any(b'"' + k + b'"' in head for k in _KEYS):
+    if _JSON_START.match(head):
         return "json"
     return None
 
@@ -111,8 +114,9 @@ def _by_prefix(prefix: str) -> list[DumpFile]:
         return []
     out = []
     for name in names:
-        rest = name[len(start):] if name.startswith(start) else None
-        if rest and _RANKED_NAME.match(rest) and _RANKED_NAME.match(rest).group("prefix") == "":
+        rest = name[len(start):] if name.startswith(start) else ""
+        m = _RANKED_NAME.match(rest)
+        if m is not None and m.group("prefix") == "":
             dump = _candidate(os.path.join(folder, name), rest)
             if dump is not None:
                 out.append(dump)

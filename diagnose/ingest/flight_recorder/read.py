@@ -2,7 +2,8 @@
 
 Formats PyTorch has written (``version`` key, ``FlightRecorder.hpp`` / ``NCCLUtils.hpp``):
 
-* 1.x (torch 2.2): entries keyed ``seq_id`` (no separate p2p counter), no ``pg_config`` / ``pg_status``;
+* 1.x (torch 2.2-2.3): entries keyed ``pg_id`` and ``seq_id`` (no ``process_group``, no p2p counter); 1.1 has no
+  ``record_id`` / ``op_id`` / ``pg_config``; 1.4 adds them, ``pg_config`` as ``{pg_id: [ranks]}``;
 * 2.0-2.2: ``collective_seq_id`` / ``p2p_seq_id`` / ``op_id``, ``process_group`` (name, desc), ``pg_config``;
 * 2.3-2.7: ``pg_status`` (last enqueued / started / completed per group), ``is_p2p``, dtypes, ``timeout_ms``,
   thread id and name, ``nccl_version``;
@@ -20,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import sys
 from typing import Any
 
 from diagnose.ingest.errors import shown
@@ -29,8 +32,11 @@ from diagnose.model import FrDump, FrEntry, FrFrame, FrGroup
 
 MAX_DUMP_BYTES = 64 << 20  # 2000 entries with 30-frame stacks are ~3 MiB; a larger file is not a dump
 MAX_TOTAL_BYTES = 1 << 30
-MAX_ENTRIES = 20000  # TORCH_FR_BUFFER_SIZE entries per rank; more are dropped (counted)
+MAX_ENTRIES = 20000  # TORCH_FR_BUFFER_SIZE entries per rank; the oldest beyond this are dropped (counted)
 MAX_FRAMES = 64
+# Stacks are kept for each rank's last entries only: the analysis names where a rank was at the divergence, which is
+# at the end of the buffer (every earlier collective matched); older stacks would cost most of the memory and time.
+FRAMES_KEPT = 256
 MAX_SHAPES = 64  # tensors per collective argument list
 MAX_DIMS = 16
 MAX_STR = 512
@@ -69,7 +75,11 @@ def read_dumps(files: list[DumpFile]) -> tuple[list[FrDump], list[str]]:
 def read_dump(f: DumpFile) -> FrDump:
     where = shown(f.path)
     try:
-        with open(f.path, "rb") as fh:
+        # non-blocking open and a regular-file check: a dump swapped for a FIFO after discovery cannot block us
+        fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise DumpError(f"{where}: not a regular file, not read")
             data = fh.read(MAX_DUMP_BYTES + 1)
     except OSError as e:
         raise DumpError(f"{where}: flight-recorder dump unreadable ({e.strerror or e})") from None
@@ -125,6 +135,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int and -MAX_INT <= value <= MAX_INT:  # the common case, first
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -183,7 +195,7 @@ def _pg(entry: dict) -> tuple[str, str]:
     return (str(pg_id) if pg_id is not None else "?"), ""
 
 
-def _entry(e: Any) -> FrEntry | None:
+def _entry(e: Any, with_frames: bool = True) -> FrEntry | None:
     if not isinstance(e, dict):
         return None
     seq = _int(e.get("collective_seq_id"))
@@ -192,10 +204,11 @@ def _entry(e: Any) -> FrEntry | None:
     if seq is None:
         return None
     group, desc = _pg(e)
-    state = _str(e.get("state")) or "scheduled"
+    group, desc = sys.intern(group), sys.intern(desc)  # the same few words in every entry of every rank
+    state = sys.intern(_str(e.get("state")) or "scheduled")
     p2p_seq = _int(e.get("p2p_seq_id")) or 0
     is_p2p = e.get("is_p2p") if isinstance(e.get("is_p2p"), bool) else False
-    op = _str(e.get("profiling_name"))
+    op = sys.intern(_str(e.get("profiling_name")))
     done_ns = _int(e.get("time_discovered_completed_ns"))
     return FrEntry(
         record_id=_int(e.get("record_id")) or 0,
@@ -212,7 +225,7 @@ def _entry(e: Any) -> FrEntry | None:
         state=state,
         completed=state == "completed" or bool(done_ns),
         timeout_ms=_int(e.get("timeout_ms")),
-        frames=_frames(e.get("frames")),
+        frames=_frames(e.get("frames")) if with_frames else [],
     )
 
 
@@ -232,7 +245,9 @@ def _groups(raw: dict) -> dict[str, FrGroup]:
     config = raw.get("pg_config")
     if isinstance(config, dict):
         for key, value in list(config.items())[:MAX_GROUPS]:
-            if isinstance(value, dict):
+            if isinstance(value, (list, tuple)) and isinstance(key, int):  # format 1.4: {pg_id: [ranks]}
+                groups[str(key)] = FrGroup(name=str(key), desc="", ranks=_ranks(value))
+            elif isinstance(value, dict):
                 name = _str(value.get("name")) or _str(key)
                 groups[_str(key)] = FrGroup(name=name, desc=_str(value.get("desc")), ranks=_ranks(value.get("ranks")))
     status = raw.get("pg_status")
@@ -251,8 +266,10 @@ def normalise(raw: dict, path: str, rank: int, fmt: str) -> FrDump:
     items = raw.get("entries") or []
     entries: list[FrEntry] = []
     dropped = max(0, len(items) - MAX_ENTRIES)
-    for e in items[:MAX_ENTRIES]:
-        entry = _entry(e)
+    items = items[-MAX_ENTRIES:]  # a ring buffer: the newest entries are the ones that matter
+    frames_from = len(items) - FRAMES_KEPT
+    for i, e in enumerate(items):
+        entry = _entry(e, with_frames=i >= frames_from)
         if entry is None:
             dropped += 1
         else:

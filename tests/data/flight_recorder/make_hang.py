@@ -11,6 +11,9 @@ the default group and on a second group, then:
 * ``dead``: BAD_RANK exits before the all_reduce and leaves no dump;
 * ``ok``: nobody misbehaves.
 
+``torchrun --nproc-per-node N make_hang.py --torchrun OUTDIR SCENARIO FORMAT BAD_RANK`` runs one scenario the way a
+job does (torchrun's rendezvous, its ``--log-dir`` for the ranks' output).
+
 Every rank that is alive dumps its recorder the way ProcessGroupNCCL does on a timeout: ``_dump_fr_trace`` (pickle)
 or ``_dump_fr_trace_json`` to ``OUTDIR/nccl_trace_rank_<rank>`` (``.json`` added for JSON), and writes its
 stderr (with the traceback of the timeout) to ``OUTDIR/rank<rank>.log``. Needs ``TORCH_FR_BUFFER_SIZE`` set.
@@ -61,13 +64,16 @@ def dump(out: str, rank: int, fmt: str) -> None:
     os.replace(tmp, os.path.join(out, name))
 
 
-def rank_main(scenario: str, rank: int, world: int, out: str, fmt: str, bad: int) -> int:
-    log = os.open(os.path.join(out, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 2)
-    os.dup2(log, 1)
-    store = dist.FileStore(os.path.join(out, ".store"), world)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+def rank_main(scenario: str, rank: int, world: int, out: str, fmt: str, bad: int, torchrun: bool = False) -> int:
+    if torchrun:  # torchrun's rendezvous store; its --log-dir / --redirects keep each rank's output
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    else:
+        log = os.open(os.path.join(out, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 2)
+        os.dup2(log, 1)
+        store = dist.FileStore(os.path.join(out, ".store"), world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
     group = dist.new_group(list(range(world)))
     x = torch.ones(64)
     for _ in range(3):
@@ -89,6 +95,8 @@ def rank_main(scenario: str, rank: int, world: int, out: str, fmt: str, bad: int
         dump(out, rank, fmt)
         traceback.print_exc()
         sys.stderr.flush()
+        if torchrun:
+            time.sleep(1.5)  # torchrun stops every rank once one fails: let the stalled one dump first, as NCCL's do
         return 1
     dump(out, rank, fmt)
     if scenario == "ok":
@@ -97,6 +105,9 @@ def rank_main(scenario: str, rank: int, world: int, out: str, fmt: str, bad: int
 
 
 def main() -> int:
+    if sys.argv[1] == "--torchrun":  # one rank under torchrun: --torchrun OUTDIR SCENARIO FORMAT BAD_RANK
+        out, scenario, fmt, bad = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+        return rank_main(scenario, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), out, fmt, bad, True)
     root = sys.argv[1]
     runs = []
     for spec in sys.argv[2:]:
