@@ -153,3 +153,16 @@ def test_stale_override_errors_are_recognised(line, code):
 def test_assumed_release_wording():
     assert assumed_release("0.4.2") == "Megatron-Bridge <= 0.4.x (release 0.4.2)"
     assert "megatron-core" in assumed_release(None, "megatron-lm")
+
+
+def test_analyze_of_the_refused_override_proves_the_migration(capsys):
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parent.parent / "sample_logs" / "bridge07_dist_use_megatron_fsdp_override.log"
+    assert main(["analyze", str(log), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"][report["root_cause"]]["rule"] == "MB151"
+    section = report["replay"]
+    assert section["reproduced"] is True and section["implied"] is True and section["proven"] is True
+    assert section["render"]["cli"] == "ddp.use_megatron_fsdp=true '~dist.use_megatron_fsdp'"
+    assert all(e["value"] is None for e in section.get("extended", []))  # a deletion is null in JSON
