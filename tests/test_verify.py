@@ -204,6 +204,14 @@ def test_analyze_adds_the_verify_section_only_without_failure(tmp_path, capsys):
     assert "VERIFY (Megatron FSDP run)" in text and "[PASS]" in text
 
 
+def test_markdown_report_has_the_verify_section(tmp_path, capsys):
+    path = tmp_path / "ok.log"
+    path.write_text(fsdp_run())
+    assert main(["analyze", str(path), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "### Verify (Megatron FSDP run)" in out and "**all checks hold**" in out
+
+
 def test_verify_text_makes_log_text_inert(tmp_path, capsys):
     text = fsdp_run(losses=("NAN", "NAN")).replace("lm loss: NAN |", "lm loss: NAN | \x1b]0;pwned\x07 [bold]x[/bold] |")
     path = tmp_path / "evil.log"
