@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -153,3 +154,45 @@ def test_stale_override_errors_are_recognised(line, code):
 def test_assumed_release_wording():
     assert assumed_release("0.4.2") == "Megatron-Bridge <= 0.4.x (release 0.4.2)"
     assert "megatron-core" in assumed_release(None, "megatron-lm")
+
+
+def test_analyze_of_the_refused_override_proves_the_migration(capsys):
+
+    log = Path(__file__).resolve().parent.parent / "sample_logs" / "bridge07_dist_use_megatron_fsdp_override.log"
+    assert main(["analyze", str(log), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"][report["root_cause"]]["rule"] == "MB151"
+    section = report["replay"]
+    assert section["reproduced"] is True and section["implied"] is True and section["proven"] is True
+    assert section["render"]["cli"] == "ddp.use_megatron_fsdp=true '~dist.use_megatron_fsdp'"
+    assert all(e["value"] is None for e in section.get("extended", []))  # a deletion is null in JSON
+
+
+WHEELS = Path(__file__).resolve().parent.parent / ".whl" / "new"
+
+
+@pytest.mark.skipif(not any(WHEELS.glob("megatron_bridge-0.6.*.whl")) or not any(WHEELS.glob("megatron_core-*.whl")),
+                    reason="the released wheels are not carried (.whl/new: sample_logs/reproduce/README.md)")
+def test_the_mirror_agrees_with_the_released_0_6_source():
+    """Read (not import: they need Python 3.12 and torch) the released Megatron-Bridge 0.6.x and megatron-core wheels:
+    0.6 still has dist.use_megatron_fsdp and reads it in validate(); a YAML key the dataclass lacks is skipped with
+    the warning the stale-field check prints."""
+    import ast
+    import zipfile
+
+    from diagnose.explain.validate.checks_fsdp import MSG_BOTH_FSDP_NEW, MSG_STALE_SKIPPED
+
+    bridge = zipfile.ZipFile(next(WHEELS.glob("megatron_bridge-0.6.*.whl")))
+    core = zipfile.ZipFile(next(WHEELS.glob("megatron_core-*.whl")))
+    common = ast.parse(core.read("megatron/training/config/common_config.py"))
+    cls = next(n for n in ast.walk(common) if isinstance(n, ast.ClassDef) and n.name == "DistributedInitConfig")
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert "use_megatron_fsdp" in fields and "use_torch_fsdp2" in fields
+    assert field_exists("dist.use_megatron_fsdp", "0.6.2") is True
+    config = bridge.read("megatron/bridge/training/config.py").decode()
+    assert "class DistributedInitConfig(MTrainDistributedInitConfig)" in config
+    assert "if self.dist.use_megatron_fsdp or self.ddp.use_megatron_fsdp:" in config
+    assert MSG_BOTH_FSDP_NEW in config
+    utils = bridge.read("megatron/bridge/training/utils/omegaconf_utils.py").decode()
+    template = MSG_STALE_SKIPPED.replace("{leaf}", "{key}").replace("{owner}", "{type(config_obj).__name__}")
+    assert template in utils.replace('"\n                f"', "").replace("f\"", "")

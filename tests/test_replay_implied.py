@@ -30,6 +30,7 @@ MESSAGES = [
     ("0.6.2", "ValueError: Cannot use sequence parallelism without tensor parallelism"),
     ("0.6.2", "ValueError: CPU offloading can be done only for layers less than 4"),
     ("0.6.2", "AssertionError: DDP.fsdp_manual_registration requires DDP.nccl_ub!"),
+    ("0.7.0", "Could not override 'dist.use_megatron_fsdp'."),  # Hydra's refusal of the moved field (MB151)
     ("mlm", "AssertionError: Using tensor model parallelism or context parallelism require setting the environment "
             "variable CUDA_DEVICE_MAX_CONNECTIONS to 1"),
 ]

@@ -204,6 +204,14 @@ def test_analyze_adds_the_verify_section_only_without_failure(tmp_path, capsys):
     assert "VERIFY (Megatron FSDP run)" in text and "[PASS]" in text
 
 
+def test_markdown_report_has_the_verify_section(tmp_path, capsys):
+    path = tmp_path / "ok.log"
+    path.write_text(fsdp_run())
+    assert main(["analyze", str(path), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "### Verify (Megatron FSDP run)" in out and "**all checks hold**" in out
+
+
 def test_verify_text_makes_log_text_inert(tmp_path, capsys):
     text = fsdp_run(losses=("NAN", "NAN")).replace("lm loss: NAN |", "lm loss: NAN | \x1b]0;pwned\x07 [bold]x[/bold] |")
     path = tmp_path / "evil.log"
@@ -222,3 +230,24 @@ def test_verify_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_schema_command_prints_the_verify_schema(capsys):
     assert main(["schema", "verify"]) == 0
     assert json.loads(capsys.readouterr().out)["$id"] == "urn:diagnose:schema:verify-1"
+
+
+def test_fallback_settings_warn_under_fsdp(tmp_path):
+    text = fsdp_run().replace("keep_fp8_transpose_cache=False", "keep_fp8_transpose_cache=True").replace(
+        "average_in_collective=False", "average_in_collective=True")
+    payload = _verify(tmp_path, text)
+    v = _verdicts(payload)
+    assert v["keep_fp8_transpose_cache"] == "warn" and v["average_in_collective"] == "warn"
+    assert payload["verify"]["passes"] is True  # fallbacks cost speed or memory; the run still holds
+    assert _verify(tmp_path, text, strict=True)["verify"]["passes"] is False
+
+
+def test_fsdp_with_tensor_parallel_on_hopper_warns_about_cuda_device_max_connections(tmp_path):
+    text = fsdp_run().replace("[model] Non-default values (vs Mcore TransformerConfig):\n",
+                              "[model] Non-default values (vs Mcore TransformerConfig):\n"
+                              "  tensor_model_parallel_size: 2  (Mcore default: 1)\n", 1)
+    payload = _verify(tmp_path, text)
+    check = next(c for c in payload["verify"]["checks"] if c["name"] == "cuda_device_max_connections")
+    assert check["verdict"] == "warn" and "TP=2" in check["detail"]
+    blackwell = "NVIDIA B200 detected\n" + text
+    assert _verdicts(_verify(tmp_path, blackwell, name="b200.log"))["cuda_device_max_connections"] == "pass"

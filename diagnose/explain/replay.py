@@ -84,7 +84,7 @@ class ReplayResult:
         if self.fit is not None:
             out["fit"] = self.fit.to_dict()
         if self.added:
-            out["extended"] = [{"key": o.key, "value": o.value} for o in self.added]
+            out["extended"] = [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.added]
         notes = [v.message for v in self.after.notes]
         if notes:
             out["notes"] = notes

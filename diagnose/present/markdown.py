@@ -110,6 +110,24 @@ def _hang(report: Report) -> list[str]:
     return [*out, ""]
 
 
+def _verify(section: dict[str, Any] | None) -> list[str]:
+    """The verify section (a run without failure): one bullet per check with its verdict and first evidence line."""
+    if not section:
+        return []
+    verdict = "all checks hold" if section.get("passes") else "does not hold: " + ", ".join(
+        inert(str(n)) for n in section.get("failed") or []) if section.get("failed") else "not proven"
+    out = ["### Verify (Megatron FSDP run)", "", f"**{md_inline(verdict)}**", ""]
+    for c in section.get("checks") or []:
+        line = f"- **{inert(str(c.get('verdict')).upper())}** {md_inline(str(c.get('title')))}: " \
+               f"{md_inline(str(c.get('detail')))}"
+        ev = (c.get("evidence") or [])[:1]
+        if ev:
+            line += f" (line {ev[0].get('line')})"
+        out.append(line)
+    out.append("")
+    return out
+
+
 def render_markdown(report: Report) -> str:
     out: list[str] = []
     root = report.root
@@ -144,6 +162,7 @@ def render_markdown(report: Report) -> str:
         out += _hang(report)
     for name in ("config", "replay", "memory", "slurm"):
         out += _section(name.capitalize(), getattr(report, name))
+    out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]
         out += [f"- {md_inline(w)}" for w in report.warnings]

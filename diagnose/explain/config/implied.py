@@ -61,6 +61,10 @@ RULES: list[Rule] = [
                 "model.cpu_offloading_num_layers": int(m[1])}),
     (re.compile(r"DDP\.fsdp_manual_registration requires DDP\.nccl_ub!"),
      _const({"ddp.use_megatron_fsdp": True, "ddp.fsdp_manual_registration": True, "ddp.nccl_ub": False})),
+    # Megatron-Bridge >= 0.7 refusing (or skipping) the moved field: the job set dist.use_megatron_fsdp
+    (re.compile(r"Could not override 'dist\.use_megatron_fsdp'|"
+                r"DistributedInitConfig\.__init__\(\) got an unexpected keyword argument 'use_megatron_fsdp'|"
+                r"Key 'use_megatron_fsdp' in overrides not found in config object DistributedInitConfig"), _const({"dist.use_megatron_fsdp": True})),
 ]
 
 
@@ -74,6 +78,9 @@ STATED_CHECKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Megatron-FSDP requires the `?fsdp_dtensor`? checkpointing format|"
                 r"Megatron FSDP only supports fsdp_dtensor checkpoint format"), "fsdp_requires_fsdp_dtensor"),
     (re.compile(r"fsdp_dtensor checkpoint format only supports Megatron FSDP"), "fsdp_dtensor_only_megatron_fsdp"),
+    (re.compile(r"Could not override 'dist\.use_megatron_fsdp'|"
+                r"DistributedInitConfig\.__init__\(\) got an unexpected keyword argument 'use_megatron_fsdp'|"
+                r"Key 'use_megatron_fsdp' in overrides not found in config object DistributedInitConfig"), "stale_moved_field"),
     (re.compile(r"FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset|"
                 r"FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one"),
      "fsdp_cuda_device_max_connections"),

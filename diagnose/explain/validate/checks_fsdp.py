@@ -353,12 +353,13 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
         if not ctx.view.has(key):
             continue
         origin = ctx.view.origin(key) or ""
-        if origin == "default" or origin.startswith("implied:"):
+        if origin == "default":
             continue
         value = ctx.get(key)
         if origin != "override" and not ctx.flag(key):
             continue  # a skipped False changes nothing
-        exists = field_exists(key, ctx.version_text)
+        # an error message that refuses the field (implied:...) proves the job's release lacks it
+        exists = False if origin.startswith("implied:") else field_exists(key, ctx.version_text)
         if exists is True:
             continue
         fix = [ov(move.moved_to, value), Override(key=key, value=_delete())]
@@ -367,7 +368,7 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
                 key=key, label=FAMILY_LABELS["latest"], moved_to=move.moved_to), [key, move.moved_to],
                 fixes=[fix], kind="note")
             continue
-        if origin == "override":
+        if origin == "override" or origin.startswith("implied:"):  # implied: from the refusal (rule MB151)
             msg = MSG_STALE_OVERRIDE.format(key=key)
         else:
             msg = MSG_STALE_SKIPPED.format(leaf=key.rsplit(".", 1)[1], owner=move.owner)

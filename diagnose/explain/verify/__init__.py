@@ -45,7 +45,7 @@ class Check:
 @dataclass
 class VerifyResult:
     checks: list[Check] = field(default_factory=list)
-    wrapper: str | None = None  # "megatron_fsdp" | "ddp" | "torch_fsdp2" | None
+    wrapper: str | None = None  # "megatron_fsdp" | "ddp" | None (no wrapper line: Torch FSDP2 logs none)
     sharding_strategy: str | None = None
     dp_size: int | None = None
     last_iteration: int | None = None

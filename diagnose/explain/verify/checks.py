@@ -98,15 +98,12 @@ class Facts:
             kind = F.wrapper_kind(line.text)
             if kind:
                 kinds.append((kind, line))
-        fsdp2 = self.lines("verify.torch_fsdp2")
         setup = self.lines("verify.fsdp_setup")
         self.fsdp_setup_line = setup[0] if setup else None
         if kinds:
             self.wrapper, self.wrapper_line = kinds[0]
             self.mixed_wrappers = len({k for k, _ in kinds}) > 1
             self.wrapper_fields = F.repr_fields(self.wrapper_line.text)
-        elif fsdp2:
-            self.wrapper, self.wrapper_line = "torch_fsdp2", fsdp2[0]
         elif self.fsdp_setup_line is not None:
             self.wrapper, self.wrapper_line = "megatron_fsdp", self.fsdp_setup_line
         self.strategy = self.wrapper_fields.get("data_parallel_sharding_strategy") or (
@@ -222,8 +219,8 @@ def megatron_fsdp_active(f: Facts) -> Check:
         return Check("megatron_fsdp_active", title, "fail" if mixed else "pass",
                      f"the model was wrapped by Megatron FSDP (FullyShardedDataParallel){tail}{mixed}",
                      _ev(f.wrapper_line) + _ev(f.fsdp_setup_line))
-    if f.wrapper in ("ddp", "torch_fsdp2"):
-        built = "DistributedDataParallel" if f.wrapper == "ddp" else "TorchFullyShardedDataParallel (FSDP2)"
+    if f.wrapper == "ddp":
+        built = "DistributedDataParallel"
         if requested:
             return Check("megatron_fsdp_active", title, "fail",
                          f"FSDP was requested in the config ({why}) but the model was wrapped by {built}{tail}",

@@ -37,7 +37,6 @@ CAPTURES: list[CaptureSpec] = [
     # every wrap (one per model chunk and rank): DDP on one rank and FSDP on another is worth knowing
     CaptureSpec("verify.wrapper", WRAPPER_ANCHOR, keep="first_last"),
     *[CaptureSpec(f"verify.fsdp_setup.{i}", anchor) for i, anchor in enumerate(FSDP_SETUP_ANCHORS)],
-    CaptureSpec("verify.torch_fsdp2", "TorchFullyShardedDataParallel", regex=r"Setting up|wrapp", keep="first"),
     CaptureSpec("verify.iteration", ITERATION_ANCHOR, regex=r"iteration\s+\d+\s*/\s*\d+", keep="first_last"),
     *[CaptureSpec(f"verify.nonfinite.{i}", anchor, regex=r"iteration\s+\d+\s*/") for i, anchor in
       enumerate(NONFINITE_ANCHORS)],

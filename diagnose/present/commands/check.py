@@ -153,6 +153,8 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     console = Console(file=stream, force_terminal=force, no_color=(color == "never"), highlight=False, width=width)
     rep = out["replay"]
     violations = rep.get("violations", [])
+    if rep.get("assumed_release"):
+        console.print(Text("Validated as: " + inert(str(rep["assumed_release"])), style="dim"))
     if not violations:
         console.print(Text("Validation: passes", style="bold green"))
     else:
@@ -238,9 +240,16 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
 
 def _fix_text(overrides: list[dict[str, Any]]) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys."""
+    from diagnose.explain.config.overrides import parse_set
+    from diagnose.explain.config.releases import FIELD_MOVES
     from diagnose.explain.render import inline_fix
 
-    return inline_fix([Override(o["key"], o["value"]) for o in overrides])
+    def one(o: dict[str, Any]) -> Override:
+        if o["value"] is None and o["key"] in FIELD_MOVES:  # a field the release removed: the fix deletes it
+            return parse_set("~" + o["key"])
+        return Override(o["key"], o["value"])
+
+    return inline_fix([one(o) for o in overrides])
 
 
 def _prefetch_param_count(view: Any) -> None:
