@@ -71,7 +71,7 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
         cluster=env.get("SLURM_CLUSTER_NAME", ""), job_id=job.job_id, name=job.name, user=job.user, state=job.state,
         exit_code=job.exit.code, derived_exit_code=job.derived_exit.code, nodes=nodes,
         gpus=len(nodes) * gpus_per_node if nodes else None, elapsed_s=job.elapsed_s, start_ts=epoch(job.start),
-        end_ts=epoch(job.end) or time.time(), source=",".join(p for p, _ in job.analysis_inputs),
+        end_ts=epoch(job.end) or time.time(), source="\n".join(p for p, _ in job.analysis_inputs),
     )
     inputs = job.analysis_inputs
     record = build_record(report, facts, log_hosts(inputs[0][0]) if inputs else [],

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     gpu_hours     REAL,                     -- gpus x elapsed; NULL when Slurm did not say
     start_ts      REAL,
     end_ts        REAL,                     -- epoch seconds: Slurm's End, or the log file's mtime
-    source        TEXT NOT NULL DEFAULT '', -- the log path(s)
+    source        TEXT NOT NULL DEFAULT '', -- the log path(s), one a line
     via           TEXT NOT NULL,            -- scan | sacct | epilog (how the job was found)
     report        BLOB,                     -- zlib-compressed report@1 JSON
     scanned_at    REAL NOT NULL
