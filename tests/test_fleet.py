@@ -341,3 +341,29 @@ def test_epilog_environment_and_comment():
     # an epilog never fails (a failing per-node epilog drains the node)
     done = cli("epilog", "--store", "/nonexistent/dir/f.db")
     assert done.returncode == 0 and "diagnose fleet epilog:" in done.stderr
+
+
+def test_fleet_schema_is_valid_and_printed_by_the_schema_command(capsys):
+    from jsonschema import Draft202012Validator
+
+    from diagnose.present.cli import main
+
+    text = (REPO / "schemas" / "fleet-1.schema.json").read_text(encoding="utf-8")
+    Draft202012Validator.check_schema(json.loads(text))
+    assert main(["schema", "fleet"]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_progress_line_says_rate_and_eta():
+    import io
+
+    from diagnose.present.commands.fleet import ProgressLine
+
+    out = io.StringIO()
+    progress = ProgressLine(out, interval=0)
+    progress.started -= 10  # 10 s ago
+    progress(50, 200)
+    progress(200, 200)
+    first, last = out.getvalue().splitlines()
+    assert first.startswith("fleet scan: 50/200 jobs (25%), 5.0 jobs/s, ETA 0:3")  # 150 jobs left at 5/s: ~30 s
+    assert last.startswith("fleet scan: 200/200 jobs (100%)") and "elapsed" in last
