@@ -179,6 +179,9 @@ def test_kill_9_mid_scan_loses_nothing_committed_and_a_rerun_completes(tmp_path)
     assert set(after_kill) <= set(final)
 
 
+SHARD_ROWS = 2000
+
+
 def _shard(path: Path, index: int, size: int) -> None:
     with FleetStore(str(path)) as store:
         store.add([JobRecord(job_key=f"slurm:c:{index}_{i}", failed=i % 3 == 0, status="diagnosed", via="sacct",
@@ -187,10 +190,10 @@ def _shard(path: Path, index: int, size: int) -> None:
 
 
 def test_kill_9_mid_merge_keeps_whole_shards_and_a_rerun_completes(tmp_path):
-    shards = [tmp_path / f"shard-{i}.db" for i in range(30)]
+    shards = [tmp_path / f"shard-{i}.db" for i in range(20)]
     for i, shard in enumerate(shards):
-        _shard(shard, i, 3000)
-    total = 30 * 3000
+        _shard(shard, i, SHARD_ROWS)
+    total = 20 * SHARD_ROWS
     db = tmp_path / "merged.db"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "fleet", "merge", "--store", str(db),
                              *map(str, shards)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -206,7 +209,7 @@ def test_kill_9_mid_merge_keeps_whole_shards_and_a_rerun_completes(tmp_path):
     for k in keys:
         shard = k.split(":")[2].split("_")[0]
         per_shard[shard] = per_shard.get(shard, 0) + 1
-    assert set(per_shard.values()) == {3000}  # a shard is merged whole or not at all
+    assert set(per_shard.values()) == {SHARD_ROWS}  # a shard is merged whole or not at all
     done = cli("merge", "--store", str(db), *map(str, shards))
     assert done.returncode == 0, done.stderr
     with FleetStore(str(db), readonly=True) as store:
