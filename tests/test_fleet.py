@@ -370,3 +370,38 @@ def test_progress_line_says_rate_and_eta():
     first, last = out.getvalue().splitlines()
     assert first.startswith("fleet scan: 50/200 jobs (25%), 5.0 jobs/s, ETA 0:3")  # 150 jobs left at 5/s: ~30 s
     assert last.startswith("fleet scan: 200/200 jobs (100%)") and "elapsed" in last
+
+
+def test_bulk_sacct_rows_place_outputs_and_count_gpus(tmp_path):
+    from diagnose.fleet.slurm_source import FIELDS, gpus_of, job_from_row, list_ended_jobs, placed
+    from diagnose.ingest.slurm.commands import CommandResult
+
+    (tmp_path / "train-7b-41_3.out").write_text("log\n")
+    header = FIELDS.replace(",", "|")
+    lines = [
+        header,
+        f"41_3|44|prod|train-7b|alice|FAILED|1:0|0:0|2026-12-01T10:00:00|2026-12-01T12:00:00|7200|2|gpu[01-02]|"
+        f"billing=16,cpu=16,gres/gpu=16,node=2|{tmp_path}|sbatch -o %x-%A_%a.out --array=0-9 train.sh --lr 1",
+        f"45|45|prod|eval|bob|CANCELLED by 0|0:15|0:0|2026-12-01T10:00:00|2026-12-01T10:05:00|300|1|gpu03|"
+        f"billing=8,cpu=8,node=1|{tmp_path}|sbatch eval.sh",
+        f"46_[5-9]|46|prod|train|alice|CANCELLED by 0|0:0|0:0|None|2026-12-01T10:00:00|0|0|None assigned||{tmp_path}|",
+    ]
+    seen: list[list[str]] = []
+
+    def runner(argv, timeout=30):
+        seen.append(argv)
+        return CommandResult(argv, 0, "\n".join(lines) + "\n", "")
+
+    rows = list_ended_jobs("2026-12-01T00:00:00", "2026-12-02T00:00:00", name="train-7b", runner=runner)
+    assert "--name=train-7b" in seen[0] and "--allusers" in seen[0] and "-X" in seen[0]
+    assert [r.job_id for r in rows] == ["41_3", "45"]  # the pending array's placeholder row is left out
+    assert rows[0].key == "slurm:prod:41_3"
+    job = job_from_row(rows[0])
+    assert (job.state, job.exit.code, job.elapsed_s, job.array_task_id) == ("FAILED", 1, 7200, 3)
+    assert job.outputs[0].path == str(tmp_path / "train-7b-41_3.out") and placed(job)
+    assert gpus_of(rows[0], 8) == 16 and gpus_of(rows[1], 8) == 8  # AllocTRES, else NNodes x gpus-per-node
+    other = job_from_row(rows[1])  # no -o: the default name, not there, so the worker would ask Slurm
+    assert other.state == "CANCELLED" and other.outputs[0].path == str(tmp_path / "slurm-45.out")
+    assert not placed(other)
+    with pytest.raises(DiagnoseError):
+        list_ended_jobs("a", "b", name="x; rm", runner=runner)
