@@ -75,6 +75,11 @@ def test_store_schema_version_wal_and_refusals(tmp_path):
     junk.write_bytes(b"not a database at all" * 100)
     done = cli("report", "--store", str(junk))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a usable fleet store" in done.stderr
+    good = tmp_path / "good.db"
+    FleetStore(str(good)).close()
+    done = cli("report", "--store", str(good), "-o", str(good))  # the report must never replace the store
+    assert done.returncode == 2 and "is the fleet store" in done.stderr
+    assert FleetStore(str(good), readonly=True).count() == 0
     done = cli("report", "--store", str(tmp_path / "missing.db"))
     assert done.returncode == 2 and "no fleet store" in done.stderr and "Traceback" not in done.stderr
 
