@@ -410,3 +410,26 @@ def test_bulk_sacct_rows_place_outputs_and_count_gpus(tmp_path):
     assert not placed(other)
     with pytest.raises(DiagnoseError):
         list_ended_jobs("a", "b", name="x; rm", runner=runner)
+
+
+def test_epilog_takes_a_completing_job_final_state():
+    from diagnose.fleet.epilog import settle_state
+    from diagnose.ingest.slurm.job import SlurmJob
+    from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.ingest.slurm.parse import parse_exit_code
+
+    def job(reason: str = "", exit_code: str = "0:0") -> SlurmJob:
+        j = SlurmJob(ref=parse_job_id("7"), job_id="7", state="COMPLETING", reason=reason)
+        j.exit = parse_exit_code(exit_code)
+        return j
+
+    cases = [(job(exit_code="1:0"), {"SLURM_JOB_EXIT_CODE2": "1:0"}, "FAILED"),
+             (job(), {"SLURM_JOB_EXIT_CODE2": "0:0"}, "COMPLETED"),
+             (job(), {"SLURM_JOB_EXIT_CODE2": "0:9"}, "FAILED"),
+             (job(reason="TimeLimit", exit_code="0:15"), {}, "TIMEOUT")]
+    for j, env, state in cases:
+        settle_state(j, env)
+        assert j.state == state and "COMPLETING" in j.notes[-1]
+    done = SlurmJob(ref=parse_job_id("8"), job_id="8", state="CANCELLED")
+    settle_state(done, {"SLURM_JOB_EXIT_CODE2": "1:0"})
+    assert done.state == "CANCELLED" and not done.notes

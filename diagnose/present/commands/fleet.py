@@ -175,6 +175,7 @@ def _epilog(args: Any) -> int:
         print(f"diagnose fleet epilog: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
         return 0
     print(f"diagnose fleet epilog: job {result.job_id}: {result.verdict}"
-          + ("" if result.added else " (already stored)") + (" [comment set]" if result.comment_set else ""),
+          + ("" if result.added else " (already stored)") + (" [comment set]" if result.comment_set else "")
+          + (f" [comment not set: {result.comment_problem}]" if result.comment_problem else ""),
           file=sys.stderr)
     return 0
