@@ -4,7 +4,7 @@
    unique first line, a body of NCCL INFO / warning / iteration noise (benchmarks/gen_log.py's generator) and the
    tail of a real sample log (one of several failure classes, or a clean end). Sizes are log-uniform between
    ``--min-size`` (100 KiB) and ``--max-size`` (10 MiB), but only ``--big-share`` (10%) of the logs above 1 MiB,
-   so that the set fits this machine's disk and time (mean ~0.8 MiB a log instead of ~2.2 MiB; say so when quoting).
+   so that the set fits this machine's disk and time (mean ~0.7 MiB a log instead of ~2.2 MiB; say so when quoting).
 2. Scan all of them with ``diagnose fleet scan -j N`` (the local pool): wall time, CPU time of the scan and its
    workers (user + system from wait4 on the child, children included), jobs/s and jobs per CPU-second (= jobs/s per
    fully used core), checked: every log stored once.

@@ -75,6 +75,11 @@ def test_store_schema_version_wal_and_refusals(tmp_path):
     junk.write_bytes(b"not a database at all" * 100)
     done = cli("report", "--store", str(junk))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a usable fleet store" in done.stderr
+    good = tmp_path / "good.db"
+    FleetStore(str(good)).close()
+    done = cli("report", "--store", str(good), "-o", str(good))  # the report must never replace the store
+    assert done.returncode == 2 and "is the fleet store" in done.stderr
+    assert FleetStore(str(good), readonly=True).count() == 0
     done = cli("report", "--store", str(tmp_path / "missing.db"))
     assert done.returncode == 2 and "no fleet store" in done.stderr and "Traceback" not in done.stderr
 
@@ -179,6 +184,9 @@ def test_kill_9_mid_scan_loses_nothing_committed_and_a_rerun_completes(tmp_path)
     assert set(after_kill) <= set(final)
 
 
+SHARD_ROWS = 2000
+
+
 def _shard(path: Path, index: int, size: int) -> None:
     with FleetStore(str(path)) as store:
         store.add([JobRecord(job_key=f"slurm:c:{index}_{i}", failed=i % 3 == 0, status="diagnosed", via="sacct",
@@ -187,10 +195,10 @@ def _shard(path: Path, index: int, size: int) -> None:
 
 
 def test_kill_9_mid_merge_keeps_whole_shards_and_a_rerun_completes(tmp_path):
-    shards = [tmp_path / f"shard-{i}.db" for i in range(30)]
+    shards = [tmp_path / f"shard-{i}.db" for i in range(20)]
     for i, shard in enumerate(shards):
-        _shard(shard, i, 3000)
-    total = 30 * 3000
+        _shard(shard, i, SHARD_ROWS)
+    total = 20 * SHARD_ROWS
     db = tmp_path / "merged.db"
     proc = subprocess.Popen([sys.executable, "-m", "diagnose", "fleet", "merge", "--store", str(db),
                              *map(str, shards)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -206,7 +214,7 @@ def test_kill_9_mid_merge_keeps_whole_shards_and_a_rerun_completes(tmp_path):
     for k in keys:
         shard = k.split(":")[2].split("_")[0]
         per_shard[shard] = per_shard.get(shard, 0) + 1
-    assert set(per_shard.values()) == {3000}  # a shard is merged whole or not at all
+    assert set(per_shard.values()) == {SHARD_ROWS}  # a shard is merged whole or not at all
     done = cli("merge", "--store", str(db), *map(str, shards))
     assert done.returncode == 0, done.stderr
     with FleetStore(str(db), readonly=True) as store:
@@ -341,3 +349,87 @@ def test_epilog_environment_and_comment():
     # an epilog never fails (a failing per-node epilog drains the node)
     done = cli("epilog", "--store", "/nonexistent/dir/f.db")
     assert done.returncode == 0 and "diagnose fleet epilog:" in done.stderr
+
+
+def test_fleet_schema_is_valid_and_printed_by_the_schema_command(capsys):
+    from jsonschema import Draft202012Validator
+
+    from diagnose.present.cli import main
+
+    text = (REPO / "schemas" / "fleet-1.schema.json").read_text(encoding="utf-8")
+    Draft202012Validator.check_schema(json.loads(text))
+    assert main(["schema", "fleet"]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_progress_line_says_rate_and_eta():
+    import io
+
+    from diagnose.present.commands.fleet import ProgressLine
+
+    out = io.StringIO()
+    progress = ProgressLine(out, interval=0)
+    progress.started -= 10  # 10 s ago
+    progress(50, 200)
+    progress(200, 200)
+    first, last = out.getvalue().splitlines()
+    assert first.startswith("fleet scan: 50/200 jobs (25%), 5.0 jobs/s, ETA 0:3")  # 150 jobs left at 5/s: ~30 s
+    assert last.startswith("fleet scan: 200/200 jobs (100%)") and "elapsed" in last
+
+
+def test_bulk_sacct_rows_place_outputs_and_count_gpus(tmp_path):
+    from diagnose.fleet.slurm_source import FIELDS, gpus_of, job_from_row, list_ended_jobs, placed
+    from diagnose.ingest.slurm.commands import CommandResult
+
+    (tmp_path / "train-7b-41_3.out").write_text("log\n")
+    header = FIELDS.replace(",", "|")
+    lines = [
+        header,
+        f"41_3|44|prod|train-7b|alice|FAILED|1:0|0:0|2026-12-01T10:00:00|2026-12-01T12:00:00|7200|2|gpu[01-02]|"
+        f"billing=16,cpu=16,gres/gpu=16,node=2|{tmp_path}|sbatch -o %x-%A_%a.out --array=0-9 train.sh --lr 1",
+        f"45|45|prod|eval|bob|CANCELLED by 0|0:15|0:0|2026-12-01T10:00:00|2026-12-01T10:05:00|300|1|gpu03|"
+        f"billing=8,cpu=8,node=1|{tmp_path}|sbatch eval.sh",
+        f"46_[5-9]|46|prod|train|alice|CANCELLED by 0|0:0|0:0|None|2026-12-01T10:00:00|0|0|None assigned||{tmp_path}|",
+    ]
+    seen: list[list[str]] = []
+
+    def runner(argv, timeout=30):
+        seen.append(argv)
+        return CommandResult(argv, 0, "\n".join(lines) + "\n", "")
+
+    rows = list_ended_jobs("2026-12-01T00:00:00", "2026-12-02T00:00:00", name="train-7b", runner=runner)
+    assert "--name=train-7b" in seen[0] and "--allusers" in seen[0] and "-X" in seen[0]
+    assert [r.job_id for r in rows] == ["41_3", "45"]  # the pending array's placeholder row is left out
+    assert rows[0].key == "slurm:prod:41_3"
+    job = job_from_row(rows[0])
+    assert (job.state, job.exit.code, job.elapsed_s, job.array_task_id) == ("FAILED", 1, 7200, 3)
+    assert job.outputs[0].path == str(tmp_path / "train-7b-41_3.out") and placed(job)
+    assert gpus_of(rows[0], 8) == 16 and gpus_of(rows[1], 8) == 8  # AllocTRES, else NNodes x gpus-per-node
+    other = job_from_row(rows[1])  # no -o: the default name, not there, so the worker would ask Slurm
+    assert other.state == "CANCELLED" and other.outputs[0].path == str(tmp_path / "slurm-45.out")
+    assert not placed(other)
+    with pytest.raises(DiagnoseError):
+        list_ended_jobs("a", "b", name="x; rm", runner=runner)
+
+
+def test_epilog_takes_a_completing_job_final_state():
+    from diagnose.fleet.epilog import settle_state
+    from diagnose.ingest.slurm.job import SlurmJob
+    from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.ingest.slurm.parse import parse_exit_code
+
+    def job(reason: str = "", exit_code: str = "0:0") -> SlurmJob:
+        j = SlurmJob(ref=parse_job_id("7"), job_id="7", state="COMPLETING", reason=reason)
+        j.exit = parse_exit_code(exit_code)
+        return j
+
+    cases = [(job(exit_code="1:0"), {"SLURM_JOB_EXIT_CODE2": "1:0"}, "FAILED"),
+             (job(), {"SLURM_JOB_EXIT_CODE2": "0:0"}, "COMPLETED"),
+             (job(), {"SLURM_JOB_EXIT_CODE2": "0:9"}, "FAILED"),
+             (job(reason="TimeLimit", exit_code="0:15"), {}, "TIMEOUT")]
+    for j, env, state in cases:
+        settle_state(j, env)
+        assert j.state == state and "COMPLETING" in j.notes[-1]
+    done = SlurmJob(ref=parse_job_id("8"), job_id="8", state="CANCELLED")
+    settle_state(done, {"SLURM_JOB_EXIT_CODE2": "1:0"})
+    assert done.state == "CANCELLED" and not done.notes

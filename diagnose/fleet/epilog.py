@@ -34,6 +34,7 @@ class EpilogResult:
     added: bool
     verdict: str
     comment_set: bool
+    comment_problem: str | None = None
 
 
 def job_ref_from_env(env: Mapping[str, str]) -> JobRef:
@@ -64,6 +65,7 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
 
     ref = job_ref_from_env(env)
     job = lookup_job(ref, runner=runner, settle_s=2.0, max_task_files=16)
+    settle_state(job, env)
     report = diagnose_job(ref, AnalyzeOptions(replay=False), runner=runner, job=job).report
     nodes = expand_hostlist(job.nodes, limit=10_000) if job.nodes else []
     facts = JobFacts(
@@ -71,7 +73,7 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
         cluster=env.get("SLURM_CLUSTER_NAME", ""), job_id=job.job_id, name=job.name, user=job.user, state=job.state,
         exit_code=job.exit.code, derived_exit_code=job.derived_exit.code, nodes=nodes,
         gpus=len(nodes) * gpus_per_node if nodes else None, elapsed_s=job.elapsed_s, start_ts=epoch(job.start),
-        end_ts=epoch(job.end) or time.time(), source=",".join(p for p, _ in job.analysis_inputs),
+        end_ts=epoch(job.end) or time.time(), source="\n".join(p for p, _ in job.analysis_inputs),
     )
     inputs = job.analysis_inputs
     record = build_record(report, facts, log_hosts(inputs[0][0]) if inputs else [],
@@ -80,8 +82,30 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
     with FleetStore(store_path) as store:
         added = store.add([record]) == 1
     line = verdict(report)
-    comment_set = False
+    comment_problem = None
     if comment and report.root is not None:
         done = runner(["scontrol", "update", f"job={job.job_id}", f"comment={safe_comment(line)}"])
-        comment_set = done.ok
-    return EpilogResult(job.job_id, added, line, comment_set)
+        comment_problem = None if done.ok else done.first_error_line()
+    return EpilogResult(job.job_id, added, line, comment and report.root is not None and comment_problem is None,
+                        comment_problem)
+
+
+# While EpilogSlurmctld runs, slurmctld shows the job as COMPLETING: its final state is not recorded yet. Slurm's
+# own rule for a batch job that ended by itself: a non-zero exit code or a signal is FAILED, else COMPLETED; the
+# reason names the time limit (TIMEOUT) and the others that end a job from outside.
+_REASON_STATE = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY",
+                 "Preempted": "PREEMPTED", "DeadLine": "DEADLINE"}
+
+
+def settle_state(job, env: Mapping[str, str]) -> None:
+    """Give a job still COMPLETING (as every job is during its EpilogSlurmctld) the state it is ending in."""
+    if job.state not in ("COMPLETING", "RUNNING", "CONFIGURING", ""):
+        return
+    final = _REASON_STATE.get(job.reason)
+    if final is None:
+        code, _, signal = env.get("SLURM_JOB_EXIT_CODE2", "").partition(":")
+        failed = (code.isdigit() and int(code) != 0) or (signal.isdigit() and int(signal) != 0)
+        failed = failed or bool(job.exit.code) or bool(job.exit.signal)
+        final = "FAILED" if failed else "COMPLETED"
+    job.notes.append(f"slurmctld still showed the job {job.state} in its epilog: taken as {final}")
+    job.state = final

@@ -2,7 +2,8 @@
 # Slurm epilog for `diagnose fleet`: diagnose each ending job into the fleet store (docs/fleet.md).
 #
 #   slurm.conf:  EpilogSlurmctld=/path/to/diagnose/fleet/epilog.sh     (preferred: once per job, on the controller)
-#           or:  Epilog=/path/to/diagnose/fleet/epilog.sh              (per node: only the job's first node acts)
+#           or:  Epilog=/path/to/diagnose/fleet/epilog.sh              (per node: only the job's first node acts;
+#                without SLURM_JOB_NODELIST every node tries, and the store keeps one row per job)
 #
 # Settings: environment variables, or the same names in /etc/diagnose/fleet-epilog.conf (DIAGNOSE_FLEET_CONF),
 # a file this script sources (it must be owned by root and not writable by others, like the epilog itself):

@@ -228,3 +228,43 @@ def _top_by(db, sql: str, start: float, end: float) -> dict[str, tuple[str, int]
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass(slots=True)
+class JobRow:
+    """One stored job, for the TUI's job list."""
+
+    job_key: str
+    job_id: str
+    name: str
+    user: str
+    state: str
+    signature: str | None
+    title: str | None
+    end_ts: float
+    status: str
+    sources: list[str]
+
+
+MAX_LISTED_JOBS = 2000
+
+
+def list_jobs(store: FleetStore, since: str = "7d", signature: str | None = None, node: str | None = None,
+              failed_only: bool = True, now: float | None = None) -> list[JobRow]:
+    """The window's jobs (newest first, at most MAX_LISTED_JOBS), of one class and/or one node when asked."""
+    end = time.time() if now is None else now
+    start = end - parse_age(since)
+    sql = ("SELECT j.job_key, j.job_id, j.name, j.user, j.state, j.signature, j.root_title, j.end_ts, j.status, "
+           "j.source FROM jobs j WHERE j.end_ts >= ? AND j.end_ts <= ?")
+    params: list[Any] = [start, end]
+    if failed_only:
+        sql += " AND j.failed = 1"
+    if signature is not None:
+        sql += " AND j.signature = ?"
+        params.append(signature)
+    if node is not None:
+        sql += " AND j.job_key IN (SELECT job_key FROM job_nodes WHERE node = ?)"
+        params.append(node)
+    sql += f" ORDER BY j.end_ts DESC LIMIT {MAX_LISTED_JOBS}"
+    return [JobRow(k, i, n, u, st, sig, t, e, status, [s for s in (src or "").split("\n") if s])
+            for k, i, n, u, st, sig, t, e, status, src in store.db.execute(sql, params)]

@@ -265,7 +265,7 @@ def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
         facts.derived_exit_code = job.derived_exit.code
         facts.elapsed_s = job.elapsed_s
         facts.start_ts, facts.end_ts = epoch(job.start) or facts.start_ts, epoch(job.end) or facts.end_ts
-        facts.source = ",".join(p for p, _ in job.analysis_inputs)
+        facts.source = "\n".join(p for p, _ in job.analysis_inputs)
         report = diagnose_job(job.ref, options, job=job).report
     except (DiagnoseError, OSError) as e:
         return _unreadable(facts, str(e))

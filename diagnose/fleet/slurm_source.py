@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
-from diagnose.ingest.slurm.job import OutputFile, Runner, SlurmJob, _probe
+from diagnose.ingest.slurm.job import OutputFile, SlurmJob, _probe
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import (
@@ -75,7 +76,7 @@ def window(since: str, until: str | None = None) -> tuple[str, str]:
 
 
 def list_ended_jobs(start: str, end: str, user: str | None = None, name: str | None = None,
-                    runner: Runner = run_slurm) -> list[SlurmRow]:
+                    runner: Callable[..., CommandResult] = run_slurm) -> list[SlurmRow]:
     """Every job that ended between ``start`` and ``end`` (all users unless ``user``; only jobs called ``name``
     when given), array tasks one by one."""
     argv = ["sacct", "--parsable2", "-X", "-S", start, "-E", end, f"--state={ENDED}", f"--format={FIELDS}"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     gpu_hours     REAL,                     -- gpus x elapsed; NULL when Slurm did not say
     start_ts      REAL,
     end_ts        REAL,                     -- epoch seconds: Slurm's End, or the log file's mtime
-    source        TEXT NOT NULL DEFAULT '', -- the log path(s)
+    source        TEXT NOT NULL DEFAULT '', -- the log path(s), one a line
     via           TEXT NOT NULL,            -- scan | sacct | epilog (how the job was found)
     report        BLOB,                     -- zlib-compressed report@1 JSON
     scanned_at    REAL NOT NULL
@@ -139,8 +140,8 @@ class FleetStore:
         if not os.path.isdir(folder):
             raise DiagnoseError(f"cannot create the fleet store {path}: folder {folder} does not exist")
         try:
-            uri = f"file:{path}?mode=ro" if readonly else path
-            self.db = sqlite3.connect(uri, uri=readonly, timeout=timeout_s, isolation_level=None)
+            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro" if readonly else path
+            self.db = sqlite3.connect(target, uri=readonly, timeout=timeout_s, isolation_level=None)
             self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
             self._setup(readonly)
         except sqlite3.DatabaseError as e:
@@ -220,7 +221,7 @@ class FleetStore:
         """Fold another store (a shard) into this one in one transaction; return how many jobs were new."""
         shard = FleetStore(shard_path, readonly=True)  # validates the shard's schema version
         shard.close()
-        self.db.execute("ATTACH DATABASE ? AS shard", (f"file:{shard_path}?mode=ro",))
+        self.db.execute("ATTACH DATABASE ? AS shard", (shard_path,))  # exists: checked just above
         try:
             with self.transaction() as db:
                 before = db.execute("SELECT count(*) FROM jobs").fetchone()[0]

@@ -41,7 +41,8 @@ def _sections(r: FleetReport) -> list[tuple[str, list[str], list[list[str]]]]:
              for g in r.users[:MAX_ROWS]]
     configs = [[g.key, str(g.jobs), str(g.failed), _pct(g.rate), f"{g.top_signature or ''} ({g.top_count})"]
                for g in r.configs[:MAX_ROWS]]
-    unreadable = [[u.job_id or u.job_key, u.source, u.problem[:100]] for u in r.unreadable_jobs[:MAX_ROWS]]
+    unreadable = [[u.job_id or u.job_key, u.source.split("\n")[0], u.problem[:100]]
+                  for u in r.unreadable_jobs[:MAX_ROWS]]
     return [
         ("Root causes", ["CLASS", "JOBS", "GPU-H LOST", "FIRST SEEN (UTC)", "LAST SEEN", "TREND", "TITLE"], classes),
         ("Nodes", ["NODE", "JOBS", "FAILED", "RATE", "P-VALUE", "FLAG", "MOST COMMON"], nodes),

@@ -151,6 +151,9 @@ def _report(args: Any) -> int:
     from diagnose.present import fleet_render
     from diagnose.present.output import output_stream
 
+    if args.output and os.path.exists(args.output) and os.path.exists(args.store) \
+            and os.path.samefile(args.output, args.store):
+        raise DiagnoseError(f"--output {args.output} is the fleet store; write the report elsewhere")
     if not 0 < args.alpha < 1:
         raise DiagnoseError(f"--alpha {args.alpha}: expected a probability between 0 and 1")
     with FleetStore(args.store, readonly=True) as store:
@@ -172,6 +175,7 @@ def _epilog(args: Any) -> int:
         print(f"diagnose fleet epilog: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
         return 0
     print(f"diagnose fleet epilog: job {result.job_id}: {result.verdict}"
-          + ("" if result.added else " (already stored)") + (" [comment set]" if result.comment_set else ""),
+          + ("" if result.added else " (already stored)") + (" [comment set]" if result.comment_set else "")
+          + (f" [comment not set: {result.comment_problem}]" if result.comment_problem else ""),
           file=sys.stderr)
     return 0

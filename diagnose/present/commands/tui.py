@@ -89,7 +89,15 @@ def run(args) -> int:
     from diagnose.present.tui.app import DiagnoseApp, pipeline_analyzer
 
     try:
-        if getattr(args, "slurm", False):
+        if getattr(args, "fleet", None):
+            from diagnose.fleet.store import FleetStore
+            from diagnose.present.tui.fleet import fleet_app
+
+            if paths or getattr(args, "slurm", False):
+                raise DiagnoseError("--fleet opens a store: give no log paths and no --slurm with it")
+            FleetStore(args.fleet, readonly=True).close()  # a missing or foreign store: one line, before the screen
+            app = fleet_app(args.fleet, getattr(args, "since", None) or "7d", rules_dirs)
+        elif getattr(args, "slurm", False):
             from diagnose.present.tui.slurmjobs import slurm_app
 
             # --since/--user are read when the parser offers them for tui (as it does for `slurm --failed`)
