@@ -86,3 +86,17 @@ def test_memory_fit_never_says_fits_without_activations():
     pred = {"peak_bytes": 10 * 2**30, "usable_bytes": 70 * 2**30, "activation_bytes": None, "gpus": 8}
     fit = _from_prediction(root, [Override("ddp.use_distributed_optimizer", True)], pred, 80 * 2**30, 8)
     assert fit.fits is None and "activations unknown" in fit.notes[0]
+
+
+def test_a_fit_without_activations_says_they_were_left_out():
+    """ddp_wrap_oom.log gives a parameter count and no model shape: the options size the model state only, and
+    both the memory section and the fix say so instead of a bare 'fits'."""
+    path = CAPTURED.parent / "ddp_wrap_oom.log"
+    from diagnose.pipeline import analyze
+
+    report = analyze([str(path)])
+    unsized = [o for o in report.memory["options"] if o["activation_bytes"] is None]
+    assert unsized
+    assert any(n.startswith("activations not sized") for n in report.memory["notes"])
+    if report.replay.get("fits") is True and report.replay["fit"]:
+        assert any("activations not sized" in n for n in report.replay["fit"].get("notes", []))

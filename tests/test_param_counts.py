@@ -233,3 +233,34 @@ def test_provider_release_is_chosen_by_the_job_version():
     old = resolve(P + "deepseek.deepseek_provider.DeepSeekV3ModelProvider", "0.3.0")
     assert old.fields["num_attention_heads"] == 128 and "0.3.0" in old.source
     assert resolve(P + "deepseek.deepseek_provider.DeepSeekV3ModelProvider").fields["num_attention_heads"] == 128
+
+
+def test_installed_megatron_bridge_is_read_instead_of_the_table(monkeypatch):
+    """With megatron-bridge importable, the provider class's own dataclass defaults are used (only
+    ``megatron.bridge.`` targets; never another module a config names)."""
+    import dataclasses
+    import importlib
+    import types
+
+    from diagnose.explain.config import providers
+
+    @dataclasses.dataclass
+    class Llama3ModelProvider8B:
+        num_layers: int = 2
+        hidden_size: int = 64
+        activation_func: object = dataclasses.field(default=pow)
+
+    fake = types.ModuleType("megatron.bridge.models.llama.llama_provider")
+    fake.Llama3ModelProvider8B = Llama3ModelProvider8B
+    imported = []
+
+    def import_module(name):
+        imported.append(name)
+        return fake
+
+    monkeypatch.setattr(providers, "_installed_bridge", lambda: True)
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    got = providers.resolve(MODELS["llama3-8b"][0])
+    assert got.fields == {"num_layers": 2, "hidden_size": 64, "activation_func": "pow"}
+    assert got.source.startswith("installed megatron-bridge")
+    assert providers.from_installed("os.system") is None and imported == ["megatron.bridge.models.llama.llama_provider"]
