@@ -100,16 +100,43 @@ def prepare_view(args: Any) -> Any:
 # ------------------------------------------------------------------------------------------ replay
 
 
-def replay_section(view: Any, bridge_version: str | None) -> dict[str, Any]:
-    """The report's ``replay`` section for the config as given: its violations, the fix the validator suggests
-    extended until it passes, and the result after the fix (``diagnose.explain.replay``)."""
+def replay_section(view: Any, bridge_version: str | None, accept=None) -> dict[str, Any]:
+    """The report's ``replay`` section for the config as given: its violations, the smallest fix the validator's
+    suggestions give that passes (and that ``accept``, the memory check, takes), and the result after the fix
+    (``diagnose.explain.replay``)."""
     try:
         from diagnose.explain.replay import replay
     except ImportError:
         return _own_replay(view, bridge_version)
-    out = replay(view, [], bridge_version).to_dict()
+    out = replay(view, [], bridge_version, accept=accept).to_dict()
     out["passes"] = not out.get("violations")
     return out
+
+
+def memory_accept(view: Any, gpus: int, capacity: int):
+    """A validator's fix must not put the model where it no longer fits (a layout fix that sets PP 1 on a 671B
+    model): when the config as given fits, a fix must fit too; when it does not, memory is the plans' question
+    and any valid fix is taken. Returns (accept, fits_of) for ``replay`` and for the report."""
+    from diagnose.explain.memory.plan import fix_plan
+
+    cache: dict[str, Any] = {}
+
+    def fits_of(overrides: list) -> bool | None:
+        key = repr([(o.key, o.value) for o in overrides])
+        if key not in cache:
+            try:
+                plan = fix_plan(view, overrides, gpus, capacity)
+            except DiagnoseError:
+                plan = None
+            cache[key] = None if plan is None else plan.fits
+        return cache[key]
+
+    given = fits_of([])
+
+    def accept(overrides: list) -> bool:
+        return given is not True or fits_of(overrides) is not False
+
+    return accept, fits_of
 
 
 def _own_replay(view: Any, bridge_version: str | None) -> dict[str, Any]:
@@ -269,7 +296,10 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     view = prepare_view(args)
     version = getattr(args, "bridge_version", None)
     _prefetch_param_count(view)
-    replay = replay_section(view, version)
+    accept, fits_of = memory_accept(view, int(args.gpus), capacity)
+    replay = replay_section(view, version, accept)
+    if replay.get("fix"):
+        replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
     out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
