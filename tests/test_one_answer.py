@@ -100,3 +100,41 @@ def test_a_fit_without_activations_says_they_were_left_out():
     assert any(n.startswith("activations not sized") for n in report.memory["notes"])
     if report.replay.get("fits") is True and report.replay["fit"]:
         assert any("activations not sized" in n for n in report.replay["fit"].get("notes", []))
+
+
+FSDP_BOTH = """\
+model:
+  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider8B
+ddp:
+  use_megatron_fsdp: true
+  data_parallel_sharding_strategy: optim_grads_params
+dist:
+  use_megatron_fsdp: true
+  use_torch_fsdp2: true
+checkpoint:
+  save: /ckpt/run
+  ckpt_format: fsdp_dtensor
+train:
+  micro_batch_size: 1
+  global_batch_size: 64
+tokenizer:
+  tokenizer_model: meta-llama/Meta-Llama-3-8B
+"""
+
+
+def test_check_leads_with_the_validators_fix_when_it_fits(tmp_path, capsys, monkeypatch):
+    """The config is invalid only because of FSDP2; with the one-key fix it fits on 8 H200s: that is plan #1,
+    not a layout or sharding change."""
+    from diagnose.present.cli import main
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count (the meta build is tested elsewhere)
+    path = tmp_path / "run_config.yaml"
+    path.write_text(FSDP_BOTH)
+    code = main(["check", str(path), "--gpus", "8", "--gpu", "h200", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1  # as given it does not validate
+    assert out["replay"]["fix"] == [{"key": "dist.use_torch_fsdp2", "value": False}]
+    assert out["replay"]["fits"] is True
+    first = out["memory"]["plans"][1]
+    assert first["overrides"] == out["replay"]["fix"] and first["fits"] is True and first["valid"] is True
+    assert out["memory"]["params"] == 8_030_261_248 and out["memory"]["params_assumed"] == []

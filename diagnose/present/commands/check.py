@@ -307,6 +307,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     given = out["memory"]["plans"][0]
     if not passes:
         given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
+        _lead_with_the_fix(out, view, replay, int(args.gpus), capacity)
         fix = _fix_text(replay.get("fix") or [])
         out["memory"]["notes"].append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
@@ -316,6 +317,26 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
         given["valid"] = True
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
     return out, code, where
+
+
+def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
+    """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
+    no layout or sharding change is needed), ahead of the memory alternatives."""
+    from diagnose.explain.memory.plan import fix_plan, plan_dict
+
+    fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
+    if not fix or not (replay.get("after_fix") or {}).get("passes"):
+        return
+    plan = fix_plan(view, fix, gpus, capacity)
+    if plan is None or not plan.fits:
+        return
+    plan.overrides = fix
+    plan.label = "the validator's fix"
+    plan.cost = "the fix above; no memory change needed"
+    plan.valid = True
+    row = plan_dict(plan)
+    plans = out["memory"]["plans"]
+    plans[:] = [plans[0], row] + [p for p in plans[1:] if p["overrides"] != row["overrides"]]
 
 
 def run(args: Any) -> int:
