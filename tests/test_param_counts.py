@@ -264,3 +264,27 @@ def test_installed_megatron_bridge_is_read_instead_of_the_table(monkeypatch):
     assert got.fields == {"num_layers": 2, "hidden_size": 64, "activation_func": "pow"}
     assert got.source.startswith("installed megatron-bridge")
     assert providers.from_installed("os.system") is None and imported == ["megatron.bridge.models.llama.llama_provider"]
+
+
+def test_a_hybrid_pattern_it_cannot_read_is_refused_not_miscounted(tmp_path):
+    path = _write(tmp_path, "h", {"model": {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+                                            "hybrid_override_pattern": "M-X*"}})
+    with pytest.raises(DiagnoseError, match=r"cannot count the hybrid model: .* other than M \(Mamba\)"):
+        memory_plan(load_config(path), 1, 80 * 2**30)
+
+
+def test_hybrid_layers_counted_per_symbol(tmp_path):
+    """Every slot of Nemotron-H-8B's pattern counted as a transformer layer gave 12.4B; per symbol it is 8.1B."""
+    base = {"_target_": MODELS["nemotron-h-8b"][0], "vocab_size": 131072}
+    view = load_config(_write(tmp_path, "n", {"model": base}))
+    shape = shape_from_config(view)
+    assert shape.hybrid_pattern.count("M") == 24 and shape.hybrid_pattern.count("*") == 4
+    assert count_params(shape).total == 8_100_852_736
+    as_transformer = count_params(dataclasses_replace(shape, hybrid_pattern=None)).total
+    assert as_transformer > 12e9
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)

@@ -123,7 +123,7 @@ def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | Non
     changed = apply_overrides(view, overrides) if overrides else view
     try:
         shape = fc.shape_from_config(changed)
-    except ValueError:
+    except DiagnoseError:
         return None
     if shape is None:
         return None
@@ -225,6 +225,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     notes += layout_notes(view, shape, layout.pp)
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
+    if shape.hybrid_pattern:
+        notes.append("hybrid model: parameters counted per layer type from the pattern; the activations of its "
+                     "Mamba and MLP-only layers are estimated as transformer layers (not calibrated)")
     note = stage_note(given)
     if note:
         notes.append("as given, " + note)
