@@ -333,6 +333,14 @@ def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], g
     plan.overrides = fix
     plan.label = "the validator's fix"
     plan.cost = "the fix above; no memory change needed"
+    pinned = {o.key: o.value for o in fix}
+    try:
+        gbs = int(pinned.get("train.global_batch_size", view.get("train.global_batch_size")) or 0)
+        mbs = int(pinned.get("train.micro_batch_size", view.get("train.micro_batch_size")) or 1)
+    except (TypeError, ValueError):
+        gbs, mbs = 0, 1
+    if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
+        plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
     plan.valid = True
     row = plan_dict(plan)
     plans = out["memory"]["plans"]
