@@ -38,8 +38,10 @@ def test_replay_summary_does_not_deny_the_config_it_read(b062):
     assert "config not in the log" not in b062.replay["summary"]
 
 
-def test_tui_plan_counts_the_same_model_as_analyze(b062):
+def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
     from diagnose.present.tui.plan import PlanRequest, compute, view_from_report_config
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count, reconciled with the log's line
 
     view = view_from_report_config(json.loads(json.dumps(b062.config)))
     result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory["gpu_capacity_bytes"], real_mcore=False))

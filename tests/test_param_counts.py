@@ -159,9 +159,10 @@ def test_at_least_15_models_in_two_forms_or_more():
     assert len(ARGS) >= 8
 
 
-def test_partial_yaml_without_provider_warns_instead_of_meta(tmp_path):
+def test_partial_yaml_without_provider_warns_instead_of_meta(tmp_path, monkeypatch):
     """Sizes only, no provider: the count is megatron-core's defaults (LayerNorm, no GLU, tied, 32k vocab), and
     the plan says so: a warning naming each assumed value, never a silent '(meta)'."""
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the warning does not depend on the meta-device build
     path = _write(tmp_path, "bare", {"model": {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                                                "ffn_hidden_size": 14336, "num_query_groups": 8},
                                      "train": {"micro_batch_size": 1, "global_batch_size": 64}})
