@@ -140,3 +140,17 @@ def test_check_leads_with_the_validators_fix_when_it_fits(tmp_path, capsys, monk
     first = out["memory"]["plans"][1]
     assert first["overrides"] == out["replay"]["fix"] and first["fits"] is True and first["valid"] is True
     assert out["memory"]["params"] == 8_030_261_248 and out["memory"]["params_assumed"] == []
+
+
+def test_tui_does_not_draw_a_current_state_the_text_calls_unsizable():
+    """cascade_512_ranks_oom.log: the config read from the log predicts more than the GPU holds, yet the job
+    trained; the memory section says so and the TUI shows no bars for that state."""
+    from diagnose.pipeline import analyze
+    from diagnose.present.tui.memoryview import memory_text
+
+    report = analyze([str(CAPTURED.parent / "cascade_512_ranks_oom.log")])
+    current = report.memory["current"]
+    assert current["sized"] is False
+    assert any("yet the job trained" in n for n in report.memory["notes"])
+    text = memory_text(report.memory, report.root).plain
+    assert "not drawn" in text and "\n  total" not in text and "\n  params" not in text

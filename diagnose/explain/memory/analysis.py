@@ -480,6 +480,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         "peak_bytes": current.peak,
         "usable_bytes": capacity - headroom(capacity),
     }
+    if state_unexplained:
+        out["current"]["sized"] = False  # what the log shows of the config cannot be what ran: never drawn as fact
     if layout.pp > 1 and current.stage_peaks:
         out["current"]["worst_stage"] = current.stage
         out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
