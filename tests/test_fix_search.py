@@ -83,3 +83,47 @@ def test_memory_check_rejects_a_passing_set_that_does_not_fit():
 def test_nothing_passes_returns_the_closest_unaccepted():
     found = _run({"a": True, "b": True}, [], accept=lambda fix: False)
     assert not found.accepted and found.tried > 0
+
+
+DSV3_PP16 = """\
+model:
+  _target_: megatron.bridge.models.deepseek.deepseek_provider.DeepSeekV3ModelProvider
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 16
+  expert_model_parallel_size: 8
+  sequence_parallel: true
+ddp:
+  use_distributed_optimizer: true
+optimizer:
+  use_distributed_optimizer: true
+mixed_precision: bf16_mixed
+train:
+  micro_batch_size: 1
+  global_batch_size: 2048
+"""
+
+
+def test_a_layout_fix_never_ignores_memory(tmp_path):
+    """DeepSeek-V3's 61 layers do not divide over PP 16. The one-key fix (PP 1: the only smaller divisor) puts
+    671B parameters on each pipeline rank; the memory check rejects it and the search keeps PP 16 with an uneven
+    first/last stage instead."""
+    from diagnose.explain.config import apply_defaults
+    from diagnose.present.commands.check import memory_accept
+
+    path = tmp_path / "dsv3.yaml"
+    path.write_text(DSV3_PP16)
+    view = load_config(str(path))
+    view.set("launch.world_size", 256, "override")
+    apply_defaults(view)
+    capacity = 141 * 10**9
+    accept, fits_of = memory_accept(view, 256, capacity)
+    assert fits_of([]) is True
+    assert fits_of([Override("model.pipeline_model_parallel_size", 1)]) is False
+
+    blind = replay(view, [], real_mcore=False)
+    assert [(o.key, o.value) for o in blind.fix] == [("model.pipeline_model_parallel_size", 1)]
+    out = replay(view, [], real_mcore=False, accept=accept)
+    assert out.passes
+    assert {(o.key, o.value) for o in out.fix} == {("model.num_layers_in_first_pipeline_stage", 3),
+                                                   ("model.num_layers_in_last_pipeline_stage", 2)}
+    assert fits_of(out.fix) is True

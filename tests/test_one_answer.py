@@ -38,8 +38,10 @@ def test_replay_summary_does_not_deny_the_config_it_read(b062):
     assert "config not in the log" not in b062.replay["summary"]
 
 
-def test_tui_plan_counts_the_same_model_as_analyze(b062):
+def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
     from diagnose.present.tui.plan import PlanRequest, compute, view_from_report_config
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count, reconciled with the log's line
 
     view = view_from_report_config(json.loads(json.dumps(b062.config)))
     result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory["gpu_capacity_bytes"], real_mcore=False))
@@ -86,3 +88,69 @@ def test_memory_fit_never_says_fits_without_activations():
     pred = {"peak_bytes": 10 * 2**30, "usable_bytes": 70 * 2**30, "activation_bytes": None, "gpus": 8}
     fit = _from_prediction(root, [Override("ddp.use_distributed_optimizer", True)], pred, 80 * 2**30, 8)
     assert fit.fits is None and "activations unknown" in fit.notes[0]
+
+
+def test_a_fit_without_activations_says_they_were_left_out():
+    """ddp_wrap_oom.log gives a parameter count and no model shape: the options size the model state only, and
+    both the memory section and the fix say so instead of a bare 'fits'."""
+    path = CAPTURED.parent / "ddp_wrap_oom.log"
+    from diagnose.pipeline import analyze
+
+    report = analyze([str(path)])
+    unsized = [o for o in report.memory["options"] if o["activation_bytes"] is None]
+    assert unsized
+    assert any(n.startswith("activations not sized") for n in report.memory["notes"])
+    if report.replay.get("fits") is True and report.replay["fit"]:
+        assert any("activations not sized" in n for n in report.replay["fit"].get("notes", []))
+
+
+FSDP_BOTH = """\
+model:
+  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider8B
+ddp:
+  use_megatron_fsdp: true
+  data_parallel_sharding_strategy: optim_grads_params
+dist:
+  use_megatron_fsdp: true
+  use_torch_fsdp2: true
+checkpoint:
+  save: /ckpt/run
+  ckpt_format: fsdp_dtensor
+train:
+  micro_batch_size: 1
+  global_batch_size: 64
+tokenizer:
+  tokenizer_model: meta-llama/Meta-Llama-3-8B
+"""
+
+
+def test_check_leads_with_the_validators_fix_when_it_fits(tmp_path, capsys, monkeypatch):
+    """The config is invalid only because of FSDP2; with the one-key fix it fits on 8 H200s: that is plan #1,
+    not a layout or sharding change."""
+    from diagnose.present.cli import main
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count (the meta build is tested elsewhere)
+    path = tmp_path / "run_config.yaml"
+    path.write_text(FSDP_BOTH)
+    code = main(["check", str(path), "--gpus", "8", "--gpu", "h200", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1  # as given it does not validate
+    assert out["replay"]["fix"] == [{"key": "dist.use_torch_fsdp2", "value": False}]
+    assert out["replay"]["fits"] is True
+    first = out["memory"]["plans"][1]
+    assert first["overrides"] == out["replay"]["fix"] and first["fits"] is True and first["valid"] is True
+    assert out["memory"]["params"] == 8_030_261_248 and out["memory"]["params_assumed"] == []
+
+
+def test_tui_does_not_draw_a_current_state_the_text_calls_unsizable():
+    """cascade_512_ranks_oom.log: the config read from the log predicts more than the GPU holds, yet the job
+    trained; the memory section says so and the TUI shows no bars for that state."""
+    from diagnose.pipeline import analyze
+    from diagnose.present.tui.memoryview import memory_text
+
+    report = analyze([str(CAPTURED.parent / "cascade_512_ranks_oom.log")])
+    current = report.memory["current"]
+    assert current["sized"] is False
+    assert any("yet the job trained" in n for n in report.memory["notes"])
+    text = memory_text(report.memory, report.root).plain
+    assert "not drawn" in text and "\n  total" not in text and "\n  params" not in text

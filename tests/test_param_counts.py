@@ -159,9 +159,10 @@ def test_at_least_15_models_in_two_forms_or_more():
     assert len(ARGS) >= 8
 
 
-def test_partial_yaml_without_provider_warns_instead_of_meta(tmp_path):
+def test_partial_yaml_without_provider_warns_instead_of_meta(tmp_path, monkeypatch):
     """Sizes only, no provider: the count is megatron-core's defaults (LayerNorm, no GLU, tied, 32k vocab), and
     the plan says so: a warning naming each assumed value, never a silent '(meta)'."""
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the warning does not depend on the meta-device build
     path = _write(tmp_path, "bare", {"model": {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                                                "ffn_hidden_size": 14336, "num_query_groups": 8},
                                      "train": {"micro_batch_size": 1, "global_batch_size": 64}})
@@ -233,3 +234,58 @@ def test_provider_release_is_chosen_by_the_job_version():
     old = resolve(P + "deepseek.deepseek_provider.DeepSeekV3ModelProvider", "0.3.0")
     assert old.fields["num_attention_heads"] == 128 and "0.3.0" in old.source
     assert resolve(P + "deepseek.deepseek_provider.DeepSeekV3ModelProvider").fields["num_attention_heads"] == 128
+
+
+def test_installed_megatron_bridge_is_read_instead_of_the_table(monkeypatch):
+    """With megatron-bridge importable, the provider class's own dataclass defaults are used (only
+    ``megatron.bridge.`` targets; never another module a config names)."""
+    import dataclasses
+    import importlib
+    import types
+
+    from diagnose.explain.config import providers
+
+    @dataclasses.dataclass
+    class Llama3ModelProvider8B:
+        num_layers: int = 2
+        hidden_size: int = 64
+        activation_func: object = dataclasses.field(default=pow)
+
+    fake = types.ModuleType("megatron.bridge.models.llama.llama_provider")
+    fake.Llama3ModelProvider8B = Llama3ModelProvider8B
+    imported = []
+
+    def import_module(name):
+        imported.append(name)
+        return fake
+
+    monkeypatch.setattr(providers, "_installed_bridge", lambda: True)
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    got = providers.resolve(MODELS["llama3-8b"][0])
+    assert got.fields == {"num_layers": 2, "hidden_size": 64, "activation_func": "pow"}
+    assert got.source.startswith("installed megatron-bridge")
+    assert providers.from_installed("os.system") is None and imported == ["megatron.bridge.models.llama.llama_provider"]
+
+
+def test_a_hybrid_pattern_it_cannot_read_is_refused_not_miscounted(tmp_path):
+    path = _write(tmp_path, "h", {"model": {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+                                            "hybrid_override_pattern": "M-X*"}})
+    with pytest.raises(DiagnoseError, match=r"cannot count the hybrid model: .* other than M \(Mamba\)"):
+        memory_plan(load_config(path), 1, 80 * 2**30)
+
+
+def test_hybrid_layers_counted_per_symbol(tmp_path):
+    """Every slot of Nemotron-H-8B's pattern counted as a transformer layer gave 12.4B; per symbol it is 8.1B."""
+    base = {"_target_": MODELS["nemotron-h-8b"][0], "vocab_size": 131072}
+    view = load_config(_write(tmp_path, "n", {"model": base}))
+    shape = shape_from_config(view)
+    assert shape.hybrid_pattern.count("M") == 24 and shape.hybrid_pattern.count("*") == 4
+    assert count_params(shape).total == 8_100_852_736
+    as_transformer = count_params(dataclasses_replace(shape, hybrid_pattern=None)).total
+    assert as_transformer > 12e9
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)

@@ -98,6 +98,9 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
             # whether the job saves checkpoints is not in the log; Megatron FSDP saves only fsdp_dtensor
             overrides.append(Override("checkpoint.ckpt_format", "fsdp_dtensor"))
             notes.append("checkpoint.ckpt_format=fsdp_dtensor: Megatron FSDP saves and loads only that format")
+        if best.get("activation_bytes") is None:
+            notes.append("activations not sized (no model shape in the config): the model state and its buffers "
+                         "fit; the activations of a training step are not counted")
         gpus = _int(best.get("gpus"))
         if gpus and job_gpus and gpus > job_gpus:
             overrides.append(Override("launch.world_size", gpus))

@@ -485,6 +485,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         "peak_bytes": current.peak,
         "usable_bytes": capacity - headroom(capacity),
     }
+    if state_unexplained:
+        out["current"]["sized"] = False  # what the log shows of the config cannot be what ran: never drawn as fact
     if layout.pp > 1 and current.stage_peaks:
         out["current"]["worst_stage"] = current.stage
         out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
@@ -505,6 +507,9 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
     if state_unexplained:
         out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
                             "trained: part of its config (sharding, parallel sizes) was probably not in the log")
+    if current.activations is None:
+        out["notes"].append("activations not sized (the log gives the parameter count, not the model's shape): "
+                            "'fits' below means the model state and its buffers fit, not yet a training step")
     if world_from_ranks is not None:
         out["notes"].append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
                             f"data-parallel size {layout.dp}")

@@ -197,13 +197,16 @@ _HYBRID_SYMBOLS = set("M*-E")
 def hybrid_pattern(view: Any) -> str | None:
     """The hybrid model's layer pattern (``hybrid_override_pattern``, Bridge's newer ``hybrid_layer_pattern``,
     Megatron-LM ``--hybrid-override-pattern``), or None. Megatron-core's MTP separator ``/`` ends the decoder part.
-    A pattern with symbols megatron-core does not build raises ValueError (the caller refuses the count)."""
+    A pattern with symbols megatron-core does not build is refused (DiagnoseError), never miscounted."""
     for name in ("hybrid_override_pattern", "hybrid_layer_pattern"):
         value = _model(view, name)
         if isinstance(value, str) and value.strip() and value.strip().lower() not in _FALSE:
             text = value.strip().split("/", 1)[0]
             if len(text) > 100_000 or not set(text) <= _HYBRID_SYMBOLS:
-                raise ValueError(f"model.{name} {value[:40]!r}: only M, *, - and E are layers")
+                from diagnose.model import DiagnoseError
+
+                raise DiagnoseError(f"cannot count the hybrid model: model.{name} {value[:40]!r} holds symbols "
+                                    "other than M (Mamba), * (attention), - (MLP) and E (MoE)")
             return text
     return None
 

@@ -114,6 +114,32 @@ def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
     return reconcile(shape, logged, tp, pp, ep, etp)
 
 
+def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | None:
+    """The config with ``overrides`` applied, predicted per GPU like the plan's given row (same shape reading,
+    same reconciliation with a logged count): what a validator's fix does to memory. None when it cannot be
+    sized (no shape, or a split that does not divide the GPUs)."""
+    from diagnose.explain.config.overrides import apply_overrides
+
+    changed = apply_overrides(view, overrides) if overrides else view
+    try:
+        shape = fc.shape_from_config(changed)
+    except DiagnoseError:
+        return None
+    if shape is None:
+        return None
+    reconciled = _reconcile_with_log(changed, shape)
+    if reconciled is not None:
+        shape = reconciled[0]
+    layout = fc.layout_from_config(changed, gpus)
+    if gpus % layout.model_parallel:
+        return None
+    work = fc.workload_from_config(changed, shape, layout)
+    scn = Scenario(shape, layout, work, capacity, view=changed,
+                   saves_checkpoints=bool(fc._get(changed, "checkpoint.save") or fc._get(changed, "checkpoint.load")),
+                   global_batch_size=fc._int(fc._get(changed, "train.global_batch_size")))
+    return evaluate(scn, "with the fix", [], layout, work, "", 0.0)
+
+
 def _log_confirms(view: Any, shape: Any) -> bool:
     tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
     pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
@@ -199,6 +225,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     notes += layout_notes(view, shape, layout.pp)
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
+    if shape.hybrid_pattern:
+        notes.append("hybrid model: parameters counted per layer type from the pattern; the activations of its "
+                     "Mamba and MLP-only layers are estimated as transformer layers (not calibrated)")
     note = stage_note(given)
     if note:
         notes.append("as given, " + note)

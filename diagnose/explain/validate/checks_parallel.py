@@ -144,14 +144,32 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
         "model.num_layers_in_last_pipeline_stage"
     ) is not None or ctx.get("model.pipeline_model_parallel_layout") is not None:
         return  # uneven splits: checks_pipeline.pipeline_split_settings
-    if ctx.flag("model.account_for_embedding_in_pipeline_split") or ctx.flag("model.account_for_loss_in_pipeline_split"):
+    if ctx.flag("model.account_for_embedding_in_pipeline_split") or ctx.flag(
+            "model.account_for_loss_in_pipeline_split"):
         return  # the embedding/loss count as layers: checks_pipeline.pipeline_split_settings
-    fixes = [[ov("model.pipeline_model_parallel_size", d)] for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
+    fixes = [[ov("model.pipeline_model_parallel_size", d)]
+             for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
+    fixes += _uneven_split(layers, pp)  # keeps PP (and the memory per stage): the fix search weighs both
     yield Violation(
         "layers_divisible_by_pp",
         "num_layers should be divisible by pipeline_model_parallel_size",
         ["model.num_layers", "model.pipeline_model_parallel_size"], fixes=fixes,
     )
+
+
+def _uneven_split(layers: int, pp: int) -> list[list]:
+    """Keep the pipeline size and give the first and last stages the remainder (megatron-core
+    ``num_layers_in_first/last_pipeline_stage``: the middle stages must then divide evenly): 61 layers on PP 16
+    -> 3 + 14 x 4 + 2. Empty when no such split exists."""
+    if pp < 3:
+        return []
+    for per in (-(-layers // pp), layers // pp):
+        rest = layers - per * (pp - 2)
+        if per >= 1 and rest >= 2:
+            first = -(-rest // 2)
+            return [[ov("model.num_layers_in_first_pipeline_stage", first),
+                     ov("model.num_layers_in_last_pipeline_stage", rest - first)]]
+    return []
 
 
 @check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)")
@@ -250,7 +268,8 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
         return
     if not (ctx.flag("model.bf16") and ctx.flag("optimizer.bf16")):
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
-                        fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)], [ov("ddp.megatron_fsdp_version", 1)]])
+                        fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)],
+                               [ov("ddp.megatron_fsdp_version", 1)]])
     sizes = [(k, ctx.number(f"model.{k}", 1) or 1) for k in (
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "expert_model_parallel_size")]

@@ -101,16 +101,43 @@ def prepare_view(args: Any) -> Any:
 # ------------------------------------------------------------------------------------------ replay
 
 
-def replay_section(view: Any, bridge_version: str | None) -> dict[str, Any]:
-    """The report's ``replay`` section for the config as given: its violations, the fix the validator suggests
-    extended until it passes, and the result after the fix (``diagnose.explain.replay``)."""
+def replay_section(view: Any, bridge_version: str | None, accept=None) -> dict[str, Any]:
+    """The report's ``replay`` section for the config as given: its violations, the smallest fix the validator's
+    suggestions give that passes (and that ``accept``, the memory check, takes), and the result after the fix
+    (``diagnose.explain.replay``)."""
     try:
         from diagnose.explain.replay import replay
     except ImportError:
         return _own_replay(view, bridge_version)
-    out = replay(view, [], bridge_version).to_dict()
+    out = replay(view, [], bridge_version, accept=accept).to_dict()
     out["passes"] = not out.get("violations")
     return out
+
+
+def memory_accept(view: Any, gpus: int, capacity: int):
+    """A validator's fix must not put the model where it no longer fits (a layout fix that sets PP 1 on a 671B
+    model): when the config as given fits, a fix must fit too; when it does not, memory is the plans' question
+    and any valid fix is taken. Returns (accept, fits_of) for ``replay`` and for the report."""
+    from diagnose.explain.memory.plan import fix_plan
+
+    cache: dict[str, Any] = {}
+
+    def fits_of(overrides: list) -> bool | None:
+        key = repr([(o.key, o.value) for o in overrides])
+        if key not in cache:
+            try:
+                plan = fix_plan(view, overrides, gpus, capacity)
+            except DiagnoseError:
+                plan = None
+            cache[key] = None if plan is None else plan.fits
+        return cache[key]
+
+    given = fits_of([])
+
+    def accept(overrides: list) -> bool:
+        return given is not True or fits_of(overrides) is not False
+
+    return accept, fits_of
 
 
 def _own_replay(view: Any, bridge_version: str | None) -> dict[str, Any]:
@@ -279,7 +306,10 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     view = prepare_view(args)
     version = getattr(args, "bridge_version", None)
     _prefetch_param_count(view)
-    replay = replay_section(view, version)
+    accept, fits_of = memory_accept(view, int(args.gpus), capacity)
+    replay = replay_section(view, version, accept)
+    if replay.get("fix"):
+        replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
     out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
@@ -287,6 +317,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     given = out["memory"]["plans"][0]
     if not passes:
         given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
+        _lead_with_the_fix(out, view, replay, int(args.gpus), capacity)
         fix = _fix_text(replay.get("fix") or [])
         out["memory"]["notes"].append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
@@ -296,6 +327,34 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
         given["valid"] = True
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
     return out, code, where
+
+
+def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
+    """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
+    no layout or sharding change is needed), ahead of the memory alternatives."""
+    from diagnose.explain.memory.plan import fix_plan, plan_dict
+
+    fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
+    if not fix or not (replay.get("after_fix") or {}).get("passes"):
+        return
+    plan = fix_plan(view, fix, gpus, capacity)
+    if plan is None or not plan.fits:
+        return
+    plan.overrides = fix
+    plan.label = "the validator's fix"
+    plan.cost = "the fix above; no memory change needed"
+    pinned = {o.key: o.value for o in fix}
+    try:
+        gbs = int(pinned.get("train.global_batch_size", view.get("train.global_batch_size")) or 0)
+        mbs = int(pinned.get("train.micro_batch_size", view.get("train.micro_batch_size")) or 1)
+    except (TypeError, ValueError):
+        gbs, mbs = 0, 1
+    if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
+        plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
+    plan.valid = True
+    row = plan_dict(plan)
+    plans = out["memory"]["plans"]
+    plans[:] = [plans[0], row] + [p for p in plans[1:] if p["overrides"] != row["overrides"]]
 
 
 def run(args: Any) -> int:

@@ -74,6 +74,10 @@ def memory_text(memory: dict[str, Any] | None, finding: Finding | None = None) -
             out.append(f", {params / 1e9:.1f}B parameters ({inert(str(memory.get('params_source', '?')))})")
         if current.get("bytes_per_param"):
             out.append(f", {current['bytes_per_param']:g} bytes/param")
+        if current.get("sized") is False:
+            out.append("\n  not drawn: the config read from the log predicts more than the GPU holds, yet the job "
+                       "trained; part of its config is not in the log", "yellow")
+    if current and current.get("sized") is not False:
         for name in COMPONENTS:
             value = _int(components.get(name))
             if value is None:
