@@ -222,3 +222,22 @@ def test_item23_zero_width_characters_are_shown_not_passed_raw(tmp_path: Path) -
         assert res.returncode == 1, res.stderr
         assert not any(ch in out for ch in "\u200b\u200c\u200d\u2060\u00ad"), fmt
         assert "\\u200b" in out, fmt
+
+
+# ---------------------------------------------------------------------------------------------- item 12
+
+
+def test_item12_markdown_escapes_file_names_and_slurm_cells(tmp_path: Path) -> None:
+    from diagnose.present.commands.slurm import failed_markdown
+
+    log = tmp_path / "a`b <img src=x> @alice.log"
+    log.write_text(OOM + "\n")
+    res = cli("analyze", str(log), "--format", "markdown")
+    line = next(ln for ln in res.stdout.decode().splitlines() if ln.startswith("Input: "))
+    assert "`` " in line and "a`b <img src=x> @alice.log ``" in line, line  # one code span holds the whole name
+    table = failed_markdown([{"job_id": "7", "name": "<img src=x> **bold** @alice", "state": "FAILED", "end": "-",
+                              "diagnosis": "see [here](http://x) | ok"}])
+    row = table.splitlines()[2]
+    assert "\\<img" in row and "**bold**" not in row and "\\@alice" in row and "\\[here\\]" in row, row
+    assert " <img" not in row and " @alice" not in row and "[here]" not in row, row
+    assert row.count(" | ") == 4, row

@@ -33,6 +33,16 @@ def md_inline(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", inert(text))
 
 
+def md_code(text: str) -> str:
+    """An inline code span that holds ``text`` whatever backticks it has (a file named ``a`b.log`` used to close
+    the span and turn the rest into markdown): the delimiter is longer than any backtick run inside."""
+    body = inert(text)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    tick = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or longest else ""
+    return f"{tick}{pad}{body}{pad}{tick}"
+
+
 def fenced(body: str, lang: str = "text") -> str:
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
@@ -100,7 +110,7 @@ def render_markdown(report: Report) -> str:
     else:
         out += [f"## diagnose: {md_inline(root.title)} (`{inert(root.rule)}`)", ""]
     if report.inputs:
-        inputs = ", ".join(f"`{inert(i.path)}` ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
+        inputs = ", ".join(f"{md_code(i.path)} ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
         if len(report.inputs) > 8:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]

@@ -149,15 +149,16 @@ def _facts_line(s: dict[str, Any]) -> str:
 
 
 def slurm_markdown(s: dict[str, Any]) -> str:
+    from diagnose.present.markdown import md_code
     from diagnose.present.safe import inert
 
     if not s:
         return ""
     lines = [f"## Slurm job {inert(str(s.get('job_id')))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
     if s.get("failed_step"):
-        lines.append(f"- failed step: `{inert(s['failed_step'])}`")
+        lines.append(f"- failed step: {md_code(s['failed_step'])}")
     for o in s.get("outputs") or []:
-        lines.append(f"- output ({o['stream']}): `{inert(o['path'])}` via {inert(str(s.get('output_route')))}"
+        lines.append(f"- output ({o['stream']}): {md_code(o['path'])} via {inert(str(s.get('output_route')))}"
                      + (f" ({inert(o['problem'])})" if o.get("problem") else ""))
     tasks = task_outputs_line(s)
     if tasks:
@@ -169,6 +170,18 @@ def slurm_markdown(s: dict[str, Any]) -> str:
 
 
 LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
+
+
+def failed_markdown(rows: list[dict[str, Any]]) -> str:
+    """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
+    but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
+    from diagnose.present.markdown import md_inline
+
+    out = ["| job | name | state | end | diagnosis |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        cells = [md_inline(str(r[k])) for k in ("job_id", "name", "state", "end", "diagnosis")]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def _list_failed(args: Any, options: Any) -> int:
@@ -202,10 +215,7 @@ def _list_failed(args: Any, options: Any) -> int:
             json.dump({"since": args.since, "jobs": rows, "truncated": len(jobs) > MAX_LISTED}, out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
-            out.write("| job | name | state | end | diagnosis |\n| --- | --- | --- | --- | --- |\n")
-            for r in rows:
-                cells = [inert(str(r[k])).replace("|", "\\|") for k in ("job_id", "name", "state", "end", "diagnosis")]
-                out.write("| " + " | ".join(cells) + " |\n")
+            out.write(failed_markdown(rows))
         else:
             console = _console(args, out)
             if not rows:
