@@ -241,3 +241,16 @@ def test_item12_markdown_escapes_file_names_and_slurm_cells(tmp_path: Path) -> N
     assert "\\<img" in row and "**bold**" not in row and "\\@alice" in row and "\\[here\\]" in row, row
     assert " <img" not in row and " @alice" not in row and "[here]" not in row, row
     assert row.count(" | ") == 4, row
+
+
+# ---------------------------------------------------------------------------------------------- item 13
+
+
+def test_item13_an_anchored_big_string_used_many_times_is_refused(tmp_path: Path) -> None:
+    big = "x" * (1 << 20)
+    cfg = tmp_path / "bomb.yaml"
+    cfg.write_text("\n".join(["model:", "  num_layers: 4", "train:", f"  a: &s {big}"]
+                             + [f"  k{i}: *s" for i in range(40)]) + "\n")
+    res = cli("replay", str(cfg), "--format", "json")
+    assert_clean_error(res, "alias")
+    assert len(res.stdout) < 1 << 20
