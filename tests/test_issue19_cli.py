@@ -254,3 +254,48 @@ def test_item13_an_anchored_big_string_used_many_times_is_refused(tmp_path: Path
     res = cli("replay", str(cfg), "--format", "json")
     assert_clean_error(res, "alias")
     assert len(res.stdout) < 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------- item 14
+
+
+def test_item14_traceback_look_back_is_linear() -> None:
+    """40k matching lines with no traceback: each used to search 1 MiB back for one (quadratic up to 1 MiB)."""
+    from diagnose.match import engine
+
+    class Buf(bytes):
+        searched = 0
+
+        def rfind(self, sub, lo=0, hi=None):  # count the bytes searched backwards for markers
+            hi = len(self) if hi is None else hi
+            if sub in engine._TRACEBACK_MARKERS:
+                Buf.searched += max(0, hi - lo)
+            return bytes.rfind(self, sub, lo, hi)
+
+    data = Buf(b"ValueError: x\n" * 40_000)
+    reader = engine._LineReader(data, "x.log")
+    for start in range(0, len(data), 14):
+        engine._stream_has_traceback_before(reader, start, ())
+    # each byte is searched a bounded number of times (quadratic before: about 20 GB for this 0.5 MB)
+    assert Buf.searched <= 8 * len(data), Buf.searched
+
+
+def test_item14_a_huge_line_costs_little(tmp_path: Path) -> None:
+    log = tmp_path / "blob.log"
+    log.write_bytes(b"RuntimeError: " + b"y" * (40 << 20) + b"\n" + OOM.encode() + b"\n")
+    res = cli("analyze", str(log), "--no-replay", "--format", "json")
+    assert res.returncode == 1, res.stderr
+    import json
+
+    data = json.loads(res.stdout)
+    assert data["findings"][data["root_cause"]]["rule"].startswith("OOM")
+    assert data["inputs"][0]["lines"] == 2
+
+
+def test_item14_windows_scan_head_and_tail_of_a_long_line() -> None:
+    from diagnose.match.anchors import windows
+
+    buf = b"a\n" + b"x" * 5000 + b"TAIL\n" + b"b\n"
+    got = list(windows(buf, size=1000, max_line=400))
+    text = b"".join(w for _, w in got)
+    assert b"TAIL" in text and text.count(b"\n") == 3 and len(text) < 1000
