@@ -48,6 +48,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
         )
     report = result.report
     report.warnings[:0] = catalogue.errors
+    report.warnings.extend(getattr(sources, "warnings", []))
     if empty:
         report.warnings.append(f"{len(empty)} of {len(sources)} inputs are empty (0 bytes), e.g. "
                                f"{shown(empty[0])}: those ranks wrote nothing")

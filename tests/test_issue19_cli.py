@@ -299,3 +299,52 @@ def test_item14_windows_scan_head_and_tail_of_a_long_line() -> None:
     got = list(windows(buf, size=1000, max_line=400))
     text = b"".join(w for _, w in got)
     assert b"TAIL" in text and text.count(b"\n") == 3 and len(text) < 1000
+
+
+# ---------------------------------------------------------------------------------------------- item 15
+
+
+def test_item15_one_broken_file_in_a_folder_is_skipped_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text(OOM + "\n")
+    (tmp_path / "rank1.log").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop.log").symlink_to(tmp_path / "loop.log")
+    os.mkfifo(tmp_path / "rank3.log")  # no writer: must not be waited on
+    (tmp_path / "rank0.log.1").write_text("older part\n")
+    res = cli("analyze", str(tmp_path), "--format", "json")
+    assert res.returncode == 1, res.stderr
+    import json
+
+    warnings = json.loads(res.stdout)["warnings"]
+    assert any("3 files skipped" in w for w in warnings), warnings
+    assert any("rotated log not read" in w and "rank0.log.1" in w for w in warnings), warnings
+
+
+def test_item15_binary_stdin_stops_at_once() -> None:
+    res = subprocess.run(f"{sys.executable} -m diagnose analyze - < /dev/zero", shell=True, capture_output=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert_clean_error(res, "binary data")
+
+
+def test_item15_a_fifo_writer_that_pauses_loses_nothing(tmp_path: Path, monkeypatch) -> None:
+    import threading
+    import time
+
+    from diagnose.ingest import sources
+
+    monkeypatch.setattr(sources, "FIFO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sources, "FIFO_IDLE_AFTER_DATA_S", 2.0)
+    fifo = tmp_path / "job.log"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        with open(fifo, "w") as fh:
+            fh.write("first\n")
+            fh.flush()
+            time.sleep(0.6)  # longer than FIFO_TIMEOUT_S: used to end the read with an error
+            fh.write("second\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with sources.open_inputs([str(fifo)]) as (source,):
+        assert bytes(source.buffer[:]) == b"first\nsecond\n"
+    thread.join()
