@@ -348,3 +348,27 @@ def test_item15_a_fifo_writer_that_pauses_loses_nothing(tmp_path: Path, monkeypa
     with sources.open_inputs([str(fifo)]) as (source,):
         assert bytes(source.buffer[:]) == b"first\nsecond\n"
     thread.join()
+
+
+# ---------------------------------------------------------------------------------------------- item 18
+
+
+def test_item18_option_values_are_validated(tmp_path: Path) -> None:
+    assert_clean_error(cli("analyze", str(SAMPLE), "--bridge-version", "banana"), "release number")
+    assert_clean_error(cli("analyze", str(SAMPLE), "--jobs", "0"), "at least 1")
+    assert cli("analyze", str(SAMPLE), "--bridge-version", "0.4.0", "--no-replay").returncode == 1
+
+
+def test_item18_a_step_the_job_does_not_have_is_an_error(tmp_path: Path) -> None:
+    import pytest
+    from test_slurm_parse import _runner_for, _train_job
+
+    from diagnose.ingest.slurm.job import lookup_job
+    from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.model import DiagnoseError
+
+    scontrol, rows = _train_job(tmp_path)
+    runner = _runner_for(scontrol, rows, None)
+    with pytest.raises(DiagnoseError, match=r"job 31 has no step 5 \(its steps: batch, 0\)"):
+        lookup_job(parse_job_id("31", "5"), runner, settle_s=0, sleep=lambda s: None)
+    assert lookup_job(parse_job_id("31", "0"), runner, settle_s=0, sleep=lambda s: None).steps
