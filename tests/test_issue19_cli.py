@@ -372,3 +372,18 @@ def test_item18_a_step_the_job_does_not_have_is_an_error(tmp_path: Path) -> None
     with pytest.raises(DiagnoseError, match=r"job 31 has no step 5 \(its steps: batch, 0\)"):
         lookup_job(parse_job_id("31", "5"), runner, settle_s=0, sleep=lambda s: None)
     assert lookup_job(parse_job_id("31", "0"), runner, settle_s=0, sleep=lambda s: None).steps
+
+
+# ---------------------------------------------------------------------------------------------- item 6
+
+
+def test_item6_logs_of_different_jobs_are_not_merged_silently(tmp_path: Path) -> None:
+    logs = ROOT / "sample_logs"
+    res = cli("analyze", str(logs / "b042_first_iter_oom.log"), str(logs / "ddp_wrap_oom.log"), "--no-replay", "-f",
+              "json")
+    assert b"look like logs of different jobs" in res.stdout, res.stdout[-600:]
+    # ranks of one job, one file each: no such warning
+    (tmp_path / "rank0.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_oom.log").read_text())
+    (tmp_path / "rank1.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text())
+    res = cli("analyze", str(tmp_path), "--no-replay")
+    assert res.returncode == 1 and b"different jobs" not in res.stdout
