@@ -387,3 +387,26 @@ def test_item6_logs_of_different_jobs_are_not_merged_silently(tmp_path: Path) ->
     (tmp_path / "rank1.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text())
     res = cli("analyze", str(tmp_path), "--no-replay")
     assert res.returncode == 1 and b"different jobs" not in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- item 8
+
+
+def test_item8_default_report_is_short_with_the_fix_on_the_first_screen() -> None:
+    res = cli("analyze", str(SAMPLE.relative_to(ROOT)), env_extra={"COLUMNS": "100"})
+    lines = res.stdout.decode().splitlines()
+    assert res.returncode == 1 and len(lines) <= 60, len(lines)
+    first = "\n".join(lines[:24])
+    assert "ROOT CAUSE  OOM" in first and "line 34" in first and "Bridge CLI  ddp.use_megatron_fsdp=true" in first
+    assert "  fix:" not in res.stdout.decode() and "render:" not in res.stdout.decode()
+    verbose = cli("analyze", str(SAMPLE), "-v", env_extra={"COLUMNS": "100"}).stdout.decode()
+    assert "CONFIG\n  version: <=0.4.x" in verbose and "    YAML" in verbose and "  Facts" in verbose
+    quiet = cli("analyze", str(SAMPLE), "-q", env_extra={"COLUMNS": "100"}).stdout.decode().splitlines()
+    assert 2 <= len(quiet) <= 6 and quiet[0].startswith("OOM") and any("fix: ddp.use_megatron_fsdp" in q for q in quiet)
+
+
+def test_item8_markdown_folds_the_detail() -> None:
+    md = cli("analyze", str(SAMPLE), "--format", "markdown").stdout.decode()
+    assert md.count("<details><summary>") >= 3 and md.count("</details>") == md.count("<details>")
+    head = md.split("<details>", 1)[0]
+    assert "Root cause" in head and "**Evidence**" in head and "Bridge command line" in head

@@ -64,6 +64,14 @@ def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) ->
     )
 
 
+def _detail(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quiet", "-q", dest="detail", action="store_const", const="quiet", default="default",
+                   help="text: only the root cause, its evidence line and the fix")
+    g.add_argument("--verbose", "-v", dest="detail", action="store_const", const="verbose",
+                   help="text and markdown: also the facts, the YAML fix and the config, replay and memory details")
+
+
 def _rules_opt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rules", action="append", default=[], metavar="DIR", help="add a folder (or file) of user rules; repeatable"
@@ -97,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
     p.add_argument("--jobs", "-j", type=_positive, default=0, metavar="N", help="scan with N processes (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _detail(p)
     _common(p)
 
     p = sub.add_parser("rules", help="list, show and lint the rules catalogue")

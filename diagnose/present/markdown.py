@@ -67,11 +67,10 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
         body = "\n".join(f"{inert(e.path)}:{e.line}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
     facts = shown_facts(f.facts, ranks_known=bool(f.ranks))
+    folded: list[str] = []
     if facts:
         body = "\n".join(f"{inert(k)} = {inert(v)}" for k, v in facts)
-        out += ["**Facts**", "", fenced(body), ""]
-    if f.explanation:
-        out += [inert_block(f.explanation), ""]
+        folded = details("Facts", ["", fenced(body), ""])
     fix = f.fix
     if not fix.empty:
         line = "**Fix**"
@@ -82,7 +81,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
         if fix.overrides:
             out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
             out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
-            out += ["YAML:", "", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""]
+            out += details("YAML", ["", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""])
         if fix.env:
             body = "\n".join(env_line(e.name, e.value) for e in fix.env)
             out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
@@ -90,19 +89,34 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
             out.append(f"- {md_inline(step)}")
         if fix.steps:
             out.append("")
-    return out
+    if f.explanation:
+        out += [inert_block(f.explanation), ""]
+    return out + folded
+
+
+def details(summary: str, body: list[str]) -> list[str]:
+    """A folded block (GitHub renders ``<details>`` closed): the detail is there for whoever opens it."""
+    return [f"<details><summary>{md_inline(summary)}</summary>", "", *body, "</details>", ""]
 
 
 def _section(title: str, data: Any) -> list[str]:
+    """A section: its one-sentence summary (replay's, memory's) in the open, the rest folded."""
     if not data:
         return []
     shown = section_data(data)
     if not shown:
         return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
-    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""]
+    lead = next((shown[k] for k in ("summary", "explanation") if isinstance(shown, dict)
+                 and isinstance(shown.get(k), str) and shown[k]), None)
+    out = [f"### {title}", ""]
+    if lead:
+        out += [md_inline(lead), ""]
+    return out + details(f"{title} details", ["", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""])
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, verbose: bool = False) -> str:
+    """Markdown for an issue: root cause, evidence and fix in the open; facts, YAML, other findings' details and
+    the config/replay/memory sections folded in ``<details>`` (``verbose`` is accepted for symmetry with text)."""
     out: list[str] = []
     root = report.root
     if root is None:
@@ -117,8 +131,12 @@ def render_markdown(report: Report) -> str:
     if root is not None:
         out += _finding(root, "Root cause")
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
-    for f in secondary:
-        out += _finding(f, f.severity.capitalize(), root)
+    if secondary:
+        body: list[str] = [""]
+        for f in secondary:
+            body += _finding(f, f.severity.capitalize(), root)
+        titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
+        out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]
     if cascades:
         out += ["### Cascade (consequences)", ""]
