@@ -410,3 +410,24 @@ def test_item8_markdown_folds_the_detail() -> None:
     assert md.count("<details><summary>") >= 3 and md.count("</details>") == md.count("<details>")
     head = md.split("<details>", 1)[0]
     assert "Root cause" in head and "**Evidence**" in head and "Bridge command line" in head
+
+
+# ---------------------------------------------------------------------------------------------- item 9
+
+
+def test_item9_follow_keeps_the_jobs_output_off_stdout(monkeypatch, capsys) -> None:
+    from types import SimpleNamespace
+
+    from diagnose.ingest.slurm import follow
+    from diagnose.model import Report
+    from diagnose.present.cli import main
+
+    def fake_follow(ref, options, on_text=None, **_kw):
+        on_text("step 1 of the job's own output\n")
+        return follow.FollowResult(SimpleNamespace(job=None, report=Report()), "job ended", 1.0)
+
+    monkeypatch.setattr(follow, "follow_job", fake_follow)
+    assert main(["slurm", "123", "--follow"]) == 0
+    out, err = capsys.readouterr()
+    assert "job's own output" not in out and "job's own output" in err
+    assert "No failure found" in out

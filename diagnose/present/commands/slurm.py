@@ -254,16 +254,19 @@ def _follow(ref: Any, args: Any, options: Any) -> int:
     from diagnose.ingest.slurm.follow import follow_job
     from diagnose.present.safe import inert_block
 
-    text_mode = args.format == "text" and not args.output
+    # The job's own output is shown live on stderr, like a progress display: stdout carries the report alone, so
+    # `slurm JOB --follow > report.txt` (or `| jq` with --format json) gets the report and nothing else.
+    live = sys.stderr
 
     def show(chunk: str) -> None:
-        if text_mode:
-            sys.stdout.write(inert_block(chunk))
-            sys.stdout.flush()
+        if live is not None:
+            live.write(inert_block(chunk))
+            live.flush()
 
     result = follow_job(ref, options, on_text=show)
-    if text_mode:
-        print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", flush=True)
+    if live is not None:
+        print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", file=live,
+              flush=True)
     with _output(args) as out:
         _emit(result.diagnosis.report, args, out)
     return 1 if result.diagnosis.report.root_cause is not None else 0
