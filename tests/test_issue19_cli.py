@@ -431,3 +431,18 @@ def test_item9_follow_keeps_the_jobs_output_off_stdout(monkeypatch, capsys) -> N
     out, err = capsys.readouterr()
     assert "job's own output" not in out and "job's own output" in err
     assert "No failure found" in out
+
+
+# ---------------------------------------------------------------------------------------------- item 17
+
+
+def test_item17_the_readmes_example_rule_lints_clean(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    toml = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "mine.toml").write_text(toml)
+    res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
+    assert res.returncode == 0, (res.stdout[-800:], res.stderr)
+    assert b"USR001" in toml.encode() and b"duplicate" not in res.stdout
+    (tmp_path / "mine.toml").write_text(toml.replace("USR001", "MB150"))
+    res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
+    assert b"duplicate code" in res.stdout or b"should start with USR" in res.stdout
