@@ -63,6 +63,10 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
         result = MatchResult(report=Report(), blocks={})
     report = result.report
     report.warnings[:0] = catalogue.errors
+    report.warnings.extend(getattr(sources, "warnings", []))
+    mixed = different_jobs_warning(report)
+    if mixed:
+        report.warnings.append(mixed)
     if empty:
         report.warnings.append(f"{len(empty)} of {n_sources} inputs are empty (0 bytes), e.g. "
                                f"{shown(empty[0])}: those ranks wrote nothing")
@@ -88,6 +92,40 @@ def _hang(report: Report, found) -> None:
         return
     merge_hang(report, hang)
     report.warnings.extend(warnings)
+def different_jobs_warning(report: Report) -> str | None:
+    """Say so when the inputs look like logs of different jobs, not ranks of one: two or more files each hold
+    their own failure for the same rank (or for no rank at all). Per-rank logs of one job fail on different
+    ranks; two single-GPU jobs both fail on rank 0, and merging them gives one root cause for both."""
+    if len(report.inputs) < 2:
+        return None
+    by_path: dict[str, set] = {}
+    for f in report.findings:
+        paths = {_process_of(e.path) for e in f.evidence}
+        if len(paths) != 1:
+            continue
+        by_path.setdefault(paths.pop(), set()).update(f.ranks or ["?"])
+    for ranks in by_path.values():
+        if len(ranks) > 1:
+            ranks.discard("?")  # a file with known ranks: its rank-less lines are that rank's too
+    if len(by_path) < 2:
+        return None
+    seen: dict[object, str] = {}
+    for path, ranks in by_path.items():
+        for rank in ranks:
+            if rank in seen and seen[rank] != path:
+                who = "no rank" if rank == "?" else f"rank {rank}"
+                return (f"{shown(seen[rank])} and {shown(path)} each hold their own failure for {who}: they look like "
+                        f"logs of different jobs, diagnosed here as one; analyze them one at a time")
+            seen[rank] = path
+    return None
+
+
+def _process_of(path: str) -> str:
+    """torchrun --log-dir writes one process's stdout and stderr side by side: one process, one key."""
+    import os
+
+    stem = os.path.basename(path).split(".", 1)[0]
+    return os.path.dirname(path) if stem in ("stdout", "stderr") else path
 
 
 def _empty_error(paths: list[str]) -> Exception:

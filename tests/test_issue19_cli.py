@@ -222,3 +222,227 @@ def test_item23_zero_width_characters_are_shown_not_passed_raw(tmp_path: Path) -
         assert res.returncode == 1, res.stderr
         assert not any(ch in out for ch in "\u200b\u200c\u200d\u2060\u00ad"), fmt
         assert "\\u200b" in out, fmt
+
+
+# ---------------------------------------------------------------------------------------------- item 12
+
+
+def test_item12_markdown_escapes_file_names_and_slurm_cells(tmp_path: Path) -> None:
+    from diagnose.present.commands.slurm import failed_markdown
+
+    log = tmp_path / "a`b <img src=x> @alice.log"
+    log.write_text(OOM + "\n")
+    res = cli("analyze", str(log), "--format", "markdown")
+    line = next(ln for ln in res.stdout.decode().splitlines() if ln.startswith("Input: "))
+    assert "`` " in line and "a`b <img src=x> @alice.log ``" in line, line  # one code span holds the whole name
+    table = failed_markdown([{"job_id": "7", "name": "<img src=x> **bold** @alice", "state": "FAILED", "end": "-",
+                              "diagnosis": "see [here](http://x) | ok"}])
+    row = table.splitlines()[2]
+    assert "\\<img" in row and "**bold**" not in row and "\\@alice" in row and "\\[here\\]" in row, row
+    assert " <img" not in row and " @alice" not in row and "[here]" not in row, row
+    assert row.count(" | ") == 4, row
+
+
+# ---------------------------------------------------------------------------------------------- item 13
+
+
+def test_item13_an_anchored_big_string_used_many_times_is_refused(tmp_path: Path) -> None:
+    big = "x" * (1 << 20)
+    cfg = tmp_path / "bomb.yaml"
+    cfg.write_text("\n".join(["model:", "  num_layers: 4", "train:", f"  a: &s {big}"]
+                             + [f"  k{i}: *s" for i in range(40)]) + "\n")
+    res = cli("replay", str(cfg), "--format", "json")
+    assert_clean_error(res, "alias")
+    assert len(res.stdout) < 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------- item 14
+
+
+def test_item14_traceback_look_back_is_linear() -> None:
+    """40k matching lines with no traceback: each used to search 1 MiB back for one (quadratic up to 1 MiB)."""
+    from diagnose.match import engine
+
+    class Buf(bytes):
+        searched = 0
+
+        def rfind(self, sub, lo=0, hi=None):  # count the bytes searched backwards for markers
+            hi = len(self) if hi is None else hi
+            if sub in engine._TRACEBACK_MARKERS:
+                Buf.searched += max(0, hi - lo)
+            return bytes.rfind(self, sub, lo, hi)
+
+    data = Buf(b"ValueError: x\n" * 40_000)
+    reader = engine._LineReader(data, "x.log")
+    for start in range(0, len(data), 14):
+        engine._stream_has_traceback_before(reader, start, ())
+    # each byte is searched a bounded number of times (quadratic before: about 20 GB for this 0.5 MB)
+    assert Buf.searched <= 8 * len(data), Buf.searched
+
+
+def test_item14_a_huge_line_costs_little(tmp_path: Path) -> None:
+    log = tmp_path / "blob.log"
+    log.write_bytes(b"RuntimeError: " + b"y" * (40 << 20) + b"\n" + OOM.encode() + b"\n")
+    res = cli("analyze", str(log), "--no-replay", "--format", "json")
+    assert res.returncode == 1, res.stderr
+    import json
+
+    data = json.loads(res.stdout)
+    assert data["findings"][data["root_cause"]]["rule"].startswith("OOM")
+    assert data["inputs"][0]["lines"] == 2
+
+
+def test_item14_windows_scan_head_and_tail_of_a_long_line() -> None:
+    from diagnose.match.anchors import windows
+
+    buf = b"a\n" + b"x" * 5000 + b"TAIL\n" + b"b\n"
+    got = list(windows(buf, size=1000, max_line=400))
+    text = b"".join(w for _, w in got)
+    assert b"TAIL" in text and text.count(b"\n") == 3 and len(text) < 1000
+
+
+# ---------------------------------------------------------------------------------------------- item 15
+
+
+def test_item15_one_broken_file_in_a_folder_is_skipped_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text(OOM + "\n")
+    (tmp_path / "rank1.log").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop.log").symlink_to(tmp_path / "loop.log")
+    os.mkfifo(tmp_path / "rank3.log")  # no writer: must not be waited on
+    (tmp_path / "rank0.log.1").write_text("older part\n")
+    res = cli("analyze", str(tmp_path), "--format", "json")
+    assert res.returncode == 1, res.stderr
+    import json
+
+    warnings = json.loads(res.stdout)["warnings"]
+    assert any("3 files skipped" in w for w in warnings), warnings
+    assert any("rotated log not read" in w and "rank0.log.1" in w for w in warnings), warnings
+
+
+def test_item15_binary_stdin_stops_at_once() -> None:
+    res = subprocess.run(f"{sys.executable} -m diagnose analyze - < /dev/zero", shell=True, capture_output=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert_clean_error(res, "binary data")
+
+
+def test_item15_a_fifo_writer_that_pauses_loses_nothing(tmp_path: Path, monkeypatch) -> None:
+    import threading
+    import time
+
+    from diagnose.ingest import sources
+
+    monkeypatch.setattr(sources, "FIFO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sources, "FIFO_IDLE_AFTER_DATA_S", 2.0)
+    fifo = tmp_path / "job.log"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        with open(fifo, "w") as fh:
+            fh.write("first\n")
+            fh.flush()
+            time.sleep(0.6)  # longer than FIFO_TIMEOUT_S: used to end the read with an error
+            fh.write("second\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with sources.open_inputs([str(fifo)]) as (source,):
+        assert bytes(source.buffer[:]) == b"first\nsecond\n"
+    thread.join()
+
+
+# ---------------------------------------------------------------------------------------------- item 18
+
+
+def test_item18_option_values_are_validated(tmp_path: Path) -> None:
+    assert_clean_error(cli("analyze", str(SAMPLE), "--bridge-version", "banana"), "release number")
+    assert_clean_error(cli("analyze", str(SAMPLE), "--jobs", "0"), "at least 1")
+    assert cli("analyze", str(SAMPLE), "--bridge-version", "0.4.0", "--no-replay").returncode == 1
+
+
+def test_item18_a_step_the_job_does_not_have_is_an_error(tmp_path: Path) -> None:
+    import pytest
+    from test_slurm_parse import _runner_for, _train_job
+
+    from diagnose.ingest.slurm.job import lookup_job
+    from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.model import DiagnoseError
+
+    scontrol, rows = _train_job(tmp_path)
+    runner = _runner_for(scontrol, rows, None)
+    with pytest.raises(DiagnoseError, match=r"job 31 has no step 5 \(its steps: batch, 0\)"):
+        lookup_job(parse_job_id("31", "5"), runner, settle_s=0, sleep=lambda s: None)
+    assert lookup_job(parse_job_id("31", "0"), runner, settle_s=0, sleep=lambda s: None).steps
+
+
+# ---------------------------------------------------------------------------------------------- item 6
+
+
+def test_item6_logs_of_different_jobs_are_not_merged_silently(tmp_path: Path) -> None:
+    logs = ROOT / "sample_logs"
+    res = cli("analyze", str(logs / "b042_first_iter_oom.log"), str(logs / "ddp_wrap_oom.log"), "--no-replay", "-f",
+              "json")
+    assert b"look like logs of different jobs" in res.stdout, res.stdout[-600:]
+    # ranks of one job, one file each: no such warning
+    (tmp_path / "rank0.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_oom.log").read_text())
+    (tmp_path / "rank1.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text())
+    res = cli("analyze", str(tmp_path), "--no-replay")
+    assert res.returncode == 1 and b"different jobs" not in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- item 8
+
+
+def test_item8_default_report_is_short_with_the_fix_on_the_first_screen() -> None:
+    res = cli("analyze", str(SAMPLE.relative_to(ROOT)), env_extra={"COLUMNS": "100"})
+    lines = res.stdout.decode().splitlines()
+    assert res.returncode == 1 and len(lines) <= 60, len(lines)
+    first = "\n".join(lines[:24])
+    assert "ROOT CAUSE  OOM" in first and "line 34" in first and "Bridge CLI  ddp.use_megatron_fsdp=true" in first
+    assert "  fix:" not in res.stdout.decode() and "render:" not in res.stdout.decode()
+    verbose = cli("analyze", str(SAMPLE), "-v", env_extra={"COLUMNS": "100"}).stdout.decode()
+    assert "CONFIG\n  version: <=0.4.x" in verbose and "    YAML" in verbose and "  Facts" in verbose
+    quiet = cli("analyze", str(SAMPLE), "-q", env_extra={"COLUMNS": "100"}).stdout.decode().splitlines()
+    assert 2 <= len(quiet) <= 6 and quiet[0].startswith("OOM") and any("fix: ddp.use_megatron_fsdp" in q for q in quiet)
+
+
+def test_item8_markdown_folds_the_detail() -> None:
+    md = cli("analyze", str(SAMPLE), "--format", "markdown").stdout.decode()
+    assert md.count("<details><summary>") >= 3 and md.count("</details>") == md.count("<details>")
+    head = md.split("<details>", 1)[0]
+    assert "Root cause" in head and "**Evidence**" in head and "Bridge command line" in head
+
+
+# ---------------------------------------------------------------------------------------------- item 9
+
+
+def test_item9_follow_keeps_the_jobs_output_off_stdout(monkeypatch, capsys) -> None:
+    from types import SimpleNamespace
+
+    from diagnose.ingest.slurm import follow
+    from diagnose.model import Report
+    from diagnose.present.cli import main
+
+    def fake_follow(ref, options, on_text=None, **_kw):
+        on_text("step 1 of the job's own output\n")
+        return follow.FollowResult(SimpleNamespace(job=None, report=Report()), "job ended", 1.0)
+
+    monkeypatch.setattr(follow, "follow_job", fake_follow)
+    assert main(["slurm", "123", "--follow"]) == 0
+    out, err = capsys.readouterr()
+    assert "job's own output" not in out and "job's own output" in err
+    assert "No failure found" in out
+
+
+# ---------------------------------------------------------------------------------------------- item 17
+
+
+def test_item17_the_readmes_example_rule_lints_clean(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    toml = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "mine.toml").write_text(toml)
+    res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
+    assert res.returncode == 0, (res.stdout[-800:], res.stderr)
+    assert b"USR001" in toml.encode() and b"duplicate" not in res.stdout
+    (tmp_path / "mine.toml").write_text(toml.replace("USR001", "MB150"))
+    res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
+    assert b"duplicate code" in res.stdout or b"should start with USR" in res.stdout

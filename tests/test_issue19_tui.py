@@ -48,3 +48,52 @@ async def test_item1_export_over_an_existing_file_asks_first(oom_app: DiagnoseAp
         await pilot.press("y")
         await pilot.pause()
     assert "OOM103" in other.read_text()
+
+
+# ---------------------------------------------------------------------------------------------- item 11
+
+
+@run_async
+async def test_item11_toasts_show_markup_as_typed(tmp_path: Path) -> None:
+    """An error toast naming ``run[t=10:30].log`` crashed with MarkupError; ``[@click=app.quit]`` became an action."""
+    from test_tui_reports import copy_log, ddp_wrap_oom_report
+
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    app = DiagnoseApp([str(log)], report=ddp_wrap_oom_report(log))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.pause()
+        app.show_error("cannot read run[t=10:30].log.gz: bad[/b] [@click=app.quit]x[/]")
+        await pilot.pause(0.3)
+        await _export_as(app, pilot, str(tmp_path / "no" / "run[t=10:30][/].md"))
+        await pilot.pause(0.3)
+        shown = [str(t.render()) for t in app.screen.query("Toast")]  # drawing used to raise MarkupError
+        assert any("run[t=10:30].log.gz: bad[/b] [@click=app.quit]x[/]" in t for t in shown), shown
+        assert any("run[t=10:30][/].md" in t for t in shown), shown
+        assert app.is_running
+
+
+@run_async
+async def test_item11_slurm_job_table_shows_names_as_typed(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from textual.widgets import DataTable
+
+    from diagnose.present.tui.slurmjobs import JobsScreen
+
+    class Jobs(JobsScreen):
+        def load(self) -> None:  # no Slurm here: the list comes from the test
+            job = SimpleNamespace(job_id="123", name="train[/] [@click=app.quit]go[/]", state="FAILED",
+                                  state_text=lambda: "FAILED [b]", end="2026-12-01T10:00:00", elapsed_s=61,
+                                  nodes="node[01-02]")
+            self._show_jobs([job])
+
+    app = DiagnoseApp([], report=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = Jobs()
+        await app.push_screen(screen)
+        await pilot.pause(0.2)
+        table = screen.query_one(DataTable)
+        row = [str(getattr(c, "plain", c)) for c in table.get_row_at(0)]
+        assert row[1] == "train[/] [@click=app.quit]go[/]" and row[5] == "node[01-02]"
+        assert app.is_running

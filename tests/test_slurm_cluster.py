@@ -421,9 +421,10 @@ def test_follow_reports_failure_while_job_runs(slurm_env, workdir):
         )
         took = time.monotonic() - started
         assert done.returncode == 1, done.stderr
-        assert "iteration 3" in done.stdout  # the tail of stdout ...
-        assert "Tried to allocate 135.33 GiB" in done.stdout  # ... and of the separate stderr file
-        assert "stopped following: failure" in done.stdout
+        # the job's live output goes to stderr (issue 19 item 9): stdout is the report alone
+        assert "iteration 3" in done.stderr and "iteration 3" not in done.stdout  # the tail of stdout ...
+        assert "Tried to allocate 135.33 GiB" in done.stderr  # ... and of the separate stderr file
+        assert "stopped following: failure" in done.stderr
         assert "ROOT CAUSE" in done.stdout and "CUDA out of memory" in done.stdout
         assert took < 60  # the job itself sleeps 300 s after the failure
         assert squeue_active(slurm_env, job)  # reported while the job was still running

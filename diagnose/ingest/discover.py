@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from diagnose.ingest.errors import input_error, os_error
+from diagnose.ingest.errors import input_error, os_error, shown
 from diagnose.model import DiagnoseError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -22,6 +22,7 @@ _LOG_STEMS = ("stdout", "stderr", "output", "log")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 _NATURAL_SPLIT = re.compile(r"(\d+)")
+_ROTATED = re.compile(r"\.(?:log|txt|out|err)\.\d{1,4}(?:\.(?:gz|bz2|xz))?$", re.IGNORECASE)  # logrotate: rank0.log.1
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class InputEntry:
     local_rank_hint: int | None = None
     attempt: int | None = None
     stream_name: str | None = None
+    in_folder: bool = False  # found by walking a folder the user named: a broken one is skipped, not fatal
 
 
 def natural_key(text: str) -> tuple:
@@ -73,7 +75,8 @@ def hints_for(path: str) -> InputEntry:
     return InputEntry(path=path, rank_hint=rank, local_rank_hint=local, attempt=attempt, stream_name=stream_name)
 
 
-def _walk_logs(folder: str) -> list[str]:
+def _walk_logs(folder: str, rotated: list[str] | None = None) -> list[str]:
+    """Log files under ``folder``, natural order; rotated ones (``rank0.log.1``) go to ``rotated`` instead."""
     found: list[str] = []
 
     def on_error(err: OSError) -> None:
@@ -86,12 +89,15 @@ def _walk_logs(folder: str) -> list[str]:
         for name in files:
             if looks_like_log(name):
                 found.append(os.path.join(root, name))
+            elif rotated is not None and _ROTATED.search(name) and not name.startswith("."):
+                rotated.append(os.path.join(root, name))
     found.sort(key=lambda p: natural_key(os.path.relpath(p, folder)))
     return found
 
 
-def expand_inputs(inputs: list[str]) -> list[InputEntry]:
-    """Files stay as named (any name); folders become their log files. Raises DiagnoseError, one line."""
+def expand_inputs(inputs: list[str], notes: list[str] | None = None) -> list[InputEntry]:
+    """Files stay as named (any name); folders become their log files. Raises DiagnoseError, one line.
+    ``notes`` receives what the user should know about a folder (rotated logs not read)."""
     entries: list[InputEntry] = []
     for raw in inputs:
         if not isinstance(raw, str) or raw == "":
@@ -112,12 +118,17 @@ def expand_inputs(inputs: list[str]) -> list[InputEntry]:
         if stat.S_ISDIR(st.st_mode):
             if not os.access(raw, os.R_OK | os.X_OK):
                 raise input_error(raw, "permission denied (cannot list folder)")
-            logs = _walk_logs(raw)
+            rotated: list[str] = []
+            logs = _walk_logs(raw, rotated)
+            if rotated and notes is not None:
+                rotated.sort(key=natural_key)
+                notes.append(f"{len(rotated)} rotated log{'s' if len(rotated) != 1 else ''} not read (e.g. "
+                             f"{shown(rotated[0])}): name them to read them too")
             if not logs:
                 raise input_error(
                     raw, "folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)"
                 )
-            entries.extend(hints_for(p) for p in logs)
+            entries.extend(replace(hints_for(p), in_folder=True) for p in logs)
             continue
         entries.append(hints_for(raw))
     return entries

@@ -44,6 +44,8 @@ def os_error(path: object, err: OSError, doing: str = "open", denied: str = "no 
     if isinstance(err, IsADirectoryError):
         return input_error(path, "is a directory")
     if err.errno in (errno.EMFILE, errno.ENFILE):
-        return input_error(path, f"cannot {doing}: too many open files (each log over 1 MiB keeps one open; "
-                                 "raise the limit with `ulimit -n`)")
+        error = input_error(path, f"cannot {doing}: too many open files (each log over 1 MiB keeps one open; "
+                                  "raise the limit with `ulimit -n`)")
+        error.about_the_file = False  # the limit, not this file: skipping it would lose every later rank too
+        return error
     return input_error(path, f"cannot {doing} ({err.strerror or err})")

@@ -22,7 +22,7 @@ from typing import IO
 
 from diagnose.ingest import sniff
 from diagnose.ingest.discover import expand_inputs
-from diagnose.ingest.errors import input_error, os_error
+from diagnose.ingest.errors import input_error, os_error, shown
 from diagnose.ingest.gzip_bounded import GzipLimits, compressed_kind, decompress_to_file
 from diagnose.model import DiagnoseError
 
@@ -59,6 +59,15 @@ class Source:
                 closer()
 
 
+class Sources(list):
+    """The opened inputs, plus ``warnings`` for the report: files of a folder skipped, rotated logs not read,
+    a pipe that went quiet before its end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warnings: list[str] = []
+
+
 @contextlib.contextmanager
 def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Iterator[list[Source]]:
     """Open every input; close them (and delete temporary files) on exit. Raises DiagnoseError, one line."""
@@ -67,20 +76,32 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Ite
     if not inputs:
         raise DiagnoseError("no input given: name a log file, a folder of logs, or - for stdin")
     limits = gzip_limits or GzipLimits()
-    sources: list[Source] = []
+    sources = Sources()
     with tempfile.TemporaryDirectory(prefix="diagnose-") as tmp:
         try:
-            entries = expand_inputs(list(inputs))
+            entries = expand_inputs(list(inputs), sources.warnings)
             raise_open_file_limit(len(entries) + 64)
+            skipped: list[str] = []
             for entry in entries:
-                sources.append(_open_one(entry.path, entry, tmp, limits))
+                try:
+                    sources.append(_open_one(entry.path, entry, tmp, limits, sources.warnings))
+                except DiagnoseError as e:
+                    if not entry.in_folder or not getattr(e, "about_the_file", True):
+                        raise
+                    skipped.append(str(e))  # one bad file in a folder of per-rank logs must not lose the others
+            if skipped:
+                if not sources:
+                    raise DiagnoseError(f"no readable log in the folder: {skipped[0]}"
+                                        + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+                sources.warnings.append(f"{len(skipped)} file{'s' if len(skipped) != 1 else ''} skipped: "
+                                        f"{skipped[0]}" + (" (and more)" if len(skipped) > 1 else ""))
             yield sources
         finally:
             for source in sources:
                 source.close()
 
 
-def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
+def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] | None = None) -> Source:
     hints = dict(
         rank_hint=entry.rank_hint,
         local_rank_hint=entry.local_rank_hint,
@@ -98,7 +119,9 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits) -> Source:
     except OSError as e:
         raise os_error(path, e, denied="cannot reach this path") from None
     if stat.S_ISFIFO(st.st_mode):
-        return _map_file(_decoded(_read_stream(path, tmp), path, tmp, limits), display_path=path, **hints)
+        if entry.in_folder:  # a FIFO among per-rank logs may have no writer: never wait on it
+            raise input_error(path, "a FIFO in the folder (name it to read it)")
+        return _map_file(_decoded(_read_stream(path, tmp, notes), path, tmp, limits), display_path=path, **hints)
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
         # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
@@ -199,33 +222,66 @@ def raise_open_file_limit(needed: int) -> None:
         pass
 
 
-def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: float | None) -> None:
-    """Copy a pipe into a file; with a timeout, give up if no writer shows up or it stalls that long."""
+SPOOL_MAX_BYTES = 64 << 30  # what stdin or a FIFO may put in our temporary folder (as for a decompressed log)
+SPOOL_FREE_MIN_BYTES = 1 << 30  # stop before the temporary folder's disk has less than this left
+FIFO_IDLE_AFTER_DATA_S = 60.0  # a writer that pauses longer: analyze what came, and say so
+
+
+def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: float | None,
+                        notes: list[str] | None = None) -> None:
+    """Copy a pipe into a file, bounded: by size, by the disk's free space, and by content (binary data is
+    refused after its first 64 KiB, so ``- < /dev/zero`` stops at once). With a timeout: give up if no writer
+    shows up; once data came, a writer quiet for FIFO_IDLE_AFTER_DATA_S ends the read (noted), nothing is lost."""
     import select
 
+    written = 0
+    head = b""
     with open(out_path, "wb") as out:
-        if timeout_s is None:
-            while True:
-                chunk = reader.read(_COPY_CHUNK)
-                if not chunk:
-                    return
-                out.write(chunk)
-        fd = reader.fileno()
+        fd = reader.fileno() if timeout_s is not None else None
         while True:
-            if timeout_s is not None:
+            if fd is not None:
+                wait = timeout_s if written == 0 else max(timeout_s or 0.0, FIFO_IDLE_AFTER_DATA_S)
                 try:
-                    ready, _, _ = select.select([fd], [], [], timeout_s)
+                    ready, _, _ = select.select([fd], [], [], wait)
                 except (OSError, ValueError):
                     ready = [fd]  # not selectable (e.g. a regular file on stdin): just read
                 if not ready:
-                    raise input_error(what, f"nothing to read after {timeout_s:.0f} s (no writer?)")
-            chunk = os.read(fd, _COPY_CHUNK)
+                    if written == 0:
+                        raise input_error(what, f"nothing to read after {timeout_s:.0f} s (no writer?)")
+                    if notes is not None:
+                        notes.append(f"{shown(what)}: the writer was quiet for {wait:.0f} s; analyzed the "
+                                     f"{written} bytes read until then")
+                    return
+                chunk = os.read(fd, _COPY_CHUNK)
+            else:
+                chunk = reader.read(_COPY_CHUNK)
             if not chunk:
                 return
+            if len(head) < sniff.SAMPLE_BYTES:
+                head += chunk[: sniff.SAMPLE_BYTES - len(head)]
+                if len(head) >= sniff.SAMPLE_BYTES and sniff.compressed_by_magic(head) is None \
+                        and sniff.bom_encoding(head) is None:
+                    sniff.refuse_unreadable(head, what)
             out.write(chunk)
+            written += len(chunk)
+            _check_spool(out, written, what)
 
 
-def _read_stream(path: str, tmp: str) -> str:
+def _check_spool(out: IO[bytes], written: int, what: str) -> None:
+    if written > SPOOL_MAX_BYTES:
+        raise input_error(what, f"more than {SPOOL_MAX_BYTES >> 30} GiB on a pipe: not spooling more (save it to "
+                                "a file and name the file)")
+    if written % (64 << 20) < _COPY_CHUNK:  # every 64 MiB
+        try:
+            st = os.fstatvfs(out.fileno())
+        except OSError:
+            return
+        if st.f_bavail * st.f_frsize < SPOOL_FREE_MIN_BYTES:
+            raise input_error(what, f"stopped reading after {written >> 20} MiB: the temporary folder's disk is "
+                                    "almost full (set TMPDIR to a larger one, or name a file)")
+
+
+def _read_stream(path: str, tmp: str, notes: list[str] | None = None) -> str:
     """A FIFO or character device: read it until EOF, with a timeout when nothing comes."""
     out = os.path.join(tmp, f"fifo-{len(os.listdir(tmp))}.log")
     try:
@@ -236,7 +292,7 @@ def _read_stream(path: str, tmp: str) -> str:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", buffering=0) as reader:
             fd = -1
-            _copy_with_deadline(reader, out, f"{path} (a FIFO)", FIFO_TIMEOUT_S)
+            _copy_with_deadline(reader, out, f"{path} (a FIFO)", FIFO_TIMEOUT_S, notes)
     except OSError as e:
         raise os_error(path, e, "read") from None
     finally:

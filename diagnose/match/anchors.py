@@ -41,6 +41,7 @@ _CR_REWRITE = re.compile(rb"\r[^\n]")
 _CACHE: OrderedDict[tuple, Phase1] = OrderedDict()
 _CACHE_SIZE = 8
 _SHAPE = bytes.maketrans(b"0123456789abcdef", b"0" * 16)  # what varies between repeats of a line: numbers, ids
+MAX_LINE_BYTES = 256 << 10  # what phase 1 scans of one line; the engine reads no more of it either
 LOCATOR_MIN_BYTES = 1 << 20  # smaller windows locate lines without compiling a Hyperscan locator
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
@@ -638,23 +639,32 @@ def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_l
 
 
 def windows(buffer, size: int = 1 << 20, start: int = 0, end: int | None = None,
-            max_line: int = 64 << 20) -> Iterator[tuple[int, bytes]]:
+            max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, bytes)`` windows of ``buffer[start:end]`` that end just after a newline (or at ``end``).
 
     ``buffer`` is an mmap or bytes; each window is a copy of at most ``size`` bytes plus the rest of its last
-    line, so memory stays flat however large the input. A line longer than ``max_line`` is cut. ``start`` must be
-    a line start.
+    line, so memory stays flat however large the input. Of a line longer than ``max_line`` only its first and last
+    ``max_line / 2`` bytes are scanned, as two windows (the tail is where a ``\r``-rewritten progress line ends,
+    and an error glued to it): a 300 MB line (a tensor dump) used to cost a minute of per-byte regex matches and
+    hundreds of MiB. ``start`` must be a line start.
     """
     total = len(buffer) if end is None else end
+    half = max(1, max_line // 2)
     offset = start
     while offset < total:
-        stop = min(offset + size, total)
+        stop: int | None = min(offset + size, total)
         if stop < total:
             nl = buffer.rfind(b"\n", offset, stop)
-            if nl != -1:
-                stop = nl + 1
-            else:
-                nl = buffer.find(b"\n", stop, min(total, offset + max_line))
-                stop = nl + 1 if nl != -1 else min(total, offset + max_line)
-        yield offset, bytes(buffer[offset:stop])
-        offset = stop
+            stop = nl + 1 if nl != -1 else None  # None: one line is longer than the window
+        if stop is not None:
+            yield offset, bytes(buffer[offset:stop])
+            offset = stop
+            continue
+        line_end = buffer.find(b"\n", offset, total)
+        line_end = total if line_end == -1 else line_end + 1
+        if line_end - offset <= max_line:
+            yield offset, bytes(buffer[offset:line_end])
+        else:  # its head, then its tail (newline included); nothing between
+            yield offset, bytes(buffer[offset:offset + half])
+            yield line_end - half, bytes(buffer[line_end - half:line_end])
+        offset = line_end

@@ -18,7 +18,7 @@ from typing import Any
 import regex
 
 from diagnose.match import adapters, parallel
-from diagnose.match.anchors import Phase1, phase1_for, resolve_backend, text_presence, windows
+from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.inference import MAX_FRAMES
@@ -32,6 +32,8 @@ TRACEBACK_LOOKBACK_BYTES = 1 << 20
 CHAIN_GAP_LINES = 64  # stray lines of the same stream tolerated between a chain phrase and the next header
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
+# a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
+# blob) took a minute and 620 MiB; no message a rule matches is that long
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
 WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
@@ -68,6 +70,15 @@ class Hit:
     frames: list[str] = field(default_factory=list)  # generic and catch-all rules: traceback frames, innermost last
 
 
+def line_bytes(buf, start: int, end: int) -> bytes:
+    """The bytes of the line ``buf[start:end]`` that are read: all of it, or of a line over MAX_LINE_BYTES its head
+    and its tail (where a ``\\r``-rewritten progress line ends), joined by `` … ``."""
+    if end - start <= MAX_LINE_BYTES:
+        return buf[start:end]
+    half = MAX_LINE_BYTES // 2
+    return buf[start:start + half] + " … ".encode() + buf[end - half:end]
+
+
 class _LineReader:
     """Reads and normalises lines of one source around a byte offset, with a bounded cache."""
 
@@ -78,13 +89,15 @@ class _LineReader:
         # before_any look-backs: (needles, window) -> (line start, its number, number of the line holding the
         # latest needle occurrence before it, or None when there is none within ``window`` lines)
         self.before: dict[tuple, tuple[int, int, int | None]] = {}
+        # traceback markers: (bytes searched up to, last occurrence of each marker below that)
+        self.markers: tuple[int, list[int]] | None = None
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
         if ll is None:
             if len(self.cache) >= LINE_CACHE_MAX:
                 self.cache.clear()
-            ll = normalize_line(decode(self.buffer[start:end]), self.path, lineno)
+            ll = normalize_line(decode(line_bytes(self.buffer, start, end)), self.path, lineno)
             self.cache[start] = ll
         return ll
 
@@ -141,7 +154,7 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
     buf = reader.buffer
     floor = max(0, start - TRACEBACK_LOOKBACK_BYTES)
     # the latest occurrence of each marker below ``pos``; each is searched again only once it is consumed
-    latest = [buf.rfind(m, floor, start) for m in _TRACEBACK_MARKERS]
+    latest = [p if p >= floor else -1 for p in _latest_markers(reader, start)]
     for _ in range(TRACEBACK_MARKER_LINES):
         p = max(latest)
         if p == -1:
@@ -155,6 +168,26 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
             return False
         latest = [buf.rfind(m, floor, ls) if q >= ls else q for m, q in zip(_TRACEBACK_MARKERS, latest)]
     return True  # too many other ranks' tracebacks to tell cheaply: walk back
+
+
+def _latest_markers(reader: _LineReader, start: int) -> list[int]:
+    """The last occurrence of each traceback marker below ``start``. Calls come in increasing ``start`` order, so
+    only the bytes since the previous call are searched: 200k matching lines with no traceback used to search
+    1 MiB back each (66 s); now the whole file is searched once."""
+    buf = reader.buffer
+    state = reader.markers
+    if state is None or start < state[0]:
+        found = [buf.rfind(m, 0 if state is None else max(0, start - TRACEBACK_LOOKBACK_BYTES), start)
+                 for m in _TRACEBACK_MARKERS]
+        if state is None:
+            reader.markers = (start, found)
+        return found
+    frontier, latest = state
+    if start > frontier:
+        latest = [max(q, buf.rfind(m, max(0, frontier - len(m) + 1), start))
+                  for m, q in zip(_TRACEBACK_MARKERS, latest)]
+        reader.markers = (start, latest)
+    return latest
 
 
 class Matcher:
@@ -511,7 +544,8 @@ def scan(
                 e = buf.find(b"\n", start, window_end)
                 if e == -1:
                     e = window_end
-                matcher.line(reader, si, rank_hint, start, buf[start:e], lines_before + ln + 1, s, r.anchors)
+                raw = line_bytes(buf, start, e)
+                matcher.line(reader, si, rank_hint, start, raw, lines_before + ln + 1, s, r.anchors)
             markers.end()
             if r.captures:
                 collector.window(view, r.captures)

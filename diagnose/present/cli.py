@@ -32,6 +32,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
 
 
+def _positive(text: str) -> int:
+    """A whole number from 1 (``--jobs 0`` and ``--gpus 0`` used to pass)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def _release(text: str) -> str:
+    """A release number like 0.4.0 (``--bridge-version banana`` used to be taken as "unknown, latest")."""
+    import re
+
+    if not re.fullmatch(r"v?\d{1,3}(\.\d{1,4}){0,2}(rc\d+|\.dev\d+|\.post\d+)?", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a release number like 0.4.0")
+    return text.strip().lstrip("v")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
 
@@ -42,6 +62,14 @@ def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) ->
     p.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (NO_COLOR is honoured)"
     )
+
+
+def _detail(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quiet", "-q", dest="detail", action="store_const", const="quiet", default="default",
+                   help="text: only the root cause, its evidence line and the fix")
+    g.add_argument("--verbose", "-v", dest="detail", action="store_const", const="verbose",
+                   help="text and markdown: also the facts, the YAML fix and the config, replay and memory details")
 
 
 def _rules_opt(p: argparse.ArgumentParser) -> None:
@@ -71,11 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     _format(p)
     _rules_opt(p)
     p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
-    p.add_argument("--bridge-version", metavar="X.Y.Z", help="Megatron-Bridge release the job ran (default: inferred)")
+    p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
+                   help="Megatron-Bridge release the job ran (default: inferred)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory, e.g. 80GiB (default: from the OOM message)")
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
-    p.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="scan with N processes (default: 1)")
+    p.add_argument("--jobs", "-j", type=_positive, default=0, metavar="N", help="scan with N processes (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _detail(p)
     _common(p)
 
     p = sub.add_parser("rules", help="list, show and lint the rules catalogue")
@@ -96,19 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a config through the validator, with overrides")
     p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a Bridge YAML, a Megatron-LM args dump, or a log")
     _set_opt(p)
-    p.add_argument("--bridge-version", metavar="X.Y.Z", help="validate as this Megatron-Bridge release (default: latest)")
-    p.add_argument("--gpus", type=int, metavar="N", help="world size (default: from the config or 1)")
+    p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
+                   help="validate as this Megatron-Bridge release (default: latest)")
+    p.add_argument("--gpus", type=_positive, metavar="N", help="world size (default: from the config or 1)")
     _format(p, ("text", "json"))
     _common(p)
 
     p = sub.add_parser("check", help="pre-flight: will this config fail validation or run out of memory?")
     p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
-    p.add_argument("--gpus", type=int, required=True, metavar="N", help="number of GPUs the job will use")
+    p.add_argument("--gpus", type=_positive, required=True, metavar="N", help="number of GPUs the job will use")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB")
     g.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
     _set_opt(p)
-    p.add_argument("--bridge-version", metavar="X.Y.Z", help="validate as this Megatron-Bridge release")
+    p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
+                   help="validate as this Megatron-Bridge release")
     _format(p, ("text", "json"))
     _common(p)
 
@@ -123,12 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
         "a Megatron-LM argument list) instead of logs",
     )
-    p.add_argument("--gpus", type=int, metavar="N", help="with --check: number of GPUs (default: the config's world size)")
+    p.add_argument("--gpus", type=_positive, metavar="N",
+                   help="with --check: number of GPUs (default: the config's world size)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu-memory", metavar="SIZE", help="with --check: memory per GPU, e.g. 80GiB")
     g.add_argument("--gpu", metavar="NAME", help="with --check: GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
     _set_opt(p)
-    p.add_argument("--bridge-version", metavar="X.Y.Z", help="with --check: validate as this Megatron-Bridge release")
+    p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
+                   help="with --check: validate as this Megatron-Bridge release")
     _rules_opt(p)
     _common(p)
 
@@ -243,7 +277,10 @@ def _fleet_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = _parse(parser, argv)
+    try:
+        args = _parse(parser, argv)
+    except SystemExit as e:  # a usage error (already printed, one line), --help or --version
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     if not args.command:
         parser.print_help(sys.stderr)  # usage on stderr, exit 2: the output stream stays for reports
         return EXIT_USAGE

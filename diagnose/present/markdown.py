@@ -34,6 +34,16 @@ def md_inline(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", inert(text))
 
 
+def md_code(text: str) -> str:
+    """An inline code span that holds ``text`` whatever backticks it has (a file named ``a`b.log`` used to close
+    the span and turn the rest into markdown): the delimiter is longer than any backtick run inside."""
+    body = inert(text)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    tick = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or longest else ""
+    return f"{tick}{pad}{body}{pad}{tick}"
+
+
 def fenced(body: str, lang: str = "text") -> str:
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
@@ -63,11 +73,10 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
         body = "\n".join(f"{inert(e.path)}{f':{e.line}' if e.line > 0 else ''}: {inert(e.text)}" for e in f.evidence)
         out += ["**Evidence**", "", fenced(body), ""]
     facts = shown_facts(f.facts, ranks_known=bool(f.ranks))
+    folded: list[str] = []
     if facts:
         body = "\n".join(f"{inert(k)} = {inert(v)}" for k, v in facts)
-        out += ["**Facts**", "", fenced(body), ""]
-    if f.explanation:
-        out += [inert_block(f.explanation), ""]
+        folded = details("Facts", ["", fenced(body), ""])
     fix = f.fix
     if not fix.empty:
         line = "**Fix**"
@@ -78,7 +87,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
         if fix.overrides:
             out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
             out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
-            out += ["YAML:", "", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""]
+            out += details("YAML", ["", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""])
         if fix.env:
             body = "\n".join(env_line(e.name, e.value) for e in fix.env)
             out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
@@ -86,16 +95,29 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
             out.append(f"- {md_inline(step)}")
         if fix.steps:
             out.append("")
-    return out
+    if f.explanation:
+        out += [inert_block(f.explanation), ""]
+    return out + folded
+
+
+def details(summary: str, body: list[str]) -> list[str]:
+    """A folded block (GitHub renders ``<details>`` closed): the detail is there for whoever opens it."""
+    return [f"<details><summary>{md_inline(summary)}</summary>", "", *body, "</details>", ""]
 
 
 def _section(title: str, data: Any) -> list[str]:
+    """A section: its one-sentence summary (replay's, memory's) in the open, the rest folded."""
     if not data:
         return []
     shown = section_data(data)
     if not shown:
         return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
-    return [f"### {title}", "", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""]
+    lead = next((shown[k] for k in ("summary", "explanation") if isinstance(shown, dict)
+                 and isinstance(shown.get(k), str) and shown[k]), None)
+    out = [f"### {title}", ""]
+    if lead:
+        out += [md_inline(lead), ""]
+    return out + details(f"{title} details", ["", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""])
 
 
 def _hang(report: Report) -> list[str]:
@@ -128,7 +150,9 @@ def _verify(section: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, verbose: bool = False) -> str:
+    """Markdown for an issue: root cause, evidence and fix in the open; facts, YAML, other findings' details and
+    the config/replay/memory sections folded in ``<details>`` (``verbose`` is accepted for symmetry with text)."""
     out: list[str] = []
     root = report.root
     if root is None:
@@ -136,15 +160,19 @@ def render_markdown(report: Report) -> str:
     else:
         out += [f"## diagnose: {md_inline(root.title)} (`{inert(root.rule)}`)", ""]
     if report.inputs:
-        inputs = ", ".join(f"`{inert(i.path)}` ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
+        inputs = ", ".join(f"{md_code(i.path)} ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
         if len(report.inputs) > 8:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]
     if root is not None:
         out += _finding(root, "Root cause")
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
-    for f in secondary:
-        out += _finding(f, f.severity.capitalize(), root)
+    if secondary:
+        body: list[str] = [""]
+        for f in secondary:
+            body += _finding(f, f.severity.capitalize(), root)
+        titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
+        out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]
     if cascades:
         out += ["### Cascade (consequences)", ""]

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
-from diagnose.present.safe import inert, inert_block, log_text
+from diagnose.present.safe import inert, inert_block, log_text, shorten
 
 SAFETY_NOTE = {
     "safe": "safe: no change to numerics or speed",
@@ -428,8 +428,8 @@ def command_text(prefix: str, command: str, style: str = "") -> Text:
     return t
 
 
-def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
-    """The fix as overrides (Bridge CLI, Python, YAML), env vars and steps."""
+def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = True) -> list[Text]:
+    """The fix as overrides (Bridge CLI, Python, and with ``verbose`` YAML), env vars and steps."""
     if fix.empty:
         return []
     head = Text("  Fix", style="bold green")
@@ -442,9 +442,10 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
         for i, line in enumerate(python_lines(fix.overrides)):
             label = "Python      " if i == 0 else "            "
             out.append(command_text(f"{indent}{label}", inert(line)))
-        out.append(Text(f"{indent}YAML", style="dim"))
-        for line in yaml_text(fix.overrides).splitlines():
-            out.append(command_text(f"{indent}  ", inert(line)))
+        if verbose:
+            out.append(Text(f"{indent}YAML", style="dim"))
+            for line in yaml_text(fix.overrides).splitlines():
+                out.append(command_text(f"{indent}  ", inert(line)))
     for e in fix.env:
         out.append(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold"))
     for step in fix.steps:
@@ -454,8 +455,11 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100) -> list[Text]:
 
 
 def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True,
-                   root: Finding | None = None) -> list[Any]:
-    """A finding: title, where, the silent NCCL ranks, evidence, facts; with ``full`` also why and the fix."""
+                   root: Finding | None = None, verbose: bool = True) -> list[Any]:
+    """A finding: title, where, the silent NCCL ranks, evidence, facts; with ``full`` also why and the fix.
+
+    Not ``verbose`` (the default report): title, where, evidence, then the fix, so that the fix is on the first
+    screen; the why after it; the facts only with -v (the OOM message in the evidence already says them)."""
     title = Text()
     title.append(f"{headline}  ", style=style)
     title.append(inert(f.rule), style="bold")
@@ -476,14 +480,16 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
             inert(skew[0].upper() + skew[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
         parts.extend(_evidence(f))
-    parts.extend(_facts(f))
+    if verbose:
+        parts.extend(_facts(f))
     if not full:
         return parts
+    why: list[Any] = []
     if f.explanation:
-        parts.append(Text("  Why", style="bold"))
-        parts.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
-    parts.extend(fix_texts(f.fix, width=width))
-    return parts
+        why.append(Text("  Why", style="bold"))
+        why.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
+    fix = fix_texts(f.fix, width=width, verbose=verbose)
+    return parts + (why + fix if verbose else fix + why)
 
 
 NOTHING_RECOVERED = "nothing recovered from the input"
@@ -563,7 +569,15 @@ def _section(title: str, data: Any, width: int = 100) -> list[Any]:
     return out
 
 
-def renderables(report: Report, width: int = 100) -> list[Any]:
+DETAILS = ("quiet", "default", "verbose")
+
+
+def renderables(report: Report, width: int = 100, detail: str = "verbose") -> list[Any]:
+    """The report as rich renderables. ``detail``: "quiet" (-q: root cause, evidence line, fix), "default" (fix on
+    the first screen, one line per other finding, one sentence per section), "verbose" (-v: everything)."""
+    if detail == "quiet":
+        return _quiet(report)
+    verbose = detail == "verbose"
     parts: list[Any] = [_header(report), Text("")]
     root = report.root
     if root is None:
@@ -571,10 +585,19 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
         if not report.findings:
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
-        parts.extend(render_finding(root, "ROOT CAUSE", "bold white on red", width))
+        parts.extend(render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose))
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
-    if secondary:
+    if secondary and not verbose:
+        parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
+        for f in secondary:
+            line = Text("  ")
+            line.append(f"{f.severity.upper()}  ", style=_severity_style(f.severity))
+            line.append(f"{inert(f.rule)}  {inert(f.title)}")
+            w = where(f)
+            line.append(f"  [{inert(w) + ', ' if w else ''}line {f.first_line}]", style="dim")
+            parts.append(Padding(line, (0, 0, 0, 0)))
+    elif secondary:
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             parts.append(Text(""))
@@ -595,8 +618,11 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
             parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
     if report.hang is not None:
         parts.extend(_hang_section(report))
-    for name in ("config", "replay", "memory", "slurm"):
-        parts.extend(_section(name, getattr(report, name), width))
+    if verbose:
+        for name in ("config", "replay", "memory", "slurm"):
+            parts.extend(_section(name, getattr(report, name), width))
+    else:
+        parts.extend(_summaries(report, width))
     if report.verify:
         from diagnose.present.verify_text import verify_renderables
 
@@ -604,6 +630,9 @@ def renderables(report: Report, width: int = 100) -> list[Any]:
     if report.warnings:
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
+    if not verbose and any(getattr(report, n) for n in ("config", "replay", "memory")):
+        parts += [Text(""), Text("(-v shows the facts, the YAML form of the fix, and the config, replay and memory "
+                                 "details; --format json has everything)", style="dim")]
     return parts
 
 
@@ -622,14 +651,68 @@ def _hang_section(report: Report) -> list[Any]:
     return parts
 
 
+def _summaries(report: Report, width: int) -> list[Any]:
+    """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
+    out: list[Any] = []
+    replay, memory, config = report.replay or {}, report.memory or {}, report.config or {}
+    lines: list[tuple[str, str]] = []
+    if isinstance(replay, dict) and replay.get("summary"):
+        lines.append(("Replay", str(replay["summary"])))
+    if isinstance(memory, dict) and memory.get("explanation"):
+        lines.append(("Memory", str(memory["explanation"])))
+    if isinstance(config, dict) and config:
+        values = config.get("values") or {}
+        known = [k for k, v in values.items() if not (isinstance(v, dict) and v.get("from") == "default")]
+        bits = [f"release {config['version']}" if config.get("version") else "",
+                f"{len(known)} value{'s' if len(known) != 1 else ''} from the job, {len(values) - len(known)} at "
+                "release defaults" if values else NOTHING_RECOVERED,
+                ", ".join(str(x) for x in (config.get("source") or [])[:3])]
+        lines.append(("Config", "; ".join(b for b in bits if b)))
+    if report.slurm:
+        lines.append(("Slurm", str(report.slurm.get("summary") or "see -v")))
+    for title, body in lines:
+        out.append(Text(""))
+        out.append(Text(title.upper(), style="bold underline"))
+        out.extend(Text(w) for w in wrap_paragraphs(inert(body), width, "  "))
+    return out
+
+
+def _quiet(report: Report) -> list[Any]:
+    """-q: the root cause, its first evidence line and the fix command; "No failure found." otherwise."""
+    root = report.root
+    if root is None:
+        return [Text("No failure found.", style="bold green")]
+    head = Text()
+    head.append(f"{inert(root.rule)}  ", style="bold")
+    head.append(inert(root.title))
+    w = where(root)
+    if w:
+        head.append(f"  ({inert(w)})", style="dim")
+    out: list[Any] = [head]
+    if root.evidence:
+        e = root.evidence[-1]
+        out.append(log_text(f"  {e.path}:{e.line}: {shorten(inert(e.text), 200)}"))
+    fix = root.fix
+    if fix.overrides:
+        out.append(command_text("  fix: ", inert(cli_line(fix.overrides)), style="bold"))
+    for e in fix.env:
+        out.append(command_text("  fix: ", inert(env_line(e.name, e.value)), style="bold"))
+    if fix.empty and fix.steps:
+        out.append(Text("  fix: " + inert(fix.steps[0])))
+    elif not fix.overrides and not fix.env and fix.summary:
+        out.append(Text("  fix: " + inert(fix.summary)))
+    return out
+
+
 def _severity_style(severity: str) -> str:
     return {"error": "bold red", "warning": "bold yellow"}.get(severity, "bold blue")
 
 
-def render(report: Report, console: Console) -> None:
+def render(report: Report, console: Console, detail: str = "verbose") -> None:
     # crop=False: lines marked no_wrap (commands, code, YAML) run past the width instead of being cut; everything
     # else is laid out within the width and printed without trailing blanks.
-    parts = [p if isinstance(p, Text) and p.no_wrap else _RStripped(p) for p in renderables(report, console.width)]
+    parts = [p if isinstance(p, Text) and p.no_wrap else _RStripped(p)
+             for p in renderables(report, console.width, detail)]
     console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)
 
 
@@ -656,9 +739,9 @@ def make_console(file, color: str = "auto", width: int | None = None) -> Console
     return _Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
 
 
-def render_to_string(report: Report, color: str = "never", width: int = 100) -> str:
+def render_to_string(report: Report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
     import io
 
     buf = io.StringIO()
-    render(report, make_console(buf, color, width))
+    render(report, make_console(buf, color, width), detail)
     return buf.getvalue()

@@ -18,6 +18,7 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 MAX_ALIASES = 256
 MAX_NODES = 500_000
 MAX_EXPANDED = 1_000_000  # values after alias expansion (what flattening or printing would walk)
+MAX_EXPANDED_CHARS = 2 * MAX_DOCUMENT_BYTES  # scalar text after alias expansion (what printing would write)
 
 
 class InertSafeLoader(yaml.SafeLoader):
@@ -86,8 +87,12 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if _expanded_size(node) > MAX_EXPANDED:
+        nodes, chars = _expanded(node)
+        if nodes > MAX_EXPANDED:
             raise DiagnoseError(f"{what} refused: aliases expand to more than {MAX_EXPANDED} values (an alias bomb?)")
+        if chars > MAX_EXPANDED_CHARS:
+            raise DiagnoseError(f"{what} refused: aliases expand to more than {MAX_EXPANDED_CHARS // (1 << 20)} MiB "
+                                "of text (an alias bomb?)")
         return loader.construct_document(node)
     except DiagnoseError as e:
         if strict_keys and str(e).startswith("duplicate key"):
@@ -109,18 +114,26 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
 def _expanded_size(root: yaml.Node) -> int:
     """Number of nodes the document has once every alias is expanded, computed without expanding it
     (aliases are shared node objects, so each distinct node is sized once)."""
-    sizes: dict[int, int] = {}
+    return _expanded(root)[0]
 
-    def size(node: yaml.Node) -> int:
+
+def _expanded(root: yaml.Node) -> tuple[int, int]:
+    """(nodes, characters of scalar text) once every alias is expanded, capped just above the limits: one 4 MiB
+    anchored string used 250 times is a few nodes but a gigabyte of output (issue 19)."""
+    sizes: dict[int, tuple[int, int]] = {}
+    too_big = (MAX_EXPANDED + 1, MAX_EXPANDED_CHARS + 1)
+
+    def size(node: yaml.Node) -> tuple[int, int]:
         key = id(node)
         if key not in sizes:
-            sizes[key] = MAX_EXPANDED + 1  # a cycle counts as too big
-            total = 1
+            sizes[key] = too_big  # a cycle counts as too big
+            nodes, chars = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
             for child in _children(node):
-                total += size(child)
-                if total > MAX_EXPANDED:
+                n, c = size(child)
+                nodes, chars = nodes + n, chars + c
+                if nodes > MAX_EXPANDED or chars > MAX_EXPANDED_CHARS:
                     break
-            sizes[key] = min(total, MAX_EXPANDED + 1)
+            sizes[key] = (min(nodes, too_big[0]), min(chars, too_big[1]))
         return sizes[key]
 
     return size(root)

@@ -205,6 +205,9 @@ def lookup_job(
     _find_task_outputs(job, record, chosen_row, runner, script_cache, max_task_files)
     if ref.step is not None:
         chosen = [s for s in job.steps if s.short_id == ref.step]
+        if not chosen and job.steps:  # sacct lists the job's steps and this is not one: say so, do not guess
+            raise DiagnoseError(f"job {job.job_id} has no step {ref.step} (its steps: "
+                                f"{', '.join(s.short_id for s in job.steps)})")
         if not chosen:
             job.notes.append(f"step {ref.step} not found in sacct's record of job {job.job_id}")
         job.steps = chosen

@@ -59,7 +59,7 @@ def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Cal
     return update, stop
 
 
-def render(report: Report, fmt: str, out, color: str) -> None:
+def render(report: Report, fmt: str, out, color: str, detail: str = "default") -> None:
     if fmt == "json":
         from diagnose.present.json_report import render_json
 
@@ -67,12 +67,12 @@ def render(report: Report, fmt: str, out, color: str) -> None:
     elif fmt == "markdown":
         from diagnose.present.markdown import render_markdown
 
-        out.write(render_markdown(report))
+        out.write(render_markdown(report, verbose=detail == "verbose"))
     else:
         from diagnose.present.text import make_console
         from diagnose.present.text import render as render_text
 
-        render_text(report, make_console(out, color))
+        render_text(report, make_console(out, color), detail)
 
 
 def _check_config_path(path: str | None) -> None:
@@ -125,5 +125,7 @@ def run(args) -> int:
     code = EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
     from diagnose.present.output import deliver
 
-    deliver(output, lambda fh: render(report, fmt, fh, color if (color == "always" or not output) else "never"))
+    detail = getattr(args, "detail", "default") or "default"
+    deliver(output, lambda fh: render(report, fmt, fh, color if (color == "always" or not output) else "never",
+                                      detail))
     return code

@@ -149,15 +149,16 @@ def _facts_line(s: dict[str, Any]) -> str:
 
 
 def slurm_markdown(s: dict[str, Any]) -> str:
+    from diagnose.present.markdown import md_code
     from diagnose.present.safe import inert
 
     if not s:
         return ""
     lines = [f"## Slurm job {inert(str(s.get('job_id')))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
     if s.get("failed_step"):
-        lines.append(f"- failed step: `{inert(s['failed_step'])}`")
+        lines.append(f"- failed step: {md_code(s['failed_step'])}")
     for o in s.get("outputs") or []:
-        lines.append(f"- output ({o['stream']}): `{inert(o['path'])}` via {inert(str(s.get('output_route')))}"
+        lines.append(f"- output ({o['stream']}): {md_code(o['path'])} via {inert(str(s.get('output_route')))}"
                      + (f" ({inert(o['problem'])})" if o.get("problem") else ""))
     tasks = task_outputs_line(s)
     if tasks:
@@ -169,6 +170,18 @@ def slurm_markdown(s: dict[str, Any]) -> str:
 
 
 LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
+
+
+def failed_markdown(rows: list[dict[str, Any]]) -> str:
+    """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
+    but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
+    from diagnose.present.markdown import md_inline
+
+    out = ["| job | name | state | end | diagnosis |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        cells = [md_inline(str(r[k])) for k in ("job_id", "name", "state", "end", "diagnosis")]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def _list_failed(args: Any, options: Any) -> int:
@@ -202,10 +215,7 @@ def _list_failed(args: Any, options: Any) -> int:
             json.dump({"since": args.since, "jobs": rows, "truncated": len(jobs) > MAX_LISTED}, out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
-            out.write("| job | name | state | end | diagnosis |\n| --- | --- | --- | --- | --- |\n")
-            for r in rows:
-                cells = [inert(str(r[k])).replace("|", "\\|") for k in ("job_id", "name", "state", "end", "diagnosis")]
-                out.write("| " + " | ".join(cells) + " |\n")
+            out.write(failed_markdown(rows))
         else:
             console = _console(args, out)
             if not rows:
@@ -244,16 +254,19 @@ def _follow(ref: Any, args: Any, options: Any) -> int:
     from diagnose.ingest.slurm.follow import follow_job
     from diagnose.present.safe import inert_block
 
-    text_mode = args.format == "text" and not args.output
+    # The job's own output is shown live on stderr, like a progress display: stdout carries the report alone, so
+    # `slurm JOB --follow > report.txt` (or `| jq` with --format json) gets the report and nothing else.
+    live = sys.stderr
 
     def show(chunk: str) -> None:
-        if text_mode:
-            sys.stdout.write(inert_block(chunk))
-            sys.stdout.flush()
+        if live is not None:
+            live.write(inert_block(chunk))
+            live.flush()
 
     result = follow_job(ref, options, on_text=show)
-    if text_mode:
-        print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", flush=True)
+    if live is not None:
+        print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", file=live,
+              flush=True)
     with _output(args) as out:
         _emit(result.diagnosis.report, args, out)
     return 1 if result.diagnosis.report.root_cause is not None else 0

@@ -182,6 +182,12 @@ class MainScreen(Screen):
 class DiagnoseApp(App):
     """The TUI. Give ``inputs`` (and an ``analyzer``), or a ready ``report``, or ``paste=True``."""
 
+    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
+        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
+
     TITLE = "diagnose"
     BINDINGS = [
         Binding("q", "quit", "Quit"),

@@ -227,7 +227,7 @@ def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CE
         cost = cost[: max(1, cost_cells - 1)] + "…"
     return (
         Text("given", "bold") if i == 0 else str(i),
-        inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy")))),
+        Text(inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy"))))),
         f"{p.get('dp')}/{p.get('tp')}/{p.get('pp')}/{p.get('cp')}",
         f"{float(p.get('bytes_per_param') or 0):.1f}",
         _gib(p.get("model_state_bytes")),
@@ -533,6 +533,12 @@ class PlanScreen(Screen):
 
 class PlanApp(App):
     """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own."""
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
+        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
 
     TITLE = "diagnose"
     BINDINGS = [Binding("ctrl+q", "quit", "Quit"), Binding("f1", "help", "Help"),

@@ -92,8 +92,8 @@ class JobsScreen(Screen[str | None]):
         for job in jobs:
             self.job_ids.append(job.job_id)
             state = Text(inert(job.state_text()), style=STATE_STYLE.get(job.state, ""))
-            table.add_row(inert(job.job_id), inert(job.name), state, inert(job.end), format_duration(job.elapsed_s),
-                          inert(job.nodes), key=job.job_id)
+            table.add_row(Text(inert(job.job_id)), Text(inert(job.name)), state, Text(inert(job.end)),
+                          Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)), key=job.job_id)
         n = len(jobs)
         status = f"{n} failed job{'s' if n != 1 else ''} since {self.since}" + (": enter diagnoses one" if n else "")
         self.query_one("#jobs-status", Static).update(Text(status))
