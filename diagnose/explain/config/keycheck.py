@@ -65,6 +65,7 @@ def known_keys() -> set[str]:
     for paths in MLM_TO_BRIDGE.values():
         keys.update(paths)
     keys |= mcore_fields()
+    keys |= provider_fields()
     try:
         import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
         from diagnose.explain.validate.registry import KNOWN_KEYS
@@ -171,11 +172,45 @@ def check_mlm_flags(names: Iterable[str], what: str) -> None:
     from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
 
     flags = set(MLM_TO_BRIDGE) | set(INVERTED)
+    real = megatron_lm_flags()
     for name in names:
-        hint = did_you_mean(name, flags)
+        if name in real:
+            continue  # a flag some Megatron-LM release accepts is never a typo, however close to another
+        hint = did_you_mean(name, flags | real)
         if hint is not None and hint != name:
             raise DiagnoseError(f"{what}: unrecognized argument --{name.replace('_', '-')} (did you mean "
                                 f"--{hint.replace('_', '-')}?)")
+
+
+def provider_fields() -> set[str]:
+    """``model.<field>`` for every field a Megatron-Bridge model provider sets (providers.json, every release)."""
+    import json
+    from importlib import resources
+
+    try:
+        table = json.loads(resources.files("diagnose.explain.config").joinpath("providers.json").read_text("utf-8"))
+    except (OSError, ValueError):  # pragma: no cover - shipped with the package
+        return set()
+    out: set[str] = set()
+    for provider in (table.get("providers") or {}).values():
+        for variant in provider.get("variants") or []:
+            out.update(f"model.{name}" for name in variant.get("own") or {})
+    return out
+
+
+_mlm_flags: frozenset[str] | None = None
+
+
+def megatron_lm_flags() -> frozenset[str]:
+    """Every flag of Megatron-LM's argument parser across releases (``mlm_flags.txt``, made by
+    scripts/gen_mlm_flags.py from the sources), as ``snake_case`` names."""
+    global _mlm_flags
+    if _mlm_flags is None:
+        from importlib import resources
+
+        text = resources.files("diagnose.explain.config").joinpath("mlm_flags.txt").read_text(encoding="utf-8")
+        _mlm_flags = frozenset(line[2:].replace("-", "_") for line in text.splitlines() if line.startswith("--"))
+    return _mlm_flags
 
 
 def check_overrides(overrides: Iterable) -> None:
