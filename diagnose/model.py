@@ -169,6 +169,28 @@ class Fix:
 
 
 @dataclass(slots=True)
+class ImpliedSetting:
+    """One config value an error message states: a fixed ``value``, or the integer of the rule's named group
+    ``fact`` (with ``after``: the integer right after that text inside the fact)."""
+
+    key: str  # ConfigView path, e.g. "model.tensor_model_parallel_size" or "env.CUDA_DEVICE_MAX_CONNECTIONS"
+    value: Any = None
+    fact: str = ""
+    after: str = ""
+
+
+@dataclass(slots=True)
+class Implies:
+    """What a rule's message proves about the job's config (``[rule.implies]``), for logs that fail before printing
+    it: the validator ``check`` that prints the message and the ``settings`` it states. ``patterns`` (1-based) limits
+    it to some of the rule's patterns (another wording may state other things); empty means all."""
+
+    check: str = ""
+    settings: list[ImpliedSetting] = field(default_factory=list)
+    patterns: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Finding:
     rule: str
     name: str
@@ -190,6 +212,8 @@ class Finding:
     cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
     # srun per-node lines behind this finding, from every hit (not only the evidence kept): task id -> node
     task_nodes: dict[int, str] = field(default_factory=dict)
+    implies: Implies | None = None  # the rule's [rule.implies] when the pattern that matched states it
+    implied_lines: list[int] = field(default_factory=list)  # evidence lines (hits) whose message states ``implies``
 
 
 @dataclass(slots=True)
@@ -220,6 +244,8 @@ class Report:
             d = asdict(f)
             d.pop("cause_of", None)
             d.pop("task_nodes", None)
+            d.pop("implies", None)
+            d.pop("implied_lines", None)
             findings.append(d)
         out: dict[str, Any] = {
             "schema": REPORT_SCHEMA,

@@ -64,6 +64,7 @@ class Hit:
     phase: str
     key: str  # grouping key: rule code + its named groups with numbers masked
     extra_evidence: list[LogLine] = field(default_factory=list)
+    pattern: int = 1  # which of the rule's patterns matched (1-based)
 
 
 class _LineReader:
@@ -163,14 +164,14 @@ class Matcher:
         self.c = compiled
         self.warnings = warnings
         self.presence = presence  # anchors present in UTF-8 text, by Hyperscan (large inputs: thousands of lines)
-        self.memo: dict[str, list[tuple[CompiledRule, dict, str]]] = {}
+        self.memo: dict[str, list[tuple[CompiledRule, dict, str, int]]] = {}
         self.hits: list[Hit] = []
         self.markers = markers
         self.group_counts: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------------- per text
 
-    def classify(self, text: str, allowed: tuple[int, ...] | None = None) -> list[tuple[CompiledRule, dict, str]]:
+    def classify(self, text: str, allowed: tuple[int, ...] | None = None) -> list[tuple[CompiledRule, dict, str, int]]:
         """Rules whose regex matches ``text``, latest in catalogue order first (memoised by text).
 
         ``allowed``: the only anchors that can occur in ``text`` (those phase 1 found in the line's window, the
@@ -192,18 +193,18 @@ class Matcher:
             for i, a in enumerate(c.anchors):
                 if a in text:
                     rule_ids.update(c.rules_by_anchor[i])
-        matches: list[tuple[CompiledRule, dict, str]] = []
+        matches: list[tuple[CompiledRule, dict, str, int]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]
             if cr.disabled:
                 continue
-            for p in cr.patterns:
+            for number, p in enumerate(cr.patterns, 1):
                 if p.anchor not in text:
                     continue
                 m = self._search(cr, p, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
-                    matches.append((cr, facts, group_key(cr.rule.code, facts)))
+                    matches.append((cr, facts, group_key(cr.rule.code, facts), number))
                     break
         if len(self.memo) >= MEMO_MAX:
             self.memo.clear()
@@ -235,7 +236,7 @@ class Matcher:
         if not matches:
             return
         frames: list[LogLine] | None = None
-        for cr, facts, key in matches:
+        for cr, facts, key, number in matches:
             rule = cr.rule
             extra: list[LogLine] = []
             if cr.has_context:
@@ -267,7 +268,7 @@ class Matcher:
                 for k, v in adapters.run_parser(rule.parser, ll, following).items():
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
-            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra))
+            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, number))
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from diagnose.match import collective_skew
 from diagnose.match.engine import Hit
-from diagnose.model import Evidence, Finding, LogLine
+from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
 from diagnose.normalize.facts import expand_task_list
 from diagnose.present.safe import inert, shorten
@@ -92,6 +92,7 @@ def _new_finding(hit: Hit) -> Finding:
     for extra in hit.extra_evidence:
         if extra.lineno > 0:
             evidence.insert(0, evidence_of(extra))
+    implies = _implies_of(hit)
     return Finding(
         rule=rule.code,
         name=rule.slug,
@@ -107,7 +108,17 @@ def _new_finding(hit: Hit) -> Finding:
         explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
         facts=dict(hit.facts),
+        implies=implies,
+        implied_lines=[hit.line.lineno] if implies is not None else [],
     )
+
+
+def _implies_of(hit: Hit) -> Implies | None:
+    """The rule's [rule.implies] when the pattern that matched the finding's first line states it."""
+    implies = hit.rule.rule.implies
+    if implies is None or (implies.patterns and hit.pattern not in implies.patterns):
+        return None
+    return implies
 
 
 def _add(g: Group, hit: Hit) -> None:
@@ -115,6 +126,8 @@ def _add(g: Group, hit: Hit) -> None:
     f.count += 1
     if len(f.evidence) < EVIDENCE_KEPT + len(g.first_hit.extra_evidence):
         f.evidence.append(evidence_of(hit.line))
+        if f.implies is not None and _implies_of(hit) is f.implies:
+            f.implied_lines.append(hit.line.lineno)
     for k, v in hit.facts.items():
         f.facts.setdefault(k, v)
     if f.phase == "unknown" and hit.phase != "unknown":

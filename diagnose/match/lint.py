@@ -295,6 +295,8 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
             err(f"link {link!r} is not an https:// URL")
     if rule.parser and parsers is not None and rule.parser not in parsers:
         err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
+    if rule.implies is not None:
+        _lint_implies(rule, err)
     if not rule.examples_match:
         err("no 'match' example")
     if not rule.examples_no_match:
@@ -344,6 +346,27 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
         if compiled[i] is not None and rule.examples_match and not was_used:
             err(f"pattern {i + 1}: no 'match' example exercises it", "warning")
     return out
+
+
+def _lint_implies(rule: Rule, err) -> None:
+    """[rule.implies]: a check name, setting keys that are config paths, facts that are named groups of the
+    patterns it is for (else the setting could never be read)."""
+    implies = rule.implies
+    assert implies is not None
+    if not implies.check:
+        err("implies: no 'check' (the validator check that prints this message)")
+    numbers = implies.patterns or list(range(1, len(rule.patterns) + 1))
+    groups: set[str] = set()
+    for n in numbers:
+        try:
+            groups |= set(regex.compile(rule.patterns[n - 1].regex).groupindex)
+        except (regex.error, IndexError):
+            continue
+    for setting in implies.settings:
+        if "." not in setting.key:
+            err(f"implies: key {setting.key!r} is not a config path (section.name or env.NAME)")
+        if setting.fact and setting.fact not in groups:
+            err(f"implies: fact {setting.fact!r} of {setting.key} is not a named group of pattern(s) {numbers}")
 
 
 def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[LintProblem]:

@@ -19,7 +19,19 @@ from typing import Any
 
 import regex
 
-from diagnose.model import CATEGORIES, PHASES, ROLES, SAFETIES, SEVERITIES, DiagnoseError, EnvVar, Fix, Override
+from diagnose.model import (
+    CATEGORIES,
+    PHASES,
+    ROLES,
+    SAFETIES,
+    SEVERITIES,
+    DiagnoseError,
+    EnvVar,
+    Fix,
+    ImpliedSetting,
+    Implies,
+    Override,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,6 +90,7 @@ class Rule:
     slurm_outcome: str = ""  # input "slurm_job": which outcome of the record (one of SLURM_OUTCOMES)
     launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
+    implies: Implies | None = None  # config facts the message states, and the validator check that prints it
 
 
 @dataclass
@@ -269,6 +282,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_window=window,
     )
 
+    implies = _implies(raw.get("implies"), len(patterns))
+
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
         raise ValueError("'examples' must be a table")
@@ -300,4 +315,28 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         slurm_outcome=outcome,
         launcher=launcher,
         during_training=during_training,
+        implies=implies,
     )
+
+
+def _implies(raw: Any, n_patterns: int) -> Implies | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("'implies' must be a table")
+    check = raw.get("check", "")
+    if not isinstance(check, str):
+        raise ValueError("implies.check must be a validator check name")
+    settings = []
+    for s in raw.get("settings", []):
+        if not isinstance(s, dict) or not isinstance(s.get("key"), str) or ("value" in s) == ("fact" in s):
+            raise ValueError("each implies.settings entry needs 'key' and one of 'value' or 'fact'")
+        if not isinstance(s.get("fact", ""), str) or not isinstance(s.get("after", ""), str):
+            raise ValueError("implies.settings 'fact' and 'after' must be strings")
+        settings.append(ImpliedSetting(s["key"], s.get("value"), s.get("fact", ""), s.get("after", "")))
+    patterns = raw.get("patterns", [])
+    if not isinstance(patterns, list) or not all(isinstance(i, int) and 1 <= i <= n_patterns for i in patterns):
+        raise ValueError(f"implies.patterns must list pattern numbers 1-{n_patterns}")
+    if not settings and not check:
+        raise ValueError("implies needs a check or settings")
+    return Implies(check, settings, list(patterns))
