@@ -10,8 +10,8 @@ import pytest
 
 from diagnose.explain import build_view, enrich
 from diagnose.explain.config.extract import blocks_from_lines, lines_of
-from diagnose.model import Evidence, Finding, Fix, Override, Report
 from diagnose.match import load_catalogue
+from diagnose.model import Evidence, Finding, Fix, Override, Report
 from diagnose.pipeline import AnalyzeOptions, analyze
 
 CATALOGUE = load_catalogue()

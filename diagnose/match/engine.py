@@ -17,12 +17,16 @@ from typing import Any
 
 import regex
 
-from diagnose.match import adapters, parallel
+from diagnose.match import parallel
 from diagnose.match.anchors import Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
+from diagnose.match.frames import traceback_frames
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
+from diagnose.normalize.facts import PARSERS
+from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
+from diagnose.normalize.phases import phase_of
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -259,13 +263,15 @@ class Matcher:
             else:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
-                phase = adapters.phase_of(ll, frames, self.markers.markers_before(pos_in_window))
+                markers = self.markers.markers_before(pos_in_window)
+                phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
             all_facts = dict(facts)
             seen = self.group_counts.get(key, 0)
             self.group_counts[key] = seen + 1
             if rule.parser and seen < PARSED_HITS_PER_GROUP:
                 following = self._following(reader, start, ll)
-                for k, v in adapters.run_parser(rule.parser, ll, following).items():
+                parse = PARSERS.get(rule.parser)  # every parser is wrapped so that it never raises
+                for k, v in ((parse(ll, following) if parse is not None else None) or {}).items():
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, number))
@@ -310,7 +316,7 @@ class Matcher:
             del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
-        return adapters.traceback_frames(same)
+        return traceback_frames(same)
 
     @staticmethod
     def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
@@ -469,7 +475,7 @@ def scan(
     backend = resolve_backend(backend)
     phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
                         combined=total_bytes >= COMBINED_MIN_BYTES)
-    phase_names = adapters.phase_capture_names()
+    phase_names = {spec.name for spec in PHASE_CAPTURES}
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
