@@ -37,8 +37,10 @@ MAX_RANK = 1 << 17  # a rank beyond this is not believed (silent_ranks' MAX_WORL
 MAX_CLAUSES = 3  # distinct desync tuples spelled out in the sentence
 
 # The watchdog's own prefix: "[Rank 5] ", "[PG 0 Rank 5] ", "[PG 0 (desc) Rank 5] ", "[PG ID 1 PG GUID 3(dp) Rank 5] ".
-_PREFIX = re.compile(r"\[(?:PG ID (?P<pgid>\d{1,9}) PG GUID [^\]\s]{1,200} |PG (?P<pg>\d{1,9}) (?:\([^)\]]{0,200}\) )?)?"
-                     r"Rank (?P<rank>\d{1,9})\]")
+_PREFIX = re.compile(
+    r"\[(?:PG ID (?P<pgid>\d{1,9}) PG GUID [^\]\s]{1,200} |PG (?P<pg>\d{1,9}) (?:\([^)\]]{0,200}\) )?)?"
+    r"Rank (?P<rank>\d{1,9})\]"
+)
 _OP = re.compile(r"[A-Z_]{1,40}")
 
 Key = tuple  # (pg, seq_num, op_type, numel_in, last_enqueued, last_completed), each value or None
@@ -306,7 +308,8 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
             stragglers.append(s)
             behind.update(s["ranks"])
     for pg in pgs:
-        d = find_desync(pooled, pg, behind, unknown_group)  # a straggler's own timeout on an earlier SeqNum is no desync
+        # a straggler's own timeout on an earlier SeqNum is no desync
+        d = find_desync(pooled, pg, behind, unknown_group)
         if d is not None:
             desyncs.append(d)
     if not stragglers and not desyncs:

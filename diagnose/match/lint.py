@@ -70,7 +70,9 @@ class LintResult:
         return [p for p in self.problems if p.severity == "warning"]
 
 
-def load_for_lint(extra_dirs: Iterable[str | Path] = (), include_default: bool = True) -> tuple[Catalogue, list[LintProblem]]:
+def load_for_lint(
+    extra_dirs: Iterable[str | Path] = (), include_default: bool = True
+) -> tuple[Catalogue, list[LintProblem]]:
     """Load like ``load_catalogue`` but keep going past a broken file, reporting it as a problem.
 
     A folder that does not exist is a usage error (``DiagnoseError``), not a lint problem.

@@ -516,7 +516,7 @@ def rebuild(lines: list[LogLine]) -> list[Traceback]:
         for parser in parsers.values():
             parser._end_group()
             parser._finish()
-    except Exception:  # pragma: no cover - defensive: never break the scan
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive: never break the scan
         listed = {id(tb) for tb in out}
         for parser in parsers.values():
             if parser.tb is not None and id(parser.tb) not in listed:
@@ -542,6 +542,6 @@ def traceback_ending_at(lines: list[LogLine], exc_line_index: int) -> Traceback 
         for tb in rebuild(same + after):
             if any(ln is target for ln in tb.lines):
                 return tb
-    except Exception:  # pragma: no cover - defensive
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive
         return None
     return None

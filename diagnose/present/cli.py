@@ -32,7 +32,8 @@ def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) ->
     p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (NO_COLOR is honoured)"
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour in text output (NO_COLOR is honoured)",
     )
 
 
@@ -59,10 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
-    p.add_argument("paths", nargs="+", metavar="LOG", help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
+    p.add_argument("paths", nargs="+", metavar="LOG",
+                   help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
     _format(p)
     _rules_opt(p)
-    p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
+    p.add_argument("--config", metavar="FILE",
+                   help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
     p.add_argument("--bridge-version", metavar="X.Y.Z", help="Megatron-Bridge release the job ran (default: inferred)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory, e.g. 80GiB (default: from the OOM message)")
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
@@ -88,13 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a config through the validator, with overrides")
     p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a Bridge YAML, a Megatron-LM args dump, or a log")
     _set_opt(p)
-    p.add_argument("--bridge-version", metavar="X.Y.Z", help="validate as this Megatron-Bridge release (default: latest)")
+    p.add_argument("--bridge-version", metavar="X.Y.Z",
+                   help="validate as this Megatron-Bridge release (default: latest)")
     p.add_argument("--gpus", type=int, metavar="N", help="world size (default: from the config or 1)")
     _format(p, ("text", "json"))
     _common(p)
 
     p = sub.add_parser("check", help="pre-flight: will this config fail validation or run out of memory?")
-    p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
+    p.add_argument("config", metavar="CONFIG",
+                   help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="number of GPUs the job will use")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB")
@@ -114,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
         "a Megatron-LM argument list) instead of logs",
     )
-    p.add_argument("--gpus", type=int, metavar="N", help="with --check: number of GPUs (default: the config's world size)")
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="with --check: number of GPUs (default: the config's world size)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu-memory", metavar="SIZE", help="with --check: memory per GPU, e.g. 80GiB")
     g.add_argument("--gpu", metavar="NAME", help="with --check: GPU model, e.g. h100-80gb, h200, a100-40gb, b200")

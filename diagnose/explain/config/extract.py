@@ -146,7 +146,8 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     text = _read(path)
     name = os.path.basename(path)
     stripped = text.lstrip()
-    if any(marker in text for marker in (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)) or _looks_like_log(text):
+    banners = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
+    if any(marker in text for marker in banners) or _looks_like_log(text):
         view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")

@@ -58,7 +58,9 @@ def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
     return a is not None and b > 0 and abs(a - b) <= tol * b
 
 
-def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]) -> tuple[Layout, list[str]]:
+def infer_layout(
+    layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]
+) -> tuple[Layout, list[str]]:
     """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
 
     With DDP at wrap time the request is the grad buffer (4 or 2 bytes per parameter, whole: DDP never shards it);
@@ -131,7 +133,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
     module = 0 if layout.meta_init else layout.param_bytes
     named = _fsdp_buffer_in_frames(joined)
     best = None
-    for names, label, sharded_in in _FSDP_BUFFERS[::-1]:  # allocation order: weights, main weights, grads
+    for _names, label, sharded_in in _FSDP_BUFFERS[::-1]:  # allocation order: weights, main weights, grads
         if named is not None and named[0] != label:
             continue
         if label == "bf16 param buffer" and strategy == "fsdp:no_shard":
@@ -207,7 +209,9 @@ def _pct(a: int | None, b: int | None) -> str:
     return "" if not a or not b else f" ({100 * a / b:.0f} % of the GPU)"
 
 
-def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None) -> str:
+def _explain(
+    verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None
+) -> str:
     billions = f"{params / 1e9:.1f}B"
     req = fmt_gib(n.requested) if n.requested else "?"
     if larger_than_gpu(n, capacity) and not buffer:

@@ -253,7 +253,8 @@ def strategy_from_config(view: Any) -> str:
         ver = mcore_version(view)
         if value is None or (_origin(view, key) == "default" and ver is not None and ver >= (0, 18)):
             value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
-        value = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}.get(str(value), str(value))
+        levels = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}
+        value = levels.get(str(value), str(value))
         return f"fsdp:{value}" if f"fsdp:{value}" in (
             "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
     if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):
@@ -289,7 +290,9 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
     ep = _int(_get(view, "model.expert_model_parallel_size"), 1) or 1
     world = gpus or _int(_get(view, "launch.world_size")) or tp * pp * cp
     params_dtype = str(_get(view, "model.params_dtype", "")).lower()
-    mixed = _get(view, "mixed_precision") is not None or _bool(_get(view, "model.bf16")) or _bool(_get(view, "model.fp16"))
+    mixed = (
+        _get(view, "mixed_precision") is not None or _bool(_get(view, "model.bf16")) or _bool(_get(view, "model.fp16"))
+    )
     param_bytes = 4 if (("float32" in params_dtype or "fp32" in params_dtype) and not mixed) else 2
     offload = _bool(_get(view, "optimizer.optimizer_cpu_offload"))
     return Layout(

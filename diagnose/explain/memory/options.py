@@ -23,7 +23,9 @@ HEADROOM_MIN = 2 * GIB
 
 STRATEGY_COST = {
     "ddp": (0.0, "plain DDP"),
-    "distributed_optimizer": (1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, same speed"),
+    "distributed_optimizer": (
+        1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, same speed"
+    ),
     "fsdp:no_shard": (2.0, "Megatron FSDP without sharding"),
     "fsdp:optim": (2.2, "Megatron FSDP, optimizer state sharded: about the communication of the distributed optimizer"),
     "fsdp:optim_grads": (2.5, "Megatron FSDP, optimizer + grads sharded (ZeRO-2): reduce-scatter of grads"),
@@ -254,8 +256,9 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                           replace(work, recompute="selective"), "recompute attention core: a few % slower",
                           RECOMPUTE_COST["selective"]))
         if work.recompute != "full":
-            add(Candidate("full recompute", [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
-                                             ("model.recompute_num_layers", 1)], lay,
+            full_pairs = [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
+                          ("model.recompute_num_layers", 1)]
+            add(Candidate("full recompute", full_pairs, lay,
                           replace(work, recompute="full", recompute_num_layers=1),
                           "recompute every layer in backward: about 30 % slower", RECOMPUTE_COST["full"]))
         if not work.sequence_parallel and lay.tp > 1:
@@ -304,7 +307,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         strat = lay.strategy if lay.strategy != "ddp" else "distributed_optimizer"
         if strat != lay.strategy:
             pairs = strategy_overrides(scn, strat) + pairs
-        add(Candidate("optimizer CPU offload", pairs, replace(lay, strategy=strat, optimizer_offload_fraction=1.0), work,
+        offloaded = replace(lay, strategy=strat, optimizer_offload_fraction=1.0)
+        add(Candidate("optimizer CPU offload", pairs, offloaded, work,
                       "optimizer step on the CPU: much slower steps (several x at 100 % offload)", 10.0))
 
     # combinations at the same GPU count: full sharding + bf16 grads (+ recompute)
@@ -335,8 +339,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         full = replace(lay, strategy=strongest, meta_init=True)
         bases.append((strongest, strategy_overrides(scn, strongest, True), full))
         if lay.grad_bytes == 4:
-            bases.append((strongest + " + bf16 grads", strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn),
-                          replace(full, grad_bytes=2)))
+            bf16_pairs = strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn)
+            bases.append((strongest + " + bf16 grads", bf16_pairs, replace(full, grad_bytes=2)))
         if lay.strategy != "fsdp:optim_grads":
             bases.append(("fsdp:optim_grads", strategy_overrides(scn, "fsdp:optim_grads"),
                           replace(lay, strategy="fsdp:optim_grads")))
@@ -349,7 +353,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             while lay.gpus * factor <= max_gpus:
                 gpus = lay.gpus * factor
                 cand_layout = replace(base, gpus=gpus)
-                note = STRATEGY_COST[base.strategy][1] + ("; grads in bf16" if base.grad_bytes != lay.grad_bytes else "")
+                bf16 = "; grads in bf16" if base.grad_bytes != lay.grad_bytes else ""
+                note = STRATEGY_COST[base.strategy][1] + bf16
                 cand = Candidate(f"{name} on {gpus} GPUs", spairs, cand_layout, work,
                                  f"{gpus} GPUs instead of {lay.gpus} (data parallel {cand_layout.dp}); " + note,
                                  _more_gpus_cost(factor) + strategy_cost / 10)

@@ -19,7 +19,8 @@ qk_pos_emb_head_dim``; without ``q_lora_rank`` a column-parallel ``linear_q_proj
 ``linear_q_down_proj`` ``q_lora_rank x h`` (a TE ``duplicated`` linear: whole on every TP rank), a q norm of
 ``q_lora_rank`` and a column-parallel ``linear_q_up_proj`` ``a*q_head x q_lora_rank``; ``linear_kv_down_proj``
 ``(kv_lora_rank + qk_pos_emb_head_dim) x h`` (duplicated), a kv norm of ``kv_lora_rank``, column-parallel
-``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj`` ``h x a*v_head_dim``.
+``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj``
+``h x a*v_head_dim``.
 No biases. Duplicated down projections follow the TE layer spec; the local spec splits them over TP.
 
 Multi-token prediction (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``): each of ``mtp_num_layers``

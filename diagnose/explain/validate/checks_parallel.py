@@ -144,9 +144,11 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
         "model.num_layers_in_last_pipeline_stage"
     ) is not None or ctx.get("model.pipeline_model_parallel_layout") is not None:
         return  # uneven splits: checks_pipeline.pipeline_split_settings
-    if ctx.flag("model.account_for_embedding_in_pipeline_split") or ctx.flag("model.account_for_loss_in_pipeline_split"):
+    if (ctx.flag("model.account_for_embedding_in_pipeline_split")
+            or ctx.flag("model.account_for_loss_in_pipeline_split")):
         return  # the embedding/loss count as layers: checks_pipeline.pipeline_split_settings
-    fixes = [[ov("model.pipeline_model_parallel_size", d)] for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
+    fixes = [[ov("model.pipeline_model_parallel_size", d)]
+             for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]
     yield Violation(
         "layers_divisible_by_pp",
         "num_layers should be divisible by pipeline_model_parallel_size",
@@ -250,7 +252,8 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
         return
     if not (ctx.flag("model.bf16") and ctx.flag("optimizer.bf16")):
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
-                        fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)], [ov("ddp.megatron_fsdp_version", 1)]])
+                        fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)],
+                               [ov("ddp.megatron_fsdp_version", 1)]])
     sizes = [(k, ctx.number(f"model.{k}", 1) or 1) for k in (
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "expert_model_parallel_size")]

@@ -141,7 +141,8 @@ class SlurmJob:
     @property
     def failed_step(self) -> SlurmStep | None:
         """The step that failed: a numbered (srun) step first, then batch; None if no step failed."""
-        bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ("COMPLETED", "RUNNING", "PENDING", ""))]
+        ok_states = ("COMPLETED", "RUNNING", "PENDING", "")
+        bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ok_states)]
         numbered = [s for s in bad if s.short_id.isdigit()]
         return (numbered or bad or [None])[0]
 
@@ -199,7 +200,9 @@ def lookup_job(
     if job_rows:
         chosen_row = _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
     if record is None and _incomplete(sacct_rows):
-        job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
+        job.notes.append(
+            "sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess"
+        )
     script_cache: dict[str, str | None] = {}
     _find_outputs(job, record, chosen_row, sacct_fields, runner, script_cache)
     _find_task_outputs(job, record, chosen_row, runner, script_cache, max_task_files)

@@ -1,4 +1,5 @@
-"""The fix in the four forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM flags.
+"""The fix in the four forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM
+flags.
 
 Every form comes from ``diagnose.explain.render``, the one renderer the text, markdown and JSON reports use too, so
 what a user copies from a tab is what the reports print. The replay stage renders the proven set
