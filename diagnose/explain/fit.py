@@ -81,7 +81,8 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     if memory.get("verdict") != "capacity":
         return None
     options = [o for o in memory.get("options") or [] if isinstance(o, dict)]
-    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    got = memory.get("current")
+    current: dict[str, Any] = got if isinstance(got, dict) else {}
     job_gpus = _int(current.get("gpus"))
     capacity = _int(memory.get("gpu_capacity_bytes"))
     usable = _int(current.get("usable_bytes"))
@@ -130,7 +131,8 @@ def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | N
                    and any(x.key == "env.PYTORCH_CUDA_ALLOC_CONF" for x in _overrides(o.get("overrides")))), None)
     if option is None:
         return None
-    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    got = memory.get("current")
+    current: dict[str, Any] = got if isinstance(got, dict) else {}
     return CapacityFit(root, _overrides(option.get("overrides")), option.get("fits") is not False,
                        _int(option.get("gpus")), _int(option.get("dp")), _int(current.get("gpus")),
                        None, _int(memory.get("gpu_capacity_bytes")),

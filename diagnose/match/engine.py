@@ -350,7 +350,8 @@ class Matcher:
             return False
         key = (tuple(needles), window)
         state = reader.before.get(key) if lineno is not None else None
-        if state is not None and state[0] <= start and start - state[0] <= BEFORE_INCREMENTAL_BYTES:
+        near = state is not None and state[0] <= start and start - state[0] <= BEFORE_INCREMENTAL_BYTES
+        if state is not None and lineno is not None and near:
             s0, _l0, latest = state
             best = -1
             for n in encoded:  # only occurrences ending after s0 (s0 is a line start: they lie in [s0, start))
@@ -560,8 +561,8 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     old = hit.rule.rule.code
     new = by_code.get(hit.rule.rule.during_training) if hit.rule.rule.during_training else None
     try:
-        seq = int(hit.facts.get("seq_num"))
-    except (TypeError, ValueError):
+        seq = int(hit.facts["seq_num"])
+    except (KeyError, TypeError, ValueError):
         return
     if new is None or seq < 100:
         return

@@ -100,7 +100,7 @@ def _new_finding(hit: Hit) -> Finding:
         category=rule.category,
         phase=hit.phase,
         severity=rule.severity,  # type: ignore[arg-type]
-        role=rule.role,  # type: ignore[arg-type] - final role is set by ranking
+        role=rule.role,  # type: ignore[arg-type]  # the final role is set by ranking
         confidence=rule.confidence,
         count=1,
         first_line=hit.line.lineno,

@@ -22,6 +22,7 @@ Problems are data (:class:`LintProblem`); the ``rules lint`` command prints them
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +36,13 @@ REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
 USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
 RETIRED_FILE = "RETIRED"  # in the built-in rules folder: codes used once, never to be reused
 
-try:  # Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
+# Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
+if sys.version_info >= (3, 11):
     from re import _constants as _sre_constants
     from re import _parser as _sre_parse
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parse
 SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 

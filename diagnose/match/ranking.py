@@ -70,7 +70,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade"]
 
     root: Group | None = None
-    confidence = None
+    confidence = 0.0  # set with the root
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]

@@ -13,6 +13,7 @@ turns into a finding, and their examples are ``scontrol show job`` records.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def default_rules_dir() -> Path:
 
 
 def load_catalogue(
-    extra_dirs: list[str | Path] | None = None, include_default: bool = True, strict: bool = False
+    extra_dirs: Sequence[str | Path] | None = None, include_default: bool = True, strict: bool = False
 ) -> Catalogue:
     """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (the last matching rule wins).
 
@@ -230,7 +231,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(during_training, str):
         raise ValueError("'during_training' must be a rule code")
 
-    patterns = []
+    patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
@@ -257,10 +258,10 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
             raise ValueError("each fix.overrides entry needs 'key' and 'value'")
         overrides.append(Override(o["key"], o["value"]))
     env = []
-    for e in fix_raw.get("env", []):
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("value"), str):
+    for var in fix_raw.get("env", []):
+        if not isinstance(var, dict) or not isinstance(var.get("name"), str) or not isinstance(var.get("value"), str):
             raise ValueError("each fix.env entry needs string 'name' and 'value'")
-        env.append(EnvVar(e["name"], e["value"]))
+        env.append(EnvVar(var["name"], var["value"]))
     fix = Fix(
         summary=str(fix_raw.get("summary", "")),
         safety=safety,

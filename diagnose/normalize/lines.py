@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import codecs
 import re
+from typing import cast
 
 from diagnose.model import LogLine
 
 # ---------------------------------------------------------------------------------------------- decode
 
 
-def _escape_bad_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
+def _escape_bad_bytes(error: UnicodeError) -> tuple[str, int]:
+    err = cast(UnicodeDecodeError, error)  # registered for decoding only
     bad = err.object[err.start : err.end]
     return "".join(f"\\x{b:02x}" for b in bad), err.end
 

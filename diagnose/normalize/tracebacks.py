@@ -301,7 +301,8 @@ class _StreamParser:
             return
         if stripped.startswith("File \"") and _FRAME.match(text):
             self._start(line, headless=True)
-            self.tb.lines.pop()
+            if self.tb is not None:  # (_start always sets it)
+                self.tb.lines.pop()
             self._in_frames(line, text)
             return
         m = _CPP_RAISED.search(stripped)

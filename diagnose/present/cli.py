@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 from diagnose import __version__
 
@@ -20,7 +21,7 @@ EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage + exits 2; keep it to one line
+    def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep it to one line
         self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
 
 

@@ -189,7 +189,7 @@ def _header(report: Report) -> Text:
     return t
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -343,7 +343,7 @@ def _fact_text(key: str, v: Any) -> str | None:
             ranks = [r for x in v if (r := _int(x.get("rank"))) is not None]
             return (("rank " if len(ranks) == 1 else "ranks ") + compact_ranks(ranks)) if ranks else None
         if all(_int(x) is not None for x in v):
-            return compact_ranks(_int(x) for x in v)
+            return compact_ranks(r for x in v if (r := _int(x)) is not None)
         if all(isinstance(x, (str, int, float)) for x in v):
             return ", ".join(str(x) for x in v)
         return None

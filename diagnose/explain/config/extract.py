@@ -243,14 +243,9 @@ def _looks_like_log(text: str) -> bool:
 
 
 def lines_of(text: str, path: str) -> list[LogLine]:
-    try:
-        from diagnose.normalize import normalize_line
-    except ImportError:  # pragma: no cover - normalize is part of the package
-        normalize_line = None
-    out: list[LogLine] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        out.append(normalize_line(raw, path, i) if normalize_line else LogLine(path, i, raw, raw))
-    return out
+    from diagnose.normalize import normalize_line
+
+    return [normalize_line(raw, path, i) for i, raw in enumerate(text.splitlines(), 1)]
 
 
 def blocks_from_lines(lines: list[LogLine]) -> dict[str, list[Block]]:

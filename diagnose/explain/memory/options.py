@@ -10,7 +10,7 @@ then changes that cost speed (recompute, smaller micro batches, model parallelis
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from diagnose.explain.memory.activations import Workload, activation_bytes, cuda_graph_bytes
 from diagnose.explain.memory.gpus import GIB
@@ -140,6 +140,7 @@ def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layou
         peaks.append(ph.peak)
         if worst is None or ph.peak > worst[3].peak:
             worst = (i, state, act, ph)
+    assert worst is not None  # there is at least one stage
     stage, state, act, ph = worst
     fits = ph.peak <= scn.capacity - headroom(scn.capacity)
     return Plan(label, overrides, layout, workload, state, act, ph, fits, cost, cost_rank, stage=stage,
@@ -274,7 +275,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                 lay.gpus // lay.tp * t
             if same_gpus_only and gpus != lay.gpus:
                 continue
-            pairs = [("model.tensor_model_parallel_size", t), ("model.sequence_parallel", True)]
+            pairs: list[tuple[str, Any]] = [("model.tensor_model_parallel_size", t), ("model.sequence_parallel", True)]
             w = replace(work, sequence_parallel=True) if work else None
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"TP {t}{more}", pairs, replace(lay, tp=t, gpus=gpus), w,
@@ -432,7 +433,8 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                 keeps = keeps_global_batch(scn, layout, w)
                 parts = [tp_cost(t) if t != lay.tp else 0.0, pp_cost(p) if p != lay.pp else 0.0,
                          STRATEGY_COST[strategy][0] if strategy != lay.strategy else 0.0,
-                         RECOMPUTE_COST.get(rc, 0.0) if w is not None and rc != work.recompute else 0.0]
+                         RECOMPUTE_COST.get(cast(str, rc), 0.0)
+                         if w is not None and work is not None and rc != work.recompute else 0.0]
                 rank = combined_cost(parts) + (0.0 if keeps else GBS_CHANGE_COST)
                 options.append((rank, strategy, rc, layout, w, keeps))
         options.sort(key=lambda o: o[0])
@@ -474,8 +476,9 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                 notes.append(STRATEGY_COST[strategy][1])
             if work is not None and rc != work.recompute:
                 notes.append({"selective": "recompute attention core: a few % slower",
-                              "full": "recompute every layer (about 30 % slower)"}[rc])
+                              "full": "recompute every layer (about 30 % slower)"}[cast(str, rc)])
             if not keeps:
+                assert w is not None  # keeps_global_batch holds without a workload
                 notes.append(f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro "
                              f"batch x DP = {w.micro_batch_size * layout.dp} (a hyper-parameter: numerics and LR "
                              "schedule)")
@@ -496,6 +499,7 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
             continue
         if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
             plan.cost_rank += GBS_CHANGE_COST
+            assert c.workload is not None  # keeps_global_batch holds without a workload
             per = c.workload.micro_batch_size * c.layout.dp
             plan.cost = (plan.cost + "; " if plan.cost else "") + (
                 f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = "

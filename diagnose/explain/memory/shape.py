@@ -143,8 +143,9 @@ class ModelShape:
             return [self.num_layers]
         first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:
-            rest, stages = self.num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
-            middle = _spread(max(0, rest), stages) if stages > 0 else []
+            rest = self.num_layers - (first or 0) - (last or 0)
+            n_middle = pp - (first is not None) - (last is not None)
+            middle = _spread(max(0, rest), n_middle) if n_middle > 0 else []
             return ([first] if first is not None else []) + middle + ([last] if last is not None else [])
         extra = int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
         layers = _spread(self.num_layers + extra, pp)

@@ -144,7 +144,8 @@ class SlurmJob:
         ok_states = ("COMPLETED", "RUNNING", "PENDING", "")
         bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ok_states)]
         numbered = [s for s in bad if s.short_id.isdigit()]
-        return (numbered or bad or [None])[0]
+        chosen = numbered or bad
+        return chosen[0] if chosen else None
 
     @property
     def readable_outputs(self) -> list[str]:

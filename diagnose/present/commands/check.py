@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_size
 from diagnose.model import DiagnoseError, Override
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -176,8 +179,10 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({mem['params_source']}), "
                        f"GPU {fmt_gib(cap)} ({where})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)
-    for col, just in (("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
-                      ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
+        ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left"))
+    for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True, min_width=len(col) if col != "fits" else 7)
     for i, p in enumerate(mem["plans"]):
         frac = p["peak_bytes"] / cap if cap else 0
@@ -270,7 +275,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     replay = replay_section(view, version)
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
-    out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
+    out: dict[str, Any] = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
     passes = not replay.get("violations")
     given = out["memory"]["plans"][0]
     if not passes:

@@ -212,14 +212,14 @@ def _list_failed(args: Any, options: Any) -> int:
                 console.print(log_text(f"No failed jobs since {args.since}."))
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
-                cells = [[inert(str(r[k])) for k in cols] for r in rows]
-                widths = [max(len(c[i]) for c in cells + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
+                table = [[inert(str(r[k])) for k in cols] for r in rows]
+                widths = [max(len(c[i]) for c in table + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
                 header = "  ".join(h.ljust(w) for h, w in zip(("JOBID", "NAME", "STATE", "END"), widths))
                 console.print(Text(header + "  DIAGNOSIS", style="bold"), soft_wrap=True)
-                for c in cells:
-                    line = Text("  ".join(v.ljust(w) for v, w in zip(c[:4], widths)) + "  ")
-                    line.append(c[4], style="red" if not c[4].startswith("no failure") else "green")
-                    console.print(line, soft_wrap=True)
+                for c in table:
+                    row = Text("  ".join(v.ljust(w) for v, w in zip(c[:4], widths)) + "  ")
+                    row.append(c[4], style="red" if not c[4].startswith("no failure") else "green")
+                    console.print(row, soft_wrap=True)
             if len(jobs) > MAX_LISTED:
                 console.print(log_text(f"... and {len(jobs) - MAX_LISTED} older ones (narrow --since)"))
     return 1 if rows else 0

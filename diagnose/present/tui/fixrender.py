@@ -77,7 +77,8 @@ def replay_verdict(replay: dict[str, Any]) -> str:
         tail = "replay did not reproduce the failure"
     else:
         tail = "the log did not carry enough config to reproduce"
-    fit = replay.get("fit") if isinstance(replay.get("fit"), dict) else {}
+    got = replay.get("fit")
+    fit: dict[str, Any] = got if isinstance(got, dict) else {}
     fits = replay.get("fits")
     if fits is True:
         gpus, job = fit.get("gpus"), fit.get("job_gpus")
