@@ -20,6 +20,7 @@ from rich.text import Text
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.safe import inert, inert_block, log_text
+from diagnose.units import format_bytes
 
 SAFETY_NOTE = {
     "safe": "safe: no change to numerics or speed",
@@ -141,7 +142,7 @@ def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> lis
                 lines.append(f"{pad}{k}: |")
                 lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
             elif str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
-                lines.append(f"{pad}{k}: {human_bytes(v)}")
+                lines.append(f"{pad}{k}: {format_bytes(v)}")
             else:
                 lines.append(f"{pad}{k}: {_scalar(v)}")
         if hidden:
@@ -279,16 +280,6 @@ FACT_LABELS = {
 }
 
 
-def human_bytes(n: int) -> str:
-    """``145309481042`` -> ``"135.33 GiB"`` (two decimals, as PyTorch prints them)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
@@ -333,7 +324,7 @@ def _fact_text(key: str, v: Any) -> str | None:
         return "yes"
     n = _int(v)
     if key.endswith("_bytes") and n is not None:
-        return human_bytes(n)
+        return format_bytes(n)
     if key.endswith("_ms") and n is not None:
         return _millis(n)
     if isinstance(v, dict):

@@ -6,27 +6,20 @@ one line by the CLI). A progress bar goes to stderr when the input is large and 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 
+from diagnose import units
 from diagnose.model import DiagnoseError, Report
 
 PROGRESS_MIN_BYTES = 64 << 20
 EXIT_OK, EXIT_FAILURE_FOUND = 0, 1
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int:
-    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes."""
-    m = _SIZE.match(text or "")
-    if m is None:
+    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes (``diagnose.units``)."""
+    value = units.parse_size(text or "")
+    if value is None:
         raise DiagnoseError(f"--gpu-memory {text!r}: expected a size like 80GiB, 141GB or 85899345920")
-    number, prefix, binary, byte = m.groups()
-    power = "KMGT".find(prefix.upper()) + 1 if prefix else 0
-    base = 1000 if (byte and not binary and prefix) else 1024
-    value = int(float(number) * base**power)
     if value <= 0:
         raise DiagnoseError(f"--gpu-memory {text!r}: must be positive")
     return value

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_size
 from diagnose.model import DiagnoseError, Override
+from diagnose.units import format_gib_short
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -189,8 +190,9 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
         table.add_row(
             "given" if i == 0 else str(i), SHORT.get(p["strategy"], p["strategy"]),
-            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", _gib(p["model_state_bytes"]), _gib(p["activation_bytes"]),
-            _gib(p["peak_bytes"]), Text(bar, style="red" if frac > 1 else "green"),
+            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", format_gib_short(p["model_state_bytes"]),
+            format_gib_short(p["activation_bytes"]), format_gib_short(p["peak_bytes"]),
+            Text(bar, style="red" if frac > 1 else "green"),
             Text("invalid" if p.get("valid") is False else "yes" if p["fits"] else "NO",
                  style="green" if p["fits"] and p.get("valid") is not False else "bold red"),
         )
@@ -222,8 +224,6 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         console.print(Text(msg, style="bold red"))
 
 
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f}G"
 
 
 def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
