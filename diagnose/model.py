@@ -223,6 +223,81 @@ class InputInfo:
     lines: int
 
 
+# ------------------------------------------------------------------------------------------- slurm
+
+
+@dataclass(slots=True)
+class SlurmStepFacts:
+    id: str
+    name: str
+    state: str
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+@dataclass(slots=True)
+class SlurmOutputFacts:
+    path: str
+    stream: str  # "stdout", "stderr" or "stdout+stderr"
+    exists: bool = False
+    readable: bool = False
+    size: int = 0
+    problem: str | None = None  # why it cannot be read, for the user
+
+
+@dataclass(slots=True)
+class SlurmTaskFacts:
+    path: str
+    stream: str
+    step: str | None = None
+    rank: int | None = None  # srun's %t in the file name (None for a per-node or per-step file)
+    node: str | None = None
+    size: int = 0
+
+
+@dataclass(slots=True)
+class SlurmFacts:
+    """What Slurm says about the job (``diagnose slurm JOBID``): the report's ``"slurm"`` section, in its key order."""
+
+    job_id: str = ""
+    raw_id: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_offset: int | None = None
+    name: str = ""
+    user: str = ""
+    state: str = ""
+    reason: str = ""
+    cancelled_by: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    derived_exit_code: int | None = None
+    derived_signal: str | None = None
+    failed_step: str | None = None
+    steps: list[SlurmStepFacts] = field(default_factory=list)
+    nodes: str = ""
+    elapsed_s: int | None = None
+    elapsed: str | None = None
+    time_limit_s: int | None = None
+    time_limit: str | None = None
+    restarts: int = 0
+    start: str | None = None
+    end: str | None = None
+    work_dir: str | None = None
+    source: str = ""  # "scontrol" or "sacct"
+    output_route: str | None = None
+    outputs: list[SlurmOutputFacts] = field(default_factory=list)
+    task_route: str | None = None
+    task_patterns: list[str] = field(default_factory=list)
+    task_outputs_found: int = 0
+    task_outputs: list[SlurmTaskFacts] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class Report:
     inputs: list[InputInfo] = field(default_factory=list)
@@ -231,7 +306,7 @@ class Report:
     config: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
-    slurm: dict[str, Any] | None = None
+    slurm: SlurmFacts | None = None
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
 
     @property
@@ -257,7 +332,7 @@ class Report:
             "memory": self.memory,
         }
         if self.slurm is not None:
-            out["slurm"] = self.slurm
+            out["slurm"] = self.slurm.to_dict()
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out
