@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding, Override, Report
 
 GIB = 1024 ** 3
@@ -61,7 +62,8 @@ def _overrides(items: Any) -> list[Override]:
 
 
 def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    n = as_int(v, strings=False)
+    return n if n is not None and n > 0 else None
 
 
 def _from_job(view: Any, key: str) -> bool:

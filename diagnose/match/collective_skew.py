@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding, rank_runs
 
 NCCL_TIMEOUT = "nccl_timeout"
@@ -64,15 +65,7 @@ class CollectiveSummary:
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        s = v.strip()
-        if s.lstrip("-").isdigit() and len(s) <= 20:
-            return int(s)
-    return None
+    return as_int(v, max_len=20)  # a 10,000-digit "SeqNum" is no number
 
 
 def collective_key(facts: dict[str, Any], text: str) -> tuple[Key, int | None] | None:

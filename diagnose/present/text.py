@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.safe import inert, inert_block, log_text
@@ -281,15 +282,7 @@ FACT_LABELS = {
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
-    return None
+    return as_int(v, floats=True)
 
 
 def _millis(ms: int) -> str:
