@@ -39,7 +39,7 @@ from diagnose.ingest.slurm.parse import (
 )
 from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
 from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
-from diagnose.model import DiagnoseError
+from diagnose.model import DiagnoseError, SlurmOutputFacts
 
 Runner = Callable[[list[str]], CommandResult]
 
@@ -84,14 +84,7 @@ class SlurmStep:
         return self.step_id.rsplit(".", 1)[-1]
 
 
-@dataclass(slots=True)
-class OutputFile:
-    path: str
-    stream: str  # "stdout", "stderr" or "stdout+stderr"
-    exists: bool = False
-    readable: bool = False
-    size: int = 0
-    problem: str | None = None  # why it cannot be read, for the user
+OutputFile = SlurmOutputFacts  # a job's output file as found (path, stream, exists, readable, size, problem)
 
 
 @dataclass(slots=True)
