@@ -169,6 +169,28 @@ class Fix:
 
 
 @dataclass(slots=True)
+class ImpliedSetting:
+    """One config value an error message states: a fixed ``value``, or the integer of the rule's named group
+    ``fact`` (with ``after``: the integer right after that text inside the fact)."""
+
+    key: str  # ConfigView path, e.g. "model.tensor_model_parallel_size" or "env.CUDA_DEVICE_MAX_CONNECTIONS"
+    value: Any = None
+    fact: str = ""
+    after: str = ""
+
+
+@dataclass(slots=True)
+class Implies:
+    """What a rule's message proves about the job's config (``[rule.implies]``), for logs that fail before printing
+    it: the validator ``check`` that prints the message and the ``settings`` it states. ``patterns`` (1-based) limits
+    it to some of the rule's patterns (another wording may state other things); empty means all."""
+
+    check: str = ""
+    settings: list[ImpliedSetting] = field(default_factory=list)
+    patterns: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Finding:
     rule: str
     name: str
@@ -194,6 +216,8 @@ class Finding:
     cause_of: int | None = None  # index of the finding this one is a cascade of (set by ranking)
     # srun per-node lines behind this finding, from every hit (not only the evidence kept): task id -> node
     task_nodes: dict[int, str] = field(default_factory=dict)
+    implies: Implies | None = None  # the rule's [rule.implies] when the pattern that matched states it
+    implied_lines: list[int] = field(default_factory=list)  # evidence lines (hits) whose message states ``implies``
 
 
 @dataclass(slots=True)
@@ -201,6 +225,81 @@ class InputInfo:
     path: str
     bytes: int
     lines: int
+
+
+# ------------------------------------------------------------------------------------------- slurm
+
+
+@dataclass(slots=True)
+class SlurmStepFacts:
+    id: str
+    name: str
+    state: str
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+@dataclass(slots=True)
+class SlurmOutputFacts:
+    path: str
+    stream: str  # "stdout", "stderr" or "stdout+stderr"
+    exists: bool = False
+    readable: bool = False
+    size: int = 0
+    problem: str | None = None  # why it cannot be read, for the user
+
+
+@dataclass(slots=True)
+class SlurmTaskFacts:
+    path: str
+    stream: str
+    step: str | None = None
+    rank: int | None = None  # srun's %t in the file name (None for a per-node or per-step file)
+    node: str | None = None
+    size: int = 0
+
+
+@dataclass(slots=True)
+class SlurmFacts:
+    """What Slurm says about the job (``diagnose slurm JOBID``): the report's ``"slurm"`` section, in its key order."""
+
+    job_id: str = ""
+    raw_id: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_offset: int | None = None
+    name: str = ""
+    user: str = ""
+    state: str = ""
+    reason: str = ""
+    cancelled_by: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    derived_exit_code: int | None = None
+    derived_signal: str | None = None
+    failed_step: str | None = None
+    steps: list[SlurmStepFacts] = field(default_factory=list)
+    nodes: str = ""
+    elapsed_s: int | None = None
+    elapsed: str | None = None
+    time_limit_s: int | None = None
+    time_limit: str | None = None
+    restarts: int = 0
+    start: str | None = None
+    end: str | None = None
+    work_dir: str | None = None
+    source: str = ""  # "scontrol" or "sacct"
+    output_route: str | None = None
+    outputs: list[SlurmOutputFacts] = field(default_factory=list)
+    task_route: str | None = None
+    task_patterns: list[str] = field(default_factory=list)
+    task_outputs_found: int = 0
+    task_outputs: list[SlurmTaskFacts] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -211,7 +310,7 @@ class Report:
     config: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
-    slurm: dict[str, Any] | None = None
+    slurm: SlurmFacts | None = None
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
     verify: dict[str, Any] | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
@@ -226,6 +325,8 @@ class Report:
             d = asdict(f)
             d.pop("cause_of", None)
             d.pop("task_nodes", None)
+            d.pop("implies", None)
+            d.pop("implied_lines", None)
             findings.append(d)
         out: dict[str, Any] = {
             "schema": REPORT_SCHEMA,
@@ -237,7 +338,7 @@ class Report:
             "memory": self.memory,
         }
         if self.slurm is not None:
-            out["slurm"] = self.slurm
+            out["slurm"] = self.slurm.to_dict()
         if self.hang is not None:
             out["hang"] = asdict(self.hang)
         if self.verify is not None:

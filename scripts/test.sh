@@ -19,10 +19,19 @@ if [ "$(id -u)" = 0 ] && [ "${DIAGNOSE_SKIP_SLURM:-0}" != 1 ]; then
 fi
 trap '[ "$slurm_up" = 1 ] && bash scripts/slurm-local.sh down' EXIT
 
+# Lint and type-check the package first (both configured in pyproject.toml); a failure fails the run.
+# DIAGNOSE_SKIP_LINT=1 skips them (a quick local run of a few tests).
+lint_rc=0
+if [ "${DIAGNOSE_SKIP_LINT:-0}" != 1 ]; then
+  python3 -m ruff check diagnose || lint_rc=1
+  python3 -m mypy || lint_rc=1
+fi
+
 # Two workers for everything but the TUI snapshots, which wait on the screen settling and are run alone after.
 python3 -m pytest -n 2 -q --ignore=tests/test_tui_snapshots.py "$@"
 rc=$?
 python3 -m pytest -q -p no:xdist tests/test_tui_snapshots.py "$@"
 rc2=$?
 [ "$rc" = 0 ] && rc=$rc2
+[ "$rc" = 0 ] && rc=$lint_rc
 exit "$rc"

@@ -125,3 +125,14 @@ def test_progress_bar_only_for_large_inputs(capsys):
     stop()
     none_update, _ = analyze._progress_bar(False)
     assert none_update is None
+
+
+def test_one_size_parser_for_every_command():
+    """--gpu-memory of analyze and check read sizes with diagnose.units (issue 17: three parsers had drifted)."""
+    from diagnose import units
+    from diagnose.explain.memory import gpus
+
+    for text in ("80GiB", "80G", "141GB", "79.15 GiB", "1024", "2t"):
+        assert analyze.parse_size(text) == gpus.parse_size(text) == units.parse_size(text)
+    assert units.parse_size("80 parsecs") is None and units.format_bytes(145309481042) == "135.33 GiB"
+    assert units.format_gib_short(None) == "?" and units.format_gib_short(3 << 30) == "3.0G"

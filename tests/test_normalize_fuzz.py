@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from diagnose.normalize import fuzz
+from fuzz import fuzz_normalize as fuzz  # tests/fuzz: the harness lives outside the package
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 

@@ -245,7 +245,7 @@ def test_traceback_ending_at_never_raises(texts, index):
 
 
 def test_cut_traceback_followed_by_blank_lines_claims_no_exception():
-    # Found by the atheris target (diagnose/normalize/fuzz.py): a traceback cut off mid-frame, many blank lines,
+    # Found by the atheris target (tests/fuzz/fuzz_normalize.py): a traceback cut off mid-frame, many blank lines,
     # then the tail of another line. The tail is not this traceback's exception.
     text = (
         'Traceback (most recent call last):\n  File "/w/train.py", line 21, in <module>\n    main()\n'
@@ -256,7 +256,7 @@ def test_cut_traceback_followed_by_blank_lines_claims_no_exception():
     lines = _lines(text)
     tbs = rebuild(lines)
     assert all(tb.exc_line is None or not tb.exc_line.text.startswith('config.py"') for tb in tbs)
-    from diagnose.normalize import fuzz
+    from fuzz import fuzz_normalize as fuzz
 
     fuzz.check(text.encode())  # the invariant that failed: a window finds the same traceback
 

@@ -7,10 +7,14 @@ from pathlib import Path
 import pytest
 
 from diagnose.explain.config import apply_defaults
-from diagnose.explain.config.implied import RULES, implied_view
+from diagnose.explain.config.implied import implied_view, stated_checks
 from diagnose.explain.validate import validate
-from diagnose.model import Evidence, Finding
+from diagnose.explain.validate.registry import CHECKS
+from diagnose.match import load_catalogue, match_text
+from diagnose.model import Finding
 from diagnose.pipeline import AnalyzeOptions, analyze
+
+CATALOGUE = load_catalogue()
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 
@@ -37,14 +41,33 @@ MESSAGES = [
 
 
 def _finding(text: str) -> Finding:
-    return Finding(rule="X1", name="x", title="x", category="config_validation", phase="init", severity="error",
-                   role="root", confidence=1.0, evidence=[Evidence("job.log", 42, text)])
+    """The finding the matcher makes of ``text`` on line 42 of a log."""
+    report = match_text("\n" * 41 + text + "\n", CATALOGUE, backend="python")
+    assert report.root is not None, text
+    return report.root
 
 
-def test_every_implied_rule_has_a_message_case():
-    assert len(MESSAGES) >= len(RULES)
-    for pattern, _ in RULES:
-        assert any(pattern.search(text) for _, text in MESSAGES), pattern.pattern
+def test_every_rule_that_implies_settings_has_a_message_case():
+    """What a message states is written once, in its rule (issue 17); each such rule is exercised here."""
+    implying = {r.code for r in CATALOGUE.rules if r.implies is not None}
+    assert len(implying) >= 15
+    # MB104 is MB102's message raised from the model provider (its context): the same statement
+    assert implying == {_finding(text).rule for _, text in MESSAGES} | {"MB104"}
+
+
+def test_every_implied_check_is_a_validator_check():
+    names = {c.name for c in CHECKS}
+    for r in CATALOGUE.rules:
+        if r.implies is not None:
+            assert r.implies.check in names, (r.code, r.implies.check)
+
+
+def test_another_wording_of_the_rule_implies_nothing():
+    # CV010's Megatron-LM assert names no numbers; MB131's Megatron-LM message states other settings
+    for text in ["AssertionError: assert args.num_attention_heads % args.tensor_model_parallel_size == 0",
+                 "AssertionError: FSDP manual registration is only supported with Megatron FSDP"]:
+        f = _finding(text)
+        assert f.implies is None and not implied_view([f]).values and stated_checks(f) == set()
 
 
 @pytest.mark.parametrize("version, text", MESSAGES)

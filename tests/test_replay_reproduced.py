@@ -10,8 +10,11 @@ import pytest
 
 from diagnose.explain import build_view, enrich
 from diagnose.explain.config.extract import blocks_from_lines, lines_of
+from diagnose.match import load_catalogue
 from diagnose.model import Evidence, Finding, Fix, Override, Report
 from diagnose.pipeline import AnalyzeOptions, analyze
+
+CATALOGUE = load_catalogue()
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_logs"
@@ -19,9 +22,12 @@ DATA = Path(__file__).parent / "data" / "configs"
 
 
 def _finding(text: str, rule: str = "MB111", fix: list[Override] | None = None) -> Finding:
+    """A finding of ``rule`` on line 9, carrying what that rule's message states (as the matcher's would)."""
+    implies = CATALOGUE.by_code(rule).implies if CATALOGUE.by_code(rule) else None
     return Finding(rule=rule, name="x", title="config failure", category="checkpoint_format", phase="init",
-                   severity="error", role="root", confidence=0.9, evidence=[Evidence("job.log", 9, text)],
-                   fix=Fix(overrides=fix or [Override("checkpoint.ckpt_format", "fsdp_dtensor")]))
+                   severity="error", role="root", confidence=0.9, first_line=9,
+                   evidence=[Evidence("job.log", 9, text)],
+                   fix=Fix(overrides=fix or [Override("checkpoint.ckpt_format", "fsdp_dtensor")]), implies=implies)
 
 
 def _blocks(text: str, tmp_path: Path) -> dict:
@@ -49,7 +55,7 @@ def test_world_size_line_does_not_switch_off_the_settings_the_error_states(tmp_p
 def test_the_log_wins_over_the_settings_the_error_states():
     lines = lines_of((DATA / "task_configuration.log").read_text(), "job.log")
     blocks = blocks_from_lines(lines)
-    report = Report(findings=[_finding("AssertionError: fsdp_dtensor checkpoint format only supports Megatron FSDP",
+    report = Report(findings=[_finding("AssertionError: fsdp_dtensor checkpoint format only supports Megatron FSDP", "MB112",
                                        fix=[Override("ddp.use_megatron_fsdp", True)])], root_cause=0)
     view = build_view(report, blocks)
     assert view.get("ddp.use_megatron_fsdp") is True and view.origin("ddp.use_megatron_fsdp").startswith("log:")
@@ -58,7 +64,7 @@ def test_the_log_wins_over_the_settings_the_error_states():
 def test_null_not_false_when_the_deciding_keys_are_only_defaults(tmp_path):
     # the message names no settings the tool can read, the config is not in the log: replay cannot say
     text = (SAMPLES / "mlm_main_ckpt_format.log").read_text().splitlines()[0] + "\n"
-    finding = _finding("RuntimeError: checkpoint format problem")
+    finding = _finding("RuntimeError: checkpoint format problem", "PY001")
     report = Report(findings=[finding], root_cause=0)
     enrich(report, _blocks(text, tmp_path), AnalyzeOptions())
     assert report.replay["reproduced"] is None
@@ -67,7 +73,7 @@ def test_null_not_false_when_the_deciding_keys_are_only_defaults(tmp_path):
 
 
 def test_false_only_when_the_job_own_config_passes(tmp_path):
-    report = Report(findings=[_finding("RuntimeError: checkpoint format problem")], root_cause=0)
+    report = Report(findings=[_finding("RuntimeError: checkpoint format problem", "PY001")], root_cause=0)
     enrich(report, blocks_from_lines(lines_of((DATA / "task_configuration.log").read_text(), "job.log")),
            AnalyzeOptions())
     # the job's config (from its Task Configuration) sets checkpoint.ckpt_format itself and passes that check

@@ -177,3 +177,13 @@ def test_a_user_slurm_job_rule_is_refused(tmp_path, capsys):
     _write(tmp_path, "50_mine.toml", text)
     assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
     assert "slurm_job rules are built in" in capsys.readouterr().out
+
+
+def test_implies_must_name_a_check_and_facts_its_patterns_have(tmp_path, capsys):
+    text = _rule().replace("[rule.fix]", """[rule.implies]
+settings = [ { key = "data.shard", fact = "nope" }, { key = "flat", value = 1 } ]
+[rule.fix]""")
+    _write(tmp_path, "50_mine.toml", text)
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
+    out = capsys.readouterr().out
+    assert "implies: no 'check'" in out and "fact 'nope'" in out and "key 'flat' is not a config path" in out

@@ -38,7 +38,7 @@ from diagnose.ingest.slurm.parse import (
     parse_scontrol_jobs,
     split_state,
 )
-from diagnose.model import DiagnoseError, Evidence, Finding, Report
+from diagnose.model import DiagnoseError, Evidence, Finding, Report, SlurmFacts, SlurmOutputFacts, SlurmTaskFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -353,9 +353,9 @@ def test_slurm_header_makes_job_fields_inert():
     from diagnose.present.commands.slurm import slurm_header
     from diagnose.present.text import make_console
 
-    section = {"job_id": "5", "name": "evil\x1b]52;c;AAAA\x07[bold]x", "user": "u", "state": "FAILED", "exit_code": 1,
-               "nodes": "n1", "source": "sacct", "output_route": "default",
-               "outputs": [{"path": "/w/\x1b[2Jout", "stream": "stdout+stderr", "problem": None}]}
+    section = SlurmFacts(job_id="5", name="evil\x1b]52;c;AAAA\x07[bold]x", user="u", state="FAILED", exit_code=1,
+                         nodes="n1", source="sacct", output_route="default",
+                         outputs=[SlurmOutputFacts(path="/w/\x1b[2Jout", stream="stdout+stderr", problem=None)])
     buf = io.StringIO()
     console = make_console(buf, "never")
     for line in slurm_header(section, failed=True):
@@ -677,7 +677,7 @@ def test_the_ranks_of_the_report_come_from_the_task_file_names(tmp_path, oom_ran
     assert report.root.ranks == [oom_rank]
     timeouts = [f for f in report.findings if f.category == "nccl_timeout"]
     assert timeouts and all(f.ranks == [1 - oom_rank] for f in timeouts)
-    assert [t["rank"] for t in report.slurm["task_outputs"]] == [0, 1]
+    assert report.slurm is not None and [t.rank for t in report.slurm.task_outputs] == [0, 1]
 
 
 @given(st.text(max_size=400))
@@ -758,11 +758,11 @@ def test_slurm_header_names_the_per_task_outputs_it_read():
     from diagnose.present.commands.slurm import slurm_header, slurm_markdown
     from diagnose.present.text import make_console
 
-    section = {"job_id": "7", "name": "train", "user": "u", "state": "FAILED", "exit_code": 1, "nodes": "n[1-2]",
-               "source": "sacct", "outputs": [], "task_route": "step submit line",
-               "task_patterns": ["/w/out-7-%t.log"], "task_outputs_found": 300,
-               "task_outputs": [{"path": f"/w/out-7-{r}.log", "stream": "stdout", "step": "7.0", "rank": r,
-                                 "node": "n1", "size": 10} for r in (0, 1, 2, 5)]}
+    section = SlurmFacts(job_id="7", name="train", user="u", state="FAILED", exit_code=1, nodes="n[1-2]",
+                         source="sacct", outputs=[], task_route="step submit line",
+                         task_patterns=["/w/out-7-%t.log"], task_outputs_found=300,
+                         task_outputs=[SlurmTaskFacts(path=f"/w/out-7-{r}.log", stream="stdout", step="7.0", rank=r,
+                                                      node="n1", size=10) for r in (0, 1, 2, 5)])
     buf = io.StringIO()
     console = make_console(buf, "never")
     for line in slurm_header(section, failed=True):
@@ -770,5 +770,5 @@ def test_slurm_header_names_the_per_task_outputs_it_read():
     expected = "per-task outputs: 4 read of 300 found, ranks 0-2,5 (/w/out-7-%t.log, found via step submit line)"
     assert expected in buf.getvalue()
     assert f"- {expected}" in slurm_markdown(section)
-    section["task_outputs"] = []
+    section.task_outputs = []
     assert "per-task" not in slurm_markdown(section)

@@ -81,7 +81,7 @@ async def test_job_list_then_diagnosis(slurm_conf: str, tmp_path_factory: pytest
         assert isinstance(app.screen, MainScreen)
         report = app.report
         assert report.root is not None and report.root.category == "fsdp_config"
-        assert report.slurm and report.slurm["job_id"] == job
+        assert report.slurm and report.slurm.job_id == job
         assert app.inputs == [str(workdir / f"tui-{job}.out")]
         assert f"Slurm job {job}" in app.sub_title
         await pilot.press("j")

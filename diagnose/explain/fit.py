@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding, Override, Report
 
 GIB = 1024 ** 3
@@ -61,7 +62,8 @@ def _overrides(items: Any) -> list[Override]:
 
 
 def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    n = as_int(v, strings=False)
+    return n if n is not None and n > 0 else None
 
 
 def _from_job(view: Any, key: str) -> bool:
@@ -81,7 +83,8 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     if memory.get("verdict") != "capacity":
         return None
     options = [o for o in memory.get("options") or [] if isinstance(o, dict)]
-    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    got = memory.get("current")
+    current: dict[str, Any] = got if isinstance(got, dict) else {}
     job_gpus = _int(current.get("gpus"))
     capacity = _int(memory.get("gpu_capacity_bytes"))
     usable = _int(current.get("usable_bytes"))
@@ -133,7 +136,8 @@ def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | N
                    and any(x.key == "env.PYTORCH_CUDA_ALLOC_CONF" for x in _overrides(o.get("overrides")))), None)
     if option is None:
         return None
-    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    got = memory.get("current")
+    current: dict[str, Any] = got if isinstance(got, dict) else {}
     return CapacityFit(root, _overrides(option.get("overrides")), option.get("fits") is not False,
                        _int(option.get("gpus")), _int(option.get("dp")), _int(current.get("gpus")),
                        None, _int(memory.get("gpu_capacity_bytes")),

@@ -1,7 +1,8 @@
 """Expand what the user named into the list of log files to read, in natural order, with rank hints.
 
 A folder is walked recursively. Files count as logs by name: ``*.log``, ``*.txt``, ``*.out``, ``*.err``, torchrun's
-``stdout``/``stderr`` files, and the same names ending in ``.gz``, ``.bz2`` or ``.xz``. Hidden files, JSON (torchrun's ``error.json``)
+``stdout``/``stderr`` files, and the same names ending in ``.gz``, ``.bz2`` or ``.xz``. Hidden files, JSON
+(torchrun's ``error.json``)
 and anything else are skipped. Rank hints come from the name: ``rank3.log``, ``log_rank_03.txt``, ``rank-7.out``,
 or torchrun's ``--log-dir`` layout ``<run>/attempt_N/<local_rank>/{stdout,stderr}.log`` (local rank; the same
 number is offered as the rank hint since torchrun's per-node folder does not say which node it is).
@@ -37,7 +38,9 @@ class InputEntry:
 
 def natural_key(text: str) -> tuple:
     """``rank2`` before ``rank10``: digits compare as numbers."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in _NATURAL_SPLIT.split(text) if part)
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in _NATURAL_SPLIT.split(text) if part
+    )
 
 
 def looks_like_log(name: str) -> bool:
@@ -126,7 +129,8 @@ def expand_inputs(inputs: list[str], notes: list[str] | None = None) -> list[Inp
                              f"{shown(rotated[0])}): name them to read them too")
             if not logs:
                 raise input_error(
-                    raw, "folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)"
+                    raw,
+                    "folder has no log files (looked for *.log, *.txt, *.out, *.err, stdout/stderr, also .gz/.bz2/.xz)",
                 )
             entries.extend(replace(hints_for(p), in_folder=True) for p in logs)
             continue

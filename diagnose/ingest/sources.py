@@ -72,7 +72,7 @@ class Sources(list):
 def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Iterator[list[Source]]:
     """Open every input; close them (and delete temporary files) on exit. Raises DiagnoseError, one line."""
     if isinstance(inputs, (str, bytes)):
-        inputs = [inputs]  # type: ignore[list-item]
+        inputs = [inputs]
     if not inputs:
         raise DiagnoseError("no input given: name a log file, a folder of logs, or - for stdin")
     limits = gzip_limits or GzipLimits()

@@ -30,7 +30,8 @@ import hashlib
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 import regex
 
@@ -195,7 +196,7 @@ class _Locator:
     semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
     """
 
-    def __init__(self, anchor: bytes, patterns: list[str], more: list[tuple[bytes, list[str]]] = ()):
+    def __init__(self, anchor: bytes, patterns: list[str], more: Sequence[tuple[bytes, list[str]]] = ()):
         import hyperscan
 
         special = rb"[\x00\x80-\xff]"
@@ -260,7 +261,8 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
     import platform
 
     h = hashlib.sha256()
-    for part in (str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs):
+    parts: list[str | bytes] = [str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs]
+    for part in parts:
         h.update(part.encode() if isinstance(part, str) else part)
         h.update(b"\0")
     folder = cache_dir()
@@ -277,7 +279,7 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
             pass
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-    if path:
+    if path and folder:  # (path is set exactly when there is a cache folder)
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
             data = hs.dumpb(db)
@@ -323,7 +325,7 @@ class _CombinedScanner:
         loose: list[list[bytes] | None] = []
         for pats in anchor_patterns:
             lp = [loosen(p) for p in pats]
-            loose.append(None if not lp or any(x is None for x in lp) else [x.encode("ascii") for x in lp])
+            loose.append(None if not lp or any(x is None for x in lp) else [x.encode("ascii") for x in lp if x])
         self.loose = loose
         try:
             self.plain = self._build(mixed=False)
@@ -447,6 +449,7 @@ class Phase1:
                     _find_lines(window, self.anchors[i], starts)
             self.present_anchors = tuple(sorted(self.combined.fired.union(i for i in present if i < n)))
         else:
+            assert self.engine is not None  # set whenever there is no combined scanner
             present = self.engine.present(window)
             starts = set()
             anchors_present = [i for i in present if i < n]
@@ -484,11 +487,11 @@ class Phase1:
                 # sets that recur (the noisy anchors of a long log), not for every one-off set of a short text
                 self._seen[key] = self._seen.get(key, 0) + 1
                 for i in usable:
-                    self._single(i).lines(window, plain, starts)
+                    cast(_Locator, self._single(i)).lines(window, plain, starts)  # usable: has a locator
                 return
             if locator is None:
                 if len(usable) == 1:
-                    locator = self._single(usable[0])
+                    locator = cast(_Locator, self._single(usable[0]))
                 else:
                     first, *rest = usable
                     locator = _Locator(self.anchors[first], self.anchor_patterns[first],

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding, rank_runs
 
 NCCL_TIMEOUT = "nccl_timeout"
@@ -37,8 +38,10 @@ MAX_RANK = 1 << 17  # a rank beyond this is not believed (silent_ranks' MAX_WORL
 MAX_CLAUSES = 3  # distinct desync tuples spelled out in the sentence
 
 # The watchdog's own prefix: "[Rank 5] ", "[PG 0 Rank 5] ", "[PG 0 (desc) Rank 5] ", "[PG ID 1 PG GUID 3(dp) Rank 5] ".
-_PREFIX = re.compile(r"\[(?:PG ID (?P<pgid>\d{1,9}) PG GUID [^\]\s]{1,200} |PG (?P<pg>\d{1,9}) (?:\([^)\]]{0,200}\) )?)?"
-                     r"Rank (?P<rank>\d{1,9})\]")
+_PREFIX = re.compile(
+    r"\[(?:PG ID (?P<pgid>\d{1,9}) PG GUID [^\]\s]{1,200} |PG (?P<pg>\d{1,9}) (?:\([^)\]]{0,200}\) )?)?"
+    r"Rank (?P<rank>\d{1,9})\]"
+)
 _OP = re.compile(r"[A-Z_]{1,40}")
 
 Key = tuple  # (pg, seq_num, op_type, numel_in, last_enqueued, last_completed), each value or None
@@ -62,15 +65,7 @@ class CollectiveSummary:
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        s = v.strip()
-        if s.lstrip("-").isdigit() and len(s) <= 20:
-            return int(s)
-    return None
+    return as_int(v, max_len=20)  # a 10,000-digit "SeqNum" is no number
 
 
 def collective_key(facts: dict[str, Any], text: str) -> tuple[Key, int | None] | None:
@@ -306,7 +301,8 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
             stragglers.append(s)
             behind.update(s["ranks"])
     for pg in pgs:
-        d = find_desync(pooled, pg, behind, unknown_group)  # a straggler's own timeout on an earlier SeqNum is no desync
+        # a straggler's own timeout on an earlier SeqNum is no desync
+        d = find_desync(pooled, pg, behind, unknown_group)
         if d is not None:
             desyncs.append(d)
     if not stragglers and not desyncs:

@@ -17,13 +17,17 @@ from typing import Any
 
 import regex
 
-from diagnose.match import adapters, parallel
+from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
+from diagnose.match.frames import traceback_frames
 from diagnose.match.inference import MAX_FRAMES
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
+from diagnose.normalize.facts import PARSERS
+from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
+from diagnose.normalize.phases import phase_of
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -68,6 +72,7 @@ class Hit:
     key: str  # grouping key: rule code + its named groups with numbers masked
     extra_evidence: list[LogLine] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)  # generic and catch-all rules: traceback frames, innermost last
+    pattern: int = 1  # which of the rule's patterns matched (1-based)
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -198,14 +203,14 @@ class Matcher:
         self.c = compiled
         self.warnings = warnings
         self.presence = presence  # anchors present in UTF-8 text, by Hyperscan (large inputs: thousands of lines)
-        self.memo: dict[str, list[tuple[CompiledRule, dict, str]]] = {}
+        self.memo: dict[str, list[tuple[CompiledRule, dict, str, int]]] = {}
         self.hits: list[Hit] = []
         self.markers = markers
         self.group_counts: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------------- per text
 
-    def classify(self, text: str, allowed: tuple[int, ...] | None = None) -> list[tuple[CompiledRule, dict, str]]:
+    def classify(self, text: str, allowed: tuple[int, ...] | None = None) -> list[tuple[CompiledRule, dict, str, int]]:
         """Rules whose regex matches ``text``, latest in catalogue order first (memoised by text).
 
         ``allowed``: the only anchors that can occur in ``text`` (those phase 1 found in the line's window, the
@@ -227,18 +232,18 @@ class Matcher:
             for i, a in enumerate(c.anchors):
                 if a in text:
                     rule_ids.update(c.rules_by_anchor[i])
-        matches: list[tuple[CompiledRule, dict, str]] = []
+        matches: list[tuple[CompiledRule, dict, str, int]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]
             if cr.disabled:
                 continue
-            for p in cr.patterns:
+            for number, p in enumerate(cr.patterns, 1):
                 if p.anchor not in text:
                     continue
                 m = self._search(cr, p, text)
                 if m is not None:
                     facts = {k: v for k, v in m.groupdict().items() if v is not None}
-                    matches.append((cr, facts, group_key(cr.rule.code, facts)))
+                    matches.append((cr, facts, group_key(cr.rule.code, facts), number))
                     break
         if len(self.memo) >= MEMO_MAX:
             self.memo.clear()
@@ -270,7 +275,7 @@ class Matcher:
         if not matches:
             return
         frames: list[LogLine] | None = None
-        for cr, facts, key in matches:
+        for cr, facts, key, number in matches:
             rule = cr.rule
             extra: list[LogLine] = []
             if cr.has_context:
@@ -293,13 +298,15 @@ class Matcher:
             else:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
-                phase = adapters.phase_of(ll, frames, self.markers.markers_before(pos_in_window))
+                markers = self.markers.markers_before(pos_in_window)
+                phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
             all_facts = dict(facts)
             seen = self.group_counts.get(key, 0)
             self.group_counts[key] = seen + 1
             if rule.parser and seen < PARSED_HITS_PER_GROUP:
                 following = self._following(reader, start, ll)
-                for k, v in adapters.run_parser(rule.parser, ll, following).items():
+                parse = PARSERS.get(rule.parser)  # every parser is wrapped so that it never raises
+                for k, v in ((parse(ll, following) if parse is not None else None) or {}).items():
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
             kept: list[str] = []
@@ -307,7 +314,8 @@ class Matcher:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
-            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, kept))
+            self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
+                                 pattern=number))
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
@@ -349,7 +357,7 @@ class Matcher:
             del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
-        return adapters.traceback_frames(same)
+        return traceback_frames(same)
 
     @staticmethod
     def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
@@ -383,7 +391,8 @@ class Matcher:
             return False
         key = (tuple(needles), window)
         state = reader.before.get(key) if lineno is not None else None
-        if state is not None and state[0] <= start and start - state[0] <= BEFORE_INCREMENTAL_BYTES:
+        near = state is not None and state[0] <= start and start - state[0] <= BEFORE_INCREMENTAL_BYTES
+        if state is not None and lineno is not None and near:
             s0, _l0, latest = state
             best = -1
             for n in encoded:  # only occurrences ending after s0 (s0 is a line start: they lie in [s0, start))
@@ -508,7 +517,7 @@ def scan(
     backend = resolve_backend(backend)
     phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
                         combined=total_bytes >= COMBINED_MIN_BYTES)
-    phase_names = adapters.phase_capture_names()
+    phase_names = {spec.name for spec in PHASE_CAPTURES}
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
@@ -594,8 +603,8 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     old = hit.rule.rule.code
     new = by_code.get(hit.rule.rule.during_training) if hit.rule.rule.during_training else None
     try:
-        seq = int(hit.facts.get("seq_num"))
-    except (TypeError, ValueError):
+        seq = int(hit.facts["seq_num"])
+    except (KeyError, TypeError, ValueError):
         return
     if new is None or seq < 100:
         return

@@ -15,7 +15,7 @@ from diagnose.match import collective_skew
 from diagnose.match.engine import Hit
 from diagnose.match.inference import infer
 from diagnose.match.rules import Inference
-from diagnose.model import Evidence, Finding, LogLine
+from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
 from diagnose.normalize.facts import expand_task_list
 from diagnose.present.safe import inert, shorten
@@ -95,6 +95,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     for extra in hit.extra_evidence:
         if extra.lineno > 0:
             evidence.insert(0, evidence_of(extra))
+    implies = _implies_of(hit)
     finding = Finding(
         rule=rule.code,
         name=rule.slug,
@@ -102,7 +103,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
         category=rule.category,
         phase=hit.phase,
         severity=rule.severity,  # type: ignore[arg-type]
-        role=rule.role,  # type: ignore[arg-type] - final role is set by ranking
+        role=rule.role,  # type: ignore[arg-type]  # the final role is set by ranking
         confidence=rule.confidence,
         count=1,
         first_line=hit.line.lineno,
@@ -110,6 +111,8 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
         explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
         facts=dict(hit.facts),
+        implies=implies,
+        implied_lines=[hit.line.lineno] if implies is not None else [],
     )
     if rule.tier == "catchall":
         finding.basis = "catchall"
@@ -123,11 +126,21 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     return finding
 
 
+def _implies_of(hit: Hit) -> Implies | None:
+    """The rule's [rule.implies] when the pattern that matched the finding's first line states it."""
+    implies = hit.rule.rule.implies
+    if implies is None or (implies.patterns and hit.pattern not in implies.patterns):
+        return None
+    return implies
+
+
 def _add(g: Group, hit: Hit) -> None:
     f = g.finding
     f.count += 1
     if len(f.evidence) < EVIDENCE_KEPT + len(g.first_hit.extra_evidence):
         f.evidence.append(evidence_of(hit.line))
+        if f.implies is not None and _implies_of(hit) is f.implies:
+            f.implied_lines.append(hit.line.lineno)
     for k, v in hit.facts.items():
         f.facts.setdefault(k, v)
     if f.phase == "unknown" and hit.phase != "unknown":

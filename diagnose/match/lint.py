@@ -22,6 +22,7 @@ Problems are data (:class:`LintProblem`); the ``rules lint`` command prints them
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +36,13 @@ REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
 USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
 RETIRED_FILE = "RETIRED"  # in the built-in rules folder: codes used once, never to be reused
 
-try:  # Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
+# Python's own regex parser, to read the literals every match must contain (3.11+: re._parser)
+if sys.version_info >= (3, 11):
     from re import _constants as _sre_constants
     from re import _parser as _sre_parse
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parse
 SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -70,7 +72,9 @@ class LintResult:
         return [p for p in self.problems if p.severity == "warning"]
 
 
-def load_for_lint(extra_dirs: Iterable[str | Path] = (), include_default: bool = True) -> tuple[Catalogue, list[LintProblem]]:
+def load_for_lint(
+    extra_dirs: Iterable[str | Path] = (), include_default: bool = True
+) -> tuple[Catalogue, list[LintProblem]]:
     """Load like ``load_catalogue`` but keep going past a broken file, reporting it as a problem.
 
     A folder that does not exist is a usage error (``DiagnoseError``), not a lint problem.
@@ -311,6 +315,8 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
             err(f"link {link!r} is not an https:// URL")
     if rule.parser and parsers is not None and rule.parser not in parsers:
         err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
+    if rule.implies is not None:
+        _lint_implies(rule, err)
     if not rule.examples_match:
         err("no 'match' example")
     if not rule.examples_no_match:
@@ -360,6 +366,27 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
         if compiled[i] is not None and rule.examples_match and not was_used:
             err(f"pattern {i + 1}: no 'match' example exercises it", "warning")
     return out
+
+
+def _lint_implies(rule: Rule, err) -> None:
+    """[rule.implies]: a check name, setting keys that are config paths, facts that are named groups of the
+    patterns it is for (else the setting could never be read)."""
+    implies = rule.implies
+    assert implies is not None
+    if not implies.check:
+        err("implies: no 'check' (the validator check that prints this message)")
+    numbers = implies.patterns or list(range(1, len(rule.patterns) + 1))
+    groups: set[str] = set()
+    for n in numbers:
+        try:
+            groups |= set(regex.compile(rule.patterns[n - 1].regex).groupindex)
+        except (regex.error, IndexError):
+            continue
+    for setting in implies.settings:
+        if "." not in setting.key:
+            err(f"implies: key {setting.key!r} is not a config path (section.name or env.NAME)")
+        if setting.fact and setting.fact not in groups:
+            err(f"implies: fact {setting.fact!r} of {setting.key} is not a named group of pattern(s) {numbers}")
 
 
 def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[LintProblem]:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import mmap
 import multiprocessing
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from diagnose.match.anchors import Phase1
 
 CHUNK_BYTES = 32 << 20
 
@@ -37,7 +41,7 @@ def _scan_chunk(bounds: tuple[int, int]):
     out = []
     released = start - start % mmap.PAGESIZE
     for offset, w in windows(_BUFFER, _WINDOW, start, end):
-        out.append(scan_window(_PHASE1, offset, w, _COUNT or _bytes_count))
+        out.append(scan_window(cast("Phase1", _PHASE1), offset, w, _COUNT or _bytes_count))  # set by the pool
         released = _release(_BUFFER, released, offset + len(w))
     return out
 

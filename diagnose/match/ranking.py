@@ -80,7 +80,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade" and _tier(g) != "catchall"]
 
     root: Group | None = None
-    confidence = None
+    confidence = 0.0  # set with the root
     # A generic error printed after the first NCCL watchdog timeout is its consequence (the watchdog aborts the
     # communicator and every rank's pending call raises): the timeout, and not what it raised, leads.
     timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]

@@ -17,13 +17,26 @@ turns into a finding, and their examples are ``scontrol show job`` records.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import regex
 
-from diagnose.model import CATEGORIES, PHASES, ROLES, SAFETIES, SEVERITIES, DiagnoseError, EnvVar, Fix, Override
+from diagnose.model import (
+    CATEGORIES,
+    PHASES,
+    ROLES,
+    SAFETIES,
+    SEVERITIES,
+    DiagnoseError,
+    EnvVar,
+    Fix,
+    ImpliedSetting,
+    Implies,
+    Override,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,6 +95,7 @@ class Rule:
     slurm_outcome: str = ""  # input "slurm_job": which outcome of the record (one of SLURM_OUTCOMES)
     launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
+    implies: Implies | None = None  # config facts the message states, and the validator check that prints it
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
 
 
@@ -136,7 +150,7 @@ def default_rules_dir() -> Path:
 
 
 def load_catalogue(
-    extra_dirs: list[str | Path] | None = None, include_default: bool = True, strict: bool = False
+    extra_dirs: Sequence[str | Path] | None = None, include_default: bool = True, strict: bool = False
 ) -> Catalogue:
     """The built-in catalogue, then each ``extra_dirs`` folder or file, in order (the last matching rule wins).
 
@@ -316,7 +330,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(during_training, str):
         raise ValueError("'during_training' must be a rule code")
 
-    patterns = []
+    patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
@@ -343,10 +357,10 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
             raise ValueError("each fix.overrides entry needs 'key' and 'value'")
         overrides.append(Override(o["key"], o["value"]))
     env = []
-    for e in fix_raw.get("env", []):
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("value"), str):
+    for var in fix_raw.get("env", []):
+        if not isinstance(var, dict) or not isinstance(var.get("name"), str) or not isinstance(var.get("value"), str):
             raise ValueError("each fix.env entry needs string 'name' and 'value'")
-        env.append(EnvVar(e["name"], e["value"]))
+        env.append(EnvVar(var["name"], var["value"]))
     fix = Fix(
         summary=str(fix_raw.get("summary", "")),
         safety=safety,
@@ -367,6 +381,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_any=_str_list(ctx_raw, "before_any"),
         before_window=window,
     )
+
+    implies = _implies(raw.get("implies"), len(patterns))
 
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
@@ -404,4 +420,28 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         slurm_outcome=outcome,
         launcher=launcher,
         during_training=during_training,
+        implies=implies,
     )
+
+
+def _implies(raw: Any, n_patterns: int) -> Implies | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("'implies' must be a table")
+    check = raw.get("check", "")
+    if not isinstance(check, str):
+        raise ValueError("implies.check must be a validator check name")
+    settings = []
+    for s in raw.get("settings", []):
+        if not isinstance(s, dict) or not isinstance(s.get("key"), str) or ("value" in s) == ("fact" in s):
+            raise ValueError("each implies.settings entry needs 'key' and one of 'value' or 'fact'")
+        if not isinstance(s.get("fact", ""), str) or not isinstance(s.get("after", ""), str):
+            raise ValueError("implies.settings 'fact' and 'after' must be strings")
+        settings.append(ImpliedSetting(s["key"], s.get("value"), s.get("fact", ""), s.get("after", "")))
+    patterns = raw.get("patterns", [])
+    if not isinstance(patterns, list) or not all(isinstance(i, int) and 1 <= i <= n_patterns for i in patterns):
+        raise ValueError(f"implies.patterns must list pattern numbers 1-{n_patterns}")
+    if not settings and not check:
+        raise ValueError("implies needs a check or settings")
+    return Implies(check, settings, list(patterns))

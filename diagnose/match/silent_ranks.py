@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding, rank_runs
 
 NCCL_TIMEOUT = "nccl_timeout"
@@ -23,13 +24,7 @@ FACT = "silent_ranks"
 
 
 def _as_int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v.strip())
-    return None
+    return as_int(v, negative=False)
 
 
 def world_size(findings: list[Finding]) -> int | None:

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import codecs
 import re
+from typing import cast
 
 from diagnose.model import LogLine
 
 # ---------------------------------------------------------------------------------------------- decode
 
 
-def _escape_bad_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
+def _escape_bad_bytes(error: UnicodeError) -> tuple[str, int]:
+    err = cast(UnicodeDecodeError, error)  # registered for decoding only
     bad = err.object[err.start : err.end]
     return "".join(f"\\x{b:02x}" for b in bad), err.end
 
@@ -98,25 +100,25 @@ def collapse_carriage_returns(text: str) -> str:
 # common "no prefix" case costs one failed match.
 _LAYER = re.compile(
     r"""
-      \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                          # [default0]: [rank3]: [trainer1]:
+      \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                 # [default0]: [rank3]: [trainer1]:
     | \[(?P<mpi_job>\d{1,9}),(?P<mpi_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?                # mpirun --tag-output
     | \[rank:\ (?P<lrank>\d{1,9})\]\ ?                                                # Lightning "[rank: 3] "
     | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?              # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?                                     # [E1129 15:25:31.123 file.cpp:683]
+        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?              # [E1129 15:25:31.123 file.cpp:683]
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?                                              # E1129 15:24:33.203000 421 f.py:986]
-    | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?                                      # [E ProcessGroupNCCL.cpp:475]
+        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?                      # E1129 15:24:33.203000 421 f.py:986]
+    | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?                           # [E ProcessGroupNCCL.cpp:475]
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)                                          # srun --label "  3: "
     | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
-        (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?              # [2024-07-25 06:36:18,293] n: [WARNING]
+        (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?  # [2024-07-25 06:36:18,293] n: [WARNING]
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
-    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\    # pdsh "node017: " (then the line as written, indentation too)
+    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\    # pdsh "node017: " + the line as written
     """,
     re.VERBOSE,
 )
@@ -133,7 +135,7 @@ def normalize_line(raw: str, path: str = "", lineno: int = 0) -> LogLine:
     """Normalise one line (without or with its line ending). Never raises."""
     try:
         return _normalize(raw, path, lineno)
-    except Exception:  # pragma: no cover - defensive: a bug here must not take the whole scan down
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive: a bug here must not take the whole scan down
         return LogLine(path=path, lineno=lineno, raw=str(raw), text=str(raw))
 
 
@@ -162,7 +164,8 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
 # diagnose.normalize.tracebacks reads the nesting from them.
 MAX_GROUP_DEPTH = 64
 _GROUP_MARGIN = re.compile(
-    r"(?P<indent>(?:  ){1,%d})(?:\|(?: |$)|\+ (?=Exception Group Traceback \(most recent call last\):))" % MAX_GROUP_DEPTH
+    r"(?P<indent>(?:  ){1," + str(MAX_GROUP_DEPTH) + r"})"
+    r"(?:\|(?: |$)|\+ (?=Exception Group Traceback \(most recent call last\):))"
 )
 
 

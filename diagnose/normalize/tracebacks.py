@@ -301,7 +301,8 @@ class _StreamParser:
             return
         if stripped.startswith("File \"") and _FRAME.match(text):
             self._start(line, headless=True)
-            self.tb.lines.pop()
+            if self.tb is not None:  # (_start always sets it)
+                self.tb.lines.pop()
             self._in_frames(line, text)
             return
         m = _CPP_RAISED.search(stripped)
@@ -516,7 +517,7 @@ def rebuild(lines: list[LogLine]) -> list[Traceback]:
         for parser in parsers.values():
             parser._end_group()
             parser._finish()
-    except Exception:  # pragma: no cover - defensive: never break the scan
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive: never break the scan
         listed = {id(tb) for tb in out}
         for parser in parsers.values():
             if parser.tb is not None and id(parser.tb) not in listed:
@@ -542,6 +543,6 @@ def traceback_ending_at(lines: list[LogLine], exc_line_index: int) -> Traceback 
         for tb in rebuild(same + after):
             if any(ln is target for ln in tb.lines):
                 return tb
-    except Exception:  # pragma: no cover - defensive
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive
         return None
     return None

@@ -14,6 +14,7 @@ import errno
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 from diagnose import __version__
 
@@ -28,7 +29,7 @@ def _silence_stdout() -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage + exits 2; keep it to one line
+    def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep it to one line
         self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -60,7 +61,8 @@ def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) ->
     p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (NO_COLOR is honoured)"
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour in text output (NO_COLOR is honoured)",
     )
 
 
@@ -95,10 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
-    p.add_argument("paths", nargs="+", metavar="LOG", help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
+    p.add_argument("paths", nargs="+", metavar="LOG",
+                   help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
     _format(p)
     _rules_opt(p)
-    p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
+    p.add_argument("--config", metavar="FILE",
+                   help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
                    help="Megatron-Bridge release the job ran (default: inferred)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="GPU memory, e.g. 80GiB (default: from the OOM message)")
@@ -133,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("check", help="pre-flight: will this config fail validation or run out of memory?")
-    p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
+    p.add_argument("config", metavar="CONFIG",
+                   help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
     p.add_argument("--gpus", type=_positive, required=True, metavar="N", help="number of GPUs the job will use")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB")

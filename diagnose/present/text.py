@@ -17,9 +17,11 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.safe import inert, inert_block, log_text, shorten
+from diagnose.units import format_bytes
 
 SAFETY_NOTE = {
     "safe": "safe: no change to numerics or speed",
@@ -150,7 +152,7 @@ def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> lis
                 lines.append(f"{pad}{k}: |")
                 lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
             elif str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
-                lines.append(f"{pad}{k}: {human_bytes(v)}")
+                lines.append(f"{pad}{k}: {format_bytes(v)}")
             else:
                 lines.append(f"{pad}{k}: {_scalar(v)}")
         if hidden:
@@ -198,7 +200,7 @@ def _header(report: Report) -> Text:
     return t
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -294,26 +296,8 @@ FACT_LABELS = {
 }
 
 
-def human_bytes(n: int) -> str:
-    """``145309481042`` -> ``"135.33 GiB"`` (two decimals, as PyTorch prints them)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
-    return None
+    return as_int(v, floats=True)
 
 
 def _millis(ms: int) -> str:
@@ -348,7 +332,7 @@ def _fact_text(key: str, v: Any) -> str | None:
         return "yes"
     n = _int(v)
     if key.endswith("_bytes") and n is not None:
-        return human_bytes(n)
+        return format_bytes(n)
     if key.endswith("_ms") and n is not None:
         return _millis(n)
     if isinstance(v, dict):
@@ -358,7 +342,7 @@ def _fact_text(key: str, v: Any) -> str | None:
             ranks = [r for x in v if (r := _int(x.get("rank"))) is not None]
             return (("rank " if len(ranks) == 1 else "ranks ") + compact_ranks(ranks)) if ranks else None
         if all(_int(x) is not None for x in v):
-            return compact_ranks(_int(x) for x in v)
+            return compact_ranks(r for x in v if (r := _int(x)) is not None)
         if all(isinstance(x, (str, int, float)) for x in v):
             return ", ".join(str(x) for x in v)
         return None

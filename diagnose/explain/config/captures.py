@@ -34,8 +34,8 @@ CAPTURES: list[CaptureSpec] = [
     # Environment the job printed (env dumps, `set -x`, `export`).
     CaptureSpec("config.env_max_connections", "CUDA_DEVICE_MAX_CONNECTIONS=", keep="first_last"),
     CaptureSpec("config.env_alloc_conf", "ALLOC_CONF=", regex=r"PYTORCH_(CUDA_)?ALLOC_CONF=", keep="first_last"),
-    CaptureSpec("config.env_slurm", "SLURM_", regex=r"SLURM_(NTASKS|NNODES|JOB_NUM_NODES|GPUS_ON_NODE|NTASKS_PER_NODE)=",
-                keep="all", max_blocks=16),
+    CaptureSpec("config.env_slurm", "SLURM_",
+                regex=r"SLURM_(NTASKS|NNODES|JOB_NUM_NODES|GPUS_ON_NODE|NTASKS_PER_NODE)=", keep="all", max_blocks=16),
     # World size / model-parallel sizes printed at start-up (Megatron-LM arguments.py L390).
     CaptureSpec("config.world_size", "using world size:"),
     # megatron-core DDP / Megatron-FSDP wrap prints its full config repr.

@@ -79,7 +79,9 @@ def parse_command(text: str, origin: str, view: ConfigView | None = None) -> Con
         if _ENV_TOKEN.fullmatch(tok):
             name, value = tok.split("=", 1)
             view.set(f"env.{name}", value, origin)
-    direct = tokens[start].rsplit("/", 1)[-1].startswith("python") and not any(t in _LAUNCHERS for t in tokens[start:start + 3])
+    direct = tokens[start].rsplit("/", 1)[-1].startswith("python") and not any(
+        t in _LAUNCHERS for t in tokens[start:start + 3]
+    )
     if direct and any(t.rsplit("/", 1)[-1] == "srun" for t in prefix):
         _parse_srun(prefix, origin, view)  # one process per task: the task count is the world size
     tokens = tokens[start:]

@@ -152,8 +152,8 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     text = _read(path)
     name = os.path.basename(path)
     stripped = text.lstrip()
-    markers = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
-    if any(marker in text for marker in markers) or _looks_like_log(text):
+    banners = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
+    if any(marker in text for marker in banners) or _looks_like_log(text):
         view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")
@@ -253,14 +253,9 @@ def _looks_like_log(text: str) -> bool:
 
 
 def lines_of(text: str, path: str) -> list[LogLine]:
-    try:
-        from diagnose.normalize import normalize_line
-    except ImportError:  # pragma: no cover - normalize is part of the package
-        normalize_line = None
-    out: list[LogLine] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        out.append(normalize_line(raw, path, i) if normalize_line else LogLine(path, i, raw, raw))
-    return out
+    from diagnose.normalize import normalize_line
+
+    return [normalize_line(raw, path, i) for i, raw in enumerate(text.splitlines(), 1)]
 
 
 def blocks_from_lines(lines: list[LogLine]) -> dict[str, list[Block]]:

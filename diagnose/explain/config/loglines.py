@@ -12,7 +12,8 @@ ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_
 # Only lines that ARE an assignment (env dump, `export`, `set -x`): never messages that mention a setting,
 # like the OOM hint "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".
 _ENV_LINE = re.compile(
-    r"^\s*(?:\+\s*)?(?:export\s+|declare\s+-x\s+|setenv\s+)?(?P<name>[A-Z_][A-Z0-9_]*)[= ](?P<value>\"[^\"]*\"|'[^']*'|\S*)\s*$"
+    r"^\s*(?:\+\s*)?(?:export\s+|declare\s+-x\s+|setenv\s+)?(?P<name>[A-Z_][A-Z0-9_]*)[= ]"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|\S*)\s*$"
 )
 _WORLD = re.compile(
     r"using world size: (?P<world>\d+), data-parallel size: (?P<dp>\d+), context-parallel size: (?P<cp>\d+),"

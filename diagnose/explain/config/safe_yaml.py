@@ -8,7 +8,7 @@ one-line ``DiagnoseError``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -63,7 +63,7 @@ def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) 
         return loader.construct_mapping(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
         return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)
+    return loader.construct_scalar(cast(yaml.ScalarNode, node))
 
 
 InertSafeLoader.add_multi_constructor("", _construct_inert)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -58,8 +59,9 @@ def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
     return a is not None and b > 0 and abs(a - b) <= tol * b
 
 
-def infer_layout(layout: Layout, view: Any, n: OomNumbers, params: int | None,
-                 texts: list[str]) -> tuple[Layout, list[str]]:
+def infer_layout(
+    layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]
+) -> tuple[Layout, list[str]]:
     """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
 
     With DDP at wrap time the request is the grad buffer (4 or 2 bytes per parameter, whole: DDP never shards it);
@@ -124,6 +126,8 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
     the grad buffer; the strategy says which are sharded over the DP group. The buffer is the one the traceback's
     code line names (gbuf / mbuf / wbuf) or else the one whose size, with what was allocated before it (the module
     and the earlier buffers), explains both numbers of the OOM; its size gives the parameter count."""
+    if not n.requested:  # (the caller checked: the request is the buffer's size)
+        return None, None
     joined = "\n".join(texts)
     strategy = layout.strategy if layout.fsdp else "fsdp:optim_grads_params"
     grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
@@ -182,7 +186,7 @@ def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout
                     f"{'fp32' if g == 4 else 'bf16'} gradient per parameter ({params / 1e9:.2f}B)")
 
 
-def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: list[str] = ()) -> str | None:
+def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: Sequence[str] = ()) -> str | None:
     """Name the allocation that failed when its size is one of the model-state buffers; the traceback's code line
     decides between buffers of equal size (Megatron FSDP allocates weight, main-weight, then grad buffers)."""
     req = n.requested
@@ -208,8 +212,9 @@ def _pct(a: int | None, b: int | None) -> str:
     return "" if not a or not b else f" ({100 * a / b:.0f} % of the GPU)"
 
 
-def _explain(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int,
-             buffer: str | None) -> str:
+def _explain(
+    verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int, buffer: str | None
+) -> str:
     billions = f"{params / 1e9:.1f}B"
     req = fmt_gib(n.requested) if n.requested else "?"
     if larger_than_gpu(n, capacity) and not buffer:
@@ -348,7 +353,7 @@ def _replay_view(view: Any, layout: Layout) -> Any:
     if view is None or not hasattr(view, "copy"):
         return view
     out = view.copy()
-    pairs = {
+    pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",
         "optimizer.use_distributed_optimizer": layout.strategy != "ddp",
         "ddp.grad_reduce_in_fp32": layout.grad_bytes == 4,
@@ -445,6 +450,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         if out["verdict"] == "fragmentation":
             out["options"] = [_expandable_segments_option(n, layout)]
         return out
+    assert capacity is not None  # the plan above is evaluated only with a capacity
     params = log_params or current.state.params
     out["params"] = params
     phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,

@@ -55,8 +55,8 @@ def predict(record: dict[str, Any]) -> Prediction:
     batch = record.get("batch") or {}
     act = 0
     if batch and record.get("forward", True):
-        act = activation_bytes(shape, Workload(int(batch.get("micro_batch_size", 1)), int(batch.get("seq_length", 512))),
-                               layout.tp, layout.pp)
+        work = Workload(int(batch.get("micro_batch_size", 1)), int(batch.get("seq_length", 512)))
+        act = activation_bytes(shape, work, layout.tp, layout.pp)
     ph = phases(state, layout, act)
     if record["phase"] == "after_wrap":
         return Prediction(ph.after_wrap, ph.wrap_peak)

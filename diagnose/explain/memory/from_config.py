@@ -316,8 +316,8 @@ def strategy_from_config(view: Any) -> str:
         ver = mcore_version(view)
         if value is None or (_origin(view, key) == "default" and ver is not None and ver >= (0, 18)):
             value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
-        value = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}.get(
-            str(value), str(value))
+        levels = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}
+        value = levels.get(str(value), str(value))
         return f"fsdp:{value}" if f"fsdp:{value}" in (
             "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
     if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 
 from diagnose.model import DiagnoseError
-
-GIB = 1 << 30
-MIB = 1 << 20
+from diagnose.units import GIB, MIB
+from diagnose.units import parse_size as _parse_size
 
 
 @dataclass(frozen=True)
@@ -60,24 +59,6 @@ ALIASES = {
     "h100-80g": "h100-80gb",
 }
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "bytes": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": MIB,
-    "mb": 1000**2,
-    "mib": MIB,
-    "g": GIB,
-    "gb": 1000**3,
-    "gib": GIB,
-    "t": 1 << 40,
-    "tb": 1000**4,
-    "tib": 1 << 40,
-}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str | int | float) -> int:
@@ -86,10 +67,13 @@ def parse_size(text: str | int | float) -> int:
         raise DiagnoseError(f"not a memory size: {text!r}")
     if isinstance(text, (int, float)):
         return int(text)
-    m = _SIZE.match(str(text))
-    if not m or m.group(2).lower() not in _UNITS:
+    size = _parse_size(str(text))
+    if size is None:
         raise DiagnoseError(f"not a memory size: {str(text)[:60]!r} (try e.g. 80GiB, 79.15GiB, 141GB)")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    return size
+
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_gpu_memory(text: str) -> tuple[int, str | None]:

@@ -10,7 +10,7 @@ then changes that cost speed (recompute, smaller micro batches, model parallelis
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from diagnose.explain.memory.activations import Workload, activation_bytes, cuda_graph_bytes
 from diagnose.explain.memory.gpus import GIB
@@ -23,8 +23,9 @@ HEADROOM_MIN = 2 * GIB
 
 STRATEGY_COST = {
     "ddp": (0.0, "plain DDP"),
-    "distributed_optimizer": (1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, "
-                                   "same speed"),
+    "distributed_optimizer": (
+        1.0, "distributed optimizer: reduce-scatter + all-gather instead of all-reduce, same speed"
+    ),
     "fsdp:no_shard": (2.0, "Megatron FSDP without sharding"),
     "fsdp:optim": (2.2, "Megatron FSDP, optimizer state sharded: about the communication of the distributed optimizer"),
     "fsdp:optim_grads": (2.5, "Megatron FSDP, optimizer + grads sharded (ZeRO-2): reduce-scatter of grads"),
@@ -139,6 +140,7 @@ def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layou
         peaks.append(ph.peak)
         if worst is None or ph.peak > worst[3].peak:
             worst = (i, state, act, ph)
+    assert worst is not None  # there is at least one stage
     stage, state, act, ph = worst
     fits = ph.peak <= scn.capacity - headroom(scn.capacity)
     return Plan(label, overrides, layout, workload, state, act, ph, fits, cost, cost_rank, stage=stage,
@@ -267,9 +269,9 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                           replace(work, recompute="selective"), "recompute attention core: a few % slower",
                           RECOMPUTE_COST["selective"]))
         if work.recompute != "full":
-            add(Candidate("full recompute", [("model.recompute_granularity", "full"),
-                                             ("model.recompute_method", "uniform"),
-                                             ("model.recompute_num_layers", 1)], lay,
+            full_pairs = [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
+                          ("model.recompute_num_layers", 1)]
+            add(Candidate("full recompute", full_pairs, lay,
                           replace(work, recompute="full", recompute_num_layers=1),
                           "recompute every layer in backward: about 30 % slower", RECOMPUTE_COST["full"]))
         if not work.sequence_parallel and lay.tp > 1:
@@ -285,7 +287,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                 lay.gpus // lay.tp * t
             if same_gpus_only and gpus != lay.gpus:
                 continue
-            pairs = [("model.tensor_model_parallel_size", t), ("model.sequence_parallel", True)]
+            pairs: list[tuple[str, Any]] = [("model.tensor_model_parallel_size", t), ("model.sequence_parallel", True)]
             w = replace(work, sequence_parallel=True) if work else None
             more = "" if gpus == lay.gpus else f" on {gpus} GPUs"
             add(Candidate(f"TP {t}{more}", pairs, replace(lay, tp=t, gpus=gpus), w,
@@ -318,8 +320,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         strat = lay.strategy if lay.strategy != "ddp" else "distributed_optimizer"
         if strat != lay.strategy:
             pairs = strategy_overrides(scn, strat) + pairs
-        add(Candidate("optimizer CPU offload", pairs,
-                      replace(lay, strategy=strat, optimizer_offload_fraction=1.0), work,
+        offloaded = replace(lay, strategy=strat, optimizer_offload_fraction=1.0)
+        add(Candidate("optimizer CPU offload", pairs, offloaded, work,
                       "optimizer step on the CPU: much slower steps (several x at 100 % offload)", 10.0))
 
     # combinations at the same GPU count: full sharding + bf16 grads (+ recompute)
@@ -350,9 +352,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         full = replace(lay, strategy=strongest, meta_init=True)
         bases.append((strongest, strategy_overrides(scn, strongest, True), full))
         if lay.grad_bytes == 4:
-            bases.append((strongest + " + bf16 grads",
-                          strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn),
-                          replace(full, grad_bytes=2)))
+            bf16_pairs = strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn)
+            bases.append((strongest + " + bf16 grads", bf16_pairs, replace(full, grad_bytes=2)))
         if lay.strategy != "fsdp:optim_grads":
             bases.append(("fsdp:optim_grads", strategy_overrides(scn, "fsdp:optim_grads"),
                           replace(lay, strategy="fsdp:optim_grads")))
@@ -365,8 +366,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             while lay.gpus * factor <= max_gpus:
                 gpus = lay.gpus * factor
                 cand_layout = replace(base, gpus=gpus)
-                note = STRATEGY_COST[base.strategy][1] + (
-                    "; grads in bf16" if base.grad_bytes != lay.grad_bytes else "")
+                bf16 = "; grads in bf16" if base.grad_bytes != lay.grad_bytes else ""
+                note = STRATEGY_COST[base.strategy][1] + bf16
                 cand = Candidate(f"{name} on {gpus} GPUs", spairs, cand_layout, work,
                                  f"{gpus} GPUs instead of {lay.gpus} (data parallel {cand_layout.dp}); " + note,
                                  _more_gpus_cost(factor) + strategy_cost / 10)
@@ -444,7 +445,8 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                 keeps = keeps_global_batch(scn, layout, w)
                 parts = [tp_cost(t) if t != lay.tp else 0.0, pp_cost(p) if p != lay.pp else 0.0,
                          STRATEGY_COST[strategy][0] if strategy != lay.strategy else 0.0,
-                         RECOMPUTE_COST.get(rc, 0.0) if w is not None and rc != work.recompute else 0.0]
+                         RECOMPUTE_COST.get(cast(str, rc), 0.0)
+                         if w is not None and work is not None and rc != work.recompute else 0.0]
                 rank = combined_cost(parts) + (0.0 if keeps else GBS_CHANGE_COST)
                 options.append((rank, strategy, rc, layout, w, keeps))
         options.sort(key=lambda o: o[0])
@@ -486,8 +488,9 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                 notes.append(STRATEGY_COST[strategy][1])
             if work is not None and rc != work.recompute:
                 notes.append({"selective": "recompute attention core: a few % slower",
-                              "full": "recompute every layer (about 30 % slower)"}[rc])
+                              "full": "recompute every layer (about 30 % slower)"}[cast(str, rc)])
             if not keeps:
+                assert w is not None  # keeps_global_batch holds without a workload
                 notes.append(f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro "
                              f"batch x DP = {w.micro_batch_size * layout.dp} (a hyper-parameter: numerics and LR "
                              "schedule)")
@@ -508,6 +511,7 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
             continue
         if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
             plan.cost_rank += GBS_CHANGE_COST
+            assert c.workload is not None  # keeps_global_batch holds without a workload
             per = c.workload.micro_batch_size * c.layout.dp
             plan.cost = (plan.cost + "; " if plan.cost else "") + (
                 f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = "

@@ -217,8 +217,9 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         given.violations = [layout_note]
         notes.append("the config as given is invalid (its data-parallel size is not a whole number); the plans "
                      "below use TP x PP splits that divide the GPU count")
-    alternatives = search(scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans,
-                          keep_other=max_plans)
+    alternatives = search(
+        scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans
+    )
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]

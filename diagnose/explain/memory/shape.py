@@ -20,8 +20,8 @@ qk_pos_emb_head_dim``; without ``q_lora_rank`` a column-parallel ``linear_q_proj
 ``q_lora_rank`` and a column-parallel ``linear_q_up_proj`` ``a*q_head x q_lora_rank``; ``linear_kv_down_proj``
 ``(kv_lora_rank + qk_pos_emb_head_dim) x h`` (duplicated), a kv norm of ``kv_lora_rank``, column-parallel
 ``linear_kv_up_proj`` ``a*(qk_head_dim + v_head_dim) x kv_lora_rank``, row-parallel ``linear_proj``
-``h x a*v_head_dim``. No biases. Duplicated down projections follow the TE layer spec; the local spec splits them
-over TP.
+``h x a*v_head_dim``.
+No biases. Duplicated down projections follow the TE layer spec; the local spec splits them over TP.
 
 Multi-token prediction (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``): each of ``mtp_num_layers``
 holds ``enorm`` and ``hnorm`` (``h``), a column-parallel ``eh_proj`` ``h x 2h``, one transformer layer (MoE when the
@@ -151,8 +151,9 @@ class ModelShape:
             return [self.num_layers]
         first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:
-            rest, stages = self.num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
-            middle = _spread(max(0, rest), stages) if stages > 0 else []
+            rest = self.num_layers - (first or 0) - (last or 0)
+            n_middle = pp - (first is not None) - (last is not None)
+            middle = _spread(max(0, rest), n_middle) if n_middle > 0 else []
             return ([first] if first is not None else []) + middle + ([last] if last is not None else [])
         extra = int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
         layers = _spread(self.num_layers + extra, pp)

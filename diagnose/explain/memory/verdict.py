@@ -15,6 +15,7 @@ evidence line with the one CUDA-OOM parser, ``diagnose.normalize.facts.oom`` (ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def from_text(text: str) -> OomNumbers:
     )
 
 
-def from_facts(facts: dict[str, Any], texts: list[str] = ()) -> OomNumbers:
+def from_facts(facts: dict[str, Any], texts: Sequence[str] = ()) -> OomNumbers:
     out = OomNumbers()
     for name, keys in _KEYS.items():
         if name == "reserved":
@@ -87,8 +88,9 @@ def from_facts(facts: dict[str, Any], texts: list[str] = ()) -> OomNumbers:
                 break
     if out.reserved_unallocated is None and out.allocated is not None:
         for k in _KEYS["reserved"]:
-            if _size(facts.get(k)) is not None:
-                out.reserved_unallocated = max(0, _size(facts[k]) - out.allocated)
+            reserved = _size(facts.get(k))
+            if reserved is not None:
+                out.reserved_unallocated = max(0, reserved - out.allocated)
                 break
     if not out.known or out.free is None:
         for text in texts:

@@ -76,7 +76,8 @@ def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
     if not ctx.megatron_fsdp or ctx.get("checkpoint.ckpt_format") == "fsdp_dtensor":
         return
     if ctx.mlm:  # Megatron-LM asserts at argument parsing, with or without --save/--load
-        msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
+        new = "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
+        msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else new
     elif _saves_or_loads(ctx):
         msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else MSG_FSDP_CKPT_NEW
     else:
@@ -181,7 +182,8 @@ def fsdp_manual_registration_needs_nccl_ub(ctx: CheckContext) -> Iterable[Violat
 
 
 @check("fsdp_optim_grads_params_weight_hash",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; Megatron-LM arguments.py ~L675")
+       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; "
+       "Megatron-LM arguments.py ~L675")
 def fsdp_optim_grads_params_weight_hash(ctx: CheckContext) -> Iterable[Violation]:
     if not ctx.megatron_fsdp or ctx.get("ddp.data_parallel_sharding_strategy") != "optim_grads_params":
         return
@@ -195,7 +197,8 @@ def fsdp_optim_grads_params_weight_hash(ctx: CheckContext) -> Iterable[Violation
 
 
 @check("nccl_ub_expandable_segments",
-       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149-161; torch<2.11 in main)")
+       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ "
+       "(0.16.1 L149-161; torch<2.11 in main)")
 def nccl_ub_expandable_segments(ctx: CheckContext) -> Iterable[Violation]:
     if not ctx.flag("ddp.nccl_ub"):
         return
@@ -271,7 +274,8 @@ def async_save_format(ctx: CheckContext) -> Iterable[Violation]:
 @check("fsdp_forces_distributed_optimizer",
        "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)")
 def fsdp_forces_distributed_optimizer(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and not (ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")):
+    distributed = ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")
+    if ctx.megatron_fsdp and not distributed:
         yield Violation(
             "fsdp_forces_distributed_optimizer", MSG_DIST_OPT_FORCED,
             ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"], kind="note",
@@ -310,7 +314,8 @@ def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
 @check("fsdp_gradient_accumulation_fusion",
        "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)", ("megatron-bridge",))
 def fsdp_gradient_accumulation_fusion(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion") and ctx.version_between((0, 2, 0), (0, 3, 999)):
+    if (ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion")
+            and ctx.version_between((0, 2, 0), (0, 3, 999))):
         yield Violation("fsdp_gradient_accumulation_fusion",
                         "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
                         ["model.gradient_accumulation_fusion"], kind="note")

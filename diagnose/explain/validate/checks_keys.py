@@ -17,7 +17,7 @@ from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violati
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
 
 # field -> (allowed values, the message the real code raises)
-CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+CHOICES: dict[str, tuple[tuple[str | int, ...], str]] = {
     "ddp.data_parallel_sharding_strategy": (
         ("no_shard", "optim", "optim_grads", "optim_grads_params"),
         "Invalid data_parallel_sharding_strategy: {value}"),

@@ -183,7 +183,7 @@ def moe_shared_expert_overlap(ctx: CheckContext) -> Iterable[Violation]:
         return
     core = _core(ctx)
     if core is not None and core >= (0, 18, 0):
-        allowed = ("alltoall", "flex")
+        allowed: tuple[str, ...] = ("alltoall", "flex")
         message = "moe_shared_expert_overlap only works with alltoall or flex token dispatcher."
     else:
         allowed, message = ("alltoall",), "moe_shared_expert_overlap only works with alltoall token dispatcher."

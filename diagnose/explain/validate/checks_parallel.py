@@ -144,8 +144,8 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
         "model.num_layers_in_last_pipeline_stage"
     ) is not None or ctx.get("model.pipeline_model_parallel_layout") is not None:
         return  # uneven splits: checks_pipeline.pipeline_split_settings
-    if ctx.flag("model.account_for_embedding_in_pipeline_split") or ctx.flag(
-            "model.account_for_loss_in_pipeline_split"):
+    if (ctx.flag("model.account_for_embedding_in_pipeline_split")
+            or ctx.flag("model.account_for_loss_in_pipeline_split")):
         return  # the embedding/loss count as layers: checks_pipeline.pipeline_split_settings
     fixes = [[ov("model.pipeline_model_parallel_size", d)]
              for d in sorted(_divisors(layers), reverse=True) if d < pp][:1]

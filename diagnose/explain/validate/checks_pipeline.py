@@ -141,7 +141,7 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
     vpp, stages, remaining = _vpp(ctx), _pp(ctx), layers
     keys = ["model.num_layers", PP, FIRST, LAST]
     drop_split = [[ov(FIRST, None), ov(LAST, None)]]
-    for name, value, key in (("first", first, FIRST), ("last", last, LAST)):
+    for name, value, _key in (("first", first, FIRST), ("last", last, LAST)):
         if value is None:
             continue
         if value <= 0:

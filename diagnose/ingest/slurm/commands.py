@@ -59,7 +59,8 @@ def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandRes
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise SlurmUnavailable(f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s (is slurmctld up?)") from None
+        what = f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s (is slurmctld up?)"
+        raise SlurmUnavailable(what) from None
     except OSError as e:
         raise SlurmUnavailable(f"cannot run {argv[0]}: {e.strerror or e}") from None
     return CommandResult(

@@ -12,7 +12,7 @@ from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.merge import merge_slurm_findings
 from diagnose.ingest.slurm.parse import format_duration
-from diagnose.model import Report
+from diagnose.model import Report, SlurmFacts, SlurmOutputFacts, SlurmStepFacts, SlurmTaskFacts
 
 
 @dataclass
@@ -54,52 +54,42 @@ def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
     return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks})
 
 
-def slurm_section(job: SlurmJob) -> dict[str, Any]:
-    """The ``"slurm"`` section of the JSON report."""
+def slurm_section(job: SlurmJob) -> SlurmFacts:
+    """The report's ``"slurm"`` section."""
     step = job.failed_step
-    return {
-        "job_id": job.job_id,
-        "raw_id": job.raw_id,
-        "array_job_id": job.array_job_id,
-        "array_task_id": job.array_task_id,
-        "het_job_id": job.het_job_id,
-        "het_offset": job.het_offset,
-        "name": job.name,
-        "user": job.user,
-        "state": job.state,
-        "reason": job.reason,
-        "cancelled_by": job.cancelled_by,
-        "exit_code": job.exit.code,
-        "signal": job.exit.signal_name,
-        "derived_exit_code": job.derived_exit.code,
-        "derived_signal": job.derived_exit.signal_name,
-        "failed_step": step.step_id if step else None,
-        "steps": [
-            {"id": s.step_id, "name": s.name, "state": s.state, "exit_code": s.exit.code, "signal": s.exit.signal_name}
-            for s in job.steps
-        ],
-        "nodes": job.nodes,
-        "elapsed_s": job.elapsed_s,
-        "elapsed": format_duration(job.elapsed_s) if job.elapsed_s is not None else None,
-        "time_limit_s": job.time_limit_s,
-        "time_limit": job.time_limit_text or None,
-        "restarts": job.restarts,
-        "start": job.start or None,
-        "end": job.end or None,
-        "work_dir": job.work_dir or None,
-        "source": job.source,
-        "output_route": job.output_route or None,
-        "outputs": [
-            {"path": o.path, "stream": o.stream, "exists": o.exists, "readable": o.readable, "size": o.size,
-             "problem": o.problem}
-            for o in job.outputs
-        ],
-        "task_route": job.task_route or None,
-        "task_patterns": list(job.task_patterns),
-        "task_outputs_found": job.task_outputs_found,
-        "task_outputs": [
-            {"path": t.path, "stream": t.stream, "step": t.step, "rank": t.rank, "node": t.node, "size": t.size}
-            for t in job.task_outputs
-        ],
-        "notes": list(job.notes),
-    }
+    return SlurmFacts(
+        job_id=job.job_id,
+        raw_id=job.raw_id,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+        het_job_id=job.het_job_id,
+        het_offset=job.het_offset,
+        name=job.name,
+        user=job.user,
+        state=job.state,
+        reason=job.reason,
+        cancelled_by=job.cancelled_by,
+        exit_code=job.exit.code,
+        signal=job.exit.signal_name,
+        derived_exit_code=job.derived_exit.code,
+        derived_signal=job.derived_exit.signal_name,
+        failed_step=step.step_id if step else None,
+        steps=[SlurmStepFacts(s.step_id, s.name, s.state, s.exit.code, s.exit.signal_name) for s in job.steps],
+        nodes=job.nodes,
+        elapsed_s=job.elapsed_s,
+        elapsed=format_duration(job.elapsed_s) if job.elapsed_s is not None else None,
+        time_limit_s=job.time_limit_s,
+        time_limit=job.time_limit_text or None,
+        restarts=job.restarts,
+        start=job.start or None,
+        end=job.end or None,
+        work_dir=job.work_dir or None,
+        source=job.source,
+        output_route=job.output_route or None,
+        outputs=[SlurmOutputFacts(o.path, o.stream, o.exists, o.readable, o.size, o.problem) for o in job.outputs],
+        task_route=job.task_route or None,
+        task_patterns=list(job.task_patterns),
+        task_outputs_found=job.task_outputs_found,
+        task_outputs=[SlurmTaskFacts(t.path, t.stream, t.step, t.rank, t.node, t.size) for t in job.task_outputs],
+        notes=list(job.notes),
+    )

@@ -82,7 +82,10 @@ def _primary(job: SlurmJob) -> Finding | None:
         return _finding(job, rule, f"Slurm job state {state}: {exit_text} {elapsed}".strip())
     if state == "COMPLETED" and job.derived_exit.failed:
         step = job.failed_step
-        where = f"step {step.short_id} ({step.name}) {step.state} {step.exit}" if step else f"DerivedExitCode {job.derived_exit}"
+        if step is not None:
+            where = f"step {step.short_id} ({step.name}) {step.state} {step.exit}"
+        else:
+            where = f"DerivedExitCode {job.derived_exit}"
         title = f"Slurm job COMPLETED but a step failed: {where}"
         return _finding(job, _rule("STEP_FAILED"), title)
     return None

@@ -39,7 +39,7 @@ from diagnose.ingest.slurm.parse import (
 )
 from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
 from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
-from diagnose.model import DiagnoseError
+from diagnose.model import DiagnoseError, SlurmOutputFacts
 
 Runner = Callable[[list[str]], CommandResult]
 
@@ -84,14 +84,7 @@ class SlurmStep:
         return self.step_id.rsplit(".", 1)[-1]
 
 
-@dataclass(slots=True)
-class OutputFile:
-    path: str
-    stream: str  # "stdout", "stderr" or "stdout+stderr"
-    exists: bool = False
-    readable: bool = False
-    size: int = 0
-    problem: str | None = None  # why it cannot be read, for the user
+OutputFile = SlurmOutputFacts  # a job's output file as found (path, stream, exists, readable, size, problem)
 
 
 @dataclass(slots=True)
@@ -141,9 +134,11 @@ class SlurmJob:
     @property
     def failed_step(self) -> SlurmStep | None:
         """The step that failed: a numbered (srun) step first, then batch; None if no step failed."""
-        bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ("COMPLETED", "RUNNING", "PENDING", ""))]
+        ok_states = ("COMPLETED", "RUNNING", "PENDING", "")
+        bad = [s for s in self.steps if s.short_id != "extern" and (s.exit.failed or s.state not in ok_states)]
         numbered = [s for s in bad if s.short_id.isdigit()]
-        return (numbered or bad or [None])[0]
+        chosen = numbered or bad
+        return chosen[0] if chosen else None
 
     @property
     def readable_outputs(self) -> list[str]:
@@ -199,7 +194,9 @@ def lookup_job(
     if job_rows:
         chosen_row = _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
     if record is None and _incomplete(sacct_rows):
-        job.notes.append("sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess")
+        job.notes.append(
+            "sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess"
+        )
     script_cache: dict[str, str | None] = {}
     _find_outputs(job, record, chosen_row, sacct_fields, runner, script_cache)
     _find_task_outputs(job, record, chosen_row, runner, script_cache, max_task_files)

@@ -78,7 +78,7 @@ def _render(pattern: str, f: PatternFields, step: str | None, values: dict[str, 
         elif letter == "J":
             value = f"{f.job_id}.{step}" if step is not None else None
         else:
-            value = {
+            by_letter: dict[str, int | str | None] = {
                 "j": f.job_id,
                 "A": f.array_job_id if f.array_job_id is not None else f.job_id,
                 "a": f.array_task_id if f.array_task_id is not None else 4294967294,
@@ -86,7 +86,8 @@ def _render(pattern: str, f: PatternFields, step: str | None, values: dict[str, 
                 "r": f.restarts,
                 "x": f.job_name,
                 "u": f.user,
-            }[letter]
+            }
+            value = by_letter[letter]
         if value is None:
             out.append(unknown(letter))
         elif isinstance(value, int):

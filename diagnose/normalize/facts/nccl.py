@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from typing import Any
 
 _PREFIX = re.compile(
-    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) )?Rank (?P<rank>\d+)\] "
+    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) )?"
+    r"Rank (?P<rank>\d+)\] "
 )
 _WORK = re.compile(
     r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>[A-Z_]+), NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+), "

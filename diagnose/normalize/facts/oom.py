@@ -207,7 +207,8 @@ def format_cuda_oom(f: dict[str, Any]) -> str:
         f"{format_size(f['free_bytes'])} is free. "
     )
     if f.get("process_in_use_bytes") is not None:
-        parts.append(f"Including non-PyTorch memory, this process has {format_size(f['process_in_use_bytes'])} memory in use. ")
+        used = format_size(f["process_in_use_bytes"])
+        parts.append(f"Including non-PyTorch memory, this process has {used} memory in use. ")
     for other in f.get("other_processes") or []:
         parts.append(f"Process {other['pid']} has {format_size(other['bytes'])} memory in use. ")
     if f.get("allowed_bytes") is not None:

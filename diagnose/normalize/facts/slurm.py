@@ -19,7 +19,8 @@ from typing import Any
 
 _BANNER = re.compile(
     r"\*\*\* (?P<kind>JOB|STEP) (?P<id>[\w.+-]+) ON (?P<node>\S+) "
-    r"(?:(?P<cancelled>CANCELLED) AT (?P<time>\S+)(?: DUE [Tt][Oo] (?P<reason>.*?))?|(?P<failed>FAILED)(?: \((?P<why>[^)]*)\))?)"
+    r"(?:(?P<cancelled>CANCELLED) AT (?P<time>\S+)(?: DUE [Tt][Oo] (?P<reason>.*?))?"
+    r"|(?P<failed>FAILED)(?: \((?P<why>[^)]*)\))?)"
     r" \*\*\*"
 )
 _REASONS = {

@@ -143,7 +143,8 @@ def format_torchrun_failure(f: dict[str, Any]) -> list[str]:
 
 
 _AGENT_FAILED = re.compile(
-    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>-?\d+) \(pid: (?P<pid>\d+)\) of binary: (?P<binary>\S+)"
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>-?\d+) \(pid: (?P<pid>\d+)\) "
+    r"of binary: (?P<binary>\S+)"
 )
 _AGENT_SIGNAL = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
 _AGENT_RESTART = re.compile(r"\[(?P<role>\w+)\] Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left")

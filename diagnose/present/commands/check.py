@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError, Override
+from diagnose.units import format_gib_short
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -207,16 +211,19 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({source}), "
                        f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)
-    for col, just in (("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
-                      ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
+        ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left"))
+    for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True, min_width=len(col) if col != "fits" else 7)
     for i, p in enumerate(mem["plans"]):
         frac = p["peak_bytes"] / cap if cap else 0
         bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
         table.add_row(
             "given" if i == 0 else str(i), SHORT.get(p["strategy"], p["strategy"]),
-            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", _gib(p["model_state_bytes"]), _gib(p["activation_bytes"]),
-            _gib(p["peak_bytes"]), Text(bar, style="red" if frac > 1 else "green"),
+            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", format_gib_short(p["model_state_bytes"]),
+            format_gib_short(p["activation_bytes"]), format_gib_short(p["peak_bytes"]),
+            Text(bar, style="red" if frac > 1 else "green"),
             Text("invalid" if p.get("valid") is False else "yes" if p["fits"] else "NO",
                  style="green" if p["fits"] and p.get("valid") is not False else "bold red"),
         )
@@ -249,8 +256,6 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         console.print(Text(msg, style="bold red"))
 
 
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f}G"
 
 
 def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
@@ -312,7 +317,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
         replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
-    out = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
+    out: dict[str, Any] = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
     passes = not replay.get("violations")
     given = out["memory"]["plans"][0]
     if not passes:

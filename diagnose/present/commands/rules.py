@@ -162,7 +162,8 @@ def render_show(rule: Rule) -> list[Any]:
         if ctx.frames_none:
             out.append(Text(f"  and none with: {inert(', '.join(ctx.frames_none))}"))
         if ctx.before_any:
-            out.append(Text(f"  an earlier line (within {ctx.before_window}) contains: {inert(', '.join(ctx.before_any))}"))
+            before = inert(", ".join(ctx.before_any))
+            out.append(Text(f"  an earlier line (within {ctx.before_window}) contains: {before}"))
     if rule.parser:
         out.append(Text(f"facts parser: {inert(rule.parser)}", style="dim"))
 

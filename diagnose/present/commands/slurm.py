@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from diagnose.model import DiagnoseError, Report
+from diagnose.model import DiagnoseError, Report, SlurmFacts
 
 MAX_LISTED = 50  # --failed diagnoses at most this many jobs (newest first)
 
@@ -68,98 +68,98 @@ def _emit(report: Report, args: Any, out: TextIO) -> None:
     elif fmt == "markdown":
         from diagnose.present.markdown import render_markdown
 
-        out.write(slurm_markdown(report.slurm or {}) + "\n" + render_markdown(body))
+        out.write(slurm_markdown(report.slurm) + "\n" + render_markdown(body))
     else:
         from diagnose.present.text import render
 
         console = _console(args, out)
-        for line in slurm_header(report.slurm or {}, failed=report.root_cause is not None):
+        for line in slurm_header(report.slurm, failed=report.root_cause is not None):
             console.print(line, soft_wrap=True)  # paths stay on one line, copyable
         console.print()
         render(body, console)
 
 
-def slurm_header(s: dict[str, Any], failed: bool) -> list[Any]:
+def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
     """What Slurm says about the job, as rich Text lines; every value is made inert."""
     from rich.text import Text
 
     from diagnose.present.safe import log_text
 
-    if not s:
+    if s is None:
         return []
     head = Text()
     head.append("SLURM JOB ", style="bold underline")
-    head.append_text(log_text(f"{s.get('job_id')} ({s.get('name') or '?'}, user {s.get('user') or '?'}): "))
+    head.append_text(log_text(f"{s.job_id} ({s.name or '?'}, user {s.user or '?'}): "))
     head.append_text(log_text(_state_words(s), style="bold red" if failed else "bold green"))
     lines = [head, log_text("  " + _facts_line(s))]
-    if s.get("failed_step"):
-        lines.append(log_text(f"  failed step: {s['failed_step']}"))
-    for o in s.get("outputs") or []:
-        line = f"  output ({o['stream']}): {o['path']}"
-        line += f"  [found via {s.get('output_route')}]" if s.get("output_route") else ""
-        if o.get("problem"):
-            line += f" - {o['problem']}"
-        lines.append(log_text(line, style="yellow" if o.get("problem") else ""))
+    if s.failed_step:
+        lines.append(log_text(f"  failed step: {s.failed_step}"))
+    for o in s.outputs:
+        line = f"  output ({o.stream}): {o.path}"
+        line += f"  [found via {s.output_route}]" if s.output_route else ""
+        if o.problem:
+            line += f" - {o.problem}"
+        lines.append(log_text(line, style="yellow" if o.problem else ""))
     tasks = task_outputs_line(s)
     if tasks:
         lines.append(log_text("  " + tasks))
     return lines
 
 
-def task_outputs_line(s: dict[str, Any]) -> str:
+def task_outputs_line(s: SlurmFacts) -> str:
     """One line for srun's per-task/per-node files: "per-task outputs: 128 of 1024 read (logs/%j-%t.out, via ...)"."""
-    files = s.get("task_outputs") or []
+    files = s.task_outputs
     if not files:
         return ""
-    found = s.get("task_outputs_found") or len(files)
-    ranks = sorted({t["rank"] for t in files if t.get("rank") is not None})
+    found = s.task_outputs_found or len(files)
+    ranks = sorted({t.rank for t in files if t.rank is not None})
     text = f"per-task outputs: {len(files)} read" + (f" of {found} found" if found > len(files) else "")
     if ranks:
         from diagnose.model import rank_runs
 
         text += f", ranks {','.join(rank_runs(ranks))}"
-    patterns = ", ".join(str(p) for p in (s.get("task_patterns") or [])[:3])
-    via = s.get("task_route")
+    patterns = ", ".join(str(p) for p in s.task_patterns[:3])
+    via = s.task_route
     if patterns or via:
         text += " (" + ", ".join(x for x in (patterns, f"found via {via}" if via else "") if x) + ")"
     return text
 
 
-def _state_words(s: dict[str, Any]) -> str:
-    state = s.get("state") or "?"
-    if state == "CANCELLED" and s.get("cancelled_by"):
-        state += f" by {s['cancelled_by']}"
-    if s.get("signal"):
-        state += f", killed by {s['signal']}"
-    elif s.get("exit_code"):
-        state += f", exit code {s['exit_code']}"
-    if s.get("derived_exit_code"):
-        state += f" (DerivedExitCode {s['derived_exit_code']})"
+def _state_words(s: SlurmFacts) -> str:
+    state = s.state or "?"
+    if state == "CANCELLED" and s.cancelled_by:
+        state += f" by {s.cancelled_by}"
+    if s.signal:
+        state += f", killed by {s.signal}"
+    elif s.exit_code:
+        state += f", exit code {s.exit_code}"
+    if s.derived_exit_code:
+        state += f" (DerivedExitCode {s.derived_exit_code})"
     return state
 
 
-def _facts_line(s: dict[str, Any]) -> str:
-    parts = [f"nodes {s.get('nodes') or '?'}"]
-    if s.get("elapsed"):
-        parts.append(f"elapsed {s['elapsed']} of {s.get('time_limit') or '?'}")
-    if s.get("restarts"):
-        parts.append(f"requeued {s['restarts']}x")
-    parts.append(f"from {s.get('source')}")
+def _facts_line(s: SlurmFacts) -> str:
+    parts = [f"nodes {s.nodes or '?'}"]
+    if s.elapsed:
+        parts.append(f"elapsed {s.elapsed} of {s.time_limit or '?'}")
+    if s.restarts:
+        parts.append(f"requeued {s.restarts}x")
+    parts.append(f"from {s.source}")
     return ", ".join(parts)
 
 
-def slurm_markdown(s: dict[str, Any]) -> str:
+def slurm_markdown(s: SlurmFacts | None) -> str:
     from diagnose.present.markdown import md_code
     from diagnose.present.safe import inert
 
-    if not s:
+    if s is None:
         return ""
-    lines = [f"## Slurm job {inert(str(s.get('job_id')))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
-    if s.get("failed_step"):
-        lines.append(f"- failed step: {md_code(s['failed_step'])}")
-    for o in s.get("outputs") or []:
-        lines.append(f"- output ({o['stream']}): {md_code(o['path'])} via {inert(str(s.get('output_route')))}"
-                     + (f" ({inert(o['problem'])})" if o.get("problem") else ""))
+    lines = [f"## Slurm job {inert(str(s.job_id))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
+    if s.failed_step:
+        lines.append(f"- failed step: {md_code(s.failed_step)}")
+    for o in s.outputs:
+        lines.append(f"- output ({o.stream}): {md_code(o.path)} via {inert(str(s.output_route))}"
+                     + (f" ({inert(o.problem)})" if o.problem else ""))
     tasks = task_outputs_line(s)
     if tasks:
         lines.append(f"- {inert(tasks)}")
@@ -205,7 +205,7 @@ def _list_failed(args: Any, options: Any) -> int:
             job = lookup_job(ref, settle_s=1.0, max_task_files=LISTED_TASK_FILES)
             report = diagnose_job(ref, quick, job=job).report
             line = one_line_diagnosis(report)
-            outputs = [o["path"] for o in (report.slurm or {}).get("outputs", [])]
+            outputs = [o.path for o in report.slurm.outputs] if report.slurm is not None else []
         except DiagnoseError as e:
             line, outputs = f"could not diagnose: {e}", []
         rows.append({"job_id": summary.job_id, "name": summary.name, "user": summary.user,
@@ -222,14 +222,14 @@ def _list_failed(args: Any, options: Any) -> int:
                 console.print(log_text(f"No failed jobs since {args.since}."))
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
-                cells = [[inert(str(r[k])) for k in cols] for r in rows]
-                widths = [max(len(c[i]) for c in cells + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
+                table = [[inert(str(r[k])) for k in cols] for r in rows]
+                widths = [max(len(c[i]) for c in table + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
                 header = "  ".join(h.ljust(w) for h, w in zip(("JOBID", "NAME", "STATE", "END"), widths))
                 console.print(Text(header + "  DIAGNOSIS", style="bold"), soft_wrap=True)
-                for c in cells:
-                    line = Text("  ".join(v.ljust(w) for v, w in zip(c[:4], widths)) + "  ")
-                    line.append(c[4], style="red" if not c[4].startswith("no failure") else "green")
-                    console.print(line, soft_wrap=True)
+                for c in table:
+                    row = Text("  ".join(v.ljust(w) for v, w in zip(c[:4], widths)) + "  ")
+                    row.append(c[4], style="red" if not c[4].startswith("no failure") else "green")
+                    console.print(row, soft_wrap=True)
             if len(jobs) > MAX_LISTED:
                 console.print(log_text(f"... and {len(jobs) - MAX_LISTED} older ones (narrow --since)"))
     return 1 if rows else 0

@@ -1,4 +1,5 @@
-"""The fix in the four forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM flags.
+"""The fix in the four forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM
+flags.
 
 Every form comes from ``diagnose.explain.render``, the one renderer the text, markdown and JSON reports use too, so
 what a user copies from a tab is what the reports print. The replay stage renders the proven set
@@ -76,7 +77,8 @@ def replay_verdict(replay: dict[str, Any]) -> str:
         tail = "replay did not reproduce the failure"
     else:
         tail = "the log did not carry enough config to reproduce"
-    fit = replay.get("fit") if isinstance(replay.get("fit"), dict) else {}
+    got = replay.get("fit")
+    fit: dict[str, Any] = got if isinstance(got, dict) else {}
     fits = replay.get("fits")
     if fits is True:
         gpus, job = fit.get("gpus"), fit.get("job_gpus")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnose.model import rank_runs
+from diagnose.units import format_bytes as format_bytes  # the one byte formatter, re-exported for the widgets
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
@@ -33,15 +34,3 @@ def rank_phrase(ranks: list[int], hosts: list[str], count: int, limit: int = 40)
     if count > 1:
         parts.append(f"×{count}")
     return " · ".join(parts)
-
-
-def format_bytes(n: int | float | None) -> str:
-    """Human size in binary units, as PyTorch prints them: 135.33 GiB."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} TiB"  # pragma: no cover - loop always returns

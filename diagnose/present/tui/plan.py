@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from diagnose.model import DiagnoseError, Override
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
+from diagnose.units import format_gib_short
 
 BAR_CELLS = 16
 COST_CELLS = 44  # the cost column's width when the screen's width is not known yet
@@ -215,8 +216,6 @@ def plan_bar(p: dict[str, Any], capacity: int, cells: int = BAR_CELLS) -> Text:
     return text
 
 
-def _gib(n: Any) -> str:
-    return "?" if n is None else f"{int(n) / 2**30:.1f}G"
 
 
 def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CELLS) -> tuple[Any, ...]:
@@ -230,9 +229,9 @@ def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CE
         Text(inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy"))))),
         f"{p.get('dp')}/{p.get('tp')}/{p.get('pp')}/{p.get('cp')}",
         f"{float(p.get('bytes_per_param') or 0):.1f}",
-        _gib(p.get("model_state_bytes")),
-        _gib(p.get("activation_bytes")),
-        Text(_gib(p.get("peak_bytes")), "bold"),
+        format_gib_short(p.get("model_state_bytes")),
+        format_gib_short(p.get("activation_bytes")),
+        Text(format_gib_short(p.get("peak_bytes")), "bold"),
         plan_bar(p, capacity),
         Text("invalid", "bold red") if p.get("valid") is False else
         Text("yes", "bold green") if fits else Text("NO", "bold red"),
@@ -303,8 +302,8 @@ def plan_detail(i: int, p: dict[str, Any]) -> Text:
     comps = p.get("components") or {}
     if comps:
         text.append("per GPU: ", "bold")
-        text.append(" · ".join(f"{inert(str(k))} {_gib(v)}" for k, v in comps.items()))
-        text.append(f" · activations {_gib(p.get('activation_bytes'))}")
+        text.append(" · ".join(f"{inert(str(k))} {format_gib_short(v)}" for k, v in comps.items()))
+        text.append(f" · activations {format_gib_short(p.get('activation_bytes'))}")
     return text
 
 

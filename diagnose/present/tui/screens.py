@@ -179,7 +179,7 @@ class HelpScreen(ModalScreen):
     HelpScreen > Vertical { width: 90; height: auto; max-height: 90%; border: round $primary; background: $surface;
                             padding: 1 2; }
     """
-    HELP = (
+    KEY_HELP = (  # (Textual's own HELP is markdown for its help panel: not this)
         ("Findings", ""),
         ("up/down, click", "select a finding (root cause is selected first)"),
         ("enter, 2 clicks", "open the log at the finding's evidence (or click an evidence line)"),
@@ -208,7 +208,7 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         text = Text()
-        for key, what in self.HELP:
+        for key, what in self.KEY_HELP:
             if not what:
                 text.append(f"\n{key}\n", "bold underline")
                 continue

@@ -2,7 +2,7 @@
 
 Run with atheris (``pip install atheris``)::
 
-    python3 -m diagnose.normalize.fuzz -max_total_time=1800 -max_len=4096 [corpus_dir]
+    python3 tests/fuzz/fuzz_normalize.py -max_total_time=1800 -max_len=4096 [corpus_dir]
 
 Without atheris it falls back to a seeded random-mutation loop over the same target (``--iterations N``), so the
 check still runs anywhere. Every input must go through without an exception and keep these invariants: one LogLine
@@ -13,14 +13,18 @@ found here is turned into a test in tests/test_normalize_*.py.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 
-from diagnose.model import PHASES
-from diagnose.normalize.facts import PARSERS
-from diagnose.normalize.lines import decode, normalize_line
-from diagnose.normalize.phases import phase_of
-from diagnose.normalize.tracebacks import rebuild, traceback_ending_at
+if __name__ == "__main__":  # run as a script from a checkout: import the checkout's package
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from diagnose.model import PHASES  # noqa: E402
+from diagnose.normalize.facts import PARSERS  # noqa: E402
+from diagnose.normalize.lines import decode, normalize_line  # noqa: E402
+from diagnose.normalize.phases import phase_of  # noqa: E402
+from diagnose.normalize.tracebacks import rebuild, traceback_ending_at  # noqa: E402
 
 # Seeds: the shapes real logs have, so mutations start close to interesting paths.
 SEEDS = [
