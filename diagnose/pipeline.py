@@ -46,12 +46,14 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
     log_inputs = found.log_inputs if found.dumps else inputs
     empty: list[str] = []
+    source_warnings: list[str] = []
     n_sources = 0
     if log_inputs:
         with open_inputs(log_inputs) as sources:
             n_sources = len(sources)
             empty = [s.path for s in sources if s.size == 0]
-            if options.refuse_empty and empty and len(empty) == len(sources):
+            source_warnings = list(getattr(sources, "warnings", []))
+            if options.refuse_empty and empty and len(empty) == len(sources) and not found.dumps:
                 raise _empty_error(empty)
             for source in sources:
                 if source.path in options.rank_hints:
@@ -63,7 +65,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
         result = MatchResult(report=Report(), blocks={})
     report = result.report
     report.warnings[:0] = catalogue.errors
-    report.warnings.extend(getattr(sources, "warnings", []))
+    report.warnings.extend(source_warnings)
     mixed = different_jobs_warning(report)
     if mixed:
         report.warnings.append(mixed)

@@ -445,4 +445,4 @@ def test_item17_the_readmes_example_rule_lints_clean(tmp_path: Path) -> None:
     assert b"USR001" in toml.encode() and b"duplicate" not in res.stdout
     (tmp_path / "mine.toml").write_text(toml.replace("USR001", "MB150"))
     res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
-    assert b"duplicate code" in res.stdout or b"should start with USR" in res.stdout
+    assert b"duplicate code" in res.stdout or b"codes beginning with U" in res.stdout

@@ -51,8 +51,9 @@ def test_every_rule_that_implies_settings_has_a_message_case():
     """What a message states is written once, in its rule (issue 17); each such rule is exercised here."""
     implying = {r.code for r in CATALOGUE.rules if r.implies is not None}
     assert len(implying) >= 15
-    # MB104 is MB102's message raised from the model provider (its context): the same statement
-    assert implying == {_finding(text).rule for _, text in MESSAGES} | {"MB104"}
+    # MB104 is MB102's message raised from the model provider (its context): the same statement; MB152 is a
+    # warning (Bridge skipped the moved key and the job ran without Megatron FSDP): tests/test_releases.py has it
+    assert implying == {_finding(text).rule for _, text in MESSAGES} | {"MB104", "MB152"}
 
 
 def test_every_implied_check_is_a_validator_check():

@@ -38,6 +38,10 @@ def build(tmp_path: Path, data: bytes, chunk: int = 1 << 20) -> LogIndex:
 )
 def test_lines_match_a_plain_split_for_any_chunking(tmp_path_factory, data: bytes, chunk: int) -> None:
     index = build(tmp_path_factory.mktemp("ix"), data, chunk)
+    if index.error:  # ingest refuses what it sniffs as binary (issue 19 #2): the view says so, as analyze does
+        assert "binary data" in index.error and index.line_count == 0
+        index.close()
+        return
     want = expected_lines(data)
     assert index.line_count == len(want)
     assert [index.line_bytes(i) for i in range(index.line_count)] == want

@@ -140,27 +140,11 @@ def lint(
             continue
         strict = strict_sources is None or rule.source in strict_sources
         problems += _lint_rule(rule, strict, parsers)
-        problems += _code_range(rule, builtin=strict)
     if run_examples:
         problems += _run_examples(catalogue, only_sources)
     if only_sources is not None:
         problems = [p for p in problems if p.source in only_sources]
     return LintResult(catalogue, problems)
-
-
-USER_PREFIX = "USR"  # codes reserved for user rules (--rules): the catalogue never uses them
-
-
-def _code_range(rule, builtin: bool) -> list[LintProblem]:
-    """Built-in rules never take a USR code; a user rule should (any other code may become a built-in one and then
-    clash as a duplicate)."""
-    if builtin and rule.code.startswith(USER_PREFIX):
-        return [LintProblem("error", rule.source, rule.code, f"{USER_PREFIX}* codes are reserved for user rules")]
-    if not builtin and not rule.code.startswith(USER_PREFIX):
-        return [LintProblem("warning", rule.source, rule.code,
-                            f"user rule codes should start with {USER_PREFIX} (e.g. {USER_PREFIX}001), the range kept "
-                            "free for them; other codes may be taken by a built-in rule")]
-    return []
 
 
 def _duplicates(catalogue: Catalogue) -> list[LintProblem]:
