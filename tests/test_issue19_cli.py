@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_hostile_cli import OOM, ROOT, assert_clean_error, cli
 
 SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
@@ -446,3 +447,39 @@ def test_item17_the_readmes_example_rule_lints_clean(tmp_path: Path) -> None:
     (tmp_path / "mine.toml").write_text(toml.replace("USR001", "MB150"))
     res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
     assert b"duplicate code" in res.stdout or b"codes beginning with U" in res.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_diagnose_leaves_no_worker_behind():
+    """The supervisor forks a worker (bus errors become one line); a SIGKILL of diagnose must take the worker too,
+    or a killed epilog or fleet scan keeps writing behind the scheduler's back."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "analyze", "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    children: list[int] = []
+    for _ in range(100):
+        try:
+            children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        except OSError:
+            children = []
+        if children:
+            break
+        time.sleep(0.05)
+    assert children, "no worker forked"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for _ in range(100):
+        if not Path(f"/proc/{children[0]}").exists() or "Z" in _state(children[0]):
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{children[0]}").exists() or "Z" in _state(children[0])
+    proc.stdin.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"

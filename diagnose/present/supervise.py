@@ -28,12 +28,14 @@ def supervised(main: Callable[[], int]) -> int:
     if not hasattr(os, "fork") or os.environ.get("DIAGNOSE_NO_FORK") == "1":
         return main()
     saved_tty = _save_tty()
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:
         return main()
     if pid == 0:  # the child: do the work, exit through the normal interpreter shutdown (flushes, atexit)
         os.environ["DIAGNOSE_NO_FORK"] = "1"
+        _die_with(parent)
         sys.exit(main())
     return _wait_for(pid, saved_tty)
 
@@ -64,6 +66,22 @@ def _wait_for(pid: int, saved_tty) -> int:
     signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
     os.kill(os.getpid(), sig)
     return 128 + sig
+
+
+def _die_with(parent: int) -> None:
+    """A ``kill -9`` of diagnose (a scheduler's time limit, ``timeout -k``, a user) kills its worker too: the parent
+    cannot forward SIGKILL, so the child asks Linux to send it one when the parent dies (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, ValueError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(128 + int(signal.SIGKILL))
 
 
 def _forward(pid: int, sig: int) -> None:
