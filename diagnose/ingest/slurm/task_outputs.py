@@ -118,8 +118,8 @@ def as_regex(pattern: str, f: PatternFields, step: str | None) -> re.Pattern[str
 
     def unknown(letter: str) -> str:
         if letter in "tN":
-            if letter in seen:
-                return f"(?P={letter})"
+            if letter in seen:  # a repeat may be padded otherwise (%t-%2t: "0-00"): no backreference
+                return r"\d+" if letter == "t" else r"[^/]+"
             seen.add(letter)
             return r"(?P<t>\d+)" if letter == "t" else r"(?P<N>[^/]+)"
         return r"\d+" if letter == "n" else r"[^/]+"
