@@ -465,3 +465,6 @@ class HangReport:
 
 class DiagnoseError(Exception):
     """A problem with what the user gave us (a path, a rule file, a config). Printed as one line, exit 2."""
+
+    # False when the problem is not the named file's (too many open files): a folder walk must not skip past it
+    about_the_file: bool = True

@@ -218,7 +218,8 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     if not memory or root is None or root.category != "cuda_oom" or not overrides:
         return None
     capacity = _int(memory.get("gpu_capacity_bytes"))
-    current = memory.get("current") if isinstance(memory.get("current"), dict) else {}
+    current_section = memory.get("current")
+    current: dict = current_section if isinstance(current_section, dict) else {}
     job_gpus = _int(current.get("gpus"))
     pinned = {o.key: o.value for o in overrides}
     for option in memory.get("options") or []:

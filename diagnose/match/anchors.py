@@ -655,9 +655,10 @@ def windows(buffer, size: int = 1 << 20, start: int = 0, end: int | None = None,
     half = max(1, max_line // 2)
     offset = start
     while offset < total:
-        stop: int | None = min(offset + size, total)
-        if stop < total:
-            nl = buffer.rfind(b"\n", offset, stop)
+        window_end = min(offset + size, total)
+        stop: int | None = window_end
+        if window_end < total:
+            nl = buffer.rfind(b"\n", offset, window_end)
             stop = nl + 1 if nl != -1 else None  # None: one line is longer than the window
         if stop is not None:
             yield offset, bytes(buffer[offset:stop])

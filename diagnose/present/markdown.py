@@ -123,10 +123,13 @@ def _section(title: str, data: Any) -> list[str]:
 def _hang(report: Report) -> list[str]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
-    lines = hang_lines(report.hang)
+    hang = report.hang
+    if hang is None:
+        return []
+    lines = hang_lines(hang)
     out = ["### Hang (flight recorder)", "", md_inline(lines[0]), ""]
     out += [f"- {md_inline(line)}" for line in lines[1:]]
-    rows = grid_rows(report.hang)
+    rows = grid_rows(hang)
     if rows:
         out += ["", fenced(inert_block("\n".join(rows)))]
     return [*out, ""]

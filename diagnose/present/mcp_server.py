@@ -43,7 +43,7 @@ def _import_server_class():
         from mcp.server.mcpserver import MCPServer  # mcp >= 2
     except ImportError:
         try:
-            from mcp.server.fastmcp import FastMCP as MCPServer  # mcp 1.x
+            from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[attr-defined,no-redef]  # mcp 1.x
         except ImportError as e:
             raise DiagnoseError("'diagnose mcp' needs the MCP Python SDK: pip install 'diagnose[agent]' "
                                 "(or pip install mcp)") from e
@@ -210,7 +210,7 @@ def build_server():
     try:
         from mcp.types import ToolAnnotations
 
-        annotations = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
+        annotations = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,  # type: ignore[call-arg]
                                       openWorldHint=False)
     except Exception:  # noqa: BLE001 - annotations are a hint; an SDK without them still serves the tools
         annotations = None
@@ -242,7 +242,7 @@ def _tool_error(message: str) -> Exception:
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
         try:
-            from mcp.server.fastmcp.exceptions import ToolError
+            from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
         except ImportError:
             return RuntimeError(message)
     return ToolError(message)

@@ -53,9 +53,9 @@ def _wait_for(pid: int, saved_tty) -> int:
             except InterruptedError:
                 continue
     finally:
-        for sig, handler in previous.items():
+        for signum, handler in previous.items():
             with contextlib.suppress(OSError, ValueError, TypeError):
-                signal.signal(sig, handler)
+                signal.signal(signum, handler)
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     sig = os.WTERMSIG(status)

@@ -625,6 +625,8 @@ def _hang_section(report: Report) -> list[Any]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
     hang = report.hang
+    if hang is None:
+        return []
     parts: list[Any] = [Text(""), Text("HANG (flight recorder)", style="bold underline")]
     for line in hang_lines(hang):
         parts.append(Padding(Text(inert(line)), (0, 0, 0, 2)))
@@ -652,8 +654,12 @@ def _summaries(report: Report, width: int) -> list[Any]:
                 "release defaults" if values else NOTHING_RECOVERED,
                 ", ".join(str(x) for x in (config.get("source") or [])[:3])]
         lines.append(("Config", "; ".join(b for b in bits if b)))
-    if report.slurm:
-        lines.append(("Slurm", str(report.slurm.get("summary") or "see -v")))
+    s = report.slurm
+    if s is not None:
+        words = [f"job {s.job_id}", s.state, f"exit code {s.exit_code}" if s.exit_code is not None else "",
+                 f"signal {s.signal}" if s.signal else "", f"on {s.nodes}" if s.nodes else "",
+                 f"after {s.elapsed}" if s.elapsed else ""]
+        lines.append(("Slurm", " ".join(w for w in words if w) + " (-v for the steps and outputs)"))
     for title, body in lines:
         out.append(Text(""))
         out.append(Text(title.upper(), style="bold underline"))
@@ -679,8 +685,8 @@ def _quiet(report: Report) -> list[Any]:
     fix = root.fix
     if fix.overrides:
         out.append(command_text("  fix: ", inert(cli_line(fix.overrides)), style="bold"))
-    for e in fix.env:
-        out.append(command_text("  fix: ", inert(env_line(e.name, e.value)), style="bold"))
+    for var in fix.env:
+        out.append(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold"))
     if fix.empty and fix.steps:
         out.append(Text("  fix: " + inert(fix.steps[0])))
     elif not fix.overrides and not fix.env and fix.summary:

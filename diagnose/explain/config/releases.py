@@ -71,7 +71,8 @@ def assumed_release(version: str | None, framework: str | None = None) -> str:
         return "Megatron-LM (message wording from its megatron-core release)"
     family = release_family(version)
     label = FAMILY_LABELS[family]
-    if version and version_range(version) is not None and version_range(version)[0] == version_range(version)[1]:
+    span = version_range(version) if version else None
+    if version and span is not None and span[0] == span[1]:
         return f"{label} (release {version})"
     if version:
         return f"{label} (the log allows {version}: validated as this family)"

@@ -397,7 +397,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         str(v) for v in (finding.facts or {}).values() if isinstance(v, str)]
     n = from_facts(finding.facts or {}, texts)
     capacity = getattr(options, "gpu_memory_bytes", None) or n.capacity
-    if n.capacity and capacity != n.capacity and abs(capacity - n.capacity) > 0.02 * n.capacity:
+    if n.capacity and capacity and capacity != n.capacity and abs(capacity - n.capacity) > 0.02 * n.capacity:
         # the OOM message states the job's GPU: a --gpu-memory far from it is a mistake, not a what-if
         report.warnings.append(f"--gpu-memory ({capacity / (1 << 30):.2f} GiB) ignored: the OOM message says this "
                                f"GPU has a total capacity of {n.capacity / (1 << 30):.2f} GiB")

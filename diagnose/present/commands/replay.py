@@ -57,7 +57,7 @@ def run(args: Any) -> int:
         from diagnose.explain.fit import apply_fit
 
         apply_fit(result, fit)
-    elif finding is not None and finding.category == "cuda_oom":
+    elif finding is not None and report is not None and finding.category == "cuda_oom":
         # the rule's fix or the user's --set on an OOM log: checked against the same memory model as analyze
         from diagnose.explain.fit import apply_memory_fit, memory_fit
 

@@ -182,7 +182,7 @@ class MainScreen(Screen):
 class DiagnoseApp(App):
     """The TUI. Give ``inputs`` (and an ``analyzer``), or a ready ``report``, or ``paste=True``."""
 
-    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
         default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""

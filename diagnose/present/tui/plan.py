@@ -533,7 +533,7 @@ class PlanScreen(Screen):
 class PlanApp(App):
     """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own."""
 
-    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
         default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
