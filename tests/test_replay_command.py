@@ -93,7 +93,7 @@ def test_analyze_log_with_config_reproduces_and_proves_the_fix(capsys):
 
 def test_replay_on_a_log_replays_the_root_cause_fix(capsys):
     rc = main(["replay", str(DATA / "bridge042_fsdp2_with_config.log"), "--format", "json"])
-    assert rc == 0  # the root cause's own (complete) fix passes
+    assert rc == 1  # the job's config failed (as for a config file with the same violation); the fix is proven
     r = _json(capsys)["replay"]
     assert r["rule"] == "MB101" and r["reproduced"] is True and r["proven"] is True
 
@@ -141,7 +141,7 @@ def test_replay_text_does_not_repeat_the_whole_fix_as_an_extension(capsys):
 
 def test_replay_on_a_capacity_oom_log_proves_the_fitting_option_with_its_gpus(capsys):
     samples = Path(__file__).resolve().parent.parent / "sample_logs"
-    assert main(["replay", str(samples / "ddp_wrap_oom.log"), "--format", "json"]) == 0
+    assert main(["replay", str(samples / "ddp_wrap_oom.log"), "--format", "json"]) == 1  # the job's config OOMed
     r = _json(capsys)["replay"]
     assert r["fits"] is True and r["fit"]["gpus"] == 8
     assert {"key": "launch.world_size", "value": 8} in r["fix"]
@@ -199,3 +199,16 @@ def test_fix_lines_order_and_launch_only_fallback():
     launch = render_fix([Override("launch.world_size", 8)])
     assert fix_lines(launch) == [launch["launch"]] and launch["launch"].startswith("# needs >= 8 GPUs")
     assert fix_lines(render_fix([])) == []
+
+
+def test_replay_exits_the_same_on_a_log_and_on_its_config(capsys, tmp_path):
+    """Issue 16: the same violation gave exit 0 on the log (its fix passed) and 1 on the config file."""
+    log = DATA / "bridge042_fsdp2_with_config.log"
+    assert main(["replay", str(log), "--format", "json"]) == 1
+    fix = _json(capsys)["replay"]["fix"]
+    sets = [f"{o['key']}={str(o['value']).lower() if isinstance(o['value'], bool) else o['value']}" for o in fix]
+    argv = ["replay", str(log), "--format", "json"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0  # the same config with the proven fix, given by the user: passes
+    capsys.readouterr()

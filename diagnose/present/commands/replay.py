@@ -70,7 +70,11 @@ def run(args: Any) -> int:
         _write(args, text)
     else:
         _print_text(args, view, result, user=bool(getattr(args, "sets", None)))
-    # an OOM log: overrides that validate but would run out of memory again are no fix
+    # One meaning for a log and a config (issue 16): 0 when what you replay (the config as given, with your --set)
+    # passes validation and, on an OOM log, fits; a log replayed without --set is the job's own config, which
+    # failed: 1, like analyze, even when the fix shown is proven (the output says so).
+    if report is not None and not getattr(args, "sets", None) and report.root is not None:
+        return EXIT_FAIL
     return EXIT_OK if requested_passes and result.fits is not False else EXIT_FAIL
 
 
