@@ -28,7 +28,7 @@ if [ "${DIAGNOSE_SKIP_LINT:-0}" != 1 ]; then
 fi
 
 # Two workers for everything but the TUI snapshots, which wait on the screen settling and are run alone after.
-python3 -m pytest -n 2 -q --ignore=tests/test_tui_snapshots.py "$@"
+python3 -m pytest -n 2 --dist loadgroup -q --ignore=tests/test_tui_snapshots.py "$@"
 rc=$?
 python3 -m pytest -q -p no:xdist tests/test_tui_snapshots.py "$@"
 rc2=$?

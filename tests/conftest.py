@@ -63,3 +63,12 @@ def config_view(values: dict, framework: str = "megatron-bridge"):
     for k, v in values.items():
         view.set(k, v, "file:cfg")
     return apply_defaults(view)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on the one local Slurm cluster share its queue and accounting: run them on one xdist worker, one after
+    the other (scripts/test.sh passes --dist loadgroup). Run side by side, the fleet tests' 320-job arrays held the
+    other tests' jobs in the queue past their timeouts and their sacct windows counted each other's jobs."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
