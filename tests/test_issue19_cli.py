@@ -446,3 +446,25 @@ def test_item17_the_readmes_example_rule_lints_clean(tmp_path: Path) -> None:
     (tmp_path / "mine.toml").write_text(toml.replace("USR001", "MB150"))
     res = cli("rules", "lint", "--rules", str(tmp_path), "--only-user")
     assert b"duplicate code" in res.stdout or b"should start with USR" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- item 22
+
+
+def test_item22_context_is_labelled_and_the_odd_rank_is_the_headline() -> None:
+    text = cli("analyze", str(SAMPLE), env_extra={"COLUMNS": "100"}).stdout.decode()
+    assert "CONTEXT  LA004" in text and "INFO  LA004" not in text
+    desync = cli("analyze", str(ROOT / "sample_logs" / "nccl_desync_seqnum.log"),
+                 env_extra={"COLUMNS": "100"}).stdout.decode().splitlines()
+    assert desync[4].startswith("  Rank 11 timed out on SeqNum 2452"), desync[:6]
+
+
+def test_item22_fragmentation_sentence_claims_only_what_the_numbers_show() -> None:
+    from diagnose.explain.memory.analysis import fragmentation_sentence
+    from diagnose.explain.memory.verdict import OomNumbers
+
+    gib = 1 << 30
+    cache_too_small = fragmentation_sentence(OomNumbers(requested=4 * gib, reserved_unallocated=3 * gib, free=2 * gib))
+    assert "add up to more than" in cache_too_small and "neither held it in one block" in cache_too_small
+    cache_enough = fragmentation_sentence(OomNumbers(requested=1 * gib, reserved_unallocated=3 * gib, free=0))
+    assert "more than the 1.00 GiB request" in cache_enough

@@ -16,6 +16,7 @@ from diagnose.present.text import (
     NOTHING_RECOVERED,
     SAFETY_NOTE,
     collapsed_line,
+    finding_label,
     mapping_lines,
     section_data,
     shown_facts,
@@ -134,7 +135,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     if secondary:
         body: list[str] = [""]
         for f in secondary:
-            body += _finding(f, f.severity.capitalize(), root)
+            body += _finding(f, finding_label(f).capitalize(), root)
         titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
         out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]

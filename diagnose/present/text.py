@@ -451,12 +451,14 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     title.append("  ")
     title.append(inert(f.title), style="bold")
     parts: list[Any] = [title, Padding(_finding_meta(f), (0, 0, 0, 2))]  # wrapped lines stay indented
+    # the odd ranks of an NCCL hang (silent, desynchronised, behind) are the headline: shown here even when the
+    # explanation repeats them further down
     silent = silent_line(f, root)
-    if silent and silent.lower() not in f.explanation.lower():
+    if silent:
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
             inert(silent[0].upper() + silent[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     skew = skew_line(f)
-    if skew and skew.split("; ")[0].lower() not in f.explanation.lower():
+    if skew:
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
             inert(skew[0].upper() + skew[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
@@ -466,14 +468,26 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if not full:
         return parts
     why: list[Any] = []
-    if f.explanation:
+    explanation = _without_headline(f.explanation, [x for x in (silent, skew) if x])
+    if explanation:
         why.append(Text("  Why", style="bold"))
-        why.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
+        why.extend(Text(line) for line in wrap_paragraphs(inert_block(explanation), width, "    "))
     fix = fix_texts(f.fix, width=width, verbose=verbose)
     return parts + (why + fix if verbose else fix + why)
 
 
 NOTHING_RECOVERED = "nothing recovered from the input"
+
+
+def _without_headline(explanation: str, headlines: list[str]) -> str:
+    """The explanation minus the paragraphs that say what the headline lines above it already say (once is
+    enough: the odd ranks of a hang are shown at the top)."""
+    if not explanation or not headlines:
+        return explanation
+    keys = [h.split(";")[0].split(":")[0].strip().lower() for h in headlines]
+    paragraphs = explanation.split("\n\n")
+    kept = [p for p in paragraphs if not any(k and k in p.lower() for k in keys)]
+    return "\n\n".join(kept).strip()
 
 
 def section_data(data: Any) -> Any:
@@ -573,7 +587,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             line = Text("  ")
-            line.append(f"{f.severity.upper()}  ", style=_severity_style(f.severity))
+            line.append(f"{finding_label(f)}  ", style=_severity_style(f.severity) if f.role != "context" else "dim")
             line.append(f"{inert(f.rule)}  {inert(f.title)}")
             w = where(f)
             line.append(f"  [{inert(w) + ', ' if w else ''}line {f.first_line}]", style="dim")
@@ -582,7 +596,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             parts.append(Text(""))
-            parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width,
+            parts.extend(render_finding(f, finding_label(f), _severity_style(f.severity), width,
                                         full=f.severity == "error", root=root))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
@@ -662,6 +676,12 @@ def _quiet(report: Report) -> list[Any]:
     elif not fix.overrides and not fix.env and fix.summary:
         out.append(Text("  fix: " + inert(fix.summary)))
     return out
+
+
+def finding_label(f: Finding) -> str:
+    """ERROR / WARNING / INFO, except CONTEXT for a finding whose rule says it only explains the root cause (an
+    ``error``-severity Slurm line in the context role used to print as a second ERROR)."""
+    return "CONTEXT" if f.role == "context" else f.severity.upper()
 
 
 def _severity_style(severity: str) -> str:
