@@ -468,3 +468,18 @@ def test_item22_fragmentation_sentence_claims_only_what_the_numbers_show() -> No
     assert "add up to more than" in cache_too_small and "neither held it in one block" in cache_too_small
     cache_enough = fragmentation_sentence(OomNumbers(requested=1 * gib, reserved_unallocated=3 * gib, free=0))
     assert "more than the 1.00 GiB request" in cache_enough
+
+
+# ---------------------------------------------------------------------------------------------- items 10, 19
+
+
+def test_item10_tui_refuses_without_a_terminal_and_check_options_without_check() -> None:
+    assert_clean_error(cli("tui", str(SAMPLE)), "needs a terminal")
+    assert_clean_error(cli("tui", "--gpus", "8", str(SAMPLE)), "only with --check")
+
+
+def test_item19_piped_output_follows_columns_and_rules_list_has_no_trailing_blanks() -> None:
+    wide = cli("analyze", str(SAMPLE), env_extra={"COLUMNS": "200"}).stdout.decode().splitlines()
+    assert max(len(line) for line in wide) > 120  # laid out at 200, not cut at 100
+    listing = cli("rules", "list", env_extra={"COLUMNS": "200"}).stdout.decode().splitlines()
+    assert listing and not any(line != line.rstrip() for line in listing)

@@ -97,3 +97,19 @@ async def test_item11_slurm_job_table_shows_names_as_typed(tmp_path: Path) -> No
         row = [str(getattr(c, "plain", c)) for c in table.get_row_at(0)]
         assert row[1] == "train[/] [@click=app.quit]go[/]" and row[5] == "node[01-02]"
         assert app.is_running
+
+
+@run_async
+async def test_item10_p_without_a_plan_says_why(tmp_path: Path) -> None:
+    from test_tui_reports import copy_log
+
+    from diagnose.model import Report
+
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    app = DiagnoseApp([str(log)], report=Report())  # a report with no config: no plan can be made
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any(m.startswith("No memory plan:") for m in messages), messages

@@ -709,14 +709,18 @@ def make_console(file, color: str = "auto", width: int | None = None) -> Console
     """A console honouring ``--color`` (auto/always/never) and NO_COLOR (which ``auto`` respects)."""
     import os
 
+    # Piped or redirected output is laid out at $COLUMNS when set (rich reads it), else 100 columns; a terminal at
+    # its own width. A fixed 100 used to cut regexes, paths and timestamps mid-token whatever COLUMNS said.
+    columns = os.environ.get("COLUMNS", "")
+    piped_width = width or (None if columns.isdigit() and int(columns) > 0 else 100)
     if color == "always":
-        return _Console(file=file, force_terminal=True, color_system="standard", width=width or 100,
+        return _Console(file=file, force_terminal=True, color_system="standard", width=piped_width,
                        highlight=False, emoji=False)
     if color == "never" or os.environ.get("NO_COLOR"):
-        return _Console(file=file, no_color=True, color_system=None, width=width or 100, highlight=False,
+        return _Console(file=file, no_color=True, color_system=None, width=piped_width, highlight=False,
                        emoji=False, force_terminal=False)
     is_tty = hasattr(file, "isatty") and file.isatty()
-    return _Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
+    return _Console(file=file, width=width if width or is_tty else piped_width, highlight=False, emoji=False)
 
 
 def render_to_string(report: Report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
