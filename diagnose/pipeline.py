@@ -27,6 +27,8 @@ class AnalyzeOptions:
     # a user-named input that is empty is an error (a job that died before writing), not "no failure"; Slurm's
     # follow and job views read outputs that may still be empty and keep their Slurm findings
     refuse_empty: bool = False
+    select: list[str] = field(default_factory=list)  # rule codes or prefixes to run (ruff-style); empty: all
+    ignore: list[str] = field(default_factory=list)  # rule codes or prefixes not to run
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -36,6 +38,8 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     from diagnose.match import load_catalogue, scan_and_match
 
     catalogue = load_catalogue(options.rules_dirs, strict=True)
+    if options.select or options.ignore:
+        catalogue.rules = select_rules(catalogue.rules, options.select, options.ignore)
     with open_inputs(inputs) as sources:
         empty = [s.path for s in sources if s.size == 0]
         if options.refuse_empty and empty and len(empty) == len(sources):
@@ -58,6 +62,25 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     if options.replay:
         _enrich(report, result.blocks, options)
     return report
+
+
+def select_rules(rules: list, select: list[str], ignore: list[str]) -> list:
+    """``--select`` / ``--ignore``: codes or prefixes (``OOM`` is every OOM rule), as ruff reads them. A code that
+    names no rule is an error with a suggestion, not a silent no-op."""
+    import difflib
+
+    from diagnose.model import DiagnoseError
+
+    codes = [r.code for r in rules]
+    for given in [*select, *ignore]:
+        if not any(c.startswith(given.upper()) for c in codes):
+            close = difflib.get_close_matches(given.upper(), codes, n=1, cutoff=0.6)
+            raise DiagnoseError(f"no rule code starts with {shown(given)!r}"
+                                + (f" (did you mean {close[0]}?)" if close else " (see 'diagnose rules list')"))
+    wanted = [s.upper() for s in select]
+    dropped = [s.upper() for s in ignore]
+    return [r for r in rules if (not wanted or any(r.code.startswith(w) for w in wanted))
+            and not any(r.code.startswith(d) for d in dropped)]
 
 
 def different_jobs_warning(report: Report) -> str | None:

@@ -483,3 +483,23 @@ def test_item19_piped_output_follows_columns_and_rules_list_has_no_trailing_blan
     assert max(len(line) for line in wide) > 120  # laid out at 200, not cut at 100
     listing = cli("rules", "list", env_extra={"COLUMNS": "200"}).stdout.decode().splitlines()
     assert listing and not any(line != line.rstrip() for line in listing)
+
+
+# ---------------------------------------------------------------------------------------------- conventions
+
+
+def test_conventions_select_ignore_exit_zero_and_short_version() -> None:
+    assert cli("analyze", str(SAMPLE), "--select", "NC,SL", "--no-replay").returncode == 0  # no OOM rule ran
+    ignored = cli("analyze", str(SAMPLE), "--ignore", "LA004", "--no-replay", "-f", "json")
+    assert ignored.returncode == 1 and b'"LA004"' not in ignored.stdout
+    assert cli("analyze", str(SAMPLE), "--exit-zero", "--no-replay").returncode == 0
+    assert_clean_error(cli("analyze", str(SAMPLE), "--ignore", "OOM10X"), "did you mean")
+    res = cli("-V")
+    assert res.returncode == 0 and res.stdout.startswith(b"diagnose ")
+
+
+def test_conventions_the_examples_folder_runs_as_the_readme_says() -> None:
+    res = cli("check", "examples/run_config.yaml", "--gpus", "8", "--gpu", "h100-80gb")
+    assert res.returncode == 1 and b"does NOT fit" in res.stdout, res.stderr
+    res = cli("check", "examples/mlm_args.txt", "--gpus", "8")
+    assert res.returncode == 0 and b"fits" in res.stdout, res.stderr

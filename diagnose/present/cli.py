@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Diagnose failed Megatron-Bridge / Megatron-Core training jobs: root cause, evidence, and "
         "config overrides proven to pass validation and fit in memory.",
     )
-    parser.add_argument("--version", action="version", version=f"diagnose {__version__}")
+    parser.add_argument("--version", "-V", action="version", version=f"diagnose {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
     p.add_argument("--jobs", "-j", type=_positive, default=0, metavar="N", help="scan with N processes (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--select", action="append", default=[], metavar="CODES",
+                   help="run only these rules: codes or prefixes, comma-separated (e.g. OOM,NC002); repeatable")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODES",
+                   help="do not run these rules: codes or prefixes, comma-separated (e.g. LA004); repeatable")
+    p.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 even when a failure is diagnosed (2 still means bad input)")
     _detail(p)
     _common(p)
 
