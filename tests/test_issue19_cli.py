@@ -503,3 +503,15 @@ def test_conventions_the_examples_folder_runs_as_the_readme_says() -> None:
     assert res.returncode == 1 and b"does NOT fit" in res.stdout, res.stderr
     res = cli("check", "examples/mlm_args.txt", "--gpus", "8")
     assert res.returncode == 0 and b"fits" in res.stdout, res.stderr
+
+
+# ---------------------------------------------------------------------------------------------- item 16
+
+
+def test_item16_check_answers_a_megatron_lm_list_in_flags() -> None:
+    res = cli("check", "examples/mlm_args.txt", "--gpus", "8", "--gpu-memory", "40GiB", env_extra={"COLUMNS": "300"})
+    out = res.stdout.decode()
+    assert res.returncode == 1, res.stderr
+    changes = [ln for ln in out.splitlines() if ln[:2].strip().isdigit()]
+    assert changes and any("--use-megatron-fsdp" in ln for ln in changes)
+    assert not any("ddp.use_megatron_fsdp=" in ln for ln in changes), changes
