@@ -66,20 +66,19 @@ def _run_check(args) -> int:
     check_overrides(sets)
     app = PlanApp(view, int(gpus), capacity, title=os.path.basename(config) or config, capacity_label=where,
                   sets=sets, bridge_version=getattr(args, "bridge_version", None))
+    _need_terminal()  # after every input check: bad input is refused the same way with or without a terminal
     app.run()
     return int(app.return_code or 0)
 
 
 def run(args) -> int:
     if getattr(args, "check", None):
-        _need_terminal()
         return _run_check(args)
     only_check = [name for name, attr in (("--gpus", "gpus"), ("--gpu", "gpu"), ("--gpu-memory", "gpu_memory"),
                                           ("--set", "sets"), ("--bridge-version", "bridge_version"))
                   if getattr(args, attr, None)]
     if only_check:
         raise DiagnoseError(f"{', '.join(only_check)} apply only with --check CONFIG (the memory plan of a config)")
-    _need_terminal()
     paths: list[str] = list(getattr(args, "paths", []) or [])
     rules_dirs: list[str] = list(getattr(args, "rules", []) or [])
     for path in paths:
@@ -92,6 +91,7 @@ def run(args) -> int:
 
         load_catalogue(rules_dirs, strict=True)
 
+    _need_terminal()
     display: dict[str, str] = {}
     temp: list[str] = []
     if "-" in paths:
