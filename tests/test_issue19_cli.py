@@ -515,3 +515,21 @@ def test_item16_check_answers_a_megatron_lm_list_in_flags() -> None:
     changes = [ln for ln in out.splitlines() if ln[:2].strip().isdigit()]
     assert changes and any("--use-megatron-fsdp" in ln for ln in changes)
     assert not any("ddp.use_megatron_fsdp=" in ln for ln in changes), changes
+
+
+def test_conventions_ci_formats(tmp_path: Path) -> None:
+    import json
+
+    lines = cli("analyze", str(SAMPLE), "--no-replay", "-f", "jsonl").stdout.decode().splitlines()
+    first = json.loads(lines[0])
+    assert first["root_cause"] is True and first["rule"].startswith("OOM") and first["line"] == 34
+    sarif = json.loads(cli("analyze", str(SAMPLE), "--no-replay", "-f", "sarif").stdout)
+    result = sarif["runs"][0]["results"][0]
+    assert sarif["version"] == "2.1.0" and result["level"] == "error"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 34
+    # a hostile log cannot issue a workflow command of its own through an annotation
+    log = tmp_path / "x,y:z.log"
+    log.write_text(OOM.replace("Tried to allocate", "::warning::pwned%0A Tried to allocate") + "\n")
+    out = cli("analyze", str(log), "--no-replay", "-f", "github").stdout.decode().splitlines()
+    assert out[0].startswith("::error file=") and "%2C" in out[0] and "%3A" in out[0].split("::", 2)[1]
+    assert all(line.startswith("::") and line.count("\n") == 0 for line in out)

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
     p.add_argument("paths", nargs="+", metavar="LOG", help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
-    _format(p)
+    _format(p, ("text", "json", "markdown", "jsonl", "sarif", "github"))
     _rules_opt(p)
     p.add_argument("--config", metavar="FILE", help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",

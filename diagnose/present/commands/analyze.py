@@ -64,6 +64,10 @@ def render(report: Report, fmt: str, out, color: str, detail: str = "default") -
         from diagnose.present.json_report import render_json
 
         out.write(render_json(report))
+    elif fmt in ("jsonl", "sarif", "github"):
+        from diagnose.present import ci
+
+        out.write({"jsonl": ci.render_jsonl, "sarif": ci.render_sarif, "github": ci.render_github}[fmt](report))
     elif fmt == "markdown":
         from diagnose.present.markdown import render_markdown
 
