@@ -533,3 +533,19 @@ def test_conventions_ci_formats(tmp_path: Path) -> None:
     out = cli("analyze", str(log), "--no-replay", "-f", "github").stdout.decode().splitlines()
     assert out[0].startswith("::error file=") and "%2C" in out[0] and "%3A" in out[0].split("::", 2)[1]
     assert all(line.startswith("::") and line.count("\n") == 0 for line in out)
+
+
+def test_conventions_tool_diagnose_config_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.diagnose]\nignore = ["LA004"]\nformat = "json"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env.pop("DIAGNOSE_NO_CONFIG", None)
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE), "--no-replay"], cwd=tmp_path,
+                         env=env, capture_output=True, timeout=120)
+    assert res.returncode == 1 and res.stdout.startswith(b"{") and b'"LA004"' not in res.stdout, res.stderr
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE), "--no-replay", "-f", "text"],
+                         cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert res.stdout.startswith(b"diagnose \xc2\xb7")  # the command line wins
+    (tmp_path / "pyproject.toml").write_text('[tool.diagnose]\nignroe = ["LA004"]\n')
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE)], cwd=tmp_path, env=env,
+                         capture_output=True, timeout=120)
+    assert_clean_error(res, "did you mean 'ignore'")

@@ -242,12 +242,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Parse; an option the sub-command does not know is reported by that sub-command's parser (its usage, its
-    --help), not by the top-level one."""
+    --help), not by the top-level one. Defaults come from a config file when there is one (userconfig.py)."""
     args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) and not extra:
+        args = _with_config_defaults(parser, args, argv)
     if extra:
         sub = _subparser(parser, args)
         (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
+
+
+def _with_config_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                          argv: list[str] | None) -> argparse.Namespace:
+    from diagnose.present import userconfig
+
+    try:
+        defaults = userconfig.defaults_for(args.command, userconfig.find_config())
+    except Exception as e:  # noqa: BLE001 - one line, like any usage error
+        parser.exit(EXIT_USAGE, f"diagnose: error: {_one_line(str(e))}\n")
+    sub = _subparser(parser, args)
+    if not defaults or sub is None:
+        return args
+    choices = {a.dest: a.choices for a in sub._actions if a.choices}
+    for dest, value in defaults.items():
+        if dest in choices and value not in choices[dest]:
+            parser.exit(EXIT_USAGE, f"diagnose: error: config file: {dest} must be one of {', '.join(choices[dest])}\n")
+    sub.set_defaults(**{k: v for k, v in defaults.items() if any(a.dest == k for a in sub._actions)})
+    return parser.parse_args(argv)
 
 
 def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser | None:
