@@ -549,3 +549,30 @@ def test_conventions_tool_diagnose_config_file(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE)], cwd=tmp_path, env=env,
                          capture_output=True, timeout=120)
     assert_clean_error(res, "did you mean 'ignore'")
+
+
+# ---------------------------------------------------------------------------------------------- item 21
+
+
+def test_item21_failed_list_names_who_cancelled_like_the_job_view() -> None:
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.listing import _FIELDS, list_failed_jobs
+
+    fields = _FIELDS.split(",")
+    row = {"JobID": "42", "JobName": "train", "User": "root", "State": "CANCELLED by 0", "ExitCode": "0:15"}
+    sacct = "|".join(fields) + "\n" + "|".join(row.get(f, "") for f in fields) + "\n"
+    (job,) = list_failed_jobs("1d", "root", runner=lambda argv: CommandResult(argv, 0, sacct, ""))
+    assert job.state_text() == "CANCELLED by root"
+
+
+def test_item21_fix_steps_name_the_known_job_id() -> None:
+    from diagnose.ingest.slurm.diagnosis import fill_job_id
+    from diagnose.model import Finding, Fix, Report
+
+    shared = Fix(steps=["sacct -j JOBID -o JobID,State,ExitCode,Reason"])
+    finding = Finding(rule="SL002", name="x", title="t", category="slurm", phase="unknown", severity="error",
+                      role="context", confidence=0.9, fix=shared)
+    report = Report(findings=[finding])
+    fill_job_id(report, "117")
+    assert report.findings[0].fix.steps == ["sacct -j 117 -o JobID,State,ExitCode,Reason"]
+    assert shared.steps == ["sacct -j JOBID -o JobID,State,ExitCode,Reason"]  # the rule's own fix is untouched
