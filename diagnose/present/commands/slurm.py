@@ -238,13 +238,15 @@ def _list_failed(args: Any, options: Any) -> int:
 def one_line_diagnosis(report: Report) -> str:
     """``[RULE] title``; for a catch-all rule (category other) the evidence line says more than the title."""
     root = report.root
+    outputs = (report.slurm or {}).get("outputs") or []
+    gone = bool(outputs) and all(o.get("exists") is False or o.get("readable") is False for o in outputs)
     if root is None:
-        return "no failure found in the output"
+        return "no failure found in the output" if not gone else "log not found: nothing to read"
     line = f"[{root.rule}] {root.title}"
     if root.category == "other" and root.evidence:
         text = " ".join(root.evidence[0].text.split())
         line += ": " + (text if len(text) <= 120 else text[:119] + "…")
-    return line
+    return line + (" (log not found: from Slurm's record only)" if gone else "")
 
 
 # ------------------------------------------------------------------------------------------- --follow
