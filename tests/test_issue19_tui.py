@@ -113,3 +113,26 @@ async def test_item10_p_without_a_plan_says_why(tmp_path: Path) -> None:
         await pilot.pause()
         messages = [n.message for n in app._notifications]
         assert any(m.startswith("No memory plan:") for m in messages), messages
+
+
+@run_async
+async def test_item10_forward_search_wraps_to_the_top(oom_app: DiagnoseApp) -> None:  # noqa: F811
+    from diagnose.present.tui.screens import LogScreen
+
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        screen = oom_app.screen
+        assert isinstance(screen, LogScreen)
+        screen.index.done.wait(10)
+
+        async def press(*keys: str) -> None:
+            await pilot.press(*keys)
+            await oom_app.workers.wait_for_complete()
+            await pilot.pause()
+
+        await press("colon", *"60", "enter")
+        await press("slash", *"warnings.warn", "enter")  # no match after line 60: the first one, line 2
+        assert screen.view.cursor_line == 1
+        assert "wrapped to the top" in str(screen.query_one("#log-status").content)
