@@ -580,7 +580,14 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         if not report.findings:
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
-        parts.extend(render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose))
+        root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose)
+        launch = _launch_line(report)
+        if launch:  # the fix needs more GPUs: how to launch them, under the fix's command lines
+            at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
+                       and p.plain.lstrip().startswith("Bridge CLI")), None)
+            if at is not None:
+                root_parts.insert(at, command_text("    Launch      ", inert(launch.lstrip("# ")), style="bold"))
+        parts.extend(root_parts)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
     if secondary and not verbose:
@@ -620,9 +627,16 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
     if not verbose and any(getattr(report, n) for n in ("config", "replay", "memory")):
-        parts += [Text(""), Text("(-v shows the facts, the YAML form of the fix, and the config, replay and memory "
-                                 "details; --format json has everything)", style="dim")]
+        parts += [Text(""), Text("(-v: facts, YAML fix, config/replay/memory details; --format json: everything)",
+                                 style="dim")]
     return parts
+
+
+def _launch_line(report: Report) -> str | None:
+    """Replay's launch comment for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)")."""
+    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
+    launch = render.get("launch") if isinstance(render, dict) else None
+    return launch if isinstance(launch, str) and launch.strip() else None
 
 
 def _summaries(report: Report, width: int) -> list[Any]:
