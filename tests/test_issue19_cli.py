@@ -590,3 +590,18 @@ def test_item21_a_job_whose_log_is_gone_says_so_in_the_list() -> None:
     assert one_line_diagnosis(report).endswith("(log not found: from Slurm's record only)")
     report.slurm["outputs"][0].update(exists=True, readable=True)
     assert "log not found" not in one_line_diagnosis(report)
+
+
+def test_conventions_completion_and_man_page_come_from_the_parser() -> None:
+    from diagnose.present.cli import build_parser
+
+    script = cli("completion", "bash").stdout.decode()
+    analyze_opts = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices
+                        and "analyze" in a.choices).choices["analyze"]
+    for option in ("--select", "--exit-zero", "--gpu-memory"):
+        assert option in script and any(option in a.option_strings for a in analyze_opts._actions)
+    res = subprocess.run(["bash", "-c", script + '\nCOMP_WORDS=(diagnose analyze --exit); COMP_CWORD=2; _diagnose; '
+                          'echo "${COMPREPLY[@]}"'], capture_output=True, text=True, timeout=30)
+    assert res.stdout.split() == ["--exit-zero"], res
+    man = cli("man").stdout.decode()
+    assert man.startswith(".TH DIAGNOSE 1") and ".SS diagnose analyze" in man and "\\-\\-exit\\-zero" in man

@@ -190,6 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)
 
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh)",
+                       description="Print a completion script: eval \"$(diagnose completion bash)\" in ~/.bashrc.")
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    p.add_argument("--output", "-o", metavar="FILE", help="write it to FILE instead of stdout")
+    _common(p)
+    p = sub.add_parser("man", help="print the man page (roff): diagnose man > diagnose.1",
+                       description="Print the man page, generated from these options.")
+    p.add_argument("--output", "-o", metavar="FILE", help="write it to FILE instead of stdout")
+    _common(p)
+
     return parser
 
 
