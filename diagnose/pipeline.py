@@ -29,6 +29,8 @@ class AnalyzeOptions:
     refuse_empty: bool = False
     select: list[str] = field(default_factory=list)  # rule codes or prefixes to run (ruff-style); empty: all
     ignore: list[str] = field(default_factory=list)  # rule codes or prefixes not to run
+    include: list[str] = field(default_factory=list)  # globs: the files of a folder to read (empty: every log)
+    exclude: list[str] = field(default_factory=list)  # globs: the files of a folder to skip
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -40,7 +42,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     catalogue = load_catalogue(options.rules_dirs, strict=True)
     if options.select or options.ignore:
         catalogue.rules = select_rules(catalogue.rules, options.select, options.ignore)
-    with open_inputs(inputs) as sources:
+    with open_inputs(inputs, include=options.include, exclude=options.exclude) as sources:
         empty = [s.path for s in sources if s.size == 0]
         if options.refuse_empty and empty and len(empty) == len(sources):
             raise _empty_error(empty)

@@ -605,3 +605,13 @@ def test_conventions_completion_and_man_page_come_from_the_parser() -> None:
     assert res.stdout.split() == ["--exit-zero"], res
     man = cli("man").stdout.decode()
     assert man.startswith(".TH DIAGNOSE 1") and ".SS diagnose analyze" in man and "\\-\\-exit\\-zero" in man
+
+
+def test_conventions_include_exclude_globs_for_folders(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_oom.log").read_text())
+    (tmp_path / "rank1.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text())
+    only = cli("analyze", str(tmp_path), "--include", "rank1*", "--no-replay", "-q").stdout.decode()
+    assert only.startswith("NC") and "rank0.log" not in only
+    without = cli("analyze", str(tmp_path), "--exclude", "rank1.log", "--no-replay", "-q").stdout.decode()
+    assert without.startswith("OOM")
+    assert_clean_error(cli("analyze", str(tmp_path), "--include", "none*"), "--include/--exclude")

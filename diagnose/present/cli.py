@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only these rules: codes or prefixes, comma-separated (e.g. OOM,NC002); repeatable")
     p.add_argument("--ignore", action="append", default=[], metavar="CODES",
                    help="do not run these rules: codes or prefixes, comma-separated (e.g. LA004); repeatable")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="in a folder, read only files matching GLOB (path in the folder or name); repeatable")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="in a folder, skip files matching GLOB (e.g. '*stdout*'); repeatable")
     p.add_argument("--exit-zero", action="store_true",
                    help="exit 0 even when a failure is diagnosed (2 still means bad input)")
     _detail(p)

@@ -121,6 +121,8 @@ def run(args) -> int:
         refuse_empty=True,
         select=_codes(getattr(args, "select", None)),
         ignore=_codes(getattr(args, "ignore", None)),
+        include=list(getattr(args, "include", None) or []),
+        exclude=list(getattr(args, "exclude", None) or []),
     )
     try:
         report = analyze(list(args.paths), options)
