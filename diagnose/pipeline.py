@@ -55,6 +55,9 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     report = result.report
     report.warnings[:0] = catalogue.errors
     report.warnings.extend(getattr(sources, "warnings", []))
+    hint = slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs))
+    if hint:
+        report.warnings.append(hint)
     mixed = different_jobs_warning(report)
     if mixed:
         report.warnings.append(mixed)
@@ -64,6 +67,26 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     if options.replay:
         _enrich(report, result.blocks, options)
     return report
+
+
+SLOW_HINT_MIN_BYTES = 256 << 20
+
+
+def slow_scanner_hint(backend: str, total_bytes: int) -> str | None:
+    """One line when a large input was read by the pure-Python scanner (no Hyperscan, no RE2 installed)."""
+    if total_bytes < SLOW_HINT_MIN_BYTES:
+        return None
+    from diagnose.match.anchors import resolve_backend
+
+    chosen = resolve_backend(backend)
+    if chosen == "auto":  # what auto falls back to when neither wheel imports
+        import importlib.util
+
+        chosen = "python" if not any(importlib.util.find_spec(m) for m in ("hyperscan", "re2")) else "fast"
+    if chosen != "python":
+        return None
+    return (f"read {total_bytes >> 20} MiB with the pure-Python scanner: pip install 'diagnose[fast]' (Hyperscan or "
+            "RE2) makes large logs several times faster")
 
 
 def select_rules(rules: list, select: list[str], ignore: list[str]) -> list:

@@ -615,3 +615,15 @@ def test_conventions_include_exclude_globs_for_folders(tmp_path: Path) -> None:
     without = cli("analyze", str(tmp_path), "--exclude", "rank1.log", "--no-replay", "-q").stdout.decode()
     assert without.startswith("OOM")
     assert_clean_error(cli("analyze", str(tmp_path), "--include", "none*"), "--include/--exclude")
+
+
+def test_conventions_a_hint_when_the_slow_scanner_read_a_large_input(tmp_path: Path, monkeypatch) -> None:
+    from diagnose import pipeline
+
+    monkeypatch.setattr(pipeline, "SLOW_HINT_MIN_BYTES", 1000)
+    log = tmp_path / "job.log"
+    log.write_text(OOM + "\n" + "iteration line\n" * 100)
+    slow = pipeline.analyze([str(log)], pipeline.AnalyzeOptions(backend="python", replay=False))
+    assert any("pure-Python scanner" in w for w in slow.warnings)
+    fast = pipeline.analyze([str(log)], pipeline.AnalyzeOptions(backend="auto", replay=False))
+    assert not any("pure-Python scanner" in w for w in fast.warnings)
