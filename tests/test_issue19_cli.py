@@ -627,3 +627,16 @@ def test_conventions_a_hint_when_the_slow_scanner_read_a_large_input(tmp_path: P
     assert any("pure-Python scanner" in w for w in slow.warnings)
     fast = pipeline.analyze([str(log)], pipeline.AnalyzeOptions(backend="auto", replay=False))
     assert not any("pure-Python scanner" in w for w in fast.warnings)
+
+
+def test_conventions_failed_list_parsable_and_noheader() -> None:
+    from diagnose.present.commands.slurm import failed_parsable
+
+    rows = [{"job_id": "42", "name": "a|b\x1b[31m", "user": "u", "state": "FAILED exit 1", "end": "2026-12-01T10:00",
+             "diagnosis": "[OOM102] CUDA OOM"}]
+    text = failed_parsable(rows, parsable=True, header=True).splitlines()
+    assert text[0] == "JobID|JobName|User|State|End|Diagnosis"
+    assert text[1] == "42|a/b\\x1b[31m|u|FAILED exit 1|2026-12-01T10:00|[OOM102] CUDA OOM"
+    assert failed_parsable(rows, parsable=True, header=False).startswith("42|")
+    plain = failed_parsable(rows, parsable=False, header=False)
+    assert plain.startswith("42     ") and "JobID" not in plain

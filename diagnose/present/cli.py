@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true", help="list recent failed jobs with a one-line diagnosis each")
     p.add_argument("--since", default="1d", metavar="AGE", help="with --failed: how far back (e.g. 6h, 2d; default 1d)")
     p.add_argument("--user", metavar="USER", help="with --failed: whose jobs (default: you)")
+    p.add_argument("--parsable", "-p", action="store_true",
+                   help="with --failed: '|'-separated fields, as sacct --parsable2 (JobID|JobName|User|State|End|...)")
+    p.add_argument("--noheader", "-n", action="store_true", help="with --failed: no header line, as sacct -n")
     _rules_opt(p)
     _format(p)
     _common(p)

@@ -172,6 +172,25 @@ def slurm_markdown(s: dict[str, Any]) -> str:
 LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
 
 
+FAILED_COLUMNS = (("JobID", "job_id"), ("JobName", "name"), ("User", "user"), ("State", "state"), ("End", "end"),
+                  ("Diagnosis", "diagnosis"))
+
+
+def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool) -> str:
+    """sacct's ``--parsable2`` / ``--noheader`` for ``--failed``: ``|``-separated fields (a ``|`` inside a value
+    becomes ``/``), or with only ``--noheader`` space-padded columns without the header line. Values are inert."""
+    from diagnose.present.safe import inert
+
+    table = [[inert(str(r.get(key) or "")) for _, key in FAILED_COLUMNS] for r in rows]
+    names = [name for name, _ in FAILED_COLUMNS]
+    if parsable:
+        lines = (["|".join(names)] if header else []) + ["|".join(v.replace("|", "/") for v in t) for t in table]
+    else:
+        widths = [max([len(n) for n in names[i:i + 1]] + [len(t[i]) for t in table]) for i in range(len(names) - 1)]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(t[:-1], widths)) + "  " + t[-1] for t in table]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def failed_markdown(rows: list[dict[str, Any]]) -> str:
     """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
     but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
@@ -220,6 +239,9 @@ def _list_failed(args: Any, options: Any) -> int:
             console = _console(args, out)
             if not rows:
                 console.print(log_text(f"No failed jobs since {args.since}."))
+            elif getattr(args, "parsable", False) or getattr(args, "noheader", False):
+                out.write(failed_parsable(rows, bool(getattr(args, "parsable", False)),
+                                          not getattr(args, "noheader", False)))
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
                 cells = [[inert(str(r[k])) for k in cols] for r in rows]
