@@ -136,3 +136,34 @@ async def test_item10_forward_search_wraps_to_the_top(oom_app: DiagnoseApp) -> N
         await press("slash", *"warnings.warn", "enter")  # no match after line 60: the first one, line 2
         assert screen.view.cursor_line == 1
         assert "wrapped to the top" in str(screen.query_one("#log-status").content)
+
+
+@run_async
+async def test_item10_plan_screen_copies_and_exports(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from test_tui_plan import SIZE as PLAN_SIZE
+    from test_tui_plan import plan_app, planned
+    from textual.widgets import DataTable
+
+    from diagnose.present.tui.plan import PlanScreen
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")
+    monkeypatch.chdir(tmp_path)
+    app = plan_app()
+    async with app.run_test(size=PLAN_SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await planned(pilot, screen)
+        table = screen.query_one("#plans", DataTable)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.clipboard and "=" in app.clipboard  # the highlighted plan's Bridge CLI words
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("enter")  # the default name
+        await pilot.pause()
+    plan = json.loads((tmp_path / "diagnose-plan.json").read_text())
+    assert plan["plans"] and "peak_bytes" in plan["plans"][0]

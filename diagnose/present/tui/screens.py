@@ -206,6 +206,7 @@ class HelpScreen(ModalScreen):
         ("enter", "apply what-ifs (key=value, space-separated) or the GPU count"),
         ("enter on a plan", "take that plan's change as what-ifs"),
         ("^r ^e ^t", "reset the what-ifs, type a what-if, go to the table"),
+        ("c e (in the table)", "copy the highlighted plan's change, export the plan as JSON"),
         ("Slurm (diagnose tui --slurm)", ""),
         ("enter", "diagnose the highlighted job"),
         ("j", "back to the job list (from the findings)"),
