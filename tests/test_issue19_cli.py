@@ -640,3 +640,23 @@ def test_conventions_failed_list_parsable_and_noheader() -> None:
     assert failed_parsable(rows, parsable=True, header=False).startswith("42|")
     plain = failed_parsable(rows, parsable=False, header=False)
     assert plain.startswith("42     ") and "JobID" not in plain
+
+
+def test_item21_failed_json_has_a_schema() -> None:
+    import json
+
+    import jsonschema
+
+    from diagnose.present.commands.slurm import failed_json
+
+    schema = json.loads(cli("schema", "failed").stdout)
+    doc = failed_json("1d", [{"job_id": "42", "name": "x", "user": "u", "state": "FAILED exit 1", "end": "t",
+                              "diagnosis": "[OOM102] CUDA OOM", "outputs": ["/tmp/x.out"]}], False)
+    jsonschema.validate(json.loads(json.dumps(doc)), schema)
+    doc["jobs"][0].pop("diagnosis")
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("a job without its diagnosis validated")

@@ -191,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the JSON Schema of a --format json output (report, check, replay)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
-                       "(report), 'check --format json' (check) or 'replay --format json' (replay).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay"),
+                       "(report), 'check --format json' (check), 'replay --format json' (replay) or 'slurm --failed "
+                       "--format json' (failed).")
+    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "failed"),
                    help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
     _common(p)

@@ -1,4 +1,5 @@
-"""``diagnose schema [report|check|replay]``: print the JSON Schema (draft 2020-12) of a ``--format json`` output.
+"""``diagnose schema [report|check|replay|failed]``: print the JSON Schema (draft 2020-12) of a ``--format json``
+output.
 
 The files are ``schemas/<name>-1.schema.json`` in a checkout; a wheel carries them as ``diagnose/_schemas`` (a
 symlink to ``../schemas``, like ``diagnose/_rules``). They are printed byte for byte, so a user can save the output
@@ -17,6 +18,7 @@ SCHEMAS = {
     "report": ("report-1.schema.json", "diagnose/report@1"),
     "check": ("check-1.schema.json", "diagnose/check@1"),
     "replay": ("replay-1.schema.json", "diagnose/replay@1"),
+    "failed": ("failed-1.schema.json", "diagnose/failed@1"),
 }
 EXIT_OK = 0
 

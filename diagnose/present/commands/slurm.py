@@ -191,6 +191,11 @@ def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool) ->
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def failed_json(since: str, rows: list[dict[str, Any]], truncated: bool) -> dict[str, Any]:
+    """``--failed --format json``, schema ``diagnose/failed@1`` (``diagnose schema failed``)."""
+    return {"schema": "diagnose/failed@1", "since": since, "jobs": rows, "truncated": truncated}
+
+
 def failed_markdown(rows: list[dict[str, Any]]) -> str:
     """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
     but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
@@ -231,7 +236,7 @@ def _list_failed(args: Any, options: Any) -> int:
                      "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs})
     with _output(args) as out:
         if args.format == "json":
-            json.dump({"since": args.since, "jobs": rows, "truncated": len(jobs) > MAX_LISTED}, out, indent=2)
+            json.dump(failed_json(args.since, rows, len(jobs) > MAX_LISTED), out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
             out.write(failed_markdown(rows))
