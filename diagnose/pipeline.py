@@ -33,6 +33,10 @@ class AnalyzeOptions:
     # a user-named input that is empty is an error (a job that died before writing), not "no failure"; Slurm's
     # follow and job views read outputs that may still be empty and keep their Slurm findings
     refuse_empty: bool = False
+    select: list[str] = field(default_factory=list)  # rule codes or prefixes to run (ruff-style); empty: all
+    ignore: list[str] = field(default_factory=list)  # rule codes or prefixes not to run
+    include: list[str] = field(default_factory=list)  # globs: the files of a folder to read (empty: every log)
+    exclude: list[str] = field(default_factory=list)  # globs: the files of a folder to skip
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -43,13 +47,15 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     from diagnose.match import MatchResult, load_catalogue, scan_and_match
 
     catalogue = options.catalogue or load_catalogue(options.rules_dirs, strict=True)
+    if options.select or options.ignore:
+        catalogue.rules = select_rules(catalogue.rules, options.select, options.ignore)
     found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
     log_inputs = found.log_inputs if found.dumps else inputs
     empty: list[str] = []
     source_warnings: list[str] = []
     n_sources = 0
     if log_inputs:
-        with open_inputs(log_inputs) as sources:
+        with open_inputs(log_inputs, include=options.include, exclude=options.exclude) as sources:
             n_sources = len(sources)
             empty = [s.path for s in sources if s.size == 0]
             source_warnings = list(getattr(sources, "warnings", []))
@@ -66,6 +72,9 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     report = result.report
     report.warnings[:0] = catalogue.errors
     report.warnings.extend(source_warnings)
+    hint = slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs))
+    if hint:
+        report.warnings.append(hint)
     mixed = different_jobs_warning(report)
     if mixed:
         report.warnings.append(mixed)
@@ -94,6 +103,47 @@ def _hang(report: Report, found) -> None:
         return
     merge_hang(report, hang)
     report.warnings.extend(warnings)
+
+
+SLOW_HINT_MIN_BYTES = 256 << 20
+
+
+def slow_scanner_hint(backend: str, total_bytes: int) -> str | None:
+    """One line when a large input was read by the pure-Python scanner (no Hyperscan, no RE2 installed)."""
+    if total_bytes < SLOW_HINT_MIN_BYTES:
+        return None
+    from diagnose.match.anchors import resolve_backend
+
+    chosen = resolve_backend(backend)
+    if chosen == "auto":  # what auto falls back to when neither wheel imports
+        import importlib.util
+
+        chosen = "python" if not any(importlib.util.find_spec(m) for m in ("hyperscan", "re2")) else "fast"
+    if chosen != "python":
+        return None
+    return (f"read {total_bytes >> 20} MiB with the pure-Python scanner: pip install 'diagnose[fast]' (Hyperscan or "
+            "RE2) makes large logs several times faster")
+
+
+def select_rules(rules: list, select: list[str], ignore: list[str]) -> list:
+    """``--select`` / ``--ignore``: codes or prefixes (``OOM`` is every OOM rule), as ruff reads them. A code that
+    names no rule is an error with a suggestion, not a silent no-op."""
+    import difflib
+
+    from diagnose.model import DiagnoseError
+
+    codes = [r.code for r in rules]
+    for given in [*select, *ignore]:
+        if not any(c.startswith(given.upper()) for c in codes):
+            close = difflib.get_close_matches(given.upper(), codes, n=1, cutoff=0.6)
+            raise DiagnoseError(f"no rule code starts with {shown(given)!r}"
+                                + (f" (did you mean {close[0]}?)" if close else " (see 'diagnose rules list')"))
+    wanted = [s.upper() for s in select]
+    dropped = [s.upper() for s in ignore]
+    return [r for r in rules if (not wanted or any(r.code.startswith(w) for w in wanted))
+            and not any(r.code.startswith(d) for d in dropped)]
+
+
 def different_jobs_warning(report: Report) -> str | None:
     """Say so when the inputs look like logs of different jobs, not ranks of one: two or more files each hold
     their own failure for the same rank (or for no rank at all). Per-rank logs of one job fail on different

@@ -399,6 +399,7 @@ def test_item8_default_report_is_short_with_the_fix_on_the_first_screen() -> Non
     assert res.returncode == 1 and len(lines) <= 60, len(lines)
     first = "\n".join(lines[:24])
     assert "ROOT CAUSE  OOM" in first and "line 34" in first and "Bridge CLI  ddp.use_megatron_fsdp=true" in first
+    assert "Launch      needs >= 8 GPUs: launch with world size 8 (torchrun" in first  # conventions: the launch line
     assert "  fix:" not in res.stdout.decode() and "render:" not in res.stdout.decode()
     verbose = cli("analyze", str(SAMPLE), "-v", env_extra={"COLUMNS": "100"}).stdout.decode()
     assert "CONFIG\n  version: <=0.4.x" in verbose and "    YAML" in verbose and "  Facts" in verbose
@@ -483,3 +484,216 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+# ---------------------------------------------------------------------------------------------- item 22
+
+
+def test_item22_context_is_labelled_and_the_odd_rank_is_the_headline() -> None:
+    text = cli("analyze", str(SAMPLE), env_extra={"COLUMNS": "100"}).stdout.decode()
+    assert "CONTEXT  LA004" in text and "INFO  LA004" not in text
+    desync = cli("analyze", str(ROOT / "sample_logs" / "nccl_desync_seqnum.log"),
+                 env_extra={"COLUMNS": "100"}).stdout.decode().splitlines()
+    assert desync[4].startswith("  Rank 11 timed out on SeqNum 2452"), desync[:6]
+
+
+def test_item22_fragmentation_sentence_claims_only_what_the_numbers_show() -> None:
+    from diagnose.explain.memory.analysis import fragmentation_sentence
+    from diagnose.explain.memory.verdict import OomNumbers
+
+    gib = 1 << 30
+    cache_too_small = fragmentation_sentence(OomNumbers(requested=4 * gib, reserved_unallocated=3 * gib, free=2 * gib))
+    assert "add up to more than" in cache_too_small and "neither held it in one block" in cache_too_small
+    cache_enough = fragmentation_sentence(OomNumbers(requested=1 * gib, reserved_unallocated=3 * gib, free=0))
+    assert "more than the 1.00 GiB request" in cache_enough
+
+
+# ---------------------------------------------------------------------------------------------- items 10, 19
+
+
+def test_item10_tui_refuses_without_a_terminal_and_check_options_without_check() -> None:
+    assert_clean_error(cli("tui", str(SAMPLE)), "needs a terminal")
+    assert_clean_error(cli("tui", "--gpus", "8", str(SAMPLE)), "only with --check")
+
+
+def test_item19_piped_output_follows_columns_and_rules_list_has_no_trailing_blanks() -> None:
+    wide = cli("analyze", str(SAMPLE), env_extra={"COLUMNS": "200"}).stdout.decode().splitlines()
+    assert max(len(line) for line in wide) > 120  # laid out at 200, not cut at 100
+    listing = cli("rules", "list", env_extra={"COLUMNS": "200"}).stdout.decode().splitlines()
+    assert listing and not any(line != line.rstrip() for line in listing)
+
+
+# ---------------------------------------------------------------------------------------------- conventions
+
+
+def test_conventions_select_ignore_exit_zero_and_short_version() -> None:
+    assert cli("analyze", str(SAMPLE), "--select", "NC,SL", "--no-replay").returncode == 0  # no OOM rule ran
+    ignored = cli("analyze", str(SAMPLE), "--ignore", "LA004", "--no-replay", "-f", "json")
+    assert ignored.returncode == 1 and b'"LA004"' not in ignored.stdout
+    assert cli("analyze", str(SAMPLE), "--exit-zero", "--no-replay").returncode == 0
+    assert_clean_error(cli("analyze", str(SAMPLE), "--ignore", "OOM10X"), "did you mean")
+    res = cli("-V")
+    assert res.returncode == 0 and res.stdout.startswith(b"diagnose ")
+
+
+def test_conventions_the_examples_folder_runs_as_the_readme_says() -> None:
+    res = cli("check", "examples/run_config.yaml", "--gpus", "8", "--gpu", "h100-80gb")
+    assert res.returncode == 1 and b"does NOT fit" in res.stdout, res.stderr
+    res = cli("check", "examples/mlm_args.txt", "--gpus", "8")
+    assert res.returncode == 0 and b"fits" in res.stdout, res.stderr
+
+
+# ---------------------------------------------------------------------------------------------- item 16
+
+
+def test_item16_check_answers_a_megatron_lm_list_in_flags() -> None:
+    res = cli("check", "examples/mlm_args.txt", "--gpus", "8", "--gpu-memory", "40GiB", env_extra={"COLUMNS": "300"})
+    out = res.stdout.decode()
+    assert res.returncode == 1, res.stderr
+    changes = [ln for ln in out.splitlines() if ln[:2].strip().isdigit()]
+    assert changes and any("--use-megatron-fsdp" in ln for ln in changes)
+    assert not any("ddp.use_megatron_fsdp=" in ln for ln in changes), changes
+
+
+def test_conventions_ci_formats(tmp_path: Path) -> None:
+    import json
+
+    lines = cli("analyze", str(SAMPLE), "--no-replay", "-f", "jsonl").stdout.decode().splitlines()
+    first = json.loads(lines[0])
+    assert first["root_cause"] is True and first["rule"].startswith("OOM") and first["line"] == 34
+    sarif = json.loads(cli("analyze", str(SAMPLE), "--no-replay", "-f", "sarif").stdout)
+    result = sarif["runs"][0]["results"][0]
+    assert sarif["version"] == "2.1.0" and result["level"] == "error"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 34
+    # a hostile log cannot issue a workflow command of its own through an annotation
+    log = tmp_path / "x,y:z.log"
+    log.write_text(OOM.replace("Tried to allocate", "::warning::pwned%0A Tried to allocate") + "\n")
+    out = cli("analyze", str(log), "--no-replay", "-f", "github").stdout.decode().splitlines()
+    assert out[0].startswith("::error file=") and "%2C" in out[0] and "%3A" in out[0].split("::", 2)[1]
+    assert all(line.startswith("::") and line.count("\n") == 0 for line in out)
+
+
+def test_conventions_tool_diagnose_config_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.diagnose]\nignore = ["LA004"]\nformat = "json"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env.pop("DIAGNOSE_NO_CONFIG", None)
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE), "--no-replay"], cwd=tmp_path,
+                         env=env, capture_output=True, timeout=120)
+    assert res.returncode == 1 and res.stdout.startswith(b"{") and b'"LA004"' not in res.stdout, res.stderr
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE), "--no-replay", "-f", "text"],
+                         cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert res.stdout.startswith(b"diagnose \xc2\xb7")  # the command line wins
+    (tmp_path / "pyproject.toml").write_text('[tool.diagnose]\nignroe = ["LA004"]\n')
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(SAMPLE)], cwd=tmp_path, env=env,
+                         capture_output=True, timeout=120)
+    assert_clean_error(res, "did you mean 'ignore'")
+
+
+# ---------------------------------------------------------------------------------------------- item 21
+
+
+def test_item21_failed_list_names_who_cancelled_like_the_job_view() -> None:
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.listing import _FIELDS, list_failed_jobs
+
+    fields = _FIELDS.split(",")
+    row = {"JobID": "42", "JobName": "train", "User": "root", "State": "CANCELLED by 0", "ExitCode": "0:15"}
+    sacct = "|".join(fields) + "\n" + "|".join(row.get(f, "") for f in fields) + "\n"
+    (job,) = list_failed_jobs("1d", "root", runner=lambda argv: CommandResult(argv, 0, sacct, ""))
+    assert job.state_text() == "CANCELLED by root"
+
+
+def test_item21_fix_steps_name_the_known_job_id() -> None:
+    from diagnose.ingest.slurm.diagnosis import fill_job_id
+    from diagnose.model import Finding, Fix, Report
+
+    shared = Fix(steps=["sacct -j JOBID -o JobID,State,ExitCode,Reason"])
+    finding = Finding(rule="SL002", name="x", title="t", category="slurm", phase="unknown", severity="error",
+                      role="context", confidence=0.9, fix=shared)
+    report = Report(findings=[finding])
+    fill_job_id(report, "117")
+    assert report.findings[0].fix.steps == ["sacct -j 117 -o JobID,State,ExitCode,Reason"]
+    assert shared.steps == ["sacct -j JOBID -o JobID,State,ExitCode,Reason"]  # the rule's own fix is untouched
+
+
+def test_item21_a_job_whose_log_is_gone_says_so_in_the_list() -> None:
+    from diagnose.model import Finding, Report
+    from diagnose.present.commands.slurm import one_line_diagnosis
+
+    root = Finding(rule="SJ006", name="x", title="Slurm job state FAILED", category="slurm", phase="unknown",
+                   severity="error", role="root", confidence=0.9)
+    report = Report(findings=[root], root_cause=0,
+                    slurm={"outputs": [{"path": "/gone/x.out", "exists": False, "readable": False}]})
+    assert one_line_diagnosis(report).endswith("(log not found: from Slurm's record only)")
+    report.slurm["outputs"][0].update(exists=True, readable=True)
+    assert "log not found" not in one_line_diagnosis(report)
+
+
+def test_conventions_completion_and_man_page_come_from_the_parser() -> None:
+    from diagnose.present.cli import build_parser
+
+    script = cli("completion", "bash").stdout.decode()
+    analyze_opts = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices
+                        and "analyze" in a.choices).choices["analyze"]
+    for option in ("--select", "--exit-zero", "--gpu-memory"):
+        assert option in script and any(option in a.option_strings for a in analyze_opts._actions)
+    res = subprocess.run(["bash", "-c", script + '\nCOMP_WORDS=(diagnose analyze --exit); COMP_CWORD=2; _diagnose; '
+                          'echo "${COMPREPLY[@]}"'], capture_output=True, text=True, timeout=30)
+    assert res.stdout.split() == ["--exit-zero"], res
+    man = cli("man").stdout.decode()
+    assert man.startswith(".TH DIAGNOSE 1") and ".SS diagnose analyze" in man and "\\-\\-exit\\-zero" in man
+
+
+def test_conventions_include_exclude_globs_for_folders(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_oom.log").read_text())
+    (tmp_path / "rank1.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_nccl_timeout.log").read_text())
+    only = cli("analyze", str(tmp_path), "--include", "rank1*", "--no-replay", "-q").stdout.decode()
+    assert only.startswith("NC") and "rank0.log" not in only
+    without = cli("analyze", str(tmp_path), "--exclude", "rank1.log", "--no-replay", "-q").stdout.decode()
+    assert without.startswith("OOM")
+    assert_clean_error(cli("analyze", str(tmp_path), "--include", "none*"), "--include/--exclude")
+
+
+def test_conventions_a_hint_when_the_slow_scanner_read_a_large_input(tmp_path: Path, monkeypatch) -> None:
+    from diagnose import pipeline
+
+    monkeypatch.setattr(pipeline, "SLOW_HINT_MIN_BYTES", 1000)
+    log = tmp_path / "job.log"
+    log.write_text(OOM + "\n" + "iteration line\n" * 100)
+    slow = pipeline.analyze([str(log)], pipeline.AnalyzeOptions(backend="python", replay=False))
+    assert any("pure-Python scanner" in w for w in slow.warnings)
+    fast = pipeline.analyze([str(log)], pipeline.AnalyzeOptions(backend="auto", replay=False))
+    assert not any("pure-Python scanner" in w for w in fast.warnings)
+
+
+def test_conventions_failed_list_parsable_and_noheader() -> None:
+    from diagnose.present.commands.slurm import failed_parsable
+
+    rows = [{"job_id": "42", "name": "a|b\x1b[31m", "user": "u", "state": "FAILED exit 1", "end": "2026-12-01T10:00",
+             "diagnosis": "[OOM102] CUDA OOM"}]
+    text = failed_parsable(rows, parsable=True, header=True).splitlines()
+    assert text[0] == "JobID|JobName|User|State|End|Diagnosis"
+    assert text[1] == "42|a/b\\x1b[31m|u|FAILED exit 1|2026-12-01T10:00|[OOM102] CUDA OOM"
+    assert failed_parsable(rows, parsable=True, header=False).startswith("42|")
+    plain = failed_parsable(rows, parsable=False, header=False)
+    assert plain.startswith("42     ") and "JobID" not in plain
+
+
+def test_item21_failed_json_has_a_schema() -> None:
+    import json
+
+    import jsonschema
+
+    from diagnose.present.commands.slurm import failed_json
+
+    schema = json.loads(cli("schema", "failed").stdout)
+    doc = failed_json("1d", [{"job_id": "42", "name": "x", "user": "u", "state": "FAILED exit 1", "end": "t",
+                              "diagnosis": "[OOM102] CUDA OOM", "outputs": ["/tmp/x.out"]}], False)
+    jsonschema.validate(json.loads(json.dumps(doc)), schema)
+    doc["jobs"][0].pop("diagnosis")
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("a job without its diagnosis validated")

@@ -97,3 +97,73 @@ async def test_item11_slurm_job_table_shows_names_as_typed(tmp_path: Path) -> No
         row = [str(getattr(c, "plain", c)) for c in table.get_row_at(0)]
         assert row[1] == "train[/] [@click=app.quit]go[/]" and row[5] == "node[01-02]"
         assert app.is_running
+
+
+@run_async
+async def test_item10_p_without_a_plan_says_why(tmp_path: Path) -> None:
+    from test_tui_reports import copy_log
+
+    from diagnose.model import Report
+
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    app = DiagnoseApp([str(log)], report=Report())  # a report with no config: no plan can be made
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any(m.startswith("No memory plan:") for m in messages), messages
+
+
+@run_async
+async def test_item10_forward_search_wraps_to_the_top(oom_app: DiagnoseApp) -> None:  # noqa: F811
+    from diagnose.present.tui.screens import LogScreen
+
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        screen = oom_app.screen
+        assert isinstance(screen, LogScreen)
+        screen.index.done.wait(10)
+
+        async def press(*keys: str) -> None:
+            await pilot.press(*keys)
+            await oom_app.workers.wait_for_complete()
+            await pilot.pause()
+
+        await press("colon", *"60", "enter")
+        await press("slash", *"warnings.warn", "enter")  # no match after line 60: the first one, line 2
+        assert screen.view.cursor_line == 1
+        assert "wrapped to the top" in str(screen.query_one("#log-status").content)
+
+
+@run_async
+async def test_item10_plan_screen_copies_and_exports(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from test_tui_plan import SIZE as PLAN_SIZE
+    from test_tui_plan import plan_app, planned
+    from textual.widgets import DataTable
+
+    from diagnose.present.tui.plan import PlanScreen
+
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")
+    monkeypatch.chdir(tmp_path)
+    app = plan_app()
+    async with app.run_test(size=PLAN_SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await planned(pilot, screen)
+        table = screen.query_one("#plans", DataTable)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.clipboard and "=" in app.clipboard  # the highlighted plan's Bridge CLI words
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("enter")  # the default name
+        await pilot.pause()
+    plan = json.loads((tmp_path / "diagnose-plan.json").read_text())
+    assert plan["plans"] and "peak_bytes" in plan["plans"][0]

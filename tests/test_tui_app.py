@@ -203,7 +203,7 @@ async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
         await press("N")  # previous "warnings.warn" before line 60: line 15
         assert screen.view.cursor_line == 14
         await press("slash", *"no such text", "enter")
-        assert "no further match" in shown(screen.query_one("#log-status"))
+        assert "no match for" in shown(screen.query_one("#log-status"))  # none anywhere (search wraps: issue 19)
         assert screen.view.cursor_line == 14
         await press("y")
         assert oom_app.clipboard == "  warnings.warn("

@@ -319,6 +319,7 @@ def test_tui_check_builds_the_plan_app(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.update(self.plan_args)
 
     monkeypatch.setattr(PlanApp, "run", fake_run)
+    monkeypatch.setattr(tui_command, "_need_terminal", lambda: None)  # pytest's stdout is no terminal
     assert tui_command.run(check_args(gpu="h200", sets=["train.micro_batch_size=2"])) == 0
     assert seen["gpus"] == 8 and seen["title"] == "llama8b_bridge.yaml"
     assert seen["capacity"] > 130 * GIB and "h200" in seen["capacity_label"]
@@ -439,6 +440,7 @@ def test_cli_tui_check_end_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip("the CLI parser has no `tui --check` yet")
     seen = {}
     monkeypatch.setattr(PlanApp, "run", lambda self: seen.update(self.plan_args))
+    monkeypatch.setattr(tui_command, "_need_terminal", lambda: None)  # pytest's stdout is no terminal
     assert tui_command.run(args) == 0
     assert seen["gpus"] == 8 and "h200" in seen["capacity_label"]
     assert [(o.key, o.value) for o in seen["sets"]] == [("train.micro_batch_size", 2)]

@@ -98,9 +98,24 @@ def _walk_logs(folder: str, rotated: list[str] | None = None) -> list[str]:
     return found
 
 
-def expand_inputs(inputs: list[str], notes: list[str] | None = None) -> list[InputEntry]:
-    """Files stay as named (any name); folders become their log files. Raises DiagnoseError, one line.
-    ``notes`` receives what the user should know about a folder (rotated logs not read)."""
+def _wanted(path: str, folder: str, include: list[str], exclude: list[str]) -> bool:
+    """``--include`` / ``--exclude`` globs, matched against the path inside the folder and the file name."""
+    from fnmatch import fnmatch
+
+    rel = os.path.relpath(path, folder)
+    name = os.path.basename(path)
+
+    def hit(pattern: str) -> bool:
+        return fnmatch(rel, pattern) or fnmatch(name, pattern)
+
+    return (not include or any(hit(p) for p in include)) and not any(hit(p) for p in exclude)
+
+
+def expand_inputs(inputs: list[str], notes: list[str] | None = None, include: list[str] | None = None,
+                  exclude: list[str] | None = None) -> list[InputEntry]:
+    """Files stay as named (any name); folders become their log files (those ``include`` / ``exclude`` globs
+    keep). Raises DiagnoseError, one line. ``notes`` receives what the user should know about a folder (rotated
+    logs not read)."""
     entries: list[InputEntry] = []
     for raw in inputs:
         if not isinstance(raw, str) or raw == "":
@@ -123,6 +138,10 @@ def expand_inputs(inputs: list[str], notes: list[str] | None = None) -> list[Inp
                 raise input_error(raw, "permission denied (cannot list folder)")
             rotated: list[str] = []
             logs = _walk_logs(raw, rotated)
+            if (include or exclude) and logs:
+                logs = [p for p in logs if _wanted(p, raw, include or [], exclude or [])]
+                if not logs:
+                    raise input_error(raw, "no log file in the folder is kept by --include/--exclude")
             if rotated and notes is not None:
                 rotated.sort(key=natural_key)
                 notes.append(f"{len(rotated)} rotated log{'s' if len(rotated) != 1 else ''} not read (e.g. "

@@ -69,7 +69,8 @@ class Sources(list):
 
 
 @contextlib.contextmanager
-def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Iterator[list[Source]]:
+def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None, include: list[str] | None = None,
+                exclude: list[str] | None = None) -> Iterator[list[Source]]:
     """Open every input; close them (and delete temporary files) on exit. Raises DiagnoseError, one line."""
     if isinstance(inputs, (str, bytes)):
         inputs = [inputs]
@@ -79,7 +80,7 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None) -> Ite
     sources = Sources()
     with tempfile.TemporaryDirectory(prefix="diagnose-") as tmp:
         try:
-            entries = expand_inputs(list(inputs), sources.warnings)
+            entries = expand_inputs(list(inputs), sources.warnings, include, exclude)
             raise_open_file_limit(len(entries) + 64)
             skipped: list[str] = []
             for entry in entries:

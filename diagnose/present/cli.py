@@ -93,13 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Diagnose failed Megatron-Bridge / Megatron-Core training jobs: root cause, evidence, and "
         "config overrides proven to pass validation and fit in memory.",
     )
-    parser.add_argument("--version", action="version", version=f"diagnose {__version__}")
+    parser.add_argument("--version", "-V", action="version", version=f"diagnose {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("analyze", help="diagnose a failed job's log(s)", description="Diagnose a failed job's log.")
     p.add_argument("paths", nargs="+", metavar="LOG",
                    help="log file(s), a folder of per-rank logs, .gz, or - for stdin")
-    _format(p)
+    _format(p, ("text", "json", "markdown", "jsonl", "sarif", "github"))
     _rules_opt(p)
     p.add_argument("--config", metavar="FILE",
                    help="the job's run_config.yaml (or Megatron-LM args), if not in the log")
@@ -109,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-replay", action="store_true", help="skip config replay and the memory model")
     p.add_argument("--jobs", "-j", type=_positive, default=0, metavar="N", help="scan with N processes (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--select", action="append", default=[], metavar="CODES",
+                   help="run only these rules: codes or prefixes, comma-separated (e.g. OOM,NC002); repeatable")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODES",
+                   help="do not run these rules: codes or prefixes, comma-separated (e.g. LA004); repeatable")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="in a folder, read only files matching GLOB (path in the folder or name); repeatable")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="in a folder, skip files matching GLOB (e.g. '*stdout*'); repeatable")
+    p.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 even when a failure is diagnosed (2 still means bad input)")
     _detail(p)
     _common(p)
 
@@ -178,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true", help="list recent failed jobs with a one-line diagnosis each")
     p.add_argument("--since", default="1d", metavar="AGE", help="with --failed: how far back (e.g. 6h, 2d; default 1d)")
     p.add_argument("--user", metavar="USER", help="with --failed: whose jobs (default: you)")
+    p.add_argument("--parsable", "-p", action="store_true",
+                   help="with --failed: '|'-separated fields, as sacct --parsable2 (JobID|JobName|User|State|End|...)")
+    p.add_argument("--noheader", "-n", action="store_true", help="with --failed: no header line, as sacct -n")
     _rules_opt(p)
     _format(p)
     _common(p)
@@ -206,10 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the JSON Schema of a --format json output (report, check, replay, verify, fleet)",
                        description="Print the JSON Schema (draft 2020-12) of 'analyze/slurm --format json' "
                        "(report), 'check --format json' (check), 'replay --format json' (replay), "
-                       "'verify --format json' (verify) or 'fleet report --format json' (fleet).")
-    p.add_argument("name", nargs="?", default="report", choices=("report", "check", "replay", "verify", "fleet"),
+                       "'verify --format json' (verify), 'fleet report --format json' (fleet) or "
+                       "'slurm --failed --format json' (failed).")
+    p.add_argument("name", nargs="?", default="report",
+                   choices=("report", "check", "replay", "verify", "fleet", "failed"),
                    help="which (default: report)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the schema to FILE instead of stdout")
+    _common(p)
+
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh)",
+                       description="Print a completion script: eval \"$(diagnose completion bash)\" in ~/.bashrc.")
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    p.add_argument("--output", "-o", metavar="FILE", help="write it to FILE instead of stdout")
+    _common(p)
+    p = sub.add_parser("man", help="print the man page (roff): diagnose man > diagnose.1",
+                       description="Print the man page, generated from these options.")
+    p.add_argument("--output", "-o", metavar="FILE", help="write it to FILE instead of stdout")
     _common(p)
 
     return parser
@@ -329,12 +354,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Parse; an option the sub-command does not know is reported by that sub-command's parser (its usage, its
-    --help), not by the top-level one."""
+    --help), not by the top-level one. Defaults come from a config file when there is one (userconfig.py)."""
     args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) and not extra:
+        args = _with_config_defaults(parser, args, argv)
     if extra:
         sub = _subparser(parser, args)
         (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
+
+
+def _with_config_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                          argv: list[str] | None) -> argparse.Namespace:
+    from diagnose.present import userconfig
+
+    try:
+        defaults = userconfig.defaults_for(args.command, userconfig.find_config())
+    except Exception as e:  # noqa: BLE001 - one line, like any usage error
+        parser.exit(EXIT_USAGE, f"diagnose: error: {_one_line(str(e))}\n")
+    sub = _subparser(parser, args)
+    if not defaults or sub is None:
+        return args
+    choices = {a.dest: a.choices for a in sub._actions if a.choices}
+    for dest, value in defaults.items():
+        if dest in choices and value not in choices[dest]:
+            parser.exit(EXIT_USAGE, f"diagnose: error: config file: {dest} must be one of {', '.join(choices[dest])}\n")
+    sub.set_defaults(**{k: v for k, v in defaults.items() if any(a.dest == k for a in sub._actions)})
+    return parser.parse_args(argv)
 
 
 def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser | None:

@@ -17,6 +17,7 @@ from diagnose.present.text import (
     SAFETY_NOTE,
     category_words,
     collapsed_line,
+    finding_label,
     mapping_lines,
     section_data,
     shown_facts,
@@ -173,7 +174,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     if secondary:
         body: list[str] = [""]
         for f in secondary:
-            body += _finding(f, f.severity.capitalize(), root)
+            body += _finding(f, finding_label(f).capitalize(), root)
         titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
         out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]

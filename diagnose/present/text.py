@@ -454,12 +454,14 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
         parts.extend(Text(line, style="dim") for line in textwrap.wrap(
             inert("category from " + f.basis_detail), max(40, width - 1),
             initial_indent="  ", subsequent_indent="    "))
+    # the odd ranks of an NCCL hang (silent, desynchronised, behind) are the headline: shown here even when the
+    # explanation repeats them further down
     silent = silent_line(f, root)
-    if silent and silent.lower() not in f.explanation.lower():
+    if silent:
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
             inert(silent[0].upper() + silent[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     skew = skew_line(f)
-    if skew and skew.split("; ")[0].lower() not in f.explanation.lower():
+    if skew:
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
             inert(skew[0].upper() + skew[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
@@ -469,14 +471,26 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if not full:
         return parts
     why: list[Any] = []
-    if f.explanation:
+    explanation = _without_headline(f.explanation, [x for x in (silent, skew) if x])
+    if explanation:
         why.append(Text("  Why", style="bold"))
-        why.extend(Text(line) for line in wrap_paragraphs(inert_block(f.explanation), width, "    "))
+        why.extend(Text(line) for line in wrap_paragraphs(inert_block(explanation), width, "    "))
     fix = fix_texts(f.fix, width=width, verbose=verbose)
     return parts + (why + fix if verbose else fix + why)
 
 
 NOTHING_RECOVERED = "nothing recovered from the input"
+
+
+def _without_headline(explanation: str, headlines: list[str]) -> str:
+    """The explanation minus the paragraphs that say what the headline lines above it already say (once is
+    enough: the odd ranks of a hang are shown at the top)."""
+    if not explanation or not headlines:
+        return explanation
+    keys = [h.split(";")[0].split(":")[0].strip().lower() for h in headlines]
+    paragraphs = explanation.split("\n\n")
+    kept = [p for p in paragraphs if not any(k and k in p.lower() for k in keys)]
+    return "\n\n".join(kept).strip()
 
 
 def section_data(data: Any) -> Any:
@@ -569,14 +583,21 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         if not report.findings:
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
-        parts.extend(render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose))
+        root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose)
+        launch = _launch_line(report)
+        if launch:  # the fix needs more GPUs: how to launch them, under the fix's command lines
+            at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
+                       and p.plain.lstrip().startswith("Bridge CLI")), None)
+            if at is not None:
+                root_parts.insert(at, command_text("    Launch      ", inert(launch.lstrip("# ")), style="bold"))
+        parts.extend(root_parts)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
     if secondary and not verbose:
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             line = Text("  ")
-            line.append(f"{f.severity.upper()}  ", style=_severity_style(f.severity))
+            line.append(f"{finding_label(f)}  ", style=_severity_style(f.severity) if f.role != "context" else "dim")
             line.append(f"{inert(f.rule)}  {inert(f.title)}")
             w = where(f)
             line.append(f"  [{inert(w) + ', ' if w else ''}line {f.first_line}]", style="dim")
@@ -585,7 +606,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             parts.append(Text(""))
-            parts.extend(render_finding(f, f.severity.upper(), _severity_style(f.severity), width,
+            parts.extend(render_finding(f, finding_label(f), _severity_style(f.severity), width,
                                         full=f.severity == "error", root=root))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
@@ -615,8 +636,8 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts += [Text(""), Text("WARNINGS", style="bold yellow")]
         parts.extend(Text("  ").append(inert(w)) for w in report.warnings)
     if not verbose and any(getattr(report, n) for n in ("config", "replay", "memory")):
-        parts += [Text(""), Text("(-v shows the facts, the YAML form of the fix, and the config, replay and memory "
-                                 "details; --format json has everything)", style="dim")]
+        parts += [Text(""), Text("(-v: facts, YAML fix, config/replay/memory details; --format json: everything)",
+                                 style="dim")]
     return parts
 
 
@@ -635,6 +656,13 @@ def _hang_section(report: Report) -> list[Any]:
         parts.append(Text(""))
         parts.extend(Text("  " + inert(row), no_wrap=True, overflow="ignore") for row in rows)
     return parts
+
+
+def _launch_line(report: Report) -> str | None:
+    """Replay's launch comment for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)")."""
+    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
+    launch = render.get("launch") if isinstance(render, dict) else None
+    return launch if isinstance(launch, str) and launch.strip() else None
 
 
 def _summaries(report: Report, width: int) -> list[Any]:
@@ -694,6 +722,12 @@ def _quiet(report: Report) -> list[Any]:
     return out
 
 
+def finding_label(f: Finding) -> str:
+    """ERROR / WARNING / INFO, except CONTEXT for a finding whose rule says it only explains the root cause (an
+    ``error``-severity Slurm line in the context role used to print as a second ERROR)."""
+    return "CONTEXT" if f.role == "context" else f.severity.upper()
+
+
 def _severity_style(severity: str) -> str:
     return {"error": "bold red", "warning": "bold yellow"}.get(severity, "bold blue")
 
@@ -719,14 +753,18 @@ def make_console(file, color: str = "auto", width: int | None = None) -> Console
     """A console honouring ``--color`` (auto/always/never) and NO_COLOR (which ``auto`` respects)."""
     import os
 
+    # Piped or redirected output is laid out at $COLUMNS when set (rich reads it), else 100 columns; a terminal at
+    # its own width. A fixed 100 used to cut regexes, paths and timestamps mid-token whatever COLUMNS said.
+    columns = os.environ.get("COLUMNS", "")
+    piped_width = width or (None if columns.isdigit() and int(columns) > 0 else 100)
     if color == "always":
-        return _Console(file=file, force_terminal=True, color_system="standard", width=width or 100,
+        return _Console(file=file, force_terminal=True, color_system="standard", width=piped_width,
                        highlight=False, emoji=False)
     if color == "never" or os.environ.get("NO_COLOR"):
-        return _Console(file=file, no_color=True, color_system=None, width=width or 100, highlight=False,
+        return _Console(file=file, no_color=True, color_system=None, width=piped_width, highlight=False,
                        emoji=False, force_terminal=False)
     is_tty = hasattr(file, "isatty") and file.isatty()
-    return _Console(file=file, width=width if width or is_tty else 100, highlight=False, emoji=False)
+    return _Console(file=file, width=width if width or is_tty else piped_width, highlight=False, emoji=False)
 
 
 def render_to_string(report: Report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:

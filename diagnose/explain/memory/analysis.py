@@ -220,9 +220,7 @@ def _explain(
     if larger_than_gpu(n, capacity) and not buffer:
         return _too_big(n, capacity)
     if verdict == "fragmentation":
-        return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
-                f"enough for the {req} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
-                "expandable_segments:True (not with ddp.nccl_ub on torch < 2.11).")
+        return fragmentation_sentence(n)
     where = {"dp_wrap": "at DP wrap time", "model_build": "while building the model",
              "optimizer_step": "at the first optimizer step", "first_iteration": "in the first iteration",
              "training": "during training", "checkpoint_save": "while saving a checkpoint",
@@ -280,14 +278,26 @@ def _explain_trained(verdict: str, phase: str, n: OomNumbers, plan: Plan, params
     return text
 
 
+def fragmentation_sentence(n: OomNumbers) -> str:
+    """What the numbers say of a fragmentation OOM, and no more: the cache alone held more than the request only
+    when its unallocated part is larger; otherwise only cache and free memory together did (issue 19: the old
+    sentence said the cache could have served a request it could not)."""
+    cached, free, req = n.reserved_unallocated or 0, n.free or 0, n.requested or 0
+    if cached >= req:
+        head = (f"{fmt_gib(cached)} was cached by PyTorch but unallocated, more than the {fmt_gib(req)} request, "
+                "but in blocks too small for it")
+    else:
+        head = (f"{fmt_gib(cached)} cached by PyTorch but unallocated and {fmt_gib(free)} free add up to more than "
+                f"the {fmt_gib(req)} request, but neither held it in one block")
+    return head + ". Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with ddp.nccl_ub on torch < 2.11)."
+
+
 def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None) -> str:
     """What the OOM numbers alone say, when neither a parameter count nor a model shape is known."""
     if capacity and larger_than_gpu(n, capacity):
         return _too_big(n, capacity)
     if verdict == "fragmentation":
-        return (f"{fmt_gib(n.reserved_unallocated)} was cached by PyTorch but unallocated and {fmt_gib(n.free)} free: "
-                f"enough for the {fmt_gib(n.requested)} request, but not in one block. Set PYTORCH_CUDA_ALLOC_CONF="
-                "expandable_segments:True (not with ddp.nccl_ub on torch < 2.11).")
+        return fragmentation_sentence(n)
     if not n.requested or not capacity:
         return ""
     text = f"A {fmt_gib(n.requested)} allocation did not fit in {fmt_gib(capacity)}"

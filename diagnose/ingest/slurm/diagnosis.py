@@ -43,7 +43,17 @@ def diagnose_job(
     report.warnings.extend(job.notes)
     merge_slurm_findings(report, slurm_findings(job), job.state)
     report.slurm = slurm_section(job)
+    fill_job_id(report, job.job_id)
     return SlurmDiagnosis(job, report)
+
+
+def fill_job_id(report: Report, job_id: str) -> None:
+    """The rules' fix steps say ``sacct -j JOBID``; with the job known, say its id (a copy of each fix: the rule's
+    own Fix object is shared by every report)."""
+    for f in report.findings:
+        if any("JOBID" in step for step in f.fix.steps) or "JOBID" in (f.fix.summary or ""):
+            f.fix = dataclasses.replace(f.fix, steps=[step.replace("JOBID", job_id) for step in f.fix.steps],
+                                        summary=(f.fix.summary or "").replace("JOBID", job_id))
 
 
 def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:

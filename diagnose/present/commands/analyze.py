@@ -64,6 +64,10 @@ def render(report: Report, fmt: str, out, color: str, detail: str = "default") -
         from diagnose.present.json_report import render_json
 
         out.write(render_json(report))
+    elif fmt in ("jsonl", "sarif", "github"):
+        from diagnose.present import ci
+
+        out.write({"jsonl": ci.render_jsonl, "sarif": ci.render_sarif, "github": ci.render_github}[fmt](report))
     elif fmt == "markdown":
         from diagnose.present.markdown import render_markdown
 
@@ -73,6 +77,11 @@ def render(report: Report, fmt: str, out, color: str, detail: str = "default") -
         from diagnose.present.text import render as render_text
 
         render_text(report, make_console(out, color), detail)
+
+
+def _codes(values: list[str] | None) -> list[str]:
+    """``--select OOM,NC002 --select LA`` -> ["OOM", "NC002", "LA"]."""
+    return [c.strip() for v in values or [] for c in str(v).split(",") if c.strip()]
 
 
 def _check_config_path(path: str | None) -> None:
@@ -110,6 +119,10 @@ def run(args) -> int:
         jobs=jobs,
         progress=progress,
         refuse_empty=True,
+        select=_codes(getattr(args, "select", None)),
+        ignore=_codes(getattr(args, "ignore", None)),
+        include=list(getattr(args, "include", None) or []),
+        exclude=list(getattr(args, "exclude", None) or []),
     )
     try:
         report = analyze(list(args.paths), options)
@@ -122,7 +135,7 @@ def run(args) -> int:
     note = gpu_memory_note(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
     if note:
         report.warnings.append(f"--gpu-memory {note}")
-    code = EXIT_FAILURE_FOUND if report.root_cause is not None else EXIT_OK
+    code = EXIT_FAILURE_FOUND if report.root_cause is not None and not getattr(args, "exit_zero", False) else EXIT_OK
     from diagnose.present.output import deliver
 
     detail = getattr(args, "detail", "default") or "default"

@@ -197,7 +197,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         fix = rep.get("fix") or []
         after = rep.get("after_fix") or {}
         if fix:
-            ov = _fix_text(fix)
+            ov = _fix_text(fix, _mlm(where))
             proven = "passes after replay" if after.get("passes") else "still fails after replay"
             console.print(Text(f"  fix ({proven}): " + inert(ov), style="green" if after.get("passes") else "yellow"))
         gbs = rep.get("changes_global_batch_size")
@@ -234,7 +234,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         if i == 0 or not p["overrides"]:
             continue
         line = Text(f"{i:>2}  ", style="bold")
-        line.append(inert(_fix_text(p["overrides"])))
+        line.append(inert(_fix_text(p["overrides"], _mlm(where))))
         console.print(line, soft_wrap=True)  # one line, so that it can be copied into a shell
         console.print(Text("    " + inert(p["cost"] or ""), style="dim"))
     for note in mem.get("notes", []):
@@ -256,6 +256,12 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         console.print(Text(msg, style="bold red"))
 
 
+def _mlm(where: str) -> bool:
+    return where.endswith("; changes as Megatron-LM flags")
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f}G"
 
 
 def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
@@ -270,18 +276,27 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
                 replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
 
 
-def _fix_text(overrides: list[dict[str, Any]]) -> str:
-    """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys."""
+def _fix_text(overrides: list[dict[str, Any]], mlm: bool = False) -> str:
+    """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
+    With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
+    for the keys that have no flag. A field the release removed is deleted (``~key``)."""
     from diagnose.explain.config.overrides import parse_set
     from diagnose.explain.config.releases import FIELD_MOVES
-    from diagnose.explain.render import inline_fix
+    from diagnose.explain.render import inline_fix, mlm_flag
 
     def one(o: dict[str, Any]) -> Override:
         if o["value"] is None and o["key"] in FIELD_MOVES:  # a field the release removed: the fix deletes it
             return parse_set("~" + o["key"])
         return Override(o["key"], o["value"])
 
-    return inline_fix([one(o) for o in overrides])
+    ovs = [one(o) for o in overrides]
+    if not mlm:
+        return inline_fix(ovs)
+    words = []
+    for o in ovs:
+        flag = "" if o.key.startswith(("env.", "launch.")) or o.key.startswith("~") else mlm_flag(o)
+        words.append(flag or inline_fix([o]))
+    return " ".join(w for w in words if w)
 
 
 def _prefetch_param_count(view: Any) -> None:
@@ -318,12 +333,13 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
     out: dict[str, Any] = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
+    mlm = getattr(view, "framework", None) == "megatron-lm"
     passes = not replay.get("violations")
     given = out["memory"]["plans"][0]
     if not passes:
         given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
         _lead_with_the_fix(out, view, replay, int(args.gpus), capacity)
-        fix = _fix_text(replay.get("fix") or [])
+        fix = _fix_text(replay.get("fix") or [], mlm)
         out["memory"]["notes"].append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
             + (f"validator's fix ({fix})" if fix else "violations above fixed")
@@ -331,6 +347,8 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
     elif given.get("valid") is None:
         given["valid"] = True
     code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
+    if mlm:
+        where += "; changes as Megatron-LM flags"
     return out, code, where
 
 

@@ -85,7 +85,9 @@ def _list(catalogue: Catalogue, fmt: str) -> int:
     for r in catalogue.rules:
         table.add_row(*(Text(inert(v)) for v in (r.code, r.category, r.phase, r.role, r.title)))
     console = Console(highlight=False, soft_wrap=False)
-    console.print(table)
+    from diagnose.present.text import _RStripped
+
+    console.print(_RStripped(table))  # a table pads every cell: no trailing blanks for a copy or a diff
     console.print(Text(f"{len(catalogue.rules)} rules", style="dim"))
     return EXIT_OK
 

@@ -1,5 +1,5 @@
-"""``diagnose schema [report|check|replay|verify]``: print the JSON Schema (draft 2020-12) of a ``--format json``
-output.
+"""``diagnose schema [report|check|replay|verify|fleet|failed]``: print the JSON Schema (draft 2020-12) of a
+``--format json`` output.
 
 The files are ``schemas/<name>-1.schema.json`` in a checkout; a wheel carries them as ``diagnose/_schemas`` (a
 symlink to ``../schemas``, like ``diagnose/_rules``). They are printed byte for byte, so a user can save the output
@@ -20,6 +20,7 @@ SCHEMAS = {
     "replay": ("replay-1.schema.json", "diagnose/replay@1"),
     "verify": ("verify-1.schema.json", "diagnose/verify@1"),
     "fleet": ("fleet-1.schema.json", "diagnose/fleet@1"),
+    "failed": ("failed-1.schema.json", "diagnose/failed@1"),
 }
 EXIT_OK = 0
 

@@ -172,6 +172,30 @@ def slurm_markdown(s: SlurmFacts | None) -> str:
 LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
 
 
+FAILED_COLUMNS = (("JobID", "job_id"), ("JobName", "name"), ("User", "user"), ("State", "state"), ("End", "end"),
+                  ("Diagnosis", "diagnosis"))
+
+
+def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool) -> str:
+    """sacct's ``--parsable2`` / ``--noheader`` for ``--failed``: ``|``-separated fields (a ``|`` inside a value
+    becomes ``/``), or with only ``--noheader`` space-padded columns without the header line. Values are inert."""
+    from diagnose.present.safe import inert
+
+    table = [[inert(str(r.get(key) or "")) for _, key in FAILED_COLUMNS] for r in rows]
+    names = [name for name, _ in FAILED_COLUMNS]
+    if parsable:
+        lines = (["|".join(names)] if header else []) + ["|".join(v.replace("|", "/") for v in t) for t in table]
+    else:
+        widths = [max([len(n) for n in names[i:i + 1]] + [len(t[i]) for t in table]) for i in range(len(names) - 1)]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(t[:-1], widths)) + "  " + t[-1] for t in table]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def failed_json(since: str, rows: list[dict[str, Any]], truncated: bool) -> dict[str, Any]:
+    """``--failed --format json``, schema ``diagnose/failed@1`` (``diagnose schema failed``)."""
+    return {"schema": "diagnose/failed@1", "since": since, "jobs": rows, "truncated": truncated}
+
+
 def failed_markdown(rows: list[dict[str, Any]]) -> str:
     """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
     but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
@@ -212,7 +236,7 @@ def _list_failed(args: Any, options: Any) -> int:
                      "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs})
     with _output(args) as out:
         if args.format == "json":
-            json.dump({"since": args.since, "jobs": rows, "truncated": len(jobs) > MAX_LISTED}, out, indent=2)
+            json.dump(failed_json(args.since, rows, len(jobs) > MAX_LISTED), out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
             out.write(failed_markdown(rows))
@@ -220,6 +244,9 @@ def _list_failed(args: Any, options: Any) -> int:
             console = _console(args, out)
             if not rows:
                 console.print(log_text(f"No failed jobs since {args.since}."))
+            elif getattr(args, "parsable", False) or getattr(args, "noheader", False):
+                out.write(failed_parsable(rows, bool(getattr(args, "parsable", False)),
+                                          not getattr(args, "noheader", False)))
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
                 table = [[inert(str(r[k])) for k in cols] for r in rows]
@@ -238,13 +265,15 @@ def _list_failed(args: Any, options: Any) -> int:
 def one_line_diagnosis(report: Report) -> str:
     """``[RULE] title``; for a catch-all rule (category other) the evidence line says more than the title."""
     root = report.root
+    outputs = report.slurm.outputs if report.slurm is not None else []
+    gone = bool(outputs) and all(o.exists is False or o.readable is False for o in outputs)
     if root is None:
-        return "no failure found in the output"
+        return "no failure found in the output" if not gone else "log not found: nothing to read"
     line = f"[{root.rule}] {root.title}"
     if root.category == "other" and root.evidence:
         text = " ".join(root.evidence[0].text.split())
         line += ": " + (text if len(text) <= 120 else text[:119] + "…")
-    return line
+    return line + (" (log not found: from Slurm's record only)" if gone else "")
 
 
 # ------------------------------------------------------------------------------------------- --follow

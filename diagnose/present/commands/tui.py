@@ -33,6 +33,13 @@ def _spool_stdin() -> str:
     return path
 
 
+def _need_terminal() -> None:
+    """The TUI draws on a terminal and waits for keys: without one it drew into the redirect and waited forever."""
+    if not (sys.stdout is not None and sys.stdout.isatty()):
+        raise DiagnoseError("tui needs a terminal (standard output is not one): use 'diagnose analyze' for a "
+                            "report to a file or a pipe")
+
+
 def _run_check(args) -> int:
     """``--check CONFIG``: the config is read (and bad input refused, exit 2) before the terminal is taken."""
     from diagnose.explain.config import parse_set
@@ -59,6 +66,7 @@ def _run_check(args) -> int:
     check_overrides(sets)
     app = PlanApp(view, int(gpus), capacity, title=os.path.basename(config) or config, capacity_label=where,
                   sets=sets, bridge_version=getattr(args, "bridge_version", None))
+    _need_terminal()  # after every input check: bad input is refused the same way with or without a terminal
     app.run()
     return int(app.return_code or 0)
 
@@ -66,6 +74,11 @@ def _run_check(args) -> int:
 def run(args) -> int:
     if getattr(args, "check", None):
         return _run_check(args)
+    only_check = [name for name, attr in (("--gpus", "gpus"), ("--gpu", "gpu"), ("--gpu-memory", "gpu_memory"),
+                                          ("--set", "sets"), ("--bridge-version", "bridge_version"))
+                  if getattr(args, attr, None)]
+    if only_check:
+        raise DiagnoseError(f"{', '.join(only_check)} apply only with --check CONFIG (the memory plan of a config)")
     paths: list[str] = list(getattr(args, "paths", []) or [])
     rules_dirs: list[str] = list(getattr(args, "rules", []) or [])
     for path in paths:
@@ -78,6 +91,7 @@ def run(args) -> int:
 
         load_catalogue(rules_dirs, strict=True)
 
+    _need_terminal()
     display: dict[str, str] = {}
     temp: list[str] = []
     if "-" in paths:

@@ -165,6 +165,15 @@ class MainScreen(Screen):
         assert isinstance(app, DiagnoseApp)
         app.open_plan()
 
+    def on_key(self, event) -> None:
+        """``p`` while no plan can be made: its binding is hidden (check_action), so say why instead of nothing."""
+        app = self.app
+        if event.key == "p" and isinstance(app, DiagnoseApp) and app.plan_view() is None:
+            event.stop()
+            reason = ("the analysis is still running" if app.report is None
+                      else "no config with a model shape was found in the log (try 'diagnose tui --check CONFIG')")
+            self.notify(f"No memory plan: {reason}.", severity="warning")
+
     def action_jobs(self) -> None:
         app = self.app
         assert isinstance(app, DiagnoseApp)

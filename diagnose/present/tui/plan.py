@@ -318,6 +318,9 @@ class PlanScreen(Screen):
         Binding("ctrl+r", "reset", "Reset what-ifs", priority=True),
         Binding("ctrl+e", "edit", "What-if", priority=True),
         Binding("ctrl+t", "table", "Table", priority=True),
+        # hidden (the footer and its snapshot stay as they were); the help lists them
+        Binding("c", "copy_plan", "Copy", show=False),
+        Binding("e", "export_plan", "Export", show=False),
     ]
     DEFAULT_CSS = """
     PlanScreen #plan-title { height: auto; padding: 0 1; background: $panel; }
@@ -473,6 +476,47 @@ class PlanScreen(Screen):
         self.sets = merge_sets(self.sets, change)
         self.notify(f"Trying plan #{row}: " + inert(overrides_text(change)), title="What-if")
         self.replan()
+
+    def _selected_change(self) -> tuple[int, list[Override]]:
+        plans = self.plan_rows()
+        row = self.query_one("#plans", DataTable).cursor_row
+        if not (0 <= row < len(plans)):
+            return row, []
+        return row, _overrides(plans[row].get("overrides"))
+
+    def action_copy_plan(self) -> None:
+        """``c``: the highlighted plan's change (Bridge CLI words, export lines) to the clipboard, made inert."""
+        row, change = self._selected_change()
+        if not change:
+            self.notify("This row changes nothing to copy (the config as given).", severity="warning")
+            return
+        self.app.copy_to_clipboard(inert(overrides_text(change)))
+        self.notify(f"Copied plan #{row}'s change to the clipboard.")
+
+    def action_export_plan(self) -> None:
+        """``e``: the memory plan as JSON (the ``check --format json`` memory section) to a file."""
+        from diagnose.present.tui.screens import ExportScreen
+
+        self.app.push_screen(ExportScreen("diagnose-plan.json"), self._write_plan)
+
+    def _write_plan(self, path: str | None) -> None:
+        import json
+        import os
+
+        if not path:
+            return
+        target = os.path.expanduser(path)
+        if os.path.exists(target):
+            self.notify(f"{inert(path)} exists: choose a new name.", severity="error")
+            return
+        memory = self.result.memory if self.result is not None and self.result.memory else {}
+        try:
+            with open(target, "x", encoding="utf-8") as fh:
+                json.dump(memory, fh, indent=2, default=str)
+        except OSError as e:
+            self.notify(f"cannot write {inert(path)}: {e.strerror or e}", severity="error")
+            return
+        self.notify(f"Saved the memory plan to {inert(path)}.")
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self.app.screen_stack[0] is not self:

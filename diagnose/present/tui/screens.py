@@ -160,15 +160,20 @@ class LogScreen(Screen):
     def _find_worker(self, term: str, from_line: int, backward: bool) -> None:
         """Search off the UI thread: a miss on a multi-GB log reads all of it."""
         found = self.view.find_from(term, from_line, backward)
-        self.app.call_from_thread(self._found, term, found, backward)
+        wrapped = False
+        if found is None and self.index.done.is_set():  # wrap around, as less and vim do
+            found = self.view.find_from(term, self.index.line_count if backward else -1, backward)
+            wrapped = found is not None
+        self.app.call_from_thread(self._found, term, found, backward, wrapped)
 
-    def _found(self, term: str, found: int | None, backward: bool) -> None:
+    def _found(self, term: str, found: int | None, backward: bool, wrapped: bool = False) -> None:
         if found is None:
             still = "" if self.index.done.is_set() else " (still indexing)"
-            self.message = f"{'no earlier' if backward else 'no further'} match for {inert(term)!r}{still}"
+            self.message = f"no match for {inert(term)!r}{still}"
         else:
             self.view.go_to_line(found)
-            self.message = f"match on line {found + 1:,}"
+            self.message = f"match on line {found + 1:,}" + (
+                (" (wrapped to the end)" if backward else " (wrapped to the top)") if wrapped else "")
         self._update_status()
 
 
@@ -201,6 +206,7 @@ class HelpScreen(ModalScreen):
         ("enter", "apply what-ifs (key=value, space-separated) or the GPU count"),
         ("enter on a plan", "take that plan's change as what-ifs"),
         ("^r ^e ^t", "reset the what-ifs, type a what-if, go to the table"),
+        ("c e (in the table)", "copy the highlighted plan's change, export the plan as JSON"),
         ("Slurm (diagnose tui --slurm)", ""),
         ("enter", "diagnose the highlighted job"),
         ("j", "back to the job list (from the findings)"),

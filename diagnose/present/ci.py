@@ -1,0 +1,110 @@
+"""Report formats for CI: GitHub Actions annotations, JSON lines (one finding per line) and SARIF 2.1.0.
+
+Each shows the findings that matter (root cause first, then the others; the collapsed cascade is left out, as in
+the text report). Text from a log is made inert first; GitHub's workflow-command escapes keep a message on one
+command line, so a log cannot issue a workflow command of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from diagnose import __version__
+from diagnose.explain.render import cli_line
+from diagnose.model import Finding, Report
+from diagnose.present.safe import inert
+
+LEVELS = {"error": "error", "warning": "warning"}  # anything else is a notice / note
+
+
+def _shown(report: Report) -> list[tuple[Finding, bool]]:
+    """(finding, is_root) for the root cause and the non-cascade findings, root first."""
+    out: list[tuple[Finding, bool]] = []
+    root = report.root
+    if root is not None:
+        out.append((root, True))
+    out += [(f, False) for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
+    return out
+
+
+def _message(f: Finding, is_root: bool) -> str:
+    text = ("root cause: " if is_root else "") + f.title
+    if f.fix.overrides:
+        text += f". Fix: {cli_line(f.fix.overrides)}"
+    elif f.fix.summary:
+        text += f". Fix: {f.fix.summary}"
+    return inert(text)
+
+
+def _where(f: Finding) -> tuple[str | None, int | None]:
+    if not f.evidence:
+        return None, None
+    e = f.evidence[-1]
+    return e.path, e.line
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(report: Report) -> str:
+    """``::error file=…,line=…,title=…::message`` lines, one per finding (GitHub Actions workflow commands)."""
+    lines = []
+    for f, is_root in _shown(report):
+        level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
+        path, line = _where(f)
+        props = [f"title={_gh_property(inert(f.rule + ' ' + f.title))}"]
+        if path and path != "-":
+            props.insert(0, f"file={_gh_property(inert(path))}")
+            if line:
+                props.insert(1, f"line={line}")
+        lines.append(f"::{level} {','.join(props)}::{_gh_data(_message(f, is_root))}")
+    if report.root is None:
+        lines.append("::notice title=diagnose::no failure found")
+    return "\n".join(lines) + "\n"
+
+
+def render_jsonl(report: Report) -> str:
+    """One JSON object per finding: rule, role, severity, title, path, line, ranks, fix (Bridge CLI words)."""
+    out = []
+    for f, is_root in _shown(report):
+        path, line = _where(f)
+        out.append(json.dumps({
+            "rule": f.rule, "root_cause": is_root, "role": f.role, "severity": f.severity, "category": f.category,
+            "phase": f.phase, "title": f.title, "path": path, "line": line, "ranks": list(f.ranks),
+            "fix": cli_line(f.fix.overrides) if f.fix.overrides else (f.fix.summary or None),
+        }, ensure_ascii=False))
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def render_sarif(report: Report) -> str:
+    """A SARIF 2.1.0 log: one run of the ``diagnose`` tool, a result per finding with its evidence location."""
+    rules: dict[str, dict[str, Any]] = {}
+    results = []
+    for f, is_root in _shown(report):
+        rules.setdefault(f.rule, {"id": f.rule, "name": f.name or f.rule,
+                                  "shortDescription": {"text": inert(f.title)},
+                                  "help": {"text": f"diagnose rules show {f.rule}"}})
+        result: dict[str, Any] = {"ruleId": f.rule, "level": LEVELS.get(f.severity, "note"),
+                                  "message": {"text": _message(f, is_root)},
+                                  "properties": {"root_cause": is_root, "role": f.role, "phase": f.phase,
+                                                 "ranks": list(f.ranks)}}
+        path, line = _where(f)
+        if path and path != "-":
+            region = {"startLine": line} if line else {}
+            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": path}, **(
+                {"region": region} if region else {})}}]
+        results.append(result)
+    log = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "diagnose", "version": __version__,
+                                      "rules": list(rules.values())}},
+                  "results": results}],
+    }
+    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
