@@ -617,15 +617,15 @@ def test_item21_fix_steps_name_the_known_job_id() -> None:
 
 
 def test_item21_a_job_whose_log_is_gone_says_so_in_the_list() -> None:
-    from diagnose.model import Finding, Report
+    from diagnose.model import Finding, Report, SlurmFacts, SlurmOutputFacts
     from diagnose.present.commands.slurm import one_line_diagnosis
 
     root = Finding(rule="SJ006", name="x", title="Slurm job state FAILED", category="slurm", phase="unknown",
                    severity="error", role="root", confidence=0.9)
-    report = Report(findings=[root], root_cause=0,
-                    slurm={"outputs": [{"path": "/gone/x.out", "exists": False, "readable": False}]})
+    output = SlurmOutputFacts(path="/gone/x.out", stream="stdout", exists=False, readable=False)
+    report = Report(findings=[root], root_cause=0, slurm=SlurmFacts(outputs=[output]))
     assert one_line_diagnosis(report).endswith("(log not found: from Slurm's record only)")
-    report.slurm["outputs"][0].update(exists=True, readable=True)
+    output.exists = output.readable = True
     assert "log not found" not in one_line_diagnosis(report)
 
 

@@ -90,6 +90,10 @@ def run(args) -> int:
         from diagnose.match.rules import load_catalogue
 
         load_catalogue(rules_dirs, strict=True)
+    if getattr(args, "fleet", None):  # a missing or foreign store: one line, before the terminal is asked for
+        from diagnose.fleet.store import FleetStore
+
+        FleetStore(args.fleet, readonly=True).close()
 
     _need_terminal()
     display: dict[str, str] = {}
