@@ -260,7 +260,12 @@ def test_submit_array_of_four_tasks_and_merge(slurm_env, fleet):
     merge = words[words.index("merge") + 2]
     _wait_gone(slurm_env, array)
     _wait_gone(slurm_env, merge)
-    states = _run(["sacct", "-n", "-X", "-P", "-j", f"{array},{merge}", "-o", "JobID,State"], slurm_env).stdout
+    deadline = time.monotonic() + 60  # sacct's rows lag squeue's: wait for all five (4 tasks + the merge job)
+    while True:
+        states = _run(["sacct", "-n", "-X", "-P", "-j", f"{array},{merge}", "-o", "JobID,State"], slurm_env).stdout
+        if states.count("COMPLETED") >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert states.count("COMPLETED") == 5, states + (run_dir / "merge.out").read_text()
     import sqlite3
 
