@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from diagnose.inert import inert, shorten
 from diagnose.match import collective_skew
 from diagnose.match.engine import Hit
 from diagnose.match.inference import infer
@@ -18,7 +19,6 @@ from diagnose.match.rules import Inference
 from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
 from diagnose.normalize.facts import expand_task_list
-from diagnose.present.safe import inert, shorten
 
 EVIDENCE_KEPT = 3
 EVIDENCE_CHARS = 500

@@ -12,59 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from diagnose.inert import inert, inert_block, shorten
+
 if TYPE_CHECKING:  # rich is imported lazily: safe.py is used on fast paths too
     from rich.text import Text
 
-# Unicode characters that change how surrounding text is laid out or read: bidi embeddings/overrides/isolates,
-# direction marks, line/paragraph separators, and the BOM/zero-width no-break space in the middle of a line.
-# Zero-width and invisible characters (U+200B-U+200D, U+2060-U+2064, the soft hyphen U+00AD) too: they hide inside
-# a key or a path, so what is shown would not be what is typed back.
-_INVISIBLE_LAYOUT = (
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\ufeff"
-    "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\u00ad\u180e"
-)
-
-
-def _build_table(keep_newlines: bool) -> dict[int, str]:
-    table: dict[int, str] = {}
-    for code in list(range(0x00, 0x20)) + [0x7F] + list(range(0x80, 0xA0)):
-        table[code] = f"\\x{code:02x}"
-    table[0x09] = "    " if not keep_newlines else "\t"
-    if keep_newlines:
-        del table[0x0A]
-    for ch in _INVISIBLE_LAYOUT:
-        table[ord(ch)] = f"\\u{ord(ch):04x}"
-    return table
-
-
-_ONE_LINE = _build_table(keep_newlines=False)
-_MULTI_LINE = _build_table(keep_newlines=True)
-
-
-def inert(text: str) -> str:
-    """Return ``text`` with every control character, escape sequence introducer and bidi control made visible.
-
-    ESC becomes the four characters ``\\x1b`` (so ``\\x1b[31m`` is shown, not applied), other C0/C1 controls and
-    DEL become ``\\xNN``, bidi and layout controls become ``\\uNNNN``, a tab becomes four spaces and a newline
-    becomes ``\\x0a`` (one log line stays one line). Everything else is unchanged. Never raises.
-    """
-    if not isinstance(text, str):
-        text = str(text)
-    return text.translate(_ONE_LINE)
-
-
-def inert_block(text: str) -> str:
-    """Like :func:`inert` but keeps newlines and tabs: for multi-line text (an explanation, a config dump)."""
-    if not isinstance(text, str):
-        text = str(text)
-    return text.translate(_MULTI_LINE)
-
-
-def shorten(text: str, limit: int = 400) -> str:
-    """Cut an (already inert) line to ``limit`` characters, marking the cut; huge log lines stay readable."""
-    if len(text) <= limit:
-        return text
-    return text[: limit - 1] + "…"
+__all__ = ["block_text", "inert", "inert_block", "log_text", "markup_escape", "shorten"]
 
 
 def log_text(text: str, style: str = "", limit: int | None = None) -> Text:
