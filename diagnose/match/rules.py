@@ -212,32 +212,46 @@ def load_rule_file_all(path: Path) -> tuple[list[Rule], list[str], list[Inferenc
         try:
             rules.append(parse_rule(raw, str(path), check_regex=cached is None))
         except ValueError as e:
-            code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
-            errors.append(f"{path}: rule {code}: {e}")
+            errors.append(f"{path}: rule {_code_for_error(raw, i)}: {e}")
     inferences: list[Inference] = []
     for i, raw in enumerate(data.get("infer", [])):
         try:
             inferences.append(parse_inference(raw, str(path), check_regex=cached is None))
         except ValueError as e:
-            code = raw.get("code", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
-            errors.append(f"{path}: infer {code}: {e}")
+            errors.append(f"{path}: infer {_code_for_error(raw, i)}: {e}")
     if cached is None and not errors:
         rule_cache.put(text, data)
     return rules, errors, inferences
 
 
-def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inference:
-    if not isinstance(raw, dict):
-        raise ValueError("an [[infer]] entry must be a table")
+def _code(raw: dict) -> str:
+    """A rule's or an [[infer]] table's code: 2-8 upper-case letters and digits, starting with a letter."""
     code = _need(raw, "code", str)
     if not (2 <= len(code) <= 8 and code[0].isalpha() and all(c in CODE_CHARS for c in code)):
         raise ValueError(f"code {code!r} must be 2-8 upper-case letters and digits, starting with a letter")
+    return code
+
+
+def _confidence(raw: dict, default: float) -> float:
+    confidence = raw.get("confidence", default)
+    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise ValueError("confidence must be a number in [0, 1]")
+    return float(confidence)
+
+
+def _code_for_error(raw: Any, index: int) -> str:
+    """How a problem names an entry that may not even be a table: its code, else its position."""
+    return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
+
+
+def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inference:
+    if not isinstance(raw, dict):
+        raise ValueError("an [[infer]] entry must be a table")
+    code = _code(raw)
     category = _need(raw, "category", str)
     if category not in CATEGORIES or category == "other":
         raise ValueError(f"category {category!r} must be one of {', '.join(CATEGORIES)} but 'other'")
-    confidence = raw.get("confidence", 0.5)
-    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-        raise ValueError("confidence must be a number in [0, 1]")
+    confidence = _confidence(raw, 0.5)
     library = raw.get("library_frame")
     if library is not None and not isinstance(library, bool):
         raise ValueError("'library_frame' must be true or false")
@@ -252,8 +266,8 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     bad = [p for p in phases if p not in PHASES]
     if bad:
         raise ValueError(f"phases {bad} are not among {', '.join(PHASES)}")
-    conditions = _str_list(raw, "frames_any") or text_any or _str_list(raw, "exc_types") or library is not None
-    if not conditions:
+    frames_any, exc_types = _str_list(raw, "frames_any"), _str_list(raw, "exc_types")
+    if not (frames_any or text_any or exc_types or library is not None):
         raise ValueError("no condition: give frames_any, text_any, exc_types or library_frame")
     examples = raw.get("examples", [])
     if not isinstance(examples, list) or not all(isinstance(x, dict) for x in examples):
@@ -262,10 +276,10 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         code=code,
         category=category,
         why=_need(raw, "why", str).strip(),
-        confidence=float(confidence),
-        frames_any=_str_list(raw, "frames_any"),
+        confidence=confidence,
+        frames_any=frames_any,
         text_any=text_any,
-        exc_types=_str_list(raw, "exc_types"),
+        exc_types=exc_types,
         library_frame=library,
         phases=phases,
         rules=_str_list(raw, "rules"),
@@ -293,9 +307,7 @@ def _str_list(raw: dict, key: str) -> list[str]:
 def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError("a rule must be a table")
-    code = _need(raw, "code", str)
-    if not (2 <= len(code) <= 8 and code[0].isalpha() and all(c in CODE_CHARS for c in code)):
-        raise ValueError(f"code {code!r} must be 2-8 upper-case letters and digits, starting with a letter")
+    code = _code(raw)
     category = _need(raw, "category", str)
     if category not in CATEGORIES:
         raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
@@ -308,9 +320,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     phase = raw.get("phase", "auto")
     if phase != "auto" and phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
-    confidence = raw.get("confidence", 0.8)
-    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-        raise ValueError("confidence must be a number in [0, 1]")
+    confidence = _confidence(raw, 0.8)
 
     kind = raw.get("input", "log")
     if kind not in INPUTS:
@@ -402,7 +412,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         severity=severity,
         role=role,
         phase=phase,
-        confidence=float(confidence),
+        confidence=confidence,
         patterns=patterns,
         explanation=_need(raw, "explanation", str).strip(),
         fix=fix,
