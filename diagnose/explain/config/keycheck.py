@@ -184,15 +184,10 @@ def check_mlm_flags(names: Iterable[str], what: str) -> None:
 
 def provider_fields() -> set[str]:
     """``model.<field>`` for every field a Megatron-Bridge model provider sets (providers.json, every release)."""
-    import json
-    from importlib import resources
+    from diagnose.explain.config.providers import table
 
-    try:
-        table = json.loads(resources.files("diagnose.explain.config").joinpath("providers.json").read_text("utf-8"))
-    except (OSError, ValueError):  # pragma: no cover - shipped with the package
-        return set()
     out: set[str] = set()
-    for provider in (table.get("providers") or {}).values():
+    for provider in (table().get("providers") or {}).values():
         for variant in provider.get("variants") or []:
             out.update(f"model.{name}" for name in variant.get("own") or {})
     return out
