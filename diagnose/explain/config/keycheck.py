@@ -11,6 +11,7 @@ field whose type we know. A key we do not know and that is close to none stays (
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -193,19 +194,14 @@ def provider_fields() -> set[str]:
     return out
 
 
-_mlm_flags: frozenset[str] | None = None
-
-
+@functools.lru_cache(maxsize=1)
 def megatron_lm_flags() -> frozenset[str]:
     """Every flag of Megatron-LM's argument parser across releases (``mlm_flags.txt``, made by
     scripts/gen_mlm_flags.py from the sources), as ``snake_case`` names."""
-    global _mlm_flags
-    if _mlm_flags is None:
-        from importlib import resources
+    from importlib import resources
 
-        text = resources.files("diagnose.explain.config").joinpath("mlm_flags.txt").read_text(encoding="utf-8")
-        _mlm_flags = frozenset(line[2:].replace("-", "_") for line in text.splitlines() if line.startswith("--"))
-    return _mlm_flags
+    text = resources.files("diagnose.explain.config").joinpath("mlm_flags.txt").read_text(encoding="utf-8")
+    return frozenset(line[2:].replace("-", "_") for line in text.splitlines() if line.startswith("--"))
 
 
 def check_overrides(overrides: Iterable) -> None:
