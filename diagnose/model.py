@@ -314,6 +314,9 @@ class Report:
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
     verify: dict[str, Any] | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
+    # inputs of several jobs (issue 19 item 6): one full report per job; the fields above are then the first
+    # failing job's (the first job's when none failed), so that a reader of one report gets a real one
+    jobs: list[JobReport] = field(default_factory=list)
 
     @property
     def root(self) -> Finding | None:
@@ -345,7 +348,24 @@ class Report:
             out["verify"] = self.verify
         if self.warnings:
             out["warnings"] = list(self.warnings)
+        if self.jobs:
+            out["jobs"] = [j.to_dict() for j in self.jobs]
         return out
+
+
+@dataclass
+class JobReport:
+    """One job's report when the inputs hold several jobs. ``identity``: what told it apart (``slurm_job``,
+    ``run_id``, ``master``, ``world_size``), from its logs; empty when only its failures did."""
+
+    label: str
+    identity: dict[str, str]
+    paths: list[str]
+    report: Report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "identity": dict(self.identity), "paths": list(self.paths),
+                "report": self.report.to_dict()}
 
 
 # ------------------------------------------------------------------------------- flight recorder (hangs)

@@ -37,6 +37,8 @@ class AnalyzeOptions:
     ignore: list[str] = field(default_factory=list)  # rule codes or prefixes not to run
     include: list[str] = field(default_factory=list)  # globs: the files of a folder to read (empty: every log)
     exclude: list[str] = field(default_factory=list)  # globs: the files of a folder to skip
+    # inputs of several jobs get one report each (Report.jobs); False: one report whatever the inputs hold
+    split_jobs: bool = True
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -54,6 +56,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     empty: list[str] = []
     source_warnings: list[str] = []
     n_sources = 0
+    groups = None
     if log_inputs:
         with open_inputs(log_inputs, include=options.include, exclude=options.exclude) as sources:
             n_sources = len(sources)
@@ -67,6 +70,8 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
             result = scan_and_match(
                 sources, catalogue, jobs=options.jobs, progress=options.progress, backend=options.backend
             )
+            if options.split_jobs and len(sources) > 1 and "-" not in log_inputs and not found.dumps:
+                groups = _job_groups(sources, list(log_inputs), result.report)
     else:  # only flight-recorder dumps were named
         result = MatchResult(report=Report(), blocks={})
     report = result.report
@@ -75,6 +80,8 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     hint = slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs))
     if hint:
         report.warnings.append(hint)
+    if groups:
+        return _per_job(groups, report, catalogue, options)
     mixed = different_jobs_warning(report)
     if mixed:
         report.warnings.append(mixed)
@@ -173,11 +180,45 @@ def different_jobs_warning(report: Report) -> str | None:
 
 
 def _process_of(path: str) -> str:
-    """torchrun --log-dir writes one process's stdout and stderr side by side: one process, one key."""
-    import os
+    from diagnose.match.job_split import process_of
 
-    stem = os.path.basename(path).split(".", 1)[0]
-    return os.path.dirname(path) if stem in ("stdout", "stderr") else path
+    return process_of(path)
+
+
+def _job_groups(sources, args: list[str], merged: Report):
+    """The jobs in these inputs (``diagnose.match.job_split``), or None when they read as one."""
+    from diagnose.ingest.job_identity import identity_of
+    from diagnose.match.job_split import build_units, plan_jobs
+
+    identities = {s.path: identity_of(s.path, s.buffer) for s in sources}
+    return plan_jobs(build_units([s.path for s in sources], identities, args, merged))
+
+
+def _per_job(groups, merged: Report, catalogue, options: AnalyzeOptions) -> Report:
+    """Analyse each job on its own; the top level is the first failing job's report (the first job's when none
+    failed) with every input and a warning naming the jobs, and ``jobs`` holds them all."""
+    import dataclasses
+
+    from diagnose.ingest.job_identity import label
+    from diagnose.model import JobReport
+
+    one = dataclasses.replace(options, split_jobs=False, refuse_empty=False, include=[], exclude=[], progress=None,
+                              catalogue=catalogue, select=[], ignore=[])  # the catalogue is already selected
+    jobs = []
+    for i, group in enumerate(groups, 1):
+        paths = group.paths
+        name = label(group.identity) or (f"{shown(paths[0])}" + (f" and {len(paths) - 1} more file"
+                                                                  f"{'s' if len(paths) > 2 else ''}"
+                                                                  if len(paths) > 1 else ""))
+        jobs.append(JobReport(label=f"job {i} of {len(groups)}: {name}", identity=group.identity, paths=paths,
+                              report=analyze(paths, one)))
+    chosen = next((j for j in jobs if j.report.root_cause is not None), jobs[0])
+    top = dataclasses.replace(chosen.report, inputs=list(merged.inputs), jobs=jobs)
+    told = "; ".join(j.label.split(": ", 1)[1] for j in jobs[:4]) + (" ..." if len(jobs) > 4 else "")
+    head = (f"these inputs hold {len(jobs)} jobs ({told}): one report per job; the top level is "
+            f"{chosen.label.split(':', 1)[0]}'s")
+    top.warnings = list(dict.fromkeys([head, *merged.warnings[len(catalogue.errors):], *chosen.report.warnings]))
+    return top
 
 
 def _empty_error(paths: list[str]) -> Exception:

@@ -382,6 +382,12 @@ def test_item6_logs_of_different_jobs_are_not_merged_silently(tmp_path: Path) ->
     logs = ROOT / "sample_logs"
     res = cli("analyze", str(logs / "b042_first_iter_oom.log"), str(logs / "ddp_wrap_oom.log"), "--no-replay", "-f",
               "json")
+    assert b"these inputs hold 2 jobs" in res.stdout, res.stdout[-600:]  # one report each: test_issue19_jobs.py
+    # two such logs in one folder: unsure (per-node logs of one job look alike), one report and the warning
+    (tmp_path / "mixed").mkdir()
+    for name in ("b042_first_iter_oom.log", "ddp_wrap_oom.log"):
+        (tmp_path / "mixed" / name).write_text((logs / name).read_text())
+    res = cli("analyze", str(tmp_path / "mixed"), "--no-replay", "-f", "json")
     assert b"look like logs of different jobs" in res.stdout, res.stdout[-600:]
     # ranks of one job, one file each: no such warning
     (tmp_path / "rank0.log").write_text((ROOT / "tests" / "slurm_jobs" / "task_oom.log").read_text())

@@ -18,6 +18,11 @@ from diagnose.present.safe import inert
 LEVELS = {"error": "error", "warning": "warning"}  # anything else is a notice / note
 
 
+def _per_job(report: Report) -> list[tuple[str | None, Report]]:
+    """(job label, report) for each job of the inputs; (None, report) for inputs of one job."""
+    return [(j.label, j.report) for j in report.jobs] if report.jobs else [(None, report)]
+
+
 def _shown(report: Report) -> list[tuple[Finding, bool]]:
     """(finding, is_root) for the root cause and the non-cascade findings, root first."""
     out: list[tuple[Finding, bool]] = []
@@ -55,30 +60,37 @@ def _gh_property(text: str) -> str:
 def render_github(report: Report) -> str:
     """``::error file=…,line=…,title=…::message`` lines, one per finding (GitHub Actions workflow commands)."""
     lines = []
-    for f, is_root in _shown(report):
-        level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
-        path, line = _where(f)
-        props = [f"title={_gh_property(inert(f.rule + ' ' + f.title))}"]
-        if path and path != "-":
-            props.insert(0, f"file={_gh_property(inert(path))}")
-            if line:
-                props.insert(1, f"line={line}")
-        lines.append(f"::{level} {','.join(props)}::{_gh_data(_message(f, is_root))}")
-    if report.root is None:
-        lines.append("::notice title=diagnose::no failure found")
+    for job, one in _per_job(report):
+        prefix = f"{job}: " if job else ""
+        for f, is_root in _shown(one):
+            level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
+            path, line = _where(f)
+            props = [f"title={_gh_property(inert(f.rule + ' ' + f.title))}"]
+            if path and path != "-":
+                props.insert(0, f"file={_gh_property(inert(path))}")
+                if line:
+                    props.insert(1, f"line={line}")
+            lines.append(f"::{level} {','.join(props)}::{_gh_data(inert(prefix) + _message(f, is_root))}")
+        if one.root is None:
+            lines.append(f"::notice title=diagnose::{_gh_data(inert(prefix))}no failure found")
     return "\n".join(lines) + "\n"
 
 
 def render_jsonl(report: Report) -> str:
     """One JSON object per finding: rule, role, severity, title, path, line, ranks, fix (Bridge CLI words)."""
     out = []
-    for f, is_root in _shown(report):
-        path, line = _where(f)
-        out.append(json.dumps({
-            "rule": f.rule, "root_cause": is_root, "role": f.role, "severity": f.severity, "category": f.category,
-            "phase": f.phase, "title": f.title, "path": path, "line": line, "ranks": list(f.ranks),
-            "fix": cli_line(f.fix.overrides) if f.fix.overrides else (f.fix.summary or None),
-        }, ensure_ascii=False))
+    for job, one in _per_job(report):
+        for f, is_root in _shown(one):
+            path, line = _where(f)
+            row = {
+                "rule": f.rule, "root_cause": is_root, "role": f.role, "severity": f.severity,
+                "category": f.category, "phase": f.phase, "title": f.title, "path": path, "line": line,
+                "ranks": list(f.ranks),
+                "fix": cli_line(f.fix.overrides) if f.fix.overrides else (f.fix.summary or None),
+            }
+            if job:
+                row["job"] = job  # inputs of several jobs: which job's finding
+            out.append(json.dumps(row, ensure_ascii=False))
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -86,14 +98,15 @@ def render_sarif(report: Report) -> str:
     """A SARIF 2.1.0 log: one run of the ``diagnose`` tool, a result per finding with its evidence location."""
     rules: dict[str, dict[str, Any]] = {}
     results = []
-    for f, is_root in _shown(report):
+    shown = [(job, f, is_root) for job, one in _per_job(report) for f, is_root in _shown(one)]
+    for job, f, is_root in shown:
         rules.setdefault(f.rule, {"id": f.rule, "name": f.name or f.rule,
                                   "shortDescription": {"text": inert(f.title)},
                                   "help": {"text": f"diagnose rules show {f.rule}"}})
         result: dict[str, Any] = {"ruleId": f.rule, "level": LEVELS.get(f.severity, "note"),
                                   "message": {"text": _message(f, is_root)},
                                   "properties": {"root_cause": is_root, "role": f.role, "phase": f.phase,
-                                                 "ranks": list(f.ranks)}}
+                                                 "ranks": list(f.ranks), **({"job": job} if job else {})}}
         path, line = _where(f)
         if path and path != "-":
             region = {"startLine": line} if line else {}

@@ -156,7 +156,13 @@ def _verify(section: dict[str, Any] | None) -> list[str]:
 
 def render_markdown(report: Report, verbose: bool = False) -> str:
     """Markdown for an issue: root cause, evidence and fix in the open; facts, YAML, other findings' details and
-    the config/replay/memory sections folded in ``<details>`` (``verbose`` is accepted for symmetry with text)."""
+    the config/replay/memory sections folded in ``<details>`` (``verbose`` is accepted for symmetry with text).
+    Inputs of several jobs: a title, then each job's own report under a rule and its label."""
+    if report.jobs:
+        out = [f"# diagnose: {len(report.jobs)} jobs in these inputs", ""]
+        for job in report.jobs:
+            out += ["---", "", f"**{md_inline(job.label)}**", "", render_markdown(job.report, verbose)]
+        return "\n".join(out).rstrip() + "\n"
     out: list[str] = []
     root = report.root
     if root is None:

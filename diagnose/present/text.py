@@ -573,6 +573,8 @@ DETAILS = ("quiet", "default", "verbose")
 def renderables(report: Report, width: int = 100, detail: str = "verbose") -> list[Any]:
     """The report as rich renderables. ``detail``: "quiet" (-q: root cause, evidence line, fix), "default" (fix on
     the first screen, one line per other finding, one sentence per section), "verbose" (-v: everything)."""
+    if report.jobs:
+        return _per_job(report, width, detail)
     if detail == "quiet":
         return _quiet(report)
     verbose = detail == "verbose"
@@ -720,6 +722,20 @@ def _quiet(report: Report) -> list[Any]:
     elif not fix.overrides and not fix.env and fix.summary:
         out.append(Text("  fix: " + inert(fix.summary)))
     return out
+
+
+def _per_job(report: Report, width: int, detail: str) -> list[Any]:
+    """Inputs of several jobs: a line saying so, then each job's own report under a ``JOB i of n`` rule."""
+    n = len(report.jobs)
+    parts: list[Any] = [Text(f"{n} jobs in these inputs: one report per job (exit code: the worst)",
+                             style="bold")]
+    for job in report.jobs:
+        title = Text()
+        title.append(f"{'=' * 3} {inert(job.label).upper().split(':', 1)[0]}:", style="bold reverse")
+        title.append(" " + inert(job.label.split(": ", 1)[-1]), style="bold")
+        parts += [Text(""), title]
+        parts += renderables(job.report, width, detail)
+    return parts
 
 
 def finding_label(f: Finding) -> str:

@@ -59,9 +59,10 @@ def fill_job_id(report: Report, job_id: str) -> None:
 def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
     """The options with each per-task file's rank (srun's %t), which the file name alone may not say."""
     ranks = {path: rank for path, rank in inputs if rank is not None}
-    if not ranks:
+    # one Slurm job by definition: its outputs are never split into jobs (a requeued job's restarts stay one)
+    if not (dataclasses.is_dataclass(options) and hasattr(options, "split_jobs")):
         return options
-    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks})
+    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
 
 
 def slurm_section(job: SlurmJob) -> SlurmFacts:

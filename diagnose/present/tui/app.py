@@ -42,8 +42,9 @@ def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
     def run(inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.pipeline import AnalyzeOptions, analyze
 
+        # one report on one screen: logs of several jobs stay merged here, with the different-jobs warning
         return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress,
-                                                  refuse_empty=True))
+                                                  refuse_empty=True, split_jobs=False))
 
     return run
 
