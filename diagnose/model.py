@@ -297,6 +297,13 @@ class SlurmFacts:
     task_outputs_found: int = 0
     task_outputs: list[SlurmTaskFacts] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # seff's figures, from sacct (None: not recorded): nodes, GPUs (AllocTRES gres/gpu), the largest step's MaxRSS,
+    # CPU efficiency (TotalCPU / (AllocCPUS x elapsed), 0..1), GPU-hours the job held (GPUs x elapsed)
+    nnodes: int | None = None
+    gpus: int | None = None
+    max_rss_bytes: int | None = None
+    cpu_efficiency: float | None = None
+    gpu_hours: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

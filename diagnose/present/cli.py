@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parsable", "-p", action="store_true",
                    help="with --failed: '|'-separated fields, as sacct --parsable2 (JobID|JobName|User|State|End|...)")
     p.add_argument("--noheader", "-n", action="store_true", help="with --failed: no header line, as sacct -n")
+    p.add_argument("--fields", metavar="FIELD,...",
+                   help="with --failed: the columns, as sacct -o/--format takes them (NAME or NAME%%WIDTH): JobID, "
+                   "JobName, User, State, ExitCode, Start, End, Elapsed, Timelimit, NNodes, NodeList, GPUs, MaxRSS, "
+                   "CPUEff, GPUHoursLost, WorkDir, RootCause, Category, Diagnosis, Log (-o stays --output)")
     _rules_opt(p)
     _format(p)
     _common(p)

@@ -103,4 +103,13 @@ def slurm_section(job: SlurmJob) -> SlurmFacts:
         task_outputs_found=job.task_outputs_found,
         task_outputs=[SlurmTaskFacts(t.path, t.stream, t.step, t.rank, t.node, t.size) for t in job.task_outputs],
         notes=list(job.notes),
+        nnodes=job.usage.nnodes if job.usage else None,
+        gpus=job.usage.gpus if job.usage else None,
+        max_rss_bytes=job.usage.max_rss_bytes if job.usage else None,
+        cpu_efficiency=_rounded(job.usage.cpu_efficiency(job.elapsed_s) if job.usage else None, 4),
+        gpu_hours=_rounded(job.usage.gpu_hours(job.elapsed_s) if job.usage else None, 3),
     )
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)

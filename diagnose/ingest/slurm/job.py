@@ -39,6 +39,7 @@ from diagnose.ingest.slurm.parse import (
 )
 from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
 from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
+from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
 from diagnose.model import DiagnoseError, SlurmOutputFacts
 
 Runner = Callable[[list[str]], CommandResult]
@@ -50,7 +51,7 @@ ENDED_STATES = {
 }  # fmt: skip
 SACCT_FIELDS = [
     "JobID", "JobIDRaw", "JobName", "User", "State", "ExitCode", "DerivedExitCode", "Reason", "Elapsed",
-    "Timelimit", "NodeList", "NTasks", "Start", "End", "WorkDir",
+    "Timelimit", "NodeList", "NTasks", "Start", "End", "WorkDir", *USAGE_FIELDS,
 ]  # fmt: skip
 
 # States a job ends in when something went wrong: a task still COMPLETING or CONFIGURING is not "the failed one".
@@ -125,6 +126,7 @@ class SlurmJob:
     task_outputs_found: int = 0  # before the cap
     task_patterns: list[str] = field(default_factory=list)  # the srun patterns looked up, with their step
     task_route: str = ""  # where the srun patterns came from
+    usage: Usage | None = None  # seff's figures from sacct (nodes, GPUs, MaxRSS, CPU time); None without sacct
 
 
     @property
@@ -193,6 +195,9 @@ def lookup_job(
     chosen_row = None
     if job_rows:
         chosen_row = _fill_from_sacct(job, ref, job_rows, sacct_rows, scontrol_known=record is not None)
+        if chosen_row is not None:
+            steps = [r.fields for r in sacct_rows if r.fields.get("JobID", "").startswith(job.job_id + ".")]
+            job.usage = usage_from_rows(chosen_row.fields, steps)
     if record is None and _incomplete(sacct_rows):
         job.notes.append(
             "sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess"

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import getpass
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.job import Runner, _user_name
 from diagnose.ingest.slurm.parse import parse_duration, parse_exit_code, parse_sacct, signal_name, split_state
+from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
 from diagnose.model import DiagnoseError
 
 # Asked from sacct (--state selects jobs that were in one of these during the window); COMPLETED is asked too
 # because a job whose batch script exits 0 can still have a failed srun step (non-zero DerivedExitCode).
 _STATES = "CA,F,TO,OOM,NF,PR,BF,DL,CD"
-_FIELDS = "JobID,JobIDRaw,JobName,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,WorkDir"
+_FIELDS = ("JobID,JobIDRaw,JobName,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,WorkDir,"
+           + ",".join(USAGE_FIELDS))
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -44,6 +46,15 @@ class JobSummary:
     time_limit_s: int | None
     nodes: str
     work_dir: str
+    usage: Usage = field(default_factory=Usage)  # nodes, GPUs, CPUs, TotalCPU, MaxRSS (seff's figures)
+
+    @property
+    def gpu_hours_lost(self) -> float | None:
+        return self.usage.gpu_hours(self.elapsed_s)
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        return self.usage.cpu_efficiency(self.elapsed_s)
 
     @property
     def failed(self) -> bool:
@@ -87,8 +98,11 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
     rows = parse_sacct(result.stdout)
     # steps ("123.0") only serve to correct a DerivedExitCode that accounting left at 0:0 (seen with 22.05)
     worst_step: dict[str, int] = {}
+    steps_of: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         job_id, dot, step = row.fields.get("JobID", "").partition(".")
+        if dot:
+            steps_of.setdefault(job_id, []).append(row.fields)
         code = parse_exit_code(row.fields.get("ExitCode")).code
         if dot and step.isdigit() and code:
             worst_step[job_id] = max(worst_step.get(job_id, 0), code)
@@ -114,6 +128,7 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
             time_limit_s=parse_duration(f.get("Timelimit")),
             nodes=f.get("NodeList", ""),
             work_dir=f.get("WorkDir", ""),
+            usage=usage_from_rows(f, steps_of.get(f.get("JobID", ""), [])),
         )
         if not summary.derived_exit_code and summary.job_id in worst_step:
             summary.derived_exit_code = worst_step[summary.job_id]

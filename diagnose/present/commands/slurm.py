@@ -26,6 +26,9 @@ def run(args: Any) -> int:
         if args.jobid:
             raise DiagnoseError("give either a JOBID or --failed, not both")
         return _list_failed(args, options)
+    for option in ("fields", "parsable", "noheader"):
+        if getattr(args, option, None):
+            raise DiagnoseError(f"--{option} goes with --failed (the list of failed jobs)")
     if not args.jobid:
         raise DiagnoseError("give a JOBID (e.g. diagnose slurm 123456), or --failed to list recent failed jobs")
     ref = parse_job_id(args.jobid, args.step)
@@ -92,6 +95,9 @@ def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
     head.append_text(log_text(f"{s.job_id} ({s.name or '?'}, user {s.user or '?'}): "))
     head.append_text(log_text(_state_words(s), style="bold red" if failed else "bold green"))
     lines = [head, log_text("  " + _facts_line(s))]
+    usage = usage_line(s)
+    if usage:
+        lines.append(log_text("  " + usage))
     if s.failed_step:
         lines.append(log_text(f"  failed step: {s.failed_step}"))
     for o in s.outputs:
@@ -138,6 +144,25 @@ def _state_words(s: SlurmFacts) -> str:
     return state
 
 
+def usage_line(s: SlurmFacts) -> str:
+    """seff's figures in one line: "usage: 2 nodes, 16 GPUs, MaxRSS 12.50 GiB, CPU efficiency 8.3 %, 4.27
+    GPU-hours lost"; what sacct did not record is left out ("" when nothing is)."""
+    from diagnose.ingest.slurm.usage import format_bytes
+
+    parts = []
+    if s.nnodes is not None:
+        parts.append(f"{s.nnodes} node{'s' if s.nnodes != 1 else ''}")
+    if s.gpus is not None:
+        parts.append(f"{s.gpus} GPU{'s' if s.gpus != 1 else ''}")
+    if s.max_rss_bytes is not None:
+        parts.append(f"MaxRSS {format_bytes(s.max_rss_bytes)}")
+    if s.cpu_efficiency is not None:
+        parts.append(f"CPU efficiency {100 * s.cpu_efficiency:.1f} %")
+    if s.gpu_hours is not None and s.gpus:
+        parts.append(f"{s.gpu_hours:.2f} GPU-hours {'lost' if s.state not in ('COMPLETED', '') else 'used'}")
+    return "usage: " + ", ".join(parts) if parts else ""
+
+
 def _facts_line(s: SlurmFacts) -> str:
     parts = [f"nodes {s.nodes or '?'}"]
     if s.elapsed:
@@ -155,6 +180,8 @@ def slurm_markdown(s: SlurmFacts | None) -> str:
     if s is None:
         return ""
     lines = [f"## Slurm job {inert(str(s.job_id))}: {inert(_state_words(s))}", "", f"- {inert(_facts_line(s))}"]
+    if usage_line(s):
+        lines.append(f"- {inert(usage_line(s))}")
     if s.failed_step:
         lines.append(f"- failed step: {md_code(s.failed_step)}")
     for o in s.outputs:
@@ -172,23 +199,73 @@ def slurm_markdown(s: SlurmFacts | None) -> str:
 LISTED_TASK_FILES = 16  # per job in `slurm --failed`; `slurm JOBID` reads up to 128
 
 
-FAILED_COLUMNS = (("JobID", "job_id"), ("JobName", "name"), ("User", "user"), ("State", "state"), ("End", "end"),
-                  ("Diagnosis", "diagnosis"))
+# --fields (sacct's -o/--format): the field name as sacct spells it -> the key of a --failed row
+FAILED_FIELDS = {
+    "JobID": "job_id", "JobName": "name", "User": "user", "State": "state", "ExitCode": "exit_code",
+    "Start": "start", "End": "end", "Elapsed": "elapsed", "Timelimit": "time_limit", "NNodes": "nnodes",
+    "NodeList": "nodes", "GPUs": "gpus", "MaxRSS": "max_rss", "CPUEff": "cpu_efficiency",
+    "GPUHoursLost": "gpu_hours_lost", "WorkDir": "work_dir", "RootCause": "root_cause", "Category": "category",
+    "Diagnosis": "diagnosis", "Log": "log",
+}  # fmt: skip
+FAILED_COLUMNS = tuple((name, FAILED_FIELDS[name]) for name in ("JobID", "JobName", "User", "State", "End",
+                                                                 "Diagnosis"))
 
 
-def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool) -> str:
-    """sacct's ``--parsable2`` / ``--noheader`` for ``--failed``: ``|``-separated fields (a ``|`` inside a value
-    becomes ``/``), or with only ``--noheader`` space-padded columns without the header line. Values are inert."""
+def parse_fields(text: str) -> list[tuple[str, str, int | None]]:
+    """``--fields JobID,jobname%30,MaxRSS`` -> [(name, row key, width)]: names as sacct takes them (any case, an
+    optional ``%WIDTH``); an unknown one is an error with a did-you-mean."""
+    import difflib
+    import re
+
     from diagnose.present.safe import inert
 
-    table = [[inert(str(r.get(key) or "")) for _, key in FAILED_COLUMNS] for r in rows]
-    names = [name for name, _ in FAILED_COLUMNS]
+    by_lower = {n.lower(): n for n in FAILED_FIELDS}
+    out = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        m = re.fullmatch(r"([A-Za-z]+)(?:%(\d{1,3}))?", item)
+        name = by_lower.get(m.group(1).lower()) if m else None
+        if name is None:
+            close = difflib.get_close_matches(item.split("%")[0].lower(), list(by_lower), n=1, cutoff=0.6)
+            hint = f"did you mean {by_lower[close[0]]}?" if close else "fields: " + ",".join(FAILED_FIELDS)
+            raise DiagnoseError(f"--fields: unknown field {inert(item[:40])!r} ({hint})")
+        out.append((name, FAILED_FIELDS[name], int(m.group(2)) if m.group(2) else None))
+    if not out:
+        raise DiagnoseError("--fields: name at least one field, e.g. --fields JobID,State,RootCause")
+    return out
+
+
+def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool,
+                    fields: list[tuple[str, str, int | None]] | None = None) -> str:
+    """sacct's ``--parsable2`` / ``--noheader`` / ``-o`` for ``--failed``: ``|``-separated fields (a ``|`` inside a
+    value becomes ``/``), else space-padded columns (``%WIDTH`` fixes a column's width, cutting longer values, as
+    sacct does), with the header line unless ``header`` is False. Values are inert."""
+    from diagnose.present.safe import inert
+
+    columns = fields or [(name, key, None) for name, key in FAILED_COLUMNS]
+    table = [[inert(_cell(r.get(key), key)) for _, key, _ in columns] for r in rows]
+    names = [name for name, _, _ in columns]
     if parsable:
         lines = (["|".join(names)] if header else []) + ["|".join(v.replace("|", "/") for v in t) for t in table]
-    else:
-        widths = [max([len(n) for n in names[i:i + 1]] + [len(t[i]) for t in table]) for i in range(len(names) - 1)]
-        lines = ["  ".join(v.ljust(w) for v, w in zip(t[:-1], widths)) + "  " + t[-1] for t in table]
+        return "\n".join(lines) + ("\n" if lines else "")
+    widths = [w if w is not None else max([len(names[i])] + [len(t[i]) for t in table])
+              for i, (_, _, w) in enumerate(columns)]
+    body = ([names] if header else []) + table
+    lines = ["  ".join(v[:w].ljust(w) for v, w in zip(t, widths)).rstrip() for t in body]
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _cell(value: Any, key: str = "") -> str:
+    """A --failed value as a table cell: "" for unknown, CPU efficiency in percent as seff prints it."""
+    if value is None:
+        return ""
+    if key == "cpu_efficiency":
+        return f"{100 * value:.1f}%"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
 
 
 def failed_json(since: str, rows: list[dict[str, Any]], truncated: bool) -> dict[str, Any]:
@@ -196,16 +273,51 @@ def failed_json(since: str, rows: list[dict[str, Any]], truncated: bool) -> dict
     return {"schema": "diagnose/failed@1", "since": since, "jobs": rows, "truncated": truncated}
 
 
-def failed_markdown(rows: list[dict[str, Any]]) -> str:
-    """The ``--failed`` table in markdown. Every cell is escaped like any markdown inline text: not only ``|``
-    but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and diagnoses can hold."""
+def failed_markdown(rows: list[dict[str, Any]], fields: list[tuple[str, str, int | None]] | None = None) -> str:
+    """The ``--failed`` table in markdown (``--fields`` chooses the columns). Every cell is escaped like any
+    markdown inline text: not only ``|`` but ``<img>``, ``@mentions``, ``**bold**`` and links, which job names and
+    diagnoses can hold."""
     from diagnose.present.markdown import md_inline
 
-    out = ["| job | name | state | end | diagnosis |", "| --- | --- | --- | --- | --- |"]
+    columns = [(name, key) for name, key, _ in fields] if fields else [
+        ("job", "job_id"), ("name", "name"), ("state", "state"), ("end", "end"), ("diagnosis", "diagnosis")]
+    out = ["| " + " | ".join(name for name, _ in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     for r in rows:
-        cells = [md_inline(str(r[k])) for k in ("job_id", "name", "state", "end", "diagnosis")]
+        cells = [md_inline(_cell(r.get(k), k)) for _, k in columns]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _failed_extras(summary: Any, root: Any, outputs: list[str]) -> dict[str, Any]:
+    """The sacct and seff figures of a --failed row, and the root cause's code and category (``--fields``)."""
+    from diagnose.ingest.slurm.parse import format_duration
+    from diagnose.ingest.slurm.usage import format_bytes
+
+    usage = summary.usage
+    efficiency, lost = summary.cpu_efficiency, summary.gpu_hours_lost
+    exit_code = "" if summary.exit_code is None else f"{summary.exit_code}:{_signal_number(summary.signal)}"
+    return {
+        "exit_code": exit_code, "start": summary.start,
+        "elapsed": format_duration(summary.elapsed_s) if summary.elapsed_s is not None else None,
+        "time_limit": format_duration(summary.time_limit_s), "nodes": summary.nodes, "work_dir": summary.work_dir,
+        "nnodes": usage.nnodes, "gpus": usage.gpus, "max_rss_bytes": usage.max_rss_bytes,
+        "max_rss": format_bytes(usage.max_rss_bytes) or None,
+        "cpu_efficiency": None if efficiency is None else round(efficiency, 4),
+        "gpu_hours_lost": None if lost is None else round(lost, 3),
+        "root_cause": root.rule if root is not None else None, "category": root.category if root is not None else None,
+        "log": outputs[0] if outputs else None,
+    }
+
+
+def _signal_number(name: str | None) -> int:
+    import signal
+
+    if not name:
+        return 0
+    try:
+        return int(signal.Signals[name])
+    except KeyError:  # "signal 77": a number Python has no name for
+        return int(name.split()[-1]) if name.split()[-1].isdigit() else 0
 
 
 def _list_failed(args: Any, options: Any) -> int:
@@ -216,6 +328,7 @@ def _list_failed(args: Any, options: Any) -> int:
     from diagnose.pipeline import AnalyzeOptions
     from diagnose.present.safe import inert, log_text
 
+    fields = parse_fields(args.fields) if getattr(args, "fields", None) else None  # before asking sacct
     jobs = list_failed_jobs(since=args.since, user=args.user)
     quick = AnalyzeOptions(rules_dirs=options.rules_dirs, replay=False)
     rows: list[dict[str, Any]] = []
@@ -230,23 +343,25 @@ def _list_failed(args: Any, options: Any) -> int:
             report = diagnose_job(ref, quick, job=job).report
             line = one_line_diagnosis(report)
             outputs = [o.path for o in report.slurm.outputs] if report.slurm is not None else []
+            root = report.root
         except DiagnoseError as e:
-            line, outputs = f"could not diagnose: {e}", []
+            line, outputs, root = f"could not diagnose: {e}", [], None
         rows.append({"job_id": summary.job_id, "name": summary.name, "user": summary.user,
-                     "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs})
+                     "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs,
+                     **_failed_extras(summary, root, outputs)})
     with _output(args) as out:
         if args.format == "json":
             json.dump(failed_json(args.since, rows, len(jobs) > MAX_LISTED), out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
-            out.write(failed_markdown(rows))
+            out.write(failed_markdown(rows, fields))
         else:
             console = _console(args, out)
             if not rows:
                 console.print(log_text(f"No failed jobs since {args.since}."))
-            elif getattr(args, "parsable", False) or getattr(args, "noheader", False):
+            elif getattr(args, "parsable", False) or getattr(args, "noheader", False) or fields:
                 out.write(failed_parsable(rows, bool(getattr(args, "parsable", False)),
-                                          not getattr(args, "noheader", False)))
+                                          not getattr(args, "noheader", False), fields))
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
                 table = [[inert(str(r[k])) for k in cols] for r in rows]

@@ -1,0 +1,102 @@
+"""What a job used, as ``seff`` reports it, from sacct's fields: nodes, GPUs, MaxRSS, CPU efficiency, and the
+GPU-hours a failed job spent (GPUs x elapsed: what the failure cost).
+
+sacct gives MaxRSS per step (the job line is empty; jobacct_gather samples it every JobAcctGatherFrequency, so a
+step shorter than that has none), TotalCPU on the job line (the sum of its steps), the GPUs in AllocTRES
+(``gres/gpu=8``, sometimes also typed ``gres/gpu:h100=8``). Anything missing stays None: never a made-up zero.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
+
+_RSS = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.IGNORECASE)
+_RSS_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_CPU_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?")
+
+
+@dataclass(slots=True)
+class Usage:
+    nnodes: int | None = None
+    gpus: int | None = None
+    cpus: int | None = None
+    total_cpu_s: float | None = None
+    max_rss_bytes: int | None = None
+
+    def gpu_hours(self, elapsed_s: int | None) -> float | None:
+        """GPUs x elapsed, in hours: what the job held until it failed."""
+        if self.gpus is None or elapsed_s is None:
+            return None
+        return self.gpus * elapsed_s / 3600
+
+    def cpu_efficiency(self, elapsed_s: int | None) -> float | None:
+        """seff's CPU efficiency: CPU time used / (allocated CPUs x elapsed), 0..1; None when a part is missing."""
+        if self.total_cpu_s is None or not self.cpus or not elapsed_s:
+            return None
+        return min(1.0, self.total_cpu_s / (self.cpus * elapsed_s))
+
+
+def parse_rss(text: str | None) -> int | None:
+    """sacct's MaxRSS (``123456K``, ``1.50G``, ``0``) in bytes; None when empty."""
+    m = _RSS.fullmatch((text or "").strip())
+    if m is None:
+        return None
+    return int(float(m.group(1)) * _RSS_UNITS[m.group(2).upper()])
+
+
+def parse_cpu_time(text: str | None) -> float | None:
+    """sacct's TotalCPU (``[D-][HH:]MM:SS[.mmm]``) in seconds."""
+    m = _CPU_TIME.fullmatch((text or "").strip())
+    if m is None:
+        return None
+    days, hours, minutes, seconds, frac = m.groups()
+    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def gpus_from_tres(text: str | None) -> int | None:
+    """``billing=8,cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1`` -> 8 (the untyped count, else the typed ones summed);
+    0 when the TRES list names no GPU; None when there is no TRES list."""
+    if not (text or "").strip():
+        return None
+    plain, typed = None, 0
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            continue
+        if name == "gres/gpu":
+            plain = int(value)
+        elif name.startswith("gres/gpu:"):
+            typed += int(value)
+    return plain if plain is not None else typed
+
+
+def _int(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]]) -> Usage:
+    """The job's usage from its sacct line and its steps' lines (MaxRSS: the largest step's)."""
+    rss = [r for r in (parse_rss(f.get("MaxRSS")) for f in [job_fields, *step_fields]) if r is not None]
+    return Usage(
+        nnodes=_int(job_fields.get("NNodes")),
+        gpus=gpus_from_tres(job_fields.get("AllocTRES")),
+        cpus=_int(job_fields.get("AllocCPUS")),
+        total_cpu_s=parse_cpu_time(job_fields.get("TotalCPU")),
+        max_rss_bytes=max(rss) if rss else None,
+    )
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
