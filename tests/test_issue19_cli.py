@@ -405,7 +405,7 @@ def test_item8_default_report_is_short_with_the_fix_on_the_first_screen() -> Non
     assert res.returncode == 1 and len(lines) <= 60, len(lines)
     first = "\n".join(lines[:24])
     assert "ROOT CAUSE  OOM" in first and "line 34" in first and "Bridge CLI  ddp.use_megatron_fsdp=true" in first
-    assert "Launch      needs >= 8 GPUs: launch with world size 8 (torchrun" in first  # conventions: the launch line
+    assert "Launch      torchrun --nnodes=1 --nproc-per-node=8" in first  # conventions: the launch line
     assert "  fix:" not in res.stdout.decode() and "render:" not in res.stdout.decode()
     verbose = cli("analyze", str(SAMPLE), "-v", env_extra={"COLUMNS": "100"}).stdout.decode()
     assert "CONFIG\n  version: <=0.4.x" in verbose and "    YAML" in verbose and "  Facts" in verbose

@@ -228,16 +228,44 @@ def mlm_flags(overrides: list[Override]) -> list[str]:
 # ------------------------------------------------------------------------------------------------ a fix
 
 
-def launch_comment(launch: list[Override]) -> str:
+GPUS_PER_NODE = 8  # an HGX/DGX node (H100, H200, B200): the per-node count when the job did not say its own
+
+
+def node_split(world: int, per_node: int | None = None) -> tuple[int, int]:
+    """(nodes, GPUs per node) for ``world`` GPUs: the job's own GPUs per node when known, else 8; a world size
+    that the per-node count does not divide goes on the largest per-node count that does (12 -> 2 x 6)."""
+    cap = per_node if per_node and per_node > 0 else GPUS_PER_NODE
+    if world <= cap:
+        return 1, world
+    per = next(d for d in range(cap, 0, -1) if world % d == 0)
+    return world // per, per
+
+
+def launch_commands(world: int, per_node: int | None = None) -> dict[str, str]:
+    """The launch lines for ``world`` GPUs: ``torchrun`` (per node) and ``srun`` (the whole job)."""
+    nodes, per = node_split(world, per_node)
+    rdzv = " --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:29500" if nodes > 1 else ""
+    return {
+        "torchrun": f"torchrun --nnodes={nodes} --nproc-per-node={per}{rdzv} TRAIN_SCRIPT [ARGS...]",
+        "srun": (f"srun --nodes={nodes} --ntasks-per-node={per} --gpus-per-node={per} "
+                 "TRAIN_SCRIPT [ARGS...]"),
+    }
+
+
+def launch_comment(launch: list[Override], per_node: int | None = None) -> str:
     world = next((o.value for o in launch if o.key == "launch.world_size"), None)
     if world is None:
         return ""
-    world = comment_safe(str(world))
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        world = comment_safe(str(world))
+        return (f"# needs >= {world} GPUs: launch with world size {world} "
+                f"(torchrun: nnodes x nproc_per_node = {world}; srun: --ntasks={world})")
+    nodes, per = node_split(world, per_node)
     return (f"# needs >= {world} GPUs: launch with world size {world} "
-            f"(torchrun: nnodes x nproc_per_node = {world}; srun: --ntasks={world})")
+            f"({nodes} node{'s' if nodes != 1 else ''} x {per} GPUs)")
 
 
-def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, str]:
+def render_fix(fix: list[Override], framework: str | None = None, per_node: int | None = None) -> dict[str, str]:
     """A fix in every form: ``cli``, ``python``, ``yaml``; ``env`` (export/unset lines) when it sets ``env.*``;
     ``launch`` when it needs a GPU count (``launch.world_size``); ``mlm`` for a Megatron-LM job.
 
@@ -249,7 +277,7 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
     rest = [o for o in fix if not o.key.startswith("launch.")]
     config = [o for o in rest if not o.key.startswith("env.")]
     env = [_env_override_line(o) for o in rest if o.key.startswith("env.")]
-    comment = launch_comment(launch)
+    comment = launch_comment(launch, per_node)
     env_note = ENV_NOTE + comment_safe("; ".join(env)) if env else ""
     heads = [c for c in (comment, env_note) if c]
     python = "\n".join(python_lines(config))
@@ -260,6 +288,10 @@ def render_fix(fix: list[Override], framework: str | None = None) -> dict[str, s
     }
     if comment:
         out["launch"] = comment
+        world = next((o.value for o in launch if o.key == "launch.world_size"), None)
+        if isinstance(world, int) and not isinstance(world, bool) and world >= 1:
+            commands = launch_commands(world, per_node)
+            out["torchrun"], out["srun"] = commands["torchrun"], commands["srun"]
     if env:
         out["env"] = "\n".join(env)
     if framework == "megatron-lm":

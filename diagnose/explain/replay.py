@@ -53,13 +53,14 @@ class ReplayResult:
     fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
     fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
     config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
+    gpus_per_node: int | None = None  # the job's node size (SLURM_GPUS_ON_NODE) for the launch lines; None: 8
+
+    def render(self) -> dict[str, str]:
+        return render_fix(self.fix, self.framework, self.gpus_per_node)
 
     @property
     def passes(self) -> bool:
         return self.after.passes
-
-    def render(self) -> dict[str, str]:
-        return render_fix(self.fix, self.framework)
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
@@ -187,7 +188,15 @@ def replay(
         rule=finding.rule if finding is not None else None,
         category=finding.category if finding is not None else None,
         config_known=view.config_known,
+        gpus_per_node=_node_size(view),
     )
+
+
+def _node_size(view: ConfigView) -> int | None:
+    """GPUs on one of the job's nodes, when the log says it (SLURM_GPUS_ON_NODE); how many the job used per node
+    (nproc_per_node) is not the node's size."""
+    value = view.get("launch.gpus_per_node")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _dedupe(overrides: list[Override]) -> list[Override]:

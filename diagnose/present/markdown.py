@@ -51,7 +51,7 @@ def fenced(body: str, lang: str = "text") -> str:
     return f"{fence}{lang}\n{body}\n{fence}"
 
 
-def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]:
+def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list[str] | None = None) -> list[str]:
     out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     if f.basis != "rule":
@@ -87,6 +87,9 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
         out += [line, ""]
         if fix.overrides:
             out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
+        if launch:  # the fix needs more GPUs: how to launch them
+            out += ["Launch:", "", fenced(inert_block("\n".join(launch)), "shell"), ""]
+        if fix.overrides:
             out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
             out += details("YAML", ["", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""])
         if fix.env:
@@ -99,6 +102,14 @@ def _finding(f: Finding, heading: str, root: Finding | None = None) -> list[str]
     if f.explanation:
         out += [inert_block(f.explanation), ""]
     return out + folded
+
+
+def _launch(report: Report) -> list[str]:
+    """Replay's launch note and its torchrun / srun lines, when the fix needs more GPUs than the job had."""
+    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
+    if not isinstance(render, dict) or not isinstance(render.get("launch"), str):
+        return []
+    return [str(render[k]) for k in ("launch", "torchrun", "srun") if isinstance(render.get(k), str)]
 
 
 def details(summary: str, body: list[str]) -> list[str]:
@@ -175,7 +186,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]
     if root is not None:
-        out += _finding(root, "Root cause")
+        out += _finding(root, "Root cause", launch=_launch(report))
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     if secondary:
         body: list[str] = [""]

@@ -514,7 +514,8 @@ def section_data(data: Any) -> Any:
 
 
 # Keys whose values are things to copy (commands, code, YAML): their lines are never wrapped.
-COMMAND_KEYS = frozenset({"render", "cli", "python", "yaml", "launch", "env", "command", "mlm", "flags"})
+COMMAND_KEYS = frozenset({"render", "cli", "python", "yaml", "launch", "torchrun", "srun", "env", "command", "mlm",
+                          "flags"})
 
 
 def _command_flags(lines: list[str]) -> list[bool]:
@@ -591,7 +592,15 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
                        and p.plain.lstrip().startswith("Bridge CLI")), None)
             if at is not None:
-                root_parts.insert(at, command_text("    Launch      ", inert(launch.lstrip("# ")), style="bold"))
+                commands = dict(_launch_commands(report))
+                if verbose or not commands:  # the note, then each launcher's line
+                    lines = [("    Launch      ", launch.lstrip("# "))] + [
+                        (f"    {name:<12}", cmd) for name, cmd in commands.items()]
+                else:  # one line, so that the default report stays within a screen
+                    srun = commands.get("srun", "").replace("srun ", "", 1).replace(" TRAIN_SCRIPT [ARGS...]", "")
+                    lines = [("    Launch      ", commands["torchrun"] + (f"  (srun: {srun})" if srun else ""))]
+                for offset, (label, text) in enumerate(lines):
+                    root_parts.insert(at + offset, command_text(label, inert(text), style="bold"))
         parts.extend(root_parts)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
@@ -665,6 +674,15 @@ def _launch_line(report: Report) -> str | None:
     render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
     launch = render.get("launch") if isinstance(render, dict) else None
     return launch if isinstance(launch, str) and launch.strip() else None
+
+
+def _launch_commands(report: Report) -> list[tuple[str, str]]:
+    """The torchrun and srun lines for the GPUs the fix needs (``render["torchrun"]`` / ``["srun"]``)."""
+    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
+    if not isinstance(render, dict):
+        return []
+    return [(name, render[key]) for name, key in (("torchrun", "torchrun"), ("srun", "srun"))
+            if isinstance(render.get(key), str) and render[key].strip()]
 
 
 def _summaries(report: Report, width: int) -> list[Any]:

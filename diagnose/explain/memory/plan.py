@@ -235,11 +235,14 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:
-            from diagnose.explain.render import inline_fix
+            from diagnose.explain.render import inline_fix, launch_commands
 
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
+            node = view.get("launch.gpus_per_node")
+            launch = launch_commands(more.layout.gpus, node if isinstance(node, int) else None)
+            notes.append(f"launch on {more.layout.gpus} GPUs: {launch['torchrun']}; or {launch['srun']}")
     # a count the log confirms (its own parameter line, per rank) assumes nothing
     assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
     if assumed:
