@@ -80,7 +80,11 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     hint = slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs))
     if hint:
         report.warnings.append(hint)
-    if groups:
+    if groups and len(groups) > MAX_JOBS:
+        report.warnings.append(f"these inputs hold {len(groups)} jobs (by their job ids and failing ranks): too many "
+                               f"for a report each (at most {MAX_JOBS}), diagnosed here as one; analyze them one "
+                               "at a time")
+    elif groups:
         return _per_job(groups, report, catalogue, options)
     mixed = different_jobs_warning(report)
     if mixed:
@@ -113,6 +117,7 @@ def _hang(report: Report, found) -> None:
 
 
 SLOW_HINT_MIN_BYTES = 256 << 20
+MAX_JOBS = 32  # a report per job up to this many jobs; each is a full analysis (replay and memory model included)
 
 
 def slow_scanner_hint(backend: str, total_bytes: int) -> str | None:

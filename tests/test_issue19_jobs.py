@@ -148,3 +148,13 @@ def test_identity_readers() -> None:
     assert identity_from_text(CANCELLED.format(job=1).encode() + CANCELLED.format(job=2).encode()) == {}
     assert conflict({"world_size": "8"}, {"world_size": "16"}) == "world_size"
     assert conflict({"slurm_job": "1"}, {"world_size": "16"}) is None
+
+
+def test_more_jobs_than_reports_keeps_one_report_and_says_why(tmp_path: Path) -> None:
+    from diagnose.pipeline import MAX_JOBS
+
+    for i in range(MAX_JOBS + 1):
+        (tmp_path / f"slurm-{1000 + i}.out").write_text("step 1 loss 2.0\n" if i else DDP_OOM)
+    code, data = _json(str(tmp_path))
+    assert code == 1 and "jobs" not in data
+    assert any(f"hold {MAX_JOBS + 1} jobs" in w and "too many" in w for w in data["warnings"])

@@ -32,23 +32,26 @@ class Unit:
 
 @dataclass
 class JobGroup:
-    units: list[Unit] = field(default_factory=list)
+    """Units of one job; its identity and failing ranks are kept merged as units join (a folder of thousands of
+    per-rank logs must not cost a pass over the group per file)."""
 
-    @property
-    def identity(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for u in self.units:
-            for k, v in u.identity.items():
-                out.setdefault(k, v)
-        return out
+    units: list[Unit] = field(default_factory=list)
+    identity: dict[str, str] = field(default_factory=dict)
+    failure_ranks: set = field(default_factory=set)
+
+    def add(self, unit: Unit) -> None:
+        self.units.append(unit)
+        for k, v in unit.identity.items():
+            self.identity.setdefault(k, v)
+        self.failure_ranks |= unit.failure_ranks
+
+    def absorb(self, other: JobGroup) -> None:
+        for unit in other.units:
+            self.add(unit)
 
     @property
     def paths(self) -> list[str]:
         return [p for u in self.units for p in u.paths]
-
-    @property
-    def failure_ranks(self) -> set:
-        return set().union(*(u.failure_ranks for u in self.units)) if self.units else set()
 
 
 def process_of(path: str) -> str:
@@ -107,7 +110,7 @@ def _split_one_input(units: list[Unit]) -> list[JobGroup]:
             home = next((g for g in rest if _fits(g, u.identity)), None)
             if home is None:
                 rest.append(home := JobGroup())
-        home.units.append(u)
+        home.add(u)
     if len(joined) <= 1:  # one job id (or none): files that name none are that job's other ranks
         groups = joined[:]
         for g in rest:
@@ -115,7 +118,7 @@ def _split_one_input(units: list[Unit]) -> list[JobGroup]:
             if target is None:
                 groups.append(g)
             else:
-                target.units.extend(g.units)
+                target.absorb(g)
         return groups
     return joined + rest
 
@@ -142,5 +145,5 @@ def plan_jobs(units: list[Unit]) -> list[JobGroup] | None:
             if home is None:
                 groups.append(g)
             else:
-                home.units.extend(g.units)
+                home.absorb(g)
     return groups if len(groups) > 1 else None
