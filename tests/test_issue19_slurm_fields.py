@@ -195,3 +195,34 @@ def test_real_cluster_failed_fields_and_job_view(tmp_path: Path) -> None:
     assert row[6] == "OOM102"
     view = _run(env, job, "--color", "never")
     assert "usage: 1 node, 0 GPUs, MaxRSS " in view.stdout, view.stdout[:1200]
+
+
+def test_tui_job_list_has_a_diagnosis_column(fake_slurm, monkeypatch) -> None:
+    """Issue 19 item 21 (left by the first pass): `diagnose tui --slurm` lists the jobs with their one-line
+    diagnosis, filled in by a worker as `slurm --failed` writes it (fake sacct on PATH, Textual's Pilot)."""
+    from test_tui_reports import run_async
+    from textual.widgets import DataTable
+
+    from diagnose.present.tui.app import DiagnoseApp
+    from diagnose.present.tui.slurmjobs import JobsScreen
+
+    monkeypatch.setenv("PATH", fake_slurm["PATH"])
+
+    @run_async
+    async def drive() -> None:
+        app = DiagnoseApp([], slurm=("1d", None))
+        async with app.run_test(size=(200, 30)) as pilot:
+            jobs = app.screen
+            assert isinstance(jobs, JobsScreen)
+            for _ in range(300):
+                await pilot.pause(0.1)
+                if len(jobs.diagnoses) == 2 or jobs.error:
+                    break
+            assert jobs.error is None, jobs.error
+            table = jobs.query_one(DataTable)
+            assert [str(c.label) for c in table.columns.values()][-1] == "diagnosis"
+            rows = {jobs.job_ids[i]: [str(getattr(c, "plain", c)) for c in table.get_row_at(i)] for i in range(2)}
+            assert rows["501"][-1].startswith("[OOM102] CUDA OOM while wrapping the model")
+            assert rows["502"][-1] == "[SL003] Slurm time limit reached"  # the slurmstepd line in its log
+
+    drive()

@@ -323,8 +323,7 @@ def _signal_number(name: str | None) -> int:
 def _list_failed(args: Any, options: Any) -> int:
     from rich.text import Text
 
-    from diagnose.ingest.slurm import list_failed_jobs, lookup_job, parse_job_id
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
+    from diagnose.ingest.slurm import list_failed_jobs
     from diagnose.pipeline import AnalyzeOptions
     from diagnose.present.safe import inert, log_text
 
@@ -333,19 +332,7 @@ def _list_failed(args: Any, options: Any) -> int:
     quick = AnalyzeOptions(rules_dirs=options.rules_dirs, replay=False)
     rows: list[dict[str, Any]] = []
     for summary in jobs[:MAX_LISTED]:
-        try:
-            if "[" in summary.job_id:  # "123_[0-9]": array tasks cancelled before any of them started
-                raise DiagnoseError("array tasks that never started")
-            ref = parse_job_id(summary.job_id)
-            # many jobs: do not wait long for an incomplete sacct record, and read fewer per-task files per job
-            # (rank 0 and the largest ones, where a failure's traceback makes the file grow)
-            job = lookup_job(ref, settle_s=1.0, max_task_files=LISTED_TASK_FILES)
-            report = diagnose_job(ref, quick, job=job).report
-            line = one_line_diagnosis(report)
-            outputs = [o.path for o in report.slurm.outputs] if report.slurm is not None else []
-            root = report.root
-        except DiagnoseError as e:
-            line, outputs, root = f"could not diagnose: {e}", [], None
+        line, outputs, root = diagnose_listed(summary.job_id, quick)
         rows.append({"job_id": summary.job_id, "name": summary.name, "user": summary.user,
                      "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs,
                      **_failed_extras(summary, root, outputs)})
@@ -375,6 +362,26 @@ def _list_failed(args: Any, options: Any) -> int:
             if len(jobs) > MAX_LISTED:
                 console.print(log_text(f"... and {len(jobs) - MAX_LISTED} older ones (narrow --since)"))
     return 1 if rows else 0
+
+
+def diagnose_listed(job_id: str, quick: Any) -> tuple[str, list[str], Any]:
+    """One job of the failed list (``--failed``, the TUI's job list): (one-line diagnosis, output files read, root
+    cause finding or None); a job that cannot be diagnosed says why in the line."""
+    from diagnose.ingest.slurm import lookup_job, parse_job_id
+    from diagnose.ingest.slurm.diagnosis import diagnose_job
+
+    try:
+        if "[" in job_id:  # "123_[0-9]": array tasks cancelled before any of them started
+            raise DiagnoseError("array tasks that never started")
+        ref = parse_job_id(job_id)
+        # many jobs: do not wait long for an incomplete sacct record, and read fewer per-task files per job
+        # (rank 0 and the largest ones, where a failure's traceback makes the file grow)
+        job = lookup_job(ref, settle_s=1.0, max_task_files=LISTED_TASK_FILES)
+        report = diagnose_job(ref, quick, job=job).report
+    except DiagnoseError as e:
+        return f"could not diagnose: {e}", [], None
+    outputs = [o.path for o in report.slurm.outputs] if report.slurm is not None else []
+    return one_line_diagnosis(report), outputs, report.root
 
 
 def one_line_diagnosis(report: Report) -> str:

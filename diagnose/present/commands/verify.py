@@ -22,7 +22,7 @@ def verify_payload(paths: list[str], config: str | None = None, bridge_version: 
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     options = AnalyzeOptions(rules_dirs=list(rules or []), config_path=config, bridge_version=bridge_version,
-                             verify=True, strict=strict)
+                             verify=True, strict=strict, split_jobs=False)  # one run, whatever its files hold
     report = analyze(list(paths), options)
     root = report.root
     payload: dict[str, Any] = {

@@ -300,7 +300,7 @@ class DiagnoseApp(App):
         from diagnose.present.tui.slurmjobs import JobsScreen
 
         since, user = self.slurm or ("1d", None)
-        self.push_screen(JobsScreen(since, user), self._diagnose_job)
+        self.push_screen(JobsScreen(since, user, self.rules_dirs), self._diagnose_job)
 
     def _diagnose_job(self, job_id: str | None) -> None:
         if job_id is None:

@@ -47,12 +47,15 @@ class JobsScreen(Screen[str | None]):
     JobsScreen DataTable { height: 1fr; }
     """
 
-    def __init__(self, since: str = "1d", user: str | None = None) -> None:
+    def __init__(self, since: str = "1d", user: str | None = None, rules_dirs: list[str] | None = None) -> None:
         super().__init__()
         self.since = since
         self.user = user
+        self.rules_dirs = list(rules_dirs or [])
         self.job_ids: list[str] = []
+        self.diagnoses: dict[str, str] = {}  # job id -> its one-line diagnosis, as the worker finds them
         self.error: str | None = None
+        self._diagnosis_column = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Failed Slurm jobs since {self.since}: loading…"), id="jobs-status")
@@ -61,7 +64,8 @@ class JobsScreen(Screen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("job", "name", "state", "ended", "elapsed", "nodes")
+        *_, self._diagnosis_column = table.add_columns("job", "name", "state", "ended", "elapsed", "nodes",
+                                                        "diagnosis")
         table.focus()
         self.load()
 
@@ -93,10 +97,51 @@ class JobsScreen(Screen[str | None]):
             self.job_ids.append(job.job_id)
             state = Text(inert(job.state_text()), style=STATE_STYLE.get(job.state, ""))
             table.add_row(Text(inert(job.job_id)), Text(inert(job.name)), state, Text(inert(job.end)),
-                          Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)), key=job.job_id)
+                          Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)),
+                          Text("…", style="dim"), key=job.job_id)
         n = len(jobs)
         status = f"{n} failed job{'s' if n != 1 else ''} since {self.since}" + (": enter diagnoses one" if n else "")
         self.query_one("#jobs-status", Static).update(Text(status))
+        self.diagnoses = {}
+        if jobs:
+            self.diagnose_rows(list(self.job_ids))
+
+    @work(thread=True, exclusive=True, group="slurm-diagnoses")
+    def diagnose_rows(self, job_ids: list[str]) -> None:
+        """The diagnosis column, newest job first, as ``slurm --failed`` writes it (quick: no replay)."""
+        from textual.worker import get_current_worker
+
+        from diagnose.pipeline import AnalyzeOptions
+        from diagnose.present.commands.slurm import MAX_LISTED, diagnose_listed
+
+        quick = AnalyzeOptions(rules_dirs=self.rules_dirs, replay=False)
+        worker = get_current_worker()
+        for job_id in job_ids[:MAX_LISTED]:
+            if worker.is_cancelled:
+                return
+            line, _outputs, _root = diagnose_listed(job_id, quick)
+            try:
+                self.app.call_from_thread(self._show_diagnosis, job_id, line)
+            except RuntimeError:  # the app closed while this job was diagnosed
+                return
+
+    def _show_diagnosis(self, job_id: str, line: str) -> None:
+        from textual.css.query import NoMatches
+
+        self.diagnoses[job_id] = line
+        try:
+            table = self.query_one(DataTable)
+        except NoMatches:  # the screen was closed (a job picked) while the column filled
+            return
+        if job_id not in self.job_ids or self._diagnosis_column is None:
+            return  # the list was reloaded meanwhile
+        from textual.widgets.data_table import CellDoesNotExist
+
+        healthy = line.startswith("no failure")
+        try:
+            table.update_cell(job_id, self._diagnosis_column, Text(inert(line), style="green" if healthy else "red"))
+        except CellDoesNotExist:  # reloaded between the check and here
+            return
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
