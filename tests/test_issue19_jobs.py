@@ -158,3 +158,21 @@ def test_more_jobs_than_reports_keeps_one_report_and_says_why(tmp_path: Path) ->
     code, data = _json(str(tmp_path))
     assert code == 1 and "jobs" not in data
     assert any(f"hold {MAX_JOBS + 1} jobs" in w and "too many" in w for w in data["warnings"])
+
+
+def test_one_rank_naming_the_job_does_not_split_it_from_its_other_ranks(tmp_path: Path) -> None:
+    """Only rank 0's file holds slurmstepd's line: the other ranks' files name no job and stay with it."""
+    (tmp_path / "rank0.log").write_text("[rank0]: " + TASK_OOM + CANCELLED.format(job=100))
+    (tmp_path / "rank1.log").write_text(TASK_NCCL)
+    _, data = _json(str(tmp_path))
+    assert "jobs" not in data
+
+
+def test_a_log_that_could_belong_to_either_job_is_reported_on_its_own(tmp_path: Path) -> None:
+    a, b, c = (tmp_path / n for n in ("a.log", "b.log", "c.log"))
+    a.write_text(DDP_OOM)
+    b.write_text(WARMUP_OOM)
+    c.write_text("step 1 loss 2.0\n")  # no failure, no job id: a's or b's? it cannot tell
+    code, data = _json(str(a), str(b), str(c))
+    assert code == 1 and [j["paths"] for j in data["jobs"]] == [[str(a)], [str(b)], [str(c)]]
+    assert _roots(data) == ["OOM102", "OOM110", None]
