@@ -146,4 +146,7 @@ def plan_jobs(units: list[Unit]) -> list[JobGroup] | None:
                 groups.append(g)
             else:
                 home.absorb(g)
-    return groups if len(groups) > 1 else None
+    if len(groups) < 2:
+        return None
+    order = {u.key: i for i, u in enumerate(units)}
+    return sorted(groups, key=lambda g: min(order[u.key] for u in g.units))  # by each job's first file
