@@ -226,3 +226,13 @@ def test_tui_job_list_has_a_diagnosis_column(fake_slurm, monkeypatch) -> None:
             assert rows["502"][-1] == "[SL003] Slurm time limit reached"  # the slurmstepd line in its log
 
     drive()
+
+
+def test_sacct_style_dash_o_is_not_taken_as_a_file_name(fake_slurm, tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "diagnose", "slurm", "--failed", "-o", "JobID,State%20"],
+                         env=fake_slurm, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "use --fields JobID,State%20" in res.stderr
+    assert not (tmp_path / "JobID,State%20").exists()
+    res = subprocess.run([sys.executable, "-m", "diagnose", "slurm", "--failed", "-o", "failed.txt"],
+                         env=fake_slurm, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and (tmp_path / "failed.txt").read_text().startswith("JOBID")

@@ -237,6 +237,21 @@ def parse_fields(text: str) -> list[tuple[str, str, int | None]]:
     return out
 
 
+def _refuse_fields_as_output(output: str | None) -> None:
+    """sacct's habit, ``-o JobID,State``, would write the list to a file named ``JobID,State``: here ``-o`` is
+    ``--output``. A value made only of field names (and no such file) is refused with the option to use."""
+    import os
+    import re
+
+    if not output or os.path.exists(output):
+        return
+    names = {n.lower() for n in FAILED_FIELDS}
+    tokens = [re.sub(r"%\d+$", "", t.strip()).lower() for t in output.split(",")]
+    if tokens and all(t in names for t in tokens):
+        raise DiagnoseError(f"-o/--output writes the list to a file; for sacct's -o (the columns) use --fields "
+                            f"{output[:80]}")
+
+
 def failed_parsable(rows: list[dict[str, Any]], parsable: bool, header: bool,
                     fields: list[tuple[str, str, int | None]] | None = None) -> str:
     """sacct's ``--parsable2`` / ``--noheader`` / ``-o`` for ``--failed``: ``|``-separated fields (a ``|`` inside a
@@ -328,6 +343,7 @@ def _list_failed(args: Any, options: Any) -> int:
     from diagnose.present.safe import inert, log_text
 
     fields = parse_fields(args.fields) if getattr(args, "fields", None) else None  # before asking sacct
+    _refuse_fields_as_output(getattr(args, "output", None))
     jobs = list_failed_jobs(since=args.since, user=args.user)
     quick = AnalyzeOptions(rules_dirs=options.rules_dirs, replay=False)
     rows: list[dict[str, Any]] = []
