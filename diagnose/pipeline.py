@@ -204,26 +204,30 @@ def _per_job(groups, merged: Report, catalogue, options: AnalyzeOptions) -> Repo
     failed) with every input and a warning naming the jobs, and ``jobs`` holds them all."""
     import dataclasses
 
-    from diagnose.ingest.job_identity import label
     from diagnose.model import JobReport
 
     one = dataclasses.replace(options, split_jobs=False, refuse_empty=False, include=[], exclude=[], progress=None,
                               catalogue=catalogue, select=[], ignore=[])  # the catalogue is already selected
-    jobs = []
-    for i, group in enumerate(groups, 1):
-        paths = group.paths
-        name = label(group.identity) or (f"{shown(paths[0])}" + (f" and {len(paths) - 1} more file"
-                                                                  f"{'s' if len(paths) > 2 else ''}"
-                                                                  if len(paths) > 1 else ""))
-        jobs.append(JobReport(label=f"job {i} of {len(groups)}: {name}", identity=group.identity, paths=paths,
-                              report=analyze(paths, one)))
-    chosen = next((j for j in jobs if j.report.root_cause is not None), jobs[0])
-    top = dataclasses.replace(chosen.report, inputs=list(merged.inputs), jobs=jobs)
-    told = "; ".join(j.label.split(": ", 1)[1] for j in jobs[:4]) + (" ..." if len(jobs) > 4 else "")
-    head = (f"these inputs hold {len(jobs)} jobs ({told}): one report per job; the top level is "
-            f"{chosen.label.split(':', 1)[0]}'s")
+    names = [_job_name(g) for g in groups]
+    jobs = [JobReport(label=f"job {i} of {len(groups)}: {name}", identity=g.identity, paths=g.paths,
+                      report=analyze(g.paths, one)) for i, (g, name) in enumerate(zip(groups, names), 1)]
+    at = next((i for i, j in enumerate(jobs) if j.report.root_cause is not None), 0)
+    top = dataclasses.replace(jobs[at].report, inputs=list(merged.inputs), jobs=jobs)
+    chosen = jobs[at]
+    told = "; ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+    head = (f"these inputs hold {len(jobs)} jobs ({told}): one report per job; the top level is job {at + 1}'s")
     top.warnings = list(dict.fromkeys([head, *merged.warnings[len(catalogue.errors):], *chosen.report.warnings]))
     return top
+
+
+def _job_name(group) -> str:
+    """What told the job apart (``Slurm job 117``), else its first file (``a.log and 3 more files``)."""
+    from diagnose.ingest.job_identity import label
+
+    paths = group.paths
+    more = len(paths) - 1
+    return label(group.identity) or shown(paths[0]) + (f" and {more} more file{'s' if more > 1 else ''}"
+                                                        if more else "")
 
 
 def _empty_error(paths: list[str]) -> Exception:
