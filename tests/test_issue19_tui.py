@@ -167,3 +167,71 @@ async def test_item10_plan_screen_copies_and_exports(tmp_path: Path, monkeypatch
         await pilot.pause()
     plan = json.loads((tmp_path / "diagnose-plan.json").read_text())
     assert plan["plans"] and "peak_bytes" in plan["plans"][0]
+
+
+# ------------------------------------------------------------------------- item 10: what was left
+
+def _long_lines_log(tmp_path: Path, n: int = 200) -> Path:
+    log = tmp_path / "long.log"
+    log.write_text("".join(f"[rank{i % 4}]: step {i} " + "x" * 300 + f" end{i}\n" for i in range(n)))
+    return log
+
+
+def _log_app(log: Path) -> DiagnoseApp:
+    from diagnose.model import InputInfo, Report
+
+    report = Report(inputs=[InputInfo(str(log), log.stat().st_size, 0)])
+    return DiagnoseApp([str(log)], report=report, display_names={str(log): log.name})
+
+
+async def _open_log(app: DiagnoseApp, pilot):
+    from diagnose.present.tui.screens import LogScreen
+
+    await pilot.pause()
+    await pilot.press("l")
+    await pilot.pause(0.2)
+    screen = app.screen
+    assert isinstance(screen, LogScreen)
+    assert screen.index.done.wait(10)
+    await pilot.pause(0.2)
+    return screen
+
+
+@run_async
+async def test_item10_horizontal_scroll_keeps_the_line_numbers(tmp_path: Path) -> None:
+    """Scrolling sideways moved the gutter out of sight with the text."""
+    from test_tui_app import view_text
+
+    app = _log_app(_long_lines_log(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open_log(app, pilot)
+        view = screen.view
+        assert view.max_scroll_x > 100
+        view.scroll_to(x=80, animate=False, immediate=True)
+        await pilot.pause()
+        rows = view_text(view)
+        assert rows[0].startswith("  1  ") and rows[9].startswith(" 10  "), rows[:2]
+        assert "[rank0]" not in rows[0] and "x" * 20 in rows[0]  # the text did move
+        view.scroll_to(x=view.max_scroll_x, animate=False, immediate=True)
+        await pilot.pause()
+        assert view_text(view)[0].startswith("  1  ") and "end0" in view_text(view)[0]
+
+
+@run_async
+async def test_item19_bridge_cli_tab_never_wraps_the_command(tmp_path: Path) -> None:
+    """A long override line was wrapped in the tab: a mouse copy of it got a newline. It scrolls sideways now."""
+    from test_tui_reports import copy_log, ddp_wrap_oom_report
+    from textual.widgets import Static
+
+    log = copy_log("ddp_wrap_oom.log", tmp_path)
+    report = ddp_wrap_oom_report(log)  # its Bridge CLI line: three overrides, 110 characters on one line
+    app = DiagnoseApp([str(log)], report=report, display_names={str(log): "ddp_wrap_oom.log"})
+    async with app.run_test(size=(100, 45)) as pilot:
+        await pilot.pause()
+        static = app.main.query_one("#fix-text-cli", Static)
+        lines = static.content.plain.splitlines()
+        assert any("ddp.use_megatron_fsdp=true" in line and "ckpt_format=fsdp_dtensor" in line for line in lines)
+        longest = max(len(line) for line in lines)
+        assert longest > app.main.detail.size.width  # the case that wrapped
+        assert static.size.height == len(lines), (static.size, len(lines))
+        assert static.size.width >= longest

@@ -116,7 +116,10 @@ class LogView(ScrollView, can_focus=True):
         if strip is None:
             strip = self._render_row(line, row == self.cursor)
             self._strips[key] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        # the gutter (line number, evidence marker, one blank) stays put; only the text scrolls sideways
+        gutter = min(self._gutter_width() + 2, width)
+        return Strip.join([strip.crop_extend(0, gutter, base),
+                           strip.crop_extend(gutter + scroll_x, gutter + scroll_x + width - gutter, base)])
 
     def _render_row(self, line: int, is_cursor: bool) -> Strip:
         gutter_style = self.get_component_rich_style("logview--gutter")
