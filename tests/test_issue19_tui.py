@@ -235,3 +235,42 @@ async def test_item19_bridge_cli_tab_never_wraps_the_command(tmp_path: Path) -> 
         assert longest > app.main.detail.size.width  # the case that wrapped
         assert static.size.height == len(lines), (static.size, len(lines))
         assert static.size.width >= longest
+
+
+def _status(screen) -> str:
+    return str(screen.query_one("#log-status").content)
+
+
+@run_async
+async def test_item10_search_says_k_of_n_and_drops_a_stale_status(tmp_path: Path, monkeypatch) -> None:
+    """The status said "match on line 10" with no count, and kept saying it after the cursor moved on."""
+    from diagnose.present.tui import screens
+
+    log = tmp_path / "search.log"
+    needles = {4, 9, 19, 29}  # 0-based lines holding the term
+    log.write_text("".join(f"line {i} " + ("Needle here" if i in needles else "hay") + "\n" for i in range(60)))
+    app = _log_app(log)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _open_log(app, pilot)
+
+        async def press(*keys: str) -> None:
+            await pilot.press(*keys)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            screen._update_status()
+
+        await press("slash", *"needle", "enter")
+        assert screen.view.cursor_line == 4
+        assert "match 1 of 4 on line 5" in _status(screen), _status(screen)
+        await press("n")
+        assert "match 2 of 4 on line 10" in _status(screen), _status(screen)
+        await press("N", "N")
+        assert "match 4 of 4 on line 30 (wrapped to the end)" in _status(screen), _status(screen)
+        await press("down")  # moved away: the status no longer names a match
+        assert "match" not in _status(screen), _status(screen)
+        await press("slash", "ctrl+u", *"absent", "enter")
+        assert "no match for 'absent'" in _status(screen) and "of 4" not in _status(screen)
+
+        monkeypatch.setattr(screens, "MATCH_COUNT_CAP", 3)  # a huge log: counted up to a cap, "N+"
+        await press("slash", "ctrl+u", *"here", "enter")
+        assert "of 3+" in _status(screen), _status(screen)

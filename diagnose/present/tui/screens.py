@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+from array import array
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -10,10 +13,13 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Static, TextArea
 
+from diagnose.normalize import decode
 from diagnose.present.safe import inert
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.logview import LogView
-from diagnose.present.tui.rankfacet import RankFacet
+from diagnose.present.tui.rankfacet import PREFIX_BYTES, RankFacet, rank_of_line
+
+MATCH_COUNT_CAP = 10_000  # "k of N" counts this many matching lines, then says "N+"
 
 
 class LogScreen(Screen):
@@ -47,6 +53,8 @@ class LogScreen(Screen):
         self.prompt_mode = ""
         self.term = ""
         self.message = ""
+        self.match: tuple[str, int, str] | None = None  # (term, 0-based line, " (wrapped …)"): the status says
+        self.counted: tuple[tuple, array, bool] | None = None  # (key, matching lines, all of them?) of a term
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-status")
@@ -80,7 +88,12 @@ class LogScreen(Screen):
             state = "" if facet.done.is_set() else ", scanning…"
             text.append(f" · rank {facet.rank}: {len(facet.rows):,} lines{state}", "cyan")
         text.append(f" · line {self.view.cursor_line + 1:,}")
-        if self.message:
+        if self.match is not None and self.match[1] != self.view.cursor_line:
+            self.match = None  # moved away: "match 3 of 9" no longer says where the cursor is
+            self.message = ""
+        if self.match is not None:
+            text.append(f" · {self._match_words()}", "italic")
+        elif self.message:
             text.append(f" · {self.message}", "italic")
         self.query_one("#log-status", Static).update(text)
 
@@ -147,6 +160,7 @@ class LogScreen(Screen):
         self.message = "" if rank is None else self.message
 
     def action_find(self, backward: bool) -> None:
+        self.match = None  # a new search: the last one's status goes
         if not self.term:
             self.message = "no search term: press /"
             self._update_status()
@@ -172,8 +186,47 @@ class LogScreen(Screen):
             self.message = f"no match for {inert(term)!r}{still}"
         else:
             self.view.go_to_line(found)
-            self.message = f"match on line {found + 1:,}" + (
-                (" (wrapped to the end)" if backward else " (wrapped to the top)") if wrapped else "")
+            self.message = ""
+            self.match = (term, found, (" (wrapped to the end)" if backward else " (wrapped to the top)")
+                          if wrapped else "")
+            if self.counted is None or self.counted[0] != self._count_key(term):
+                self._count_worker(term, self._count_key(term))
+        self._update_status()
+
+    def _count_key(self, term: str) -> tuple:
+        facet = self.view.facet
+        return (term, None if facet is None else (facet.rank, facet.done.is_set()), self.index.done.is_set())
+
+    def _match_words(self) -> str:
+        """"match 3 of 9 on line 120", "match on line 120 of 10,000+", or "… (counting)" while counting."""
+        assert self.match is not None
+        term, line, wrapped = self.match
+        counted = self.counted
+        if counted is None or counted[0] != self._count_key(term):
+            return f"match on line {line + 1:,}{wrapped} (counting…)"
+        _, lines, complete = counted
+        plus = "" if complete else "+"
+        k = bisect.bisect_left(lines, line)
+        if k < len(lines) and lines[k] == line:
+            return f"match {k + 1:,} of {len(lines):,}{plus} on line {line + 1:,}{wrapped}"
+        return f"match on line {line + 1:,} of {len(lines):,}{plus}{wrapped}"
+
+    @work(thread=True, exclusive=True, group="log-count")
+    def _count_worker(self, term: str, key: tuple) -> None:
+        """Count the matching lines (of the rank shown) off the UI thread, up to ``MATCH_COUNT_CAP``."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        facet = self.view.facet
+        keep = None if facet is None else (lambda line: rank_of_line(decode(self.index.line_bytes(
+            line, PREFIX_BYTES))) == facet.rank)
+        lines, complete = self.index.match_lines(term, MATCH_COUNT_CAP, keep, lambda: worker.is_cancelled)
+        complete = complete and key[2] and (facet is None or key[1][1])  # all of the log (and of the rank)?
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self._counted, key, lines, complete)
+
+    def _counted(self, key: tuple, lines: array, complete: bool) -> None:
+        self.counted = (key, lines, complete)
         self._update_status()
 
 
