@@ -274,3 +274,66 @@ async def test_item10_search_says_k_of_n_and_drops_a_stale_status(tmp_path: Path
         monkeypatch.setattr(screens, "MATCH_COUNT_CAP", 3)  # a huge log: counted up to a cap, "N+"
         await press("slash", "ctrl+u", *"here", "enter")
         assert "of 3+" in _status(screen), _status(screen)
+
+
+@run_async
+async def test_item10_rank_filter_keeps_the_place_and_shows_rows_while_scanning(tmp_path: Path, monkeypatch) -> None:
+    """On a 1 GiB log the filter showed an empty screen for a minute, then the top of the log: the user's place was
+    lost, and lost again when the filter was cleared. Here the scan of the lines above the user's place is held
+    back, as a slow scan would be: the place must already be on screen, on the same screen row, and stay there
+    when those rows arrive and when the filter is cleared."""
+    import threading
+
+    from test_tui_app import view_text
+
+    from diagnose.present.tui.rankfacet import RankFacet
+
+    log = tmp_path / "ranks.log"
+    log.write_text("".join(f"[rank{i % 4}]: step {i}\n" for i in range(30_000)))
+    gate = threading.Event()
+    real_batch = RankFacet._scan_batch
+
+    def held(self, start, limit, above):
+        if above:
+            gate.wait(20)
+        return real_batch(self, start, limit, above)
+
+    monkeypatch.setattr(RankFacet, "_scan_batch", held)
+    app = _log_app(log)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await _open_log(app, pilot)
+            view = screen.view
+            await pilot.press("colon", *"20001", "enter")
+            await pilot.pause(0.2)
+            assert view.cursor_line == 20_000
+            screen_row = view.cursor - view.scroll_offset.y
+
+            def cursor_screen_row() -> int:
+                return view.cursor - view.scroll_offset.y
+
+            await pilot.press("r", "2", "enter")
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if view.facet is not None and view.facet.covers(20_000) and view._anchor is None:
+                    break
+            assert not view.facet.done.is_set()  # the lines above are still held back
+            rows = [r for r in view_text(view) if r.strip()]
+            assert len(rows) == view.size.height and all("[rank2]: " in r for r in rows), rows[:3]
+            assert view.cursor_line == 19_998  # the rank's line at or before the user's
+            assert cursor_screen_row() == screen_row
+            assert "scanning" in _status(screen)
+
+            gate.set()  # the rows above arrive: the screen must not jump
+            assert view.facet.done.wait(20)
+            await pilot.pause(0.3)
+            assert view.cursor_line == 19_998 and cursor_screen_row() == screen_row
+            assert len(view.facet.rows) == 7_500
+
+            await pilot.press("r", "enter")  # all ranks again: still there
+            await pilot.pause(0.2)
+            assert view.facet is None
+            assert view.cursor_line == 19_998 and cursor_screen_row() == screen_row
+    finally:
+        gate.set()
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,7 @@ def test_rank_facet_lists_one_ranks_lines(tmp_path: Path) -> None:
     facet = RankFacet(index, 1).start()
     try:
         assert facet.done.wait(10)
+        facet.publish()  # the view does this on its UI thread
         lines = [index.line_text(r) for r in facet.rows]
         assert len(lines) == 100
         assert all(line.startswith("[rank1]: ") for line in lines)
@@ -215,3 +217,59 @@ def test_unreadable_log_sets_a_one_line_error(tmp_path: Path) -> None:
     index = LogIndex(str(bad)).start()
     assert index.done.wait(10) and index.error and "\n" not in index.error
     index.close()
+
+
+def test_rank_facet_scans_from_the_users_place_then_above(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started at line 2500 of 5000, the facet reads from 500 (LEAD_LINES above) to the end first: the user's place
+    is covered while the top is not; rows published later above the split come back in order, and ``publish``
+    says how many went above."""
+    from diagnose.present.tui import rankfacet
+
+    monkeypatch.setattr(rankfacet, "BATCH_LINES", 100)
+    path = tmp_path / "ranks.log"
+    path.write_bytes(b"".join(b"[rank%d]: step %d\n" % (i % 4, i) for i in range(5000)))
+    index = LogIndex(str(path)).build_now()
+    gate = threading.Event()
+    real_batch = RankFacet._scan_batch
+
+    def gated(self, start, limit, above):  # the lines above the split wait until the test has looked
+        if above:
+            gate.wait(10)
+        return real_batch(self, start, limit, above)
+
+    monkeypatch.setattr(RankFacet, "_scan_batch", gated)
+    facet = RankFacet(index, 2, around=2500).start()
+    try:
+        assert facet.split == 500
+        deadline = time.monotonic() + 10
+        while facet.tail_scanned < 5000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert facet.covers(2500) and not facet.covers(10) and not facet.done.is_set()
+        assert facet.publish() == 0 and list(facet.rows) == list(range(502, 5000, 4))
+        gate.set()
+        assert facet.done.wait(10)
+        above = facet.publish()
+        assert above == len(range(2, 500, 4))
+        assert list(facet.rows) == list(range(2, 5000, 4))
+        assert facet.row_of_line(2502) == list(facet.rows).index(2502)
+    finally:
+        index.close()
+
+
+LINE_PARTS = st.sampled_from(["[rank3]: ", "[rank12]: ", "[rank003]: ", "[default2]:", "[rank1]:", " 3: ", "3: ",
+                              "[host-1:7]: ", "[rank: 5] ", "node017: ", "(Worker pid=12) ", "\r", "\x1b[31m",
+                              "[E1129 15:25:31.123 f.cpp:683] ", "2024-07-25T06:36:18Z ", "  ", "x", "/opt/a.py",
+                              "Traceback", "é", "\x9b", "[2024-07-25 06:36:18,293] ", "[0,3]<stdout>: ", "  ",
+                              "E1129 15:24:33.203000 421 f.py:986] ", "[NeMo I 2024-07-25 06:36:18 f:12] ",
+                              "[E ProcessGroupNCCL.cpp:475] ", "warnings.warn(", "  5: ", "(", "[", "9"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(LINE_PARTS, max_size=6))
+def test_rank_of_bytes_agrees_with_normalize(parts: list[str]) -> None:
+    """The fast path on ``[rankN]: `` lines gives normalize's answer, whatever follows the prefix."""
+    from diagnose.normalize import decode
+    from diagnose.present.tui.rankfacet import rank_of_bytes
+
+    raw = "".join(parts).encode("utf-8")
+    assert rank_of_bytes(raw) == rank_of_line(decode(raw))

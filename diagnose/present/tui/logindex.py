@@ -159,6 +159,10 @@ class LogIndex:
         data = self._buf[start : min(end, start + cap)]
         return data[:-1] if data.endswith(b"\r") else data
 
+    def read_span(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the log (offsets from ``line_span``)."""
+        return self._buf[start:end]
+
     def line_text(self, index: int, cap: int = DEFAULT_LINE_CAP) -> str:
         return self.line_bytes(index, cap).decode("utf-8", errors="backslashreplace")
 

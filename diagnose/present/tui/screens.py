@@ -13,11 +13,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Static, TextArea
 
-from diagnose.normalize import decode
 from diagnose.present.safe import inert
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.logview import LogView
-from diagnose.present.tui.rankfacet import PREFIX_BYTES, RankFacet, rank_of_line
+from diagnose.present.tui.rankfacet import RankFacet
 
 MATCH_COUNT_CAP = 10_000  # "k of N" counts this many matching lines, then says "N+"
 
@@ -85,7 +84,7 @@ class LogScreen(Screen):
             text.append(f" · indexing {index.progress:.0%} ({index.line_count:,} lines so far)", "yellow")
         facet = self.view.facet
         if facet is not None:
-            state = "" if facet.done.is_set() else ", scanning…"
+            state = "" if facet.done.is_set() else f", scanning {facet.progress:.0%}…"
             text.append(f" · rank {facet.rank}: {len(facet.rows):,} lines{state}", "cyan")
         text.append(f" · line {self.view.cursor_line + 1:,}")
         if self.match is not None and self.match[1] != self.view.cursor_line:
@@ -156,7 +155,7 @@ class LogScreen(Screen):
         self._update_status()
 
     def set_rank(self, rank: int | None) -> None:
-        self.view.set_facet(None if rank is None else RankFacet(self.index, rank).start())
+        self.view.set_facet(None if rank is None else RankFacet(self.index, rank, self.view.cursor_line).start())
         self.message = "" if rank is None else self.message
 
     def action_find(self, backward: bool) -> None:
@@ -218,8 +217,7 @@ class LogScreen(Screen):
 
         worker = get_current_worker()
         facet = self.view.facet
-        keep = None if facet is None else (lambda line: rank_of_line(decode(self.index.line_bytes(
-            line, PREFIX_BYTES))) == facet.rank)
+        keep = None if facet is None else facet.holds
         lines, complete = self.index.match_lines(term, MATCH_COUNT_CAP, keep, lambda: worker.is_cancelled)
         complete = complete and key[2] and (facet is None or key[1][1])  # all of the log (and of the rank)?
         if not worker.is_cancelled:
