@@ -337,3 +337,84 @@ async def test_item10_rank_filter_keeps_the_place_and_shows_rows_while_scanning(
     finally:
         gate.set()
 
+
+# ---------------------------------------------------------------------------------------------- item 21
+
+
+@run_async
+async def test_item21_job_list_has_a_diagnosis_column_filled_in_the_background(tmp_path: Path) -> None:
+    """The job list had no diagnosis column. It shows at once ("diagnosing…") and fills as a worker diagnoses
+    each job; a summary is inert text on one line."""
+    import threading
+    from types import SimpleNamespace
+
+    from textual.widgets import DataTable
+
+    from diagnose.present.tui.slurmjobs import JobsScreen
+
+    def job(job_id: str, name: str):
+        return SimpleNamespace(job_id=job_id, name=name, state="FAILED", state_text=lambda: "FAILED",
+                               end="2026-12-01T10:00:00", elapsed_s=61, nodes="node01")
+
+    release = threading.Event()
+    asked: list[str] = []
+
+    def summarize(job_id: str) -> str:
+        asked.append(job_id)
+        if job_id == "102":
+            release.wait(20)  # a slow diagnosis: the list and the first answer must not wait for it
+            return "MB150 [b]config\n[@click=app.quit]x"
+        return "OOM103 cuda_oom"
+
+    class Jobs(JobsScreen):
+        def load(self) -> None:  # no Slurm here: the list comes from the test
+            self._show_jobs([job("101", "pretrain"), job("102", "sft")])
+
+    app = DiagnoseApp([], report=None)
+    summaries: dict[str, str] = {}
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            screen = Jobs(summarize=summarize, summaries=summaries)
+            await app.push_screen(screen)
+            table = screen.query_one(DataTable)
+
+            def column(row: int) -> str:
+                return str(getattr(table.get_row_at(row)[-1], "plain", ""))
+
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if column(0) != "diagnosing…":
+                    break
+            assert table.row_count == 2
+            assert column(0) == "OOM103 cuda_oom" and column(1) == "diagnosing…"
+            release.set()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert column(1) == "MB150 [b]config [@click=app.quit]x"  # one line, markup as typed
+            assert app.is_running and asked == ["101", "102"]
+            assert summaries == {"101": "OOM103 cuda_oom", "102": "MB150 [b]config\n[@click=app.quit]x"}
+    finally:
+        release.set()
+
+
+def test_item21_job_summary_names_the_root_cause_or_why_not(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from test_tui_reports import copy_log, ddp_wrap_oom_report
+
+    from diagnose.ingest.slurm import diagnosis
+    from diagnose.model import DiagnoseError, Report
+    from diagnose.present.tui.slurmjobs import job_summary
+
+    reports = {"7": ddp_wrap_oom_report(copy_log("ddp_wrap_oom.log", tmp_path)), "8": Report()}
+
+    def fake_diagnose_job(job_id, options):
+        if str(job_id) not in reports:
+            raise DiagnoseError(f"job {job_id}: no such job")
+        return SimpleNamespace(report=reports[str(job_id)])
+
+    monkeypatch.setattr(diagnosis, "diagnose_job", fake_diagnose_job)
+    assert job_summary("7", []) == "OOM103 cuda_oom"
+    assert job_summary("8", []) == "no failure found"
+    assert job_summary("9", []) == "not diagnosed: job 9: no such job"

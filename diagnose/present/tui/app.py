@@ -228,6 +228,7 @@ class DiagnoseApp(App):
         self.slurm = slurm  # (since, user): start with the list of recent failed Slurm jobs
         self.rules_dirs = list(rules_dirs or [])
         self.job_id: str | None = None
+        self.job_summaries: dict[str, str] = {}  # job id -> the job list's diagnosis column
         self._job_outputs: list[str] = []
         self.indices: dict[str, LogIndex] = {}
         self.error: str | None = None
@@ -296,10 +297,12 @@ class DiagnoseApp(App):
         self._start()
 
     def open_jobs(self) -> None:
-        from diagnose.present.tui.slurmjobs import JobsScreen
+        from diagnose.present.tui.slurmjobs import JobsScreen, job_summary
 
         since, user = self.slurm or ("1d", None)
-        self.push_screen(JobsScreen(since, user), self._diagnose_job)
+        rules_dirs = list(self.rules_dirs)
+        self.push_screen(JobsScreen(since, user, summarize=lambda job_id: job_summary(job_id, rules_dirs),
+                                    summaries=self.job_summaries), self._diagnose_job)
 
     def _diagnose_job(self, job_id: str | None) -> None:
         if job_id is None:

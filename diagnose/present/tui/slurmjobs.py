@@ -16,10 +16,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from diagnose.model import DiagnoseError, Report
-from diagnose.present.safe import inert
+from diagnose.present.safe import inert, shorten
 
 STATE_STYLE = {"FAILED": "red", "OUT_OF_MEMORY": "magenta", "TIMEOUT": "yellow", "NODE_FAIL": "red",
                "CANCELLED": "dim", "PREEMPTED": "yellow"}
+SUMMARY_CELLS = 60  # the diagnosis column: one line, cut
 
 
 def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Callable:
@@ -38,8 +39,28 @@ def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Call
     return run
 
 
+def job_summary(job_id: str, rules_dirs: list[str]) -> str:
+    """One line for the job list's diagnosis column: the root cause's code and category, or why there is none."""
+    from diagnose.ingest.slurm import parse_job_id
+    from diagnose.ingest.slurm.diagnosis import diagnose_job
+    from diagnose.pipeline import AnalyzeOptions
+
+    try:
+        report = diagnose_job(parse_job_id(job_id), AnalyzeOptions(rules_dirs=list(rules_dirs))).report
+    except DiagnoseError as e:
+        return f"not diagnosed: {e}"
+    root = report.root
+    if root is not None:
+        return f"{root.rule} {root.category}"
+    return "no failure found" if not report.findings else f"{report.findings[0].rule} {report.findings[0].category}"
+
+
 class JobsScreen(Screen[str | None]):
-    """Recent failed jobs, newest first; enter diagnoses the highlighted one."""
+    """Recent failed jobs, newest first; enter diagnoses the highlighted one.
+
+    The list shows as soon as sacct answers; a worker then diagnoses the jobs one by one (newest first) and fills
+    the diagnosis column. Answers are kept in ``summaries`` (the app's, so going back to the list is instant).
+    """
 
     BINDINGS = [Binding("escape", "close", "Back"), Binding("g", "reload", "Reload"), Binding("q", "app.quit", "Quit")]
     DEFAULT_CSS = """
@@ -47,12 +68,16 @@ class JobsScreen(Screen[str | None]):
     JobsScreen DataTable { height: 1fr; }
     """
 
-    def __init__(self, since: str = "1d", user: str | None = None) -> None:
+    def __init__(self, since: str = "1d", user: str | None = None, *,
+                 summarize: Callable[[str], str] | None = None, summaries: dict[str, str] | None = None) -> None:
         super().__init__()
         self.since = since
         self.user = user
         self.job_ids: list[str] = []
         self.error: str | None = None
+        self.summarize = summarize or (lambda job_id: job_summary(job_id, []))
+        self.summaries = summaries if summaries is not None else {}
+        self._diagnosis_column = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Failed Slurm jobs since {self.since}: loading…"), id="jobs-status")
@@ -61,7 +86,8 @@ class JobsScreen(Screen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("job", "name", "state", "ended", "elapsed", "nodes")
+        *_, self._diagnosis_column = table.add_columns("job", "name", "state", "ended", "elapsed", "nodes",
+                                                       "diagnosis")
         table.focus()
         self.load()
 
@@ -93,10 +119,44 @@ class JobsScreen(Screen[str | None]):
             self.job_ids.append(job.job_id)
             state = Text(inert(job.state_text()), style=STATE_STYLE.get(job.state, ""))
             table.add_row(Text(inert(job.job_id)), Text(inert(job.name)), state, Text(inert(job.end)),
-                          Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)), key=job.job_id)
+                          Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)),
+                          self._diagnosis_cell(job.job_id), key=job.job_id)
         n = len(jobs)
         status = f"{n} failed job{'s' if n != 1 else ''} since {self.since}" + (": enter diagnoses one" if n else "")
         self.query_one("#jobs-status", Static).update(Text(status))
+        self.diagnose_all([j for j in self.job_ids if j not in self.summaries])
+
+    def _diagnosis_cell(self, job_id: str) -> Text:
+        summary = self.summaries.get(job_id)
+        if summary is None:
+            return Text("diagnosing…", style="dim")
+        style = "dim" if summary.startswith(("not diagnosed", "no failure")) else "bold"
+        return Text(shorten(inert(" ".join(summary.split())), SUMMARY_CELLS), style=style)
+
+    @work(thread=True, exclusive=True, group="slurm-diagnose")
+    def diagnose_all(self, job_ids: list[str]) -> None:
+        """Diagnose the listed jobs one after the other, off the UI thread; stops when the screen goes."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        for job_id in job_ids:
+            if worker.is_cancelled:
+                return
+            try:
+                summary = self.summarize(job_id)
+            except Exception as e:  # noqa: BLE001 - one job's failure must not stop the column
+                summary = f"not diagnosed: {type(e).__name__}"
+            if worker.is_cancelled:
+                return
+            try:
+                self.app.call_from_thread(self._show_summary, job_id, summary)
+            except RuntimeError:  # the app is closing
+                return
+
+    def _show_summary(self, job_id: str, summary: str) -> None:
+        self.summaries[job_id] = summary
+        if job_id in self.job_ids and self._diagnosis_column is not None:
+            self.query_one(DataTable).update_cell(job_id, self._diagnosis_column, self._diagnosis_cell(job_id))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
