@@ -418,3 +418,83 @@ def test_item21_job_summary_names_the_root_cause_or_why_not(tmp_path: Path, monk
     assert job_summary("7", []) == "OOM103 cuda_oom"
     assert job_summary("8", []) == "no failure found"
     assert job_summary("9", []) == "not diagnosed: job 9: no such job"
+
+
+# ------------------------------------------------------------------------------- conventions: tail mode
+
+
+@run_async
+async def test_conventions_follow_shows_new_lines_and_rediagnoses_on_failure_lines(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """``diagnose tui --follow LOG`` (Toolong's tail mode) did not exist. Lines appended while the app runs
+    appear at the end of the log view; plain lines do not start a diagnosis, failure lines do (debounced)."""
+    from test_tui_app import view_text
+    from test_tui_reports import need_log
+
+    from diagnose.present.tui import follow
+    from diagnose.present.tui.app import pipeline_analyzer
+    from diagnose.present.tui.screens import LogScreen
+
+    monkeypatch.setattr(follow, "DEBOUNCE_S", 0.3)
+    log = tmp_path / "live.log"
+    log.write_bytes(need_log("clean_run.log").read_bytes())
+    runs: list[int] = []
+    analyzer = pipeline_analyzer([])
+
+    def counted(inputs, progress):
+        runs.append(1)
+        return analyzer(inputs, progress)
+
+    app = DiagnoseApp([str(log)], analyzer=counted, display_names={str(log): "live.log"}, follow=True)
+
+    async def settle(pilot, until, seconds: float = 20) -> None:
+        for _ in range(int(seconds / 0.1)):
+            await pilot.pause(0.1)
+            if until():
+                return
+        raise AssertionError("timed out")
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, lambda: app.report is not None and isinstance(app.screen, LogScreen))
+        screen = app.screen
+        assert app.report.root is None and runs == [1]
+        assert "following" in _status(screen)
+
+        with log.open("a") as fh:
+            fh.writelines(f"[default0]: iteration {i}/200 | lm loss: 2.1 |\n" for i in range(101, 161))
+        await settle(pilot, lambda: any("iteration 160/200" in r for r in view_text(screen.view)))
+        assert "iteration 160/200" in view_text(screen.view)[-1] or \
+            screen.view.cursor_line == screen.index.line_count - 1  # the view stays at the end
+        await pilot.pause(1.2)  # past the debounce: plain lines start no diagnosis
+        assert runs == [1]
+
+        with log.open("ab") as fh:
+            fh.write(need_log("ddp_wrap_oom.log").read_bytes())
+        await settle(pilot, lambda: app.report is not None and app.report.root is not None)
+        assert app.report.root.category == "cuda_oom" and len(runs) == 2
+        await pilot.pause(0.3)
+        screen._update_status()
+        assert f"root cause {app.report.root.rule} (cuda_oom)" in _status(screen), _status(screen)
+        assert isinstance(app.screen, LogScreen) and screen.view.tail
+
+        await pilot.press("up")  # moving up leaves tail mode; f goes back to it
+        assert not screen.view.tail
+        await pilot.press("f")
+        assert screen.view.tail and screen.view.cursor == screen.view.row_count - 1
+
+
+def test_conventions_follow_refuses_what_cannot_grow(tmp_path: Path, capsys) -> None:
+    import gzip
+
+    from diagnose.present.cli import main
+
+    gz = tmp_path / "job.log.gz"
+    gz.write_bytes(gzip.compress(b"x\n"))
+    plain = tmp_path / "a.log"
+    plain.write_text("x\n")
+    for argv, says in ((["tui", "--follow", str(gz)], "compressed"),
+                       (["tui", "--follow", str(plain), str(plain)], "exactly one path"),
+                       (["tui", "--follow", str(tmp_path)], "only a plain log file")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err

@@ -273,3 +273,50 @@ def test_rank_of_bytes_agrees_with_normalize(parts: list[str]) -> None:
 
     raw = "".join(parts).encode("utf-8")
     assert rank_of_bytes(raw) == rank_of_line(decode(raw))
+
+
+def _wait_for(condition, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_following_indexes_lines_appended_to_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "live.log"
+    path.write_bytes(b"one\ntwo\nthree without newline")
+    index = LogIndex(str(path)).start()
+    try:
+        assert index.done.wait(10) and index.line_count == 3
+        assert index.start_following(poll_s=0.01) is None
+        with path.open("ab") as fh:
+            fh.write(b" yet\nfour\nfive, half")
+        assert _wait_for(lambda: index.line_count == 5)
+        assert [index.line_text(i) for i in range(5)] == ["one", "two", "three without newline yet", "four",
+                                                          "five, half"]
+        with path.open("ab") as fh:
+            fh.write(b" done\n" + b"".join(b"line %d\n" % i for i in range(1000)))
+        assert _wait_for(lambda: index.line_count == 1005)
+        assert index.line_text(4) == "five, half done" and index.line_text(1004) == "line 999"
+        assert index.search("line 500", 0) == 505
+        path.write_bytes(b"rotated\n")  # shrank: following stops, with a reason, what was read stays
+        assert _wait_for(lambda: not index.following)
+        assert "shrank" in (index.follow_note or "") and index.line_count == 1005
+    finally:
+        index.close()
+
+
+def test_a_compressed_log_is_not_followed(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(b"a\nb\n"))
+    index = LogIndex(str(path)).start()
+    try:
+        assert index.done.wait(10)
+        assert "compressed" in (index.start_following() or "")
+        assert not index.following
+    finally:
+        index.close()

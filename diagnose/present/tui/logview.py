@@ -63,6 +63,7 @@ class LogView(ScrollView, can_focus=True):
         self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
         self._rows_seen = -1
         self._anchor: tuple[int, int] | None = None  # (file line, screen row) to keep in place across a facet change
+        self.tail = False  # tail mode: the cursor stays on the last row as lines are appended (moving up ends it)
 
     # ----------------------------------------------------------------------------------------- rows
 
@@ -96,7 +97,10 @@ class LogView(ScrollView, can_focus=True):
                     self.set_reactive(LogView.cursor, self.cursor + shift)
                 if self.scroll_offset.y >= above:
                     self.scroll_to(y=self.scroll_offset.y + shift, animate=False, immediate=True, force=True)
+        grew = self.row_count != self._rows_seen
         self._grow()
+        if self.tail and grew and self._anchor is None:
+            self.move_to_row(self.row_count - 1)
         if anchor_ready and self._anchor is not None:
             line, screen_y = self._anchor
             self._anchor = None
@@ -191,9 +195,9 @@ class LogView(ScrollView, can_focus=True):
         if center:
             self.scroll_to(y=max(0, row - height // 2), animate=False, immediate=True, force=True)
         elif row < top:
-            self.scroll_to(y=row, animate=False, immediate=True)
+            self.scroll_to(y=row, animate=False, immediate=True, force=True)
         elif row >= top + height:
-            self.scroll_to(y=row - height + 1, animate=False, immediate=True)
+            self.scroll_to(y=row - height + 1, animate=False, immediate=True, force=True)
 
     def move_to_row(self, row: int, center: bool = False) -> None:
         rows = self.row_count
@@ -204,13 +208,22 @@ class LogView(ScrollView, can_focus=True):
         self._show_row(row, center)
 
     def action_cursor(self, delta: int) -> None:
+        self.tail = self.tail and delta > 0
         self.move_to_row(self.cursor + delta)
 
     def action_page(self, direction: int) -> None:
+        self.tail = self.tail and direction > 0
         self.move_to_row(self.cursor + direction * max(1, self.size.height - 1))
 
     def action_edge(self, end: int) -> None:
+        self.tail = self.tail and bool(end)
         self.move_to_row(self.row_count - 1 if end else 0)
+
+    def set_tail(self, on: bool) -> None:
+        """Tail mode on: to the last row now, and after each append."""
+        self.tail = on
+        if on:
+            self.move_to_row(self.row_count - 1)
 
     def _place(self, row: int, screen_y: int) -> None:
         """Cursor on ``row``, shown on screen row ``screen_y`` (as near as the ends of the log allow)."""
@@ -234,6 +247,7 @@ class LogView(ScrollView, can_focus=True):
     def on_click(self, event: Click) -> None:
         row = self.scroll_offset.y + event.y
         if 0 <= row < self.row_count:
+            self.tail = False
             self.cursor = row
 
     # ---------------------------------------------------------------------------------------- facets

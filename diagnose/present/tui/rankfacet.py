@@ -14,14 +14,16 @@ from __future__ import annotations
 import bisect
 import re
 import threading
+import time
 from array import array
 
 from diagnose.normalize import decode, normalize_line
-from diagnose.present.tui.logindex import LogIndex
+from diagnose.present.tui.logindex import FOLLOW_POLL_S, YIELD_S, LogIndex
 
 PREFIX_BYTES = 256  # a rank prefix is at the start of a line: decode only this much
 LEAD_LINES = 2000  # the scan starts this many lines above the user's place: the screen above it fills too
-BATCH_LINES = 65536
+FIRST_BATCH_LINES = 1024  # the first batches are small (the user's screen comes first), then grow to BATCH_LINES
+BATCH_LINES = 16384
 BATCH_BYTES = 8 << 20
 
 # torch's "[rank3]: " prefix, the common case on a big log, read from the bytes when nothing after it can change
@@ -77,6 +79,7 @@ class RankFacet:
         self.head_scanned = 0  # lines [0, head_scanned) are read (after the tail is done)
         self.done = threading.Event()
         self._stop = False
+        self._batch = FIRST_BATCH_LINES
         self._thread = threading.Thread(target=self._scan, name=f"rank-facet:{rank}", daemon=True)
 
     def start(self) -> RankFacet:
@@ -88,25 +91,33 @@ class RankFacet:
     def _scan(self) -> None:
         index = self.index
         try:
-            while not self._stop:  # from the split to the end, following the index while it grows
-                finished = index.done.is_set()
-                available = index.line_count
-                while self.tail_scanned < available and not self._stop:
-                    self.tail_scanned = self._scan_batch(self.tail_scanned, available, above=False)
-                if finished and available == index.line_count:
-                    break
-                index.done.wait(0.05)
+            self._read_tail(until_done=True)  # from the split to the end, following the index while it builds
             while self.head_scanned < self.split and not self._stop:
                 self.head_scanned = self._scan_batch(self.head_scanned, self.split, above=True)
+            while index.following and not self._stop:  # a followed log: the lines appended, as they come
+                self._read_tail(until_done=False)
+                time.sleep(FOLLOW_POLL_S)
         finally:
             self.done.set()
+
+    def _read_tail(self, until_done: bool) -> None:
+        index = self.index
+        while not self._stop:
+            finished = index.done.is_set()
+            available = index.line_count
+            while self.tail_scanned < available and not self._stop:
+                self.tail_scanned = self._scan_batch(self.tail_scanned, available, above=False)
+            if not until_done or (finished and available == index.line_count):
+                return
+            index.done.wait(0.05)
 
     def _scan_batch(self, start: int, limit: int, above: bool) -> int:
         """Read lines from ``start`` (at most a batch, before ``limit``; ``above``: of the split); returns the
         next line to read."""
         index = self.index
         first = index.line_span(start)[0]
-        end = min(limit, start + BATCH_LINES, max(start + 1, index.line_of_offset(first + BATCH_BYTES)))
+        end = min(limit, start + self._batch, max(start + 1, index.line_of_offset(first + BATCH_BYTES)))
+        self._batch = min(BATCH_LINES, self._batch * 2)
         last = index.line_span(end - 1)[1] - 1  # the newline of the batch's last line (or the end of the file)
         hits = array("q")
         if last - first <= 2 * BATCH_BYTES:
@@ -120,6 +131,7 @@ class RankFacet:
         if hits:
             with self._lock:  # (the array is looked up under the lock: ``publish`` swaps it)
                 (self._found_head if above else self._found_tail).extend(hits)
+        time.sleep(YIELD_S)  # hand the GIL to the UI between batches: it stays responsive while this runs
         return end
 
     # -------------------------------------------------------------------------------------- UI thread

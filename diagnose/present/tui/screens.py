@@ -33,6 +33,7 @@ class LogScreen(Screen):
         Binding("colon", "prompt('line')", "Go to line"),
         Binding("y", "copy_line", "Copy line"),
         Binding("a", "toggle_raw", "Colour codes", show=False),
+        Binding("f", "toggle_tail", "Follow"),
         Binding("question_mark", "app.help", "Help"),
     ]
     DEFAULT_CSS = """
@@ -42,8 +43,10 @@ class LogScreen(Screen):
     """
 
     def __init__(self, index: LogIndex, display_name: str, line: int | None = None,
-                 marked_lines: set[int] | None = None, known_ranks: list[int] | None = None) -> None:
+                 marked_lines: set[int] | None = None, known_ranks: list[int] | None = None,
+                 tail: bool = False) -> None:
         super().__init__()
+        self.start_tail = tail  # open in tail mode (``tui --follow``)
         self.index = index
         self.display_name = display_name
         self.start_line = line
@@ -69,6 +72,8 @@ class LogScreen(Screen):
         self.view.focus()
         if self.start_line is not None:  # after the first layout, so the view knows its height to centre
             self.call_after_refresh(self.view.go_to_line, self.start_line)
+        if self.start_tail:
+            self.call_after_refresh(self.view.set_tail, True)
         self._update_status()
         self.set_interval(0.2, self._update_status)
 
@@ -84,9 +89,16 @@ class LogScreen(Screen):
             text.append(f" · indexing {index.progress:.0%} ({index.line_count:,} lines so far)", "yellow")
         facet = self.view.facet
         if facet is not None:
-            state = "" if facet.done.is_set() else f", scanning {facet.progress:.0%}…"
+            state = "" if facet.done.is_set() or facet.progress >= 1 else f", scanning {facet.progress:.0%}…"
             text.append(f" · rank {facet.rank}: {len(facet.rows):,} lines{state}", "cyan")
         text.append(f" · line {self.view.cursor_line + 1:,}")
+        if index.following:
+            text.append(" · following" if self.view.tail else " · following (f: back to the end)", "green")
+        elif index.follow_note:
+            text.append(f" · {inert(index.follow_note)}", "yellow")
+        summary = getattr(self.app, "follow_summary", None)
+        if index.following and callable(summary) and summary():
+            text.append(f" · {summary()}", "bold")
         if self.match is not None and self.match[1] != self.view.cursor_line:
             self.match = None  # moved away: "match 3 of 9" no longer says where the cursor is
             self.message = ""
@@ -127,6 +139,23 @@ class LogScreen(Screen):
         line = self.view.cursor_line
         self.app.copy_to_clipboard(inert(self.view.shown_text(line)))
         self.message = f"copied line {line + 1:,}"
+        self._update_status()
+
+    def action_toggle_tail(self) -> None:
+        """``f``: follow the file (new lines appear, the view stays at the end), as ``tail -f`` and Toolong do."""
+        if self.view.tail:
+            self.view.set_tail(False)
+            self.message = "stopped at this line (f: follow again)"
+        else:
+            refused = self.index.start_following()
+            if refused:
+                self.message = inert(refused)
+            else:
+                self.view.set_tail(True)
+                self.message = ""
+                start = getattr(self.app, "watch_followed", None)
+                if callable(start):
+                    start(self.index)
         self._update_status()
 
     def action_toggle_raw(self) -> None:
@@ -252,6 +281,7 @@ class HelpScreen(ModalScreen):
         (":", "go to line"),
         ("y", "copy the line under the cursor"),
         ("a", "show / hide colour codes (shown as text, never applied)"),
+        ("f", "follow the file as it grows (tail -f; diagnose tui --follow LOG)"),
         ("escape", "back to the findings"),
         ("Plan (p, diagnose tui --check CONFIG --gpus N)", ""),
         ("enter", "apply what-ifs (key=value, space-separated) or the GPU count"),
