@@ -320,3 +320,13 @@ def test_a_compressed_log_is_not_followed(tmp_path: Path) -> None:
         assert not index.following
     finally:
         index.close()
+
+
+@pytest.mark.parametrize("line", [b"[rank1]: " * n + b"[rank5]: x" for n in range(5, 10)]
+                         + [b"[rank4]: [rank0]:   File \"a.py\"", b"[rank4]: [rank0]:[W1129 15:25:13.7 f.cpp:1] x",
+                            b"[rank4]: [rank0]:  [rank2]: x"])
+def test_rank_of_bytes_on_nested_torch_prefixes(line: bytes) -> None:
+    from diagnose.normalize import decode
+    from diagnose.present.tui.rankfacet import rank_of_bytes
+
+    assert rank_of_bytes(line) == rank_of_line(decode(line))
