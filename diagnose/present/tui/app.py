@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -28,6 +29,9 @@ from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.screens import ConfirmScreen, ExportScreen, HelpScreen, LogScreen, PasteScreen
+
+if TYPE_CHECKING:
+    from diagnose.present.tui.follow import FailureLines
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 DARK, LIGHT = "textual-dark", "textual-light"
@@ -243,7 +247,7 @@ class DiagnoseApp(App):
         self._follow_seen = 0  # lines of it already checked for failure lines
         self._follow_growth = 0.0  # when it last grew (monotonic)
         self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
-        self._failure_lines = None  # FailureLines, built in the first check's thread
+        self._failure_lines: FailureLines | None = None  # built in the first check's thread
         self.theme = DARK
 
     # ---------------------------------------------------------------------------------------- start

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+from textual.widgets.data_table import ColumnKey
 
 from diagnose.model import DiagnoseError, Report
 from diagnose.present.safe import inert, shorten
@@ -77,7 +78,7 @@ class JobsScreen(Screen[str | None]):
         self.error: str | None = None
         self.summarize = summarize or (lambda job_id: job_summary(job_id, []))
         self.summaries = summaries if summaries is not None else {}
-        self._diagnosis_column = None
+        self._diagnosis_column: ColumnKey | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Failed Slurm jobs since {self.since}: loading…"), id="jobs-status")
