@@ -498,3 +498,35 @@ def test_conventions_follow_refuses_what_cannot_grow(tmp_path: Path, capsys) -> 
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+@run_async
+async def test_conventions_follow_reads_a_failure_line_written_in_two_parts(tmp_path: Path, monkeypatch) -> None:
+    """A writer's buffer can end mid-line: the line is checked again once it is complete."""
+    from test_tui_reports import need_log
+
+    from diagnose.present.tui import follow
+    from diagnose.present.tui.app import pipeline_analyzer
+
+    monkeypatch.setattr(follow, "DEBOUNCE_S", 0.3)
+    log = tmp_path / "live.log"
+    log.write_bytes(need_log("clean_run.log").read_bytes())
+    app = DiagnoseApp([str(log)], analyzer=pipeline_analyzer([]), follow=True)
+    oom = b"[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.1)
+            if app.report is not None and app._followed is not None and app._followed.done.is_set():
+                break
+        assert app.report is not None and app.report.root is None
+        with log.open("ab") as fh:
+            fh.write(b"[rank0]: torch.OutOf")
+        await pilot.pause(1.5)
+        assert app.report.root is None
+        with log.open("ab") as fh:
+            fh.write(oom[len(b"[rank0]: torch.OutOf"):] + b"capacity of 79.11 GiB of which 1.00 GiB is free.\n")
+        for _ in range(200):
+            await pilot.pause(0.1)
+            if app.report.root is not None:
+                break
+        assert app.report.root is not None and app.report.root.category == "cuda_oom"

@@ -245,6 +245,7 @@ class DiagnoseApp(App):
         self._analyzing = False
         self._followed: LogIndex | None = None  # the followed log: new failure lines there mean a new diagnosis
         self._follow_seen = 0  # lines of it already checked for failure lines
+        self._follow_size = 0  # its size then
         self._follow_growth = 0.0  # when it last grew (monotonic)
         self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
         self._failure_lines: FailureLines | None = None  # built in the first check's thread
@@ -449,6 +450,7 @@ class DiagnoseApp(App):
         first = self._followed is None
         self._followed = index
         self._follow_seen = index.line_count
+        self._follow_size = index.size
         if first:
             self.set_interval(0.5, self._follow_tick)
 
@@ -473,11 +475,13 @@ class DiagnoseApp(App):
         now = monotonic()
         if not index.done.is_set():  # still indexing what was there at the start: the first analysis reads it
             self._follow_seen = count
+            self._follow_size = index.size
             return
-        if count > self._follow_seen:
+        if count > self._follow_seen or index.size > self._follow_size:  # new lines, or the last one completed
             start = max(0, self._follow_seen - 1)  # the last line again: it may have been cut mid-write
             self._follow_growth = now
             self._follow_seen = count
+            self._follow_size = index.size
             if count - start > CHECK_LINES:
                 self._failure_seen()  # a burst: diagnose again without reading every line here
             elif count > start:
