@@ -216,7 +216,7 @@ def test_tui_job_list_has_a_diagnosis_column(fake_slurm, monkeypatch) -> None:
             assert isinstance(jobs, JobsScreen)
             for _ in range(300):
                 await pilot.pause(0.1)
-                if len(jobs.diagnoses) == 2 or jobs.error:
+                if len(jobs.summaries) == 2 or jobs.error:
                     break
             assert jobs.error is None, jobs.error
             table = jobs.query_one(DataTable)

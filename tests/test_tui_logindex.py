@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,7 @@ def test_rank_facet_lists_one_ranks_lines(tmp_path: Path) -> None:
     facet = RankFacet(index, 1).start()
     try:
         assert facet.done.wait(10)
+        facet.publish()  # the view does this on its UI thread
         lines = [index.line_text(r) for r in facet.rows]
         assert len(lines) == 100
         assert all(line.startswith("[rank1]: ") for line in lines)
@@ -215,3 +217,116 @@ def test_unreadable_log_sets_a_one_line_error(tmp_path: Path) -> None:
     index = LogIndex(str(bad)).start()
     assert index.done.wait(10) and index.error and "\n" not in index.error
     index.close()
+
+
+def test_rank_facet_scans_from_the_users_place_then_above(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started at line 2500 of 5000, the facet reads from 500 (LEAD_LINES above) to the end first: the user's place
+    is covered while the top is not; rows published later above the split come back in order, and ``publish``
+    says how many went above."""
+    from diagnose.present.tui import rankfacet
+
+    monkeypatch.setattr(rankfacet, "BATCH_LINES", 100)
+    path = tmp_path / "ranks.log"
+    path.write_bytes(b"".join(b"[rank%d]: step %d\n" % (i % 4, i) for i in range(5000)))
+    index = LogIndex(str(path)).build_now()
+    gate = threading.Event()
+    real_batch = RankFacet._scan_batch
+
+    def gated(self, start, limit, above):  # the lines above the split wait until the test has looked
+        if above:
+            gate.wait(10)
+        return real_batch(self, start, limit, above)
+
+    monkeypatch.setattr(RankFacet, "_scan_batch", gated)
+    facet = RankFacet(index, 2, around=2500).start()
+    try:
+        assert facet.split == 500
+        deadline = time.monotonic() + 10
+        while facet.tail_scanned < 5000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert facet.covers(2500) and not facet.covers(10) and not facet.done.is_set()
+        assert facet.publish() == 0 and list(facet.rows) == list(range(502, 5000, 4))
+        gate.set()
+        assert facet.done.wait(10)
+        above = facet.publish()
+        assert above == len(range(2, 500, 4))
+        assert list(facet.rows) == list(range(2, 5000, 4))
+        assert facet.row_of_line(2502) == list(facet.rows).index(2502)
+    finally:
+        index.close()
+
+
+LINE_PARTS = st.sampled_from(["[rank3]: ", "[rank12]: ", "[rank003]: ", "[default2]:", "[rank1]:", " 3: ", "3: ",
+                              "[host-1:7]: ", "[rank: 5] ", "node017: ", "(Worker pid=12) ", "\r", "\x1b[31m",
+                              "[E1129 15:25:31.123 f.cpp:683] ", "2024-07-25T06:36:18Z ", "  ", "x", "/opt/a.py",
+                              "Traceback", "é", "\x9b", "[2024-07-25 06:36:18,293] ", "[0,3]<stdout>: ", "  ",
+                              "E1129 15:24:33.203000 421 f.py:986] ", "[NeMo I 2024-07-25 06:36:18 f:12] ",
+                              "[E ProcessGroupNCCL.cpp:475] ", "warnings.warn(", "  5: ", "(", "[", "9"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(LINE_PARTS, max_size=6))
+def test_rank_of_bytes_agrees_with_normalize(parts: list[str]) -> None:
+    """The fast path on ``[rankN]: `` lines gives normalize's answer, whatever follows the prefix."""
+    from diagnose.normalize import decode
+    from diagnose.present.tui.rankfacet import rank_of_bytes
+
+    raw = "".join(parts).encode("utf-8")
+    assert rank_of_bytes(raw) == rank_of_line(decode(raw))
+
+
+def _wait_for(condition, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_following_indexes_lines_appended_to_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "live.log"
+    path.write_bytes(b"one\ntwo\nthree without newline")
+    index = LogIndex(str(path)).start()
+    try:
+        assert index.done.wait(10) and index.line_count == 3
+        assert index.start_following(poll_s=0.01) is None
+        with path.open("ab") as fh:
+            fh.write(b" yet\nfour\nfive, half")
+        assert _wait_for(lambda: index.line_count == 5)
+        assert [index.line_text(i) for i in range(5)] == ["one", "two", "three without newline yet", "four",
+                                                          "five, half"]
+        with path.open("ab") as fh:
+            fh.write(b" done\n" + b"".join(b"line %d\n" % i for i in range(1000)))
+        assert _wait_for(lambda: index.line_count == 1005)
+        assert index.line_text(4) == "five, half done" and index.line_text(1004) == "line 999"
+        assert index.search("line 500", 0) == 505
+        path.write_bytes(b"rotated\n")  # shrank: following stops, with a reason, what was read stays
+        assert _wait_for(lambda: not index.following)
+        assert "shrank" in (index.follow_note or "") and index.line_count == 1005
+    finally:
+        index.close()
+
+
+def test_a_compressed_log_is_not_followed(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(b"a\nb\n"))
+    index = LogIndex(str(path)).start()
+    try:
+        assert index.done.wait(10)
+        assert "compressed" in (index.start_following() or "")
+        assert not index.following
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("line", [b"[rank1]: " * n + b"[rank5]: x" for n in range(5, 10)]
+                         + [b"[rank4]: [rank0]:   File \"a.py\"", b"[rank4]: [rank0]:[W1129 15:25:13.7 f.cpp:1] x",
+                            b"[rank4]: [rank0]:  [rank2]: x"])
+def test_rank_of_bytes_on_nested_torch_prefixes(line: bytes) -> None:
+    from diagnose.normalize import decode
+    from diagnose.present.tui.rankfacet import rank_of_bytes
+
+    assert rank_of_bytes(line) == rank_of_line(decode(line))

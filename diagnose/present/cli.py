@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tui", help="triage in a terminal UI")
     p.add_argument("paths", nargs="*", metavar="LOG", help="log(s) to open; none opens a paste screen; - reads stdin")
     p.add_argument("--slurm", action="store_true", help="start with the list of recent failed Slurm jobs")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="follow one growing log (tail -f): new lines appear, the diagnosis is redone when failure "
+                   "lines arrive")
     p.add_argument("--since", metavar="AGE", help="with --slurm: how far back (default 1d); with --fleet (7d)")
     p.add_argument("--fleet", metavar="STORE", help="start with the fleet screen of a store (diagnose fleet scan)")
     p.add_argument("--user", metavar="USER", help="with --slurm: whose jobs (default: you)")

@@ -1,6 +1,6 @@
-"""``diagnose tui``: open the Textual UI on logs, on a pasted log, (``--slurm``) on recent failed jobs, or
-(``--check CONFIG --gpus N [--gpu NAME | --gpu-memory SIZE] [--set K=V]``) on a config's memory plan with a
-what-if editor.
+"""``diagnose tui``: open the Textual UI on logs (``--follow``: one growing log), on a pasted log, (``--slurm``) on
+recent failed jobs, or (``--check CONFIG --gpus N [--gpu NAME | --gpu-memory SIZE] [--set K=V]``) on a config's
+memory plan with a what-if editor.
 
 Textual is imported here and only here, so ``diagnose --help`` and the other commands never load it.
 """
@@ -86,6 +86,15 @@ def run(args) -> int:
             raise DiagnoseError(f"no such file or folder: {path}")
     if paths.count("-") > 1:
         raise DiagnoseError("'-' (stdin) can be given only once")
+    follow = bool(getattr(args, "follow", False))
+    if follow:
+        from diagnose.present.tui.logindex import follow_refusal
+
+        if len(paths) != 1 or getattr(args, "slurm", False) or getattr(args, "fleet", None):
+            raise DiagnoseError("--follow follows one log file: give exactly one path (no --slurm, no --fleet)")
+        refused = follow_refusal(paths[0])
+        if refused:
+            raise DiagnoseError(refused)
     if rules_dirs:  # a broken user rule is a usage error before the screen opens, as in `analyze`
         from diagnose.match.rules import load_catalogue
 
@@ -122,7 +131,8 @@ def run(args) -> int:
             app = slurm_app(rules_dirs, getattr(args, "since", None) or "1d", getattr(args, "user", None))
         else:
             app = DiagnoseApp(
-                paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths
+                paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
+                rules_dirs=rules_dirs, follow=follow,
             )
         app.run()
     finally:

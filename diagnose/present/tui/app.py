@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -28,6 +29,9 @@ from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.screens import ConfirmScreen, ExportScreen, HelpScreen, LogScreen, PasteScreen
+
+if TYPE_CHECKING:
+    from diagnose.present.tui.follow import FailureLines
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 DARK, LIGHT = "textual-dark", "textual-light"
@@ -217,8 +221,10 @@ class DiagnoseApp(App):
         export_default: str = "diagnose-report.md",
         slurm: tuple[str, str | None] | None = None,
         rules_dirs: list[str] | None = None,
+        follow: bool = False,
     ) -> None:
         super().__init__()
+        self.follow = follow  # ``tui --follow LOG``: the log view follows the file, the diagnosis is redone
         self.inputs = list(inputs or [])
         self.analyzer = analyzer
         self.report: Report | None = report
@@ -229,6 +235,7 @@ class DiagnoseApp(App):
         self.slurm = slurm  # (since, user): start with the list of recent failed Slurm jobs
         self.rules_dirs = list(rules_dirs or [])
         self.job_id: str | None = None
+        self.job_summaries: dict[str, str] = {}  # job id -> the job list's diagnosis column
         self._job_outputs: list[str] = []
         self.indices: dict[str, LogIndex] = {}
         self.error: str | None = None
@@ -236,6 +243,13 @@ class DiagnoseApp(App):
         self._last_percent = -1
         self._plan_view: tuple[Report, object] | None = None
         self.plan_real_mcore = True  # the plan's validator also builds megatron-core's configs (tests turn it off)
+        self._analyzing = False
+        self._followed: LogIndex | None = None  # the followed log: new failure lines there mean a new diagnosis
+        self._follow_seen = 0  # lines of it already checked for failure lines
+        self._follow_size = 0  # its size then
+        self._follow_growth = 0.0  # when it last grew (monotonic)
+        self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
+        self._failure_lines: FailureLines | None = None  # built in the first check's thread
         self.theme = DARK
 
     # ---------------------------------------------------------------------------------------- start
@@ -272,10 +286,20 @@ class DiagnoseApp(App):
             self.show_report(self.report)
         elif self.analyzer is not None:
             self._set_status(Text("Reading the log…"))
-            self._pause_indexing(True)  # the findings come first (measured: 5 GB, 130 s -> 42 s); the index after
+            if not self.follow:  # the findings come first (measured: 5 GB, 130 s -> 42 s); the index after
+                self._pause_indexing(True)
+            self._analyzing = True
             self.analyze_worker()
         else:
             self._set_status(Text("Nothing to analyze.", style="dim"))
+        if self.follow and self.inputs:
+            index = self.index_for(self.inputs[0])
+            refused = index.start_following()
+            if refused:
+                self.notify(inert(refused), severity="error")
+            else:
+                self.watch_followed(index)
+                self.open_log(self.inputs[0], None, set(), tail=True)
 
     def _inputs_title(self) -> str:
         names = [self.display_names.get(p, p) for p in self.inputs]
@@ -297,10 +321,12 @@ class DiagnoseApp(App):
         self._start()
 
     def open_jobs(self) -> None:
-        from diagnose.present.tui.slurmjobs import JobsScreen
+        from diagnose.present.tui.slurmjobs import JobsScreen, job_summary
 
         since, user = self.slurm or ("1d", None)
-        self.push_screen(JobsScreen(since, user, self.rules_dirs), self._diagnose_job)
+        rules_dirs = list(self.rules_dirs)
+        self.push_screen(JobsScreen(since, user, summarize=lambda job_id: job_summary(job_id, rules_dirs),
+                                    summaries=self.job_summaries), self._diagnose_job)
 
     def _diagnose_job(self, job_id: str | None) -> None:
         if job_id is None:
@@ -360,6 +386,7 @@ class DiagnoseApp(App):
 
     def show_report(self, report: Report) -> None:
         self._pause_indexing(False)
+        self._analyzing = False
         self.report = report
         if self.job_id is not None:
             self.inputs = list(self._job_outputs)
@@ -369,11 +396,13 @@ class DiagnoseApp(App):
         main.findings.show_report(report)
         main.detail.show(report, main.findings.selected_finding)
         self._set_status(self._summary(report))
-        main.findings.focus()
+        if self.screen is main:
+            main.findings.focus()
         main.refresh_bindings()  # ``p`` (plan) shows once a config is known
 
     def show_error(self, message: str) -> None:
         self._pause_indexing(False)
+        self._analyzing = False
         self.error = message
         self.main.query_one("#progress").add_class("hidden")
         self._set_status(Text(f"error: {inert(message)}", style="bold red"))
@@ -406,11 +435,81 @@ class DiagnoseApp(App):
             self.indices[path] = index
         return index
 
-    def open_log(self, path: str, line: int | None, marked: set[int]) -> None:
+    def open_log(self, path: str, line: int | None, marked: set[int], tail: bool = False) -> None:
         index = self.index_for(path)
         index.resume()  # the user is looking at it now, analysis or not
         ranks = sorted({r for f in self.report.findings for r in f.ranks}) if self.report is not None else []
-        self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked, ranks))
+        self.push_screen(LogScreen(index, self.display_names.get(path, path), line, marked, ranks,
+                                   tail=tail or (index.following and line is None)))
+
+    # ---------------------------------------------------------------------------------------- follow
+
+    def watch_followed(self, index: LogIndex) -> None:
+        """Watch a followed log: lines an error rule matches start a new diagnosis once the file is quiet."""
+        if self._followed is index:
+            return
+        first = self._followed is None
+        self._followed = index
+        self._follow_seen = index.line_count
+        self._follow_size = index.size
+        if first:
+            self.set_interval(0.5, self._follow_tick)
+
+    def follow_summary(self) -> str:
+        """The diagnosis in a few words, for the followed log's status line."""
+        if self._analyzing or self._follow_pending is not None:
+            return "new failure lines: diagnosing…" if self.report is not None else "diagnosing…"
+        if self.report is None:
+            return ""
+        root = self.report.root
+        return f"root cause {inert(root.rule)} ({inert(root.category)})" if root is not None else "no failure yet"
+
+    def _follow_tick(self) -> None:
+        from time import monotonic
+
+        from diagnose.present.tui.follow import CHECK_LINES, DEBOUNCE_S, MAX_WAIT_S
+
+        index = self._followed
+        if index is None or self.analyzer is None:
+            return
+        count = index.line_count
+        now = monotonic()
+        if not index.done.is_set():  # still indexing what was there at the start: the first analysis reads it
+            self._follow_seen = count
+            self._follow_size = index.size
+            return
+        if count > self._follow_seen or index.size > self._follow_size:  # new lines, or the last one completed
+            start = max(0, self._follow_seen - 1)  # the last line again: it may have been cut mid-write
+            self._follow_growth = now
+            self._follow_seen = count
+            self._follow_size = index.size
+            if count - start > CHECK_LINES:
+                self._failure_seen()  # a burst: diagnose again without reading every line here
+            elif count > start:
+                self._check_new_lines(index, start, count)
+        pending = self._follow_pending
+        if pending is not None and not self._analyzing and (
+                now - self._follow_growth >= DEBOUNCE_S or now - pending >= MAX_WAIT_S):
+            self._follow_pending = None
+            self._analyzing = True
+            self._set_status(Text("New failure lines in the followed log: diagnosing again…"))
+            self.analyze_worker()
+
+    @work(thread=True, group="follow-check")
+    def _check_new_lines(self, index: LogIndex, start: int, end: int) -> None:
+        from diagnose.present.tui.follow import FailureLines
+
+        if self._failure_lines is None:
+            self._failure_lines = FailureLines(self.rules_dirs)
+        found = self._failure_lines.first(index.line_bytes(n) for n in range(start, end))
+        if found is not None:
+            self._call_from_worker(self._failure_seen)
+
+    def _failure_seen(self) -> None:
+        from time import monotonic
+
+        if self._follow_pending is None:
+            self._follow_pending = monotonic()
 
     def open_evidence(self, finding: Finding, number: int = 0) -> None:
         if not finding.evidence:

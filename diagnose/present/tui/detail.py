@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import HorizontalScroll, VerticalScroll
 from textual.widgets import Static, TabbedContent, TabPane
 
 from diagnose.model import Finding, Report
@@ -92,6 +92,8 @@ class FindingDetail(VerticalScroll):
     FindingDetail .section { margin-bottom: 0; }
     FindingDetail TabbedContent { height: auto; margin-bottom: 1; }
     FindingDetail TabPane { padding: 0 1; height: auto; }
+    FindingDetail .fix-scroll { height: auto; scrollbar-size-horizontal: 1; }
+    FindingDetail .fix-text { width: auto; min-width: 1; }
     FindingDetail #fix-verdict { margin-bottom: 1; }
     """
 
@@ -111,8 +113,8 @@ class FindingDetail(VerticalScroll):
         yield Static(id="fix-summary")
         with TabbedContent(id="fix-tabs"):
             for key, title in TAB_ORDER:
-                with TabPane(title, id=f"fix-{key}"):
-                    yield Static(id=f"fix-text-{key}")
+                with TabPane(title, id=f"fix-{key}"), HorizontalScroll(classes="fix-scroll"):
+                    yield Static(id=f"fix-text-{key}", classes="fix-text")
         yield Static(id="fix-verdict")
         yield Static(heading("Memory"), id="memory-heading", classes="section")
         yield Static(id="memory")
@@ -139,7 +141,9 @@ class FindingDetail(VerticalScroll):
         for key, _ in TAB_ORDER:
             form = rendered.forms.get(key) or ""
             self.query_one(f"#fix-text-{key}", Static).update(
-                Text(inert_multiline(form)) if form else Text("(nothing to set)", style="dim")
+                # never wrapped: a command copied with the mouse must not get a newline (scroll sideways)
+                Text(inert_multiline(form), no_wrap=True, overflow="ignore") if form
+                else Text("(nothing to set)", style="dim")
             )
         self.query_one("#fix-verdict", Static).update(verdict_text(rendered))
         memory = memory_text(report.memory, finding) if finding.category == "cuda_oom" else None

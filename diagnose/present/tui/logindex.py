@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import mmap
+import os
 import threading
 import time
 from array import array
@@ -23,6 +24,22 @@ CHUNK_BYTES = 1 << 20
 DEFAULT_LINE_CAP = 4096  # bytes of one line ever decoded for display
 SEARCH_WINDOW = 4 << 20
 YIELD_S = 0.001  # pause between chunks: the UI thread gets the GIL
+FOLLOW_POLL_S = 0.25
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd
+
+
+def follow_refusal(path: str) -> str | None:
+    """Why ``path`` cannot be followed (standard input, a folder, a compressed log), or None."""
+    if path == "-" or not os.path.isfile(path):
+        return f"{path}: only a plain log file can be followed"
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror or e}"
+    if any(magic.startswith(m) for m in _COMPRESSED_MAGIC):
+        return f"{path}: a compressed log does not grow; only a plain log file can be followed"
+    return None
 
 
 class LogIndex:
@@ -58,6 +75,9 @@ class LogIndex:
         self.yield_s = YIELD_S
         self._running = threading.Event()  # cleared by pause(): the engine gets the CPU, the findings come first
         self._running.set()
+        self.following = False  # start_following(): lines appended to the file are indexed as they come
+        self.follow_note: str | None = None  # why following stopped
+        self._follow_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------------------- build
 
@@ -159,6 +179,10 @@ class LogIndex:
         data = self._buf[start : min(end, start + cap)]
         return data[:-1] if data.endswith(b"\r") else data
 
+    def read_span(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the log (offsets from ``line_span``)."""
+        return self._buf[start:end]
+
     def line_text(self, index: int, cap: int = DEFAULT_LINE_CAP) -> str:
         return self.line_bytes(index, cap).decode("utf-8", errors="backslashreplace")
 
@@ -210,13 +234,123 @@ class LogIndex:
             stop = start
         return None
 
+    def match_lines(self, term: str, cap: int, keep: Callable[[int], bool] | None = None,
+                    cancelled: Callable[[], bool] | None = None) -> tuple[array, bool]:
+        """The 0-based lines (published ones) containing ``term``, in order, at most ``cap`` of them, and whether
+        that is all of them (False: more than ``cap``, or cancelled). ``keep`` filters the lines (a rank facet);
+        ``cancelled`` is asked between windows.
+
+        Same matching as ``search`` (smart case). One Python step per matching line, not per line or byte: a
+        count on a 1 GiB log with few matches is a few ``bytes.find`` calls.
+        """
+        lines = array("q")
+        if not term or self._count == 0:
+            return lines, True
+        needle = term.encode("utf-8")
+        exact = any(c.isupper() for c in term)
+        if not exact:
+            needle = needle.lower()
+        limit = self._offsets[self._count]
+        position = 0
+        while position < limit:
+            if cancelled is not None and cancelled():
+                return lines, False
+            end = min(limit, position + SEARCH_WINDOW)
+            data = self._buf[position:min(limit, end + len(needle) - 1)]
+            if not exact:
+                data = data.lower()
+            hit = data.find(needle)
+            next_window = end
+            while hit >= 0:
+                line = self.line_of_offset(position + hit)
+                if keep is None or keep(line):
+                    lines.append(line)
+                    if len(lines) > cap:  # one past the cap: there are more than ``cap``
+                        lines.pop()
+                        return lines, False
+                line_end = self._offsets[line + 1]  # the next line: a line counts once
+                if line_end >= end:
+                    next_window = max(end, line_end)
+                    break
+                hit = data.find(needle, line_end - position)
+            position = next_window
+        return lines, True
+
+    # ----------------------------------------------------------------------------------------- follow
+
+    def start_following(self, poll_s: float = FOLLOW_POLL_S) -> str | None:
+        """Index what is appended to the file from now on (``tail -f``), in a thread polling its size (network
+        file systems give no change events). Returns why it cannot (a compressed log, standard input), else None.
+
+        A last line without its newline yet is shown as it is and read again once it is complete.
+        """
+        if self._follow_thread is not None:
+            return None
+        refused = follow_refusal(self.path)
+        if refused:
+            return refused
+        self.following = True
+        self._follow_thread = threading.Thread(target=self._follow, args=(poll_s,), name=f"log-follow:{self.path}",
+                                               daemon=True)
+        self._follow_thread.start()
+        return None
+
+    def _follow(self, poll_s: float) -> None:
+        self.done.wait()
+        while not self._closed and self.following and self.error is None:
+            time.sleep(poll_s)
+            try:
+                size = os.path.getsize(self.path)
+            except OSError:
+                continue  # moved away for a moment (log rotation): try again
+            if size < self.size:
+                self.follow_note = "the file shrank (truncated or rotated): following stopped"
+                self.following = False
+                return
+            if size > self.size and not self._closed:
+                try:
+                    self._grow_to(size)
+                except (OSError, ValueError) as e:
+                    self.follow_note = f"following stopped: {e}"
+                    self.following = False
+                    return
+
+    def _grow_to(self, size: int) -> None:
+        """Map the grown file and index its new lines; readers always see a consistent prefix."""
+        with open(self.path, "rb") as fh:
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        size = len(buf)
+        offsets = self._offsets
+        if offsets[-1] == self.size + 1:  # the old last line had no newline: read it again, whole
+            self._count = len(offsets) - 2
+            offsets.pop()
+        scan = offsets[-1]
+        self._buf = buf  # the old map stays valid for a reader still holding it (never closed here)
+        while scan < size and not self._closed:
+            end = min(scan + self._chunk, size)
+            parts = buf[scan:end].split(b"\n")
+            if len(parts) > 1:
+                starts = accumulate((len(p) + 1 for p in parts[:-1]), initial=scan)
+                next(starts)
+                offsets.extend(starts)
+                self.longest_line = max(self.longest_line, max(len(p) for p in parts))
+            self._count = len(offsets) - 1
+            scan = end
+        if offsets[-1] < size:
+            offsets.append(size + 1)
+            self.longest_line = max(self.longest_line, size - offsets[-2])
+        self.size = self.indexed_bytes = size
+        self._count = len(offsets) - 1
+
     def close(self) -> None:
         self._closed = True
+        self.following = False
         self._running.set()
         if self._gate is not None:
             self._gate.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._follow_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5)
         if isinstance(self._buf, mmap.mmap):
             try:
                 self._buf.close()

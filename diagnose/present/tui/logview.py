@@ -62,6 +62,8 @@ class LogView(ScrollView, can_focus=True):
         self.raw = False  # True: show colour sequences too (inert) instead of dropping them
         self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
         self._rows_seen = -1
+        self._anchor: tuple[int, int] | None = None  # (file line, screen row) to keep in place across a facet change
+        self.tail = False  # tail mode: the cursor stays on the last row as lines are appended (moving up ends it)
 
     # ----------------------------------------------------------------------------------------- rows
 
@@ -82,7 +84,35 @@ class LogView(ScrollView, can_focus=True):
         self.set_interval(0.1, self._poll)
 
     def _poll(self) -> None:
-        """Grow the scrollable area as the index (or facet) grows; honour a jump waiting for its line."""
+        """Grow the scrollable area as the index (or facet) grows; keep the rows on screen in place when the
+        facet's scan adds rows above them; honour a jump (or a kept place) waiting for its line."""
+        facet = self.facet
+        anchor_ready = facet is not None and self._anchor is not None and facet.covers(self._anchor[0])
+        if facet is not None:  # (``covers`` read before ``publish``: what it covers is then published)
+            above = facet.head_rows
+            shift = facet.publish()
+            if shift:
+                self._grow()
+                if self.cursor >= above:
+                    self.set_reactive(LogView.cursor, self.cursor + shift)
+                if self.scroll_offset.y >= above:
+                    self.scroll_to(y=self.scroll_offset.y + shift, animate=False, immediate=True, force=True)
+        grew = self.row_count != self._rows_seen
+        self._grow()
+        if self.tail and grew and self._anchor is None:
+            self.move_to_row(self.row_count - 1)
+        if anchor_ready and self._anchor is not None:
+            line, screen_y = self._anchor
+            self._anchor = None
+            self._place(self.facet.row_of_line(line) if self.facet is not None else line, screen_y)
+        if self._pending_line is not None:
+            line = self._pending_line
+            if (line < self.index.line_count or self.index.done.is_set()) and (
+                    self.facet is None or self.facet.covers(line)):
+                self._pending_line = None
+                self.go_to_line(line)
+
+    def _grow(self) -> None:
         rows = self.row_count
         if rows != self._rows_seen:
             self._rows_seen = rows
@@ -91,11 +121,6 @@ class LogView(ScrollView, can_focus=True):
             self.virtual_size = Size(width, rows)
             self._strips.clear()
             self.refresh()
-        if self._pending_line is not None:
-            line = self._pending_line
-            if line < self.index.line_count or self.index.done.is_set():
-                self._pending_line = None
-                self.go_to_line(line)
 
     def _gutter_width(self) -> int:
         total = self.index.line_count if self.index.done.is_set() else max(self.index.line_count, 999_999)
@@ -116,7 +141,10 @@ class LogView(ScrollView, can_focus=True):
         if strip is None:
             strip = self._render_row(line, row == self.cursor)
             self._strips[key] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        # the gutter (line number, evidence marker, one blank) stays put; only the text scrolls sideways
+        gutter = min(self._gutter_width() + 2, width)
+        return Strip.join([strip.crop_extend(0, gutter, base),
+                           strip.crop_extend(gutter + scroll_x, gutter + scroll_x + width - gutter, base)])
 
     def _render_row(self, line: int, is_cursor: bool) -> Strip:
         gutter_style = self.get_component_rich_style("logview--gutter")
@@ -165,11 +193,11 @@ class LogView(ScrollView, can_focus=True):
         height = max(1, self.size.height)
         top = self.scroll_offset.y
         if center:
-            self.scroll_to(y=max(0, row - height // 2), animate=False, immediate=True)
+            self.scroll_to(y=max(0, row - height // 2), animate=False, immediate=True, force=True)
         elif row < top:
-            self.scroll_to(y=row, animate=False, immediate=True)
+            self.scroll_to(y=row, animate=False, immediate=True, force=True)
         elif row >= top + height:
-            self.scroll_to(y=row - height + 1, animate=False, immediate=True)
+            self.scroll_to(y=row - height + 1, animate=False, immediate=True, force=True)
 
     def move_to_row(self, row: int, center: bool = False) -> None:
         rows = self.row_count
@@ -180,17 +208,37 @@ class LogView(ScrollView, can_focus=True):
         self._show_row(row, center)
 
     def action_cursor(self, delta: int) -> None:
+        self.tail = self.tail and delta > 0
         self.move_to_row(self.cursor + delta)
 
     def action_page(self, direction: int) -> None:
+        self.tail = self.tail and direction > 0
         self.move_to_row(self.cursor + direction * max(1, self.size.height - 1))
 
     def action_edge(self, end: int) -> None:
+        self.tail = self.tail and bool(end)
         self.move_to_row(self.row_count - 1 if end else 0)
 
+    def set_tail(self, on: bool) -> None:
+        """Tail mode on: to the last row now, and after each append."""
+        self.tail = on
+        if on:
+            self.move_to_row(self.row_count - 1)
+
+    def _place(self, row: int, screen_y: int) -> None:
+        """Cursor on ``row``, shown on screen row ``screen_y`` (as near as the ends of the log allow)."""
+        if self.row_count == 0:
+            return
+        row = max(0, min(row, self.row_count - 1))
+        self.cursor = row
+        # force: rows that just arrived have no scrollbar yet, and without one Textual ignores the scroll
+        self.scroll_to(y=max(0, row - screen_y), animate=False, immediate=True, force=True)
+
     def go_to_line(self, line: int) -> None:
-        """Put the cursor on 0-based file ``line`` (centred); waits for the index when not there yet."""
-        if line >= self.index.line_count and not self.index.done.is_set():
+        """Put the cursor on 0-based file ``line`` (centred); waits for the index (and the rank facet's scan)
+        when not there yet."""
+        if (line >= self.index.line_count and not self.index.done.is_set()) or (
+                self.facet is not None and not self.facet.covers(line)):
             self._pending_line = line
             return
         row = self.facet.row_of_line(line) if self.facet is not None else line
@@ -199,18 +247,32 @@ class LogView(ScrollView, can_focus=True):
     def on_click(self, event: Click) -> None:
         row = self.scroll_offset.y + event.y
         if 0 <= row < self.row_count:
+            self.tail = False
             self.cursor = row
 
     # ---------------------------------------------------------------------------------------- facets
 
     def set_facet(self, facet: RankFacet | None) -> None:
+        """Show one rank's rows (or all again with None), keeping the user's place: the line under the cursor
+        (or, filtered, the nearest line of the rank before it) stays on the same screen row. A facet still
+        scanning shows what it found at once; the place is taken once its scan has read that line."""
         line = self.cursor_line
+        screen_y = max(0, min(self.cursor - self.scroll_offset.y, max(0, self.size.height - 1)))
         if self.facet is not None and self.facet is not facet:
             self.facet.stop()
         self.facet = facet
+        self._pending_line = None
         self._rows_seen = -1
+        self._anchor = (line, screen_y)
+        if facet is None:
+            self._anchor = None
+            self._grow()
+            self._place(line, screen_y)
+            return
+        self.set_reactive(LogView.cursor, 0)  # until the place is known: the rows found so far, from the top
+        self.scroll_to(y=0, animate=False, immediate=True)
+        self._strips.clear()
         self._poll()
-        self.go_to_line(line)
 
     def set_term(self, term: str) -> None:
         self.term = term
@@ -220,14 +282,9 @@ class LogView(ScrollView, can_focus=True):
     def find_from(self, term: str, line: int, backward: bool = False) -> int | None:
         """The next (previous) 0-based line after (before) ``line`` containing ``term`` among the rows shown
         (the rank facet's when it is on); None if none. Reads only: safe to call from a worker thread."""
+        facet = self.facet
         while True:
             found = self.index.search(term, line, backward)
-            if found is None or self.facet is None or self._in_facet(found):
+            if found is None or facet is None or facet.holds(found):
                 return found
             line = found
-
-    def _in_facet(self, line: int) -> bool:
-        assert self.facet is not None
-        rows = self.facet.rows
-        row = self.facet.row_of_line(line)
-        return row < len(rows) and rows[row] == line

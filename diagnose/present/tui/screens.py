@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+from array import array
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -14,6 +17,8 @@ from diagnose.present.safe import inert
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.logview import LogView
 from diagnose.present.tui.rankfacet import RankFacet
+
+MATCH_COUNT_CAP = 10_000  # "k of N" counts this many matching lines, then says "N+"
 
 
 class LogScreen(Screen):
@@ -28,6 +33,7 @@ class LogScreen(Screen):
         Binding("colon", "prompt('line')", "Go to line"),
         Binding("y", "copy_line", "Copy line"),
         Binding("a", "toggle_raw", "Colour codes", show=False),
+        Binding("f", "toggle_tail", "Follow"),
         Binding("question_mark", "app.help", "Help"),
     ]
     DEFAULT_CSS = """
@@ -37,8 +43,10 @@ class LogScreen(Screen):
     """
 
     def __init__(self, index: LogIndex, display_name: str, line: int | None = None,
-                 marked_lines: set[int] | None = None, known_ranks: list[int] | None = None) -> None:
+                 marked_lines: set[int] | None = None, known_ranks: list[int] | None = None,
+                 tail: bool = False) -> None:
         super().__init__()
+        self.start_tail = tail  # open in tail mode (``tui --follow``)
         self.index = index
         self.display_name = display_name
         self.start_line = line
@@ -47,6 +55,8 @@ class LogScreen(Screen):
         self.prompt_mode = ""
         self.term = ""
         self.message = ""
+        self.match: tuple[str, int, str] | None = None  # (term, 0-based line, " (wrapped …)"): the status says
+        self.counted: tuple[tuple, array, bool] | None = None  # (key, matching lines, all of them?) of a term
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-status")
@@ -62,6 +72,8 @@ class LogScreen(Screen):
         self.view.focus()
         if self.start_line is not None:  # after the first layout, so the view knows its height to centre
             self.call_after_refresh(self.view.go_to_line, self.start_line)
+        if self.start_tail:
+            self.call_after_refresh(self.view.set_tail, True)
         self._update_status()
         self.set_interval(0.2, self._update_status)
 
@@ -77,10 +89,22 @@ class LogScreen(Screen):
             text.append(f" · indexing {index.progress:.0%} ({index.line_count:,} lines so far)", "yellow")
         facet = self.view.facet
         if facet is not None:
-            state = "" if facet.done.is_set() else ", scanning…"
+            state = "" if facet.done.is_set() or facet.progress >= 1 else f", scanning {facet.progress:.0%}…"
             text.append(f" · rank {facet.rank}: {len(facet.rows):,} lines{state}", "cyan")
         text.append(f" · line {self.view.cursor_line + 1:,}")
-        if self.message:
+        if index.following:
+            text.append(" · following" if self.view.tail else " · following (f: back to the end)", "green")
+        elif index.follow_note:
+            text.append(f" · {inert(index.follow_note)}", "yellow")
+        summary = getattr(self.app, "follow_summary", None)
+        if index.following and callable(summary) and summary():
+            text.append(f" · {summary()}", "bold")
+        if self.match is not None and self.match[1] != self.view.cursor_line:
+            self.match = None  # moved away: "match 3 of 9" no longer says where the cursor is
+            self.message = ""
+        if self.match is not None:
+            text.append(f" · {self._match_words()}", "italic")
+        elif self.message:
             text.append(f" · {self.message}", "italic")
         self.query_one("#log-status", Static).update(text)
 
@@ -117,6 +141,23 @@ class LogScreen(Screen):
         self.message = f"copied line {line + 1:,}"
         self._update_status()
 
+    def action_toggle_tail(self) -> None:
+        """``f``: follow the file (new lines appear, the view stays at the end), as ``tail -f`` and Toolong do."""
+        if self.view.tail:
+            self.view.set_tail(False)
+            self.message = "stopped at this line (f: follow again)"
+        else:
+            refused = self.index.start_following()
+            if refused:
+                self.message = inert(refused)
+            else:
+                self.view.set_tail(True)
+                self.message = ""
+                start = getattr(self.app, "watch_followed", None)
+                if callable(start):
+                    start(self.index)
+        self._update_status()
+
     def action_toggle_raw(self) -> None:
         self.view.toggle_raw()
         self.message = "showing colour codes (inert)" if self.view.raw else "colour codes hidden"
@@ -143,10 +184,11 @@ class LogScreen(Screen):
         self._update_status()
 
     def set_rank(self, rank: int | None) -> None:
-        self.view.set_facet(None if rank is None else RankFacet(self.index, rank).start())
+        self.view.set_facet(None if rank is None else RankFacet(self.index, rank, self.view.cursor_line).start())
         self.message = "" if rank is None else self.message
 
     def action_find(self, backward: bool) -> None:
+        self.match = None  # a new search: the last one's status goes
         if not self.term:
             self.message = "no search term: press /"
             self._update_status()
@@ -172,8 +214,46 @@ class LogScreen(Screen):
             self.message = f"no match for {inert(term)!r}{still}"
         else:
             self.view.go_to_line(found)
-            self.message = f"match on line {found + 1:,}" + (
-                (" (wrapped to the end)" if backward else " (wrapped to the top)") if wrapped else "")
+            self.message = ""
+            self.match = (term, found, (" (wrapped to the end)" if backward else " (wrapped to the top)")
+                          if wrapped else "")
+            if self.counted is None or self.counted[0] != self._count_key(term):
+                self._count_worker(term, self._count_key(term))
+        self._update_status()
+
+    def _count_key(self, term: str) -> tuple:
+        facet = self.view.facet
+        return (term, None if facet is None else (facet.rank, facet.done.is_set()), self.index.done.is_set())
+
+    def _match_words(self) -> str:
+        """"match 3 of 9 on line 120", "match on line 120 of 10,000+", or "… (counting)" while counting."""
+        assert self.match is not None
+        term, line, wrapped = self.match
+        counted = self.counted
+        if counted is None or counted[0] != self._count_key(term):
+            return f"match on line {line + 1:,}{wrapped} (counting…)"
+        _, lines, complete = counted
+        plus = "" if complete else "+"
+        k = bisect.bisect_left(lines, line)
+        if k < len(lines) and lines[k] == line:
+            return f"match {k + 1:,} of {len(lines):,}{plus} on line {line + 1:,}{wrapped}"
+        return f"match on line {line + 1:,} of {len(lines):,}{plus}{wrapped}"
+
+    @work(thread=True, exclusive=True, group="log-count")
+    def _count_worker(self, term: str, key: tuple) -> None:
+        """Count the matching lines (of the rank shown) off the UI thread, up to ``MATCH_COUNT_CAP``."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        facet = self.view.facet
+        keep = None if facet is None else facet.holds
+        lines, complete = self.index.match_lines(term, MATCH_COUNT_CAP, keep, lambda: worker.is_cancelled)
+        complete = complete and key[2] and (facet is None or key[1][1])  # all of the log (and of the rank)?
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self._counted, key, lines, complete)
+
+    def _counted(self, key: tuple, lines: array, complete: bool) -> None:
+        self.counted = (key, lines, complete)
         self._update_status()
 
 
@@ -201,6 +281,7 @@ class HelpScreen(ModalScreen):
         (":", "go to line"),
         ("y", "copy the line under the cursor"),
         ("a", "show / hide colour codes (shown as text, never applied)"),
+        ("f", "follow the file as it grows (tail -f; diagnose tui --follow LOG)"),
         ("escape", "back to the findings"),
         ("Plan (p, diagnose tui --check CONFIG --gpus N)", ""),
         ("enter", "apply what-ifs (key=value, space-separated) or the GPU count"),

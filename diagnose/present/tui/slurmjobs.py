@@ -14,12 +14,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+from textual.widgets.data_table import ColumnKey
 
 from diagnose.model import DiagnoseError, Report
-from diagnose.present.safe import inert
+from diagnose.present.safe import inert, shorten
 
 STATE_STYLE = {"FAILED": "red", "OUT_OF_MEMORY": "magenta", "TIMEOUT": "yellow", "NODE_FAIL": "red",
                "CANCELLED": "dim", "PREEMPTED": "yellow"}
+SUMMARY_CELLS = 60  # the diagnosis column: one line, cut
 
 
 def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Callable:
@@ -38,8 +40,20 @@ def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Call
     return run
 
 
+def job_summary(job_id: str, rules_dirs: list[str]) -> str:
+    """One line for the job list's diagnosis column, as ``slurm --failed`` writes it (quick: no replay)."""
+    from diagnose.pipeline import AnalyzeOptions
+    from diagnose.present.commands.slurm import diagnose_listed
+
+    return diagnose_listed(job_id, AnalyzeOptions(rules_dirs=list(rules_dirs), replay=False))[0]
+
+
 class JobsScreen(Screen[str | None]):
-    """Recent failed jobs, newest first; enter diagnoses the highlighted one."""
+    """Recent failed jobs, newest first; enter diagnoses the highlighted one.
+
+    The list shows as soon as sacct answers; a worker then diagnoses the jobs one by one (newest first) and fills
+    the diagnosis column. Answers are kept in ``summaries`` (the app's, so going back to the list is instant).
+    """
 
     BINDINGS = [Binding("escape", "close", "Back"), Binding("g", "reload", "Reload"), Binding("q", "app.quit", "Quit")]
     DEFAULT_CSS = """
@@ -47,15 +61,16 @@ class JobsScreen(Screen[str | None]):
     JobsScreen DataTable { height: 1fr; }
     """
 
-    def __init__(self, since: str = "1d", user: str | None = None, rules_dirs: list[str] | None = None) -> None:
+    def __init__(self, since: str = "1d", user: str | None = None, *,
+                 summarize: Callable[[str], str] | None = None, summaries: dict[str, str] | None = None) -> None:
         super().__init__()
         self.since = since
         self.user = user
-        self.rules_dirs = list(rules_dirs or [])
         self.job_ids: list[str] = []
-        self.diagnoses: dict[str, str] = {}  # job id -> its one-line diagnosis, as the worker finds them
         self.error: str | None = None
-        self._diagnosis_column = None
+        self.summarize = summarize or (lambda job_id: job_summary(job_id, []))
+        self.summaries = summaries if summaries is not None else {}
+        self._diagnosis_column: ColumnKey | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Failed Slurm jobs since {self.since}: loading…"), id="jobs-status")
@@ -65,7 +80,7 @@ class JobsScreen(Screen[str | None]):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         *_, self._diagnosis_column = table.add_columns("job", "name", "state", "ended", "elapsed", "nodes",
-                                                        "diagnosis")
+                                                       "diagnosis")
         table.focus()
         self.load()
 
@@ -98,50 +113,43 @@ class JobsScreen(Screen[str | None]):
             state = Text(inert(job.state_text()), style=STATE_STYLE.get(job.state, ""))
             table.add_row(Text(inert(job.job_id)), Text(inert(job.name)), state, Text(inert(job.end)),
                           Text(format_duration(job.elapsed_s)), Text(inert(job.nodes)),
-                          Text("…", style="dim"), key=job.job_id)
+                          self._diagnosis_cell(job.job_id), key=job.job_id)
         n = len(jobs)
         status = f"{n} failed job{'s' if n != 1 else ''} since {self.since}" + (": enter diagnoses one" if n else "")
         self.query_one("#jobs-status", Static).update(Text(status))
-        self.diagnoses = {}
-        if jobs:
-            self.diagnose_rows(list(self.job_ids))
+        self.diagnose_all([j for j in self.job_ids if j not in self.summaries])
 
-    @work(thread=True, exclusive=True, group="slurm-diagnoses")
-    def diagnose_rows(self, job_ids: list[str]) -> None:
-        """The diagnosis column, newest job first, as ``slurm --failed`` writes it (quick: no replay)."""
+    def _diagnosis_cell(self, job_id: str) -> Text:
+        summary = self.summaries.get(job_id)
+        if summary is None:
+            return Text("diagnosing…", style="dim")
+        style = "dim" if summary.startswith(("could not diagnose", "no failure")) else "bold"
+        return Text(shorten(inert(" ".join(summary.split())), SUMMARY_CELLS), style=style)
+
+    @work(thread=True, exclusive=True, group="slurm-diagnose")
+    def diagnose_all(self, job_ids: list[str]) -> None:
+        """Diagnose the listed jobs one after the other, off the UI thread; stops when the screen goes."""
         from textual.worker import get_current_worker
 
-        from diagnose.pipeline import AnalyzeOptions
-        from diagnose.present.commands.slurm import MAX_LISTED, diagnose_listed
-
-        quick = AnalyzeOptions(rules_dirs=self.rules_dirs, replay=False)
         worker = get_current_worker()
-        for job_id in job_ids[:MAX_LISTED]:
+        for job_id in job_ids:
             if worker.is_cancelled:
                 return
-            line, _outputs, _root = diagnose_listed(job_id, quick)
             try:
-                self.app.call_from_thread(self._show_diagnosis, job_id, line)
-            except RuntimeError:  # the app closed while this job was diagnosed
+                summary = self.summarize(job_id)
+            except Exception as e:  # noqa: BLE001 - one job's failure must not stop the column
+                summary = f"not diagnosed: {type(e).__name__}"
+            if worker.is_cancelled:
+                return
+            try:
+                self.app.call_from_thread(self._show_summary, job_id, summary)
+            except RuntimeError:  # the app is closing
                 return
 
-    def _show_diagnosis(self, job_id: str, line: str) -> None:
-        from textual.css.query import NoMatches
-
-        self.diagnoses[job_id] = line
-        try:
-            table = self.query_one(DataTable)
-        except NoMatches:  # the screen was closed (a job picked) while the column filled
-            return
-        if job_id not in self.job_ids or self._diagnosis_column is None:
-            return  # the list was reloaded meanwhile
-        from textual.widgets.data_table import CellDoesNotExist
-
-        healthy = line.startswith("no failure")
-        try:
-            table.update_cell(job_id, self._diagnosis_column, Text(inert(line), style="green" if healthy else "red"))
-        except CellDoesNotExist:  # reloaded between the check and here
-            return
+    def _show_summary(self, job_id: str, summary: str) -> None:
+        self.summaries[job_id] = summary
+        if job_id in self.job_ids and self._diagnosis_column is not None:
+            self.query_one(DataTable).update_cell(job_id, self._diagnosis_column, self._diagnosis_cell(job_id))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
