@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = {"billion_laughs.yaml", "hostile_python_tag.yaml"}  # refused with one line: nothing to compare
 CONFIGS = sorted(
-    [p for p in (ROOT / "tests/data/configs").iterdir() if p.name not in {"billion_laughs.yaml", "hostile_python_tag.yaml"}]
-    + sorted((ROOT / "examples").iterdir())
+    [p for p in (ROOT / "tests/data/configs").iterdir() if p.name not in HOSTILE] + list((ROOT / "examples").iterdir())
 )
 
 
