@@ -169,20 +169,6 @@ def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
     return out
 
 
-def view_from_report_config(config: dict[str, Any] | None) -> Any:
-    """A ConfigView rebuilt from a report's ``config`` section (values with their origins), or None if empty."""
-    from diagnose.explain.config import ConfigView
-
-    if not config or not config.get("values"):
-        return None
-    view = ConfigView(framework=config.get("framework"), version=config.get("version"),
-                      sources=[str(s) for s in config.get("source") or []])
-    for key, item in config["values"].items():
-        if isinstance(item, dict) and "value" in item:
-            view.set(str(key), item["value"], str(item.get("from") or "log"))
-    return view
-
-
 def gpus_from_view(view: Any, default: int = 1) -> int:
     for key in ("launch.world_size",):
         value = view.get(key)
@@ -613,4 +599,4 @@ class PlanApp(App):
 
 
 __all__ = ["PlanApp", "PlanScreen", "PlanRequest", "PlanResult", "compute", "parse_what_if", "merge_sets",
-           "view_from_report_config", "gpus_from_view"]
+           "gpus_from_view"]
