@@ -98,7 +98,44 @@ class ReplayResult:
     @property
     def summary(self) -> str:
         """One line for people: whether replay reproduced the failure and whether the fix is proven."""
-        return str(self.to_dict()["summary"])
+        return "; ".join([self._reproduction()] + ([f"fix {self._verdict()}: {self._shown()}"] if self.fix else []))
+
+    def _reproduction(self) -> str:
+        violations = self.before.violations
+        how = " (from the settings the error states)" if self.implied else ""
+        not_a_check = self.category if self.category and self.category not in CONFIG_CATEGORIES else None
+        if self.reproduced is True:
+            return f"reproduced by replay{how}: {violations[0].message}" if violations else f"reproduced by replay{how}"
+        if not_a_check and not violations and (self.reproduced is False or self.config_known):
+            return f"the job's config passes validation (a {not_a_check} failure is not a config check)"
+        if self.reproduced is False:
+            return ("not reproduced by replay (the job's config passes these checks)" if not violations
+                    else f"replay finds {len(violations)} other violation(s)")
+        if self.implied:
+            return "config not in the log: replay checked the fix against the settings the error states"
+        if self.config_known:
+            return "replay checked the fix against the job's config (release defaults for what it does not set)"
+        return "config not in the log: replay checked the fix against release defaults only"
+
+    def _verdict(self) -> str:
+        ok, fit = self.passes, self.fit
+        valid = "valid" if ok else "INVALID"
+        if self.fits is True and fit is not None:
+            gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
+                    f"{fit.job_gpus}), " if fit.more_gpus else "")
+            peak = (f"predicted peak {_gib(fit.peak_bytes)} per GPU of {_gib(fit.capacity_bytes)}" if fit.peak_bytes
+                    else "the reserved-but-unallocated memory would have served the request")
+            return f"{valid} and fits: {gpus}{peak}"
+        if self.fits is False and fit is not None:
+            need = f"{_gib(fit.peak_bytes)} per GPU" if fit.peak_bytes else "the memory model finds nothing that fits"
+            return f"{valid} but does not fit: {need} (GPU holds {_gib(fit.capacity_bytes)})"
+        verdict = "proven to pass validation" if ok and self.reproduced is not None else (
+            "passes validation" if ok else "still fails validation")
+        return f"{verdict}; memory: {fit.notes[0]}" if self.fits is None and fit is not None and fit.notes else verdict
+
+    def _shown(self) -> str:
+        cli, env = self.rendered.get("cli") or "", self.rendered.get("env") or ""
+        return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
@@ -127,57 +164,8 @@ class ReplayResult:
         notes = [v.message for v in self.after.notes]
         if notes:
             out["notes"] = notes
-        out["summary"] = describe(out, self.config_known)
+        out["summary"] = self.summary
         return out
-
-
-def describe(section: dict[str, Any], config_known: bool = False) -> str:
-    """One line for people: whether replay reproduced the failure and whether the fix is proven."""
-    parts: list[str] = []
-    reproduced = section.get("reproduced")
-    violations = section.get("violations") or []
-    if reproduced is True:
-        how = " (from the settings the error states)" if section.get("implied") else ""
-        parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
-                     else f"reproduced by replay{how}")
-    elif reproduced in (False, None) and section.get("category") and not violations and (
-            reproduced is False or config_known):
-        parts.append(f"the job's config passes validation (a {section['category']} failure is not a config check)")
-    elif reproduced is False:
-        parts.append("not reproduced by replay (the job's config passes these checks)"
-                     if not violations else f"replay finds {len(violations)} other violation(s)")
-    elif section.get("implied"):
-        parts.append("config not in the log: replay checked the fix against the settings the error states")
-    elif config_known:
-        parts.append("replay checked the fix against the job's config (release defaults for what it does not set)")
-    else:
-        parts.append("config not in the log: replay checked the fix against release defaults only")
-    render = (section.get("render") or {}).get("cli") or ""
-    env = (section.get("render") or {}).get("env") or ""
-    shown = " ".join(x for x in (render, env.replace("\n", "; ")) if x)
-    if section.get("fix"):
-        ok = (section.get("after_fix") or {}).get("passes")
-        verdict = "proven to pass validation" if ok and reproduced is not None else (
-            "passes validation" if ok else "still fails validation")
-        fit = section.get("fit") or {}
-        fits = section.get("fits")
-        if fits is True:
-            gpus = (f"needs >= {fit['gpus']} GPUs ({fit.get('layout') or 'DP ' + str(fit.get('dp') or fit['gpus'])}; "
-                    f"the job ran on {fit['job_gpus']}), " if fit.get("gpus") and fit.get("job_gpus")
-                    and fit["gpus"] > fit["job_gpus"] else "")
-            peak = (f"predicted peak {_gib(fit.get('peak_bytes'))} per GPU of {_gib(fit.get('capacity_bytes'))}"
-                    if fit.get("peak_bytes") else
-                    "the reserved-but-unallocated memory would have served the request")
-            verdict = f"{'valid' if ok else 'INVALID'} and fits: {gpus}{peak}"
-        elif fits is None and (fit.get("notes") or []):
-            verdict += f"; memory: {fit['notes'][0]}"
-        elif fits is False:
-            need = fit.get("peak_bytes")
-            verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
-                       + (f"{_gib(need)} per GPU" if need else "the memory model finds nothing that fits")
-                       + f" (GPU holds {_gib(fit.get('capacity_bytes'))})")
-        parts.append(f"fix {verdict}: {shown}")
-    return "; ".join(parts)
 
 
 def _gib(n: Any) -> str:

@@ -158,12 +158,8 @@ def _mark_validation(replay: dict[str, Any], memory: dict[str, Any] | None, view
 
 
 def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
-    try:
-        from diagnose.explain.replay import replay
-    except ImportError:
-        from diagnose.present.commands.check import replay_section
+    from diagnose.explain.replay import replay
 
-        return replay_section(view, req.bridge_version)
     out = replay(view, [], req.bridge_version, real_mcore=req.real_mcore).to_dict()
     out["passes"] = not out.get("violations")
     return out
