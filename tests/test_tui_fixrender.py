@@ -134,6 +134,9 @@ def test_replay_render_is_preferred_for_the_root_cause() -> None:
     assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"]  # not in render: built from replay's fix
     assert rendered.verdict.startswith("✔") and "reproduced" in rendered.verdict
     assert not render_fix(report, other).proven  # replay did not cover x.y
+    # a replay that names no rule proved the root cause's fix only, not another finding whose keys it happens to set
+    same_keys = finding("MB3", role="context", severity="warning", fix=own)
+    assert not render_fix(Report(findings=[root, same_keys], root_cause=0, replay=replay), same_keys).proven
 
     failing = replace(replay, after=ValidationResult(violations=[Violation("c", "m", [])]))
     assert render_fix(Report(findings=[root], root_cause=0, replay=failing), root).verdict.startswith("✘ still fails")

@@ -37,17 +37,12 @@ def _env_overrides(fix: Fix, taken: list[Override]) -> list[Override]:
 
 
 def replay_covers(report: Report, finding: Finding) -> bool:
-    """Replay names the rule it proved (``ReplayResult.rule``); without that it worked on the root cause and on
-    any finding whose overrides it extended."""
+    """Replay proved the fix of the finding it names (``ReplayResult.rule``); one that names none replayed the
+    validator's own fix on the job's config, which belongs to the root cause."""
     replay = report.replay
     if replay is None or not replay.fix:
         return False
-    if replay.rule:
-        return replay.rule == finding.rule
-    if report.root is finding:
-        return True
-    own = {o.key for o in finding.shown_fix.overrides}
-    return bool(own) and own <= {o.key for o in replay.fix}
+    return replay.rule == finding.rule if replay.rule else report.root is finding
 
 
 def replay_verdict(replay: ReplayResult) -> str:
