@@ -8,7 +8,11 @@ read the same thing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # the explain stage's results, in stage-neutral modules that import this one
+    from diagnose.configview import ConfigView
+    from diagnose.explained import ReplayResult, VerifyResult
 
 REPORT_SCHEMA = "diagnose/report@1"
 
@@ -149,6 +153,13 @@ class Override:
     value: Any
 
 
+DELETE = object()  # the value of an override that removes its key (``~key`` / ``--set ~key``)
+
+
+def is_delete(override: Override) -> bool:
+    return override.value is DELETE
+
+
 @dataclass(slots=True)
 class EnvVar:
     name: str
@@ -191,6 +202,19 @@ class Implies:
 
 
 @dataclass(slots=True)
+class FindingReplay:
+    """What replaying one finding's fix showed (the JSON's ``facts["replay"]``)."""
+
+    proven: bool | None  # the fix passes validation; None when the job's config was not there to reproduce
+    reproduced: bool | None
+    added: list[Override] = field(default_factory=list)  # what replay had to add to the fix for it to pass
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proven": self.proven, "reproduced": self.reproduced,
+                "added": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.added]}
+
+
+@dataclass(slots=True)
 class Finding:
     rule: str
     name: str
@@ -218,6 +242,15 @@ class Finding:
     task_nodes: dict[int, str] = field(default_factory=dict)
     implies: Implies | None = None  # the rule's [rule.implies] when the pattern that matched states it
     implied_lines: list[int] = field(default_factory=list)  # evidence lines (hits) whose message states ``implies``
+    replay: FindingReplay | None = None  # what replaying ``fix`` (or ``proven_fix``) showed
+    # the fix replay proved in place of the rule's (a capacity OOM: the memory model's fitting option); ``fix``
+    # stays the rule's. Shown (and in the JSON as "fix") instead of it.
+    proven_fix: Fix | None = None
+
+    @property
+    def shown_fix(self) -> Fix:
+        """The fix to show: the one replay proved when it replaced the rule's, else the rule's."""
+        return self.fix if self.proven_fix is None else self.proven_fix
 
 
 @dataclass(slots=True)
@@ -314,13 +347,13 @@ class Report:
     inputs: list[InputInfo] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     root_cause: int | None = None
-    config: dict[str, Any] | None = None
-    replay: dict[str, Any] | None = None
+    config: ConfigView | None = None  # the job's config as recovered (a copy: replay works on its own)
+    replay: ReplayResult | None = None  # the root cause's (or first fixable finding's) replay
     memory: dict[str, Any] | None = None
     slurm: SlurmFacts | None = None
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
-    verify: dict[str, Any] | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
+    verify: VerifyResult | None = None  # diagnose.explain.verify: a run without failure, checked (issue 21)
     # inputs of several jobs (issue 19 item 6): one full report per job; the fields above are then the first
     # failing job's (the first job's when none failed), so that a reader of one report gets a real one
     jobs: list[JobReport] = field(default_factory=list)
@@ -330,21 +363,15 @@ class Report:
         return None if self.root_cause is None else self.findings[self.root_cause]
 
     def to_dict(self) -> dict[str, Any]:
-        findings = []
-        for f in self.findings:
-            d = asdict(f)
-            d.pop("cause_of", None)
-            d.pop("task_nodes", None)
-            d.pop("implies", None)
-            d.pop("implied_lines", None)
-            findings.append(d)
+        findings = [_finding_dict(f) for f in self.findings]
         out: dict[str, Any] = {
             "schema": REPORT_SCHEMA,
             "inputs": [asdict(i) for i in self.inputs],
             "root_cause": self.root_cause,
             "findings": findings,
-            "config": self.config,
-            "replay": self.replay,
+            # a view with nothing from the job shows no values: release defaults alone say nothing about it
+            "config": None if self.config is None else self.config.to_dict(job_only=True),
+            "replay": None if self.replay is None else self.replay.to_dict(),
             "memory": self.memory,
         }
         if self.slurm is not None:
@@ -352,7 +379,7 @@ class Report:
         if self.hang is not None:
             out["hang"] = asdict(self.hang)
         if self.verify is not None:
-            out["verify"] = self.verify
+            out["verify"] = self.verify.to_dict()
         if self.warnings:
             out["warnings"] = list(self.warnings)
         if self.jobs:
@@ -373,6 +400,20 @@ class JobReport:
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "identity": dict(self.identity), "paths": list(self.paths),
                 "report": self.report.to_dict()}
+
+
+_NOT_IN_JSON = ("cause_of", "task_nodes", "implies", "implied_lines", "replay", "proven_fix")
+
+
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    d = asdict(f)
+    for name in _NOT_IN_JSON:
+        d.pop(name)
+    if f.proven_fix is not None:
+        d["fix"] = asdict(f.proven_fix)
+    if f.replay is not None:
+        d["facts"]["replay"] = f.replay.to_dict()
+    return d
 
 
 # ------------------------------------------------------------------------------- flight recorder (hangs)

@@ -49,3 +49,25 @@ def test_the_neutral_text_module_is_the_one_match_uses():
     its own evidence through a presenter module)."""
     assert "diagnose.inert" in _imports(PACKAGE / "match" / "findings.py")
     assert not any(m.startswith("diagnose.present") for m in _imports(PACKAGE / "match" / "findings.py"))
+
+
+@pytest.mark.parametrize("name", ["model.py", "configview.py", "explained.py"])
+def test_the_report_types_import_no_stage(name):
+    """Report.config / replay / verify are typed objects (issue 17): ConfigView, ReplayResult, VerifyResult live in
+    stage-neutral modules that every stage may import, so they import no stage themselves."""
+    assert not sorted(m for m in _imports(PACKAGE / name) if _stage(m) in ORDER)
+
+
+def test_report_sections_are_typed_not_dicts():
+    import typing
+
+    from diagnose.configview import ConfigView
+    from diagnose.explained import ReplayResult, VerifyResult
+    from diagnose.model import Finding, FindingReplay, Fix, Report
+
+    hints = typing.get_type_hints(Report, localns={"ConfigView": ConfigView, "ReplayResult": ReplayResult,
+                                                   "VerifyResult": VerifyResult})
+    assert hints["config"] == ConfigView | None
+    assert hints["replay"] == ReplayResult | None and hints["verify"] == VerifyResult | None
+    finding = typing.get_type_hints(Finding)
+    assert finding["replay"] == FindingReplay | None and finding["proven_fix"] == Fix | None

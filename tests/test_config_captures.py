@@ -34,9 +34,9 @@ def test_all_config_lines_reach_the_report_through_the_engine(tmp_path):
     log = tmp_path / "job.log"
     log.write_text(LOG)
     report = analyze([str(log)], AnalyzeOptions(jobs=1))
-    values = report.config["values"]
+    values = report.to_dict()["config"]["values"]
     get = lambda k: values[k]["value"]  # noqa: E731
-    assert report.config["version"] == "0.6.2"
+    assert report.to_dict()["config"]["version"] == "0.6.2"
     assert get("env.CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     assert get("env.PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
     assert get("launch.world_size") == 16 and values["launch.world_size"]["from"] == "log:5"
@@ -44,7 +44,7 @@ def test_all_config_lines_reach_the_report_through_the_engine(tmp_path):
     assert get("checkpoint.ckpt_format") == "torch_dist" and values["checkpoint.ckpt_format"]["from"] == "log:5"
     assert get("ddp.data_parallel_sharding_strategy") == "optim_grads_params"
     assert get("launch.num_parameters") == 4015263745
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     assert replay["reproduced"] is True
     checks = {v["check"] for v in replay["violations"]}
     assert {"fsdp_requires_fsdp_dtensor", "fsdp_cuda_device_max_connections"} <= checks

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config import load_config
 from diagnose.explain.config.cmdline import parse_command
 from diagnose.explain.config.extract import blocks_from_lines, from_blocks, lines_of
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line
 from diagnose.explain.config.version import infer_version
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import DiagnoseError, LogLine
 
 DATA = Path(__file__).parent / "data" / "configs"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config import parse_set
 from diagnose.explain.config.cmdline import parse_command
 from diagnose.explain.config.extract import blocks_from_lines, from_blocks, lines_of
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.values import parse_scalar
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import DiagnoseError, LogLine
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300)

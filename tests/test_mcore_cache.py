@@ -70,7 +70,7 @@ def test_analyze_of_a_config_failure_does_not_import_megatron_core_and_the_next_
     log = ROOT / "sample_logs" / "mlm_tp_max_connections.log"
     code = ("import json,sys\nfrom diagnose.pipeline import AnalyzeOptions, analyze\n"
             f"r = analyze([{str(log)!r}], AnalyzeOptions())\n"
-            "print(json.dumps({'imported': 'megatron.core' in sys.modules, 'replay': r.replay}, default=str))")
+            "print(json.dumps({'imported': 'megatron.core' in sys.modules, 'replay': r.to_dict()['replay']}, default=str))")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     out = json.loads(first.stdout.splitlines()[-1])

@@ -26,29 +26,29 @@ def test_root_cause_fix_is_checked_against_memory(b062):
     """Full recompute is the rule's fix: it validates, and the memory model (the same one as the MEMORY section)
     says whether it fits, instead of ``fits: null``."""
     replay, memory = b062.replay, b062.memory
-    assert replay["after_fix"]["passes"] is True
-    assert replay["fits"] is False
+    assert replay.passes is True
+    assert replay.fits is False
     same = next(o for o in memory["options"] if o["label"] == "full recompute")
-    assert replay["fit"]["peak_bytes"] == same["peak_bytes"] and same["fits"] is False
-    assert "does not fit" in replay["summary"]
+    assert replay.fit.peak_bytes == same["peak_bytes"] and same["fits"] is False
+    assert "does not fit" in replay.summary
 
 
 def test_replay_summary_does_not_deny_the_config_it_read(b062):
-    assert len(b062.config["values"]) > 100
-    assert "config not in the log" not in b062.replay["summary"]
+    assert len(b062.to_dict()["config"]["values"]) > 100
+    assert "config not in the log" not in b062.to_dict()["replay"]["summary"]
 
 
 def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
-    from diagnose.present.tui.plan import PlanRequest, compute, view_from_report_config
+    from diagnose.present.tui.plan import PlanRequest, compute
 
     monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count, reconciled with the log's line
 
-    view = view_from_report_config(json.loads(json.dumps(b062.config)))
+    view = b062.config.copy()
     result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory["gpu_capacity_bytes"], real_mcore=False))
     assert result.memory["params"] == b062.memory["params"] == 8_030_261_248
     assert result.memory["params_assumed"] == []  # the log's own parameter line confirms the count
     plan = next(p for p in result.memory["plans"] if p["label"] == "full recompute")
-    assert plan["fits"] is b062.replay["fits"] is False
+    assert plan["fits"] is b062.to_dict()["replay"]["fits"] is False
 
 
 def test_replay_set_on_an_oom_log_is_checked_against_memory(tmp_path, capsys):
@@ -100,8 +100,8 @@ def test_a_fit_without_activations_says_they_were_left_out():
     unsized = [o for o in report.memory["options"] if o["activation_bytes"] is None]
     assert unsized
     assert any(n.startswith("activations not sized") for n in report.memory["notes"])
-    if report.replay.get("fits") is True and report.replay["fit"]:
-        assert any("activations not sized" in n for n in report.replay["fit"].get("notes", []))
+    if report.to_dict()["replay"].get("fits") is True and report.to_dict()["replay"]["fit"]:
+        assert any("activations not sized" in n for n in report.to_dict()["replay"]["fit"].get("notes", []))
 
 
 FSDP_BOTH = """\

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from diagnose.model import EnvVar, Evidence, Finding, Fix, Override, Report
+from diagnose.explained import ReplayResult, ValidationResult
+from diagnose.model import EnvVar, Evidence, Finding, FindingReplay, Fix, Override, Report
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import render_markdown
 from diagnose.present.text import render_to_string, shown_facts
@@ -22,7 +23,7 @@ OOM_FACTS = {
     "requested": "135.33 GiB", "exception": "torch.OutOfMemoryError", "device": "CUDA", "template": "2.1+", "gpu": 0,
     "requested_bytes": 145309481042, "total_bytes": 150109106995, "free_bytes": 4080218931,
     "capacity_typo": False, "old_reserved_word": None, "private_pool_bytes": None, "other_processes": [],
-    "replay": {"proven": None, "reproduced": None, "added": []}, "hint": "expandable_segments",
+    "hint": "expandable_segments",
 }
 
 
@@ -33,6 +34,12 @@ def _finding(**kw) -> Finding:
                 explanation="Why it failed.")
     base.update(kw)
     return Finding(**base)
+
+
+def _replayed(reproduced: bool | None = None, rendered: dict[str, str] | None = None, rule: str | None = None,
+              assumed_release: str = "") -> ReplayResult:
+    return ReplayResult(reproduced, ValidationResult(assumed_release=assumed_release), [], ValidationResult(),
+                        rule=rule, rendered=dict(rendered or {}))
 
 
 def _report(findings, root=0, **kw) -> Report:
@@ -57,15 +64,12 @@ def test_cli_python_yaml_and_env_lines_are_never_wrapped_on_a_narrow_terminal():
 
 
 def test_replay_render_lines_are_not_wrapped_and_env_only_cli_shows_the_exports():
-    replay = {
-        "reproduced": True,
-        "render": {"cli": CLI, "python": "cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'",
-                   "yaml": "ddp:\n  data_parallel_sharding_strategy: optim_grads_params\n"},
-    }
+    replay = _replayed(True, {"cli": CLI, "python": "cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'",
+                              "yaml": "ddp:\n  data_parallel_sharding_strategy: optim_grads_params\n"})
     out = render_to_string(_report([_finding()], replay=replay), width=50)
     assert f"cli: {CLI}" in out.splitlines()[[i for i, ln in enumerate(out.splitlines()) if "cli:" in ln][0]]
-    env_only = {"render": {"cli": "", "python": "cfg.env_vars['X'] = '32'", "yaml": "env_vars:\n  X: '32'\n",
-                           "env": "export CUDA_DEVICE_MAX_CONNECTIONS=32"}}
+    env_only = _replayed(rendered={"cli": "", "python": "cfg.env_vars['X'] = '32'", "yaml": "env_vars:\n  X: '32'\n",
+                                   "env": "export CUDA_DEVICE_MAX_CONNECTIONS=32"})
     for text in (render_to_string(_report([_finding()], replay=env_only), width=80),
                  render_markdown(_report([_finding()], replay=env_only))):
         assert "cli: export CUDA_DEVICE_MAX_CONNECTIONS=32" in text
@@ -77,7 +81,7 @@ def test_replay_render_lines_are_not_wrapped_and_env_only_cli_shows_the_exports(
 
 def test_facts_hide_internals_and_humanise_sizes():
     shown = dict(shown_facts(OOM_FACTS))
-    assert not {"replay", "capacity_typo", "old_reserved_word", "private_pool_bytes", "template", "device",
+    assert not {"capacity_typo", "old_reserved_word", "private_pool_bytes", "template", "device",
                 "other_processes", "hint"} & set(shown)
     assert shown["requested"] == "135.33 GiB"
     assert shown["GPU capacity"] == "139.80 GiB" and shown["free"] == "3.80 GiB"
@@ -111,11 +115,12 @@ def test_nested_facts_are_summarised_not_dumped():
 
 
 def test_text_and_markdown_facts_blocks_hide_internals_but_json_keeps_every_fact():
-    report = _report([_finding(facts=dict(OOM_FACTS))])
+    report = _report([_finding(facts=dict(OOM_FACTS), replay=FindingReplay(None, None))])
     for out in (render_to_string(report, width=100), render_markdown(report)):
         assert "capacity_typo" not in out and "old_reserved_word" not in out and "proven" not in out
         assert "135.33 GiB" in out
-    assert json.loads(render_json(report))["findings"][0]["facts"] == json.loads(json.dumps(OOM_FACTS))
+    replayed = {"replay": {"proven": None, "reproduced": None, "added": []}}
+    assert json.loads(render_json(report))["findings"][0]["facts"] == json.loads(json.dumps(OOM_FACTS | replayed))
 
 
 # ------------------------------------------------------------------ QA #13: the silent NCCL rank
@@ -148,10 +153,10 @@ def test_silent_rank_sentence_shown_once_for_a_root_whose_explanation_has_it():
 
 
 def test_long_prose_in_a_section_wraps_under_its_key():
-    replay = {"detail": "reproduced by replay (from the settings the error states): FSDP requires "
-                         "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.; fix proven to pass validation: export X=32"}
+    replay = _replayed(assumed_release="reproduced by replay (from the settings the error states): FSDP requires "
+                       "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.; fix proven to pass validation: export X=32")
     lines = render_to_string(_report([_finding()], replay=replay), width=60).splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("  detail: reproduced"))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  assumed_release: reproduced"))
     cont = lines[start + 1]
     assert cont.startswith("      ") and cont.strip(), lines[start:start + 3]  # hanging indent, not column 0
     assert all(len(ln) <= 60 for ln in lines[start:start + 3])
@@ -175,7 +180,7 @@ def test_no_trailing_blanks_after_evidence_and_facts():
 
 
 def test_empty_renderings_are_left_out():
-    replay = {"reproduced": False, "render": {"python": "", "yaml": "", "mlm": ""}, "rule": "PY003"}
+    replay = _replayed(False, {"python": "", "yaml": "", "mlm": ""}, rule="PY003")
     for out in (render_to_string(_report([_finding()], replay=replay)), render_markdown(_report([_finding()],
                                                                                               replay=replay))):
         assert "python:" not in out and "mlm:" not in out and "render:" not in out and "rule: PY003" in out
@@ -193,12 +198,12 @@ def test_report_sections_open_with_their_one_sentence_summary():
     from diagnose.present.text import render_to_string
 
     report = Report(
-        replay={"reproduced": True, "summary": "reproduced by replay; fix proven", "fix": []},
+        replay=_replayed(True),
         memory={"verdict": "capacity", "explanation": "The fp32 grad buffer did not fit.", "options": []},
     )
     out = render_to_string(report, width=100)
     replay_part = out.split("REPLAY", 1)[1]
     memory_part = out.split("MEMORY", 1)[1]
-    assert replay_part.lstrip().startswith("reproduced by replay; fix proven")
+    assert replay_part.lstrip().startswith("reproduced by replay")
     assert memory_part.lstrip().startswith("The fp32 grad buffer did not fit.")
     assert "summary:" not in out and "explanation:" not in out

@@ -148,17 +148,20 @@ def test_mapping_lines_reads_sourced_values_and_counts_defaults():
 
 def test_text_sections_leave_out_empty_fields_and_say_when_nothing_was_recovered():
     """QA2 #12: `source: []`, `framework: null`, `values: {}` are noise in the text report (JSON keeps them)."""
+    from diagnose.configview import ConfigView
     from diagnose.model import Report
     from diagnose.present.text import render_to_string
 
-    report = Report(config={"source": [], "framework": None, "version": None, "values": {}})
+    report = Report(config=ConfigView())
     text = render_to_string(report)
     assert "CONFIG" in text and "nothing recovered from the input" in text
     assert "source: []" not in text and "framework: null" not in text and "values: {}" not in text
-    report = Report(config={"source": ["log:3 launch command"], "framework": None, "values": {"a.b": 1}})
+    known = ConfigView(sources=["log:3 launch command"])
+    known.set("a.b", 1, "log:3")
+    report = Report(config=known)
     text = render_to_string(report)
     assert "log:3 launch command" in text and "framework" not in text and "nothing recovered" not in text
     from diagnose.present.markdown import render_markdown
 
-    md = render_markdown(Report(config={"source": [], "framework": None, "values": {}}))
+    md = render_markdown(Report(config=ConfigView()))
     assert "_nothing recovered from the input_" in md and "source: []" not in md

@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config import apply_defaults
 from diagnose.explain.config.releases import assumed_release, field_exists, release_family
-from diagnose.explain.config.view import ConfigView
 from diagnose.explain.replay import replay
 from diagnose.explain.validate import run_checks
 from diagnose.match import load_catalogue, match_text

@@ -18,7 +18,7 @@ def test_ddp_wrap_oom_fix_is_the_fitting_option_on_8_gpus():
     report = analyze([str(SAMPLES / "ddp_wrap_oom.log")], AnalyzeOptions())
     root = report.root
     assert root.rule == "OOM102" and report.memory["verdict"] == "capacity"
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     assert replay["fits"] is True and replay["after_fix"]["passes"] is True
     assert replay["fit"]["gpus"] == 8 and replay["fit"]["job_gpus"] == 1
     assert replay["fit"]["peak_bytes"] < replay["fit"]["capacity_bytes"]
@@ -31,10 +31,12 @@ def test_ddp_wrap_oom_fix_is_the_fitting_option_on_8_gpus():
     assert replay["render"]["python"].startswith("# needs >= 8 GPUs")
     assert replay["render"]["yaml"].startswith("# needs >= 8 GPUs")
     assert "launch." not in replay["render"]["cli"]
-    # the finding's own fix (what text/markdown/TUI show) is the same fitting set
-    keys = {o.key: o.value for o in root.fix.overrides}
+    # the finding's proven fix (what text/markdown/TUI show) is the same fitting set; the rule's fix stays beside it
+    keys = {o.key: o.value for o in root.proven_fix.overrides}
     assert keys == {k: v for k, v in fix.items() if not k.startswith("launch.")}
-    assert root.fix.summary.startswith("needs >= 8 GPUs")
+    assert root.shown_fix is root.proven_fix and root.proven_fix.summary.startswith("needs >= 8 GPUs")
+    assert root.fix.summary.startswith("Shard parameters") and not root.fix.summary.startswith("needs")
+    assert report.to_dict()["findings"][report.root_cause]["fix"]["summary"].startswith("needs >= 8 GPUs")
 
 
 def _oom() -> Finding:
@@ -58,9 +60,10 @@ def test_no_fitting_option_says_valid_but_does_not_fit(monkeypatch):
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    assert report.replay["fits"] is False and report.replay["after_fix"]["passes"] is True
-    assert "valid but does not fit: 609.0 GiB per GPU" in report.replay["summary"]
+    assert report.replay.fits is False and report.to_dict()["replay"]["after_fix"]["passes"] is True
+    assert "valid but does not fit: 609.0 GiB per GPU" in report.to_dict()["replay"]["summary"]
     assert report.findings[0].fix.summary == "shard with Megatron FSDP"  # the rule's fix is kept, not dressed up
+    assert report.findings[0].proven_fix is None
 
 
 def test_fitting_option_on_the_same_gpus_needs_no_launch_change(monkeypatch):
@@ -69,10 +72,12 @@ def test_fitting_option_on_the_same_gpus_needs_no_launch_change(monkeypatch):
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    assert report.replay["fits"] is True
-    assert report.replay["fix"] == [{"key": "ddp.grad_reduce_in_fp32", "value": False}]
-    assert "launch" not in report.replay["render"] and "needs >=" not in report.replay["summary"]
-    assert [o.key for o in report.findings[0].fix.overrides] == ["ddp.grad_reduce_in_fp32"]
+    assert report.replay.fits is True
+    assert report.to_dict()["replay"]["fix"] == [{"key": "ddp.grad_reduce_in_fp32", "value": False}]
+    assert "launch" not in report.to_dict()["replay"]["render"] and "needs >=" not in report.to_dict()["replay"]["summary"]
+    assert [o.key for o in report.findings[0].shown_fix.overrides] == ["ddp.grad_reduce_in_fp32"]
+    assert [o.key for o in report.findings[0].fix.overrides] == ["ddp.use_megatron_fsdp",
+                                                                 "ddp.data_parallel_sharding_strategy"]
 
 
 def test_fits_is_null_when_memory_is_not_a_capacity_question():
@@ -81,7 +86,7 @@ def test_fits_is_null_when_memory_is_not_a_capacity_question():
                                       fix=Fix(overrides=[Override("checkpoint.ckpt_format", "fsdp_dtensor")]))],
                     root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    assert report.replay["fits"] is None and "fit" not in report.replay
+    assert report.replay.fits is None and "fit" not in report.to_dict()["replay"]
 
 
 def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypatch):
@@ -92,12 +97,13 @@ def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypa
     monkeypatch.setattr(memory, "run", lambda report, view, options: frag)
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    fix = report.findings[0].fix
+    assert report.findings[0].fix == _oom().fix  # the rule's fix, untouched
+    fix = report.findings[0].shown_fix
     assert [(e.name, e.value) for e in fix.env] == [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]
     assert fix.overrides == [] and fix.summary.startswith("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF")
     assert any("ddp.use_megatron_fsdp" in step for step in fix.steps)  # the rule's advice is kept as a next step
-    assert report.replay["render"]["env"] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-    assert report.replay["fits"] is True
+    assert report.to_dict()["replay"]["render"]["env"] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert report.replay.fits is True
 
 
 def test_an_option_whose_peak_exceeds_the_gpu_is_never_called_a_fit(monkeypatch):
@@ -106,7 +112,7 @@ def test_an_option_whose_peak_exceeds_the_gpu_is_never_called_a_fit(monkeypatch)
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))  # an 80 GiB GPU
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    assert report.replay["fits"] is False and "does not fit" in report.replay["summary"]
+    assert report.replay.fits is False and "does not fit" in report.to_dict()["replay"]["summary"]
     assert report.findings[0].fix.summary == "shard with Megatron FSDP"  # the rule's fix, not the contradicted option
 
 
@@ -116,5 +122,5 @@ def test_the_gpu_split_is_named_when_more_gpus_are_needed(monkeypatch):
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
-    assert "needs >= 8 GPUs (PP 8 x DP 1; the job ran on 1)" in report.replay["summary"]
-    assert report.findings[0].fix.summary.startswith("needs >= 8 GPUs (PP 8 x DP 1")
+    assert "needs >= 8 GPUs (PP 8 x DP 1; the job ran on 1)" in report.to_dict()["replay"]["summary"]
+    assert report.findings[0].shown_fix.summary.startswith("needs >= 8 GPUs (PP 8 x DP 1")

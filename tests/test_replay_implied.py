@@ -98,10 +98,10 @@ def test_real_validation_failure_logs_replay_against_implied_settings(log, fix_k
     if not path.exists():
         pytest.skip("shared real logs not present")
     report = analyze([str(path)], AnalyzeOptions(jobs=1))
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     # the validator prints the log's failure from the settings the error states: reproduced, and said so
     assert replay["reproduced"] is True and replay["implied"] is True
     assert replay["after_fix"]["passes"] is True and replay["proven"] is True
     assert fix_key in {f["key"] for f in replay["fix"]}
-    assert any(v["from"].startswith("implied:log:") for v in report.config["values"].values())
+    assert any(v["from"].startswith("implied:log:") for v in report.to_dict()["config"]["values"].values())
     assert replay["summary"].startswith("reproduced by replay (from the settings the error states)")

@@ -29,7 +29,7 @@ def test_turning_on_fsdp_with_checkpoint_save_extends_the_fix_with_fsdp_dtensor(
     assert result.reproduced is False  # the job's config itself validates
     assert [(o.key, o.value) for o in result.added] == [("checkpoint.ckpt_format", "fsdp_dtensor")]
     assert result.passes
-    render = result.render()
+    render = result.rendered
     assert render["cli"] == "ddp.use_megatron_fsdp=true checkpoint.ckpt_format=fsdp_dtensor"
     assert render["python"] == "cfg.ddp.use_megatron_fsdp = True\ncfg.checkpoint.ckpt_format = 'fsdp_dtensor'"
     assert render["yaml"] == "ddp:\n  use_megatron_fsdp: true\ncheckpoint:\n  ckpt_format: fsdp_dtensor\n"
@@ -84,7 +84,7 @@ def test_environment_fix_is_rendered_as_an_export_never_as_recipe_env_vars():
     result = replay(view, [])
     assert [v.check for v in result.before.violations] == ["fsdp_cuda_device_max_connections"]
     assert result.passes
-    render = result.render()
+    render = result.rendered
     assert render["env"] == "export CUDA_DEVICE_MAX_CONNECTIONS=32"
     assert "env_vars[" not in render["python"] and "env_vars:" not in render["yaml"]
     assert render["python"].startswith("# environment, in the launch script")

@@ -43,10 +43,10 @@ def test_world_size_line_does_not_switch_off_the_settings_the_error_states(tmp_p
     report = Report(findings=[_finding("AssertionError: Megatron-FSDP requires the `fsdp_dtensor` checkpointing "
                                        "format.")], root_cause=0)
     enrich(report, _blocks(text, tmp_path), AnalyzeOptions())
-    values = report.config["values"]
+    values = report.to_dict()["config"]["values"]
     assert values["launch.world_size"]["from"].startswith("log:")
     assert values["ddp.use_megatron_fsdp"] == {"value": True, "from": "implied:log:9"}
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     assert replay["reproduced"] is True and replay["implied"] is True and replay["proven"] is True
     assert [v["check"] for v in replay["violations"]] == ["fsdp_requires_fsdp_dtensor"]
     assert "not reproduced" not in replay["summary"]
@@ -67,9 +67,9 @@ def test_null_not_false_when_the_deciding_keys_are_only_defaults(tmp_path):
     finding = _finding("RuntimeError: checkpoint format problem", "PY001")
     report = Report(findings=[finding], root_cause=0)
     enrich(report, _blocks(text, tmp_path), AnalyzeOptions())
-    assert report.replay["reproduced"] is None
-    assert report.replay["proven"] is None
-    assert "passes these checks" not in report.replay["summary"]
+    assert report.to_dict()["replay"]["reproduced"] is None
+    assert report.to_dict()["replay"]["proven"] is None
+    assert "passes these checks" not in report.to_dict()["replay"]["summary"]
 
 
 def test_false_only_when_the_job_own_config_passes(tmp_path):
@@ -77,8 +77,8 @@ def test_false_only_when_the_job_own_config_passes(tmp_path):
     enrich(report, blocks_from_lines(lines_of((DATA / "task_configuration.log").read_text(), "job.log")),
            AnalyzeOptions())
     # the job's config (from its Task Configuration) sets checkpoint.ckpt_format itself and passes that check
-    assert report.config["values"]["checkpoint.ckpt_format"]["from"].startswith("log:")
-    assert report.replay["reproduced"] is False
+    assert report.to_dict()["config"]["values"]["checkpoint.ckpt_format"]["from"].startswith("log:")
+    assert report.to_dict()["replay"]["reproduced"] is False
 
 
 @pytest.mark.parametrize("name", [
@@ -91,20 +91,20 @@ def test_false_only_when_the_job_own_config_passes(tmp_path):
 def test_sample_logs_that_carry_config_show_reproduced_and_proven(name):
     # issue 3: analyze on a log that carries its config shows "reproduced by replay" and the proven overrides
     report = analyze([str(SAMPLES / name)], AnalyzeOptions())
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     assert replay["rule"] == report.root.rule
     assert replay["reproduced"] is True and replay["proven"] is True
     assert replay["summary"].startswith("reproduced by replay")
     assert "fix proven to pass validation" in replay["summary"]
-    assert report.root.facts["replay"]["reproduced"] is True
+    assert report.root.replay.reproduced is True
 
 
 def test_reproduced_from_the_log_own_setting_is_not_called_implied():
     # the launch line sets dist.use_torch_fsdp2=true: the violation's key is the log's, not the error's
     report = analyze([str(SAMPLES / "mbridge04_fsdp2_pg_collection_srun.log")], AnalyzeOptions())
-    replay = report.replay
+    replay = report.to_dict()["replay"]
     assert replay["reproduced"] is True and "implied" not in replay
-    assert report.config["values"]["dist.use_torch_fsdp2"]["from"].startswith("log:")
+    assert report.to_dict()["config"]["values"]["dist.use_torch_fsdp2"]["from"].startswith("log:")
     assert replay["summary"].startswith("reproduced by replay: ")
 
 
@@ -116,6 +116,6 @@ def test_an_oom_on_a_known_config_is_not_called_unreproduced(tmp_path):
     report = Report(findings=[oom], root_cause=0)
     enrich(report, blocks_from_lines(lines_of((DATA / "task_configuration.log").read_text(), "job.log")),
            AnalyzeOptions())
-    assert report.replay["summary"].startswith("the job's config passes validation (a cuda_oom failure is not a "
+    assert report.to_dict()["replay"]["summary"].startswith("the job's config passes validation (a cuda_oom failure is not a "
                                                "config check)")
-    assert "not reproduced" not in report.replay["summary"]
+    assert "not reproduced" not in report.to_dict()["replay"]["summary"]

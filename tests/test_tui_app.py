@@ -78,9 +78,9 @@ async def test_copy_sends_the_shown_form_to_the_clipboard(oom_app: DiagnoseApp) 
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("c")
-        assert oom_app.clipboard == oom_app.report.replay["render"]["cli"]
+        assert oom_app.clipboard == oom_app.report.to_dict()["replay"]["render"]["cli"]
         await pilot.press("2", "c")
-        assert oom_app.clipboard == oom_app.report.replay["render"]["python"]
+        assert oom_app.clipboard == oom_app.report.to_dict()["replay"]["render"]["python"]
         await pilot.press("4", "c")
         assert oom_app.clipboard.splitlines() == [
             "--use-megatron-fsdp",
@@ -98,7 +98,7 @@ async def test_copy_writes_osc52(oom_app: DiagnoseApp, monkeypatch: pytest.Monke
         await pilot.press("c")
         import base64
 
-        payload = base64.b64encode(oom_app.report.replay["render"]["cli"].encode()).decode()
+        payload = base64.b64encode(oom_app.report.to_dict()["replay"]["render"]["cli"].encode()).decode()
         assert f"\x1b]52;c;{payload}\a" in written
 
 
@@ -337,7 +337,7 @@ async def test_mouse_selects_a_finding_and_a_fix_tab(oom_app: DiagnoseApp) -> No
         await pilot.click("#fix-tabs #--content-tab-fix-yaml")
         await pilot.pause()
         await pilot.press("c")
-        assert oom_app.clipboard == oom_app.report.replay["render"]["yaml"]
+        assert oom_app.clipboard == oom_app.report.to_dict()["replay"]["render"]["yaml"]
         await pilot.double_click(findings, offset=(6, next(i for i, t in enumerate(rows) if "OOM103" in t)))
         await pilot.pause(0.2)
         assert isinstance(oom_app.screen, LogScreen) and oom_app.screen.view.cursor_line == 33

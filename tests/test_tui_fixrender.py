@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from diagnose.explain.render import mlm_flag
+from diagnose.explained import CapacityFit, ReplayResult, ValidationResult, Violation
 from diagnose.model import EnvVar, Evidence, Finding, Fix, Override, Report
 from diagnose.present.tui.findings import finding_order
 from diagnose.present.tui.fixrender import render_fix
@@ -13,6 +16,13 @@ def finding(rule: str, role: str = "root", severity: str = "error", line: int = 
     return Finding(rule=rule, name=rule.lower(), title=f"title {rule}", category="other", phase="unknown",
                    severity=severity, role=role, confidence=0.5, first_line=line,
                    evidence=[Evidence("x.log", line, "text")], **kw)
+
+
+def replayed(fix: list[Override], rule: str | None = None, reproduced: bool | None = None, passes: bool = True,
+             rendered: dict[str, str] | None = None, notes: tuple[str, ...] = ()) -> ReplayResult:
+    after = ValidationResult(violations=[] if passes else [Violation("c", "m", [])],
+                             notes=[Violation("n", n, [], kind="note") for n in notes])
+    return ReplayResult(reproduced, ValidationResult(), list(fix), after, rule=rule, rendered=dict(rendered or {}))
 
 
 def test_format_ranks_compresses_runs() -> None:
@@ -61,9 +71,8 @@ def test_rule_overrides_render_in_four_forms() -> None:
 
 def test_replay_env_keys_render_as_environment() -> None:
     root = finding("OOM104", fix=Fix(env=[EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]))
-    replay = {"rule": "OOM104", "fix": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
-                                        {"key": "train.micro_batch_size", "value": 1}],
-              "after_fix": {"passes": True}, "render": {"cli": ""}}
+    replay = replayed([Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+                       Override("train.micro_batch_size", 1)], rule="OOM104", rendered={"cli": ""})
     rendered = render_fix(Report(findings=[root], root_cause=0, replay=replay), root)
     assert rendered.forms["cli"].splitlines() == [
         "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "train.micro_batch_size=1"]
@@ -116,10 +125,8 @@ def test_replay_render_is_preferred_for_the_root_cause() -> None:
     own = Fix(overrides=[Override("ddp.use_megatron_fsdp", True)])
     root = finding("MB1", fix=own)
     other = finding("MB2", role="context", severity="warning", fix=Fix(overrides=[Override("x.y", 1)]))
-    replay = {"reproduced": True, "fix": [{"key": "ddp.use_megatron_fsdp", "value": True},
-                                          {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"}],
-              "after_fix": {"violations": [], "passes": True},
-              "render": {"cli": "REPLAY-CLI", "python": "REPLAY-PY", "yaml": "REPLAY-YAML"}}
+    replay = replayed([Override("ddp.use_megatron_fsdp", True), Override("checkpoint.ckpt_format", "fsdp_dtensor")],
+                      reproduced=True, rendered={"cli": "REPLAY-CLI", "python": "REPLAY-PY", "yaml": "REPLAY-YAML"})
     report = Report(findings=[root, other], root_cause=0, replay=replay)
     rendered = render_fix(report, root)
     assert rendered.proven
@@ -127,8 +134,11 @@ def test_replay_render_is_preferred_for_the_root_cause() -> None:
     assert "--ckpt-format fsdp_dtensor" in rendered.forms["mlm"]  # not in render: built from replay's fix
     assert rendered.verdict.startswith("✔") and "reproduced" in rendered.verdict
     assert not render_fix(report, other).proven  # replay did not cover x.y
+    # a replay that names no rule proved the root cause's fix only, not another finding whose keys it happens to set
+    same_keys = finding("MB3", role="context", severity="warning", fix=own)
+    assert not render_fix(Report(findings=[root, same_keys], root_cause=0, replay=replay), same_keys).proven
 
-    failing = dict(replay, after_fix={"violations": [{"check": "c", "message": "m", "keys": []}], "passes": False})
+    failing = replace(replay, after=ValidationResult(violations=[Violation("c", "m", [])]))
     assert render_fix(Report(findings=[root], root_cause=0, replay=failing), root).verdict.startswith("✘ still fails")
 
 
@@ -153,9 +163,8 @@ def test_replay_that_names_its_rule_covers_that_finding_only() -> None:
     root = finding("OOM102", fix=Fix(overrides=[Override("ddp.use_megatron_fsdp", True)]))
     other = finding("MB111", role="context", severity="warning",
                     fix=Fix(overrides=[Override("ddp.use_megatron_fsdp", True)]))
-    replay = {"rule": "MB111", "reproduced": None, "fix": [{"key": "ddp.use_megatron_fsdp", "value": True}],
-              "after_fix": {"passes": True}, "notes": ["Activating \x1b[31m..."],
-              "render": {"cli": "REPLAYED"}}
+    replay = replayed([Override("ddp.use_megatron_fsdp", True)], rule="MB111", notes=("Activating \x1b[31m...",),
+                      rendered={"cli": "REPLAYED"})
     report = Report(findings=[root, other], root_cause=0, replay=replay)
     assert not render_fix(report, root).proven
     covered = render_fix(report, other)
@@ -174,17 +183,13 @@ def test_reflow_joins_hard_wrapped_explanations() -> None:
 def test_verdict_says_the_fix_fits_and_how_many_gpus_it_needs():
     from diagnose.present.tui.fixrender import replay_verdict
 
-    replay = {
-        "reproduced": None,
-        "after_fix": {"passes": True, "violations": []},
-        "fits": True,
-        "fit": {"gpus": 8, "job_gpus": 1},
-        "render": {"launch": "# needs >= 8 GPUs: launch with world size 8"},
-    }
+    replay = replayed([Override("launch.world_size", 8)], rendered={"launch": "# needs >= 8 GPUs: launch with world size 8"})
+    replay.fit = CapacityFit(finding("OOM102"), replay.fix, True, gpus=8, job_gpus=1)
+    replay.fits = True
     text = replay_verdict(replay)
     assert "fits in memory on 8 GPUs (the job had 1)" in text
     assert "needs >= 8 GPUs" in text
-    replay["fits"] = False
+    replay.fits = False
     assert "does NOT fit" in replay_verdict(replay)
 
 
@@ -212,10 +217,9 @@ def test_replay_render_with_env_shows_the_exports_above_the_overrides() -> None:
 
     fix = [Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), Override("checkpoint.save", "/a b")]
     root = finding("OOM104")
-    replay = {"rule": "OOM104", "fix": [{"key": o.key, "value": o.value} for o in fix],
-              "after_fix": {"passes": True}, "render": render_overrides(fix)}
+    replay = replayed(fix, rule="OOM104", rendered=render_overrides(fix))
     forms = render_fix(Report(findings=[root], root_cause=0, replay=replay), root).forms
     assert forms["cli"].splitlines() == ["export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                                          "'checkpoint.save=\"/a b\"'"]
-    assert forms["python"] == replay["render"]["python"] and forms["yaml"] == replay["render"]["yaml"]
+    assert forms["python"] == replay.rendered["python"] and forms["yaml"] == replay.rendered["yaml"]
     assert forms["mlm"].splitlines() == ["export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--save '/a b'"]

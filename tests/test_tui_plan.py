@@ -32,7 +32,6 @@ from diagnose.present.tui.plan import (
     parse_what_if,
     plan_detail,
     verdict_text,
-    view_from_report_config,
 )
 
 CONFIG = Path(__file__).parent / "data" / "configs" / "llama8b_bridge.yaml"
@@ -134,11 +133,20 @@ def test_compute_matches_diagnose_check_and_never_raises() -> None:
     assert empty.error and "model shape" in empty.error
 
 
-def test_view_from_report_config_round_trips() -> None:
+def test_the_plan_starts_from_a_copy_of_the_reports_typed_config() -> None:
+    from diagnose.configview import ConfigView
+    from diagnose.model import Report
+    from diagnose.present.tui.app import DiagnoseApp
+
     view = load_view(str(CONFIG))
-    back = view_from_report_config(view.to_dict())
-    assert back is not None and back.get("model.hidden_size") == 4096 and back.get("train.micro_batch_size") == 1
-    assert view_from_report_config(None) is None and view_from_report_config({"values": {}}) is None
+    app = DiagnoseApp(report=Report(config=view))
+    got = app.plan_view()
+    assert got is not None and got is not view and got.model_target == view.model_target
+    assert got.get("model.hidden_size") == 4096 and got.get("train.micro_batch_size") == 1
+    got.set("model.hidden_size", 1, "override")
+    assert view.get("model.hidden_size") == 4096  # the screen's edits never reach the report
+    assert DiagnoseApp(report=Report(config=ConfigView())).plan_view() is None  # no model shape, no plan
+    assert DiagnoseApp(report=Report()).plan_view() is None
 
 
 # ------------------------------------------------------------------------------------------ the screen
@@ -264,7 +272,7 @@ def report_with_config(log: Path) -> Report:
     report = ddp_wrap_oom_report(log)
     view = load_view(str(CONFIG))
     view.set("launch.world_size", 8, "log:3")
-    report.config = view.to_dict()
+    report.config = view
     return report
 
 

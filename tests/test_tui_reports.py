@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.explained import ReplayResult, ValidationResult
 from diagnose.model import Evidence, Finding, Fix, InputInfo, Override, Report
 
 REAL_LOGS = Path(os.environ.get("DIAGNOSE_REAL_LOGS", "/work/shared/real_logs"))
@@ -135,16 +136,16 @@ def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
         explanation="torchrun reports the worker that failed first.",
         facts={"exitcode": 1, "local_rank": 0},
     )
-    replay = {
-        "reproduced": True,
-        "violations": [],
-        "fix": [
-            {"key": "ddp.use_megatron_fsdp", "value": True},
-            {"key": "ddp.data_parallel_sharding_strategy", "value": "optim_grads_params"},
-            {"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"},
+    replay = ReplayResult(
+        reproduced=True,
+        before=ValidationResult(),
+        fix=[
+            Override("ddp.use_megatron_fsdp", True),
+            Override("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
+            Override("checkpoint.ckpt_format", "fsdp_dtensor"),
         ],
-        "after_fix": {"violations": [], "passes": True},
-        "render": {
+        after=ValidationResult(),
+        rendered={
             "cli": "ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=optim_grads_params "
             "checkpoint.ckpt_format=fsdp_dtensor",
             "python": "cfg.ddp.use_megatron_fsdp = True\ncfg.ddp.data_parallel_sharding_strategy = "
@@ -152,7 +153,7 @@ def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
             "yaml": "ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n"
             "checkpoint:\n  ckpt_format: fsdp_dtensor",
         },
-    }
+    )
     params = 36_327_530_496
     memory = {
         "gpu_capacity_bytes": int(139.80 * GIB),

@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from diagnose.model import DiagnoseError, Finding, Override, Report
+from diagnose.configview import ConfigView
+from diagnose.explained import CONFIG_CATEGORIES, ReplayResult
+from diagnose.model import DiagnoseError, Finding, FindingReplay, Override, Report
 
 
 def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
     view = None
     try:
         view = build_view(report, blocks, options)
-        report.config = config_section(view)
+        report.config = view.copy()  # as recovered: what the memory model or replay do later is theirs
     except DiagnoseError as e:
         report.warnings.append(f"config: {e}")
     except Exception as e:  # noqa: BLE001 - one part failing never breaks the report
@@ -34,7 +36,7 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
         try:
             from diagnose.explain.verify import verify
 
-            report.verify = verify(report, blocks, view, strict=bool(getattr(options, "strict", False))).to_dict()
+            report.verify = verify(report, blocks, view, strict=bool(getattr(options, "strict", False)))
         except Exception as e:  # noqa: BLE001
             report.warnings.append(f"verify failed: {type(e).__name__}: {e}")
 
@@ -67,13 +69,6 @@ def build_view(report: Report, blocks: dict | None, options: Any = None):
     return view
 
 
-def config_section(view) -> dict[str, Any]:
-    section = view.to_dict()
-    if not view.known():
-        section["values"] = {}
-    return section
-
-
 def fix_overrides(finding: Finding) -> list[Override]:
     """A finding's fix as overrides: config keys plus its environment changes as ``env.<NAME>``."""
     out = list(finding.fix.overrides)
@@ -81,11 +76,11 @@ def fix_overrides(finding: Finding) -> list[Override]:
     return out
 
 
-def replay_findings(report: Report, view, bridge_version: str | None = None) -> dict[str, Any] | None:
+def replay_findings(report: Report, view: ConfigView, bridge_version: str | None = None) -> ReplayResult | None:
     """Replay every finding's fix; the report's section is the root cause's (or the first fixable one's).
 
-    Each replayed finding gets ``facts["replay"] = {"proven": bool, "added": [...]}``. With no fix to replay but
-    a known config that fails validation, the validator's own suggested fix is replayed.
+    Each replayed finding gets ``replay`` (proven, reproduced, what was added). With no fix to replay but a known
+    config that fails validation, the validator's own suggested fix is replayed.
     """
     from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
     from diagnose.explain.replay import replay
@@ -102,11 +97,8 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
         elif index == report.root_cause and finding.category == "cuda_oom":
             # any other fix for the OOM is checked against the same memory model (one answer)
             apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
-        finding.facts["replay"] = {
-            "proven": result.passes if result.reproduced is not None else None,
-            "reproduced": result.reproduced,
-            "added": [{"key": o.key, "value": o.value} for o in result.added],
-        }
+        finding.replay = FindingReplay(result.passes if result.reproduced is not None else None,
+                                       result.reproduced, list(result.added))
         if chosen is None or index == report.root_cause:
             chosen = result
     if chosen is None:
@@ -114,12 +106,11 @@ def replay_findings(report: Report, view, bridge_version: str | None = None) -> 
             return None
         root = report.root
         chosen = replay(view, [], bridge_version, finding=root, real_mcore=_wants_mcore(root))
-    return chosen.to_dict()
+    return chosen
 
 
 # Failures whose cause is the config: worth importing megatron-core (seconds) to run its own checks too.
 # For OOMs, NCCL, Slurm... the mirrored checks alone prove the fix, keeping analyze fast.
-_CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
 
 
 def _wants_mcore(finding: Finding | None) -> bool | str:
@@ -127,7 +118,7 @@ def _wants_mcore(finding: Finding | None) -> bool | str:
     config not cached yet is checked by a background worker for the next run."""
     from diagnose.explain.validate import BACKGROUND
 
-    return BACKGROUND if finding is None or finding.category in _CONFIG_CATEGORIES else False
+    return BACKGROUND if finding is None or finding.category in CONFIG_CATEGORIES else False
 
 
 def _run_memory(report: Report, view, options: Any) -> None:

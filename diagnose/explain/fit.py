@@ -9,44 +9,12 @@ needs (``launch.world_size``, rendered as a comment, never as a Bridge override)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.coerce import as_int
-from diagnose.model import Finding, Override, Report
-
-GIB = 1024 ** 3
-
-
-@dataclass
-class CapacityFit:
-    finding: Finding
-    overrides: list[Override]  # what replay proves (config keys, env.*, launch.world_size when more GPUs)
-    fits: bool | None  # None: the memory model could not size it (activations unknown, a layout it cannot map)
-    gpus: int | None = None  # GPUs the fix needs
-    dp: int | None = None
-    job_gpus: int | None = None  # GPUs the job ran on
-    peak_bytes: int | None = None
-    capacity_bytes: int | None = None
-    usable_bytes: int | None = None
-    label: str = ""
-    cost: str = ""
-    notes: list[str] = field(default_factory=list)
-    fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
-    layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
-
-    @property
-    def more_gpus(self) -> bool:
-        return bool(self.gpus and self.job_gpus and self.gpus > self.job_gpus)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"fits": self.fits, "gpus": self.gpus, "dp": self.dp, "layout": self.layout,
-                               "job_gpus": self.job_gpus,
-                               "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
-                               "usable_bytes": self.usable_bytes, "label": self.label, "cost": self.cost}
-        if self.notes:
-            out["notes"] = list(self.notes)
-        return out
+from diagnose.explain.render import inline_fix
+from diagnose.explained import GIB, CapacityFit, ReplayResult
+from diagnose.model import EnvVar, Finding, Fix, Override, Report
 
 
 def gib(n: int | float | None) -> str:
@@ -159,38 +127,34 @@ def _peak_of(fix: list[Override], options: list[dict[str, Any]], job_gpus: int |
     return min(peaks) if peaks else None
 
 
-def apply_fit(result: Any, fit: CapacityFit) -> None:
-    """Record the fit on the replay result and make the finding's fix the proven, fitting set."""
+def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
+    """Record the fit on the replay result and, when it fits, give the finding the proven, fitting set as its
+    ``proven_fix`` (its ``fix`` stays the rule's)."""
     result.fit = fit
     result.fits = fit.fits
     if not fit.fits:
         return
-    finding = fit.finding
+    rule = fit.finding.fix
+    proven = Fix(rule.summary, rule.safety, [o for o in result.fix if not o.key.startswith(("env.", "launch."))],
+                 list(rule.env), list(rule.steps))
     if fit.fragmentation:
-        from diagnose.explain.render import inline_fix
-
-        rule_fix = inline_fix(finding.fix.overrides)
+        rule_fix = inline_fix(rule.overrides)
         if rule_fix:
-            finding.fix.steps = [f"If it still does not fit: {rule_fix}"] + list(finding.fix.steps)
-        if finding.fix.summary:
-            finding.fix.steps.append(f"Rule's advice: {finding.fix.summary}")
-    finding.fix.overrides = [o for o in result.fix if not o.key.startswith(("env.", "launch."))]
-    if fit.fragmentation:
-        from diagnose.model import EnvVar
-
-        finding.fix.env = [EnvVar(o.key[4:], str(o.value)) for o in result.fix if o.key.startswith("env.")]
-        finding.fix.safety = "safe"  # an allocator setting: no change to numerics or speed
-        finding.fix.summary = ("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                               "(reserved-but-unallocated memory would have served the request)")
-        return
-    head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on {fit.job_gpus}): "
-            if fit.more_gpus else "")
-    fits = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
-    finding.fix.summary = f"{head}{fit.label} ({fits})"
-    if fit.cost:
-        step = f"cost: {fit.cost}"
-        if step not in finding.fix.steps:
-            finding.fix.steps = [step] + list(finding.fix.steps)
+            proven.steps.insert(0, f"If it still does not fit: {rule_fix}")
+        if rule.summary:
+            proven.steps.append(f"Rule's advice: {rule.summary}")
+        proven.env = [EnvVar(o.key[4:], str(o.value)) for o in result.fix if o.key.startswith("env.")]
+        proven.safety = "safe"  # an allocator setting: no change to numerics or speed
+        proven.summary = ("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                          "(reserved-but-unallocated memory would have served the request)")
+    else:
+        head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
+                f"{fit.job_gpus}): " if fit.more_gpus else "")
+        peak = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
+        proven.summary = f"{head}{fit.label} ({peak})"
+        if fit.cost and f"cost: {fit.cost}" not in proven.steps:
+            proven.steps.insert(0, f"cost: {fit.cost}")
+    fit.finding.proven_fix = proven
 
 
 # keys that change how the model is split: the log's per-rank parameter count no longer applies to the new layout
@@ -261,7 +225,7 @@ def _from_prediction(root: Finding, overrides: list[Override], pred: dict[str, A
                        str(pred.get("label") or ""), str(pred.get("cost") or ""), notes, layout=_layout(pred))
 
 
-def apply_memory_fit(result: Any, fit: CapacityFit | None) -> None:
+def apply_memory_fit(result: ReplayResult, fit: CapacityFit | None) -> None:
     """Record a memory check on a replay result without changing the finding's fix (``apply_fit`` does that for
     the capacity fix chosen from the options)."""
     if fit is None:

@@ -22,128 +22,18 @@ layout, job_gpus, peak_bytes, capacity_bytes, label, cost), ``extended``, ``note
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.explain.config.overrides import apply_overrides, is_delete, normalize_overrides
-from diagnose.explain.config.view import ConfigView
+from diagnose.configview import ConfigView
+from diagnose.explain.config.overrides import apply_overrides, normalize_overrides
 from diagnose.explain.fix_search import search_fix
 from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
 from diagnose.explain.validate import ValidationResult, Violation
 from diagnose.explain.validate import run_checks as _run_checks
+from diagnose.explained import ReplayResult
 from diagnose.model import Finding, Override
 
 MAX_ROUNDS = 8
-# failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
-CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
-
-
-@dataclass
-class ReplayResult:
-    reproduced: bool | None
-    before: ValidationResult  # the config as the job had it
-    fix: list[Override]
-    after: ValidationResult
-    added: list[Override] = field(default_factory=list)  # what the extension added to the requested fix
-    requested: ValidationResult | None = None  # the config with only the requested overrides
-    framework: str | None = None
-    rule: str | None = None
-    implied: bool = False  # the config came only from what an error message states
-    category: str | None = None  # the finding's category (a CUDA OOM is no config check to reproduce)
-    fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
-    fit: Any = None  # diagnose.explain.fit.CapacityFit when the fix is the memory model's option
-    config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
-    gpus_per_node: int | None = None  # the job's node size (SLURM_GPUS_ON_NODE) for the launch lines; None: 8
-
-    def render(self) -> dict[str, str]:
-        return render_fix(self.fix, self.framework, self.gpus_per_node)
-
-    @property
-    def passes(self) -> bool:
-        return self.after.passes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
-        out: dict[str, Any] = {
-            "reproduced": self.reproduced,
-            "violations": [v.to_dict() for v in self.before.violations],
-            "fix": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.fix],
-            "after_fix": {"violations": [v.to_dict() for v in self.after.violations], "passes": self.passes},
-            "render": self.render(),
-        }
-        if self.before.assumed_release:
-            out["assumed_release"] = self.before.assumed_release
-        if self.rule:
-            out["rule"] = self.rule
-            # proven only against the job's own config; against release defaults it is not a proof
-            out["proven"] = (self.passes and bool(self.fix)) if self.reproduced is not None else None
-        if self.implied:
-            out["implied"] = True
-        out["fits"] = self.fits
-        if self.category and self.category not in CONFIG_CATEGORIES:
-            out["category"] = self.category
-        if self.fit is not None:
-            out["fit"] = self.fit.to_dict()
-        if self.added:
-            out["extended"] = [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.added]
-        notes = [v.message for v in self.after.notes]
-        if notes:
-            out["notes"] = notes
-        out["summary"] = describe(out, self.config_known)
-        return out
-
-
-def describe(section: dict[str, Any], config_known: bool = False) -> str:
-    """One line for people: whether replay reproduced the failure and whether the fix is proven."""
-    parts: list[str] = []
-    reproduced = section.get("reproduced")
-    violations = section.get("violations") or []
-    if reproduced is True:
-        how = " (from the settings the error states)" if section.get("implied") else ""
-        parts.append(f"reproduced by replay{how}: " + violations[0]["message"] if violations
-                     else f"reproduced by replay{how}")
-    elif reproduced in (False, None) and section.get("category") and not violations and (
-            reproduced is False or config_known):
-        parts.append(f"the job's config passes validation (a {section['category']} failure is not a config check)")
-    elif reproduced is False:
-        parts.append("not reproduced by replay (the job's config passes these checks)"
-                     if not violations else f"replay finds {len(violations)} other violation(s)")
-    elif section.get("implied"):
-        parts.append("config not in the log: replay checked the fix against the settings the error states")
-    elif config_known:
-        parts.append("replay checked the fix against the job's config (release defaults for what it does not set)")
-    else:
-        parts.append("config not in the log: replay checked the fix against release defaults only")
-    render = (section.get("render") or {}).get("cli") or ""
-    env = (section.get("render") or {}).get("env") or ""
-    shown = " ".join(x for x in (render, env.replace("\n", "; ")) if x)
-    if section.get("fix"):
-        ok = (section.get("after_fix") or {}).get("passes")
-        verdict = "proven to pass validation" if ok and reproduced is not None else (
-            "passes validation" if ok else "still fails validation")
-        fit = section.get("fit") or {}
-        fits = section.get("fits")
-        if fits is True:
-            gpus = (f"needs >= {fit['gpus']} GPUs ({fit.get('layout') or 'DP ' + str(fit.get('dp') or fit['gpus'])}; "
-                    f"the job ran on {fit['job_gpus']}), " if fit.get("gpus") and fit.get("job_gpus")
-                    and fit["gpus"] > fit["job_gpus"] else "")
-            peak = (f"predicted peak {_gib(fit.get('peak_bytes'))} per GPU of {_gib(fit.get('capacity_bytes'))}"
-                    if fit.get("peak_bytes") else
-                    "the reserved-but-unallocated memory would have served the request")
-            verdict = f"{'valid' if ok else 'INVALID'} and fits: {gpus}{peak}"
-        elif fits is None and (fit.get("notes") or []):
-            verdict += f"; memory: {fit['notes'][0]}"
-        elif fits is False:
-            need = fit.get("peak_bytes")
-            verdict = (f"{'valid' if ok else 'INVALID'} but does not fit: "
-                       + (f"{_gib(need)} per GPU" if need else "the memory model finds nothing that fits")
-                       + f" (GPU holds {_gib(fit.get('capacity_bytes'))})")
-        parts.append(f"fix {verdict}: {shown}")
-    return "; ".join(parts)
-
-
-def _gib(n: Any) -> str:
-    return f"{n / 1024 ** 3:.1f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "?"
 
 
 def replay(
@@ -188,7 +78,7 @@ def replay(
         rule=finding.rule if finding is not None else None,
         category=finding.category if finding is not None else None,
         config_known=view.config_known,
-        gpus_per_node=_node_size(view),
+        rendered=render_fix(fix, view.framework, _node_size(view)),
     )
 
 

@@ -35,10 +35,10 @@ def _shown(report: Report) -> list[tuple[Finding, bool]]:
 
 def _message(f: Finding, is_root: bool) -> str:
     text = ("root cause: " if is_root else "") + f.title
-    if f.fix.overrides:
-        text += f". Fix: {cli_line(f.fix.overrides)}"
-    elif f.fix.summary:
-        text += f". Fix: {f.fix.summary}"
+    if f.shown_fix.overrides:
+        text += f". Fix: {cli_line(f.shown_fix.overrides)}"
+    elif f.shown_fix.summary:
+        text += f". Fix: {f.shown_fix.summary}"
     return inert(text)
 
 
@@ -86,7 +86,7 @@ def render_jsonl(report: Report) -> str:
                 "rule": f.rule, "root_cause": is_root, "role": f.role, "severity": f.severity,
                 "category": f.category, "phase": f.phase, "title": f.title, "path": path, "line": line,
                 "ranks": list(f.ranks),
-                "fix": cli_line(f.fix.overrides) if f.fix.overrides else (f.fix.summary or None),
+                "fix": cli_line(f.shown_fix.overrides) if f.shown_fix.overrides else (f.shown_fix.summary or None),
             }
             if job:
                 row["job"] = job  # inputs of several jobs: which job's finding

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from diagnose.explain.render import cli_line, env_line, python_lines
+from diagnose.explained import VerifyResult
 from diagnose.model import Finding, Report
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
@@ -78,7 +79,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
     if facts:
         body = "\n".join(f"{inert(k)} = {inert(v)}" for k, v in facts)
         folded = details("Facts", ["", fenced(body), ""])
-    fix = f.fix
+    fix = f.shown_fix
     if not fix.empty:
         line = "**Fix**"
         if fix.summary:
@@ -147,19 +148,17 @@ def _hang(report: Report) -> list[str]:
     return [*out, ""]
 
 
-def _verify(section: dict[str, Any] | None) -> list[str]:
+def _verify(result: VerifyResult | None) -> list[str]:
     """The verify section (a run without failure): one bullet per check with its verdict and first evidence line."""
-    if not section:
+    if result is None:
         return []
-    verdict = "all checks hold" if section.get("passes") else "does not hold: " + ", ".join(
-        inert(str(n)) for n in section.get("failed") or []) if section.get("failed") else "not proven"
+    verdict = "all checks hold" if result.passes else "does not hold: " + ", ".join(
+        inert(n) for n in result.failed) if result.failed else "not proven"
     out = ["### Verify (Megatron FSDP run)", "", f"**{md_inline(verdict)}**", ""]
-    for c in section.get("checks") or []:
-        line = f"- **{inert(str(c.get('verdict')).upper())}** {md_inline(str(c.get('title')))}: " \
-               f"{md_inline(str(c.get('detail')))}"
-        ev = (c.get("evidence") or [])[:1]
-        if ev:
-            line += f" (line {ev[0].get('line')})"
+    for c in result.checks:
+        line = f"- **{inert(c.verdict.upper())}** {md_inline(c.title)}: {md_inline(c.detail)}"
+        if c.evidence:
+            line += f" (line {c.evidence[0].line})"
         out.append(line)
     out.append("")
     return out
@@ -170,10 +169,10 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     the config/replay/memory sections folded in ``<details>`` (``verbose`` is accepted for symmetry with text).
     Inputs of several jobs: a title, then each job's own report under a rule and its label."""
     if report.jobs:
-        out = [f"# diagnose: {len(report.jobs)} jobs in these inputs", ""]
+        parts = [f"# diagnose: {len(report.jobs)} jobs in these inputs", ""]
         for job in report.jobs:
-            out += ["---", "", f"**{md_inline(job.label)}**", "", render_markdown(job.report, verbose)]
-        return "\n".join(out).rstrip() + "\n"
+            parts += ["---", "", f"**{md_inline(job.label)}**", "", render_markdown(job.report, verbose)]
+        return "\n".join(parts).rstrip() + "\n"
     out: list[str] = []
     root = report.root
     if root is None:
@@ -209,8 +208,9 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out.append("")
     if report.hang is not None:
         out += _hang(report)
+    sections = report.to_dict()  # the JSON's sections, as they are
     for name in ("config", "replay", "memory", "slurm"):
-        out += _section(name.capitalize(), getattr(report, name))
+        out += _section(name.capitalize(), sections.get(name))
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

@@ -272,10 +272,10 @@ def _evidence(f: Finding) -> list[Any]:
 
 FACTS_SHOWN = 12
 
-# Facts that are parser internals (which template matched, a typo flag, the replay bookkeeping) or that another
-# line of the report already shows: kept in JSON, never in the text/markdown Facts block.
+# Facts that are parser internals (which template matched, a typo flag) or that another line of the report already
+# shows: kept in JSON, never in the text/markdown Facts block.
 HIDDEN_FACTS = frozenset({
-    "replay", "capacity_typo", "old_reserved_word", "template", "prefix_style", "tasks_text", "docs_url", "hint",
+    "capacity_typo", "old_reserved_word", "template", "prefix_style", "tasks_text", "docs_url", "hint",
     "alloc_conf_env", "pg", "pg_guid", "device", "other_processes", "no_other_failures", "silent_ranks",
     "collective_groups", "desync", "stragglers",
     "nccl_result", "cpp_type",
@@ -475,7 +475,7 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if explanation:
         why.append(Text("  Why", style="bold"))
         why.extend(Text(line) for line in wrap_paragraphs(inert_block(explanation), width, "    "))
-    fix = fix_texts(f.fix, width=width, verbose=verbose)
+    fix = fix_texts(f.shown_fix, width=width, verbose=verbose)
     return parts + (why + fix if verbose else fix + why)
 
 
@@ -635,11 +635,12 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if report.hang is not None:
         parts.extend(_hang_section(report))
     if verbose:
+        sections = report.to_dict()  # the JSON's sections, as they are
         for name in ("config", "replay", "memory", "slurm"):
-            parts.extend(_section(name, getattr(report, name), width))
+            parts.extend(_section(name, sections.get(name), width))
     else:
         parts.extend(_summaries(report, width))
-    if report.verify:
+    if report.verify is not None:
         from diagnose.present.verify_text import verify_renderables
 
         parts.extend(verify_renderables(report.verify))
@@ -671,9 +672,8 @@ def _hang_section(report: Report) -> list[Any]:
 
 def _launch_line(report: Report) -> str | None:
     """Replay's launch comment for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)")."""
-    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
-    launch = render.get("launch") if isinstance(render, dict) else None
-    return launch if isinstance(launch, str) and launch.strip() else None
+    launch = report.replay.rendered.get("launch") if report.replay is not None else None
+    return launch if launch and launch.strip() else None
 
 
 def _launch_commands(report: Report) -> list[tuple[str, str]]:
@@ -688,19 +688,19 @@ def _launch_commands(report: Report) -> list[tuple[str, str]]:
 def _summaries(report: Report, width: int) -> list[Any]:
     """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
     out: list[Any] = []
-    replay, memory, config = report.replay or {}, report.memory or {}, report.config or {}
+    memory, config = report.memory or {}, report.config
     lines: list[tuple[str, str]] = []
-    if isinstance(replay, dict) and replay.get("summary"):
-        lines.append(("Replay", str(replay["summary"])))
+    if report.replay is not None and report.replay.summary:
+        lines.append(("Replay", report.replay.summary))
     if isinstance(memory, dict) and memory.get("explanation"):
         lines.append(("Memory", str(memory["explanation"])))
-    if isinstance(config, dict) and config:
-        values = config.get("values") or {}
-        known = [k for k, v in values.items() if not (isinstance(v, dict) and v.get("from") == "default")]
-        bits = [f"release {config['version']}" if config.get("version") else "",
+    if config is not None:
+        values = config.values if config.known() else {}
+        known = [k for k, v in values.items() if v.origin != "default"]
+        bits = [f"release {config.version}" if config.version else "",
                 f"{len(known)} value{'s' if len(known) != 1 else ''} from the job, {len(values) - len(known)} at "
                 "release defaults" if values else NOTHING_RECOVERED,
-                ", ".join(str(x) for x in (config.get("source") or [])[:3])]
+                ", ".join(config.sources[:3])]
         lines.append(("Config", "; ".join(b for b in bits if b)))
     s = report.slurm
     if s is not None:
@@ -730,7 +730,7 @@ def _quiet(report: Report) -> list[Any]:
     if root.evidence:
         e = root.evidence[-1]
         out.append(log_text(f"  {e.path}:{e.line}: {shorten(inert(e.text), 200)}"))
-    fix = root.fix
+    fix = root.shown_fix
     if fix.overrides:
         out.append(command_text("  fix: ", inert(cli_line(fix.overrides)), style="bold"))
     for var in fix.env:

@@ -1,7 +1,8 @@
 """Config extraction: the job's configuration from its log and files, as one ConfigView with provenance.
 
 Public names:
-- ``ConfigView`` / ``ConfigValue`` (view.py): flat Megatron-Bridge dotted paths, each value with its origin.
+- ``ConfigView`` / ``ConfigValue`` (``diagnose/configview.py``, stage-neutral: ``Report.config`` is one): flat
+  Megatron-Bridge dotted paths, each value with its origin.
 - ``CAPTURES`` (captures.py): the CaptureSpecs the scanner collects for us.
 - ``from_blocks(blocks, findings=None)`` / ``load_config(path)`` (extract.py): build a view from captured
   blocks or from a file (Bridge YAML / run_config.yaml, Megatron-LM args dump or argument list, or a log).
@@ -11,10 +12,10 @@ Public names:
 
 from __future__ import annotations
 
+from diagnose.configview import ConfigValue, ConfigView
 from diagnose.explain.config.captures import CAPTURES
 from diagnose.explain.config.defaults import apply_defaults, family_of, version_range, version_tuple
 from diagnose.explain.config.overrides import apply_overrides, normalize_overrides, parse_set
-from diagnose.explain.config.view import ConfigValue, ConfigView
 
 __all__ = [
     "CAPTURES",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from diagnose.explain.config.view import ConfigView
+from diagnose.configview import ConfigView
 from diagnose.model import DiagnoseError
 
 _META_KEYS = {"_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_"}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 import shlex
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.mlm_args import parse_arg_list
 from diagnose.explain.config.overrides import KEY_RE
 from diagnose.explain.config.values import as_int, parse_scalar
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import LogLine
 
 MAX_COMMAND_CHARS = 64 * 1024

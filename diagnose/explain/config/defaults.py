@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.explain.config.view import ConfigView
+from diagnose.configview import ConfigView
 
 COMMON_DEFAULTS: dict[str, Any] = {
     # cfg.dist (DistributedInitConfig)

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Iterable
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config import captures as C
 from diagnose.explain.config import keycheck
 from diagnose.explain.config.bridge_yaml import flatten_bridge, key_lines, looks_like_bridge
@@ -24,7 +25,6 @@ from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import Block, DiagnoseError, Finding, LogLine
 
 MAX_CONFIG_FILE_BYTES = 256 * 1024 * 1024

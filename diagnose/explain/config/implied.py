@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from diagnose.explain.config.view import ConfigView
+from diagnose.configview import ConfigView
 from diagnose.model import Finding, Implies
 
 SET = "(set)"  # a path the message proves was set, without saying which

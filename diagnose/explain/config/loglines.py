@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.values import parse_scalar
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import LogLine
 
 ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

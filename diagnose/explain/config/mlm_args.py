@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.values import as_bool, parse_scalar
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import LogLine
 
 # Megatron-LM argument name -> Megatron-Bridge paths it sets.

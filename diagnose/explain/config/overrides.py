@@ -11,13 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.values import parse_scalar
-from diagnose.explain.config.view import ConfigView
-from diagnose.model import DiagnoseError, Override
+from diagnose.model import DELETE, DiagnoseError, Override, is_delete
 
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+")
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")  # ``--set CUDA_DEVICE_MAX_CONNECTIONS=32`` means env.<NAME>
-_DELETE = object()
 
 
 def parse_set(text: str) -> Override:
@@ -27,7 +26,7 @@ def parse_set(text: str) -> Override:
         key = raw[1:].split("=", 1)[0].strip()
         if not KEY_RE.fullmatch(key):
             raise DiagnoseError(f"bad override {_short(text)!r}: expected KEY=VALUE with a dotted key")
-        return Override(key=key, value=_DELETE)
+        return Override(key=key, value=DELETE)
     if "=" not in raw:
         raise DiagnoseError(f"bad override {_short(text)!r}: expected KEY=VALUE (e.g. ddp.use_megatron_fsdp=true)")
     key, value = raw.split("=", 1)
@@ -85,10 +84,6 @@ def _omegaconf_escape(m: re.Match[str]) -> str:
     if not interpolation:
         return m.group(0)
     return "\\" * (len(run) // 2) + "${"
-
-
-def is_delete(override: Override) -> bool:
-    return override.value is _DELETE
 
 
 def normalize_overrides(overrides: Iterable[Override | str] | Mapping[str, Any] | None) -> list[Override]:

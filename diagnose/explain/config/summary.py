@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.values import parse_scalar
-from diagnose.explain.config.view import ConfigView
 from diagnose.model import LogLine
 
 _SECTION = re.compile(r"^\[(\w+)\](?::| Non-default values)")

@@ -14,32 +14,18 @@ it assumed (``assumed_release``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from diagnose.configview import ConfigView
 from diagnose.explain.config.releases import assumed_release
-from diagnose.explain.config.view import ConfigView
 from diagnose.explain.validate import checks_fsdp as _checks_fsdp  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_keys as _checks_keys  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_moe as _checks_moe  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_parallel as _checks_parallel  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_pipeline as _checks_pipeline  # noqa: F401 - registers checks
 from diagnose.explain.validate import checks_precision as _checks_precision  # noqa: F401 - registers checks
-from diagnose.explain.validate.registry import CHECKS, CheckContext, Violation, make_context
+from diagnose.explain.validate.registry import CHECKS, CheckContext, make_context
+from diagnose.explained import ValidationResult, Violation
 
 __all__ = ["Violation", "ValidationResult", "validate", "run_checks", "CHECKS", "CheckContext", "BACKGROUND"]
-
-
-@dataclass
-class ValidationResult:
-    violations: list[Violation] = field(default_factory=list)
-    notes: list[Violation] = field(default_factory=list)
-    family: str = "new"
-    mcore_checked: bool = False  # real megatron-core config classes were built
-    assumed_release: str = ""  # which release the checks assumed, and why (releases.assumed_release)
-
-    @property
-    def passes(self) -> bool:
-        return not self.violations
 
 
 BACKGROUND = "background"  # real_mcore=BACKGROUND: megatron-core's answer if cached, else computed in the background

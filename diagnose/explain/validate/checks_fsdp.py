@@ -381,6 +381,6 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
 
 
 def _delete():
-    from diagnose.explain.config.overrides import _DELETE
+    from diagnose.model import DELETE
 
-    return _DELETE
+    return DELETE

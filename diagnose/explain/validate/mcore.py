@@ -18,7 +18,7 @@ import threading
 import warnings
 from typing import Any
 
-from diagnose.explain.config.view import ConfigView
+from diagnose.configview import ConfigView
 from diagnose.explain.validate.registry import Violation
 
 _LOCK = threading.Lock()

@@ -8,27 +8,17 @@ can pick one that does not undo an override the user asked for.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.defaults import VersionRange, family_of, version_range, version_tuple
 from diagnose.explain.config.releases import release_family
 from diagnose.explain.config.values import as_bool, as_int
-from diagnose.explain.config.view import ConfigView
+from diagnose.explained import Violation
 from diagnose.model import Override
 
-
-@dataclass
-class Violation:
-    check: str
-    message: str
-    keys: list[str]
-    source: str = ""
-    fixes: list[list[Override]] = field(default_factory=list)  # alternatives; each one a complete set
-    kind: str = "error"  # "error": the job fails; "note": the real code auto-fixes it and prints this
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "message": self.message, "keys": list(self.keys)}
+__all__ = ["CHECKS", "CheckContext", "Violation", "make_context"]
 
 
 @dataclass

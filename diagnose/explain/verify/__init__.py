@@ -19,65 +19,16 @@ Checks, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
+from diagnose.configview import ConfigView
 from diagnose.explain.verify import facts as facts  # noqa: PLC0414 - the capture specs' module
-from diagnose.model import Block, Evidence, Report
+from diagnose.explained import Check, VerifyResult
+from diagnose.model import Block, Report
 
-VERIFY_SCHEMA = "diagnose/verify@1"
-VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
-
-
-@dataclass
-class Check:
-    name: str
-    title: str
-    verdict: str  # pass | fail | warn | unknown | skip
-    detail: str
-    evidence: list[Evidence] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "verdict": self.verdict, "detail": self.detail,
-                "evidence": [{"path": e.path, "line": e.line, "text": e.text} for e in self.evidence]}
+__all__ = ["Check", "VerifyResult", "facts", "verify"]
 
 
-@dataclass
-class VerifyResult:
-    checks: list[Check] = field(default_factory=list)
-    wrapper: str | None = None  # "megatron_fsdp" | "ddp" | None (no wrapper line: Torch FSDP2 logs none)
-    sharding_strategy: str | None = None
-    dp_size: int | None = None
-    last_iteration: int | None = None
-    train_iters: int | None = None
-    checkpoint_format: str | None = None
-    release: str = ""
-    strict: bool = False
 
-    @property
-    def passes(self) -> bool:
-        bad = {"fail", "unknown", "warn"} if self.strict else {"fail", "unknown"}
-        return not any(c.verdict in bad for c in self.checks)
-
-    @property
-    def failed(self) -> list[str]:
-        return [c.name for c in self.checks if c.verdict == "fail"]
-
-    def to_dict(self) -> dict[str, Any]:
-        counts = {v: sum(c.verdict == v for c in self.checks) for v in VERDICTS}
-        return {
-            "passes": self.passes,
-            "failed": self.failed,
-            "counts": counts,
-            "run": {"wrapper": self.wrapper, "sharding_strategy": self.sharding_strategy, "dp_size": self.dp_size,
-                    "last_iteration": self.last_iteration, "train_iters": self.train_iters,
-                    "checkpoint_format": self.checkpoint_format},
-            "assumed_release": self.release,
-            "checks": [c.to_dict() for c in self.checks],
-        }
-
-
-def verify(report: Report, blocks: dict[str, list[Block]] | None, view: Any = None,
+def verify(report: Report, blocks: dict[str, list[Block]] | None, view: ConfigView | None = None,
            strict: bool = False) -> VerifyResult:
     """Run every check on one scanned log (its report, captured blocks and config view)."""
     from diagnose.explain.verify.checks import CHECKS, Facts

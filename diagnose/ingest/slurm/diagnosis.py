@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
@@ -62,7 +62,7 @@ def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
     # one Slurm job by definition: its outputs are never split into jobs (a requeued job's restarts stay one)
     if not (dataclasses.is_dataclass(options) and hasattr(options, "split_jobs")):
         return options
-    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
+    return dataclasses.replace(cast(Any, options), rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
 
 
 def slurm_section(job: SlurmJob) -> SlurmFacts:

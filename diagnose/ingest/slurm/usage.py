@@ -63,7 +63,7 @@ def gpus_from_tres(text: str | None) -> int | None:
     if not (text or "").strip():
         return None
     plain, typed = None, 0
-    for item in text.split(","):
+    for item in (text or "").split(","):
         name, _, value = item.partition("=")
         if not value.isdigit():
             continue

@@ -109,10 +109,8 @@ def replay_section(view: Any, bridge_version: str | None, accept=None) -> dict[s
     """The report's ``replay`` section for the config as given: its violations, the smallest fix the validator's
     suggestions give that passes (and that ``accept``, the memory check, takes), and the result after the fix
     (``diagnose.explain.replay``)."""
-    try:
-        from diagnose.explain.replay import replay
-    except ImportError:
-        return _own_replay(view, bridge_version)
+    from diagnose.explain.replay import replay
+
     out = replay(view, [], bridge_version, accept=accept).to_dict()
     out["passes"] = not out.get("violations")
     return out
@@ -142,28 +140,6 @@ def memory_accept(view: Any, gpus: int, capacity: int):
         return given is not True or fits_of(overrides) is not False
 
     return accept, fits_of
-
-
-def _own_replay(view: Any, bridge_version: str | None) -> dict[str, Any]:
-    from diagnose.explain.config import apply_overrides
-    from diagnose.explain.validate import validate
-
-    violations = validate(view, bridge_version)
-    items = []
-    for v in violations:
-        proven = None
-        for fix in v.fixes or []:
-            after = validate(apply_overrides(view, fix), bridge_version)
-            if not any((a.check, a.message) == (v.check, v.message) for a in after):
-                proven = {"overrides": [{"key": o.key, "value": o.value} for o in fix],
-                          "passes_after": not after, "remaining": [a.message for a in after]}
-                break
-        items.append({**v.to_dict(), "fix": proven})
-    return {
-        "passes": not violations,
-        "bridge_version": bridge_version or getattr(view, "version", None),
-        "violations": items,
-    }
 
 
 # ------------------------------------------------------------------------------------------ output

@@ -139,7 +139,7 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
             label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if given else \
                 "fix (suggested by the validator): "
             fix = Text(label, style="bold")
-            for i, line in enumerate(fix_lines(result.render())):
+            for i, line in enumerate(fix_lines(result.rendered)):
                 fix.append(("\n" + " " * len(label) if i else "") + inert(line))
             if result.added and given:
                 extension = "; ".join(fix_lines(render_fix(result.added, result.framework)))
@@ -155,7 +155,7 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         elif result.fit is not None and result.fit.notes:
             console.print(Text("memory: ", style="bold") + Text(inert(result.fit.notes[0]), style="yellow"))
         if result.fix:
-            render = result.render()
+            render = result.rendered
             for key in ("python", "yaml", "env", "mlm"):
                 if render.get(key):
                     console.print(Text(f"{key}:", style="bold"))

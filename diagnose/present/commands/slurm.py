@@ -227,7 +227,7 @@ def parse_fields(text: str) -> list[tuple[str, str, int | None]]:
             continue
         m = re.fullmatch(r"([A-Za-z]+)(?:%(\d{1,3}))?", item)
         name = by_lower.get(m.group(1).lower()) if m else None
-        if name is None:
+        if name is None or m is None:
             close = difflib.get_close_matches(item.split("%")[0].lower(), list(by_lower), n=1, cutoff=0.6)
             hint = f"did you mean {by_lower[close[0]]}?" if close else "fields: " + ",".join(FAILED_FIELDS)
             raise DiagnoseError(f"--fields: unknown field {inert(item[:40])!r} ({hint})")

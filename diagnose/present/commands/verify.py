@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from diagnose.model import Report
+
 SCHEMA = "diagnose/verify@1"
 EXIT_OK, EXIT_FAIL = 0, 1
 
@@ -19,17 +21,26 @@ EXIT_OK, EXIT_FAIL = 0, 1
 def verify_payload(paths: list[str], config: str | None = None, bridge_version: str | None = None,
                    strict: bool = False, rules: list[str] | None = None) -> dict[str, Any]:
     """The verify JSON for ``paths`` (one job: several files are its ranks). Bad input: DiagnoseError."""
+    return _payload(paths, _verified(paths, config, bridge_version, strict, rules))
+
+
+def _verified(paths: list[str], config: str | None, bridge_version: str | None, strict: bool,
+              rules: list[str] | None) -> Report:
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     options = AnalyzeOptions(rules_dirs=list(rules or []), config_path=config, bridge_version=bridge_version,
                              verify=True, strict=strict, split_jobs=False)  # one run, whatever its files hold
-    report = analyze(list(paths), options)
+    return analyze(list(paths), options)
+
+
+def _payload(paths: list[str], report: Report) -> dict[str, Any]:
     root = report.root
     payload: dict[str, Any] = {
         "schema": SCHEMA,
         "inputs": list(paths),
         "root_cause": None if root is None else {"rule": root.rule, "title": root.title},
-        "verify": report.verify or {"passes": False, "failed": [], "counts": {}, "run": {}, "checks": []},
+        "verify": report.verify.to_dict() if report.verify is not None else
+        {"passes": False, "failed": [], "counts": {}, "run": {}, "checks": []},
     }
     if report.warnings:
         payload["warnings"] = list(report.warnings)
@@ -37,8 +48,10 @@ def verify_payload(paths: list[str], config: str | None = None, bridge_version: 
 
 
 def run(args: Any) -> int:
-    payload = verify_payload(list(args.paths), getattr(args, "config", None), getattr(args, "bridge_version", None),
-                             bool(getattr(args, "strict", False)), getattr(args, "rules", None))
+    paths = list(args.paths)
+    report = _verified(paths, getattr(args, "config", None), getattr(args, "bridge_version", None),
+                       bool(getattr(args, "strict", False)), getattr(args, "rules", None))
+    payload = _payload(paths, report)
     from diagnose.present.output import output_stream
 
     out_path = getattr(args, "output", None)
@@ -46,11 +59,11 @@ def run(args: Any) -> int:
         if getattr(args, "format", "text") == "json":
             fh.write(json.dumps(payload, indent=2, default=str) + "\n")
         else:
-            _print_text(fh, payload, getattr(args, "color", "auto") if not out_path else "never")
+            _print_text(fh, payload, report, getattr(args, "color", "auto") if not out_path else "never")
     return EXIT_OK if payload["verify"].get("passes") else EXIT_FAIL
 
 
-def _print_text(fh: Any, payload: dict[str, Any], color: str) -> None:
+def _print_text(fh: Any, payload: dict[str, Any], report: Report, color: str) -> None:
     from rich.console import Group
     from rich.text import Text
 
@@ -60,7 +73,7 @@ def _print_text(fh: Any, payload: dict[str, Any], color: str) -> None:
 
     console = make_console(fh, color)
     parts: list[Any] = [Text("diagnose verify: ", style="bold") + Text(inert(", ".join(payload["inputs"])))]
-    parts.extend(verify_renderables(payload["verify"]))
+    parts.extend(verify_renderables(report.verify))
     for w in payload.get("warnings") or []:
         parts.append(Text("warning: ", style="yellow") + Text(inert(w)))
     console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)

@@ -530,11 +530,8 @@ class DiagnoseApp(App):
         if self.report is None:
             return None
         if self._plan_view is None or self._plan_view[0] is not self.report:
-            from diagnose.present.tui.plan import view_from_report_config
-
-            view = view_from_report_config(self.report.config)
-            if view is not None and not view.get("model.num_layers"):
-                view = None
+            config = self.report.config  # the plan screen changes its own copy
+            view = config.copy() if config is not None and config.known() and config.get("model.num_layers") else None
             self._plan_view = (self.report, view)
         return self._plan_view[1]
 

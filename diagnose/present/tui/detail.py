@@ -65,7 +65,7 @@ def evidence_text(finding: Finding, display: dict[str, str]) -> Text:
 
 
 def fix_header(finding: Finding, rendered: RenderedFix) -> Text:
-    fix = finding.fix
+    fix = finding.shown_fix
     text = Text()
     if fix.summary:
         text.append(inert(fix.summary), "bold")

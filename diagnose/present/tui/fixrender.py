@@ -3,7 +3,7 @@ flags.
 
 Every form comes from ``diagnose.explain.render``, the one renderer the text, markdown and JSON reports use too, so
 what a user copies from a tab is what the reports print. The replay stage renders the proven set
-(``report.replay["render"]``); for findings the replay did not cover the rule's ``Fix.overrides`` and ``Fix.env``
+(``report.replay.rendered``); for findings the replay did not cover the rule's ``Fix.overrides`` and ``Fix.env``
 are rendered here. This module lays the forms out for the tabs (export lines above the overrides, one Megatron-LM
 flag a line). No Textual import.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.explain import render as fixrender
+from diagnose.explained import ReplayResult
 from diagnose.model import Finding, Fix, Override, Report
 
 TAB_ORDER = (("cli", "Bridge CLI"), ("python", "Python"), ("yaml", "YAML"), ("mlm", "Megatron-LM flags"))
@@ -35,62 +36,39 @@ def _env_overrides(fix: Fix, taken: list[Override]) -> list[Override]:
     return [Override(f"env.{e.name}", e.value) for e in fix.env if f"env.{e.name}" not in names]
 
 
-def _as_overrides(items: Any) -> list[Override]:
-    out: list[Override] = []
-    for item in items or []:
-        if isinstance(item, Override):
-            out.append(item)
-        elif isinstance(item, dict) and "key" in item:
-            out.append(Override(str(item["key"]), item.get("value")))
-    return out
-
-
 def replay_covers(report: Report, finding: Finding) -> bool:
-    """Replay names the rule it proved (``replay["rule"]``); without that it worked on the root cause and on any
-    finding whose overrides it extended."""
+    """Replay proved the fix of the finding it names (``ReplayResult.rule``); one that names none replayed the
+    validator's own fix on the job's config, which belongs to the root cause."""
     replay = report.replay
-    if not replay or not replay.get("fix"):
+    if replay is None or not replay.fix:
         return False
-    if replay.get("rule"):
-        return replay["rule"] == finding.rule
-    if report.root is finding:
-        return True
-    proven_keys = {o.key for o in _as_overrides(replay.get("fix"))}
-    own = {o.key for o in finding.fix.overrides}
-    return bool(own) and own <= proven_keys
+    return replay.rule == finding.rule if replay.rule else report.root is finding
 
 
-def replay_verdict(replay: dict[str, Any]) -> str:
-    reproduced = replay.get("reproduced")
-    after = replay.get("after_fix") or {}
-    passes = after.get("passes")
-    if passes is True:
+def replay_verdict(replay: ReplayResult) -> str:
+    if replay.passes:
         head = "✔ passes validation with these overrides"
-    elif passes is False:
-        remaining = len(after.get("violations") or [])
-        head = f"✘ still fails validation after the fix ({remaining} check{'s' if remaining != 1 else ''})"
     else:
-        head = "replay did not run the fix"
-    if reproduced is True:
+        remaining = len(replay.after.violations)
+        head = f"✘ still fails validation after the fix ({remaining} check{'s' if remaining != 1 else ''})"
+    if replay.reproduced is True:
         tail = "replay reproduced the failure first"
-    elif reproduced is False:
+    elif replay.reproduced is False:
         tail = "replay did not reproduce the failure"
     else:
         tail = "the log did not carry enough config to reproduce"
-    got = replay.get("fit")
-    fit: dict[str, Any] = got if isinstance(got, dict) else {}
-    fits = replay.get("fits")
-    if fits is True:
-        gpus, job = fit.get("gpus"), fit.get("job_gpus")
+    fit = replay.fit
+    if replay.fits is True:
+        gpus, job = (fit.gpus, fit.job_gpus) if fit is not None else (None, None)
         more = f" on {gpus} GPUs (the job had {job})" if gpus and job and gpus != job else ""
         head += f"; fits in memory{more}"
-    elif fits is False:
+    elif replay.fits is False:
         head += "; but does NOT fit in GPU memory"
-    launch = (replay.get("render") or {}).get("launch")
-    notes = [str(n) for n in replay.get("notes") or [] if n]
+    launch = replay.rendered.get("launch")
+    notes = [v.message for v in replay.after.notes if v.message]
     lines = [f"{head}; {tail}"]
     if launch:
-        lines.append(str(launch))
+        lines.append(launch)
     return "\n".join(lines) + "".join(f"\n  note: {n}" for n in notes)
 
 
@@ -115,15 +93,15 @@ def _forms(overrides: list[Override], given: dict[str, Any] | None = None) -> di
 
 
 def render_fix(report: Report, finding: Finding) -> RenderedFix:
-    if replay_covers(report, finding):
-        replay = report.replay or {}
-        proven = _as_overrides(replay.get("fix"))
-        extra = _env_overrides(finding.fix, proven)
-        given = replay.get("render") if isinstance(replay.get("render"), dict) and not extra else None
+    replay = report.replay
+    if replay is not None and replay_covers(report, finding):
+        proven = list(replay.fix)
+        extra = _env_overrides(finding.shown_fix, proven)
+        given = replay.rendered if not extra else None
         forms = _forms(proven + extra, given)
         return RenderedFix(forms, replay_verdict(replay), True, _config(proven))
-    overrides = list(finding.fix.overrides)
-    forms = _forms(overrides + _env_overrides(finding.fix, overrides))
+    overrides = list(finding.shown_fix.overrides)
+    forms = _forms(overrides + _env_overrides(finding.shown_fix, overrides))
     verdict = "not replayed: overrides from the rule" if _config(overrides) else "no config change suggested"
     return RenderedFix(forms, verdict, False, _config(overrides))
 

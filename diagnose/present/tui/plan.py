@@ -158,29 +158,11 @@ def _mark_validation(replay: dict[str, Any], memory: dict[str, Any] | None, view
 
 
 def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
-    try:
-        from diagnose.explain.replay import replay
-    except ImportError:
-        from diagnose.present.commands.check import replay_section
+    from diagnose.explain.replay import replay
 
-        return replay_section(view, req.bridge_version)
     out = replay(view, [], req.bridge_version, real_mcore=req.real_mcore).to_dict()
     out["passes"] = not out.get("violations")
     return out
-
-
-def view_from_report_config(config: dict[str, Any] | None) -> Any:
-    """A ConfigView rebuilt from a report's ``config`` section (values with their origins), or None if empty."""
-    from diagnose.explain.config import ConfigView
-
-    if not config or not config.get("values"):
-        return None
-    view = ConfigView(framework=config.get("framework"), version=config.get("version"),
-                      sources=[str(s) for s in config.get("source") or []])
-    for key, item in config["values"].items():
-        if isinstance(item, dict) and "value" in item:
-            view.set(str(key), item["value"], str(item.get("from") or "log"))
-    return view
 
 
 def gpus_from_view(view: Any, default: int = 1) -> int:
@@ -613,4 +595,4 @@ class PlanApp(App):
 
 
 __all__ = ["PlanApp", "PlanScreen", "PlanRequest", "PlanResult", "compute", "parse_what_if", "merge_sets",
-           "view_from_report_config", "gpus_from_view"]
+           "gpus_from_view"]

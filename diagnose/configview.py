@@ -127,15 +127,15 @@ class ConfigView:
             if c not in self.version_clues:
                 self.version_clues.append(c)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The report's ``config`` section (schema in issue 3)."""
+    def to_dict(self, job_only: bool = False) -> dict[str, Any]:
+        """The ``config`` section (schema in issue 3). ``job_only`` (the report's): no values unless something
+        was recovered from the job."""
+        shown = self.values if self.known() or not job_only else {}
         return {
             "source": list(self.sources),
             "framework": self.framework,
             "version": self.version,
-            "values": {
-                k: {"value": _jsonable(v.value), "from": v.origin} for k, v in sorted(self.values.items())
-            },
+            "values": {k: {"value": _jsonable(v.value), "from": v.origin} for k, v in sorted(shown.items())},
         }
 
 

@@ -1,0 +1,220 @@
+"""What the explain stage proves, as data: validation, replay, the memory fit of a fix, verify.
+
+These are typed sections of a ``Report`` (``Report.replay``, ``Report.verify``); they live outside the explain
+package because ``model.py``, which every stage imports, names them. Each type has one serialiser, its
+``to_dict``, called by ``Report.to_dict`` and by the commands' own payloads (check@1, replay@1, verify@1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.model import Evidence, Finding, Override, is_delete
+
+# failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
+CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
+VERIFY_SCHEMA = "diagnose/verify@1"
+VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
+GIB = 1024 ** 3
+@dataclass
+class Violation:
+    check: str
+    message: str
+    keys: list[str]
+    source: str = ""
+    fixes: list[list[Override]] = field(default_factory=list)  # alternatives; each one a complete set
+    kind: str = "error"  # "error": the job fails; "note": the real code auto-fixes it and prints this
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "message": self.message, "keys": list(self.keys)}
+
+
+@dataclass
+class ValidationResult:
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[Violation] = field(default_factory=list)
+    family: str = "new"
+    mcore_checked: bool = False  # real megatron-core config classes were built
+    assumed_release: str = ""  # which release the checks assumed, and why (releases.assumed_release)
+
+    @property
+    def passes(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class CapacityFit:
+    finding: Finding
+    overrides: list[Override]  # what replay proves (config keys, env.*, launch.world_size when more GPUs)
+    fits: bool | None  # None: the memory model could not size it (activations unknown, a layout it cannot map)
+    gpus: int | None = None  # GPUs the fix needs
+    dp: int | None = None
+    job_gpus: int | None = None  # GPUs the job ran on
+    peak_bytes: int | None = None
+    capacity_bytes: int | None = None
+    usable_bytes: int | None = None
+    label: str = ""
+    cost: str = ""
+    notes: list[str] = field(default_factory=list)
+    fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
+    layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
+
+    @property
+    def more_gpus(self) -> bool:
+        return bool(self.gpus and self.job_gpus and self.gpus > self.job_gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fits": self.fits, "gpus": self.gpus, "dp": self.dp, "layout": self.layout,
+                               "job_gpus": self.job_gpus,
+                               "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
+                               "usable_bytes": self.usable_bytes, "label": self.label, "cost": self.cost}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass
+class ReplayResult:
+    reproduced: bool | None
+    before: ValidationResult  # the config as the job had it
+    fix: list[Override]
+    after: ValidationResult
+    added: list[Override] = field(default_factory=list)  # what the extension added to the requested fix
+    requested: ValidationResult | None = None  # the config with only the requested overrides
+    framework: str | None = None
+    rule: str | None = None
+    implied: bool = False  # the config came only from what an error message states
+    category: str | None = None  # the finding's category (a CUDA OOM is no config check to reproduce)
+    fits: bool | None = None  # capacity OOM: whether the fix fits per the memory model (None: not a memory question)
+    fit: CapacityFit | None = None  # when the fix is checked against the memory model (diagnose.explain.fit)
+    config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
+    rendered: dict[str, str] = field(default_factory=dict)  # the fix in every form (diagnose.explain.render)
+
+    @property
+    def passes(self) -> bool:
+        return self.after.passes
+
+    @property
+    def summary(self) -> str:
+        """One line for people: whether replay reproduced the failure and whether the fix is proven."""
+        return "; ".join([self._reproduction()] + ([f"fix {self._verdict()}: {self._shown()}"] if self.fix else []))
+
+    def _reproduction(self) -> str:
+        violations = self.before.violations
+        how = " (from the settings the error states)" if self.implied else ""
+        not_a_check = self.category if self.category and self.category not in CONFIG_CATEGORIES else None
+        if self.reproduced is True:
+            return f"reproduced by replay{how}: {violations[0].message}" if violations else f"reproduced by replay{how}"
+        if not_a_check and not violations and (self.reproduced is False or self.config_known):
+            return f"the job's config passes validation (a {not_a_check} failure is not a config check)"
+        if self.reproduced is False:
+            return ("not reproduced by replay (the job's config passes these checks)" if not violations
+                    else f"replay finds {len(violations)} other violation(s)")
+        if self.implied:
+            return "config not in the log: replay checked the fix against the settings the error states"
+        if self.config_known:
+            return "replay checked the fix against the job's config (release defaults for what it does not set)"
+        return "config not in the log: replay checked the fix against release defaults only"
+
+    def _verdict(self) -> str:
+        ok, fit = self.passes, self.fit
+        valid = "valid" if ok else "INVALID"
+        if self.fits is True and fit is not None:
+            gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
+                    f"{fit.job_gpus}), " if fit.more_gpus else "")
+            peak = (f"predicted peak {_gib(fit.peak_bytes)} per GPU of {_gib(fit.capacity_bytes)}" if fit.peak_bytes
+                    else "the reserved-but-unallocated memory would have served the request")
+            return f"{valid} and fits: {gpus}{peak}"
+        if self.fits is False and fit is not None:
+            need = f"{_gib(fit.peak_bytes)} per GPU" if fit.peak_bytes else "the memory model finds nothing that fits"
+            return f"{valid} but does not fit: {need} (GPU holds {_gib(fit.capacity_bytes)})"
+        verdict = "proven to pass validation" if ok and self.reproduced is not None else (
+            "passes validation" if ok else "still fails validation")
+        return f"{verdict}; memory: {fit.notes[0]}" if self.fits is None and fit is not None and fit.notes else verdict
+
+    def _shown(self) -> str:
+        cli, env = self.rendered.get("cli") or "", self.rendered.get("env") or ""
+        return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
+        out: dict[str, Any] = {
+            "reproduced": self.reproduced,
+            "violations": [v.to_dict() for v in self.before.violations],
+            "fix": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.fix],
+            "after_fix": {"violations": [v.to_dict() for v in self.after.violations], "passes": self.passes},
+            "render": dict(self.rendered),
+        }
+        if self.before.assumed_release:
+            out["assumed_release"] = self.before.assumed_release
+        if self.rule:
+            out["rule"] = self.rule
+            # proven only against the job's own config; against release defaults it is not a proof
+            out["proven"] = (self.passes and bool(self.fix)) if self.reproduced is not None else None
+        if self.implied:
+            out["implied"] = True
+        out["fits"] = self.fits
+        if self.category and self.category not in CONFIG_CATEGORIES:
+            out["category"] = self.category
+        if self.fit is not None:
+            out["fit"] = self.fit.to_dict()
+        if self.added:
+            out["extended"] = [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.added]
+        notes = [v.message for v in self.after.notes]
+        if notes:
+            out["notes"] = notes
+        out["summary"] = self.summary
+        return out
+
+
+def _gib(n: Any) -> str:
+    return f"{n / 1024 ** 3:.1f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "?"
+
+
+@dataclass
+class Check:
+    name: str
+    title: str
+    verdict: str  # pass | fail | warn | unknown | skip
+    detail: str
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "verdict": self.verdict, "detail": self.detail,
+                "evidence": [{"path": e.path, "line": e.line, "text": e.text} for e in self.evidence]}
+
+
+@dataclass
+class VerifyResult:
+    checks: list[Check] = field(default_factory=list)
+    wrapper: str | None = None  # "megatron_fsdp" | "ddp" | None (no wrapper line: Torch FSDP2 logs none)
+    sharding_strategy: str | None = None
+    dp_size: int | None = None
+    last_iteration: int | None = None
+    train_iters: int | None = None
+    checkpoint_format: str | None = None
+    release: str = ""
+    strict: bool = False
+
+    @property
+    def passes(self) -> bool:
+        bad = {"fail", "unknown", "warn"} if self.strict else {"fail", "unknown"}
+        return not any(c.verdict in bad for c in self.checks)
+
+    @property
+    def failed(self) -> list[str]:
+        return [c.name for c in self.checks if c.verdict == "fail"]
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {v: sum(c.verdict == v for c in self.checks) for v in VERDICTS}
+        return {
+            "passes": self.passes,
+            "failed": self.failed,
+            "counts": counts,
+            "run": {"wrapper": self.wrapper, "sharding_strategy": self.sharding_strategy, "dp_size": self.dp_size,
+                    "last_iteration": self.last_iteration, "train_iters": self.train_iters,
+                    "checkpoint_format": self.checkpoint_format},
+            "assumed_release": self.release,
+            "checks": [c.to_dict() for c in self.checks],
+        }
