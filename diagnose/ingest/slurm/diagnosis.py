@@ -62,7 +62,8 @@ def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
     # one Slurm job by definition: its outputs are never split into jobs (a requeued job's restarts stay one)
     if not (dataclasses.is_dataclass(options) and hasattr(options, "split_jobs")):
         return options
-    return dataclasses.replace(cast(Any, options), rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
+    opts = cast(Any, options)
+    return dataclasses.replace(opts, rank_hints={**opts.rank_hints, **ranks}, split_jobs=False)
 
 
 def slurm_section(job: SlurmJob) -> SlurmFacts:
