@@ -107,8 +107,8 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
 
 def _launch(report: Report) -> list[str]:
     """Replay's launch note and its torchrun / srun lines, when the fix needs more GPUs than the job had."""
-    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
-    if not isinstance(render, dict) or not isinstance(render.get("launch"), str):
+    render = report.replay.rendered if report.replay is not None else {}
+    if not render.get("launch"):
         return []
     return [str(render[k]) for k in ("launch", "torchrun", "srun") if isinstance(render.get(k), str)]
 

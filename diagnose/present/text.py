@@ -678,9 +678,7 @@ def _launch_line(report: Report) -> str | None:
 
 def _launch_commands(report: Report) -> list[tuple[str, str]]:
     """The torchrun and srun lines for the GPUs the fix needs (``render["torchrun"]`` / ``["srun"]``)."""
-    render = (report.replay or {}).get("render") if isinstance(report.replay, dict) else None
-    if not isinstance(render, dict):
-        return []
+    render = report.replay.rendered if report.replay is not None else {}
     return [(name, render[key]) for name, key in (("torchrun", "torchrun"), ("srun", "srun"))
             if isinstance(render.get(key), str) and render[key].strip()]
 
