@@ -8,7 +8,10 @@ read the same thing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # memory_types imports Override from here
+    from diagnose.memory_types import MemoryAnalysis
 
 REPORT_SCHEMA = "diagnose/report@1"
 
@@ -309,7 +312,7 @@ class Report:
     root_cause: int | None = None
     config: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
+    memory: MemoryAnalysis | None = None  # diagnose.memory_types: the CUDA OOM explained
     slurm: SlurmFacts | None = None
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
@@ -335,7 +338,7 @@ class Report:
             "findings": findings,
             "config": self.config,
             "replay": self.replay,
-            "memory": self.memory,
+            "memory": None if self.memory is None else self.memory.to_dict(),
         }
         if self.slurm is not None:
             out["slurm"] = self.slurm.to_dict()

@@ -284,7 +284,7 @@ async def test_p_opens_the_plan_for_the_jobs_config(tmp_path: Path) -> None:
         assert screen.gpus == 8 and row(screen, 0)[2] == "8/1/1/1"
         title = shown(screen, "#plan-title")
         assert "ddp_wrap_oom.log" in title and "8 GPUs" in title
-        assert screen.capacity == app.report.memory["gpu_capacity_bytes"]
+        assert screen.capacity == app.report.memory.gpu_capacity_bytes
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, MainScreen)

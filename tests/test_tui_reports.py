@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Evidence, Finding, Fix, InputInfo, Override, Report
 
 REAL_LOGS = Path(os.environ.get("DIAGNOSE_REAL_LOGS", "/work/shared/real_logs"))
@@ -154,44 +155,25 @@ def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
         },
     }
     params = 36_327_530_496
-    memory = {
-        "gpu_capacity_bytes": int(139.80 * GIB),
-        "requested_bytes": int(135.33 * GIB),
-        "verdict": "capacity",
-        "params": params,
-        "params_source": "log",
-        "current": {
-            "strategy": "ddp",
-            "dp": 1,
-            "bytes_per_param": 18.0,
-            "model_state_bytes": 18 * params,
-            "components": {
-                "params": 2 * params,
-                "grads": 4 * params,
-                "main_params": 4 * params,
-                "optimizer": 8 * params,
-                "buffers": 0,
-            },
-        },
-        "options": [
-            {
-                "overrides": [{"key": "ddp.use_megatron_fsdp", "value": True}],
-                "gpus": 16,
-                "model_state_bytes": 18 * params // 16,
-                "activation_bytes": None,
-                "fits": True,
-                "cost": "more communication: all-gather of parameters every step",
-            },
-            {
-                "overrides": [{"key": "ddp.grad_reduce_in_fp32", "value": False}],
-                "gpus": 1,
-                "model_state_bytes": 16 * params,
-                "activation_bytes": None,
-                "fits": False,
-                "cost": "bf16 gradient reduction: small numerics change",
-            },
-        ],
-    }
+    state = 18 * params
+    current = MemoryPrediction(
+        strategy="ddp", dp=1, dp_known=False, gpus=1, grad_dtype="fp32", bytes_per_param=18.0,
+        model_state_bytes=state, transient_bytes=0,
+        components=Breakdown(params=2 * params, grads=4 * params, main_params=4 * params, optimizer=8 * params),
+        activation_bytes=None, phase_peaks=PhasePeaks(6 * params, 6 * params, state, state, state),
+        peak_bytes=state, usable_bytes=int(134.21 * GIB))
+
+    def option(key: str, value: object, gpus: int, state: int, fits: bool, cost: str) -> MemoryOption:
+        return MemoryOption([Override(key, value)], label="", cost=cost, strategy="ddp", gpus=gpus, dp=gpus, tp=1,
+                            pp=1, cp=1, model_state_bytes=state, transient_bytes=None, activation_bytes=None,
+                            peak_bytes=None, fits=fits)
+
+    memory = MemoryAnalysis(
+        int(139.80 * GIB), int(135.33 * GIB), "dp_wrap", params, "log", verdict="capacity", current=current,
+        options=[option("ddp.use_megatron_fsdp", True, 16, 18 * params // 16, True,
+                        "more communication: all-gather of parameters every step"),
+                 option("ddp.grad_reduce_in_fp32", False, 1, 16 * params, False,
+                        "bf16 gradient reduction: small numerics change")])
     return Report(
         inputs=[InputInfo(shown, size, lines)],
         findings=[child, oom, destroy],

@@ -19,7 +19,9 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
+from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
+from diagnose.present.memory_text import memory_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
 from diagnose.units import format_bytes
 
@@ -567,6 +569,23 @@ def _section(title: str, data: Any, width: int = 100) -> list[Any]:
     return out
 
 
+def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
+    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
+    if memory is None:
+        return []
+    out: list[Any] = [Text(""), Text("MEMORY", style="bold underline")]
+    out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(memory.explanation), width, "  "))
+    for line, command in memory_lines(memory):
+        line = "  " + inert(line)
+        if command:
+            out.append(command_text("", line))
+            continue
+        hang = " " * (len(line) - len(line.lstrip(" ")) + 4)
+        out.extend(Text(w) for w in textwrap.wrap(line, max(40, width - 1), subsequent_indent=hang,
+                                                  break_on_hyphens=False) or [line])
+    return out
+
+
 DETAILS = ("quiet", "default", "verbose")
 
 
@@ -625,7 +644,8 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         parts.extend(_hang_section(report))
     if verbose:
         for name in ("config", "replay", "memory", "slurm"):
-            parts.extend(_section(name, getattr(report, name), width))
+            parts.extend(_memory_section(report.memory, width) if name == "memory"
+                         else _section(name, getattr(report, name), width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify:
@@ -668,12 +688,12 @@ def _launch_line(report: Report) -> str | None:
 def _summaries(report: Report, width: int) -> list[Any]:
     """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
     out: list[Any] = []
-    replay, memory, config = report.replay or {}, report.memory or {}, report.config or {}
+    replay, memory, config = report.replay or {}, report.memory, report.config or {}
     lines: list[tuple[str, str]] = []
     if isinstance(replay, dict) and replay.get("summary"):
         lines.append(("Replay", str(replay["summary"])))
-    if isinstance(memory, dict) and memory.get("explanation"):
-        lines.append(("Memory", str(memory["explanation"])))
+    if memory is not None and memory.explanation:
+        lines.append(("Memory", memory.explanation))
     if isinstance(config, dict) and config:
         values = config.get("values") or {}
         known = [k for k, v in values.items() if not (isinstance(v, dict) and v.get("from") == "default")]

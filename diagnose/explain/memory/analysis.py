@@ -8,11 +8,13 @@ from typing import Any
 
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, search
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
+from diagnose.model import Override
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
@@ -317,34 +319,28 @@ def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None)
     return text + (f"; {why}." if why else ".")
 
 
-def _expandable_segments_option(n: OomNumbers, layout: Layout) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
-        "gpus": layout.gpus, "model_state_bytes": n.allocated or 0, "activation_bytes": None, "fits": True,
-        "cost": "none; not with ddp.nccl_ub on torch < 2.11 (megatron-core raises)", "strategy": layout.strategy,
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "peak_bytes": n.in_use or n.allocated,
-        "valid": None, "label": "expandable segments",
-    }
+def _expandable_segments_option(n: OomNumbers, layout: Layout) -> MemoryOption:
+    return MemoryOption(
+        overrides=[Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")], label="expandable segments",
+        cost="none; not with ddp.nccl_ub on torch < 2.11 (megatron-core raises)", strategy=layout.strategy,
+        gpus=layout.gpus, dp=layout.dp, tp=layout.tp, pp=layout.pp, cp=layout.cp,
+        model_state_bytes=n.allocated or 0, transient_bytes=None, activation_bytes=None,
+        peak_bytes=n.in_use or n.allocated, fits=True)
 
 
-def _plan_dict(plan: Plan) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": o.key, "value": o.value} for o in plan.overrides],
-        "gpus": plan.layout.gpus,
-        "model_state_bytes": plan.state.persistent,
-        "transient_bytes": plan.state.transient,
-        "activation_bytes": plan.activations,
-        "fits": plan.fits,
-        "cost": plan.cost,
-        "strategy": plan.layout.strategy,
-        "dp": plan.layout.dp,
-        "tp": plan.layout.tp,
-        "pp": plan.layout.pp,
-        "cp": plan.layout.cp,
-        "peak_bytes": plan.peak,
-        "valid": plan.valid,
-        "label": plan.label,
-    }
+def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int, sized: bool) -> MemoryPrediction:
+    """The job as configured, per GPU."""
+    ph = current.phases
+    staged = layout.pp > 1 and bool(current.stage_peaks)
+    return MemoryPrediction(
+        strategy=layout.strategy, dp=layout.dp, dp_known=world_known, gpus=layout.gpus,
+        grad_dtype="fp32" if layout.grad_bytes == 4 else "bf16",
+        bytes_per_param=round(current.state.bytes_per_param, 3), model_state_bytes=current.state.persistent,
+        transient_bytes=current.state.transient, components=Breakdown(**current.state.components),
+        activation_bytes=current.activations,
+        phase_peaks=PhasePeaks(ph.wrap_peak, ph.after_wrap, ph.first_step_peak, ph.steady_peak, ph.checkpoint_peak),
+        peak_bytes=current.peak, usable_bytes=capacity - headroom(capacity), sized=sized,
+        worst_stage=current.stage if staged else None, stage_peak_bytes=list(current.stage_peaks) if staged else [])
 
 
 def _ensure_view(view: Any) -> Any:
@@ -397,7 +393,8 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     return world
 
 
-def analyze_oom(report: Any, view: Any = None, options: Any = None, search_options: bool = True) -> dict | None:
+def analyze_oom(report: Any, view: Any = None, options: Any = None,
+                search_options: bool = True) -> MemoryAnalysis | None:
     """The report's ``memory`` section for the root CUDA OOM. ``search_options=False``: only the verdict and the
     config's own prediction (``current``), e.g. to check a fix by re-running the same model on the changed config."""
     finding = _oom_finding(report)
@@ -434,17 +431,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
                    saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
                    global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
-    out: dict[str, Any] = {
-        "gpu_capacity_bytes": capacity,
-        "requested_bytes": n.requested,
-        "verdict": "unknown",
-        "params": log_params,
-        "params_source": params_source if (log_params or shape) else None,
-        "phase": phase,
-        "current": None,
-        "options": [],
-        "notes": notes,
-    }
+    out = MemoryAnalysis(capacity, n.requested, phase, log_params,
+                         params_source if (log_params or shape) else None, notes=notes)
     if shape is not None and log_params:
         from_shape = scn.count(layout)
         if from_shape is not None and abs(from_shape.total - log_params) > 0.01 * log_params:
@@ -454,15 +442,15 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
     current = evaluate(scn, "as configured", [], layout, work, "", 0.0) if (capacity or 0) > 0 else None
     if current is None:
         if (capacity or 0) > 0 and shape is None and not log_params:
-            out["notes"].append("no parameter count in the log and no model shape in the config")
-        out["verdict"] = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
-        out["explanation"] = _numbers_only(out["verdict"], phase, n, capacity)
-        if out["verdict"] == "fragmentation":
-            out["options"] = [_expandable_segments_option(n, layout)]
+            notes.append("no parameter count in the log and no model shape in the config")
+        out.verdict = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
+        out.explanation = _numbers_only(out.verdict, phase, n, capacity)
+        if out.verdict == "fragmentation":
+            out.options = [_expandable_segments_option(n, layout)]
         return out
     assert capacity is not None  # the plan above is evaluated only with a capacity
     params = log_params or current.state.params
-    out["params"] = params
+    out.params = params
     phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,
                   "optimizer_step": current.phases.first_step_peak,
                   "checkpoint_save": current.phases.checkpoint_peak,
@@ -477,66 +465,43 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
         state_for_verdict = None
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
-    out["verdict"] = verdict
+    out.verdict = verdict
     buffer = _which_buffer(n, current, params, texts)
     if state_unexplained:
-        out["explanation"] = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
+        out.explanation = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
     else:
-        out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
-    out["request_is"] = buffer
-    out["current"] = {
-        "strategy": layout.strategy,
-        "dp": layout.dp,
-        "dp_known": bool(world_known),  # false: the log does not give the DP size (modelled 1)
-        "gpus": layout.gpus,
-        "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
-        "bytes_per_param": round(current.state.bytes_per_param, 3),
-        "model_state_bytes": current.state.persistent,
-        "transient_bytes": current.state.transient,
-        "components": dict(current.state.components),
-        "activation_bytes": current.activations,
-        "phase_peaks": {"dp_wrap": current.phases.wrap_peak, "after_wrap": current.phases.after_wrap,
-                        "optimizer_step": current.phases.first_step_peak, "training": current.phases.steady_peak,
-                        "checkpoint": current.phases.checkpoint_peak},
-        "peak_bytes": current.peak,
-        "usable_bytes": capacity - headroom(capacity),
-    }
-    if state_unexplained:
-        out["current"]["sized"] = False  # what the log shows of the config cannot be what ran: never drawn as fact
-    if layout.pp > 1 and current.stage_peaks:
-        out["current"]["worst_stage"] = current.stage
-        out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
+        out.explanation = _explain(verdict, phase, n, current, params, capacity, buffer)
+    out.request_is = buffer
+    # sized=False: what the log shows of the config cannot be what ran, so it is never drawn as fact
+    out.current = _prediction(current, layout, bool(world_known), capacity, sized=not state_unexplained)
     replay_view = _replay_view(_ensure_view(view), layout)
     if world_from_ranks is not None and hasattr(replay_view, "set"):
         replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)
+    plans: list[Plan] = []
     if state_unexplained:
         # options sized from a state the job demonstrably did not have would be guesses presented as predictions
-        plans = []
         if verdict == "fragmentation":
-            out["options"] = [_expandable_segments_option(n, layout)]
+            out.options = [_expandable_segments_option(n, layout)]
+        notes.append("the config read from the log predicts more memory than the GPU holds, yet the job "
+                     "trained: part of its config (sharding, parallel sizes) was probably not in the log")
     elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
-        out["options"] = [_plan_dict(p) for p in plans]
-    else:
-        plans = []
-    if state_unexplained:
-        out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
-                            "trained: part of its config (sharding, parallel sizes) was probably not in the log")
+        out.options = [option_of(p) for p in plans]
     if current.activations is None:
-        out["notes"].append("activations not sized (the log gives the parameter count, not the model's shape): "
-                            "'fits' below means the model state and its buffers fit, not yet a training step")
+        notes.append("activations not sized (the log gives the parameter count, not the model's shape): "
+                     "'fits' below means the model state and its buffers fit, not yet a training step")
     if world_from_ranks is not None:
-        out["notes"].append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
-                            f"data-parallel size {layout.dp}")
+        notes.append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
+                     f"data-parallel size {layout.dp}")
     elif not world_known:
-        out["notes"].append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
+        notes.append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
         from diagnose.explain.render import inline_fix
 
         change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
-        out["explanation"] += (f" Cheapest change that fits{gpus}: {change or best.label} "
-                               f"(predicted peak {fmt_gib(best.peak)}).")
+        out.explanation += (f" Cheapest change that fits{gpus}: {change or best.label} "
+                            f"(predicted peak {fmt_gib(best.peak)}).")
     return out

@@ -12,8 +12,9 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, search
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, option_of, search
 from diagnose.explain.memory.shape import count_params
+from diagnose.memory_types import CHECK_PLAN_KEYS
 from diagnose.model import DiagnoseError
 
 
@@ -36,38 +37,9 @@ class MemoryPlan:
             "params": self.params,
             "params_source": self.params_source,
             "params_assumed": list(self.assumed),
-            "plans": [plan_dict(p) for p in self.plans],
+            "plans": [option_of(p).to_dict(CHECK_PLAN_KEYS) for p in self.plans],
             "notes": list(self.notes),
         }
-
-
-def plan_dict(p: Plan) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": o.key, "value": o.value} for o in p.overrides],
-        "strategy": p.layout.strategy,
-        "dp": p.layout.dp,
-        "tp": p.layout.tp,
-        "pp": p.layout.pp,
-        "cp": p.layout.cp,
-        "bytes_per_param": round(p.state.bytes_per_param, 3),
-        "model_state_bytes": p.state.persistent,
-        "transient_bytes": p.state.transient,
-        "activation_bytes": int(p.activations or 0),
-        "peak_bytes": p.peak,
-        "fits": p.fits,
-        "cost": p.cost,
-        "label": p.label,
-        "components": dict(p.state.components),
-        "valid": p.valid,
-        **_stage_fields(p),
-    }
-
-
-def _stage_fields(p: Plan) -> dict[str, Any]:
-    """With pipeline parallelism: which stage peaks (by pipeline rank) and every stage's peak."""
-    if p.layout.pp <= 1 or not p.stage_peaks:
-        return {}
-    return {"worst_stage": p.stage, "stage_peak_bytes": list(p.stage_peaks)}
 
 
 def stage_note(p: Plan) -> str | None:

@@ -355,7 +355,8 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
 def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
     """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
     no layout or sharding change is needed), ahead of the memory alternatives."""
-    from diagnose.explain.memory.plan import fix_plan, plan_dict
+    from diagnose.explain.memory.plan import fix_plan, option_of
+    from diagnose.memory_types import CHECK_PLAN_KEYS
 
     fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
     if not fix or not (replay.get("after_fix") or {}).get("passes"):
@@ -375,7 +376,7 @@ def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], g
     if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
         plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
     plan.valid = True
-    row = plan_dict(plan)
+    row = option_of(plan).to_dict(CHECK_PLAN_KEYS)
     plans = out["memory"]["plans"]
     plans[:] = [plans[0], row] + [p for p in plans[1:] if p["overrides"] != row["overrides"]]
 
