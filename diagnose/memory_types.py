@@ -8,7 +8,7 @@ schemas (``report@1`` memory, ``check@1`` plans).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.model import Override
@@ -27,10 +27,7 @@ class Breakdown:
     cuda_graphs: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        out = {"params": self.params, "grads": self.grads, "main_params": self.main_params,
-               "optimizer": self.optimizer, "buffers": self.buffers}
-        out.update({k: v for k, v in (("fp8", self.fp8), ("cuda_graphs", self.cuda_graphs)) if v})
-        return out
+        return {k: v for k, v in asdict(self).items() if v or k not in ("fp8", "cuda_graphs")}
 
 
 @dataclass
@@ -42,10 +39,6 @@ class PhasePeaks:
     optimizer_step: int
     training: int
     checkpoint: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"dp_wrap": self.dp_wrap, "after_wrap": self.after_wrap, "optimizer_step": self.optimizer_step,
-                "training": self.training, "checkpoint": self.checkpoint}
 
 
 # The keys of one option in each schema, in their order (a key in OPTIONAL is left out when it has no value).
@@ -84,18 +77,8 @@ class MemoryOption:
 
     def to_dict(self, keys: tuple[str, ...] = REPORT_OPTION_KEYS) -> dict[str, Any]:
         """The option in one schema's shape: ``REPORT_OPTION_KEYS`` (report) or ``CHECK_PLAN_KEYS`` (check)."""
-        values: dict[str, Any] = {
-            "overrides": [{"key": o.key, "value": o.value} for o in self.overrides],
-            "components": self.components.to_dict(),
-            "stage_peak_bytes": list(self.stage_peak_bytes) or None,
-        }
-        out: dict[str, Any] = {}
-        for key in keys:
-            value = values[key] if key in values else getattr(self, key)
-            if value is None and key in OPTIONAL:
-                continue
-            out[key] = value
-        return out
+        values = {**asdict(self), "components": self.components.to_dict()}
+        return {key: values[key] for key in keys if key not in OPTIONAL or values[key] not in (None, [])}
 
 
 @dataclass
@@ -120,19 +103,11 @@ class MemoryPrediction:
     stage_peak_bytes: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "strategy": self.strategy, "dp": self.dp, "dp_known": self.dp_known, "gpus": self.gpus,
-            "grad_dtype": self.grad_dtype, "bytes_per_param": self.bytes_per_param,
-            "model_state_bytes": self.model_state_bytes, "transient_bytes": self.transient_bytes,
-            "components": self.components.to_dict(), "activation_bytes": self.activation_bytes,
-            "phase_peaks": self.phase_peaks.to_dict(), "peak_bytes": self.peak_bytes,
-            "usable_bytes": self.usable_bytes,
-        }
-        if not self.sized:
-            out["sized"] = False
-        if self.worst_stage is not None:
-            out["worst_stage"] = self.worst_stage
-            out["stage_peak_bytes"] = list(self.stage_peak_bytes)
+        out = {**asdict(self), "components": self.components.to_dict()}
+        if self.sized:
+            del out["sized"]  # shown only when False
+        if self.worst_stage is None:
+            del out["worst_stage"], out["stage_peak_bytes"]
         return out
 
 
@@ -142,10 +117,10 @@ class MemoryAnalysis:
 
     gpu_capacity_bytes: int | None
     requested_bytes: int | None
+    verdict: str  # diagnose.explain.memory.verdict.VERDICTS
+    params: int | None
+    params_source: str | None  # "log" | "config" | None (no count)
     phase: str
-    params: int | None = None
-    params_source: str | None = None  # "log" | "config" | None (no count)
-    verdict: str = "unknown"  # diagnose.explain.memory.verdict.VERDICTS
     current: MemoryPrediction | None = None
     options: list[MemoryOption] = field(default_factory=list)  # cheapest first
     notes: list[str] = field(default_factory=list)
@@ -153,13 +128,8 @@ class MemoryAnalysis:
     request_is: str | None = None  # the buffer the failing request is (decided only with a prediction)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "gpu_capacity_bytes": self.gpu_capacity_bytes, "requested_bytes": self.requested_bytes,
-            "verdict": self.verdict, "params": self.params, "params_source": self.params_source,
-            "phase": self.phase, "current": None if self.current is None else self.current.to_dict(),
-            "options": [o.to_dict() for o in self.options], "notes": list(self.notes),
-            "explanation": self.explanation,
-        }
-        if self.current is not None:
-            out["request_is"] = self.request_is
+        out = {**asdict(self), "current": self.current and self.current.to_dict(),
+               "options": [o.to_dict() for o in self.options]}
+        if self.current is None:
+            del out["request_is"]
         return out

@@ -28,7 +28,7 @@ def _analysis(**current_given) -> MemoryAnalysis:
                           strategy="fsdp:optim_grads_params", gpus=8, dp=8, tp=1, pp=1, cp=1,
                           model_state_bytes=76 * GIB, transient_bytes=17 * GIB, activation_bytes=None,
                           peak_bytes=93 * GIB, fits=True, valid=True)
-    return MemoryAnalysis(140 * GIB, 135 * GIB, "dp_wrap", 36_000_000_000, "log", verdict="capacity",
+    return MemoryAnalysis(140 * GIB, 135 * GIB, "capacity", 36_000_000_000, "log", "dp_wrap",
                           current=MemoryPrediction(**{**fields, **current_given}), options=[option],
                           notes=["a note <b>"], explanation="The fp32 grad buffer did not fit.",
                           request_is="the fp32 grad buffer")

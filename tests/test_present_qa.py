@@ -195,7 +195,7 @@ def test_report_sections_open_with_their_one_sentence_summary():
 
     report = Report(
         replay={"reproduced": True, "summary": "reproduced by replay; fix proven", "fix": []},
-        memory=MemoryAnalysis(None, None, "dp_wrap", verdict="capacity",
+        memory=MemoryAnalysis(None, None, "capacity", None, None, "dp_wrap",
                               explanation="The fp32 grad buffer did not fit."),
     )
     out = render_to_string(report, width=100)

@@ -90,7 +90,7 @@ def test_memory_model_failure_is_isolated(monkeypatch):
 
 def test_memory_model_receives_the_view(monkeypatch):
     seen = {}
-    answer = MemoryAnalysis(None, None, "training", verdict="unknown")
+    answer = MemoryAnalysis(None, None, "unknown", None, None, "training")
 
     def spy(report, view, options):
         seen["tp"] = view.get("model.tensor_model_parallel_size")

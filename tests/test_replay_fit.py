@@ -57,7 +57,7 @@ def _memory(options: list[MemoryOption], verdict: str = "capacity") -> MemoryAna
     """A memory section on an 80 GiB GPU for a job that ran on one GPU."""
     current = MemoryPrediction("ddp", 1, True, 1, "fp32", 18.0, 0, 0, Breakdown(), None, PhasePeaks(0, 0, 0, 0, 0),
                                peak_bytes=0, usable_bytes=76 * GIB)
-    return MemoryAnalysis(80 * GIB, None, "dp_wrap", verdict=verdict, current=current, options=options)
+    return MemoryAnalysis(80 * GIB, None, verdict, None, None, "dp_wrap", current=current, options=options)
 
 
 def test_no_fitting_option_says_valid_but_does_not_fit(monkeypatch):

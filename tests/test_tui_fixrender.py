@@ -200,7 +200,7 @@ def test_memory_picture_shows_fsdp_transient_buffers_apart_from_model_state():
                              buffers=6 << 30),
         activation_bytes=None, phase_peaks=PhasePeaks(*(5 * [90 << 30])), peak_bytes=90 << 30,
         usable_bytes=77 << 30)
-    memory = MemoryAnalysis(80 << 30, None, "training", verdict="capacity", current=current)
+    memory = MemoryAnalysis(80 << 30, None, "capacity", None, None, "training", current=current)
     text = memory_text(memory).plain
     assert "transient" in text and "6.00 GiB" in text
     assert "20.00 GiB" in text  # model state total, without the transient buffers

@@ -169,7 +169,7 @@ def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
                             peak_bytes=None, fits=fits)
 
     memory = MemoryAnalysis(
-        int(139.80 * GIB), int(135.33 * GIB), "dp_wrap", params, "log", verdict="capacity", current=current,
+        int(139.80 * GIB), int(135.33 * GIB), "capacity", params, "log", "dp_wrap", current=current,
         options=[option("ddp.use_megatron_fsdp", True, 16, 18 * params // 16, True,
                         "more communication: all-gather of parameters every step"),
                  option("ddp.grad_reduce_in_fp32", False, 1, 16 * params, False,

@@ -431,8 +431,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None,
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
                    saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
                    global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
-    out = MemoryAnalysis(capacity, n.requested, phase, log_params,
-                         params_source if (log_params or shape) else None, notes=notes)
+    out = MemoryAnalysis(capacity, n.requested, "unknown", log_params,
+                         params_source if (log_params or shape) else None, phase, notes=notes)
     if shape is not None and log_params:
         from_shape = scn.count(layout)
         if from_shape is not None and abs(from_shape.total - log_params) > 0.01 * log_params:
