@@ -542,22 +542,35 @@ LEAD_KEYS = ("summary", "explanation")
 
 
 def _section(title: str, data: Any, width: int = 100) -> list[Any]:
-    """A section (config, replay, memory, slurm): commands unwrapped, prose wrapped under its key (hanging)."""
+    """A section (config, replay, slurm) from its dict: its lead sentence (replay's summary), then its keys."""
     if not data:
         return []
-    out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     data = section_data(data)
     if not data:
-        out.append(Text("  " + NOTHING_RECOVERED, style="dim"))
-        return out
+        return [Text(""), Text(title.upper(), style="bold underline"), Text("  " + NOTHING_RECOVERED, style="dim")]
     lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
-    if lead_key:  # the one sentence a user reads first (replay's summary, memory's explanation), then the details
-        for w in wrap_paragraphs(inert(data[lead_key]), width, "  "):
-            out.append(Text(w, style="bold"))
+    lead = data[lead_key] if lead_key else ""
+    if lead_key:
         data = {k: v for k, v in data.items() if k != lead_key}
     lines = mapping_lines(data)
-    for line, command in zip(lines, _command_flags(lines)):
-        line = "  " + inert_block(line)
+    return _titled(title, lead, [(inert_block(ln), cmd) for ln, cmd in zip(lines, _command_flags(lines))], width)
+
+
+def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
+    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
+    if memory is None:
+        return []
+    return _titled("memory", memory.explanation, [(inert(ln), cmd) for ln, cmd in memory_lines(memory)], width)
+
+
+def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) -> list[Any]:
+    """A section: the one sentence a user reads first in bold, then its (inert) lines: commands unwrapped, prose
+    wrapped under its key or list item (hanging)."""
+    out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
+    if lead:
+        out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(lead), width, "  "))
+    for line, command in lines:
+        line = "  " + line
         if command:
             out.append(command_text("", line))
             continue
@@ -566,23 +579,6 @@ def _section(title: str, data: Any, width: int = 100) -> list[Any]:
         wrapped = textwrap.wrap(line, max(40, width - 1), subsequent_indent=hang, drop_whitespace=True,
                                 break_on_hyphens=False) if len(line) >= width else [line]
         out.extend(Text(w) for w in wrapped or [line])
-    return out
-
-
-def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
-    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
-    if memory is None:
-        return []
-    out: list[Any] = [Text(""), Text("MEMORY", style="bold underline")]
-    out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(memory.explanation), width, "  "))
-    for line, command in memory_lines(memory):
-        line = "  " + inert(line)
-        if command:
-            out.append(command_text("", line))
-            continue
-        hang = " " * (len(line) - len(line.lstrip(" ")) + 4)
-        out.extend(Text(w) for w in textwrap.wrap(line, max(40, width - 1), subsequent_indent=hang,
-                                                  break_on_hyphens=False) or [line])
     return out
 
 
