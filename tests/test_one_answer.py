@@ -47,10 +47,10 @@ def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
 
     view = view_from_report_config(json.loads(json.dumps(b062.config)))
     result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory.gpu_capacity_bytes, real_mcore=False))
-    assert result.memory["params"] == b062.memory.params == 8_030_261_248
-    assert result.memory["params_assumed"] == []  # the log's own parameter line confirms the count
-    plan = next(p for p in result.memory["plans"] if p["label"] == "full recompute")
-    assert plan["fits"] is b062.replay["fits"] is False
+    assert result.memory.params == b062.memory.params == 8_030_261_248
+    assert result.memory.assumed == []  # the log's own parameter line confirms the count
+    plan = next(p for p in result.memory.plans if p.label == "full recompute")
+    assert plan.fits is b062.replay["fits"] is False
 
 
 def test_replay_set_on_an_oom_log_is_checked_against_memory(tmp_path, capsys):

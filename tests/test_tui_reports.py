@@ -195,21 +195,20 @@ def test_fixture_evidence_is_the_real_log_text(tmp_path: Path) -> None:
 
 
 def _plan(strategy: str, dp: int, tp: int, pp: int, cp: int, bpp: float, state: float, act: float, cost: str,
-          overrides: dict | None = None, label: str = "") -> dict:
+          overrides: dict | None = None, label: str = "") -> MemoryOption:
     peak = int((state + act) * GIB)
-    return {
-        "overrides": [{"key": k, "value": v} for k, v in (overrides or {}).items()], "strategy": strategy,
-        "dp": dp, "tp": tp, "pp": pp, "cp": cp, "bytes_per_param": bpp, "model_state_bytes": int(state * GIB),
-        "activation_bytes": int(act * GIB), "peak_bytes": peak, "fits": peak <= 80 * GIB, "cost": cost,
-        "label": label or strategy, "components": {"params": int(state / 9 * GIB), "grads": int(state / 9 * 2 * GIB)},
-        "valid": True,
-    }
+    return MemoryOption(
+        [Override(k, v) for k, v in (overrides or {}).items()], label=label or strategy, cost=cost,
+        strategy=strategy, gpus=dp * tp * pp * cp, dp=dp, tp=tp, pp=pp, cp=cp, model_state_bytes=int(state * GIB),
+        transient_bytes=0, activation_bytes=int(act * GIB), peak_bytes=peak, fits=peak <= 80 * GIB, valid=True,
+        bytes_per_param=bpp, components=Breakdown(params=int(state / 9 * GIB), grads=int(state / 9 * 2 * GIB)))
 
 
 def llama8b_plan_result():
     """What the plan screen shows for tests/data/configs/llama8b_bridge.yaml with train.micro_batch_size=2 on 8
     GPUs of 80 GiB (``diagnose check``'s model, numbers of 2026-11-29): fixed, so the snapshot pins the screen, not
     the memory model; ``test_plan_fixture_mirrors_the_model`` checks its shape against the live model."""
+    from diagnose.explain.memory.plan import MemoryPlan
     from diagnose.present.tui.plan import PlanResult
 
     tp = {"model.sequence_parallel": True}
@@ -228,7 +227,6 @@ def llama8b_plan_result():
         _plan("distributed_optimizer", 8, 1, 1, 1, 6.0, 44.9, 90.4, "distributed optimizer: reduce-scatter + "
               "all-gather instead of all-reduce, same speed", {"ddp.use_distributed_optimizer": True}),
     ]
-    memory = {"gpu_capacity_bytes": 80 * GIB, "params": 8_030_261_248, "params_source": "config", "plans": plans,
-              "notes": []}
+    memory = MemoryPlan(80 * GIB, 8_030_261_248, "config", plans)
     replay = {"passes": True, "violations": [], "fix": [], "after_fix": None}
     return PlanResult(replay, memory)

@@ -14,21 +14,23 @@ from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
 from diagnose.explain.memory.options import Plan, Scenario, evaluate, option_of, search
 from diagnose.explain.memory.shape import count_params
-from diagnose.memory_types import CHECK_PLAN_KEYS
+from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
 from diagnose.model import DiagnoseError
 
 
 @dataclass
 class MemoryPlan:
+    """``diagnose check``'s memory section: the config as given first, then the alternatives at its GPU count."""
+
     capacity: int
     params: int  # whole model
     params_source: str  # "config" (analytic) | "meta" (built on the meta device)
-    plans: list[Plan]
+    plans: list[MemoryOption]
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
 
     @property
-    def given(self) -> Plan:
+    def given(self) -> MemoryOption:
         return self.plans[0]
 
     def to_dict(self) -> dict[str, Any]:
@@ -37,7 +39,7 @@ class MemoryPlan:
             "params": self.params,
             "params_source": self.params_source,
             "params_assumed": list(self.assumed),
-            "plans": [option_of(p).to_dict(CHECK_PLAN_KEYS) for p in self.plans],
+            "plans": [p.to_dict(CHECK_PLAN_KEYS) for p in self.plans],
             "notes": list(self.notes),
         }
 
@@ -217,4 +219,4 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if assumed:
         notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
                      + ": set them (or the model's provider _target_) for a true count")
-    return MemoryPlan(capacity, params, source, plans, notes, assumed)
+    return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed)

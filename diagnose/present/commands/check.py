@@ -176,7 +176,6 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
     from rich.table import Table
     from rich.text import Text
 
-    from diagnose.explain.memory.options import option_of
     from diagnose.present.safe import inert
 
     force = {"always": True, "never": False}.get(color)
@@ -210,7 +209,7 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
                                "where a split allows", style="yellow"))
     mem: MemoryPlan = out["memory"]
     cap = mem.capacity
-    plans = [option_of(p) for p in mem.plans]
+    plans = mem.plans
     source = mem.params_source + (", with ASSUMED values" if mem.assumed else "")
     console.print(Text(f"\nMemory per GPU (GiB): {mem.params / 1e9:.2f}B parameters ({source}), "
                        f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
@@ -357,7 +356,7 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
 def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
     """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
     no layout or sharding change is needed), ahead of the memory alternatives."""
-    from diagnose.explain.memory.plan import fix_plan
+    from diagnose.explain.memory.plan import fix_plan, option_of
 
     fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
     if not fix or not (replay.get("after_fix") or {}).get("passes"):
@@ -377,7 +376,7 @@ def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: dict[str, Any], gp
     if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
         plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
     plan.valid = True
-    memory.plans[:] = [memory.plans[0], plan] + [p for p in memory.plans[1:] if p.overrides != plan.overrides]
+    memory.plans[:] = [memory.plans[0], option_of(plan)] + [p for p in memory.plans[1:] if p.overrides != fix]
 
 
 def run(args: Any) -> int:
