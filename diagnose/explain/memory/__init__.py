@@ -10,14 +10,18 @@ Parts:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose.explain.memory.analysis import analyze_oom
 from diagnose.memory_types import MemoryAnalysis
+from diagnose.model import Report
+
+if TYPE_CHECKING:
+    from diagnose.explain.config import ConfigView
 
 __all__ = ["run", "analyze_oom"]
 
 
-def run(report: Any, view: Any = None, options: Any = None) -> MemoryAnalysis | None:
+def run(report: Report, view: ConfigView | None = None, options: Any = None) -> MemoryAnalysis | None:
     """The ``memory`` section for the report's (root) CUDA OOM, or None when the report has no CUDA OOM."""
     return analyze_oom(report, view, options)

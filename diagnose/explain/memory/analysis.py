@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
@@ -14,15 +14,20 @@ from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
-from diagnose.model import Override
+from diagnose.model import Finding, Override, Report
+
+if TYPE_CHECKING:
+    from diagnose.explain.config import ConfigView
+
+View = Optional["ConfigView"]  # the job's config as read, or None when the log showed none
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
 
 
-def _oom_finding(report: Any):
-    findings = list(getattr(report, "findings", []) or [])
-    root = getattr(report, "root", None)
+def _oom_finding(report: Report) -> Finding | None:
+    findings = report.findings
+    root = report.root
     if root is not None and root.category == "cuda_oom":
         return root
     for f in findings:
@@ -40,11 +45,11 @@ def _oom_finding(report: Any):
     return None
 
 
-def _log_params(report: Any, view: Any) -> int | None:
+def _log_params(report: Report, view: View) -> int | None:
     value = fc._int(fc._get(view, "launch.num_parameters"))
     if value:
         return value
-    for f in getattr(report, "findings", []) or []:
+    for f in report.findings:
         for k in PARAM_FACT_KEYS:
             v = fc._int((f.facts or {}).get(k))
             if v:
@@ -52,7 +57,7 @@ def _log_params(report: Any, view: Any) -> int | None:
     return None
 
 
-def _set_in_job(view: Any, key: str) -> bool:
+def _set_in_job(view: View, key: str) -> bool:
     origin = fc._origin(view, key)
     return origin is not None and origin != "default"
 
@@ -62,7 +67,7 @@ def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
 
 
 def infer_layout(
-    layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]
+    layout: Layout, view: View, n: OomNumbers, params: int | None, texts: list[str]
 ) -> tuple[Layout, list[str]]:
     """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
 
@@ -123,7 +128,7 @@ def _fsdp_buffer_in_frames(joined: str) -> tuple[str, tuple[str, ...]] | None:
 
 
 def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
-                             view: Any) -> tuple[int | None, str | None]:
+                             view: View) -> tuple[int | None, str | None]:
     """Megatron FSDP's wrap allocates, per parameter group, the bf16 weight buffer, the fp32 main-weight buffer and
     the grad buffer; the strategy says which are sharded over the DP group. The buffer is the one the traceback's
     code line names (gbuf / mbuf / wbuf) or else the one whose size, with what was allocated before it (the module
@@ -170,7 +175,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
 
 
 def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout: Layout,
-                             view: Any) -> tuple[int | None, str | None]:
+                             view: View) -> tuple[int | None, str | None]:
     """No parameter count anywhere: when the failing allocation is DDP's grad buffer at wrap time (its frames say
     so), it holds one gradient per parameter, so the request gives the count (fp32 unless the config says bf16).
     The same for Megatron FSDP's buffers, through ``_params_from_fsdp_buffer``."""
@@ -343,21 +348,15 @@ def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int,
         worst_stage=current.stage if staged else None, stage_peak_bytes=list(current.stage_peaks) if staged else [])
 
 
-def _ensure_view(view: Any) -> Any:
+def _ensure_view(view: View) -> ConfigView:
     """A view to replay options on: the job's, or release defaults when the log showed no config."""
-    if view is not None:
-        return view
-    try:
-        from diagnose.explain.config import ConfigView, apply_defaults
-    except ImportError:
-        return None
-    return apply_defaults(ConfigView())
+    from diagnose.explain.config import ConfigView, apply_defaults
+
+    return view if view is not None else apply_defaults(ConfigView())
 
 
-def _replay_view(view: Any, layout: Layout) -> Any:
+def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
     """Write the inferred layout into a copy of the view so replay validates the job as it ran."""
-    if view is None or not hasattr(view, "copy"):
-        return view
     out = view.copy()
     pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",
@@ -373,7 +372,7 @@ def _replay_view(view: Any, layout: Layout) -> Any:
     return out
 
 
-def _world_from_ranks(report: Any, view: Any) -> int | None:
+def _world_from_ranks(report: Report, view: View) -> int | None:
     """The world size a per-rank log shows (highest rank + 1) when the config does not state one.
 
     Used only when it is a multiple of TP x PP x CP: a 2048-rank job whose config gives TP 2, PP 16 was modelled
@@ -381,7 +380,7 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     overstated."""
     if _set_in_job(view, "launch.world_size"):
         return None
-    top = max((r for f in getattr(report, "findings", None) or () for r in (f.ranks or ()) if isinstance(r, int)),
+    top = max((r for f in report.findings for r in (f.ranks or ()) if isinstance(r, int)),
               default=None)
     if top is None:
         return None
@@ -393,7 +392,7 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     return world
 
 
-def analyze_oom(report: Any, view: Any = None, options: Any = None,
+def analyze_oom(report: Report, view: View = None, options: Any = None,
                 search_options: bool = True) -> MemoryAnalysis | None:
     """The report's ``memory`` section for the root CUDA OOM. ``search_options=False``: only the verdict and the
     config's own prediction (``current``), e.g. to check a fix by re-running the same model on the changed config."""
@@ -475,7 +474,7 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None,
     # sized=False: what the log shows of the config cannot be what ran, so it is never drawn as fact
     out.current = _prediction(current, layout, bool(world_known), capacity, sized=not state_unexplained)
     replay_view = _replay_view(_ensure_view(view), layout)
-    if world_from_ranks is not None and hasattr(replay_view, "set"):
+    if world_from_ranks is not None:
         replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)
     plans: list[Plan] = []
