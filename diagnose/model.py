@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # the explain stage's results, in stage-neutral modules that import this one
     from diagnose.configview import ConfigView
     from diagnose.explained import ReplayResult, VerifyResult
+    from diagnose.memory_types import MemoryAnalysis
 
 REPORT_SCHEMA = "diagnose/report@1"
 
@@ -349,7 +350,7 @@ class Report:
     root_cause: int | None = None
     config: ConfigView | None = None  # the job's config as recovered (a copy: replay works on its own)
     replay: ReplayResult | None = None  # the root cause's (or first fixable finding's) replay
-    memory: dict[str, Any] | None = None
+    memory: MemoryAnalysis | None = None  # diagnose.memory_types: the CUDA OOM explained
     slurm: SlurmFacts | None = None
     hang: HangReport | None = None  # from PyTorch flight-recorder dumps found beside the logs
     warnings: list[str] = field(default_factory=list)  # problems reading input or rules, shown to the user
@@ -372,7 +373,7 @@ class Report:
             # a view with nothing from the job shows no values: release defaults alone say nothing about it
             "config": None if self.config is None else self.config.to_dict(job_only=True),
             "replay": None if self.replay is None else self.replay.to_dict(),
-            "memory": self.memory,
+            "memory": None if self.memory is None else self.memory.to_dict(),
         }
         if self.slurm is not None:
             out["slurm"] = self.slurm.to_dict()

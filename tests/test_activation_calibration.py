@@ -167,8 +167,8 @@ def test_the_oom_report_says_which_attention_it_sized():
     from diagnose.pipeline import analyze
 
     mem = analyze([str(REPO / "sample_logs" / "captured" / "b062_first_iter_activation_oom.log")]).memory
-    assert mem is not None and mem["verdict"] == "activations"
-    assert any("local DotProductAttention" in n and "Transformer Engine is not installed" in n for n in mem["notes"])
+    assert mem is not None and mem.verdict == "activations"
+    assert any("local DotProductAttention" in n and "Transformer Engine is not installed" in n for n in mem.notes)
 
 
 def test_model_state_fits_but_local_attention_does_not_on_the_captured_8b_run():

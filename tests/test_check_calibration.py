@@ -62,13 +62,13 @@ def test_check_plan_matches_the_measured_state(tmp_path, monkeypatch):
         capacity = r.get("gpu_capacity_bytes") or 150_109_106_995
         view = prepare_view(Namespace(config=str(path), gpus=r["dp"], sets=[], bridge_version=None))
         plan = memory_plan(view, r["dp"], capacity, prove=None).given
-        assert plan.layout.strategy == r["strategy"] and plan.layout.dp == r["dp"]
-        c = plan.state.components
-        expected = c["params"] + c["grads"] + c["main_params"] + c["optimizer"]
+        assert plan.strategy == r["strategy"] and plan.dp == r["dp"]
+        c = plan.components
+        expected = c.params + c.grads + c.main_params + c.optimizer
         if not r["grad_reduce_in_fp32"]:
-            expected += c["main_params"]  # main_param.grad = main_grad.float(), freed by the next zero_grad
+            expected += c.main_params  # main_param.grad = main_grad.float(), freed by the next zero_grad
         if r["strategy"] == "fsdp:optim_grads_params" and r["dp"] > 1:
-            expected += c["buffers"]  # weights of the next forward already gathered (overlap_param_gather)
+            expected += c.buffers  # weights of the next forward already gathered (overlap_param_gather)
         err = (expected - r["allocated_bytes"]) / r["allocated_bytes"]
         if abs(err) > TOL_STATE:
             bad.append((r["name"], round(100 * err, 1)))

@@ -33,31 +33,31 @@ def _report() -> tuple[Report, ConfigView]:
     return Report(findings=[finding], root_cause=0), view
 
 
-def _check_memory_section(mem: dict) -> None:
+def _check_memory_section(mem) -> None:
     real_request, real_allocated, capacity = 135.33 * GIB, 135.33 * GIB, 139.80 * GIB
-    assert mem["verdict"] == "capacity"
-    assert mem["phase"] == "dp_wrap"
-    assert mem["params"] == PARAMS and mem["params_source"] == "log"
-    assert mem["gpu_capacity_bytes"] == pytest.approx(capacity, rel=0.001)
-    text = mem["explanation"]
+    assert mem.verdict == "capacity"
+    assert mem.phase == "dp_wrap"
+    assert mem.params == PARAMS and mem.params_source == "log"
+    assert mem.gpu_capacity_bytes == pytest.approx(capacity, rel=0.001)
+    text = mem.explanation
     for needle in ("fp32 grad buffer", "36.3B", "139.80 GiB", "wrap"):
         assert needle in text
-    cur = mem["current"]
+    cur = mem.current
     # the request is the fp32 grad buffer; before it, the module and the distributed optimizer's bf16 param buffer
-    assert cur["components"]["grads"] == pytest.approx(real_request, rel=0.05)
-    assert 2 * cur["components"]["params"] == pytest.approx(real_allocated, rel=0.05)
-    assert cur["phase_peaks"]["dp_wrap"] > capacity
-    options = mem["options"]
-    fitting = [o for o in options if o["fits"]]
+    assert cur.components.grads == pytest.approx(real_request, rel=0.05)
+    assert 2 * cur.components.params == pytest.approx(real_allocated, rel=0.05)
+    assert cur.phase_peaks.dp_wrap > capacity
+    options = mem.options
+    fitting = [o for o in options if o.fits]
     assert len(fitting) >= 2
     assert options[: len(fitting)] == fitting, "options that fit come first"
     for o in fitting:
-        assert o["peak_bytes"] <= capacity
-        assert o["valid"] is True
-        assert o["overrides"], "an option is a set of overrides"
-        assert {"overrides", "gpus", "model_state_bytes", "activation_bytes", "fits", "cost"} <= set(o)
+        assert o.peak_bytes <= capacity
+        assert o.valid is True
+        assert o.overrides, "an option is a set of overrides"
+        assert {"overrides", "gpus", "model_state_bytes", "activation_bytes", "fits", "cost"} <= set(o.to_dict())
     # the first (cheapest) fitting option shards the model state with Megatron FSDP
-    keys = {ov["key"]: ov["value"] for ov in fitting[0]["overrides"]}
+    keys = {ov.key: ov.value for ov in fitting[0].overrides}
     assert keys.get("ddp.use_megatron_fsdp") is True
     assert keys.get("ddp.data_parallel_sharding_strategy") == "optim_grads_params"
 
@@ -75,10 +75,10 @@ def test_every_fitting_option_replays_clean_through_the_validator():
 
     base = apply_defaults(view.copy())
     before = {(v.check, v.message) for v in validate(base)}
-    for o in mem["options"]:
-        if not o["fits"]:
+    for o in mem.options:
+        if not o.fits:
             continue
-        after = validate(apply_overrides(base, {ov["key"]: ov["value"] for ov in o["overrides"]}))
+        after = validate(apply_overrides(base, {ov.key: ov.value for ov in o.overrides}))
         assert {(v.check, v.message) for v in after} <= before, o
 
 
@@ -112,11 +112,11 @@ def test_b042_first_iteration_oom_through_the_pipeline():
     mem = analyze([str(path)]).memory
     if mem is None:
         pytest.skip("the pipeline found no OOM finding to model")
-    assert mem["verdict"] == "activations"
-    assert mem["current"]["strategy"] == "fsdp:optim_grads_params"
-    assert mem["current"]["model_state_bytes"] < mem["gpu_capacity_bytes"]
-    assert mem["current"]["activation_bytes"] > mem["gpu_capacity_bytes"]
-    fitting = [o for o in mem["options"] if o["fits"]]
-    assert fitting and fitting[0]["valid"] is True
-    first = {o["key"]: o["value"] for o in fitting[0]["overrides"]}
+    assert mem.verdict == "activations"
+    assert mem.current.strategy == "fsdp:optim_grads_params"
+    assert mem.current.model_state_bytes < mem.gpu_capacity_bytes
+    assert mem.current.activation_bytes > mem.gpu_capacity_bytes
+    fitting = [o for o in mem.options if o.fits]
+    assert fitting and fitting[0].valid is True
+    first = {o.key: o.value for o in fitting[0].overrides}
     assert first.get("train.micro_batch_size", 256) < 256

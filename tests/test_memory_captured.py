@@ -31,17 +31,17 @@ def test_captured_oom(name):
     mem = analyze([str(path)]).memory
     assert mem is not None, "no memory section for a CUDA OOM"
     verdict, phase, strategy, request = CASES[name]
-    assert mem["verdict"] == verdict
-    assert mem["phase"] == phase
-    assert mem["gpu_capacity_bytes"] == pytest.approx(139.80 * GIB, rel=1e-3)
+    assert mem.verdict == verdict
+    assert mem.phase == phase
+    assert mem.gpu_capacity_bytes == pytest.approx(139.80 * GIB, rel=1e-3)
     if strategy:
-        assert mem["current"]["strategy"] == strategy
+        assert mem.current.strategy == strategy
     if request:
-        assert mem["request_is"] == request
-    fitting = [o for o in mem["options"] if o["fits"]]
+        assert mem.request_is == request
+    fitting = [o for o in mem.options if o.fits]
     assert fitting, "at least one option that fits"
-    assert all(o["valid"] is not False for o in fitting)
-    assert all(o["peak_bytes"] <= mem["gpu_capacity_bytes"] for o in fitting)
+    assert all(o.valid is not False for o in fitting)
+    assert all(o.peak_bytes <= mem.gpu_capacity_bytes for o in fitting)
 
 
 def test_fsdp_wrap_oom_without_a_count_infers_params_from_the_buffer():
@@ -52,12 +52,12 @@ def test_fsdp_wrap_oom_without_a_count_infers_params_from_the_buffer():
 
     path = Path(__file__).resolve().parents[1] / "sample_logs" / "mfsdp_optim_grads_buffer_oom.log"
     mem = analyze([str(path)], AnalyzeOptions()).memory
-    assert mem["params"] == pytest.approx(mem["requested_bytes"] / 2, rel=1e-6)
-    assert mem["params_source"] == "log" and mem["current"]["strategy"] == "fsdp:optim_grads"
-    assert mem["request_is"] == "the bf16 param buffer"
-    assert any("inferred from the request: Megatron FSDP" in n for n in mem["notes"])
-    assert mem["verdict"] == "capacity"
-    assert any(o["fits"] for o in mem["options"])
+    assert mem.params == pytest.approx(mem.requested_bytes / 2, rel=1e-6)
+    assert mem.params_source == "log" and mem.current.strategy == "fsdp:optim_grads"
+    assert mem.request_is == "the bf16 param buffer"
+    assert any("inferred from the request: Megatron FSDP" in n for n in mem.notes)
+    assert mem.verdict == "capacity"
+    assert any(o.fits for o in mem.options)
 
 
 def test_fsdp_buffer_named_by_the_code_line_is_used():

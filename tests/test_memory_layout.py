@@ -280,7 +280,7 @@ def test_config_layout_reaches_the_plan():
     assert shape.stage_layers(4) == [4, 8, 16, 4]
     assert pipeline_layout_problem(view, shape) is None
     plan = memory_plan(view, 32, 140 * GIB)
-    assert plan.given.stage == 2
+    assert plan.given.worst_stage == 2
     assert any("peak is on stage 2" in n for n in plan.notes)
     assert any("ranks" in n or "rank 0: 4" in n for n in plan.notes if "layout" in n)
 

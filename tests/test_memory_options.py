@@ -103,14 +103,14 @@ def test_first_iteration_oom_of_b042_is_activations_and_smaller_micro_batches_fi
     finding = Finding(rule="OOM", name="oom", title="t", category="cuda_oom", phase="first_iteration",
                       severity="error", role="root", confidence=0.9, evidence=[Evidence("b042.log", 308, oom)])
     mem = run(Report(findings=[finding], root_cause=0), _b042_view(), None)
-    assert mem["verdict"] == "activations"
-    assert mem["params_source"] == "config"
-    fitting = [o for o in mem["options"] if o["fits"]]
-    assert fitting and all(o["valid"] is not False for o in fitting)
-    mbs = [dict((x["key"], x["value"]) for x in o["overrides"]).get("train.micro_batch_size") for o in fitting]
+    assert mem.verdict == "activations"
+    assert mem.params_source == "config"
+    fitting = [o for o in mem.options if o.fits]
+    assert fitting and all(o.valid is not False for o in fitting)
+    mbs = [dict((x.key, x.value) for x in o.overrides).get("train.micro_batch_size") for o in fitting]
     assert any(m is not None and m < 256 for m in mbs)
     for o in fitting:
-        assert o["activation_bytes"] < mem["current"]["activation_bytes"]
+        assert o.activation_bytes < mem.current.activation_bytes
 
 
 def test_unknown_shape_still_gives_strategy_and_gpu_options_from_the_log_count():
@@ -141,9 +141,9 @@ FRAG = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 Mi
 
 def test_fragmentation_without_any_config_still_recommends_expandable_segments():
     mem = run(_oom_finding(FRAG, "training"), None, None)
-    assert mem["verdict"] == "fragmentation"
-    assert "expandable_segments:True" in mem["explanation"]
-    assert mem["options"][0]["overrides"] == [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    assert mem.verdict == "fragmentation"
+    assert "expandable_segments:True" in mem.explanation
+    assert mem.options[0].overrides == [Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]
 
 
 def test_parameter_count_inferred_from_ddp_grad_buffer_request():
@@ -154,12 +154,12 @@ def test_parameter_count_inferred_from_ddp_grad_buffer_request():
     frames = ['  File "/opt/megatron/core/distributed/distributed_data_parallel.py", line 200, in '
               '_allocate_buffers_for_parameters']
     mem = run(_oom_finding(oom, "dp_wrap", frames), None, None)
-    assert mem["params"] == pytest.approx(30.10 * GIB / 4, rel=1e-3)
-    assert "inferred from the request" in mem["notes"][0]
-    assert mem["verdict"] == "capacity"
-    assert any(o["fits"] for o in mem["options"])
+    assert mem.params == pytest.approx(30.10 * GIB / 4, rel=1e-3)
+    assert "inferred from the request" in mem.notes[0]
+    assert mem.verdict == "capacity"
+    assert any(o.fits for o in mem.options)
     # without the frames that identify the buffer, no count is invented
-    assert run(_oom_finding(oom, "dp_wrap"), None, None)["params"] is None
+    assert run(_oom_finding(oom, "dp_wrap"), None, None).params is None
 
 
 def test_split_combinations_respect_divisibility_and_stay_bounded():
@@ -204,7 +204,7 @@ def test_distributed_optimizer_inferred_from_the_step_frames():
     report = _oom_finding(oom, "optimizer_step", frames)
     report.findings[0].facts["num_parameters"] = 5 * 10**9
     mem = run(report, None, None)
-    assert mem["current"]["strategy"] == "distributed_optimizer"
-    assert any("distrib_optimizer.py" in n for n in mem["notes"])
-    assert not any(o["strategy"] == "distributed_optimizer" and o["gpus"] == mem["current"]["gpus"]
-                   and not o["overrides"][0]["key"].startswith("optimizer.optimizer_cpu") for o in mem["options"])
+    assert mem.current.strategy == "distributed_optimizer"
+    assert any("distrib_optimizer.py" in n for n in mem.notes)
+    assert not any(o.strategy == "distributed_optimizer" and o.gpus == mem.current.gpus
+                   and not o.overrides[0].key.startswith("optimizer.optimizer_cpu") for o in mem.options)

@@ -31,9 +31,9 @@ def test_run_never_raises(values, phase):
                       role="root", confidence=0.9, evidence=[Evidence("x.log", 1, REAL_OOM)])
     out = run(Report(findings=[finding], root_cause=0), view, None)
     assert out is not None
-    assert out["verdict"] in ("capacity", "fragmentation", "transient_peak", "activations", "unknown")
-    for o in out["options"]:
-        assert o["gpus"] >= 1 and o["model_state_bytes"] >= 0
+    assert out.verdict in ("capacity", "fragmentation", "transient_peak", "activations", "unknown")
+    for o in out.options:
+        assert o.gpus >= 1 and o.model_state_bytes >= 0
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -56,6 +56,6 @@ def test_run_on_plausible_shapes(layers, hidden_mult, heads, groups, tp, pp, wor
     finding = Finding(rule="OOM", name="oom", title="t", category="cuda_oom", phase="first_iteration",
                       severity="error", role="root", confidence=0.9, evidence=[Evidence("x.log", 1, REAL_OOM)])
     out = run(Report(findings=[finding], root_cause=0), view, None)
-    assert out["current"] is not None and out["current"]["model_state_bytes"] > 0
-    fitting = [o for o in out["options"] if o["fits"]]
-    assert all(o["peak_bytes"] <= out["gpu_capacity_bytes"] for o in fitting)
+    assert out.current is not None and out.current.model_state_bytes > 0
+    fitting = [o for o in out.options if o.fits]
+    assert all(o.peak_bytes <= out.gpu_capacity_bytes for o in fitting)

@@ -154,10 +154,10 @@ def test_a_request_larger_than_the_gpu_is_explained_through_the_pipeline():
         with open(path, "w") as fh:
             fh.write(TOO_BIG_OOM + "\n")
         mem = analyze([path], AnalyzeOptions()).memory
-    assert mem["verdict"] == "capacity"
-    assert "larger than the whole GPU" in mem["explanation"]
-    assert "expandable_segments" in mem["explanation"]  # says it will not help
-    assert mem["options"] == []  # no allocator option offered: it cannot help
+    assert mem.verdict == "capacity"
+    assert "larger than the whole GPU" in mem.explanation
+    assert "expandable_segments" in mem.explanation  # says it will not help
+    assert mem.options == []  # no allocator option offered: it cannot help
 
 
 def test_numbers_only_capacity_at_the_optimizer_step_says_why():
@@ -167,8 +167,8 @@ def test_numbers_only_capacity_at_the_optimizer_step_says_why():
 
     log = Path(__file__).resolve().parents[1] / "sample_logs" / "optimizer_step_oom.log"
     mem = analyze([str(log)], AnalyzeOptions()).memory
-    assert mem["verdict"] == "capacity" and mem["phase"] == "optimizer_step"
-    assert "Adam" in mem["explanation"] and "first optimizer step" in mem["explanation"]
+    assert mem.verdict == "capacity" and mem.phase == "optimizer_step"
+    assert "Adam" in mem.explanation and "first optimizer step" in mem.explanation
 
 
 # QA report (new #2): an OOM while saving a checkpoint after 500 trained iterations, no config but the parameter count
@@ -181,14 +181,14 @@ def test_checkpoint_save_oom_after_training_is_a_transient_peak_not_capacity(tmp
     path = tmp_path / "ckpt_save_oom.log"
     path.write_text(CKPT_SAVE_OOM)
     mem = analyze([str(path)], AnalyzeOptions()).memory
-    assert mem["phase"] == "checkpoint_save"
-    assert mem["verdict"] == "transient_peak"
-    assert mem["current"]["strategy"] == "distributed_optimizer"  # from the distrib_optimizer.py frame
-    assert mem["current"]["dp_known"] is False
-    assert "cannot fit whatever the batch" not in mem["explanation"]
-    assert "on 1 GPU" not in mem["explanation"] and "had trained" in mem["explanation"]
-    assert any("data-parallel size is unknown" in n for n in mem["notes"])
-    assert not any(o["fits"] and o["gpus"] > 1 for o in mem["options"])  # no GPU counts sized from a guessed DP
+    assert mem.phase == "checkpoint_save"
+    assert mem.verdict == "transient_peak"
+    assert mem.current.strategy == "distributed_optimizer"  # from the distrib_optimizer.py frame
+    assert mem.current.dp_known is False
+    assert "cannot fit whatever the batch" not in mem.explanation
+    assert "on 1 GPU" not in mem.explanation and "had trained" in mem.explanation
+    assert any("data-parallel size is unknown" in n for n in mem.notes)
+    assert not any(o.fits and o.gpus > 1 for o in mem.options)  # no GPU counts sized from a guessed DP
 
 
 _TRAIN_OOM = [
@@ -219,10 +219,10 @@ def test_dp_size_from_the_ranks_of_per_rank_files_or_said_to_be_unknown(tmp_path
         lines = _TRAIN_OOM if r == files - 1 else ["> building model ..."]
         (logs / f"rank_{r}.log").write_text("\n".join(lines) + "\n")
     mem = analyze([str(logs)], AnalyzeOptions(config_path=str(tmp_path / "cfg.yaml"))).memory
-    current = mem["current"]
+    current = mem.current
     if files == 64:
-        assert (current["gpus"], current["dp"], current["dp_known"]) == (64, 16, True)
-        assert any("world size 64 from the highest rank" in n for n in mem["notes"])
+        assert (current.gpus, current.dp, current.dp_known) == (64, 16, True)
+        assert any("world size 64 from the highest rank" in n for n in mem.notes)
     else:
-        assert (current["dp"], current["dp_known"]) == (1, False)
-        assert any("data-parallel size is unknown" in n for n in mem["notes"])
+        assert (current.dp, current.dp_known) == (1, False)
+        assert any("data-parallel size is unknown" in n for n in mem.notes)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.model import Override
+
 CAPTURED = Path(__file__).resolve().parents[1] / "sample_logs" / "captured"
 B062 = CAPTURED / "b062_first_iter_activation_oom.log"
 DDP_WRAP = CAPTURED / "b042_ddp_wrap_oom.log"
@@ -28,8 +30,8 @@ def test_root_cause_fix_is_checked_against_memory(b062):
     replay, memory = b062.replay, b062.memory
     assert replay.passes is True
     assert replay.fits is False
-    same = next(o for o in memory["options"] if o["label"] == "full recompute")
-    assert replay.fit.peak_bytes == same["peak_bytes"] and same["fits"] is False
+    same = next(o for o in memory.options if o.label == "full recompute")
+    assert replay.fit.peak_bytes == same.peak_bytes and same.fits is False
     assert "does not fit" in replay.summary
 
 
@@ -44,11 +46,11 @@ def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
     monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")  # the analytic count, reconciled with the log's line
 
     view = b062.config.copy()
-    result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory["gpu_capacity_bytes"], real_mcore=False))
-    assert result.memory["params"] == b062.memory["params"] == 8_030_261_248
-    assert result.memory["params_assumed"] == []  # the log's own parameter line confirms the count
-    plan = next(p for p in result.memory["plans"] if p["label"] == "full recompute")
-    assert plan["fits"] is b062.to_dict()["replay"]["fits"] is False
+    result = compute(PlanRequest(base=view, gpus=1, capacity=b062.memory.gpu_capacity_bytes, real_mcore=False))
+    assert result.memory.params == b062.memory.params == 8_030_261_248
+    assert result.memory.assumed == []  # the log's own parameter line confirms the count
+    plan = next(p for p in result.memory.plans if p.label == "full recompute")
+    assert plan.fits is b062.to_dict()["replay"]["fits"] is False
 
 
 def test_replay_set_on_an_oom_log_is_checked_against_memory(tmp_path, capsys):
@@ -72,20 +74,23 @@ def test_bf16_grads_option_says_so_when_fp32_grads_were_inferred_from_the_oom():
     from diagnose.pipeline import analyze
 
     memory = analyze([str(DDP_WRAP)]).memory
-    assert memory["current"]["grad_dtype"] == "fp32"
-    plain = next(o for o in memory["options"] if o["label"] == "fsdp:optim_grads_params on 8 GPUs")
-    bf16 = next(o for o in memory["options"] if o["label"] == "fsdp:optim_grads_params + bf16 grads on 8 GPUs")
-    assert {"key": "ddp.grad_reduce_in_fp32", "value": False} in bf16["overrides"]
-    assert bf16["overrides"] != plain["overrides"] and bf16["peak_bytes"] < plain["peak_bytes"]
+    assert memory.current.grad_dtype == "fp32"
+    plain = next(o for o in memory.options if o.label == "fsdp:optim_grads_params on 8 GPUs")
+    bf16 = next(o for o in memory.options if o.label == "fsdp:optim_grads_params + bf16 grads on 8 GPUs")
+    assert Override("ddp.grad_reduce_in_fp32", False) in bf16.overrides
+    assert bf16.overrides != plain.overrides and bf16.peak_bytes < plain.peak_bytes
 
 
 def test_memory_fit_never_says_fits_without_activations():
     from diagnose.explain.fit import _from_prediction
-    from diagnose.model import Finding, Override
+    from diagnose.memory_types import Breakdown, MemoryPrediction, PhasePeaks
+    from diagnose.model import Finding
 
     root = Finding(rule="x", name="x", title="t", category="cuda_oom", phase="training", severity="error",
                    role="root", confidence=1.0)
-    pred = {"peak_bytes": 10 * 2**30, "usable_bytes": 70 * 2**30, "activation_bytes": None, "gpus": 8}
+    gib = 2**30
+    pred = MemoryPrediction("ddp", 8, True, 8, "fp32", 18.0, 10 * gib, 0, Breakdown(), None,
+                            PhasePeaks(*(5 * [10 * gib])), peak_bytes=10 * gib, usable_bytes=70 * gib)
     fit = _from_prediction(root, [Override("ddp.use_distributed_optimizer", True)], pred, 80 * 2**30, 8)
     assert fit.fits is None and "activations unknown" in fit.notes[0]
 
@@ -97,9 +102,9 @@ def test_a_fit_without_activations_says_they_were_left_out():
     from diagnose.pipeline import analyze
 
     report = analyze([str(path)])
-    unsized = [o for o in report.memory["options"] if o["activation_bytes"] is None]
+    unsized = [o for o in report.memory.options if o.activation_bytes is None]
     assert unsized
-    assert any(n.startswith("activations not sized") for n in report.memory["notes"])
+    assert any(n.startswith("activations not sized") for n in report.memory.notes)
     if report.to_dict()["replay"].get("fits") is True and report.to_dict()["replay"]["fit"]:
         assert any("activations not sized" in n for n in report.to_dict()["replay"]["fit"].get("notes", []))
 
@@ -149,8 +154,8 @@ def test_tui_does_not_draw_a_current_state_the_text_calls_unsizable():
     from diagnose.present.tui.memoryview import memory_text
 
     report = analyze([str(CAPTURED.parent / "cascade_512_ranks_oom.log")])
-    current = report.memory["current"]
-    assert current["sized"] is False
-    assert any("yet the job trained" in n for n in report.memory["notes"])
+    current = report.memory.current
+    assert current.sized is False
+    assert any("yet the job trained" in n for n in report.memory.notes)
     text = memory_text(report.memory, report.root).plain
     assert "not drawn" in text and "\n  total" not in text and "\n  params" not in text

@@ -163,11 +163,11 @@ def test_long_prose_in_a_section_wraps_under_its_key():
 
 
 def test_sizes_in_sections_are_humanised_in_text_and_markdown():
-    memory = {"verdict": "capacity", "fit": {"peak_bytes": 99900708864, "capacity_bytes": 150109106995, "gpus": 8}}
-    report = _report([_finding()], memory=memory)
+    replay = {"fits": True, "fit": {"peak_bytes": 99900708864, "capacity_bytes": 150109106995, "gpus": 8}}
+    report = _report([_finding()], replay=replay)
     for out in (render_to_string(report, width=100), render_markdown(report)):
         assert "peak_bytes: 93.04 GiB" in out and "capacity_bytes: 139.80 GiB" in out and "gpus: 8" in out
-    assert json.loads(render_json(report))["memory"] == memory
+    assert json.loads(render_json(report))["replay"] == replay
 
 
 def test_no_trailing_blanks_after_evidence_and_facts():
@@ -194,12 +194,14 @@ def test_meta_line_wraps_indented_on_a_narrow_terminal():
 
 
 def test_report_sections_open_with_their_one_sentence_summary():
+    from diagnose.memory_types import MemoryAnalysis
     from diagnose.model import Report
     from diagnose.present.text import render_to_string
 
     report = Report(
         replay=_replayed(True),
-        memory={"verdict": "capacity", "explanation": "The fp32 grad buffer did not fit.", "options": []},
+        memory=MemoryAnalysis(None, None, "capacity", None, None, "dp_wrap",
+                              explanation="The fp32 grad buffer did not fit."),
     )
     out = render_to_string(report, width=100)
     replay_part = out.split("REPLAY", 1)[1]

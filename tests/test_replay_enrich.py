@@ -7,6 +7,7 @@ from pathlib import Path
 import diagnose.explain.memory as memory
 from diagnose.explain import enrich
 from diagnose.explain.config.extract import blocks_from_lines, lines_of
+from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Evidence, Finding, Fix, Override, Report
 from diagnose.pipeline import AnalyzeOptions
 
@@ -89,17 +90,18 @@ def test_memory_model_failure_is_isolated(monkeypatch):
 
 def test_memory_model_receives_the_view(monkeypatch):
     seen = {}
+    answer = MemoryAnalysis(None, None, "unknown", None, None, "training")
 
     def spy(report, view, options):
         seen["tp"] = view.get("model.tensor_model_parallel_size")
         seen["origin"] = view.origin("model.tensor_model_parallel_size")
-        return {"verdict": "x"}
+        return answer
 
     monkeypatch.setattr(memory, "run", spy)
     report = Report(findings=[_oom_finding()], root_cause=0)
     enrich(report, _blocks("task_configuration.log"), AnalyzeOptions())
     assert seen["tp"] == 2 and seen["origin"].startswith("log:")
-    assert report.memory == {"verdict": "x"}
+    assert report.memory is answer
 
 
 def test_a_key_the_fix_deletes_is_null_in_the_json_not_a_python_object():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import diagnose.explain.memory as memory
 from diagnose.explain import enrich
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Evidence, Finding, Fix, Override, Report
 from diagnose.pipeline import AnalyzeOptions, analyze
 
@@ -17,7 +18,7 @@ GIB = 1024 ** 3
 def test_ddp_wrap_oom_fix_is_the_fitting_option_on_8_gpus():
     report = analyze([str(SAMPLES / "ddp_wrap_oom.log")], AnalyzeOptions())
     root = report.root
-    assert root.rule == "OOM102" and report.memory["verdict"] == "capacity"
+    assert root.rule == "OOM102" and report.memory.verdict == "capacity"
     replay = report.to_dict()["replay"]
     assert replay["fits"] is True and replay["after_fix"]["passes"] is True
     assert replay["fit"]["gpus"] == 8 and replay["fit"]["job_gpus"] == 1
@@ -48,15 +49,22 @@ def _oom() -> Finding:
                                       Override("ddp.data_parallel_sharding_strategy", "optim_grads_params")]))
 
 
-def _memory(options: list[dict]) -> dict:
-    return {"verdict": "capacity", "gpu_capacity_bytes": 80 * GIB, "options": options,
-            "current": {"gpus": 1, "usable_bytes": 76 * GIB}}
+def _option(overrides: dict, **given) -> MemoryOption:
+    fields = dict(label="", cost="", strategy="ddp", gpus=1, dp=1, tp=1, pp=1, cp=1, model_state_bytes=0,
+                  transient_bytes=0, activation_bytes=None, peak_bytes=None, fits=False)
+    return MemoryOption([Override(k, v) for k, v in overrides.items()], **{**fields, **given})
+
+
+def _memory(options: list[MemoryOption], verdict: str = "capacity") -> MemoryAnalysis:
+    """A memory section on an 80 GiB GPU for a job that ran on one GPU."""
+    current = MemoryPrediction("ddp", 1, True, 1, "fp32", 18.0, 0, 0, Breakdown(), None, PhasePeaks(0, 0, 0, 0, 0),
+                               peak_bytes=0, usable_bytes=76 * GIB)
+    return MemoryAnalysis(80 * GIB, None, verdict, None, None, "dp_wrap", current=current, options=options)
 
 
 def test_no_fitting_option_says_valid_but_does_not_fit(monkeypatch):
-    opts = [{"overrides": [{"key": "ddp.use_megatron_fsdp", "value": True},
-                           {"key": "ddp.data_parallel_sharding_strategy", "value": "optim_grads_params"}],
-             "gpus": 1, "dp": 1, "fits": False, "peak_bytes": 609 * GIB, "valid": True, "label": "fsdp"}]
+    opts = [_option({"ddp.use_megatron_fsdp": True, "ddp.data_parallel_sharding_strategy": "optim_grads_params"},
+                    fits=False, peak_bytes=609 * GIB, valid=True, label="fsdp")]
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
@@ -67,8 +75,8 @@ def test_no_fitting_option_says_valid_but_does_not_fit(monkeypatch):
 
 
 def test_fitting_option_on_the_same_gpus_needs_no_launch_change(monkeypatch):
-    opts = [{"overrides": [{"key": "ddp.grad_reduce_in_fp32", "value": False}], "gpus": 1, "dp": 1,
-             "fits": True, "peak_bytes": 60 * GIB, "valid": True, "label": "bf16 grads", "cost": "numerics"}]
+    opts = [_option({"ddp.grad_reduce_in_fp32": False}, fits=True, peak_bytes=60 * GIB, valid=True,
+                    label="bf16 grads", cost="numerics")]
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
@@ -91,9 +99,8 @@ def test_fits_is_null_when_memory_is_not_a_capacity_question():
 
 def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypatch):
     # QA (new #4): the memory section said fragmentation while the fix said "shard the optimizer state"
-    frag = {"verdict": "fragmentation", "gpu_capacity_bytes": 80 * GIB, "current": {"gpus": 1},
-            "options": [{"overrides": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
-                         "gpus": 1, "dp": 1, "fits": True, "peak_bytes": 74 * GIB, "label": "expandable segments"}]}
+    frag = _memory([_option({"env.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, fits=True,
+                            peak_bytes=74 * GIB, label="expandable segments")], verdict="fragmentation")
     monkeypatch.setattr(memory, "run", lambda report, view, options: frag)
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
@@ -107,8 +114,8 @@ def test_fragmentation_verdict_makes_the_allocator_setting_lead_the_fix(monkeypa
 
 
 def test_an_option_whose_peak_exceeds_the_gpu_is_never_called_a_fit(monkeypatch):
-    opts = [{"overrides": [{"key": "model.pipeline_model_parallel_size", "value": 8}], "gpus": 8, "dp": 1, "pp": 8,
-             "fits": True, "peak_bytes": 90 * GIB, "valid": True, "label": "PP 8"}]
+    opts = [_option({"model.pipeline_model_parallel_size": 8}, gpus=8, pp=8, fits=True, peak_bytes=90 * GIB,
+                    valid=True, label="PP 8")]
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))  # an 80 GiB GPU
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())
@@ -117,8 +124,8 @@ def test_an_option_whose_peak_exceeds_the_gpu_is_never_called_a_fit(monkeypatch)
 
 
 def test_the_gpu_split_is_named_when_more_gpus_are_needed(monkeypatch):
-    opts = [{"overrides": [{"key": "model.pipeline_model_parallel_size", "value": 8}], "gpus": 8, "dp": 1, "pp": 8,
-             "fits": True, "peak_bytes": 60 * GIB, "valid": True, "label": "PP 8"}]
+    opts = [_option({"model.pipeline_model_parallel_size": 8}, gpus=8, pp=8, fits=True, peak_bytes=60 * GIB,
+                    valid=True, label="PP 8")]
     monkeypatch.setattr(memory, "run", lambda report, view, options: _memory(opts))
     report = Report(findings=[_oom()], root_cause=0)
     enrich(report, {}, AnalyzeOptions())

@@ -196,16 +196,16 @@ def test_verdict_says_the_fix_fits_and_how_many_gpus_it_needs():
 def test_memory_picture_shows_fsdp_transient_buffers_apart_from_model_state():
     from diagnose.present.tui.memoryview import memory_text
 
-    memory = {
-        "gpu_capacity_bytes": 80 << 30,
-        "verdict": "capacity",
-        "current": {
-            "strategy": "fsdp:optim_grads_params", "dp": 64, "bytes_per_param": 0.28,
-            "model_state_bytes": 20 << 30, "transient_bytes": 6 << 30, "peak_bytes": 90 << 30,
-            "components": {"params": 5 << 30, "grads": 5 << 30, "main_params": 5 << 30, "optimizer": 5 << 30},
-        },
-        "options": [],
-    }
+    from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryPrediction, PhasePeaks
+
+    current = MemoryPrediction(
+        strategy="fsdp:optim_grads_params", dp=64, dp_known=True, gpus=64, grad_dtype="fp32", bytes_per_param=0.28,
+        model_state_bytes=20 << 30, transient_bytes=6 << 30,
+        components=Breakdown(params=5 << 30, grads=5 << 30, main_params=5 << 30, optimizer=5 << 30,
+                             buffers=6 << 30),
+        activation_bytes=None, phase_peaks=PhasePeaks(*(5 * [90 << 30])), peak_bytes=90 << 30,
+        usable_bytes=77 << 30)
+    memory = MemoryAnalysis(80 << 30, None, "capacity", None, None, "training", current=current)
     text = memory_text(memory).plain
     assert "transient" in text and "6.00 GiB" in text
     assert "20.00 GiB" in text  # model state total, without the transient buffers

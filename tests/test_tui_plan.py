@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Static
 
 from diagnose.explain.config import ConfigView
 from diagnose.explain.render import cli_line, env_line
+from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override, Report
 from diagnose.present.commands import tui as tui_command
 from diagnose.present.commands.check import load_view
@@ -108,7 +109,10 @@ def test_overrides_are_shown_in_the_one_renderers_words() -> None:
     fix = [{"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"}, {"key": "ddp.use_megatron_fsdp", "value": True}]
     verdict = verdict_text({"violations": [{"message": "m"}], "fix": fix, "after_fix": {"passes": True}}).plain
     assert "fix: checkpoint.ckpt_format=fsdp_dtensor ddp.use_megatron_fsdp=true (passes after replay)" in verdict
-    detail = plan_detail(1, {"label": "x", "overrides": [{"key": "checkpoint.save", "value": "/a b"}]}).plain
+    option = MemoryOption([Override("checkpoint.save", "/a b")], label="x", cost="", strategy="ddp", gpus=1, dp=1,
+                          tp=1, pp=1, cp=1, model_state_bytes=0, transient_bytes=0, activation_bytes=0,
+                          peak_bytes=0, fits=True)
+    detail = plan_detail(1, option).plain
     assert "change: 'checkpoint.save=\"/a b\"'" in detail
 
 
@@ -125,9 +129,9 @@ def test_compute_matches_diagnose_check_and_never_raises() -> None:
     view = load_view(str(CONFIG))
     result = compute(PlanRequest(view, 8, 80 * GIB, real_mcore=False))
     assert result.error is None and result.replay["passes"]
-    given = result.memory["plans"][0]
-    assert (given["strategy"], given["dp"], given["fits"]) == ("ddp", 8, False)
-    assert any(p["fits"] for p in result.memory["plans"][1:])
+    given = result.memory.given
+    assert (given.strategy, given.dp, given.fits) == ("ddp", 8, False)
+    assert any(p.fits for p in result.memory.plans[1:])
     assert not view.has("launch.world_size")  # the base view is never changed
     empty = compute(PlanRequest(ConfigView(), 8, 80 * GIB, real_mcore=False))
     assert empty.error and "model shape" in empty.error
@@ -184,15 +188,15 @@ async def test_micro_batch_what_if_raises_the_peak_and_reset_restores_it() -> No
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         await planned(pilot, screen)
-        before = screen.plan_rows()[0]["peak_bytes"]
+        before = screen.plan_rows()[0].peak_bytes
         await type_what_if(pilot, screen, "train.micro_batch_size=2")
         after = screen.plan_rows()[0]
-        assert after["peak_bytes"] > before and after["activation_bytes"] > 0
-        assert row(screen, 0)[6] == f"{after['peak_bytes'] / GIB:.1f}G"
+        assert after.peak_bytes > before and after.activation_bytes > 0
+        assert row(screen, 0)[6] == f"{after.peak_bytes / GIB:.1f}G"
         assert "train.micro_batch_size=2" in shown(screen, "#applied")
         await pilot.press("ctrl+r")
         await planned(pilot, screen)
-        assert screen.plan_rows()[0]["peak_bytes"] == before and not screen.sets
+        assert screen.plan_rows()[0].peak_bytes == before and not screen.sets
         assert "none" in shown(screen, "#applied")
 
 
@@ -214,7 +218,7 @@ async def test_gpu_count_replans_and_validator_verdict_updates() -> None:
         verdict = shown(screen, "#verdict")
         assert verdict.startswith("Validation:") and "violation" in verdict
         # a config that fails validation is never a working plan, whatever its memory (as in `diagnose check`)
-        assert row(screen, 0)[8] == "invalid" and screen.plan_rows()[0]["valid"] is False
+        assert row(screen, 0)[8] == "invalid" and screen.plan_rows()[0].valid is False
         assert "INVALID" in shown(screen, "#plan-summary")
 
 
@@ -292,7 +296,7 @@ async def test_p_opens_the_plan_for_the_jobs_config(tmp_path: Path) -> None:
         assert screen.gpus == 8 and row(screen, 0)[2] == "8/1/1/1"
         title = shown(screen, "#plan-title")
         assert "ddp_wrap_oom.log" in title and "8 GPUs" in title
-        assert screen.capacity == app.report.memory["gpu_capacity_bytes"]
+        assert screen.capacity == app.report.memory.gpu_capacity_bytes
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, MainScreen)
@@ -414,10 +418,10 @@ def test_plan_fixture_mirrors_the_model() -> None:
     live = compute(PlanRequest(load_view(str(CONFIG)), 8, 80 * GIB, parse_what_if("train.micro_batch_size=2"),
                                real_mcore=False))
     assert live.memory is not None and fixed.memory is not None
-    assert set(fixed.memory["plans"][0]) <= set(live.memory["plans"][0])
+    fixed_given, live_given = fixed.memory.given, live.memory.given
     want = ("strategy", "dp", "tp", "pp", "cp", "fits")
-    assert [fixed.memory["plans"][0][k] for k in want] == [live.memory["plans"][0][k] for k in want]
-    assert abs(fixed.memory["plans"][0]["peak_bytes"] - live.memory["plans"][0]["peak_bytes"]) < 0.1 * GIB * 225
+    assert [getattr(fixed_given, k) for k in want] == [getattr(live_given, k) for k in want]
+    assert abs(fixed.memory.plans[0].peak_bytes - live.memory.plans[0].peak_bytes) < 0.1 * GIB * 225
     assert live.replay["passes"] == fixed.replay["passes"]
 
 
@@ -428,12 +432,12 @@ async def test_enter_on_a_fitting_plan_takes_its_change_as_what_ifs() -> None:
         screen = app.screen
         await planned(pilot, screen)
         first = screen.plan_rows()[1]
-        assert first["fits"] and first["overrides"]
+        assert first.fits and first.overrides
         await pilot.press("ctrl+t", "down", "enter")
         await planned(pilot, screen)
-        assert {o.key: o.value for o in screen.sets} == {o["key"]: o["value"] for o in first["overrides"]}
+        assert {o.key: o.value for o in screen.sets} == {o.key: o.value for o in first.overrides}
         given = screen.plan_rows()[0]
-        assert given["fits"] and abs(given["peak_bytes"] - first["peak_bytes"]) <= 0.01 * first["peak_bytes"]
+        assert given.fits and abs(given.peak_bytes - first.peak_bytes) <= 0.01 * first.peak_bytes
         assert row(screen, 0)[8] == "yes"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.explained import ReplayResult, ValidationResult
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Evidence, Finding, Fix, InputInfo, Override, Report
 
 REAL_LOGS = Path(os.environ.get("DIAGNOSE_REAL_LOGS", "/work/shared/real_logs"))
@@ -155,44 +156,25 @@ def ddp_wrap_oom_report(log: Path, shown_path: str | None = None) -> Report:
         },
     )
     params = 36_327_530_496
-    memory = {
-        "gpu_capacity_bytes": int(139.80 * GIB),
-        "requested_bytes": int(135.33 * GIB),
-        "verdict": "capacity",
-        "params": params,
-        "params_source": "log",
-        "current": {
-            "strategy": "ddp",
-            "dp": 1,
-            "bytes_per_param": 18.0,
-            "model_state_bytes": 18 * params,
-            "components": {
-                "params": 2 * params,
-                "grads": 4 * params,
-                "main_params": 4 * params,
-                "optimizer": 8 * params,
-                "buffers": 0,
-            },
-        },
-        "options": [
-            {
-                "overrides": [{"key": "ddp.use_megatron_fsdp", "value": True}],
-                "gpus": 16,
-                "model_state_bytes": 18 * params // 16,
-                "activation_bytes": None,
-                "fits": True,
-                "cost": "more communication: all-gather of parameters every step",
-            },
-            {
-                "overrides": [{"key": "ddp.grad_reduce_in_fp32", "value": False}],
-                "gpus": 1,
-                "model_state_bytes": 16 * params,
-                "activation_bytes": None,
-                "fits": False,
-                "cost": "bf16 gradient reduction: small numerics change",
-            },
-        ],
-    }
+    state = 18 * params
+    current = MemoryPrediction(
+        strategy="ddp", dp=1, dp_known=False, gpus=1, grad_dtype="fp32", bytes_per_param=18.0,
+        model_state_bytes=state, transient_bytes=0,
+        components=Breakdown(params=2 * params, grads=4 * params, main_params=4 * params, optimizer=8 * params),
+        activation_bytes=None, phase_peaks=PhasePeaks(6 * params, 6 * params, state, state, state),
+        peak_bytes=state, usable_bytes=int(134.21 * GIB))
+
+    def option(key: str, value: object, gpus: int, state: int, fits: bool, cost: str) -> MemoryOption:
+        return MemoryOption([Override(key, value)], label="", cost=cost, strategy="ddp", gpus=gpus, dp=gpus, tp=1,
+                            pp=1, cp=1, model_state_bytes=state, transient_bytes=None, activation_bytes=None,
+                            peak_bytes=None, fits=fits)
+
+    memory = MemoryAnalysis(
+        int(139.80 * GIB), int(135.33 * GIB), "capacity", params, "log", "dp_wrap", current=current,
+        options=[option("ddp.use_megatron_fsdp", True, 16, 18 * params // 16, True,
+                        "more communication: all-gather of parameters every step"),
+                 option("ddp.grad_reduce_in_fp32", False, 1, 16 * params, False,
+                        "bf16 gradient reduction: small numerics change")])
     return Report(
         inputs=[InputInfo(shown, size, lines)],
         findings=[child, oom, destroy],
@@ -214,21 +196,20 @@ def test_fixture_evidence_is_the_real_log_text(tmp_path: Path) -> None:
 
 
 def _plan(strategy: str, dp: int, tp: int, pp: int, cp: int, bpp: float, state: float, act: float, cost: str,
-          overrides: dict | None = None, label: str = "") -> dict:
+          overrides: dict | None = None, label: str = "") -> MemoryOption:
     peak = int((state + act) * GIB)
-    return {
-        "overrides": [{"key": k, "value": v} for k, v in (overrides or {}).items()], "strategy": strategy,
-        "dp": dp, "tp": tp, "pp": pp, "cp": cp, "bytes_per_param": bpp, "model_state_bytes": int(state * GIB),
-        "activation_bytes": int(act * GIB), "peak_bytes": peak, "fits": peak <= 80 * GIB, "cost": cost,
-        "label": label or strategy, "components": {"params": int(state / 9 * GIB), "grads": int(state / 9 * 2 * GIB)},
-        "valid": True,
-    }
+    return MemoryOption(
+        [Override(k, v) for k, v in (overrides or {}).items()], label=label or strategy, cost=cost,
+        strategy=strategy, gpus=dp * tp * pp * cp, dp=dp, tp=tp, pp=pp, cp=cp, model_state_bytes=int(state * GIB),
+        transient_bytes=0, activation_bytes=int(act * GIB), peak_bytes=peak, fits=peak <= 80 * GIB, valid=True,
+        bytes_per_param=bpp, components=Breakdown(params=int(state / 9 * GIB), grads=int(state / 9 * 2 * GIB)))
 
 
 def llama8b_plan_result():
     """What the plan screen shows for tests/data/configs/llama8b_bridge.yaml with train.micro_batch_size=2 on 8
     GPUs of 80 GiB (``diagnose check``'s model, numbers of 2026-11-29): fixed, so the snapshot pins the screen, not
     the memory model; ``test_plan_fixture_mirrors_the_model`` checks its shape against the live model."""
+    from diagnose.explain.memory.plan import MemoryPlan
     from diagnose.present.tui.plan import PlanResult
 
     tp = {"model.sequence_parallel": True}
@@ -247,7 +228,6 @@ def llama8b_plan_result():
         _plan("distributed_optimizer", 8, 1, 1, 1, 6.0, 44.9, 90.4, "distributed optimizer: reduce-scatter + "
               "all-gather instead of all-reduce, same speed", {"ddp.use_distributed_optimizer": True}),
     ]
-    memory = {"gpu_capacity_bytes": 80 * GIB, "params": 8_030_261_248, "params_source": "config", "plans": plans,
-              "notes": []}
+    memory = MemoryPlan(80 * GIB, 8_030_261_248, "config", plans)
     replay = {"passes": True, "violations": [], "fix": [], "after_fix": None}
     return PlanResult(replay, memory)

@@ -7,7 +7,6 @@ that fails adds one line to ``report.warnings`` and leaves the rest of the repor
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from diagnose.configview import ConfigView
@@ -122,16 +121,9 @@ def _wants_mcore(finding: Finding | None) -> bool | str:
 
 
 def _run_memory(report: Report, view, options: Any) -> None:
-    if importlib.util.find_spec("diagnose.explain.memory") is None:
-        return
-    try:
-        from diagnose.explain import memory
+    from diagnose.explain import memory  # the module, not its run: tests replace memory.run
 
-        run = getattr(memory, "run", None)
-        if run is None:
-            return
-        result = run(report, view, options)
-        if result is not None:
-            report.memory = result
+    try:
+        report.memory = memory.run(report, view, options)
     except Exception as e:  # noqa: BLE001
         report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.coerce import as_int
 from diagnose.explain.render import inline_fix
 from diagnose.explained import GIB, CapacityFit, ReplayResult
+from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import EnvVar, Finding, Fix, Override, Report
 
 
@@ -21,17 +21,8 @@ def gib(n: int | float | None) -> str:
     return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
-def _overrides(items: Any) -> list[Override]:
-    out: list[Override] = []
-    for item in items or []:
-        if isinstance(item, dict) and isinstance(item.get("key"), str):
-            out.append(Override(item["key"], item.get("value")))
-    return out
-
-
-def _int(v: Any) -> int | None:
-    n = as_int(v, strings=False)
-    return n if n is not None and n > 0 else None
+def _positive(v: int | None) -> int | None:
+    return v if v is not None and v > 0 else None
 
 
 def _from_job(view: Any, key: str) -> bool:
@@ -42,25 +33,22 @@ def _from_job(view: Any, key: str) -> bool:
 def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity`` (or ``fragmentation``: the
     allocator setting leads); None otherwise."""
-    memory = report.memory if isinstance(report.memory, dict) else None
+    memory = report.memory
     root = report.root
-    if not memory or root is None or root.category != "cuda_oom":
+    if memory is None or root is None or root.category != "cuda_oom":
         return None
-    if memory.get("verdict") == "fragmentation":
+    if memory.verdict == "fragmentation":
         return _fragmentation_fix(root, memory)
-    if memory.get("verdict") != "capacity":
+    if memory.verdict != "capacity":
         return None
-    options = [o for o in memory.get("options") or [] if isinstance(o, dict)]
-    got = memory.get("current")
-    current: dict[str, Any] = got if isinstance(got, dict) else {}
-    job_gpus = _int(current.get("gpus"))
-    capacity = _int(memory.get("gpu_capacity_bytes"))
-    usable = _int(current.get("usable_bytes"))
-    best = next((o for o in options if o.get("fits") is True and o.get("valid") is not False
-                 and _overrides(o.get("overrides"))
-                 and not (capacity and (_int(o.get("peak_bytes")) or 0) > capacity)), None)  # never a contradicted fit
+    current = memory.current
+    job_gpus = _positive(current.gpus) if current else None
+    usable = _positive(current.usable_bytes) if current else None
+    capacity = _positive(memory.gpu_capacity_bytes)
+    best = next((o for o in memory.options if o.fits and o.valid is not False and o.overrides
+                 and not (capacity and (o.peak_bytes or 0) > capacity)), None)  # never a contradicted fit
     if best is not None:
-        overrides = _overrides(best.get("overrides"))
+        overrides = list(best.overrides)
         keys = {o.key for o in overrides}
         notes: list[str] = []
         fsdp_on = any(o.key == "ddp.use_megatron_fsdp" and o.value is True for o in overrides)
@@ -69,61 +57,52 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
             # whether the job saves checkpoints is not in the log; Megatron FSDP saves only fsdp_dtensor
             overrides.append(Override("checkpoint.ckpt_format", "fsdp_dtensor"))
             notes.append("checkpoint.ckpt_format=fsdp_dtensor: Megatron FSDP saves and loads only that format")
-        if best.get("activation_bytes") is None:
+        if best.activation_bytes is None:
             notes.append("activations not sized (no model shape in the config): the model state and its buffers "
                          "fit; the activations of a training step are not counted")
-        gpus = _int(best.get("gpus"))
+        gpus = _positive(best.gpus)
         if gpus and job_gpus and gpus > job_gpus:
             overrides.append(Override("launch.world_size", gpus))
-        peak = _int(best.get("peak_bytes"))
-        return CapacityFit(root, overrides, True, gpus, _int(best.get("dp")), job_gpus, peak,
-                           capacity, usable, str(best.get("label") or ""), str(best.get("cost") or ""), notes,
-                           layout=_layout(best))
+        return CapacityFit(root, overrides, True, gpus, _positive(best.dp), job_gpus, _positive(best.peak_bytes),
+                           capacity, usable, best.label, best.cost, notes, layout=_layout(best))
     # nothing fits: keep the rule's fix, say how much it needs per GPU
     own = list(root.fix.overrides) + [Override(f"env.{e.name}", e.value) for e in root.fix.env]
     if not own:
         return None
-    peak = _peak_of(own, options, job_gpus)
+    peak = _peak_of(own, memory.options, job_gpus)
     return CapacityFit(root, own, False, job_gpus, None, job_gpus, peak, capacity, usable,
                        root.fix.summary, "")
 
 
-def _layout(option: dict[str, Any]) -> str:
-    parts = [f"{name} {_int(option.get(key))}" for name, key in (("TP", "tp"), ("PP", "pp"), ("CP", "cp"))
-             if (_int(option.get(key)) or 1) > 1]
-    dp = _int(option.get("dp"))
-    if dp:
-        parts.append(f"DP {dp}")
-    return " x ".join(parts)
+def _layout(option: MemoryOption) -> str:
+    parts = [f"{name} {n}" for name, n in (("TP", option.tp), ("PP", option.pp), ("CP", option.cp)) if n > 1]
+    return " x ".join(parts + ([f"DP {option.dp}"] if option.dp > 0 else []))
 
 
-def _fragmentation_fix(root: Finding, memory: dict[str, Any]) -> CapacityFit | None:
+def _fragmentation_fix(root: Finding, memory: MemoryAnalysis) -> CapacityFit | None:
     """Reserved-but-unallocated memory would have served the request: the allocator setting is the fix, the rule's
     sharding advice is what to try if it still does not fit."""
-    option = next((o for o in memory.get("options") or [] if isinstance(o, dict)
-                   and any(x.key == "env.PYTORCH_CUDA_ALLOC_CONF" for x in _overrides(o.get("overrides")))), None)
+    option = next((o for o in memory.options if any(x.key == "env.PYTORCH_CUDA_ALLOC_CONF" for x in o.overrides)),
+                  None)
     if option is None:
         return None
-    got = memory.get("current")
-    current: dict[str, Any] = got if isinstance(got, dict) else {}
-    return CapacityFit(root, _overrides(option.get("overrides")), option.get("fits") is not False,
-                       _int(option.get("gpus")), _int(option.get("dp")), _int(current.get("gpus")),
-                       None, _int(memory.get("gpu_capacity_bytes")),
-                       _int(current.get("usable_bytes")), str(option.get("label") or "expandable segments"),
-                       str(option.get("cost") or ""), ["fragmentation: reserved-but-unallocated memory would have "
-                                                       "served the request"], fragmentation=True)
+    current = memory.current
+    return CapacityFit(root, list(option.overrides), option.fits, _positive(option.gpus), _positive(option.dp),
+                       _positive(current.gpus) if current else None, None, _positive(memory.gpu_capacity_bytes),
+                       _positive(current.usable_bytes) if current else None, option.label or "expandable segments",
+                       option.cost, ["fragmentation: reserved-but-unallocated memory would have served the request"],
+                       fragmentation=True)
 
 
-def _peak_of(fix: list[Override], options: list[dict[str, Any]], job_gpus: int | None) -> int | None:
+def _peak_of(fix: list[Override], options: list[MemoryOption], job_gpus: int | None) -> int | None:
     """The memory model's peak for the rule's fix on the job's GPUs: the option with the same overrides (else the
     smallest peak any option on those GPUs reaches: the fix cannot do better than the model's best)."""
     pinned = {o.key: o.value for o in fix}
-    same_gpus = [o for o in options if job_gpus is None or _int(o.get("gpus")) in (None, job_gpus)]
+    same_gpus = [o for o in options if job_gpus is None or _positive(o.gpus) in (None, job_gpus)]
     for o in same_gpus:
-        ovs = _overrides(o.get("overrides"))
-        if ovs and all(pinned.get(x.key, object()) == x.value for x in ovs):
-            return _int(o.get("peak_bytes"))
-    peaks = [p for p in (_int(o.get("peak_bytes")) for o in same_gpus) if p]
+        if o.overrides and all(pinned.get(x.key, object()) == x.value for x in o.overrides):
+            return _positive(o.peak_bytes)
+    peaks = [p for p in (_positive(o.peak_bytes) for o in same_gpus) if p]
     return min(peaks) if peaks else None
 
 
@@ -177,22 +156,20 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     section for a CUDA OOM. ``fits`` is None, with a note saying why, when it cannot be sized: the activations are
     unknown (never "fits" without them), or the fix changes the parallel layout and the model listed no such
     option (the log's per-rank parameter count is for the job's layout)."""
-    memory = report.memory if isinstance(report.memory, dict) else None
+    memory = report.memory
     root = finding or report.root
-    if not memory or root is None or root.category != "cuda_oom" or not overrides:
+    if memory is None or root is None or root.category != "cuda_oom" or not overrides:
         return None
-    capacity = _int(memory.get("gpu_capacity_bytes"))
-    current_section = memory.get("current")
-    current: dict = current_section if isinstance(current_section, dict) else {}
-    job_gpus = _int(current.get("gpus"))
+    capacity = _positive(memory.gpu_capacity_bytes)
+    job_gpus = _positive(memory.current.gpus) if memory.current else None
     pinned = {o.key: o.value for o in overrides}
-    for option in memory.get("options") or []:
-        ovs = _overrides(option.get("overrides")) if isinstance(option, dict) else []
-        if ovs and {o.key: o.value for o in ovs} == {k: v for k, v in pinned.items() if not k.startswith("env.")}:
+    for option in memory.options:
+        if option.overrides and {o.key: o.value for o in option.overrides} == {
+                k: v for k, v in pinned.items() if not k.startswith("env.")}:
             return _from_prediction(root, overrides, option, capacity, job_gpus)
     if any(k in pinned for k in _LAYOUT_KEYS):
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
-                           _int(current.get("usable_bytes")),
+                           _positive(memory.current.usable_bytes) if memory.current else None,
                            notes=["not sized: the fix changes the parallel layout and the memory model lists no "
                                   "option with it (see the memory options)"])
     from diagnose.explain.config.overrides import apply_overrides
@@ -200,29 +177,32 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
 
     changed = apply_overrides(view, [o for o in overrides if not o.key.startswith("env.")])
     redo = analyze_oom(report, changed, _Capacity(capacity), search_options=False)
-    again = redo.get("current") if isinstance(redo, dict) else None
-    if not isinstance(again, dict):
+    if redo is None or redo.current is None:
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])
-    return _from_prediction(root, overrides, again, capacity, job_gpus)
+    return _from_prediction(root, overrides, redo.current, capacity, job_gpus)
 
 
-def _from_prediction(root: Finding, overrides: list[Override], pred: dict[str, Any], capacity: int | None,
-                     job_gpus: int | None) -> CapacityFit:
-    peak = _int(pred.get("peak_bytes"))
-    usable = _int(pred.get("usable_bytes")) or (capacity - max(2 * GIB, capacity // 25) if capacity else None)
-    notes: list[str] = []
-    if "fits" in pred and isinstance(pred.get("fits"), bool):
-        fits: bool | None = pred["fits"]
+def _from_prediction(root: Finding, overrides: list[Override], pred: MemoryOption | MemoryPrediction,
+                     capacity: int | None, job_gpus: int | None) -> CapacityFit:
+    """A listed option (its own ``fits``) or the job re-predicted with the fix (fits when its peak stays under
+    the usable memory)."""
+    peak = _positive(pred.peak_bytes)
+    usable = (None if isinstance(pred, MemoryOption) else _positive(pred.usable_bytes)) or (
+        capacity - max(2 * GIB, capacity // 25) if capacity else None)
+    if isinstance(pred, MemoryOption):
+        fits: bool | None = pred.fits
+        label, cost, layout = pred.label, pred.cost, _layout(pred)
     else:
         fits = None if peak is None or usable is None else peak <= usable
-    if fits and not _int(pred.get("activation_bytes")):
+        label, cost, layout = "", "", f"DP {pred.dp}" if pred.dp > 0 else ""
+    notes: list[str] = []
+    if fits and not pred.activation_bytes:
         fits = None  # the model state fits, but nothing says the activations do
         notes.append("activations unknown (the config gives no model shape or workload): only the model state was "
                      "sized, so this is not a fit")
-    gpus = _int(pred.get("gpus")) or job_gpus
-    return CapacityFit(root, overrides, fits, gpus, _int(pred.get("dp")), job_gpus, peak, capacity, usable,
-                       str(pred.get("label") or ""), str(pred.get("cost") or ""), notes, layout=_layout(pred))
+    return CapacityFit(root, overrides, fits, _positive(pred.gpus) or job_gpus, _positive(pred.dp), job_gpus, peak,
+                       capacity, usable, label, cost, notes, layout=layout)
 
 
 def apply_memory_fit(result: ReplayResult, fit: CapacityFit | None) -> None:

@@ -11,7 +11,9 @@ from typing import Any
 
 from diagnose.explain.render import cli_line, env_line, python_lines
 from diagnose.explained import VerifyResult
+from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Report
+from diagnose.present.memory_text import memory_lines
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
     NOTHING_RECOVERED,
@@ -133,6 +135,15 @@ def _section(title: str, data: Any) -> list[str]:
     return out + details(f"{title} details", ["", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""])
 
 
+def _memory(memory: MemoryAnalysis | None) -> list[str]:
+    """Memory: the explanation in the open, the verdict, prediction, options and notes in words, folded."""
+    if memory is None:
+        return []
+    body = inert_block("\n".join(line for line, _ in memory_lines(memory)))
+    lead = [md_inline(memory.explanation), ""] if memory.explanation else []
+    return ["### Memory", "", *lead] + details("Memory details", ["", fenced(body), ""])
+
+
 def _hang(report: Report) -> list[str]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
@@ -210,7 +221,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out += _hang(report)
     sections = report.to_dict()  # the JSON's sections, as they are
     for name in ("config", "replay", "memory", "slurm"):
-        out += _section(name.capitalize(), sections.get(name))
+        out += _memory(report.memory) if name == "memory" else _section(name.capitalize(), sections.get(name))
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

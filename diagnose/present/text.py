@@ -19,7 +19,9 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
+from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
+from diagnose.present.memory_text import memory_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
 from diagnose.units import format_bytes
 
@@ -541,22 +543,35 @@ LEAD_KEYS = ("summary", "explanation")
 
 
 def _section(title: str, data: Any, width: int = 100) -> list[Any]:
-    """A section (config, replay, memory, slurm): commands unwrapped, prose wrapped under its key (hanging)."""
+    """A section (config, replay, slurm) from its dict: its lead sentence (replay's summary), then its keys."""
     if not data:
         return []
-    out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     data = section_data(data)
     if not data:
-        out.append(Text("  " + NOTHING_RECOVERED, style="dim"))
-        return out
+        return [Text(""), Text(title.upper(), style="bold underline"), Text("  " + NOTHING_RECOVERED, style="dim")]
     lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
-    if lead_key:  # the one sentence a user reads first (replay's summary, memory's explanation), then the details
-        for w in wrap_paragraphs(inert(data[lead_key]), width, "  "):
-            out.append(Text(w, style="bold"))
+    lead = data[lead_key] if lead_key else ""
+    if lead_key:
         data = {k: v for k, v in data.items() if k != lead_key}
     lines = mapping_lines(data)
-    for line, command in zip(lines, _command_flags(lines)):
-        line = "  " + inert_block(line)
+    return _titled(title, lead, [(inert_block(ln), cmd) for ln, cmd in zip(lines, _command_flags(lines))], width)
+
+
+def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
+    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
+    if memory is None:
+        return []
+    return _titled("memory", memory.explanation, [(inert(ln), cmd) for ln, cmd in memory_lines(memory)], width)
+
+
+def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) -> list[Any]:
+    """A section: the one sentence a user reads first in bold, then its (inert) lines: commands unwrapped, prose
+    wrapped under its key or list item (hanging)."""
+    out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
+    if lead:
+        out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(lead), width, "  "))
+    for line, command in lines:
+        line = "  " + line
         if command:
             out.append(command_text("", line))
             continue
@@ -637,7 +652,8 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if verbose:
         sections = report.to_dict()  # the JSON's sections, as they are
         for name in ("config", "replay", "memory", "slurm"):
-            parts.extend(_section(name, sections.get(name), width))
+            parts.extend(_memory_section(report.memory, width) if name == "memory"
+                         else _section(name, sections.get(name), width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify is not None:
@@ -686,12 +702,12 @@ def _launch_commands(report: Report) -> list[tuple[str, str]]:
 def _summaries(report: Report, width: int) -> list[Any]:
     """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
     out: list[Any] = []
-    memory, config = report.memory or {}, report.config
+    memory, config = report.memory, report.config
     lines: list[tuple[str, str]] = []
     if report.replay is not None and report.replay.summary:
         lines.append(("Replay", report.replay.summary))
-    if isinstance(memory, dict) and memory.get("explanation"):
-        lines.append(("Memory", str(memory["explanation"])))
+    if memory is not None and memory.explanation:
+        lines.append(("Memory", memory.explanation))
     if config is not None:
         values = config.values if config.known() else {}
         known = [k for k, v in values.items() if v.origin != "default"]

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, search
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
+from diagnose.model import Finding, Override, Report
+
+if TYPE_CHECKING:
+    from diagnose.explain.config import ConfigView
+
+View = Optional["ConfigView"]  # the job's config as read, or None when the log showed none
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
 
 
-def _oom_finding(report: Any):
-    findings = list(getattr(report, "findings", []) or [])
-    root = getattr(report, "root", None)
+def _oom_finding(report: Report) -> Finding | None:
+    findings = report.findings
+    root = report.root
     if root is not None and root.category == "cuda_oom":
         return root
     for f in findings:
@@ -38,11 +45,11 @@ def _oom_finding(report: Any):
     return None
 
 
-def _log_params(report: Any, view: Any) -> int | None:
+def _log_params(report: Report, view: View) -> int | None:
     value = fc._int(fc._get(view, "launch.num_parameters"))
     if value:
         return value
-    for f in getattr(report, "findings", []) or []:
+    for f in report.findings:
         for k in PARAM_FACT_KEYS:
             v = fc._int((f.facts or {}).get(k))
             if v:
@@ -50,7 +57,7 @@ def _log_params(report: Any, view: Any) -> int | None:
     return None
 
 
-def _set_in_job(view: Any, key: str) -> bool:
+def _set_in_job(view: View, key: str) -> bool:
     origin = fc._origin(view, key)
     return origin is not None and origin != "default"
 
@@ -60,7 +67,7 @@ def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
 
 
 def infer_layout(
-    layout: Layout, view: Any, n: OomNumbers, params: int | None, texts: list[str]
+    layout: Layout, view: View, n: OomNumbers, params: int | None, texts: list[str]
 ) -> tuple[Layout, list[str]]:
     """Fill what the config did not say from the OOM itself: which buffer was being allocated and what was there.
 
@@ -121,7 +128,7 @@ def _fsdp_buffer_in_frames(joined: str) -> tuple[str, tuple[str, ...]] | None:
 
 
 def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
-                             view: Any) -> tuple[int | None, str | None]:
+                             view: View) -> tuple[int | None, str | None]:
     """Megatron FSDP's wrap allocates, per parameter group, the bf16 weight buffer, the fp32 main-weight buffer and
     the grad buffer; the strategy says which are sharded over the DP group. The buffer is the one the traceback's
     code line names (gbuf / mbuf / wbuf) or else the one whose size, with what was allocated before it (the module
@@ -168,7 +175,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
 
 
 def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout: Layout,
-                             view: Any) -> tuple[int | None, str | None]:
+                             view: View) -> tuple[int | None, str | None]:
     """No parameter count anywhere: when the failing allocation is DDP's grad buffer at wrap time (its frames say
     so), it holds one gradient per parameter, so the request gives the count (fp32 unless the config says bf16).
     The same for Megatron FSDP's buffers, through ``_params_from_fsdp_buffer``."""
@@ -317,51 +324,39 @@ def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None)
     return text + (f"; {why}." if why else ".")
 
 
-def _expandable_segments_option(n: OomNumbers, layout: Layout) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": "env.PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
-        "gpus": layout.gpus, "model_state_bytes": n.allocated or 0, "activation_bytes": None, "fits": True,
-        "cost": "none; not with ddp.nccl_ub on torch < 2.11 (megatron-core raises)", "strategy": layout.strategy,
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "peak_bytes": n.in_use or n.allocated,
-        "valid": None, "label": "expandable segments",
-    }
+def _expandable_segments_option(n: OomNumbers, layout: Layout) -> MemoryOption:
+    return MemoryOption(
+        overrides=[Override("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")], label="expandable segments",
+        cost="none; not with ddp.nccl_ub on torch < 2.11 (megatron-core raises)", strategy=layout.strategy,
+        gpus=layout.gpus, dp=layout.dp, tp=layout.tp, pp=layout.pp, cp=layout.cp,
+        model_state_bytes=n.allocated or 0, transient_bytes=None, activation_bytes=None,
+        peak_bytes=n.in_use or n.allocated, fits=True)
 
 
-def _plan_dict(plan: Plan) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": o.key, "value": o.value} for o in plan.overrides],
-        "gpus": plan.layout.gpus,
-        "model_state_bytes": plan.state.persistent,
-        "transient_bytes": plan.state.transient,
-        "activation_bytes": plan.activations,
-        "fits": plan.fits,
-        "cost": plan.cost,
-        "strategy": plan.layout.strategy,
-        "dp": plan.layout.dp,
-        "tp": plan.layout.tp,
-        "pp": plan.layout.pp,
-        "cp": plan.layout.cp,
-        "peak_bytes": plan.peak,
-        "valid": plan.valid,
-        "label": plan.label,
-    }
+def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int, sized: bool) -> MemoryPrediction:
+    """The job as configured, per GPU."""
+    ph = current.phases
+    staged = layout.pp > 1 and bool(current.stage_peaks)
+    return MemoryPrediction(
+        strategy=layout.strategy, dp=layout.dp, dp_known=world_known, gpus=layout.gpus,
+        grad_dtype="fp32" if layout.grad_bytes == 4 else "bf16",
+        bytes_per_param=round(current.state.bytes_per_param, 3), model_state_bytes=current.state.persistent,
+        transient_bytes=current.state.transient, components=Breakdown(**current.state.components),
+        activation_bytes=current.activations,
+        phase_peaks=PhasePeaks(ph.wrap_peak, ph.after_wrap, ph.first_step_peak, ph.steady_peak, ph.checkpoint_peak),
+        peak_bytes=current.peak, usable_bytes=capacity - headroom(capacity), sized=sized,
+        worst_stage=current.stage if staged else None, stage_peak_bytes=list(current.stage_peaks) if staged else [])
 
 
-def _ensure_view(view: Any) -> Any:
+def _ensure_view(view: View) -> ConfigView:
     """A view to replay options on: the job's, or release defaults when the log showed no config."""
-    if view is not None:
-        return view
-    try:
-        from diagnose.explain.config import ConfigView, apply_defaults
-    except ImportError:
-        return None
-    return apply_defaults(ConfigView())
+    from diagnose.explain.config import ConfigView, apply_defaults
+
+    return view if view is not None else apply_defaults(ConfigView())
 
 
-def _replay_view(view: Any, layout: Layout) -> Any:
+def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
     """Write the inferred layout into a copy of the view so replay validates the job as it ran."""
-    if view is None or not hasattr(view, "copy"):
-        return view
     out = view.copy()
     pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",
@@ -377,7 +372,7 @@ def _replay_view(view: Any, layout: Layout) -> Any:
     return out
 
 
-def _world_from_ranks(report: Any, view: Any) -> int | None:
+def _world_from_ranks(report: Report, view: View) -> int | None:
     """The world size a per-rank log shows (highest rank + 1) when the config does not state one.
 
     Used only when it is a multiple of TP x PP x CP: a 2048-rank job whose config gives TP 2, PP 16 was modelled
@@ -385,7 +380,7 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     overstated."""
     if _set_in_job(view, "launch.world_size"):
         return None
-    top = max((r for f in getattr(report, "findings", None) or () for r in (f.ranks or ()) if isinstance(r, int)),
+    top = max((r for f in report.findings for r in (f.ranks or ()) if isinstance(r, int)),
               default=None)
     if top is None:
         return None
@@ -397,7 +392,8 @@ def _world_from_ranks(report: Any, view: Any) -> int | None:
     return world
 
 
-def analyze_oom(report: Any, view: Any = None, options: Any = None, search_options: bool = True) -> dict | None:
+def analyze_oom(report: Report, view: View = None, options: Any = None,
+                search_options: bool = True) -> MemoryAnalysis | None:
     """The report's ``memory`` section for the root CUDA OOM. ``search_options=False``: only the verdict and the
     config's own prediction (``current``), e.g. to check a fix by re-running the same model on the changed config."""
     finding = _oom_finding(report)
@@ -434,17 +430,8 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
     scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
                    saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
                    global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
-    out: dict[str, Any] = {
-        "gpu_capacity_bytes": capacity,
-        "requested_bytes": n.requested,
-        "verdict": "unknown",
-        "params": log_params,
-        "params_source": params_source if (log_params or shape) else None,
-        "phase": phase,
-        "current": None,
-        "options": [],
-        "notes": notes,
-    }
+    out = MemoryAnalysis(capacity, n.requested, "unknown", log_params,
+                         params_source if (log_params or shape) else None, phase, notes=notes)
     if shape is not None and log_params:
         from_shape = scn.count(layout)
         if from_shape is not None and abs(from_shape.total - log_params) > 0.01 * log_params:
@@ -454,15 +441,15 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
     current = evaluate(scn, "as configured", [], layout, work, "", 0.0) if (capacity or 0) > 0 else None
     if current is None:
         if (capacity or 0) > 0 and shape is None and not log_params:
-            out["notes"].append("no parameter count in the log and no model shape in the config")
-        out["verdict"] = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
-        out["explanation"] = _numbers_only(out["verdict"], phase, n, capacity)
-        if out["verdict"] == "fragmentation":
-            out["options"] = [_expandable_segments_option(n, layout)]
+            notes.append("no parameter count in the log and no model shape in the config")
+        out.verdict = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
+        out.explanation = _numbers_only(out.verdict, phase, n, capacity)
+        if out.verdict == "fragmentation":
+            out.options = [_expandable_segments_option(n, layout)]
         return out
     assert capacity is not None  # the plan above is evaluated only with a capacity
     params = log_params or current.state.params
-    out["params"] = params
+    out.params = params
     phase_peak = {"dp_wrap": current.phases.wrap_peak, "model_build": current.phases.wrap_peak,
                   "optimizer_step": current.phases.first_step_peak,
                   "checkpoint_save": current.phases.checkpoint_peak,
@@ -477,66 +464,43 @@ def analyze_oom(report: Any, view: Any = None, options: Any = None, search_optio
         # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
         state_for_verdict = None
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
-    out["verdict"] = verdict
+    out.verdict = verdict
     buffer = _which_buffer(n, current, params, texts)
     if state_unexplained:
-        out["explanation"] = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
+        out.explanation = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
     else:
-        out["explanation"] = _explain(verdict, phase, n, current, params, capacity, buffer)
-    out["request_is"] = buffer
-    out["current"] = {
-        "strategy": layout.strategy,
-        "dp": layout.dp,
-        "dp_known": bool(world_known),  # false: the log does not give the DP size (modelled 1)
-        "gpus": layout.gpus,
-        "grad_dtype": "fp32" if layout.grad_bytes == 4 else "bf16",
-        "bytes_per_param": round(current.state.bytes_per_param, 3),
-        "model_state_bytes": current.state.persistent,
-        "transient_bytes": current.state.transient,
-        "components": dict(current.state.components),
-        "activation_bytes": current.activations,
-        "phase_peaks": {"dp_wrap": current.phases.wrap_peak, "after_wrap": current.phases.after_wrap,
-                        "optimizer_step": current.phases.first_step_peak, "training": current.phases.steady_peak,
-                        "checkpoint": current.phases.checkpoint_peak},
-        "peak_bytes": current.peak,
-        "usable_bytes": capacity - headroom(capacity),
-    }
-    if state_unexplained:
-        out["current"]["sized"] = False  # what the log shows of the config cannot be what ran: never drawn as fact
-    if layout.pp > 1 and current.stage_peaks:
-        out["current"]["worst_stage"] = current.stage
-        out["current"]["stage_peak_bytes"] = list(current.stage_peaks)
+        out.explanation = _explain(verdict, phase, n, current, params, capacity, buffer)
+    out.request_is = buffer
+    # sized=False: what the log shows of the config cannot be what ran, so it is never drawn as fact
+    out.current = _prediction(current, layout, bool(world_known), capacity, sized=not state_unexplained)
     replay_view = _replay_view(_ensure_view(view), layout)
-    if world_from_ranks is not None and hasattr(replay_view, "set"):
+    if world_from_ranks is not None:
         replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)
+    plans: list[Plan] = []
     if state_unexplained:
         # options sized from a state the job demonstrably did not have would be guesses presented as predictions
-        plans = []
         if verdict == "fragmentation":
-            out["options"] = [_expandable_segments_option(n, layout)]
+            out.options = [_expandable_segments_option(n, layout)]
+        notes.append("the config read from the log predicts more memory than the GPU holds, yet the job "
+                     "trained: part of its config (sharding, parallel sizes) was probably not in the log")
     elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
-        out["options"] = [_plan_dict(p) for p in plans]
-    else:
-        plans = []
-    if state_unexplained:
-        out["notes"].append("the config read from the log predicts more memory than the GPU holds, yet the job "
-                            "trained: part of its config (sharding, parallel sizes) was probably not in the log")
+        out.options = [option_of(p) for p in plans]
     if current.activations is None:
-        out["notes"].append("activations not sized (the log gives the parameter count, not the model's shape): "
-                            "'fits' below means the model state and its buffers fit, not yet a training step")
+        notes.append("activations not sized (the log gives the parameter count, not the model's shape): "
+                     "'fits' below means the model state and its buffers fit, not yet a training step")
     if world_from_ranks is not None:
-        out["notes"].append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
-                            f"data-parallel size {layout.dp}")
+        notes.append(f"world size {world_from_ranks} from the highest rank in the log (not stated by it): "
+                     f"data-parallel size {layout.dp}")
     elif not world_known:
-        out["notes"].append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
+        notes.append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
         from diagnose.explain.render import inline_fix
 
         change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
-        out["explanation"] += (f" Cheapest change that fits{gpus}: {change or best.label} "
-                               f"(predicted peak {fmt_gib(best.peak)}).")
+        out.explanation += (f" Cheapest change that fits{gpus}: {change or best.label} "
+                            f"(predicted peak {fmt_gib(best.peak)}).")
     return out

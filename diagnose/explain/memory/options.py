@@ -16,6 +16,7 @@ from diagnose.explain.memory.activations import Workload, activation_bytes, cuda
 from diagnose.explain.memory.gpus import GIB
 from diagnose.explain.memory.shape import ModelShape, ParamCount, stage_counts
 from diagnose.explain.memory.state import Layout, Phases, StateBytes, layer_params_max, model_state, phases
+from diagnose.memory_types import Breakdown, MemoryOption
 from diagnose.model import Override
 
 HEADROOM_FRACTION = 0.04  # CUDA context, NCCL buffers, cuBLAS workspaces, allocator rounding
@@ -116,6 +117,18 @@ class Plan:
     @property
     def stages_differ(self) -> bool:
         return len(set(self.stage_peaks)) > 1
+
+
+def option_of(p: Plan) -> MemoryOption:
+    """The plan as data (one type for the report's options and check's plans; with pipeline parallelism, the
+    stage that peaks and every stage's peak)."""
+    staged = p.layout.pp > 1 and bool(p.stage_peaks)
+    return MemoryOption(
+        overrides=list(p.overrides), label=p.label, cost=p.cost, strategy=p.layout.strategy, gpus=p.layout.gpus,
+        dp=p.layout.dp, tp=p.layout.tp, pp=p.layout.pp, cp=p.layout.cp, model_state_bytes=p.state.persistent,
+        transient_bytes=p.state.transient, activation_bytes=p.activations, peak_bytes=p.peak, fits=p.fits,
+        valid=p.valid, bytes_per_param=round(p.state.bytes_per_param, 3), components=Breakdown(**p.state.components),
+        worst_stage=p.stage if staged else None, stage_peak_bytes=list(p.stage_peaks) if staged else [])
 
 
 def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layout, workload: Workload | None,

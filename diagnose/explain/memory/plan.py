@@ -12,22 +12,25 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, search
+from diagnose.explain.memory.options import Plan, Scenario, evaluate, option_of, search
 from diagnose.explain.memory.shape import count_params
+from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
 from diagnose.model import DiagnoseError
 
 
 @dataclass
 class MemoryPlan:
+    """``diagnose check``'s memory section: the config as given first, then the alternatives at its GPU count."""
+
     capacity: int
     params: int  # whole model
     params_source: str  # "config" (analytic) | "meta" (built on the meta device)
-    plans: list[Plan]
+    plans: list[MemoryOption]
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
 
     @property
-    def given(self) -> Plan:
+    def given(self) -> MemoryOption:
         return self.plans[0]
 
     def to_dict(self) -> dict[str, Any]:
@@ -36,38 +39,9 @@ class MemoryPlan:
             "params": self.params,
             "params_source": self.params_source,
             "params_assumed": list(self.assumed),
-            "plans": [plan_dict(p) for p in self.plans],
+            "plans": [p.to_dict(CHECK_PLAN_KEYS) for p in self.plans],
             "notes": list(self.notes),
         }
-
-
-def plan_dict(p: Plan) -> dict[str, Any]:
-    return {
-        "overrides": [{"key": o.key, "value": o.value} for o in p.overrides],
-        "strategy": p.layout.strategy,
-        "dp": p.layout.dp,
-        "tp": p.layout.tp,
-        "pp": p.layout.pp,
-        "cp": p.layout.cp,
-        "bytes_per_param": round(p.state.bytes_per_param, 3),
-        "model_state_bytes": p.state.persistent,
-        "transient_bytes": p.state.transient,
-        "activation_bytes": int(p.activations or 0),
-        "peak_bytes": p.peak,
-        "fits": p.fits,
-        "cost": p.cost,
-        "label": p.label,
-        "components": dict(p.state.components),
-        "valid": p.valid,
-        **_stage_fields(p),
-    }
-
-
-def _stage_fields(p: Plan) -> dict[str, Any]:
-    """With pipeline parallelism: which stage peaks (by pipeline rank) and every stage's peak."""
-    if p.layout.pp <= 1 or not p.stage_peaks:
-        return {}
-    return {"worst_stage": p.stage, "stage_peak_bytes": list(p.stage_peaks)}
 
 
 def stage_note(p: Plan) -> str | None:
@@ -248,4 +222,4 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if assumed:
         notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
                      + ": set them (or the model's provider _target_) for a true count")
-    return MemoryPlan(capacity, params, source, plans, notes, assumed)
+    return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed)

@@ -20,6 +20,8 @@ from diagnose.units import format_gib_short
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
+    from diagnose.explain.memory.plan import MemoryPlan
+
 SCHEMA = "diagnose/check@1"
 EXIT_OK, EXIT_FAIL = 0, 1
 DEFAULT_GPU = "h100-80gb"
@@ -181,10 +183,11 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
             console.print(Text(f"  note: this fix changes train.global_batch_size {gbs['from']} -> {gbs['to']}, a "
                                "training hyper-parameter (numerics, LR schedule); the memory plans below keep it "
                                "where a split allows", style="yellow"))
-    mem = out["memory"]
-    cap = mem["gpu_capacity_bytes"]
-    source = mem["params_source"] if not mem.get("params_assumed") else f"{mem['params_source']}, with ASSUMED values"
-    console.print(Text(f"\nMemory per GPU (GiB): {mem['params'] / 1e9:.2f}B parameters ({source}), "
+    mem: MemoryPlan = out["memory"]
+    cap = mem.capacity
+    plans = mem.plans
+    source = mem.params_source + (", with ASSUMED values" if mem.assumed else "")
+    console.print(Text(f"\nMemory per GPU (GiB): {mem.params / 1e9:.2f}B parameters ({source}), "
                        f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)
     columns: tuple[tuple[str, JustifyMethod], ...] = (
@@ -192,42 +195,41 @@ def _render_text(out: dict[str, Any], where: str, console_file=None, color: str 
         ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left"))
     for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True, min_width=len(col) if col != "fits" else 7)
-    for i, p in enumerate(mem["plans"]):
-        frac = p["peak_bytes"] / cap if cap else 0
+    for i, p in enumerate(plans):
+        frac = (p.peak_bytes or 0) / cap if cap else 0
         bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
         table.add_row(
-            "given" if i == 0 else str(i), SHORT.get(p["strategy"], p["strategy"]),
-            f"{p['dp']}/{p['tp']}/{p['pp']}/{p['cp']}", format_gib_short(p["model_state_bytes"]),
-            format_gib_short(p["activation_bytes"]), format_gib_short(p["peak_bytes"]),
-            Text(bar, style="red" if frac > 1 else "green"),
-            Text("invalid" if p.get("valid") is False else "yes" if p["fits"] else "NO",
-                 style="green" if p["fits"] and p.get("valid") is not False else "bold red"),
+            "given" if i == 0 else str(i), SHORT.get(p.strategy, p.strategy), f"{p.dp}/{p.tp}/{p.pp}/{p.cp}",
+            format_gib_short(p.model_state_bytes), format_gib_short(p.activation_bytes),
+            format_gib_short(p.peak_bytes), Text(bar, style="red" if frac > 1 else "green"),
+            Text("invalid" if p.valid is False else "yes" if p.fits else "NO",
+                 style="green" if p.fits and p.valid is not False else "bold red"),
         )
     console.print(table)
-    if any(p["strategy"] in SHORT for p in mem["plans"]):
+    if any(p.strategy in SHORT for p in plans):
         console.print(Text(LEGEND, style="dim"))
-    for i, p in enumerate(mem["plans"]):
-        if i == 0 or not p["overrides"]:
+    for i, p in enumerate(plans):
+        if i == 0 or not p.overrides:
             continue
         line = Text(f"{i:>2}  ", style="bold")
-        line.append(inert(_fix_text(p["overrides"], _mlm(where))))
+        line.append(inert(_fix_text(p.overrides, _mlm(where))))
         console.print(line, soft_wrap=True)  # one line, so that it can be copied into a shell
-        console.print(Text("    " + inert(p["cost"] or ""), style="dim"))
-    for note in mem.get("notes", []):
+        console.print(Text("    " + inert(p.cost or ""), style="dim"))
+    for note in mem.notes:
         warn = note.startswith("WARNING")
         console.print(Text(("" if warn else "note: ") + inert(note), style="bold yellow" if warn else "dim"))
-    given = mem["plans"][0]
-    cheapest = next((i for i, p in enumerate(mem["plans"]) if i and p["fits"] and p.get("valid") is not False), None)
-    if given.get("valid") is False:
+    given = plans[0]
+    cheapest = next((i for i, p in enumerate(plans) if i and p.fits and p.valid is not False), None)
+    if given.valid is False:
         msg = "\nAs given: INVALID (fails validation above), so it cannot run whatever its memory."
         msg += (f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
                 " No valid alternative at this GPU count fits.")
         console.print(Text(msg, style="bold red"))
-    elif given["fits"]:
-        console.print(Text(f"\nAs given: fits (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)}).",
+    elif given.fits:
+        console.print(Text(f"\nAs given: fits (peak {fmt_gib(given.peak_bytes)} of {fmt_gib(cap)}).",
                            style="bold green"))
     else:
-        msg = f"\nAs given: does NOT fit (peak {fmt_gib(given['peak_bytes'])} of {fmt_gib(cap)})."
+        msg = f"\nAs given: does NOT fit (peak {fmt_gib(given.peak_bytes)} of {fmt_gib(cap)})."
         msg += f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits."
         console.print(Text(msg, style="bold red"))
 
@@ -252,7 +254,7 @@ def _mark_global_batch_change(replay: dict[str, Any], view: Any) -> None:
                 replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
 
 
-def _fix_text(overrides: list[dict[str, Any]], mlm: bool = False) -> str:
+def _fix_text(overrides: list[dict[str, Any]] | list[Override], mlm: bool = False) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
     With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
     for the keys that have no flag. A field the release removed is deleted (``~key``)."""
@@ -260,10 +262,9 @@ def _fix_text(overrides: list[dict[str, Any]], mlm: bool = False) -> str:
     from diagnose.explain.config.releases import FIELD_MOVES
     from diagnose.explain.render import inline_fix, mlm_flag
 
-    def one(o: dict[str, Any]) -> Override:
-        if o["value"] is None and o["key"] in FIELD_MOVES:  # a field the release removed: the fix deletes it
-            return parse_set("~" + o["key"])
-        return Override(o["key"], o["value"])
+    def one(o: dict[str, Any] | Override) -> Override:
+        o = o if isinstance(o, Override) else Override(o["key"], o["value"])  # replay's fix is still JSON-shaped
+        return parse_set("~" + o.key) if o.value is None and o.key in FIELD_MOVES else o  # a removed field: delete
 
     ovs = [one(o) for o in overrides]
     if not mlm:
@@ -308,30 +309,30 @@ def build(args: Any) -> tuple[dict[str, Any], int, str]:
         replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
     _mark_global_batch_change(replay, view)
     plan = memory_plan(view, int(args.gpus), capacity, prove=lambda ovs: prove(view, ovs, version))
-    out: dict[str, Any] = {"schema": SCHEMA, "replay": replay, "memory": plan.to_dict()}
+    out: dict[str, Any] = {"schema": SCHEMA, "replay": replay, "memory": plan}  # serialised by run()
     mlm = getattr(view, "framework", None) == "megatron-lm"
     passes = not replay.get("violations")
-    given = out["memory"]["plans"][0]
+    given = plan.given
     if not passes:
-        given["valid"] = False  # the config as given fails validation: its row is for reference, never "working"
-        _lead_with_the_fix(out, view, replay, int(args.gpus), capacity)
+        given.valid = False  # the config as given fails validation: its row is for reference, never "working"
+        _lead_with_the_fix(plan, view, replay, int(args.gpus), capacity)
         fix = _fix_text(replay.get("fix") or [], mlm)
-        out["memory"]["notes"].append(
+        plan.notes.append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
             + (f"validator's fix ({fix})" if fix else "violations above fixed")
             + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
-    elif given.get("valid") is None:
-        given["valid"] = True
-    code = EXIT_OK if (passes and plan.given.fits) else EXIT_FAIL
+    elif given.valid is None:
+        given.valid = True
+    code = EXIT_OK if (passes and given.fits) else EXIT_FAIL
     if mlm:
         where += "; changes as Megatron-LM flags"
     return out, code, where
 
 
-def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
+def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
     """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
     no layout or sharding change is needed), ahead of the memory alternatives."""
-    from diagnose.explain.memory.plan import fix_plan, plan_dict
+    from diagnose.explain.memory.plan import fix_plan, option_of
 
     fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
     if not fix or not (replay.get("after_fix") or {}).get("passes"):
@@ -351,9 +352,7 @@ def _lead_with_the_fix(out: dict[str, Any], view: Any, replay: dict[str, Any], g
     if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
         plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
     plan.valid = True
-    row = plan_dict(plan)
-    plans = out["memory"]["plans"]
-    plans[:] = [plans[0], row] + [p for p in plans[1:] if p["overrides"] != row["overrides"]]
+    memory.plans[:] = [memory.plans[0], option_of(plan)] + [p for p in memory.plans[1:] if p.overrides != fix]
 
 
 def run(args: Any) -> int:
@@ -363,7 +362,7 @@ def run(args: Any) -> int:
     dest = getattr(args, "output", None)
     with output_stream(dest) as fh:
         if getattr(args, "format", "text") == "json":
-            fh.write(json.dumps(out, indent=2, default=str) + "\n")
+            fh.write(json.dumps({**out, "memory": out["memory"].to_dict()}, indent=2, default=str) + "\n")
         else:
             _render_text(out, where, fh if dest else None, getattr(args, "color", "auto"))
     return code

@@ -553,12 +553,11 @@ class DiagnoseApp(App):
         if view is None:
             self.notify("No config with a model shape was found in the log: nothing to plan.", severity="warning")
             return
-        memory = (self.report.memory if self.report is not None else None) or {}
-        current = memory.get("current") or {}
-        default_gpus = current.get("gpus") if isinstance(current.get("gpus"), int) else 1
-        capacity = memory.get("gpu_capacity_bytes")
+        memory = self.report.memory if self.report is not None else None
+        default_gpus = memory.current.gpus if memory is not None and memory.current is not None else 1
+        capacity = memory.gpu_capacity_bytes if memory is not None else None
         label = "from the OOM message"
-        if not isinstance(capacity, int) or capacity <= 0:
+        if not capacity or capacity <= 0:
             gpu = gpu_by_name("h100-80gb")
             capacity, label = gpu.capacity_bytes, f"{gpu.name}, assumed: the log does not say"
         title = self._inputs_title() or "job config"

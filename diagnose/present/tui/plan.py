@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -23,10 +23,14 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.units import format_gib_short
+
+if TYPE_CHECKING:
+    from diagnose.explain.memory.plan import MemoryPlan
 
 BAR_CELLS = 16
 COST_CELLS = 44  # the cost column's width when the screen's width is not known yet
@@ -53,7 +57,7 @@ class PlanRequest:
 @dataclass
 class PlanResult:
     replay: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
+    memory: MemoryPlan | None = None
     error: str | None = None  # the config could not be validated or planned: said on the screen
 
 
@@ -123,7 +127,7 @@ def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = N
     memory, error = None, None
     try:
         memory = memory_plan(view, int(req.gpus), req.capacity,
-                             prove=lambda ovs: prove(view, ovs, req.bridge_version)).to_dict()
+                             prove=lambda ovs: prove(view, ovs, req.bridge_version))
     except DiagnoseError as e:
         error = str(e)
     except Exception as e:  # noqa: BLE001
@@ -141,7 +145,7 @@ def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = N
     return PlanResult(replay, memory, error)
 
 
-def _mark_validation(replay: dict[str, Any], memory: dict[str, Any] | None, view: Any) -> None:
+def _mark_validation(replay: dict[str, Any], memory: MemoryPlan | None, view: Any) -> None:
     """As ``diagnose check`` does: a config that fails validation is never a working plan (given row
     ``valid=False``), and a validator fix that changes the global batch size says so."""
     from diagnose.present.commands import check
@@ -149,12 +153,11 @@ def _mark_validation(replay: dict[str, Any], memory: dict[str, Any] | None, view
     mark_gbs = getattr(check, "_mark_global_batch_change", None)
     if callable(mark_gbs):
         mark_gbs(replay, view)
-    plans = (memory or {}).get("plans") or []
-    if plans:
+    if memory is not None and memory.plans:
         if replay.get("violations"):
-            plans[0]["valid"] = False
-        elif plans[0].get("valid") is None:
-            plans[0]["valid"] = True
+            memory.given.valid = False
+        elif memory.given.valid is None:
+            memory.given.valid = True
 
 
 def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
@@ -179,12 +182,12 @@ def gpus_from_view(view: Any, default: int = 1) -> int:
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def plan_bar(p: dict[str, Any], capacity: int, cells: int = BAR_CELLS) -> Text:
+def plan_bar(p: MemoryOption, capacity: int, cells: int = BAR_CELLS) -> Text:
     """Model state then activations, against the capacity (the end of the bar); ``▶`` when over it."""
     text = Text()
     if capacity <= 0:
         return text
-    state, act = int(p.get("model_state_bytes") or 0), int(p.get("activation_bytes") or 0)
+    state, act = p.model_state_bytes, p.activation_bytes or 0
     total = state + act
     filled = min(cells, round(cells * total / capacity))
     state_cells = min(filled, round(cells * state / capacity))
@@ -200,23 +203,22 @@ def plan_bar(p: dict[str, Any], capacity: int, cells: int = BAR_CELLS) -> Text:
 
 
 
-def plan_row(i: int, p: dict[str, Any], capacity: int, cost_cells: int = COST_CELLS) -> tuple[Any, ...]:
+def plan_row(i: int, p: MemoryOption, capacity: int, cost_cells: int = COST_CELLS) -> tuple[Any, ...]:
     """One table row; the cost is its first clause (the whole of it is under the table for the selected row)."""
-    fits = bool(p.get("fits"))
-    cost = str(p.get("cost") or ("as given" if i == 0 else "")).split(":", 1)[0].strip()
+    cost = (p.cost or ("as given" if i == 0 else "")).split(":", 1)[0].strip()
     if len(cost) > cost_cells:
         cost = cost[: max(1, cost_cells - 1)] + "…"
     return (
         Text("given", "bold") if i == 0 else str(i),
-        Text(inert(SHORT.get(str(p.get("strategy")), str(p.get("strategy"))))),
-        f"{p.get('dp')}/{p.get('tp')}/{p.get('pp')}/{p.get('cp')}",
-        f"{float(p.get('bytes_per_param') or 0):.1f}",
-        format_gib_short(p.get("model_state_bytes")),
-        format_gib_short(p.get("activation_bytes")),
-        Text(format_gib_short(p.get("peak_bytes")), "bold"),
+        Text(inert(SHORT.get(p.strategy, p.strategy))),
+        f"{p.dp}/{p.tp}/{p.pp}/{p.cp}",
+        f"{p.bytes_per_param:.1f}",
+        format_gib_short(p.model_state_bytes),
+        format_gib_short(p.activation_bytes),
+        Text(format_gib_short(p.peak_bytes), "bold"),
         plan_bar(p, capacity),
-        Text("invalid", "bold red") if p.get("valid") is False else
-        Text("yes", "bold green") if fits else Text("NO", "bold red"),
+        Text("invalid", "bold red") if p.valid is False else
+        Text("yes", "bold green") if p.fits else Text("NO", "bold red"),
         Text(inert(cost), "dim"),
     )
 
@@ -244,21 +246,20 @@ def verdict_text(replay: dict[str, Any] | None) -> Text:
     return text
 
 
-def summary_text(memory: dict[str, Any]) -> Text:
-    plans = memory.get("plans") or []
-    cap = int(memory.get("gpu_capacity_bytes") or 0)
+def summary_text(memory: MemoryPlan) -> Text:
+    plans, cap = memory.plans, memory.capacity
     if not plans:
         return Text("No plan.", "dim")
     given = plans[0]
-    peak = format_bytes(int(given.get("peak_bytes") or 0))
+    peak = format_bytes(given.peak_bytes or 0)
     text = Text()
-    cheapest = next((i for i, p in enumerate(plans) if i and p.get("fits") and p.get("valid") is not False), None)
-    if given.get("valid") is False:
+    cheapest = next((i for i, p in enumerate(plans) if i and p.fits and p.valid is not False), None)
+    if given.valid is False:
         text.append("As given: INVALID (fails validation), so it cannot run whatever its memory.", "bold red")
         text.append(f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
                     " No valid alternative at this GPU count fits.", "bold")
         return text
-    if given.get("fits"):
+    if given.fits:
         text.append(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
         return text
     text.append(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
@@ -267,25 +268,24 @@ def summary_text(memory: dict[str, Any]) -> Text:
     return text
 
 
-def plan_detail(i: int, p: dict[str, Any]) -> Text:
+def plan_detail(i: int, p: MemoryOption) -> Text:
     text = Text()
     text.append("given: the config as given, with the what-ifs" if i == 0 else f"#{i}", "bold")
     if i:
-        text.append(f"  {inert(str(p.get('label') or ''))}")
+        text.append(f"  {inert(p.label)}")
     text.append("\n")
-    overrides = p.get("overrides") or []
-    if overrides:
+    if p.overrides:
         text.append("change: ", "bold")
-        text.append(inert(overrides_text(_overrides(overrides))), "green")
+        text.append(inert(overrides_text(p.overrides)), "green")
         text.append("\n")
-    if p.get("cost"):
+    if p.cost:
         text.append("cost: ", "bold")
-        text.append(inert(str(p["cost"])) + "\n", "dim")
-    comps = p.get("components") or {}
-    if comps:
+        text.append(inert(p.cost) + "\n", "dim")
+    parts = {k: v for k, v in p.components.to_dict().items() if v}  # a kind this plan does not hold is left out
+    if parts:
         text.append("per GPU: ", "bold")
-        text.append(" · ".join(f"{inert(str(k))} {format_gib_short(v)}" for k, v in comps.items()))
-        text.append(f" · activations {format_gib_short(p.get('activation_bytes'))}")
+        text.append(" · ".join(f"{k} {format_gib_short(v)}" for k, v in parts.items()))
+        text.append(f" · activations {format_gib_short(p.activation_bytes)}")
     return text
 
 
@@ -398,14 +398,14 @@ class PlanScreen(Screen):
             self.query_one("#plan-summary", Static).update(Text(why, "bold red" if result.error else "dim"))
             self.query_one("#plan-detail", Static).update("")
             return
-        cap = int(memory.get("gpu_capacity_bytes") or self.capacity)
+        cap = memory.capacity or self.capacity
         cost_cells = max(12, self.size.width - FIXED_CELLS) if self.size.width else COST_CELLS
-        for i, p in enumerate(memory.get("plans") or []):
+        for i, p in enumerate(memory.plans):
             table.add_row(*plan_row(i, p, cap, cost_cells), key=str(i))
         summary = summary_text(memory)
         summary.append("  bars: █ state ▓ activations │ GPU", "dim")
-        for note in memory.get("notes") or []:
-            summary.append("\nnote: " + inert(str(note)), "dim")
+        for note in memory.notes:
+            summary.append("\nnote: " + inert(note), "dim")
         self.query_one("#plan-summary", Static).update(summary)
         self._show_title()
         self._show_detail(table.cursor_row)
@@ -452,7 +452,7 @@ class PlanScreen(Screen):
         row = event.cursor_row
         if self.busy or not (0 < row < len(plans)):
             return
-        change = _overrides(plans[row].get("overrides"))
+        change = plans[row].overrides
         if not change:
             return
         self.sets = merge_sets(self.sets, change)
@@ -464,7 +464,7 @@ class PlanScreen(Screen):
         row = self.query_one("#plans", DataTable).cursor_row
         if not (0 <= row < len(plans)):
             return row, []
-        return row, _overrides(plans[row].get("overrides"))
+        return row, list(plans[row].overrides)
 
     def action_copy_plan(self) -> None:
         """``c``: the highlighted plan's change (Bridge CLI words, export lines) to the clipboard, made inert."""
@@ -491,10 +491,10 @@ class PlanScreen(Screen):
         if os.path.exists(target):
             self.notify(f"{inert(path)} exists: choose a new name.", severity="error")
             return
-        memory = self.result.memory if self.result is not None and self.result.memory else {}
+        memory = self.result.memory if self.result is not None else None
         try:
             with open(target, "x", encoding="utf-8") as fh:
-                json.dump(memory, fh, indent=2, default=str)
+                json.dump(memory.to_dict() if memory is not None else {}, fh, indent=2, default=str)
         except OSError as e:
             self.notify(f"cannot write {inert(path)}: {e.strerror or e}", severity="error")
             return
@@ -527,8 +527,8 @@ class PlanScreen(Screen):
         if self.capacity_label:
             text.append(f" ({inert(self.capacity_label)})", "dim")
         memory = self.result.memory if self.result is not None else None
-        if memory:
-            text.append(f" · {int(memory.get('params') or 0) / 1e9:.2f}B parameters")
+        if memory is not None:
+            text.append(f" · {memory.params / 1e9:.2f}B parameters")
         self.query_one("#plan-title", Static).update(text)
 
     def _show_applied(self) -> None:
@@ -542,8 +542,7 @@ class PlanScreen(Screen):
         self.query_one("#applied", Static).update(text)
 
     def _show_detail(self, row: int | None) -> None:
-        memory = self.result.memory if self.result is not None else None
-        plans = (memory or {}).get("plans") or []
+        plans = self.plan_rows()
         if row is None or not (0 <= row < len(plans)):
             self.query_one("#plan-detail", Static).update("")
             return
@@ -551,9 +550,9 @@ class PlanScreen(Screen):
 
     # ---------------------------------------------------------------------------------------- for tests
 
-    def plan_rows(self) -> list[dict[str, Any]]:
-        memory = self.result.memory if self.result is not None and self.result.memory else {}
-        return list(memory.get("plans") or [])
+    def plan_rows(self) -> list[MemoryOption]:
+        memory = self.result.memory if self.result is not None else None
+        return list(memory.plans) if memory is not None else []
 
 
 class PlanApp(App):

@@ -1,0 +1,118 @@
+"""The memory model's answer in words, for people: the -v MEMORY section of the text report and the memory details
+of the markdown report. Read from the typed ``MemoryAnalysis``; sizes in GiB; plain strings, made inert by the
+caller (labels and notes may carry config values).
+"""
+
+from __future__ import annotations
+
+from diagnose.explain.memory.gpus import fmt_gib
+from diagnose.explain.render import inline_fix
+from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction
+
+VERDICTS = {
+    "capacity": "the model state alone cannot fit on this GPU",
+    "fragmentation": "memory was reserved but unallocated: fragmentation",
+    "transient_peak": "a one-off buffer pushed it over the edge",
+    "activations": "activations of the first iterations did not fit",
+    "unknown": "the memory model could not tell why",
+}
+STRATEGIES = {
+    "ddp": "plain DDP",
+    "distributed_optimizer": "the distributed optimizer",
+    "fsdp:no_shard": "Megatron FSDP without sharding",
+    "fsdp:optim": "Megatron FSDP sharding the optimizer state",
+    "fsdp:optim_grads": "Megatron FSDP sharding optimizer state and grads",
+    "fsdp:optim_grads_params": "Megatron FSDP sharding everything",
+}
+PHASES = {"dp_wrap": "at DP wrap time", "model_build": "while building the model",
+          "optimizer_step": "at the first optimizer step", "first_iteration": "in the first iteration",
+          "training": "during training", "eval": "during evaluation", "checkpoint_save": "while saving a checkpoint",
+          "checkpoint_load": "while loading a checkpoint"}
+PARAMS_SOURCES = {"log": "as the log states", "config": "counted from the config's shape"}
+PARTS = (("params", "weights"), ("grads", "grads"), ("main_params", "fp32 main weights"),
+         ("optimizer", "optimizer state"), ("fp8", "FP8 weight copies"), ("cuda_graphs", "CUDA graph buffers"))
+
+
+def memory_lines(memory: MemoryAnalysis) -> list[tuple[str, bool]]:
+    """The section after its lead sentence (``memory.explanation``): ``(line, is_command)`` pairs, nested lines
+    indented with spaces; a command line (a change to paste) is never wrapped."""
+    return [(line, line.startswith(COMMAND)) for line in _lines(memory)]
+
+
+COMMAND = "     change: "
+
+
+def _lines(memory: MemoryAnalysis) -> list[str]:
+    lines = [f"Verdict: {VERDICTS.get(memory.verdict, memory.verdict)}."]
+    gpu = _gpu_line(memory)
+    if gpu:
+        lines.append(gpu)
+    if memory.params:
+        source = PARAMS_SOURCES.get(memory.params_source or "", "")
+        lines.append(f"Model: {memory.params / 1e9:.2f}B parameters per GPU" + (f" ({source})." if source else "."))
+    if memory.current is not None:
+        lines += _prediction_lines(memory.current)
+    if memory.options:
+        lines.append("Options, cheapest first:")
+        for n, option in enumerate(memory.options, 1):
+            lines += _option_lines(n, option)
+    if memory.notes:
+        lines.append("Notes:")
+        lines += [f"  - {note}" for note in memory.notes]
+    return lines
+
+
+def _gpu_line(memory: MemoryAnalysis) -> str:
+    bits = []
+    if memory.gpu_capacity_bytes:
+        usable = memory.current.usable_bytes if memory.current is not None else None
+        bits.append(f"GPU of {fmt_gib(memory.gpu_capacity_bytes)}"
+                    + (f" ({fmt_gib(usable)} usable by the model)" if usable else ""))
+    if memory.requested_bytes:
+        what = f" ({memory.request_is})" if memory.request_is else ""
+        bits.append(f"the failing request: {fmt_gib(memory.requested_bytes)}{what}")
+    where = PHASES.get(memory.phase)
+    return "; ".join(bits) + (f" {where}." if where and bits else "." if bits else "")
+
+
+def _prediction_lines(p: MemoryPrediction) -> list[str]:
+    dp = f"data-parallel size {p.dp}" + ("" if p.dp_known else ", not stated by the log")
+    lines = [f"As configured: {STRATEGIES.get(p.strategy, p.strategy)}, {p.grad_dtype} grads, on {p.gpus} "
+             f"GPU{'s' if p.gpus != 1 else ''} ({dp})."]
+    if not p.sized:
+        lines.append("  Not sized: the config read from the log predicts more than the GPU holds, yet the job "
+                     "trained; part of its config is not in the log.")
+        return lines
+    lines.append(f"  Model state per GPU: {fmt_gib(p.model_state_bytes)} ({p.bytes_per_param:g} bytes per "
+                 f"parameter): {_parts(p.components)}.")
+    if p.transient_bytes:
+        lines.append(f"  Megatron FSDP buffers in flight: {fmt_gib(p.transient_bytes)}.")
+    lines.append("  Activations: " + ("not sized (no model shape)." if p.activation_bytes is None
+                                      else f"{fmt_gib(p.activation_bytes)}."))
+    ph = p.phase_peaks
+    lines.append(f"  Predicted: {fmt_gib(ph.dp_wrap)} at DP wrap time, {fmt_gib(ph.optimizer_step)} at the first "
+                 f"optimizer step, {fmt_gib(ph.training)} in training (peak {fmt_gib(p.peak_bytes)}); "
+                 f"{fmt_gib(ph.checkpoint)} while saving a checkpoint.")
+    if p.worst_stage is not None:
+        lines.append(f"  Pipeline stages (GiB): {' / '.join(f'{b / 2**30:.1f}' for b in p.stage_peak_bytes)}; "
+                     f"the peak is on stage {p.worst_stage}.")
+    return lines
+
+
+def _parts(b: Breakdown) -> str:
+    return ", ".join(f"{name} {fmt_gib(getattr(b, key))}" for key, name in PARTS
+                     if getattr(b, key) or key not in ("fp8", "cuda_graphs"))
+
+
+def _option_lines(n: int, o: MemoryOption) -> list[str]:
+    verdict = "fits" if o.fits else "does not fit"
+    if o.valid is False:
+        verdict += ", but the validator refuses it"
+    peak = f", predicted peak {fmt_gib(o.peak_bytes)}" if o.peak_bytes else ""
+    lines = [f"  {n}. {o.label}: {verdict}{peak}."]
+    change = inline_fix(o.overrides)
+    if change:
+        lines.append(COMMAND + change)
+    if o.cost:
+        lines.append(f"     cost: {o.cost}")
+    return lines
