@@ -63,11 +63,12 @@ def test_report_sections_are_typed_not_dicts():
 
     from diagnose.configview import ConfigView
     from diagnose.explained import ReplayResult, VerifyResult
+    from diagnose.memory_types import MemoryAnalysis
     from diagnose.model import Finding, FindingReplay, Fix, Report
 
     hints = typing.get_type_hints(Report, localns={"ConfigView": ConfigView, "ReplayResult": ReplayResult,
-                                                   "VerifyResult": VerifyResult})
-    assert hints["config"] == ConfigView | None
+                                                   "VerifyResult": VerifyResult, "MemoryAnalysis": MemoryAnalysis})
+    assert hints["config"] == ConfigView | None and hints["memory"] == MemoryAnalysis | None
     assert hints["replay"] == ReplayResult | None and hints["verify"] == VerifyResult | None
     finding = typing.get_type_hints(Finding)
     assert finding["replay"] == FindingReplay | None and finding["proven_fix"] == Fix | None

@@ -163,11 +163,17 @@ def test_long_prose_in_a_section_wraps_under_its_key():
 
 
 def test_sizes_in_sections_are_humanised_in_text_and_markdown():
-    replay = {"fits": True, "fit": {"peak_bytes": 99900708864, "capacity_bytes": 150109106995, "gpus": 8}}
-    report = _report([_finding()], replay=replay)
+    from diagnose.explained import CapacityFit
+
+    finding = _finding()
+    replay = _replayed(True)
+    replay.fits = True
+    replay.fit = CapacityFit(finding, [], True, gpus=8, peak_bytes=99900708864, capacity_bytes=150109106995)
+    report = _report([finding], replay=replay)
     for out in (render_to_string(report, width=100), render_markdown(report)):
         assert "peak_bytes: 93.04 GiB" in out and "capacity_bytes: 139.80 GiB" in out and "gpus: 8" in out
-    assert json.loads(render_json(report))["replay"] == replay
+    fit = json.loads(render_json(report))["replay"]["fit"]
+    assert fit["peak_bytes"] == 99900708864 and fit["capacity_bytes"] == 150109106995 and fit["gpus"] == 8
 
 
 def test_no_trailing_blanks_after_evidence_and_facts():
