@@ -80,6 +80,30 @@ CAPTURES: list[CaptureSpec] = [
     ),
     CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
     CaptureSpec("exiting", anchor="exiting program ", keep="last"),
+    # Other trainers' progress lines (HF Trainer / accelerate, DeepSpeed, Lightning, torchtune) and NCCL's own start-up.
+    CaptureSpec("nccl_start", anchor="NCCL INFO Bootstrap", keep="first_last"),
+    CaptureSpec(
+        "train_progress",
+        anchor="loss",
+        regex=r"^\{'loss': [-\d.e+]+|\bstep=\d+, skipped=\d+, lr=|\d+/\d+ \[[^\]]*(?:it/s|s/it), loss=|"
+        r"^(?:\S+\s+)?(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.{0,80}?\b[Ll]oss\b\s*[:=]?\s*-?\d",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "framework_save_start",
+        anchor="aving",
+        regex=r"Saving model checkpoint to |Saving checkpoint\. This may take some time|"
+        r"Model checkpoint of size [\d.]+ \w+ saved to |\bis about to be saved!|saving model to ",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "framework_load_start",
+        anchor="heckpoint",
+        regex=r"Restoring states from the checkpoint path at |Loading model from .*checkpoint|"
+        r"Continuing training from checkpoint",
+        keep="first_last",
+    ),
+    CaptureSpec("framework_loaded", anchor="Restored all states from the checkpoint", keep="first_last"),
 ]
 
 MARKER_NAMES = tuple(spec.name for spec in CAPTURES)
@@ -106,8 +130,16 @@ _PHASE_AFTER_MARKER = {
     "eval_done": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
+    "nccl_start": "init",
+    "train_progress": "training",
+    "framework_save_start": "checkpoint_save",
+    "framework_load_start": "checkpoint_load",
+    "framework_loaded": "first_iteration",
 }
-_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done")
+_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done", "train_progress")
+# NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
+# after training progress it says nothing about the phase.
+_WEAK_AFTER_PROGRESS = {"nccl_start"}
 TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its first iteration
 
 # Frame patterns, most specific phase first: the first phase with a matching frame wins. Each frame is reduced to
@@ -116,12 +148,17 @@ TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its
 _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "checkpoint_save",
-        re.compile(r":(?:save_checkpoint\w*|save_sharded_\w*)$|dist_checkpointing/serialization\.py:save$", re.M),
+        re.compile(
+            r":(?:_?save_checkpoint\w*|save_sharded_\w*|_save_optimizer_and_scheduler|save_pretrained|save_model)$|"
+            r"dist_checkpointing/serialization\.py:save$|torch/serialization\.py:save$|safetensors/torch\.py:save_file$",
+            re.M,
+        ),
     ),
     (
         "checkpoint_load",
         re.compile(
-            r":(?:load_checkpoint\w*|_load_checkpoint\w*|_load_base_checkpoint|load_sharded_\w*)$|"
+            r":(?:load_checkpoint\w*|_load_checkpoint\w*|_load_base_checkpoint|load_sharded_\w*|"
+            r"_load_from_checkpoint|_load_optimizer_and_scheduler|restore_training_state|load_fsdp_\w+)$|"
             r"dist_checkpointing/serialization\.py:load$",
             re.M,
         ),
@@ -271,7 +308,10 @@ def phase_of(
             return from_frames
         if not events:
             return "unknown"
-        return _PHASE_AFTER_MARKER[events[-1][1]]
+        last = events[-1][1]
+        if last in _WEAK_AFTER_PROGRESS and seen_progress:
+            return "training"
+        return _PHASE_AFTER_MARKER[last]
     except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
         return "unknown"
 
