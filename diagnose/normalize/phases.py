@@ -186,6 +186,16 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     ("eval", re.compile(r":(?:evaluate|evaluate_and_print_results|evaluate_\w+)$", re.M)),
     # Bridge/Megatron setup warms up fused kernels with activation-sized tensors before training starts.
     ("init", re.compile(r":(?:set_jit_fusion_options|_warmup_jit_function)$", re.M)),
+    # Trainer construction and its argument checks (Lightning's accelerator/device parsing, DeepSpeed's config) run at
+    # set-up, whatever function of the user's script called them (often one named train).
+    (
+        "init",
+        re.compile(
+            r"(?:accelerator_connector|device_parser)\.py:\w+$|deepspeed/runtime/config\.py:\w+$|"
+            r"deepspeed/__init__\.py:initialize$",
+            re.M,
+        ),
+    ),
     # Datasets are built during setup, before the first iteration.
     (
         "init",
