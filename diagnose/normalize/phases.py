@@ -85,7 +85,7 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec(
         "train_progress",
         anchor="loss",
-        regex=r"^\{'loss': [-\d.e+]+|\bstep=\d+, skipped=\d+, lr=|\d+/\d+ \[[^\]]*(?:it/s|s/it), loss=|"
+        regex=r"^\{'loss': [-\d.e+]+|\bstep=\d+, skipped=\d+, lr=|\d+/\d+ \[[^\]]*(?:it/s|s/it),[^\]]*loss=|"
         r"^(?:\S+\s+)?(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.{0,80}?\b[Ll]oss\b\s*[:=]?\s*-?\d",
         keep="first_last",
     ),
