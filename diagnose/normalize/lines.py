@@ -133,6 +133,7 @@ _PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
 # horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"): only those three letters
 # let a line starting with an upper-case letter other than IWEF try the prefix regex.
 _WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
+_WEEKDAY_INITIALS = frozenset("MTWFS")
 _MAX_LAYERS = 8
 
 
@@ -154,7 +155,7 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
     elif "\x1b" in text or "\x9b" in text:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
-    if not text or (text[0] not in _PREFIX_START and text[:3] not in _WEEKDAYS):
+    if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
         return line
     _peel_prefixes(line, text)
     rest = line.text
@@ -211,7 +212,10 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
     saw_rank = False
     end = len(text)
     for _ in range(_MAX_LAYERS):
-        if pos >= end or (text[pos] not in _PREFIX_START and text[pos : pos + 3] not in _WEEKDAYS):
+        if pos >= end:
+            break
+        first = text[pos]
+        if first not in _PREFIX_START and (first not in _WEEKDAY_INITIALS or text[pos : pos + 3] not in _WEEKDAYS):
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:

@@ -82,11 +82,14 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("exiting", anchor="exiting program ", keep="last"),
     # Other trainers' progress lines (HF Trainer / accelerate, DeepSpeed, Lightning, torchtune) and NCCL's own start-up.
     CaptureSpec("nccl_start", anchor="NCCL INFO Bootstrap", keep="first_last"),
+    # (simple anchors and regexes: each capture regex is also compiled for Hyperscan, bounded repeats are costly)
+    CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
+    CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
+    CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
     CaptureSpec(
-        "train_progress",
-        anchor="loss",
-        regex=r"^\{'loss': [-\d.e+]+|\bstep=\d+, skipped=\d+, lr=|\d+/\d+ \[[^\]]*(?:it/s|s/it),[^\]]*loss=|"
-        r"^(?:\S+\s+)?(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.{0,80}?\b[Ll]oss\b\s*[:=]?\s*-?\d",
+        "step_loss",
+        anchor="oss",
+        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b",
         keep="first_last",
     ),
     CaptureSpec(
@@ -131,12 +134,18 @@ _PHASE_AFTER_MARKER = {
     "training_done": "shutdown",
     "exiting": "shutdown",
     "nccl_start": "init",
-    "train_progress": "training",
+    "hf_loss_log": "training",
+    "deepspeed_step_log": "training",
+    "tqdm_loss": "training",
+    "step_loss": "training",
     "framework_save_start": "checkpoint_save",
     "framework_load_start": "checkpoint_load",
     "framework_loaded": "first_iteration",
 }
-_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done", "train_progress")
+_TRAINING_PROGRESS = (
+    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
+    "step_loss",
+)
 # NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
 # after training progress it says nothing about the phase.
 _WEAK_AFTER_PROGRESS = {"nccl_start"}
