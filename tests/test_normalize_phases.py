@@ -213,6 +213,8 @@ def test_other_trainers_markers(after_line, phase):
         (_frames(("transformers/trainer.py", "train"), ("transformers/trainer.py", "_load_from_checkpoint")),
          "checkpoint_load"),
         (_frames(("a.py", "main"), ("/x/torch/serialization.py", "load")), None),
+        (_frames(("accelerate/accelerator.py", "prepare_model"), ("/x/torch/nn/parallel/distributed.py", "__init__"),
+                 ("/x/torch/distributed/utils.py", "_verify_param_shape_across_processes")), "dp_wrap"),
     ],
 )
 def test_other_trainers_save_and_load_frames(frames, phase):

@@ -188,7 +188,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
             r"wrap_with_ddp)$|"
             r"(?:distributed_data_parallel|fully_sharded_data_parallel|param_and_grad_buffer|mcore_fsdp_adapter|"
             r"megatron_fsdp)\.py:__init__$|"
-            r"(?:DistributedDataParallel|FullyShardedDataParallel|ParamAndGradBuffer)\.__init__$",
+            r"(?:DistributedDataParallel|FullyShardedDataParallel|ParamAndGradBuffer)\.__init__$|"
+            r"torch/nn/parallel/distributed\.py:__init__$|:_verify_param_shape_across_processes$",
             re.M,
         ),
     ),
