@@ -109,7 +109,8 @@ def test_a_generic_error_before_the_timeout_stays_the_root():
 
 
 def test_a_catch_all_speaks_only_when_nothing_else_did_and_says_so():
-    only_warn = "gpu7:77:88 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got async event : port error\n"
+    # (a port error has its own rule now, HW050: a WARN no rule knows is the catch-all's)
+    only_warn = "gpu7:77:88 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got async event : local work queue catastrophic error\n"
     root = match_text(only_warn, CATALOGUE).root
     assert root is not None and root.rule == "PY007" and root.basis == "catchall" and root.severity == "error"
     with_error = only_warn + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
@@ -130,3 +131,34 @@ def test_an_nccl_warn_catch_all_names_the_subsystem():
     line = "gpu-7:7713:7928 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0\n"
     root = match_text(line, CATALOGUE).root
     assert root is not None and root.facts.get("subsystem") == "network (InfiniBand/RoCE)"
+
+
+def test_raised_in_reads_only_the_innermost_frame():
+    # the DeepSpeed batch check called from transformers' from_pretrained (zero.Init): the check speaks, not the caller
+    called_from_load = [
+        'File "/env/lib/python3.9/site-packages/transformers/modeling_utils.py", line 2670, in from_pretrained',
+        'File "/env/lib/python3.9/site-packages/deepspeed/runtime/config.py", line 883, in _batch_assertion',
+    ]
+    line = "AssertionError: Check batch related parameters. train_batch_size is not equal to 256 != 8 * 1 * 8"
+    got = infer(CATALOGUE.inferences, "PY002", line, called_from_load, "unknown")
+    assert got is not None and got.inference.code == "IF082"
+    assert got.basis.endswith('config.py", line 883, in _batch_assertion)')
+    # the same check one frame further out is not where it was raised: the frames tables decide as before
+    outer = list(reversed(called_from_load))
+    got = infer(CATALOGUE.inferences, "PY002", line, outer, "unknown")
+    assert got is not None and got.inference.code != "IF082"
+    inf = parse_inference({"code": "IF999", "category": "data", "why": "x", "raised_in": ["reader.py"]}, "t")
+    assert infer([inf], "PY001", "ValueError: x", ['File "/a/reader.py", line 1, in f', 'File "/a/b.py", line 2, in g'], "unknown") is None
+    assert infer([inf], "PY001", "ValueError: x", ['File "/a/b.py", line 2, in g', 'File "/a/reader.py", line 1, in f'], "unknown") is not None
+
+
+def test_a_collective_that_timed_out_is_a_timeout_not_a_launcher_failure():
+    # barrier inside transformers' main_process_first: rank 0 was busy longer than the timeout
+    frames = ['File "/usr/lib/python3.8/dist-packages/transformers/training_args.py", line 1276, in main_process_first',
+              'File "/usr/lib/python3.8/dist-packages/torch/distributed/distributed_c10d.py", line 2776, in barrier']
+    got = infer(CATALOGUE.inferences, "PY001", "RuntimeError: Socket Timeout", frames, "init")
+    assert got is not None and got.inference.category == "nccl_timeout"
+    # the same words while the store is being set up are the launcher's
+    got = infer(CATALOGUE.inferences, "PY001", "RuntimeError: Socket Timeout",
+                ['File "/t/torch/distributed/rendezvous.py", line 198, in _create_c10d_store'], "init")
+    assert got is not None and got.inference.category == "launcher"

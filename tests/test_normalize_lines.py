@@ -248,6 +248,15 @@ def test_mpirun_tag_output_and_lightning_rank_prefixes():
     assert (line.rank, line.text) == (2, "Seed set to 1234")
 
 
+def test_horovodrun_ctime_rank_prefix():
+    line = normalize_line("Tue Nov 10 10:05:04 2020[13]<stderr>:Traceback (most recent call last):")
+    assert (line.rank, line.text, line.timestamp) == (13, "Traceback (most recent call last):", "Tue Nov 10 10:05:04 2020")
+    line = normalize_line("Sat Dec  5 01:02:03 2026[0]<stdout>:epoch 1")
+    assert (line.rank, line.text) == (0, "epoch 1")
+    assert normalize_line("Tue is the day the job ran").rank is None  # a weekday alone is text
+    assert normalize_line("Tue is the day the job ran").text == "Tue is the day the job ran"
+
+
 def test_pdsh_prefix_keeps_the_line_indentation_behind_it():
     """pdsh (the DeepSpeed launcher's multi-node runner) writes "host: " before each line as written, so a traceback's
     indented frame lines keep the host too: the frames and the exception are one stream."""

@@ -178,3 +178,44 @@ def test_phase_of_never_raises(line_no, marks, frames):
 )
 def test_setup_time_frames_are_init(frames, phase):
     assert phase_from_frames(frames) == phase
+
+
+# Other trainers print no Megatron markers; their own progress lines (HF Trainer, torchtune, Lightning, DeepSpeed,
+# plain scripts) and NCCL's start-up say the phase the same way.
+OTHER_RUN = """\
+gpu7:4102:4102 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.7<0>
+Restoring states from the checkpoint path at /ckpt/last.ckpt
+Restored all states from the checkpoint file at /ckpt/last.ckpt
+{'loss': 2.3012, 'grad_norm': 1.25, 'learning_rate': 1e-05, 'epoch': 0.5}
+Saving model checkpoint to out/checkpoint-500
+epoch 1 step 600 loss 1.8817 lr 1.0e-05
+gpu7:4102:4311 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.7<0>
+INFO:torchtune.utils._logging:Saving checkpoint. This may take some time. Retrieving full model state dict...
+"""
+
+
+@pytest.mark.parametrize(
+    "after_line, phase",
+    [(1, "init"), (2, "checkpoint_load"), (3, "first_iteration"), (4, "training"), (5, "checkpoint_save"),
+     (6, "training"), (7, "training"), (8, "checkpoint_save")],
+)
+def test_other_trainers_markers(after_line, phase):
+    # line 7: NCCL's start-up for a communicator created after training began does not send the phase back to init
+    assert phase_of(after_line + 1, "job.log", _marker_lines(OTHER_RUN), []) == phase
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        (_frames(("transformers/trainer.py", "_save_checkpoint"), ("torch/serialization.py", "save")), "checkpoint_save"),
+        (_frames(("ronin/train.py", "train"), ("/x/torch/serialization.py", "save"),
+                 ("/x/torch/serialization.py", "_open_zipfile_writer")), "checkpoint_save"),
+        (_frames(("transformers/trainer.py", "train"), ("transformers/trainer.py", "_load_from_checkpoint")),
+         "checkpoint_load"),
+        (_frames(("a.py", "main"), ("/x/torch/serialization.py", "load")), None),
+        (_frames(("accelerate/accelerator.py", "prepare_model"), ("/x/torch/nn/parallel/distributed.py", "__init__"),
+                 ("/x/torch/distributed/utils.py", "_verify_param_shape_across_processes")), "dp_wrap"),
+    ],
+)
+def test_other_trainers_save_and_load_frames(frames, phase):
+    assert phase_from_frames(frames) == phase

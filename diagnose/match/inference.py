@@ -49,6 +49,11 @@ _LIBRARY_CALL = regex.compile(
 )
 
 
+def innermost_frame(frames: Sequence[str]) -> str:
+    """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
+    return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
+
+
 def raised_in_library(frames: Sequence[str]) -> bool:
     """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
 
@@ -94,6 +99,12 @@ def infer(
                 continue
             head = _FRAME_HEAD.search(frame)
             detail = head.group(0) if head else frame.strip()
+        if inf.raised_in:
+            where = innermost_frame(frames)
+            if not any(needle in where for needle in inf.raised_in):
+                continue
+            head = _FRAME_HEAD.search(where)
+            detail = head.group(0) if head else where.strip()
         if inf.library_frame is not None:
             if library is None:
                 library = raised_in_library(frames)

@@ -109,8 +109,9 @@ class Inference:
     Every condition given must hold; inside one condition any entry may. ``frames_any``: a frame of the line's
     traceback contains one (a library path such as ``megatron/core/dist_checkpointing/``); ``text_any``: a regex
     found in the matched line; ``exc_types``: the exception's type name ends with one; ``library_frame``: the last
-    frame is in an installed package (site-packages/dist-packages), not the user's script; ``phases``: the
-    finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    frame is in an installed package (site-packages/dist-packages), not the user's script; ``raised_in``: the
+    innermost frame (where the exception was raised) contains one; ``phases``: the finding's phase is one of these;
+    ``rules``: the generic rule's code is one of these.
     """
 
     code: str
@@ -121,6 +122,7 @@ class Inference:
     text_any: list[str] = field(default_factory=list)
     exc_types: list[str] = field(default_factory=list)
     library_frame: bool | None = None
+    raised_in: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
@@ -267,8 +269,9 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     if bad:
         raise ValueError(f"phases {bad} are not among {', '.join(PHASES)}")
     frames_any, exc_types = _str_list(raw, "frames_any"), _str_list(raw, "exc_types")
-    if not (frames_any or text_any or exc_types or library is not None):
-        raise ValueError("no condition: give frames_any, text_any, exc_types or library_frame")
+    raised_in = _str_list(raw, "raised_in")
+    if not (frames_any or text_any or exc_types or raised_in or library is not None):
+        raise ValueError("no condition: give frames_any, raised_in, text_any, exc_types or library_frame")
     examples = raw.get("examples", [])
     if not isinstance(examples, list) or not all(isinstance(x, dict) for x in examples):
         raise ValueError("'examples' must be a list of tables")
@@ -281,6 +284,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         text_any=text_any,
         exc_types=exc_types,
         library_frame=library,
+        raised_in=raised_in,
         phases=phases,
         rules=_str_list(raw, "rules"),
         examples=list(examples),

@@ -102,6 +102,8 @@ _LAYER = re.compile(
     r"""
       \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                 # [default0]: [rank3]: [trainer1]:
     | \[(?P<mpi_job>\d{1,9}),(?P<mpi_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?                # mpirun --tag-output
+    | (?P<hvd_ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\ (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\ [\ \d]\d
+        \ \d\d:\d\d:\d\d\ \d{4})\[(?P<hvd_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?        # horovodrun ctime[rank]
     | \[rank:\ (?P<lrank>\d{1,9})\]\ ?                                                # Lightning "[rank: 3] "
     | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?              # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
@@ -128,6 +130,10 @@ _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|s
 
 # Characters a prefix can start with; anything else skips the regex entirely.
 _PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
+# horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"): only those three letters
+# let a line starting with an upper-case letter other than IWEF try the prefix regex.
+_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
+_WEEKDAY_INITIALS = frozenset("MTWFS")
 _MAX_LAYERS = 8
 
 
@@ -149,7 +155,7 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
     elif "\x1b" in text or "\x9b" in text:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
-    if not text or text[0] not in _PREFIX_START:
+    if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
         return line
     _peel_prefixes(line, text)
     rest = line.text
@@ -181,6 +187,7 @@ def _peel_group_margin(line: LogLine) -> None:
 _KIND_BY_LASTGROUP = {
     "role_n": "role",
     "mpi_rank": "mpi",
+    "hvd_rank": "horovod",
     "lrank": "lightning",
     "bhost_n": "bhost",
     "cgtime": "c10_glog",
@@ -205,7 +212,10 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
     saw_rank = False
     end = len(text)
     for _ in range(_MAX_LAYERS):
-        if pos >= end or text[pos] not in _PREFIX_START:
+        if pos >= end:
+            break
+        first = text[pos]
+        if first not in _PREFIX_START and (first not in _WEEKDAY_INITIALS or text[pos : pos + 3] not in _WEEKDAYS):
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:
@@ -237,6 +247,10 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.level = g("oglevel")
         elif kind == "mpi" or kind == "lightning":
             line.rank = int(g("mpi_rank") or g("lrank"))
+            saw_rank = True
+        elif kind == "horovod":
+            line.rank = int(g("hvd_rank"))
+            line.timestamp = g("hvd_ts")
             saw_rank = True
         elif kind == "ray":
             # Ray's log_to_driver (and launchers built on it) tag each actor's lines; the actor is the stream

@@ -80,6 +80,33 @@ CAPTURES: list[CaptureSpec] = [
     ),
     CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
     CaptureSpec("exiting", anchor="exiting program ", keep="last"),
+    # Other trainers' progress lines (HF Trainer / accelerate, DeepSpeed, Lightning, torchtune) and NCCL's own start-up.
+    CaptureSpec("nccl_start", anchor="NCCL INFO Bootstrap", keep="first_last"),
+    # (simple anchors and regexes: each capture regex is also compiled for Hyperscan, bounded repeats are costly)
+    CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
+    CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
+    CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
+    CaptureSpec(
+        "step_loss",
+        anchor="oss",
+        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "framework_save_start",
+        anchor="aving",
+        regex=r"Saving model checkpoint to |Saving checkpoint\. This may take some time|"
+        r"Model checkpoint of size [\d.]+ \w+ saved to |\bis about to be saved!|saving model to ",
+        keep="first_last",
+    ),
+    CaptureSpec(
+        "framework_load_start",
+        anchor="heckpoint",
+        regex=r"Restoring states from the checkpoint path at |Loading model from .*checkpoint|"
+        r"Continuing training from checkpoint",
+        keep="first_last",
+    ),
+    CaptureSpec("framework_loaded", anchor="Restored all states from the checkpoint", keep="first_last"),
 ]
 
 MARKER_NAMES = tuple(spec.name for spec in CAPTURES)
@@ -106,8 +133,22 @@ _PHASE_AFTER_MARKER = {
     "eval_done": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
+    "nccl_start": "init",
+    "hf_loss_log": "training",
+    "deepspeed_step_log": "training",
+    "tqdm_loss": "training",
+    "step_loss": "training",
+    "framework_save_start": "checkpoint_save",
+    "framework_load_start": "checkpoint_load",
+    "framework_loaded": "first_iteration",
 }
-_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done")
+_TRAINING_PROGRESS = (
+    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
+    "step_loss",
+)
+# NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
+# after training progress it says nothing about the phase.
+_WEAK_AFTER_PROGRESS = {"nccl_start"}
 TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its first iteration
 
 # Frame patterns, most specific phase first: the first phase with a matching frame wins. Each frame is reduced to
@@ -116,12 +157,17 @@ TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its
 _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "checkpoint_save",
-        re.compile(r":(?:save_checkpoint\w*|save_sharded_\w*)$|dist_checkpointing/serialization\.py:save$", re.M),
+        re.compile(
+            r":(?:_?save_checkpoint\w*|save_sharded_\w*|_save_optimizer_and_scheduler|save_pretrained|save_model)$|"
+            r"dist_checkpointing/serialization\.py:save$|torch/serialization\.py:save$|safetensors/torch\.py:save_file$",
+            re.M,
+        ),
     ),
     (
         "checkpoint_load",
         re.compile(
-            r":(?:load_checkpoint\w*|_load_checkpoint\w*|_load_base_checkpoint|load_sharded_\w*)$|"
+            r":(?:load_checkpoint\w*|_load_checkpoint\w*|_load_base_checkpoint|load_sharded_\w*|"
+            r"_load_from_checkpoint|_load_optimizer_and_scheduler|restore_training_state|load_fsdp_\w+)$|"
             r"dist_checkpointing/serialization\.py:load$",
             re.M,
         ),
@@ -142,13 +188,24 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
             r"wrap_with_ddp)$|"
             r"(?:distributed_data_parallel|fully_sharded_data_parallel|param_and_grad_buffer|mcore_fsdp_adapter|"
             r"megatron_fsdp)\.py:__init__$|"
-            r"(?:DistributedDataParallel|FullyShardedDataParallel|ParamAndGradBuffer)\.__init__$",
+            r"(?:DistributedDataParallel|FullyShardedDataParallel|ParamAndGradBuffer)\.__init__$|"
+            r"torch/nn/parallel/distributed\.py:__init__$|:_verify_param_shape_across_processes$",
             re.M,
         ),
     ),
     ("eval", re.compile(r":(?:evaluate|evaluate_and_print_results|evaluate_\w+)$", re.M)),
     # Bridge/Megatron setup warms up fused kernels with activation-sized tensors before training starts.
     ("init", re.compile(r":(?:set_jit_fusion_options|_warmup_jit_function)$", re.M)),
+    # Trainer construction and its argument checks (Lightning's accelerator/device parsing, DeepSpeed's config) run at
+    # set-up, whatever function of the user's script called them (often one named train).
+    (
+        "init",
+        re.compile(
+            r"(?:accelerator_connector|device_parser)\.py:\w+$|deepspeed/runtime/config\.py:\w+$|"
+            r"deepspeed/__init__\.py:initialize$",
+            re.M,
+        ),
+    ),
     # Datasets are built during setup, before the first iteration.
     (
         "init",
@@ -271,7 +328,10 @@ def phase_of(
             return from_frames
         if not events:
             return "unknown"
-        return _PHASE_AFTER_MARKER[events[-1][1]]
+        last = events[-1][1]
+        if last in _WEAK_AFTER_PROGRESS and seen_progress:
+            return "training"
+        return _PHASE_AFTER_MARKER[last]
     except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
         return "unknown"
 
