@@ -178,3 +178,34 @@ def test_phase_of_never_raises(line_no, marks, frames):
 )
 def test_setup_time_frames_are_init(frames, phase):
     assert phase_from_frames(frames) == phase
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        # verl creates its Ray worker groups (and their config checks run) before any step
+        # (corpus/dev/c-verl-ttrl-ppo-mini-batch-normalised-to-zero.log).
+        (
+            _frames(("/w/verl/trainer/main_ppo.py", "run"), ("/w/verl/trainer/ppo/ray_trainer.py", "init_workers"),
+                    ("/w/verl/single_controller/ray/base.py", "__call__")),
+            "init",
+        ),
+        (_frames(("/w/verl/trainer/ppo/ray_trainer.py", "init_model"),), "init"),
+        # NeMo Automodel builds the model and loads its base weights inside build_model_and_optimizer
+        # (corpus/dev/c-automodel-tp2-remote-code-default-plan-shard-order-assert.log).
+        (
+            _frames(("/o/nemo_automodel/recipes/llm/train_ft.py", "setup"),
+                    ("/o/nemo_automodel/recipes/llm/train_ft.py", "build_model_and_optimizer"),
+                    ("/o/nemo_automodel/components/checkpoint/checkpointing.py", "load_base_model")),
+            "model_build",
+        ),
+        # a checkpoint load frame below it still names the load
+        (
+            _frames(("/o/nemo_automodel/recipes/llm/train_ft.py", "build_model_and_optimizer"),
+                    ("/o/megatron/training/checkpointing.py", "load_checkpoint")),
+            "checkpoint_load",
+        ),
+    ],
+)
+def test_worker_and_model_setup_frames(frames, phase):
+    assert phase_from_frames(frames) == phase

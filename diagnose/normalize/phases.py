@@ -161,7 +161,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "model_build",
         re.compile(
-            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers)$|"
+            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|"
+            r"build_model_and_optimizer|apply_model_infrastructure)$|"
             r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
             r"embedding\w*)\.py:__init__$",
             re.M,
@@ -180,7 +181,7 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r":(?:validate|runtime_config_update|initialize_megatron|_initialize_distributed|init_process_group|"
             r"finalize|__post_init__|initialize_model_parallel|validate_args|parse_args|_create_c10d_store|"
-            r"rendezvous|next_rendezvous)$",
+            r"rendezvous|next_rendezvous|init_workers|init_model)$",
             re.M,
         ),
     ),
