@@ -181,7 +181,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r":(?:validate|runtime_config_update|initialize_megatron|_initialize_distributed|init_process_group|"
             r"finalize|__post_init__|initialize_model_parallel|validate_args|parse_args|_create_c10d_store|"
-            r"rendezvous|next_rendezvous|init_workers|init_model)$",
+            r"rendezvous|next_rendezvous|init_workers|init_model)$|"
+            r"single_controller/ray/base\.py:__init__$",  # verl: a Ray worker group's workers being created
             re.M,
         ),
     ),
