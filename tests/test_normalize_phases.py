@@ -191,6 +191,8 @@ def test_setup_time_frames_are_init(frames, phase):
             "init",
         ),
         (_frames(("/w/verl/trainer/ppo/ray_trainer.py", "init_model"),), "init"),
+        # the worker's own construction, as the Ray actor's creation task prints it
+        (_frames(("/w/verl/single_controller/ray/base.py", "__init__"), ("/w/verl/workers/fsdp_workers.py", "__init__")), "init"),
         # NeMo Automodel builds the model and loads its base weights inside build_model_and_optimizer
         # (corpus/dev/c-automodel-tp2-remote-code-default-plan-shard-order-assert.log).
         (
