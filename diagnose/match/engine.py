@@ -322,12 +322,14 @@ class Matcher:
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
-        ``Fatal Python error`` line, the Python stack faulthandler prints after it."""
+        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one)."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
             after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, FAULT_DUMP_LINES, PARSER_CONTEXT_BYTES)
                      if nxt.stream == stream]
-            return faulthandler_frames(after)
+            dumped = faulthandler_frames(after)
+            if dumped:
+                return dumped
         if not _stream_has_traceback_before(reader, start, stream):
             return []
         same: list[LogLine] = []
