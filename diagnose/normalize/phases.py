@@ -27,6 +27,9 @@ from typing import Any
 
 from diagnose.model import Block, CaptureSpec, LogLine
 
+# a training progress bar past its first step: "  3%|▏  | 12/400 [00:30<...", "Steps:   1%|  | 371/20000 [..."
+_TRAIN_BAR = r"(?:^\s*|(?:Steps|Training|Train|Epoch \d+):\s*)\d+%\|[^|]*\|\s*[1-9]\d*/\d+ \["
+
 CAPTURES: list[CaptureSpec] = [
     CaptureSpec("init_distributed", anchor="> initializing torch distributed"),
     CaptureSpec("megatron_initialized", anchor="[after megatron is initialized]"),
@@ -78,6 +81,22 @@ CAPTURES: list[CaptureSpec] = [
         regex=r"validation loss at (?:iteration \d+|the end of training)",
         keep="first_last",
     ),
+    # Other frameworks' per-step progress lines (the job got past its first step, as Megatron's iteration line says):
+    # NeMo Automodel ("| step 600 | epoch 0 | loss ..."), torchtitan ("step: 10  loss: 7.1"), verl ("step:3 - ..."),
+    # and a training progress bar (HF Trainer / accelerate: no description, or "Steps:"/"Training:"/"Epoch N:") that
+    # has completed at least one step. Loading and tokenising bars carry other descriptions and do not count.
+    CaptureSpec("step_progress", anchor="| step ", regex=r"\| step \d+ \| epoch \d+ \|", keep="first_last"),
+    CaptureSpec("step_progress_titan", anchor="step: ", regex=r"\bstep:\s*\d+\s+loss:", keep="first_last"),
+    CaptureSpec("step_progress_verl", anchor="step:", regex=r"\bstep:\d+ - ", keep="first_last"),
+    CaptureSpec("step_progress_bar", anchor="s/it", regex=_TRAIN_BAR, keep="first_last"),
+    CaptureSpec("step_progress_bar_fast", anchor="it/s", regex=_TRAIN_BAR, keep="first_last"),
+    # HF Trainer / DeepSpeed announce a save before writing it
+    CaptureSpec(
+        "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
+        keep="first_last",
+    ),
+    CaptureSpec("checkpoint_save_start_ds", anchor="is about to be saved", regex=r"Checkpoint \S+ is about to be saved",
+                keep="first_last"),
     CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
     CaptureSpec("exiting", anchor="exiting program ", keep="last"),
 ]
@@ -104,10 +123,20 @@ _PHASE_AFTER_MARKER = {
     "checkpoint_saved": "training",
     "eval_start": "eval",
     "eval_done": "training",
+    "checkpoint_save_start_hf": "checkpoint_save",
+    "checkpoint_save_start_ds": "checkpoint_save",
+    "step_progress": "training",
+    "step_progress_titan": "training",
+    "step_progress_verl": "training",
+    "step_progress_bar": "training",
+    "step_progress_bar_fast": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
 }
-_TRAINING_PROGRESS = ("iteration", "memory_report", "checkpoint_saved", "eval_done")
+_TRAINING_PROGRESS = (
+    "iteration", "memory_report", "checkpoint_saved", "eval_done", "step_progress", "step_progress_titan",
+    "step_progress_verl", "step_progress_bar", "step_progress_bar_fast",
+)
 TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its first iteration
 
 # Frame patterns, most specific phase first: the first phase with a matching frame wins. Each frame is reduced to
@@ -116,7 +145,11 @@ TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its
 _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "checkpoint_save",
-        re.compile(r":(?:save_checkpoint\w*|save_sharded_\w*)$|dist_checkpointing/serialization\.py:save$", re.M),
+        re.compile(
+            r":_?(?:save_checkpoint\w*|save_sharded_\w*)$|dist_checkpointing/serialization\.py:save$|"
+            r"torch/serialization\.py:_?save$",  # torch.save: writing a checkpoint file
+            re.M,
+        ),
     ),
     (
         "checkpoint_load",
