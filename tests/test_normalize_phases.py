@@ -214,17 +214,20 @@ def test_worker_and_model_setup_frames(frames, phase):
 
 
 # Other frameworks' progress: a failure after their first completed step is in training, after a save was
-# announced in the save (corpus/dev: a-automodel-*, b-deepspeed-*, c-hw-ecc-*, c-ckptio-safetensors-*).
+# announced in the save (corpus/dev: a-automodel-*, b-cuda-uncorrectable-ecc-*, c-ckptio-safetensors-*).
 OTHER_RUNS = [
     ("2026-02-26 06:14:44 | INFO | root | step 600 | epoch 0 | loss 0.7320 | grad_norm 16.9640 | lr 9.60e-06", "training"),
     ("[rank0]:[titan] 2026-04-02 06:13:01,117 - root - INFO - step: 10  loss:  7.1234  memory: 57.42GiB", "training"),
     ("(TaskRunner pid=3120) step:3 - global_seqlen/mean:180291 - actor/pg_loss:0.0098", "training"),
-    ("  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]", "training"),
     ("Steps:   1%|          | 371/20000 [02:33<122:17,  2.71it/s, loss=0.138, lr=1e-5]", "training"),
     ("[INFO|trainer.py:3503] 2024-08-12 03:18:09,324 >> Saving model checkpoint to saves/q/checkpoint-100", "checkpoint_save"),
     ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
 ]
 NOT_PROGRESS = [
+    # a bar without a description is not read (its only literals are on every progress bar: see phases._TRAIN_BAR)
+    "  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]",
+    "Processed prompts:  40%|████      | 205/512 [00:03<00:10, 35.2it/s, est. speed input: 1200 toks/s]",
+    "Steps:   0%|          | 0/20000 [00:00<?, ?it/s]",
     "Loading checkpoint shards: 100%|██████████| 2/2 [00:09<00:00,  4.61s/it]",
     "  0%|          | 0/4875 [00:00<?, ?it/s]",
     "Running tokenizer on dataset: 100%|██████████| 20000/20000 [00:09<00:00, 2140.64 examples/s]",

@@ -27,8 +27,10 @@ from typing import Any
 
 from diagnose.model import Block, CaptureSpec, LogLine
 
-# a training progress bar past its first step: "  3%|▏  | 12/400 [00:30<...", "Steps:   1%|  | 371/20000 [..."
-_TRAIN_BAR = r"(?:^\s*|(?:Steps|Training|Train|Epoch \d+):\s*)\d+%\|[^|]*\|\s*[1-9]\d*/\d+ \["
+# a training progress bar past its first step ("Steps:   1%|  | 371/20000 [..."). Bars without a description (HF
+# Trainer's) are not read: their only literal ("%|", "it/s") is on every progress bar of a log (vLLM's, loading,
+# tokenising), and a capture whose anchor is frequent but whose regex rarely holds is verified line by line.
+_TRAIN_BAR = r"Steps:\s*\d+%\|[^|]*\|\s*[1-9]\d*/\d+ \["
 
 CAPTURES: list[CaptureSpec] = [
     CaptureSpec("init_distributed", anchor="> initializing torch distributed"),
@@ -83,13 +85,11 @@ CAPTURES: list[CaptureSpec] = [
     ),
     # Other frameworks' per-step progress lines (the job got past its first step, as Megatron's iteration line says):
     # NeMo Automodel ("| step 600 | epoch 0 | loss ..."), torchtitan ("step: 10  loss: 7.1"), verl ("step:3 - ..."),
-    # and a training progress bar (HF Trainer / accelerate: no description, or "Steps:"/"Training:"/"Epoch N:") that
-    # has completed at least one step. Loading and tokenising bars carry other descriptions and do not count.
+    # and an accelerate-style "Steps:" progress bar that has completed at least one step.
     CaptureSpec("step_progress", anchor="| step ", regex=r"\| step \d+ \| epoch \d+ \|", keep="first_last"),
-    CaptureSpec("step_progress_titan", anchor="step: ", regex=r"\bstep:\s*\d+\s+loss:", keep="first_last"),
-    CaptureSpec("step_progress_verl", anchor="step:", regex=r"\bstep:\d+ - ", keep="first_last"),
-    CaptureSpec("step_progress_bar", anchor="s/it", regex=_TRAIN_BAR, keep="first_last"),
-    CaptureSpec("step_progress_bar_fast", anchor="it/s", regex=_TRAIN_BAR, keep="first_last"),
+    # one spec for both "step:" forms: an anchor shared by two specs would be verified twice on every such line
+    CaptureSpec("step_progress_titan", anchor="step:", regex=r"\bstep:(?:\s*\d+\s+loss:|\d+ - )", keep="first_last"),
+    CaptureSpec("step_progress_bar", anchor="Steps:", regex=_TRAIN_BAR, keep="first_last"),
     # HF Trainer / DeepSpeed announce a save before writing it
     CaptureSpec(
         "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
@@ -127,15 +127,13 @@ _PHASE_AFTER_MARKER = {
     "checkpoint_save_start_ds": "checkpoint_save",
     "step_progress": "training",
     "step_progress_titan": "training",
-    "step_progress_verl": "training",
     "step_progress_bar": "training",
-    "step_progress_bar_fast": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
 }
 _TRAINING_PROGRESS = (
     "iteration", "memory_report", "checkpoint_saved", "eval_done", "step_progress", "step_progress_titan",
-    "step_progress_verl", "step_progress_bar", "step_progress_bar_fast",
+    "step_progress_bar",
 )
 TRAINING_PROGRESS = _TRAINING_PROGRESS  # markers that show the job got past its first iteration
 
