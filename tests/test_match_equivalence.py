@@ -15,7 +15,8 @@ from conftest import make_catalogue, make_rule
 
 from diagnose.match import TextSource, all_captures, scan_and_match
 from diagnose.match.compiled import compile_catalogue
-from diagnose.match.engine import scan
+from diagnose.match.engine import FAULT_DUMP_LINES, scan
+from diagnose.match.frames import faulthandler_frames
 from diagnose.match.rules import Catalogue
 from diagnose.normalize import decode, normalize_line, phases
 from diagnose.normalize.tracebacks import traceback_ending_at
@@ -137,7 +138,12 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 same = [lines[j] for j in by_stream[ll.stream]]
                 tb = traceback_ending_at(same, len(same) - 1)
                 frames = []
-                if tb is not None:
+                if text_i.startswith("Fatal Python error: "):
+                    # faulthandler's dump follows the line: the same stream's lines among the next ones
+                    after = [lines[j] for j in range(i + 1, min(len(lines), i + 1 + FAULT_DUMP_LINES))
+                             if lines[j].stream == ll.stream]
+                    frames = [f.text for f in faulthandler_frames(after)]
+                if not frames and tb is not None:
                     for t in tb.chain + [tb]:
                         frames += [f.text for f in t.frames] + list(t.cpp_frames)
             if ctx.frames_none and any(n in f for f in frames for n in ctx.frames_none):

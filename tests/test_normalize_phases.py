@@ -219,3 +219,77 @@ def test_other_trainers_markers(after_line, phase):
 )
 def test_other_trainers_save_and_load_frames(frames, phase):
     assert phase_from_frames(frames) == phase
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        # verl creates its Ray worker groups (and their config checks run) before any step
+        # (corpus/dev/c-verl-ttrl-ppo-mini-batch-normalised-to-zero.log).
+        (
+            _frames(("/w/verl/trainer/main_ppo.py", "run"), ("/w/verl/trainer/ppo/ray_trainer.py", "init_workers"),
+                    ("/w/verl/single_controller/ray/base.py", "__call__")),
+            "init",
+        ),
+        (_frames(("/w/verl/trainer/ppo/ray_trainer.py", "init_model"),), "init"),
+        # the worker's own construction, as the Ray actor's creation task prints it
+        (_frames(("/w/verl/single_controller/ray/base.py", "__init__"), ("/w/verl/workers/fsdp_workers.py", "__init__")), "init"),
+        # NeMo Automodel builds the model and loads its base weights inside build_model_and_optimizer
+        # (corpus/dev/c-automodel-tp2-remote-code-default-plan-shard-order-assert.log).
+        (
+            _frames(("/o/nemo_automodel/recipes/llm/train_ft.py", "setup"),
+                    ("/o/nemo_automodel/recipes/llm/train_ft.py", "build_model_and_optimizer"),
+                    ("/o/nemo_automodel/components/checkpoint/checkpointing.py", "load_base_model")),
+            "model_build",
+        ),
+        # a checkpoint load frame below it still names the load
+        (
+            _frames(("/o/nemo_automodel/recipes/llm/train_ft.py", "build_model_and_optimizer"),
+                    ("/o/megatron/training/checkpointing.py", "load_checkpoint")),
+            "checkpoint_load",
+        ),
+    ],
+)
+def test_worker_and_model_setup_frames(frames, phase):
+    assert phase_from_frames(frames) == phase
+
+
+# Other frameworks' progress: a failure after their first completed step is in training, after a save was
+# announced in the save (corpus/dev: a-automodel-*, b-cuda-uncorrectable-ecc-*, c-ckptio-safetensors-*).
+OTHER_RUNS = [
+    ("2026-02-26 06:14:44 | INFO | root | step 600 | epoch 0 | loss 0.7320 | grad_norm 16.9640 | lr 9.60e-06", "training"),
+    ("[rank0]:[titan] 2026-04-02 06:13:01,117 - root - INFO - step: 10  loss:  7.1234  memory: 57.42GiB", "training"),
+    ("(TaskRunner pid=3120) step:3 - global_seqlen/mean:180291 - actor/pg_loss:0.0098", "training"),
+    ("Steps:   1%|          | 371/20000 [02:33<122:17,  2.71it/s, loss=0.138, lr=1e-5]", "training"),
+    ("[INFO|trainer.py:3503] 2024-08-12 03:18:09,324 >> Saving model checkpoint to saves/q/checkpoint-100", "checkpoint_save"),
+    ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
+]
+NOT_PROGRESS = [
+    # a bar without a description is not read (its only literals are on every progress bar: see phases._TRAIN_BAR)
+    "  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]",
+    "Processed prompts:  40%|████      | 205/512 [00:03<00:10, 35.2it/s, est. speed input: 1200 toks/s]",
+    "Steps:   0%|          | 0/20000 [00:00<?, ?it/s]",
+    "Loading checkpoint shards: 100%|██████████| 2/2 [00:09<00:00,  4.61s/it]",
+    "  0%|          | 0/4875 [00:00<?, ?it/s]",
+    "Running tokenizer on dataset: 100%|██████████| 20000/20000 [00:09<00:00, 2140.64 examples/s]",
+]
+
+
+@pytest.mark.parametrize("line, phase", OTHER_RUNS)
+def test_other_frameworks_progress_and_save_lines(line, phase):
+    assert phase_of(2, "job.log", _marker_lines(line), []) == phase
+    # training frames after a completed step are training, not the first iteration
+    frames = ['File "/w/train.py", line 9, in train', 'File "/t/torch/autograd/__init__.py", line 3, in backward']
+    if phase == "training":
+        assert phase_of(2, "job.log", _marker_lines(line), frames) == "training"
+
+
+@pytest.mark.parametrize("line", NOT_PROGRESS)
+def test_loading_and_tokenising_bars_are_not_progress(line):
+    assert _marker_lines(line) == []
+
+
+def test_torch_save_and_private_save_checkpoint_frames_are_checkpoint_save():
+    hf = _frames(("/s/transformers/trainer.py", "_maybe_log_save_evaluate"), ("/s/transformers/trainer.py", "_save_checkpoint"))
+    assert phase_from_frames(hf) == "checkpoint_save"
+    assert phase_from_frames(_frames(("/w/train.py", "main"), ("/s/torch/serialization.py", "save"))) == "checkpoint_save"

@@ -21,7 +21,7 @@ from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
-from diagnose.match.frames import traceback_frames
+from diagnose.match.frames import faulthandler_frames, traceback_frames
 from diagnose.match.inference import MAX_FRAMES
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
@@ -48,6 +48,8 @@ BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (dou
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
 
 _HEADER = "Traceback (most recent call last)"
+_FATAL_PYTHON = "Fatal Python error: "
+FAULT_DUMP_LINES = 120  # faulthandler prints at most 100 frames per thread
 _GROUP_HEADER = "Exception Group Traceback (most recent call last)"
 _CHAIN_PHRASES = ("During handling of the above exception", "The above exception was the direct cause")
 _MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
@@ -319,8 +321,15 @@ class Matcher:
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
-        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too)."""
+        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
+        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one)."""
         stream = ll.stream
+        if ll.text.startswith(_FATAL_PYTHON):
+            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, FAULT_DUMP_LINES, PARSER_CONTEXT_BYTES)
+                     if nxt.stream == stream]
+            dumped = faulthandler_frames(after)
+            if dumped:
+                return dumped
         if not _stream_has_traceback_before(reader, start, stream):
             return []
         same: list[LogLine] = []

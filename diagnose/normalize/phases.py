@@ -27,6 +27,11 @@ from typing import Any
 
 from diagnose.model import Block, CaptureSpec, LogLine
 
+# a training progress bar past its first step ("Steps:   1%|  | 371/20000 [..."). Bars without a description (HF
+# Trainer's) are not read: their only literal ("%|", "it/s") is on every progress bar of a log (vLLM's, loading,
+# tokenising), and a capture whose anchor is frequent but whose regex rarely holds is verified line by line.
+_TRAIN_BAR = r"Steps:\s*\d+%\|[^|]*\|\s*[1-9]\d*/\d+ \["
+
 CAPTURES: list[CaptureSpec] = [
     CaptureSpec("init_distributed", anchor="> initializing torch distributed"),
     CaptureSpec("megatron_initialized", anchor="[after megatron is initialized]"),
@@ -78,6 +83,20 @@ CAPTURES: list[CaptureSpec] = [
         regex=r"validation loss at (?:iteration \d+|the end of training)",
         keep="first_last",
     ),
+    # Other frameworks' per-step progress lines (the job got past its first step, as Megatron's iteration line says):
+    # NeMo Automodel ("| step 600 | epoch 0 | loss ..."), torchtitan ("step: 10  loss: 7.1"), verl ("step:3 - ..."),
+    # and an accelerate-style "Steps:" progress bar that has completed at least one step.
+    CaptureSpec("step_progress", anchor="| step ", regex=r"\| step \d+ \| epoch \d+ \|", keep="first_last"),
+    # one spec for both "step:" forms: an anchor shared by two specs would be verified twice on every such line
+    CaptureSpec("step_progress_titan", anchor="step:", regex=r"\bstep:(?:\s*\d+\s+loss:|\d+ - )", keep="first_last"),
+    CaptureSpec("step_progress_bar", anchor="Steps:", regex=_TRAIN_BAR, keep="first_last"),
+    # HF Trainer / DeepSpeed announce a save before writing it
+    CaptureSpec(
+        "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
+        keep="first_last",
+    ),
+    CaptureSpec("checkpoint_save_start_ds", anchor="is about to be saved", regex=r"Checkpoint \S+ is about to be saved",
+                keep="first_last"),
     CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
     CaptureSpec("exiting", anchor="exiting program ", keep="last"),
     # Other trainers' progress lines (HF Trainer / accelerate, DeepSpeed, Lightning, torchtune) and NCCL's own start-up.
@@ -131,6 +150,11 @@ _PHASE_AFTER_MARKER = {
     "checkpoint_saved": "training",
     "eval_start": "eval",
     "eval_done": "training",
+    "checkpoint_save_start_hf": "checkpoint_save",
+    "checkpoint_save_start_ds": "checkpoint_save",
+    "step_progress": "training",
+    "step_progress_titan": "training",
+    "step_progress_bar": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
     "nccl_start": "init",
@@ -144,7 +168,7 @@ _PHASE_AFTER_MARKER = {
 }
 _TRAINING_PROGRESS = (
     "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
-    "step_loss",
+    "step_loss", "step_progress", "step_progress_titan", "step_progress_bar",
 )
 # NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
 # after training progress it says nothing about the phase.
@@ -158,8 +182,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "checkpoint_save",
         re.compile(
-            r":(?:_?save_checkpoint\w*|save_sharded_\w*|_save_optimizer_and_scheduler|save_pretrained|save_model)$|"
-            r"dist_checkpointing/serialization\.py:save$|torch/serialization\.py:save$|safetensors/torch\.py:save_file$",
+            r":_?(?:save_checkpoint\w*|save_sharded_\w*|save_optimizer_and_scheduler|save_pretrained|save_model)$|"
+            r"dist_checkpointing/serialization\.py:save$|torch/serialization\.py:_?save$|safetensors/torch\.py:save_file$",
             re.M,
         ),
     ),
@@ -218,7 +242,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "model_build",
         re.compile(
-            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers)$|"
+            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|"
+            r"build_model_and_optimizer|apply_model_infrastructure)$|"
             r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
             r"embedding\w*)\.py:__init__$",
             re.M,
@@ -237,7 +262,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r":(?:validate|runtime_config_update|initialize_megatron|_initialize_distributed|init_process_group|"
             r"finalize|__post_init__|initialize_model_parallel|validate_args|parse_args|_create_c10d_store|"
-            r"rendezvous|next_rendezvous)$",
+            r"rendezvous|next_rendezvous|init_workers|init_model)$|"
+            r"single_controller/ray/base\.py:__init__$",  # verl: a Ray worker group's workers being created
             re.M,
         ),
     ),
