@@ -149,7 +149,7 @@ def test_replay_on_a_capacity_oom_log_proves_the_fitting_option_with_its_gpus(ca
     out = capsys.readouterr().out
     assert "memory: fits: needs >= 8 GPUs (DP 8; the job ran on 1)" in " ".join(out.split())
     # the Python form's comment stays one line (a wrapped comment would be broken Python)
-    assert any(line.startswith("# needs >= 8 GPUs") and line.endswith("--ntasks=8)") for line in out.splitlines())
+    assert any(line.startswith("# needs >= 8 GPUs") and line.endswith("(1 node x 8 GPUs)") for line in out.splitlines())
 
 
 def _fix_block(out: str) -> list[str]:
