@@ -63,17 +63,18 @@ def test_cli_python_yaml_and_env_lines_are_never_wrapped_on_a_narrow_terminal():
                                    "garbage_collection_threshold:0.8") for ln in lines)
 
 
-def test_replay_render_lines_are_not_wrapped_and_env_only_cli_shows_the_exports():
+def test_replay_section_says_what_replay_proved_without_repeating_the_fix():
+    """Issue 19 item 8: -v REPLAY printed the fix a third and fourth time (``fix:``, ``render: cli/python/yaml``);
+    it now says in words what replay found; the fix is the finding's fix block, shown once."""
+    from diagnose.model import Override
+
     replay = _replayed(True, {"cli": CLI, "python": "cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'",
                               "yaml": "ddp:\n  data_parallel_sharding_strategy: optim_grads_params\n"})
-    out = render_to_string(_report([_finding()], replay=replay), width=50)
-    assert f"cli: {CLI}" in out.splitlines()[[i for i, ln in enumerate(out.splitlines()) if "cli:" in ln][0]]
-    env_only = _replayed(rendered={"cli": "", "python": "cfg.env_vars['X'] = '32'", "yaml": "env_vars:\n  X: '32'\n",
-                                   "env": "export CUDA_DEVICE_MAX_CONNECTIONS=32"})
-    for text in (render_to_string(_report([_finding()], replay=env_only), width=80),
-                 render_markdown(_report([_finding()], replay=env_only))):
-        assert "cli: export CUDA_DEVICE_MAX_CONNECTIONS=32" in text
-        assert not any(ln.strip() == "cli:" for ln in text.splitlines())
+    replay.fix = [Override("ddp.data_parallel_sharding_strategy", "optim_grads_params")]
+    for out in (render_to_string(_report([_finding()], replay=replay), width=80),
+                render_markdown(_report([_finding()], replay=replay))):
+        assert "Reproduced: yes" in out and "After the fix (1 change): passes validation." in out
+        assert not any(ln.strip().startswith(("render:", "cli:", "python:", "yaml:", "fix:")) for ln in out.splitlines())
 
 
 # ------------------------------------------------------------------ QA #17: user-meaningful facts only
@@ -153,10 +154,10 @@ def test_silent_rank_sentence_shown_once_for_a_root_whose_explanation_has_it():
 
 
 def test_long_prose_in_a_section_wraps_under_its_key():
-    replay = _replayed(assumed_release="reproduced by replay (from the settings the error states): FSDP requires "
-                       "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.; fix proven to pass validation: export X=32")
+    replay = _replayed(assumed_release="Megatron-Bridge <= 0.4.x (the log allows <=0.4.x: validated as this family, "
+                       "since the job printed no version line and its config uses keys only that family has)")
     lines = render_to_string(_report([_finding()], replay=replay), width=60).splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("  assumed_release: reproduced"))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  Release checked: Megatron-Bridge"))
     cont = lines[start + 1]
     assert cont.startswith("      ") and cont.strip(), lines[start:start + 3]  # hanging indent, not column 0
     assert all(len(ln) <= 60 for ln in lines[start:start + 3])
@@ -171,7 +172,8 @@ def test_sizes_in_sections_are_humanised_in_text_and_markdown():
     replay.fit = CapacityFit(finding, [], True, gpus=8, peak_bytes=99900708864, capacity_bytes=150109106995)
     report = _report([finding], replay=replay)
     for out in (render_to_string(report, width=100), render_markdown(report)):
-        assert "peak_bytes: 93.04 GiB" in out and "capacity_bytes: 139.80 GiB" in out and "gpus: 8" in out
+        assert "predicted peak 93.04 GiB per GPU of 139.80 GiB" in out and "fits on 8 GPUs" in out
+        assert "99900708864" not in out  # GiB for people, bytes only in the JSON
     fit = json.loads(render_json(report))["replay"]["fit"]
     assert fit["peak_bytes"] == 99900708864 and fit["capacity_bytes"] == 150109106995 and fit["gpus"] == 8
 
@@ -189,7 +191,7 @@ def test_empty_renderings_are_left_out():
     replay = _replayed(False, {"python": "", "yaml": "", "mlm": ""}, rule="PY003")
     for out in (render_to_string(_report([_finding()], replay=replay)), render_markdown(_report([_finding()],
                                                                                               replay=replay))):
-        assert "python:" not in out and "mlm:" not in out and "render:" not in out and "rule: PY003" in out
+        assert "python:" not in out and "mlm:" not in out and "render:" not in out and "Reproduced: no" in out
 
 
 def test_meta_line_wraps_indented_on_a_narrow_terminal():

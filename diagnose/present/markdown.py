@@ -10,10 +10,11 @@ import re
 from typing import Any
 
 from diagnose.explain.render import cli_line, env_line, python_lines
-from diagnose.explained import VerifyResult
+from diagnose.explained import ReplayResult, VerifyResult
 from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Report
 from diagnose.present.memory_text import memory_lines
+from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.text import (
     NOTHING_RECOVERED,
@@ -144,6 +145,15 @@ def _memory(memory: MemoryAnalysis | None) -> list[str]:
     return ["### Memory", "", *lead] + details("Memory details", ["", fenced(body), ""])
 
 
+def _replay(replay: ReplayResult | None) -> list[str]:
+    """Replay: its summary in the open, the rest in words, folded (the fix is the finding's, not repeated)."""
+    if replay is None:
+        return []
+    body = inert_block("\n".join(replay_lines(replay)))
+    lead = [md_inline(replay.summary), ""] if replay.summary else []
+    return ["### Replay", "", *lead] + details("Replay details", ["", fenced(body), ""])
+
+
 def _hang(report: Report) -> list[str]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
@@ -221,7 +231,12 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out += _hang(report)
     sections = report.to_dict()  # the JSON's sections, as they are
     for name in ("config", "replay", "memory", "slurm"):
-        out += _memory(report.memory) if name == "memory" else _section(name.capitalize(), sections.get(name))
+        if name == "memory":
+            out += _memory(report.memory)
+        elif name == "replay":
+            out += _replay(report.replay)
+        else:
+            out += _section(name.capitalize(), sections.get(name))
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

@@ -19,9 +19,11 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
+from diagnose.explained import ReplayResult
 from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
+from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
 from diagnose.units import format_bytes
 
@@ -564,6 +566,14 @@ def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any
     return _titled("memory", memory.explanation, [(inert(ln), cmd) for ln, cmd in memory_lines(memory)], width)
 
 
+def _replay_section(replay: ReplayResult | None, width: int = 100) -> list[Any]:
+    """REPLAY: the summary, then whether it reproduced, the violations before and after, what replay added and
+    the memory fit, in words (the fix itself is the finding's fix block, not repeated)."""
+    if replay is None:
+        return []
+    return _titled("replay", replay.summary, [(inert(ln), False) for ln in replay_lines(replay)], width)
+
+
 def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) -> list[Any]:
     """A section: the one sentence a user reads first in bold, then its (inert) lines: commands unwrapped, prose
     wrapped under its key or list item (hanging)."""
@@ -652,8 +662,12 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if verbose:
         sections = report.to_dict()  # the JSON's sections, as they are
         for name in ("config", "replay", "memory", "slurm"):
-            parts.extend(_memory_section(report.memory, width) if name == "memory"
-                         else _section(name, sections.get(name), width))
+            if name == "memory":
+                parts.extend(_memory_section(report.memory, width))
+            elif name == "replay":
+                parts.extend(_replay_section(report.replay, width))
+            else:
+                parts.extend(_section(name, sections.get(name), width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify is not None:
