@@ -90,6 +90,10 @@ CAPTURES: list[CaptureSpec] = [
     # one spec for both "step:" forms: an anchor shared by two specs would be verified twice on every such line
     CaptureSpec("step_progress_titan", anchor="step:", regex=r"\bstep:(?:\s*\d+\s+loss:|\d+ - )", keep="first_last"),
     CaptureSpec("step_progress_bar", anchor="Steps:", regex=_TRAIN_BAR, keep="first_last"),
+    # Keras-style loops: "Epoch 3/40" opens the third epoch (two are done), and a step bar with its loss
+    # (" 412/1250 [=====>....] - loss: 0.41") shows steps completing.
+    CaptureSpec("epoch_header", anchor="Epoch ", regex=r"^\s*Epoch (?:[2-9]|[1-9]\d+)/\d+\s*$", keep="first_last"),
+    CaptureSpec("keras_step_bar", anchor="] - loss: ", regex=r"\d+/\d+ \[[=>.]+\] - loss: ", keep="first_last"),
     # HF Trainer / DeepSpeed announce a save before writing it
     CaptureSpec(
         "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
@@ -155,6 +159,8 @@ _PHASE_AFTER_MARKER = {
     "step_progress": "training",
     "step_progress_titan": "training",
     "step_progress_bar": "training",
+    "epoch_header": "training",
+    "keras_step_bar": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
     "nccl_start": "init",
@@ -168,7 +174,7 @@ _PHASE_AFTER_MARKER = {
 }
 _TRAINING_PROGRESS = (
     "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
-    "step_loss", "step_progress", "step_progress_titan", "step_progress_bar",
+    "step_loss", "step_progress", "step_progress_titan", "step_progress_bar", "epoch_header", "keras_step_bar",
 )
 # NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
 # after training progress it says nothing about the phase.
@@ -237,6 +243,15 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
             r"(?:indexed_dataset|gpt_dataset|blended_megatron_dataset_builder|megatron_dataset)\.py:\w+$|"
             r":build_train_valid_test_data\w*$",
             re.M,
+        ),
+    ),
+    # torchrun's elastic agent rendezvous (c10d/etcd store, handler registry): before any worker runs.
+    ("init", re.compile(r"torch/distributed/elastic/rendezvous/\w+\.py:\w+$", re.M)),
+    # DeepSpeed inference builds (injects, shards) the model it is given.
+    (
+        "model_build",
+        re.compile(
+            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$", re.M
         ),
     ),
     (
