@@ -293,3 +293,47 @@ def test_torch_save_and_private_save_checkpoint_frames_are_checkpoint_save():
     hf = _frames(("/s/transformers/trainer.py", "_maybe_log_save_evaluate"), ("/s/transformers/trainer.py", "_save_checkpoint"))
     assert phase_from_frames(hf) == "checkpoint_save"
     assert phase_from_frames(_frames(("/w/train.py", "main"), ("/s/torch/serialization.py", "save"))) == "checkpoint_save"
+
+
+# torchrun's elastic rendezvous and DeepSpeed inference's model injection name their phase by their frames
+# (pytorch#107021-style RendezvousConnectionError; DeepSpeed#3634-style init_inference head-count assert).
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        (
+            _frames(
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/launcher/api.py", "launch_agent"),
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/registry.py",
+                 "get_rendezvous_handler"),
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py",
+                 "_create_tcp_store"),
+            ),
+            "init",
+        ),
+        (
+            _frames(
+                ("/workspace/infer_tp.py", "<module>"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/__init__.py", "init_inference"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/inference/engine.py", "__init__"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/module_inject/replace_module.py", "update_mp_params"),
+            ),
+            "model_build",
+        ),
+        # DeepSpeed's training engine is not model building
+        (_frames(("/x/deepspeed/runtime/engine.py", "step"),), None),
+    ],
+)
+def test_launcher_and_inference_setup_frames(frames, phase):
+    assert phase_from_frames(frames) == phase
+
+
+@pytest.mark.parametrize(
+    "line", ["Epoch 3/40", " 412/1250 [========>.....................] - loss: 0.4127 - acc: 0.8511"]
+)
+def test_keras_style_epoch_and_step_progress_is_training(line):
+    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+
+
+@pytest.mark.parametrize("line", ["Epoch 1/40", "Epoch 3/40: resuming", "   Epoch 12/40 done in 3s"])
+def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
+    assert _marker_lines(line) == []
