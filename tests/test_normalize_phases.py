@@ -337,3 +337,27 @@ def test_keras_style_epoch_and_step_progress_is_training(line):
 @pytest.mark.parametrize("line", ["Epoch 1/40", "Epoch 3/40: resuming", "   Epoch 12/40 done in 3s"])
 def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
     assert _marker_lines(line) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch [1][74/371]  loss: 1.1705  lr: 0.00990  data_time: 0.205  time: 0.493",  # mmcv-style loop
+        "[2021-10-25 21:05:40,812 INFO] 5000 iteration, USE_EMA: True, train/sup_loss: 1.0377, train/total_loss: 1.2661",
+        "[2021-10-25 21:02:11,204 INFO] [Epoch 0] train/sup_loss: 4.2011, train/unsup_loss: 0.0000",
+    ],
+)
+def test_other_loops_step_and_loss_lines_are_training(line):
+    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch [1][74/371] starting",  # a counter without a loss value
+        "loss scale: 65536.0, reducing to 32768.0",
+        "Using 5000 iteration budget; the loss: not computed yet",
+    ],
+)
+def test_counters_or_losses_alone_are_not_progress(line):
+    assert [name for name, _ in _marker_lines(line) if name == "step_loss"] == []

@@ -109,10 +109,14 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
     CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
     CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
+    # a step/epoch counter with a loss value: "Step 10 ... loss", mmcv's "Epoch [1][74/371]  loss: 0.44",
+    # "5000 iteration, ... train/total_loss: 1.27", "[Epoch 0] train/sup_loss: 4.2"
     CaptureSpec(
         "step_loss",
         anchor="oss",
-        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b",
+        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b|"
+        r"\b[Ee]poch \[\d+\]\[\d+/\d+\]\s+\w*loss\w*: \d|\b\d+ iteration, .*loss\w*: \d|"
+        r"\[Epoch \d+\] \S*loss\w*: \d",
         keep="first_last",
     ),
     CaptureSpec(
