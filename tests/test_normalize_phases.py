@@ -345,6 +345,8 @@ def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
         "Epoch [1][74/371]  loss: 1.1705  lr: 0.00990  data_time: 0.205  time: 0.493",  # mmcv-style loop
         "[2021-10-25 21:05:40,812 INFO] 5000 iteration, USE_EMA: True, train/sup_loss: 1.0377, train/total_loss: 1.2661",
         "[2021-10-25 21:02:11,204 INFO] [Epoch 0] train/sup_loss: 4.2011, train/unsup_loss: 0.0000",
+        "2022-09-06 14:13:07,107 - mmrotate - INFO - Epoch [1][50/3200]\tlr: 3.3e-04, eta: 9:58:12, loss_cls: 1.17, loss: 1.87",
+        "10-08 03:12:41.558 [epoch 18], [iter 610 / 745], [train main loss 0.217640], [lr 0.008411]",
     ],
 )
 def test_other_loops_step_and_loss_lines_are_training(line):
@@ -355,6 +357,7 @@ def test_other_loops_step_and_loss_lines_are_training(line):
     "line",
     [
         "Epoch [1][74/371] starting",  # a counter without a loss value
+        "epoch 18 will use iter schedule 3",
         "loss scale: 65536.0, reducing to 32768.0",
         "Using 5000 iteration budget; the loss: not computed yet",
     ],

@@ -109,14 +109,15 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
     CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
     CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
-    # a step/epoch counter with a loss value: "Step 10 ... loss", mmcv's "Epoch [1][74/371]  loss: 0.44",
+    # a step/epoch counter with a loss value: "Step 10 ... loss", mmcv's "Epoch [1][74/371] lr: .. loss: 0.44",
+    # "[epoch 18], [iter 610 / 745], [train main loss 0.21]",
     # "5000 iteration, ... train/total_loss: 1.27", "[Epoch 0] train/sup_loss: 4.2"
     CaptureSpec(
         "step_loss",
         anchor="oss",
         regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b|"
-        r"\b[Ee]poch \[\d+\]\[\d+/\d+\]\s+\w*loss\w*: \d|\b\d+ iteration, .*loss\w*: \d|"
-        r"\[Epoch \d+\] \S*loss\w*: \d",
+        r"\b[Ee]poch \[\d+\]\[\d+/\d+\].*loss\w*: \d|\b\d+ iteration, .*loss\w*: \d|"
+        r"\[Epoch \d+\] \S*loss\w*: \d|\b[Ee]poch\W+\d+\W.*\b[Ii]ter(?:ation)?\W+\d+.*\bloss\b",
         keep="first_last",
     ),
     CaptureSpec(
