@@ -347,6 +347,8 @@ def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
         "[2021-10-25 21:02:11,204 INFO] [Epoch 0] train/sup_loss: 4.2011, train/unsup_loss: 0.0000",
         "2022-09-06 14:13:07,107 - mmrotate - INFO - Epoch [1][50/3200]\tlr: 3.3e-04, eta: 9:58:12, loss_cls: 1.17, loss: 1.87",
         "10-08 03:12:41.558 [epoch 18], [iter 610 / 745], [train main loss 0.217640], [lr 0.008411]",
+        "ep 12 train, step 3810, ce 1.913, fer 0.402, num_seqs 21, max_size:time 1830, 0.522 sec/step",  # RETURNN
+        "Aug 29 16:41:03.137 [INFO] albert accumulated 768 samples for epoch #117 from 2 peers. ETA 7.42 sec",  # hivemind
     ],
 )
 def test_other_loops_step_and_loss_lines_are_training(line):

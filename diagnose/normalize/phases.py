@@ -92,6 +92,11 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("step_progress_bar", anchor="Steps:", regex=_TRAIN_BAR, keep="first_last"),
     # Keras-style loops: "Epoch 3/40" opens the third epoch (two are done), and a step bar with its loss
     # (" 412/1250 [=====>....] - loss: 0.41") shows steps completing.
+    # RETURNN's step line ("ep 12 train, step 3810, ce 1.913, ...") and hivemind's collaborative progress
+    # ("albert accumulated 1536 samples for epoch #117 from 2 peers")
+    CaptureSpec("returnn_step", anchor=" train, step ", regex=r"^ep \d+ train, step \d+,", keep="first_last"),
+    CaptureSpec("hivemind_epoch", anchor="samples for epoch #", regex=r"accumulated \d+ samples for epoch #\d+",
+                keep="first_last"),
     CaptureSpec("epoch_header", anchor="Epoch ", regex=r"^\s*Epoch (?:[2-9]|[1-9]\d+)/\d+\s*$", keep="first_last"),
     CaptureSpec("keras_step_bar", anchor="] - loss: ", regex=r"\d+/\d+ \[[=>.]+\] - loss: ", keep="first_last"),
     # HF Trainer / DeepSpeed announce a save before writing it
@@ -165,6 +170,8 @@ _PHASE_AFTER_MARKER = {
     "step_progress_titan": "training",
     "step_progress_bar": "training",
     "epoch_header": "training",
+    "returnn_step": "training",
+    "hivemind_epoch": "training",
     "keras_step_bar": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
@@ -180,6 +187,7 @@ _PHASE_AFTER_MARKER = {
 _TRAINING_PROGRESS = (
     "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
     "step_loss", "step_progress", "step_progress_titan", "step_progress_bar", "epoch_header", "keras_step_bar",
+    "returnn_step", "hivemind_epoch",
 )
 # NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
 # after training progress it says nothing about the phase.
