@@ -293,3 +293,76 @@ def test_torch_save_and_private_save_checkpoint_frames_are_checkpoint_save():
     hf = _frames(("/s/transformers/trainer.py", "_maybe_log_save_evaluate"), ("/s/transformers/trainer.py", "_save_checkpoint"))
     assert phase_from_frames(hf) == "checkpoint_save"
     assert phase_from_frames(_frames(("/w/train.py", "main"), ("/s/torch/serialization.py", "save"))) == "checkpoint_save"
+
+
+# torchrun's elastic rendezvous and DeepSpeed inference's model injection name their phase by their frames
+# (pytorch#107021-style RendezvousConnectionError; DeepSpeed#3634-style init_inference head-count assert).
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        (
+            _frames(
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/launcher/api.py", "launch_agent"),
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/registry.py",
+                 "get_rendezvous_handler"),
+                ("/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py",
+                 "_create_tcp_store"),
+            ),
+            "init",
+        ),
+        (
+            _frames(
+                ("/workspace/infer_tp.py", "<module>"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/__init__.py", "init_inference"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/inference/engine.py", "__init__"),
+                ("/usr/local/lib/python3.10/dist-packages/deepspeed/module_inject/replace_module.py", "update_mp_params"),
+            ),
+            "model_build",
+        ),
+        # DeepSpeed's training engine is not model building
+        (_frames(("/x/deepspeed/runtime/engine.py", "step"),), None),
+    ],
+)
+def test_launcher_and_inference_setup_frames(frames, phase):
+    assert phase_from_frames(frames) == phase
+
+
+@pytest.mark.parametrize(
+    "line", ["Epoch 3/40", " 412/1250 [========>.....................] - loss: 0.4127 - acc: 0.8511"]
+)
+def test_keras_style_epoch_and_step_progress_is_training(line):
+    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+
+
+@pytest.mark.parametrize("line", ["Epoch 1/40", "Epoch 3/40: resuming", "   Epoch 12/40 done in 3s"])
+def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
+    assert _marker_lines(line) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch [1][74/371]  loss: 1.1705  lr: 0.00990  data_time: 0.205  time: 0.493",  # mmcv-style loop
+        "[2021-10-25 21:05:40,812 INFO] 5000 iteration, USE_EMA: True, train/sup_loss: 1.0377, train/total_loss: 1.2661",
+        "[2021-10-25 21:02:11,204 INFO] [Epoch 0] train/sup_loss: 4.2011, train/unsup_loss: 0.0000",
+        "2022-09-06 14:13:07,107 - mmrotate - INFO - Epoch [1][50/3200]\tlr: 3.3e-04, eta: 9:58:12, loss_cls: 1.17, loss: 1.87",
+        "10-08 03:12:41.558 [epoch 18], [iter 610 / 745], [train main loss 0.217640], [lr 0.008411]",
+        "ep 12 train, step 3810, ce 1.913, fer 0.402, num_seqs 21, max_size:time 1830, 0.522 sec/step",  # RETURNN
+        "Aug 29 16:41:03.137 [INFO] albert accumulated 768 samples for epoch #117 from 2 peers. ETA 7.42 sec",  # hivemind
+    ],
+)
+def test_other_loops_step_and_loss_lines_are_training(line):
+    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch [1][74/371] starting",  # a counter without a loss value
+        "epoch 18 will use iter schedule 3",
+        "loss scale: 65536.0, reducing to 32768.0",
+        "Using 5000 iteration budget; the loss: not computed yet",
+    ],
+)
+def test_counters_or_losses_alone_are_not_progress(line):
+    assert [name for name, _ in _marker_lines(line) if name == "step_loss"] == []

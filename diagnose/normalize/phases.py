@@ -90,6 +90,15 @@ CAPTURES: list[CaptureSpec] = [
     # one spec for both "step:" forms: an anchor shared by two specs would be verified twice on every such line
     CaptureSpec("step_progress_titan", anchor="step:", regex=r"\bstep:(?:\s*\d+\s+loss:|\d+ - )", keep="first_last"),
     CaptureSpec("step_progress_bar", anchor="Steps:", regex=_TRAIN_BAR, keep="first_last"),
+    # Keras-style loops: "Epoch 3/40" opens the third epoch (two are done), and a step bar with its loss
+    # (" 412/1250 [=====>....] - loss: 0.41") shows steps completing.
+    # RETURNN's step line ("ep 12 train, step 3810, ce 1.913, ...") and hivemind's collaborative progress
+    # ("albert accumulated 1536 samples for epoch #117 from 2 peers")
+    CaptureSpec("returnn_step", anchor=" train, step ", regex=r"^ep \d+ train, step \d+,", keep="first_last"),
+    CaptureSpec("hivemind_epoch", anchor="samples for epoch #", regex=r"accumulated \d+ samples for epoch #\d+",
+                keep="first_last"),
+    CaptureSpec("epoch_header", anchor="Epoch ", regex=r"^\s*Epoch (?:[2-9]|[1-9]\d+)/\d+\s*$", keep="first_last"),
+    CaptureSpec("keras_step_bar", anchor="] - loss: ", regex=r"\d+/\d+ \[[=>.]+\] - loss: ", keep="first_last"),
     # HF Trainer / DeepSpeed announce a save before writing it
     CaptureSpec(
         "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
@@ -105,10 +114,15 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
     CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
     CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
+    # a step/epoch counter with a loss value: "Step 10 ... loss", mmcv's "Epoch [1][74/371] lr: .. loss: 0.44",
+    # "[epoch 18], [iter 610 / 745], [train main loss 0.21]",
+    # "5000 iteration, ... train/total_loss: 1.27", "[Epoch 0] train/sup_loss: 4.2"
     CaptureSpec(
         "step_loss",
         anchor="oss",
-        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b",
+        regex=r"^(?:[Ee]poch\s*\d+\W+)?(?:[Ss]tep|[Ii]ter(?:ation)?)\s*[:=]?\s*\d+\b.*\b[Ll]oss\b|"
+        r"\b[Ee]poch \[\d+\]\[\d+/\d+\].*loss\w*: \d|\b\d+ iteration, .*loss\w*: \d|"
+        r"\[Epoch \d+\] \S*loss\w*: \d|\b[Ee]poch\W+\d+\W.*\b[Ii]ter(?:ation)?\W+\d+.*\bloss\b",
         keep="first_last",
     ),
     CaptureSpec(
@@ -155,6 +169,10 @@ _PHASE_AFTER_MARKER = {
     "step_progress": "training",
     "step_progress_titan": "training",
     "step_progress_bar": "training",
+    "epoch_header": "training",
+    "returnn_step": "training",
+    "hivemind_epoch": "training",
+    "keras_step_bar": "training",
     "training_done": "shutdown",
     "exiting": "shutdown",
     "nccl_start": "init",
@@ -168,7 +186,8 @@ _PHASE_AFTER_MARKER = {
 }
 _TRAINING_PROGRESS = (
     "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
-    "step_loss", "step_progress", "step_progress_titan", "step_progress_bar",
+    "step_loss", "step_progress", "step_progress_titan", "step_progress_bar", "epoch_header", "keras_step_bar",
+    "returnn_step", "hivemind_epoch",
 )
 # NCCL prints its start-up for every new communicator, also for groups created lazily in the middle of training:
 # after training progress it says nothing about the phase.
@@ -237,6 +256,15 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
             r"(?:indexed_dataset|gpt_dataset|blended_megatron_dataset_builder|megatron_dataset)\.py:\w+$|"
             r":build_train_valid_test_data\w*$",
             re.M,
+        ),
+    ),
+    # torchrun's elastic agent rendezvous (c10d/etcd store, handler registry): before any worker runs.
+    ("init", re.compile(r"torch/distributed/elastic/rendezvous/\w+\.py:\w+$", re.M)),
+    # DeepSpeed inference builds (injects, shards) the model it is given.
+    (
+        "model_build",
+        re.compile(
+            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$", re.M
         ),
     ),
     (
