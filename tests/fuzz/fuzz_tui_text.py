@@ -34,8 +34,14 @@ from diagnose.fleet.report import FailureClass, JobRow, NodeRow  # noqa: E402
 from diagnose.match import load_catalogue, match_text  # noqa: E402
 from diagnose.normalize import decode  # noqa: E402
 from diagnose.present.safe import block_text, inert, log_text, markup_escape  # noqa: E402
-from diagnose.present.tui.detail import evidence_text, fix_header, header_text, inert_multiline, reflow  # noqa: E402
-from diagnose.present.tui.detail import verdict_text  # noqa: E402
+from diagnose.present.tui.detail import (  # noqa: E402
+    evidence_text,
+    fix_header,
+    header_text,
+    inert_multiline,
+    reflow,
+    verdict_text,  # noqa: E402
+)
 from diagnose.present.tui.findings import finding_label, finding_order  # noqa: E402
 from diagnose.present.tui.fixrender import render_fix  # noqa: E402
 from diagnose.present.tui.fleet import class_row, job_row, node_row  # noqa: E402
