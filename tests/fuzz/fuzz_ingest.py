@@ -29,8 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __name__ == "__main__":  # run as a script from a checkout: import the checkout's package and the harness
+if __name__ == "__main__":  # run as a script from a checkout: import the checkout's package
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the harness beside it, also from the test suite
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import Choices, encode  # noqa: E402

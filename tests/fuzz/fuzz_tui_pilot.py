@@ -23,8 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __name__ == "__main__":  # run as a script from a checkout: import the checkout's package and the harness
+if __name__ == "__main__":  # run as a script from a checkout: import the checkout's package
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the harness beside it, also from the test suite
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import Choices, encode  # noqa: E402
@@ -149,7 +150,7 @@ def seeds() -> list[bytes]:
         encode("run[t=10:30]", len(script), script, oom),
         encode("x\x1b[2J", 12, encode(5, 13, "[@click=app.quit]", "t", 14, "[b]x[/]", 7, 2, 1), oom),
         encode("e", 8, encode(3, 12, "out[/].md", 0, "\x1b]0;x\x07", 10), _sample("nccl_desync_seqnum.log")),
-        encode("colours", 6, encode(4, 5, 8, 8, 3, 3), b"\x1b[31mred\x1b[0m \x1b[2J\r50%\r100%\n\u202eevil\n" * 20),
+        encode("colours", 6, encode(4, 5, 8, 8, 3, 3), "\x1b[31mred\x1b[0m \x1b[2J\r50%\r100%\n\u202eevil\n".encode() * 20),
     ]
 
 

@@ -140,7 +140,7 @@ def mutate(rng: random.Random, data: bytes, seeds: Sequence[bytes], max_len: int
             buf[pos:pos] = bytes(rng.randint(0, 255) for _ in range(rng.randint(1, 8)))
         elif choice < 0.55:
             buf[pos:pos] = rng.choice([b"\x1b[31m", b"[bold]", b"[/]", b"[@click=app.quit]", b"\r", b"\x00",
-                                       b"\xff\xfe", b"\u202e".decode("unicode_escape").encode(), b"\n", b"%s"])
+                                       b"\xff\xfe", "\u202e".encode(), b"\n", b"%s"])
         elif choice < 0.7 and buf:
             del buf[pos : pos + rng.randint(1, 16)]
         else:
