@@ -234,7 +234,8 @@ def main(name: str, check: Callable[[bytes], None], seeds: Sequence[bytes], argv
             one(s)
         instrument_project(atheris)
         atheris.Setup([sys.argv[0], f"-max_total_time={int(args.seconds)}", f"-max_len={args.max_len}",
-                       "-timeout=120", "-rss_limit_mb=3072", corpus], one)
+                       "-timeout=120", "-rss_limit_mb=3072",
+                       f"-artifact_prefix={os.path.join(crash_dir, '')}", corpus], one)
         atheris.Fuzz()  # exits the process at the time limit; stats.json is current to within 5 s
         return 0
     mutation_loop(one, seeds, args.seconds, args.seed, max_len=args.max_len)
