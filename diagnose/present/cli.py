@@ -59,7 +59,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) -> None:
     p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout (-: stdout)")
     p.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto",
         help="colour in text output (NO_COLOR is honoured)",
@@ -314,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)  # usage on stderr, exit 2: the output stream stays for reports
         return EXIT_USAGE
+    if getattr(args, "output", None) == "-":  # `-o -` is standard output, as for sort/curl (not a file named "-")
+        args.output = None
     name = args.command
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
     try:

@@ -1,0 +1,64 @@
+"""Round 4 of the hostile new user (docs/qa-report-3.md): each defect found from a fresh plain install, through the
+real command line (``diagnose.present.cli.main``); each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnose.present.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "examples" / "run_config.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _no_exact_count(monkeypatch):
+    # the megatron-core meta-device count costs seconds per shape; these tests are about refusing input
+    monkeypatch.setenv("DIAGNOSE_EXACT_PARAMS", "0")
+
+
+@pytest.mark.parametrize("layers", ["99999999999999999999999", "1000000000"])
+def test_absurd_layer_count_is_one_line_not_a_crash_or_gigabytes(layers, capsys):
+    # was: "internal error: OverflowError" for the first, an 8 GB per-layer list for the second
+    rc = main(["check", CONFIG, "--gpus", "8", "--set", f"model.num_layers={layers}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "internal error" not in err, err
+    assert err.count("\n") == 1 and "more layers than any model has" in err
+
+
+def test_a_model_of_absurd_expert_count_is_not_built_on_the_meta_device():
+    # was: the meta-count child built 10^9 experts' modules for minutes, GBs deep, until its 180 s timeout
+    from diagnose.explain.memory.meta_count import buildable
+    from diagnose.explain.memory.shape import ModelShape
+
+    base = dict(num_layers=61, hidden_size=7168, num_attention_heads=128)
+    assert buildable(ModelShape(**base, num_moe_experts=256))  # DeepSeek-V3's size is still built
+    assert not buildable(ModelShape(**base, num_moe_experts=1_000_000_000))
+
+
+def test_output_dash_is_standard_output(tmp_path, monkeypatch, capsys):
+    # was: a file named "-" in the working folder, nothing on stdout
+    monkeypatch.chdir(tmp_path)
+    rc = main(["analyze", str(REPO / "sample_logs" / "ddp_wrap_oom.log"), "--format", "json", "-o", "-",
+               "--no-progress"])
+    assert rc == 1 and json.loads(capsys.readouterr().out)["schema"] == "diagnose/report@1"
+    assert not (tmp_path / "-").exists()
+
+
+def test_overriding_a_field_the_config_sets_is_not_called_a_typo(capsys):
+    # was: "Could not override 'model.num_layers': no such field (did you mean model.mtp_num_layers?)", exit 1
+    rc = main(["replay", CONFIG, "--set", "model.num_layers=4"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "override_unknown_key" not in out, out
+
+
+@pytest.mark.parametrize("key, hint", [("a.b.c.d=1", None), ("trian.train_iters=5", "train")])
+def test_an_override_into_a_section_configcontainer_lacks_is_refused(key, hint, capsys):
+    # was: `--set a.b.c.d=1` "passes validation with your overrides", exit 0
+    rc = main(["replay", CONFIG, "--set", key])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 1 and "ConfigContainer has no section" in out, out
+    assert (f"did you mean {hint}?" in out) if hint else "did you mean" not in out
