@@ -62,3 +62,25 @@ def test_an_override_into_a_section_configcontainer_lacks_is_refused(key, hint, 
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 1 and "ConfigContainer has no section" in out, out
     assert (f"did you mean {hint}?" in out) if hint else "did you mean" not in out
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_that_is_not_utf8_gets_the_report(encoding):
+    # was: "diagnose: internal error: UnicodeEncodeError: 'ascii' codec can't encode character '\xb7'", exit 2
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONIOENCODING=encoding, DIAGNOSE_SKIP_SLURM="1", DIAGNOSE_EXACT_PARAMS="0")
+    done = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(REPO / "sample_logs" / "ddp_wrap_oom.log")],
+                          capture_output=True, env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 1 and b"internal error" not in done.stderr, done.stderr[-300:]
+    assert b"ROOT CAUSE" in done.stdout and b"OOM102" in done.stdout
+
+
+def test_one_line_is_not_called_lines(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"hello\n")))
+    assert main(["analyze", "-", "--no-progress"]) == 0
+    assert "(6 B, 1 line)" in capsys.readouterr().out

@@ -305,7 +305,21 @@ def _fleet_parser(sub) -> None:
     _common(q)
 
 
+def _never_fail_to_encode() -> None:
+    """A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 locale, a Windows
+    console) made every report an "internal error: UnicodeEncodeError" on its first "·": what the encoding lacks
+    is written as a backslash escape instead (in JSON, inside a string, that is the same character)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _never_fail_to_encode()
     parser = build_parser()
     try:
         args = _parse(parser, argv)
