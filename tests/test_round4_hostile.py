@@ -84,3 +84,28 @@ def test_one_line_is_not_called_lines(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"hello\n")))
     assert main(["analyze", "-", "--no-progress"]) == 0
     assert "(6 B, 1 line)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("via", ["file", "stdin"])
+def test_utf16_without_a_bom_is_decoded_not_called_clean(encoding, via, tmp_path, capsys, monkeypatch):
+    # was: read with a NUL between letters, no rule matched: "No failure found.", exit 0
+    import io
+
+    data = (REPO / "sample_logs" / "ddp_wrap_oom.log").read_text().encode(encoding)
+    path = tmp_path / "job.log"
+    path.write_bytes(data)
+    if via == "stdin":
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc = main(["analyze", str(path) if via == "file" else "-", "--format", "json", "--no-progress", "--no-replay"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["root_cause"] is not None
+    assert report["findings"][report["root_cause"]]["rule"] == "OOM102"
+
+
+def test_nul_padding_is_not_taken_for_utf16():
+    from diagnose.ingest.sniff import bomless_utf16
+
+    assert bomless_utf16(b"[rank0]: ok\n" * 50 + b"\x00" * 4000) is None  # a crashed writer's NUL run
+    assert bomless_utf16(bytes(range(256)) * 16) is None
+    assert bomless_utf16("line one\n".encode("utf-16-le") * 20) == "utf-16-le"

@@ -68,6 +68,7 @@ def _write(path: str, data: bytes) -> None:
 def _plain_text(data: bytes) -> bool:
     head = data[: sniff.SAMPLE_BYTES]
     return (sniff.compressed_by_magic(head) is None and sniff.bom_encoding(head) is None
+            and sniff.bomless_utf16(head) is None
             and not sniff.looks_binary(head) and not any(head.startswith(m) for m in sniff.REFUSED))
 
 
@@ -178,6 +179,7 @@ def seeds() -> list[bytes]:
         encode(0, 0, 6, lzma.compress(oom)),
         encode(0, 1, "ps", 1, codecs.BOM_UTF16_LE + oom.decode("utf-8", "replace").encode("utf-16-le")),
         encode(0, 1, "zst", 1, b"\x28\xb5\x2f\xfd" + oom[:100]),
+        encode(0, 1, "u16", 1, oom.decode("utf-8", "replace").encode("utf-16-be")),  # no BOM
         encode(1, oom, b"\x00\x01", nccl, b"\x00\x01", b"[rank2]: ok\n"),
         encode(2, nccl),
         encode(2, gzip.compress(oom)),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import pickle
-
 import pickletools
 
 _LONG_BINPUT = ord("r")
