@@ -109,3 +109,14 @@ def test_nul_padding_is_not_taken_for_utf16():
     assert bomless_utf16(b"[rank0]: ok\n" * 50 + b"\x00" * 4000) is None  # a crashed writer's NUL run
     assert bomless_utf16(bytes(range(256)) * 16) is None
     assert bomless_utf16("line one\n".encode("utf-16-le") * 20) == "utf-16-le"
+
+
+def test_a_file_named_twice_is_read_once(tmp_path, capsys):
+    # was: "2 inputs", the root cause's evidence counted twice
+    log = tmp_path / "job.log"
+    log.write_bytes((REPO / "sample_logs" / "ddp_wrap_oom.log").read_bytes())
+    rc = main(["analyze", str(log), str(tmp_path / "." / "job.log"), str(tmp_path), "--format", "json",
+               "--no-progress", "--no-replay"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and len(report["inputs"]) == 1
+    assert any("named twice, read once" in w for w in report["warnings"]), report["warnings"]
