@@ -120,3 +120,15 @@ def test_a_file_named_twice_is_read_once(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert rc == 1 and len(report["inputs"]) == 1
     assert any("named twice, read once" in w for w in report["warnings"]), report["warnings"]
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["analyse", "job.log"], "(did you mean analyze?)"),
+    (["analyze", "job.log", "--formta", "json"], "(did you mean --format?)"),
+    (["analyze", "job.log", "--format", "JSON"], "(did you mean json?)"),
+    (["rules", "shwo", "MB101"], "(did you mean show?)"),
+])
+def test_a_misspelt_command_choice_or_option_gets_a_did_you_mean(argv, hint, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert hint in err and err.count("\n") == 1, err

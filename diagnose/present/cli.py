@@ -30,7 +30,26 @@ def _silence_stdout() -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep it to one line
-        self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
+        hint = self._did_you_mean(message)
+        self.exit(EXIT_USAGE, f"diagnose: error: {message}{hint} (see '{self.prog} --help')\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """A close command, choice or option for ``invalid choice: 'analyse'`` / ``unrecognized arguments:
+        --formta`` (the Python 3.12- argparse suggests nothing)."""
+        import difflib
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m is not None:
+            word, choices = m.group(1), re.findall(r"'([^']*)'", m.group(2))
+        else:
+            m = re.match(r"unrecognized arguments: (-[^\s=]+)", message)
+            if m is None:
+                return ""
+            word = m.group(1)
+            choices = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
+        return f" (did you mean {close[0]}?)" if close and close[0] != word else ""
 
 
 def _positive(text: str) -> int:
