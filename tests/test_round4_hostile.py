@@ -132,3 +132,26 @@ def test_a_misspelt_command_choice_or_option_gets_a_did_you_mean(argv, hint, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert hint in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("via", ["file", "stdin"])
+def test_lines_ending_in_a_lone_cr_are_lines(via, tmp_path, capsys, monkeypatch):
+    # was: the file read as one progress-bar line, its last rewrite kept: "No failure found.", exit 0
+    import io
+
+    data = (REPO / "sample_logs" / "ddp_wrap_oom.log").read_bytes().replace(b"\n", b"\r")
+    path = tmp_path / "job.log"
+    path.write_bytes(data)
+    if via == "stdin":
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc = main(["analyze", str(path) if via == "file" else "-", "--format", "json", "--no-progress", "--no-replay"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["findings"][report["root_cause"]]["rule"] == "OOM102"
+    assert report["inputs"][0]["lines"] == 68
+
+
+def test_progress_bars_stay_progress_bars():
+    from diagnose.ingest.sniff import cr_lines
+
+    assert not cr_lines(b"epoch 1\r 50%\r100%\n[rank0]: done\n")  # a newline: CRs are progress-bar rewrites
+    assert cr_lines(b"line one\rline two\rline three\r")

@@ -122,3 +122,25 @@ def transcode_to_utf8(src: str, dst: str, encoding: str, display: str, max_bytes
         except OSError:
             pass
         raise os_error(display, e, "decode") from None
+
+
+def cr_lines(sample: bytes) -> bool:
+    """True for text whose lines end in a lone carriage return (classic Mac, some serial consoles and capture
+    tools): no newline in the sample, several CRs. Read as it is, the whole file was one progress-bar line whose
+    last rewrite alone was kept: "No failure found", exit 0."""
+    return b"\n" not in sample and sample.count(b"\r") >= 2
+
+
+def cr_to_newlines(src: str, dst: str, display: str) -> None:
+    """Copy ``src`` to ``dst`` with each CR turned into a newline (streaming; same size)."""
+    table = bytes.maketrans(b"\r", b"\n")
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk.translate(table))
+    except OSError as e:
+        try:
+            os.unlink(dst)
+        except OSError:
+            pass
+        raise os_error(display, e, "decode") from None

@@ -152,6 +152,10 @@ def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: 
         sniff.transcode_to_utf8(real, out, encoding, display, limits.max_output_bytes)
         real, sample = out, sniff.head(out, display)
     sniff.refuse_unreadable(sample, display)
+    if sniff.cr_lines(sample):
+        out = os.path.join(tmp, f"cr-{len(os.listdir(tmp))}.log")
+        sniff.cr_to_newlines(real, out, display)
+        real = out
     return real
 
 

@@ -68,7 +68,7 @@ def _write(path: str, data: bytes) -> None:
 def _plain_text(data: bytes) -> bool:
     head = data[: sniff.SAMPLE_BYTES]
     return (sniff.compressed_by_magic(head) is None and sniff.bom_encoding(head) is None
-            and sniff.bomless_utf16(head) is None
+            and sniff.bomless_utf16(head) is None and not sniff.cr_lines(head)
             and not sniff.looks_binary(head) and not any(head.startswith(m) for m in sniff.REFUSED))
 
 
