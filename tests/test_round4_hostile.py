@@ -155,3 +155,19 @@ def test_progress_bars_stay_progress_bars():
 
     assert not cr_lines(b"epoch 1\r 50%\r100%\n[rank0]: done\n")  # a newline: CRs are progress-bar rewrites
     assert cr_lines(b"line one\rline two\rline three\r")
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "{bad}", "--gpus", "1"],  # "<name> is not valid YAML": the name came out raw (tests/fuzz/fuzz_cli.py)
+    ["check", "{missing}", "--gpus", "1"],  # "config file not found: <name>"
+    ["analyze", "x.log", "--\x1b[31m"],  # argparse's "unrecognized arguments: <arg>"
+])
+def test_error_lines_show_control_characters_inert(argv, tmp_path, capsys):
+    bad = tmp_path / "ru\x01n\x1b]0;t\x07.yaml"
+    bad.write_text("model: [\n")
+    argv = [a.format(bad=bad, missing=tmp_path / "no\x1b[2J.yaml") for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert "\x1b" not in err and "\x01" not in err and "\x07" not in err, repr(err)
+    assert "\\x1b" in err

@@ -30,8 +30,10 @@ def _silence_stdout() -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep it to one line
+        from diagnose.ingest.errors import shown
+
         hint = self._did_you_mean(message)
-        self.exit(EXIT_USAGE, f"diagnose: error: {message}{hint} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, f"diagnose: error: {shown(message)}{hint} (see '{self.prog} --help')\n")
 
     def _did_you_mean(self, message: str) -> str:
         """A close command, choice or option for ``invalid choice: 'analyse'`` / ``unrecognized arguments:
@@ -378,7 +380,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diagnose: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
             _silence_stdout()
         elif isinstance(e, DiagnoseError):
-            print(f"diagnose: error: {e}", file=sys.stderr)
+            from diagnose.ingest.errors import shown
+
+            # one line, inert: many messages name a path or a value as the user gave it (``ru\x01n.yaml is not
+            # valid YAML``, found by tests/fuzz/fuzz_cli.py), and a name may hold control characters
+            print(f"diagnose: error: {shown(str(e))}", file=sys.stderr)
         else:
             print(
                 f"diagnose: internal error: {type(e).__name__}: {_one_line(str(e))} (rerun with --debug for details)",
