@@ -171,3 +171,15 @@ def test_error_lines_show_control_characters_inert(argv, tmp_path, capsys):
     assert err.count("\n") == 1 and err.endswith("\n")
     assert "\x1b" not in err and "\x01" not in err and "\x07" not in err, repr(err)
     assert "\\x1b" in err
+
+
+def test_a_megatron_lm_flag_given_two_values_is_refused_not_a_crash(tmp_path, capsys):
+    # found by tests/fuzz/fuzz_cli.py: the values were kept as a list and megatron-core's validator compared it with
+    # an int: "internal error: TypeError: '>' not supported between instances of 'list' and 'int'"
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --pipeline-model-parallel-size 1 2\n")
+    for command in (["check", str(args), "--gpus", "1"], ["replay", str(args)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "internal error" not in err and err.count("\n") == 1
+        assert "model.pipeline_model_parallel_size: value [1, 2]" in err, err
