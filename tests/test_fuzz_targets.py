@@ -31,9 +31,18 @@ def test_a_long_run_saves_each_distinct_crash_once_and_keeps_going(tmp_path):
     stats.save(str(tmp_path), force=True)
     saved = json.loads((tmp_path / "stats.json").read_text())
     (signature,) = saved["crashes"]  # one distinct crash (a!, b! raise at the same line), saved once
+    assert harness.signature(_raised(AssertionError("internal error TypeError; argv=1"))) != harness.signature(
+        _raised(AssertionError("internal error KeyError; argv=1")))
     assert saved["iterations"] == 4 and signature.startswith("ValueError@test_fuzz_targets.py:")
     crash = tmp_path / saved["crashes"][signature]
     assert crash.read_bytes() == b"a!" and "boom" in (tmp_path / (crash.name + ".txt")).read_text()
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as e:  # noqa: BLE001 - the exception with its traceback
+        return e
 
 
 def test_ingest_target(monkeypatch):

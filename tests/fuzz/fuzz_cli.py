@@ -165,7 +165,9 @@ def check(data: bytes) -> None:
     stdout, stderr = out.getvalue(), err.getvalue()
     where = f"argv={argv!r}\nstderr={stderr[-600:]!r}"
     assert rc in (0, 1, 2), f"exit code {rc!r}; {where}"
-    assert "internal error" not in stderr and "Traceback" not in stderr, where
+    internal = re.search(r"internal error: (\w+)", stderr)
+    assert internal is None, f"internal error {internal.group(1) if internal else ''}; {where}"
+    assert "Traceback" not in stderr, where
     for name, text in (("stdout", stdout), ("stderr", stderr)):
         shown = _SGR.sub("", text) if "--color=always" in argv else text
         bad = _UNSAFE.search(shown)

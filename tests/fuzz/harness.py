@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -102,9 +103,15 @@ class Stats:
 
 
 def signature(exc: BaseException) -> str:
+    """Exception type and innermost line; for an assertion also the head of its message (up to the first ':' or
+    ';'), so that two different invariants broken at one ``assert`` (an internal TypeError, then a KeyError) are
+    two crashes, not one."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
-    return f"{type(exc).__name__}@{where}"
+    head = ""
+    if isinstance(exc, AssertionError):
+        head = " " + re.split(r"[;:]", str(exc), maxsplit=1)[0][:48]
+    return f"{type(exc).__name__}@{where}{head}"
 
 
 def guarded(check: Callable[[bytes], None], stats: Stats, crash_dir: str) -> Callable[[bytes], None]:
