@@ -183,3 +183,18 @@ def test_a_megatron_lm_flag_given_two_values_is_refused_not_a_crash(tmp_path, ca
         err = capsys.readouterr().err
         assert "internal error" not in err and err.count("\n") == 1
         assert "model.pipeline_model_parallel_size: value [1, 2]" in err, err
+
+
+def test_a_home_that_does_not_exist_is_not_created(tmp_path):
+    # was: `HOME=/nonexistent diagnose analyze job.log` (as root) created /nonexistent/.cache/diagnose/
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "nonexistent"
+    env = {k: v for k, v in os.environ.items() if k not in ("DIAGNOSE_CACHE_DIR", "XDG_CACHE_HOME", "DIAGNOSE_NO_CACHE")}
+    env.update(HOME=str(home), DIAGNOSE_SKIP_SLURM="1", DIAGNOSE_NO_CONFIG="1")
+    done = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(REPO / "sample_logs" / "ddp_wrap_oom.log"),
+                           "--no-replay"], capture_output=True, env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 1, done.stderr[-300:]
+    assert not home.exists()
