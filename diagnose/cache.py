@@ -15,6 +15,11 @@ def cache_dir() -> str | None:
         return None
     d = os.environ.get("DIAGNOSE_CACHE_DIR")
     if d is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base:
+            home = os.path.expanduser("~")
+            if not os.path.isdir(home):  # HOME=/nonexistent (system accounts, some CI): no cache, never a new home
+                return None
+            base = os.path.join(home, ".cache")
         d = os.path.join(base, "diagnose")
     return d or None

@@ -232,3 +232,34 @@ def test_a_json_log_named_like_a_dump_stays_a_log(tmp_path):
     log.write_text('{"level": "error", "version": "1", "msg": "CUDA out of memory"}\n')
     found = find_dumps([str(log)])
     assert not found.dumps and found.log_inputs == [str(log)]
+
+
+# Found by tests/fuzz/fuzz_ingest.py: a LONG_BINPUT naming memo index ~1e9 made CPython's C unpickler allocate and
+# zero an array of twice that many pointers (16 GiB here) from a 10-byte dump.
+MEMO_BOMB = b"\x80\x02K\x01r\xff\xff\xff\x3f."
+
+
+def test_a_huge_memo_index_does_not_allocate_its_memo(tmp_path):
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+              "from diagnose.ingest.flight_recorder.safe_pickle import load_plain; "
+              f"print(load_plain({MEMO_BOMB!r}))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr[-500:]
+
+
+def test_real_dumps_still_take_the_fast_unpickler():
+    from diagnose.ingest.flight_recorder.safe_pickle import memo_indices_bounded
+
+    assert memo_indices_bounded(REAL.read_bytes())
+    many = pickle.dumps(_dump([_entry(i) for i in range(400)]), protocol=2)  # > 256 memo entries: LONG_BINPUT
+    assert b"r" in many and memo_indices_bounded(many)
+    assert not memo_indices_bounded(MEMO_BOMB)
+
+
+def test_a_refused_global_with_control_characters_is_one_printable_warning(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(b"\x80\x02}q\x00X\x07\x00\x00\x00entriesc\x1b]52;c;x\x07\nname\n.")
+    dumps, warnings = read_dumps([DumpFile(str(path), 0, "pickle")])
+    assert not dumps and len(warnings) == 1
+    assert warnings[0].isprintable() and "refused to import" in warnings[0], warnings

@@ -65,3 +65,51 @@ def test_tui_fleet_refuses_a_missing_store_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "diagnose", "tui", "--fleet", str(tmp_path / "none.db")],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("diagnose: error: no fleet store") and done.stderr.count("\n") == 1
+
+
+@run_async
+async def test_fleet_tables_show_markup_in_names_as_typed(tmp_path: Path) -> None:
+    """DataTable reads a ``str`` cell as markup: a job named ``train[/]`` crashed the fleet screen with MarkupError,
+    and ``[@click=app.quit]`` in a name became an action (found by tests/fuzz/fuzz_tui_text.py)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    oom = (REPO / "sample_logs" / "ddp_wrap_oom.log").read_text()
+    for i, name in enumerate(("train[]", "[@click=app.quit]x", "[b]bold")):
+        (logs / f"{name}.log").write_text(f"run {i}\n{oom}")
+    db = tmp_path / "fleet.db"
+    with FleetStore(str(db)) as store:
+        scan(store, list_files([str(logs)]), ScanOptions(jobs=1))
+    app = fleet_app(str(db), "7d", [])
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = app.screen
+        await _until(pilot, lambda: screen.report is not None)
+        await pilot.press("a")
+        await _until(pilot, lambda: len(screen.jobs) == 3)
+        from textual.widgets import TabbedContent
+
+        screen.query_one(TabbedContent).active = "tab-jobs"
+        await pilot.pause()
+        jobs = screen.query_one("#jobs")
+        shown = "\n".join(jobs.render_line(y).text for y in range(jobs.size.height))
+        for name in ("train[]", "[@click=app.quit]x", "[b]bold"):
+            assert name in shown, shown
+        assert isinstance(app.screen, FleetScreen)  # still running, nothing quit
+
+
+def test_fleet_rows_are_text_cells_whatever_the_store_holds() -> None:
+    from textual.widgets._data_table import default_cell_formatter
+
+    from diagnose.fleet.report import FailureClass, JobRow, NodeRow
+    from diagnose.present.tui.fleet import class_row, job_row, node_row
+
+    hostile = "train[/] [@click=app.quit]q \x1b[31m"
+    rows = [
+        job_row(JobRow(hostile, hostile, hostile, hostile, hostile, hostile, hostile, 0.0, "diagnosed", [])),
+        class_row(FailureClass(hostile, "OOM102", "oom", hostile, 1, 1.0, 0.0, 0.0, 0, 1, True, "new", "1")),
+        node_row(NodeRow(hostile, 2, 1, 0.5, 0.01, True, hostile, None)),
+    ]
+    for row in rows:
+        for cell in row:
+            shown = default_cell_formatter(cell).plain
+            assert "\x1b" not in shown and ("[/]" in shown or hostile not in str(cell.plain))
+    assert default_cell_formatter(rows[0][1]).plain == "train[/] [@click=app.quit]q \\x1b[31m"

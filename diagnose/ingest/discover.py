@@ -154,4 +154,29 @@ def expand_inputs(inputs: list[str], notes: list[str] | None = None, include: li
             entries.extend(replace(hints_for(p), in_folder=True) for p in logs)
             continue
         entries.append(hints_for(raw))
-    return entries
+    return _once_each(entries, notes)
+
+
+def _once_each(entries: list[InputEntry], notes: list[str] | None) -> list[InputEntry]:
+    """Each file once: ``analyze job.log ./job.log`` or a folder and a file inside it used to read the file twice
+    (every finding counted twice, "2 inputs")."""
+    seen: set[tuple[int, int]] = set()
+    out: list[InputEntry] = []
+    repeated: list[str] = []
+    for entry in entries:
+        if entry.path != "-":
+            try:
+                st = os.stat(entry.path)
+            except OSError:
+                out.append(entry)  # the reader reports it
+                continue
+            if stat.S_ISREG(st.st_mode):
+                if (st.st_dev, st.st_ino) in seen:
+                    repeated.append(entry.path)
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+        out.append(entry)
+    if repeated and notes is not None:
+        notes.append(f"{len(repeated)} input{'s' if len(repeated) != 1 else ''} named twice, read once (e.g. "
+                     f"{shown(repeated[0])})")
+    return out

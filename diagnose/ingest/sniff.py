@@ -60,6 +60,23 @@ def bom_encoding(sample: bytes) -> str | None:
     return None
 
 
+def bomless_utf16(sample: bytes) -> str | None:
+    """"utf-16-le" / "utf-16-be" for UTF-16 text without a BOM (``iconv -t utf-16le``, some Windows tools): a NUL
+    at nearly every odd (LE) or even (BE) offset and almost none at the others. It used to be read as text with a
+    NUL between letters, in which no rule matched: "no failure", exit 0. A log padded with runs of NULs has them at
+    both parities and stays a log."""
+    head = sample[: 4096 - 4096 % 2]
+    if len(head) < 16:
+        return None
+    half = len(head) // 2
+    even, odd = head[0::2].count(0) / half, head[1::2].count(0) / half
+    if odd > 0.6 and even < 0.05:
+        return "utf-16-le"
+    if even > 0.6 and odd < 0.05:
+        return "utf-16-be"
+    return None
+
+
 def refuse_unreadable(sample: bytes, display: str) -> None:
     """Raise a one-line DiagnoseError for an archive format we do not open, or for binary data."""
     for magic, reason in REFUSED.items():
@@ -83,9 +100,9 @@ def looks_binary(sample: bytes) -> bool:
 
 
 def transcode_to_utf8(src: str, dst: str, encoding: str, display: str, max_bytes: int) -> None:
-    """Re-encode a UTF-16/32 file (BOM dropped) as UTF-8, streaming; undecodable units become U+FFFD."""
+    """Re-encode a UTF-16/32 file (its BOM, if any, dropped) as UTF-8, streaming; undecodable units become U+FFFD."""
     decoder = codecs.getincrementaldecoder(encoding)("replace")
-    bom = next(len(b) for b, enc in BOMS if enc == encoding)
+    bom = next((len(b) for b, enc in BOMS if enc == encoding and head(src, display, len(b)) == b), 0)
     written = 0
     try:
         with open(src, "rb") as fin, open(dst, "wb") as fout:
@@ -99,6 +116,28 @@ def transcode_to_utf8(src: str, dst: str, encoding: str, display: str, max_bytes
                 fout.write(out)
                 if not chunk:
                     return
+    except OSError as e:
+        try:
+            os.unlink(dst)
+        except OSError:
+            pass
+        raise os_error(display, e, "decode") from None
+
+
+def cr_lines(sample: bytes) -> bool:
+    """True for text whose lines end in a lone carriage return (classic Mac, some serial consoles and capture
+    tools): no newline in the sample, several CRs. Read as it is, the whole file was one progress-bar line whose
+    last rewrite alone was kept: "No failure found", exit 0."""
+    return b"\n" not in sample and sample.count(b"\r") >= 2
+
+
+def cr_to_newlines(src: str, dst: str, display: str) -> None:
+    """Copy ``src`` to ``dst`` with each CR turned into a newline (streaming; same size)."""
+    table = bytes.maketrans(b"\r", b"\n")
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk.translate(table))
     except OSError as e:
         try:
             os.unlink(dst)

@@ -146,12 +146,16 @@ def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: 
         out = os.path.join(tmp, f"unpacked-{len(os.listdir(tmp))}.log")
         decompress_to_file(real, out, limits, kind=kind[0], display=display)
         real, sample = out, sniff.head(out, display)
-    encoding = sniff.bom_encoding(sample)
+    encoding = sniff.bom_encoding(sample) or sniff.bomless_utf16(sample)
     if encoding is not None:
         out = os.path.join(tmp, f"utf8-{len(os.listdir(tmp))}.log")
         sniff.transcode_to_utf8(real, out, encoding, display, limits.max_output_bytes)
         real, sample = out, sniff.head(out, display)
     sniff.refuse_unreadable(sample, display)
+    if sniff.cr_lines(sample):
+        out = os.path.join(tmp, f"cr-{len(os.listdir(tmp))}.log")
+        sniff.cr_to_newlines(real, out, display)
+        real = out
     return real
 
 
@@ -261,7 +265,7 @@ def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: 
             if len(head) < sniff.SAMPLE_BYTES:
                 head += chunk[: sniff.SAMPLE_BYTES - len(head)]
                 if len(head) >= sniff.SAMPLE_BYTES and sniff.compressed_by_magic(head) is None \
-                        and sniff.bom_encoding(head) is None:
+                        and sniff.bom_encoding(head) is None and sniff.bomless_utf16(head) is None:
                     sniff.refuse_unreadable(head, what)
             out.write(chunk)
             written += len(chunk)

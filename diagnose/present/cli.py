@@ -30,7 +30,28 @@ def _silence_stdout() -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse prints usage + exits 2; keep it to one line
-        self.exit(EXIT_USAGE, f"diagnose: error: {message} (see '{self.prog} --help')\n")
+        from diagnose.ingest.errors import shown
+
+        hint = self._did_you_mean(message)
+        self.exit(EXIT_USAGE, f"diagnose: error: {shown(message)}{hint} (see '{self.prog} --help')\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """A close command, choice or option for ``invalid choice: 'analyse'`` / ``unrecognized arguments:
+        --formta`` (the Python 3.12- argparse suggests nothing)."""
+        import difflib
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m is not None:
+            word, choices = m.group(1), re.findall(r"'([^']*)'", m.group(2))
+        else:
+            m = re.match(r"unrecognized arguments: (-[^\s=]+)", message)
+            if m is None:
+                return ""
+            word = m.group(1)
+            choices = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
+        return f" (did you mean {close[0]}?)" if close and close[0] != word else ""
 
 
 def _positive(text: str) -> int:
@@ -59,7 +80,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) -> None:
     p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout (-: stdout)")
     p.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto",
         help="colour in text output (NO_COLOR is honoured)",
@@ -312,7 +333,21 @@ def _fleet_parser(sub) -> None:
     _common(q)
 
 
+def _never_fail_to_encode() -> None:
+    """A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 locale, a Windows
+    console) made every report an "internal error: UnicodeEncodeError" on its first "·": what the encoding lacks
+    is written as a backslash escape instead (in JSON, inside a string, that is the same character)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _never_fail_to_encode()
     parser = build_parser()
     try:
         args = _parse(parser, argv)
@@ -321,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)  # usage on stderr, exit 2: the output stream stays for reports
         return EXIT_USAGE
+    if getattr(args, "output", None) == "-":  # `-o -` is standard output, as for sort/curl (not a file named "-")
+        args.output = None
     name = args.command
     debug = getattr(args, "debug", False) or os.environ.get("DIAGNOSE_DEBUG") == "1"
     try:
@@ -350,7 +387,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diagnose: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
             _silence_stdout()
         elif isinstance(e, DiagnoseError):
-            print(f"diagnose: error: {e}", file=sys.stderr)
+            from diagnose.ingest.errors import shown
+
+            # one line, inert: many messages name a path or a value as the user gave it (``ru\x01n.yaml is not
+            # valid YAML``, found by tests/fuzz/fuzz_cli.py), and a name may hold control characters
+            print(f"diagnose: error: {shown(str(e))}", file=sys.stderr)
         else:
             print(
                 f"diagnose: internal error: {type(e).__name__}: {_one_line(str(e))} (rerun with --debug for details)",

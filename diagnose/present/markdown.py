@@ -201,7 +201,8 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     else:
         out += [f"## diagnose: {md_inline(root.title)} (`{inert(root.rule)}`)", ""]
     if report.inputs:
-        inputs = ", ".join(f"{md_code(i.path)} ({i.bytes:,} bytes, {i.lines:,} lines)" for i in report.inputs[:8])
+        inputs = ", ".join(f"{md_code(i.path)} ({i.bytes:,} bytes, {i.lines:,} line{'' if i.lines == 1 else 's'})"
+                           for i in report.inputs[:8])
         if len(report.inputs) > 8:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]

@@ -197,7 +197,7 @@ def _header(report: Report) -> Text:
         i = inputs[0]
         t.append(" · ")
         t.append(inert(i.path))
-        t.append(f" ({_size(i.bytes)}, {i.lines:,} lines)", style="dim")
+        t.append(f" ({_size(i.bytes)}, {i.lines:,} line{'' if i.lines == 1 else 's'})", style="dim")
     elif inputs:
         t.append(f" · {len(inputs)} inputs ({_size(sum(i.bytes for i in inputs))}, "
                  f"{sum(i.lines for i in inputs):,} lines)", style="dim")

@@ -164,6 +164,9 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         tokens = joined.split()
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
         keycheck.check_mlm_flags([k[4:] for k in view.values if k.startswith("mlm.")], name)
+        # a flag given several values where its field takes one (`--pipeline-model-parallel-size 1 2`: argparse's
+        # "unrecognized arguments") was kept as a list and crashed the validator (found by tests/fuzz/fuzz_cli.py)
+        keycheck.check_values({k: v.value for k, v in view.values.items() if not k.startswith("mlm.")}, name)
         view.sources.append(f"file:{name}")
         _finish(view, [], defaults)
         return view

@@ -96,13 +96,18 @@ def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) ->
     return default if value is None else value
 
 
+# More layers than any model has: the memory model keeps a list per layer, so a typo'd 1e12 (``--set
+# model.num_layers=99999999999999999999999``) crashed with OverflowError and 1e9 asked for 8 GB.
+MAX_LAYERS = 100_000
+
+
 def shape_from_config(view: Any) -> ModelShape | None:
-    """The model's shape, or None when the config lacks the sizes (layers, hidden, heads)."""
+    """The model's shape, or None when the config lacks the sizes (layers, hidden, heads) or they are absurd."""
     hybrid = hybrid_pattern(view)
     layers = len(hybrid) if hybrid else _int(_get(view, "model.num_layers"))
     hidden = _int(_get(view, "model.hidden_size"))
     heads = _int(_get(view, "model.num_attention_heads"))
-    if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads:
+    if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads or layers > MAX_LAYERS:
         return None
     vocab = next((v for v in (_int(_get(view, k)) for k in (
         "model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size",

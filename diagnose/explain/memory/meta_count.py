@@ -25,9 +25,16 @@ def available() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
 
 
+# Layers x experts the child may build: DeepSeek-V3 is 61 x 256. A typo'd ``num_moe_experts=1000000000`` made the
+# child build modules for minutes, GBs deep, before its timeout; beyond this the analytic count stands alone.
+MAX_BUILD_MODULES = 200_000
+
+
 def buildable(shape: ModelShape) -> bool:
     """Multi-latent attention, MTP and hybrid Mamba models are not built by the child (it builds the plain GPT
-    layer spec)."""
+    layer spec); nor is a model of more layer x expert modules than any real one."""
+    if shape.num_layers * max(1, shape.num_moe_experts or 0) > MAX_BUILD_MODULES:
+        return False
     return not (shape.multi_latent_attention or shape.mtp_num_layers or shape.hybrid_pattern)
 
 

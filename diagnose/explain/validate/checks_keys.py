@@ -12,6 +12,7 @@ import difflib
 from collections.abc import Iterable
 
 from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
+from diagnose.explain.config.keycheck import SECTIONS, known_keys
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
 
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
@@ -29,7 +30,9 @@ CHOICES: dict[str, tuple[tuple[str | int, ...], str]] = {
 
 
 def _known(ctx: CheckContext) -> set[str]:
-    keys = set(COMMON_DEFAULTS) | KNOWN_KEYS
+    """Every field the config reader knows (megatron-core's and the providers' fields included: ``--set
+    model.num_layers=4`` was called a typo of ``model.mtp_num_layers``), plus the job's own keys."""
+    keys = set(COMMON_DEFAULTS) | KNOWN_KEYS | known_keys()
     for family in FAMILY_DEFAULTS.values():
         keys.update(family)
     keys.update(k for k, v in ctx.view.values.items() if v.origin != "override")
@@ -47,7 +50,16 @@ def override_unknown_key(ctx: CheckContext) -> Iterable[Violation]:
         known = known if known is not None else _known(ctx)
         if key in known:
             continue
-        section = key.split(".", 1)[0] + "."
+        top = key.split(".", 1)[0]
+        if top not in SECTIONS:  # ConfigContainer has a fixed set of sections: any other is refused (a typo or not)
+            hint = difflib.get_close_matches(top, sorted(s for s in SECTIONS if s[0] != "_"), n=1, cutoff=0.6)
+            yield Violation(
+                "override_unknown_key", f"Could not override '{key}': ConfigContainer has no section '{top}'"
+                + (f" (did you mean {hint[0]}?)" if hint else ""), [key],
+                fixes=[[ov(hint[0] + key[len(top):], item.value)]] if hint else [],
+            )
+            continue
+        section = top + "."
         close = difflib.get_close_matches(key, sorted(k for k in known if k.startswith(section)), n=1, cutoff=0.85)
         if not close:
             continue  # a field the validator does not list: cannot tell

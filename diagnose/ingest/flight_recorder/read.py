@@ -98,7 +98,7 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
         try:
             return load_plain(data)
         except RefusedPickle as e:
-            raise DumpError(f"{where}: unsafe pickle refused, not loaded: {e}") from None
+            raise DumpError(f"{where}: unsafe pickle refused, not loaded: {_one_line(e)}") from None
         except (EOFError, pickle_errors()) as e:
             # a whole pickle ends with STOP ("."); PyTorch's end with the top dict's SETITEMS then STOP
             bad_byte = "invalid load key" in str(e)

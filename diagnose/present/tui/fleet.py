@@ -81,14 +81,10 @@ class FleetScreen(Screen[list[str] | None]):
             self.report = report
             classes = self.query_one("#classes", DataTable)
             for c in report.classes:
-                classes.add_row(inert(c.signature), str(c.jobs), f"{c.gpu_hours:.1f}", _day(c.last_seen),
-                                Text(c.trend, style="bold" if c.trend in ("new", "rising") else ""),
-                                inert(c.title[:80]), key=c.signature)
+                classes.add_row(*class_row(c), key=c.signature)
             nodes = self.query_one("#nodes", DataTable)
             for n in report.nodes:
-                nodes.add_row(inert(n.node), str(n.jobs), str(n.failed), f"{100 * n.rate:.0f}%", f"{n.p_value:.2g}",
-                              Text("FLAG", style="bold red") if n.flagged else "", inert(n.top_signature or ""),
-                              key=n.node)
+                nodes.add_row(*node_row(n), key=n.node)
             self.query_one("#fleet-status", Static).update(Text(
                 f"{report.jobs} jobs in the last {inert(self.since)}: {report.failed} failed, "
                 f"{report.gpu_hours_lost:.1f} GPU-hours lost, {len(report.new_signatures)} new classes, "
@@ -99,8 +95,7 @@ class FleetScreen(Screen[list[str] | None]):
         self.jobs = {}
         for j in jobs:
             self.jobs[j.job_key] = j.sources
-            table.add_row(inert(j.job_id or j.job_key[:24]), inert(j.name), inert(j.user), inert(j.state or j.status),
-                          inert(j.signature or ""), _day(j.end_ts), key=j.job_key)
+            table.add_row(*job_row(j), key=j.job_key)
         self.jobs_filter = f"class {signature}" if signature else f"node {node}" if node else "all failed jobs"
         if signature or node:
             self.query_one(TabbedContent).active = "tab-jobs"
@@ -127,6 +122,27 @@ class FleetScreen(Screen[list[str] | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def _cell(value: object, style: str = "") -> Text:
+    """A table cell from store text: inert, and a ``Text`` (DataTable reads a plain ``str`` cell as markup, so a job
+    named ``train[/]`` crashed the screen and ``[@click=app.quit]`` in a name became an action)."""
+    return Text(inert(value if isinstance(value, str) else str(value)), style=style)
+
+
+def class_row(c) -> tuple[Text, ...]:
+    return (_cell(c.signature), _cell(c.jobs), _cell(f"{c.gpu_hours:.1f}"), _cell(_day(c.last_seen)),
+            _cell(c.trend, "bold" if c.trend in ("new", "rising") else ""), _cell(c.title[:80]))
+
+
+def node_row(n) -> tuple[Text, ...]:
+    return (_cell(n.node), _cell(n.jobs), _cell(n.failed), _cell(f"{100 * n.rate:.0f}%"), _cell(f"{n.p_value:.2g}"),
+            _cell("FLAG", "bold red") if n.flagged else _cell(""), _cell(n.top_signature or ""))
+
+
+def job_row(j) -> tuple[Text, ...]:
+    return (_cell(j.job_id or j.job_key[:24]), _cell(j.name), _cell(j.user), _cell(j.state or j.status),
+            _cell(j.signature or ""), _cell(_day(j.end_ts)))
 
 
 def _day(ts: float) -> str:
