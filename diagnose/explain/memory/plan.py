@@ -134,7 +134,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             value = fc._get(view, key)
             if value is not None and (fc._int(value) or 0) < 1:
                 bad.append(f"{key}={value!r} is not a positive integer")
-            elif key == "model.num_layers" and value is not None and fc._int(value) > fc.MAX_LAYERS:
+            elif key == "model.num_layers" and value is not None and (fc._int(value) or 0) > fc.MAX_LAYERS:
                 bad.append(f"{key}={value!r} is more layers than any model has (at most {fc.MAX_LAYERS:,})")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))

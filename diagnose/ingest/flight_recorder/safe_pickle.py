@@ -47,7 +47,7 @@ class PlainUnpickler(pickle.Unpickler):
         raise RefusedPickle("refused a persistent object reference (a dump holds only plain data)")
 
 
-class _PlainPyUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class _PlainPyUnpickler(pickle._Unpickler):
     """The pure-Python unpickler (memo in a dict), refusing globals like PlainUnpickler."""
 
     find_class = PlainUnpickler.find_class
@@ -78,7 +78,7 @@ def memo_indices_bounded(data: bytes) -> bool:
         else:
             width = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
                      pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}[n]
-            length = int.from_bytes(data[i : i + width], "little", signed=signed)
+            length = int.from_bytes(data[i : i + width], "little", signed=bool(signed))
             if length < 0:
                 return True
             i += width + length
