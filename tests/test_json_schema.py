@@ -80,10 +80,11 @@ def test_memory_enums_are_the_memory_model_constants():
 
 
 def test_schema_names_are_the_commands():
-    from diagnose.present.commands import check, replay, schema
+    from diagnose.checking import CHECK_SCHEMA, REPLAY_SCHEMA
+    from diagnose.present.commands import schema
 
-    assert CHECK["properties"]["schema"] == {"const": check.SCHEMA}
-    assert REPLAY["properties"]["schema"] == {"const": replay.SCHEMA}
+    assert CHECK["properties"]["schema"] == {"const": CHECK_SCHEMA}
+    assert REPLAY["properties"]["schema"] == {"const": REPLAY_SCHEMA}
     for file_name, document_schema in schema.SCHEMAS.values():
         on_disk = json.loads((SCHEMAS / file_name).read_text(encoding="utf-8"))
         assert on_disk["properties"]["schema"] == {"const": document_schema}
