@@ -205,8 +205,8 @@ def _fake_slurm(tmp_path: Path):
 
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
 def test_slurm_report_validates(tmp_path, replay):
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
     from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.slurm_diagnosis import diagnose_job
 
     report = diagnose_job(parse_job_id("77"), AnalyzeOptions(replay=replay), runner=_fake_slurm(tmp_path)).report
     doc = json.loads(render_json(report))
