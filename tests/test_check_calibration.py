@@ -6,14 +6,13 @@ The plan's peak adds activations on top of the full state (iteration 2 onwards),
 from __future__ import annotations
 
 import json
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from diagnose.checking import prepare_view
 from diagnose.explain.memory.plan import memory_plan
-from diagnose.present.commands.check import prepare_view
 
 TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration" / "h200_measurements.json"
 TOL_STATE = 0.03
@@ -60,7 +59,7 @@ def test_check_plan_matches_the_measured_state(tmp_path, monkeypatch):
         path = tmp_path / f"c{i}.yaml"
         path.write_text(yaml.safe_dump(_config(r)))
         capacity = r.get("gpu_capacity_bytes") or 150_109_106_995
-        view = prepare_view(Namespace(config=str(path), gpus=r["dp"], sets=[], bridge_version=None))
+        view = prepare_view(str(path), r["dp"], [])
         plan = memory_plan(view, r["dp"], capacity, prove=None).given
         assert plan.strategy == r["strategy"] and plan.dp == r["dp"]
         c = plan.components

@@ -107,8 +107,8 @@ def test_a_layout_fix_never_ignores_memory(tmp_path):
     """DeepSeek-V3's 61 layers do not divide over PP 16. The one-key fix (PP 1: the only smaller divisor) puts
     671B parameters on each pipeline rank; the memory check rejects it and the search keeps PP 16 with an uneven
     first/last stage instead."""
+    from diagnose.checking import memory_accept
     from diagnose.explain.config import apply_defaults
-    from diagnose.present.commands.check import memory_accept
 
     path = tmp_path / "dsv3.yaml"
     path.write_text(DSV3_PP16)

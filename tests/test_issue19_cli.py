@@ -426,7 +426,7 @@ def test_item8_markdown_folds_the_detail() -> None:
 def test_item9_follow_keeps_the_jobs_output_off_stdout(monkeypatch, capsys) -> None:
     from types import SimpleNamespace
 
-    from diagnose.ingest.slurm import follow
+    from diagnose import slurm_follow as follow
     from diagnose.model import Report
     from diagnose.present.cli import main
 
@@ -610,8 +610,8 @@ def test_item21_failed_list_names_who_cancelled_like_the_job_view() -> None:
 
 
 def test_item21_fix_steps_name_the_known_job_id() -> None:
-    from diagnose.ingest.slurm.diagnosis import fill_job_id
     from diagnose.model import Finding, Fix, Report
+    from diagnose.slurm_diagnosis import fill_job_id
 
     shared = Fix(steps=["sacct -j JOBID -o JobID,State,ExitCode,Reason"])
     finding = Finding(rule="SL002", name="x", title="t", category="slurm", phase="unknown", severity="error",

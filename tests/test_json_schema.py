@@ -80,10 +80,11 @@ def test_memory_enums_are_the_memory_model_constants():
 
 
 def test_schema_names_are_the_commands():
-    from diagnose.present.commands import check, replay, schema
+    from diagnose.checking import CHECK_SCHEMA, REPLAY_SCHEMA
+    from diagnose.present.commands import schema
 
-    assert CHECK["properties"]["schema"] == {"const": check.SCHEMA}
-    assert REPLAY["properties"]["schema"] == {"const": replay.SCHEMA}
+    assert CHECK["properties"]["schema"] == {"const": CHECK_SCHEMA}
+    assert REPLAY["properties"]["schema"] == {"const": REPLAY_SCHEMA}
     for file_name, document_schema in schema.SCHEMAS.values():
         on_disk = json.loads((SCHEMAS / file_name).read_text(encoding="utf-8"))
         assert on_disk["properties"]["schema"] == {"const": document_schema}
@@ -204,8 +205,8 @@ def _fake_slurm(tmp_path: Path):
 
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
 def test_slurm_report_validates(tmp_path, replay):
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
     from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.slurm_diagnosis import diagnose_job
 
     report = diagnose_job(parse_job_id("77"), AnalyzeOptions(replay=replay), runner=_fake_slurm(tmp_path)).report
     doc = json.loads(render_json(report))

@@ -366,7 +366,7 @@ def test_slurm_header_makes_job_fields_inert():
 
 
 def test_follow_reads_appended_text_and_restarts_after_truncation(tmp_path):
-    from diagnose.ingest.slurm.follow import _read_new
+    from diagnose.slurm_follow import _read_new
 
     log = tmp_path / "job.out"
     seen: list[str] = []
@@ -667,8 +667,8 @@ def test_deleted_task_files_are_a_note(tmp_path):
 
 @pytest.mark.parametrize("oom_rank", [0, 1])
 def test_the_ranks_of_the_report_come_from_the_task_file_names(tmp_path, oom_rank):
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
     from diagnose.pipeline import AnalyzeOptions
+    from diagnose.slurm_diagnosis import diagnose_job
 
     scontrol, rows = _train_job(tmp_path, oom_rank=oom_rank)
     runner = _runner_for(scontrol, rows, SCRIPT_31)

@@ -15,12 +15,12 @@ import pytest
 from test_tui_reports import copy_log, ddp_wrap_oom_report, run_async
 from textual.widgets import DataTable, Input, Static
 
+from diagnose.checking import load_view
 from diagnose.explain.config import ConfigView
 from diagnose.explain.render import cli_line, env_line
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override, Report
 from diagnose.present.commands import tui as tui_command
-from diagnose.present.commands.check import load_view
 from diagnose.present.tui.app import DiagnoseApp, MainScreen
 from diagnose.present.tui.plan import (
     PlanApp,
@@ -384,16 +384,16 @@ async def test_plan_shows_first_and_the_ui_stays_live_while_the_validator_works(
     """The validator may import megatron-core (seconds): the table comes first and keys still work meanwhile."""
     import threading
 
-    from diagnose.present.tui import plan as plan_module
+    from diagnose import checking
 
     gate = threading.Event()
-    real = plan_module._replay
+    real = checking.replay_section
 
-    def slow_replay(view, req):
+    def slow_replay(*args, **kwargs):
         gate.wait(10)
-        return real(view, req)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(plan_module, "_replay", slow_replay)
+    monkeypatch.setattr(checking, "replay_section", slow_replay)
     app = plan_app()
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen

@@ -56,8 +56,8 @@ def test_memory_plan_with_a_what_if(snap_compare, monkeypatch: pytest.MonkeyPatc
     """``diagnose tui --check llama8b_bridge.yaml --gpus 8 --gpu-memory 80GiB --set train.micro_batch_size=2``."""
     from test_tui_reports import llama8b_plan_result
 
+    from diagnose.checking import load_view
     from diagnose.explain.config import parse_set
-    from diagnose.present.commands.check import load_view
     from diagnose.present.tui import plan as plan_module
     from diagnose.present.tui.plan import PlanApp
 

@@ -60,8 +60,9 @@ def safe_comment(text: str) -> str:
 
 def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, gpus_per_node: int = 8,
                runner: Runner = run_slurm) -> EpilogResult:
-    from diagnose.ingest.slurm import diagnose_job, lookup_job
+    from diagnose.ingest.slurm import lookup_job
     from diagnose.pipeline import AnalyzeOptions
+    from diagnose.slurm_diagnosis import diagnose_job
 
     ref = job_ref_from_env(env)
     job = lookup_job(ref, runner=runner, settle_s=2.0, max_task_files=16)

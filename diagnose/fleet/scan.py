@@ -245,7 +245,8 @@ def _diagnose_file(item: FileItem, options) -> tuple[JobRecord, SeenFile | None]
 
 
 def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
-    from diagnose.ingest.slurm import diagnose_job, lookup_job
+    from diagnose.ingest.slurm import lookup_job
+    from diagnose.slurm_diagnosis import diagnose_job
 
     row = item.row
     facts = JobFacts(

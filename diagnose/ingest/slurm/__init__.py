@@ -9,9 +9,8 @@ Public API (for the CLI and the TUI):
   (``srun -o logs/%j-%t.out``; ``SlurmJob.task_outputs``, each with its rank).
 - ``list_failed_jobs(since="1d", user=None) -> list[JobSummary]``: recent jobs that ended badly, newest first
   (``JobSummary`` is documented in ``listing.py``). For the TUI's job list (``diagnose tui --slurm``).
-- ``diagnose_job(ref, options) -> SlurmDiagnosis``: the pipeline's Report on the job's output with Slurm's facts
-  merged in as findings (rules ``SJ0xx``, category "slurm") and ``Report.slurm`` filled.
-- ``follow.follow_job(ref, options, on_text)``: tail a running job until the first root-cause failure.
+Diagnosing a job (``diagnose.slurm_diagnosis.diagnose_job``) and following one (``diagnose.slurm_follow``) run the
+pipeline, so they are in the orchestration layer beside ``diagnose/pipeline.py``, not here.
 
 Usage and the output-location routes: docs/slurm.md.
 
@@ -20,7 +19,6 @@ Slurm commands run with argument lists (never a shell) and timeouts; a missing s
 """
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable
-from diagnose.ingest.slurm.diagnosis import SlurmDiagnosis, diagnose_job
 from diagnose.ingest.slurm.job import OutputFile, SlurmJob, SlurmStep, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
 from diagnose.ingest.slurm.listing import JobSummary, list_failed_jobs
@@ -29,11 +27,9 @@ __all__ = [
     "JobRef",
     "JobSummary",
     "OutputFile",
-    "SlurmDiagnosis",
     "SlurmJob",
     "SlurmStep",
     "SlurmUnavailable",
-    "diagnose_job",
     "list_failed_jobs",
     "lookup_job",
     "parse_job_id",

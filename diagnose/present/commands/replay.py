@@ -14,98 +14,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from diagnose.checking import ReplayRequest, replay_config
 from diagnose.explain.render import render_fix
-from diagnose.model import DiagnoseError
+from diagnose.present.output import output_stream, write_output
 
-SCHEMA = "diagnose/replay@1"
 EXIT_OK, EXIT_FAIL = 0, 1
 
 
 def run(args: Any) -> int:
-    from diagnose.explain.config import apply_defaults, normalize_overrides
-    from diagnose.explain.config.extract import load_config, looks_like_log_file
-    from diagnose.explain.replay import replay
-
-    overrides = normalize_overrides(getattr(args, "sets", None) or [])
-    from diagnose.explain.config.keycheck import check_overrides
-
-    check_overrides(overrides)
-    finding = None
-    fit = None
-    report = None
-    if looks_like_log_file(args.config):
-        view, report = _from_log(args.config)
-        finding = report.root
-        if not overrides and finding is not None:
-            from diagnose.explain import fix_overrides
-            from diagnose.explain.fit import capacity_fix
-
-            fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
-            overrides = fit.overrides if fit is not None else fix_overrides(finding)  # the root cause's own fix
-    else:
-        view = load_config(args.config, defaults=False)
-    if getattr(args, "bridge_version", None):
-        view.version = args.bridge_version
-    gpus = getattr(args, "gpus", None)
-    if gpus is not None:
-        if gpus <= 0:
-            raise DiagnoseError(f"--gpus {gpus}: must be at least 1")
-        view.set("launch.world_size", gpus, "override")
-    apply_defaults(view)
-    result = replay(view, overrides, view.version, finding=finding)
-    if fit is not None:
-        from diagnose.explain.fit import apply_fit
-
-        apply_fit(result, fit)
-    elif finding is not None and report is not None and finding.category == "cuda_oom":
-        # the rule's fix or the user's --set on an OOM log: checked against the same memory model as analyze
-        from diagnose.explain.fit import apply_memory_fit, memory_fit
-
-        apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
-    requested_passes = result.requested is not None and result.requested.passes
-    payload = {"schema": SCHEMA, "config": view.to_dict(), "replay": result.to_dict(),
-               "requested_passes": requested_passes}
+    outcome = replay_config(ReplayRequest(args.config, list(getattr(args, "sets", None) or []),
+                                          getattr(args, "bridge_version", None), getattr(args, "gpus", None)))
     if getattr(args, "format", "text") == "json":
-        text = json.dumps(payload, indent=2, default=str) + "\n"
-        _write(args, text)
+        write_output(getattr(args, "output", None), json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
     else:
-        _print_text(args, view, result, user=bool(getattr(args, "sets", None)))
-    # One meaning for a log and a config (issue 16): 0 when what you replay (the config as given, with your --set)
-    # passes validation and, on an OOM log, fits; a log replayed without --set is the job's own config, which
-    # failed: 1, like analyze, even when the fix shown is proven (the output says so).
-    if report is not None and not getattr(args, "sets", None) and report.root is not None:
-        return EXIT_FAIL
-    return EXIT_OK if requested_passes and result.fits is not False else EXIT_FAIL
-
-
-def _from_log(path: str) -> tuple[Any, Any]:
-    """A log: scan it with the engine for the config blocks and the root cause (whose failure replay should
-    reproduce); a log with neither is bad input."""
-    from diagnose.explain import build_view
-    from diagnose.ingest import open_inputs
-    from diagnose.match import load_catalogue, scan_and_match
-
-    catalogue = load_catalogue([])
-    with open_inputs([path]) as sources:
-        result = scan_and_match(sources, catalogue)
-    report = result.report
-    view = build_view(report, result.blocks, None)
-    implied = any(v.origin.startswith("implied:") for v in view.values.values())
-    oom = report.root is not None and report.root.category == "cuda_oom"
-    if not (view.config_known or implied or oom):
-        raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
-                            "or error message that states settings)")
-    if oom:
-        from diagnose.explain import _run_memory
-
-        _run_memory(report, view, None)  # the memory verdict decides a CUDA OOM's fix, as in analyze
-    return view, report
-
-
-def _write(args: Any, text: str) -> None:
-    from diagnose.present.output import write_output
-
-    write_output(getattr(args, "output", None), text)
+        _print_text(args, outcome.view, outcome.result, user=outcome.user_sets)
+    return EXIT_OK if outcome.ok else EXIT_FAIL
 
 
 def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
@@ -115,8 +38,6 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
     from diagnose.present.safe import inert, inert_block
 
     color = getattr(args, "color", "auto")
-    from diagnose.present.output import output_stream
-
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
         console = Console(

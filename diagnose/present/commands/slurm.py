@@ -34,7 +34,7 @@ def run(args: Any) -> int:
     ref = parse_job_id(args.jobid, args.step)
     if args.follow:
         return _follow(ref, args, options)
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
+    from diagnose.slurm_diagnosis import diagnose_job
 
     diagnosis = diagnose_job(ref, options)
     with _output(args) as out:
@@ -384,7 +384,7 @@ def diagnose_listed(job_id: str, quick: Any) -> tuple[str, list[str], Any]:
     """One job of the failed list (``--failed``, the TUI's job list): (one-line diagnosis, output files read, root
     cause finding or None); a job that cannot be diagnosed says why in the line."""
     from diagnose.ingest.slurm import lookup_job, parse_job_id
-    from diagnose.ingest.slurm.diagnosis import diagnose_job
+    from diagnose.slurm_diagnosis import diagnose_job
 
     try:
         if "[" in job_id:  # "123_[0-9]": array tasks cancelled before any of them started
@@ -418,8 +418,8 @@ def one_line_diagnosis(report: Report) -> str:
 
 
 def _follow(ref: Any, args: Any, options: Any) -> int:
-    from diagnose.ingest.slurm.follow import follow_job
     from diagnose.present.safe import inert_block
+    from diagnose.slurm_follow import follow_job
 
     # The job's own output is shown live on stderr, like a progress display: stdout carries the report alone, so
     # `slurm JOB --follow > report.txt` (or `| jq` with --format json) gets the report and nothing else.

@@ -42,8 +42,9 @@ def _need_terminal() -> None:
 
 def _run_check(args) -> int:
     """``--check CONFIG``: the config is read (and bad input refused, exit 2) before the terminal is taken."""
+    from diagnose.checking import load_view
     from diagnose.explain.config import parse_set
-    from diagnose.present.commands.check import capacity_from_args, load_view
+    from diagnose.present.commands.check import capacity_from_args
     from diagnose.present.tui.plan import PlanApp, gpus_from_view
 
     config = str(args.check)

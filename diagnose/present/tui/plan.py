@@ -11,8 +11,6 @@ a newer request makes the result of an older one be dropped. Typed values are pa
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -23,6 +21,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from diagnose.checking import PlanRequest, PlanResult
+from diagnose.checking import plan as compute
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override
 from diagnose.present.safe import inert
@@ -40,25 +40,6 @@ COLUMNS = ("#", "strategy", "dp/tp/pp/cp", "B/p", "state", "activ.", "peak", "vs
 
 
 # ------------------------------------------------------------------------------------------ the model side
-
-
-@dataclass
-class PlanRequest:
-    """What to plan: the config as loaded, the what-if overrides on top, the GPU count and capacity."""
-
-    base: Any  # ConfigView, never changed
-    gpus: int
-    capacity: int
-    sets: list[Override] = field(default_factory=list)
-    bridge_version: str | None = None
-    real_mcore: bool = True  # also build megatron-core's config classes when importable (seconds, once)
-
-
-@dataclass
-class PlanResult:
-    replay: dict[str, Any] | None = None
-    memory: MemoryPlan | None = None
-    error: str | None = None  # the config could not be validated or planned: said on the screen
 
 
 def parse_what_if(text: str) -> list[Override]:
@@ -105,67 +86,6 @@ def _overrides(items: Any) -> list[Override]:
     """A report's ``[{"key", "value"}]`` list as overrides (anything else skipped)."""
     return [Override(key=str(o["key"]), value=o.get("value")) for o in items or []
             if isinstance(o, dict) and "key" in o]
-
-
-def compute(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = None) -> PlanResult:
-    """Plan memory, then validate (replay, as ``diagnose check`` does) for the request. Never raises.
-
-    ``on_memory`` gets the plan as soon as it is known: the validator may first import megatron-core (seconds).
-    """
-    from diagnose.explain.config import apply_defaults, apply_overrides
-    from diagnose.explain.memory.plan import memory_plan
-    from diagnose.explain.memory.replay_check import prove
-
-    try:
-        view = apply_overrides(req.base, req.sets) if req.sets else req.base.copy()
-        view.set("launch.world_size", int(req.gpus), "override")
-        apply_defaults(view, req.bridge_version)
-    except DiagnoseError as e:
-        return PlanResult(error=str(e))
-    except Exception as e:  # noqa: BLE001 - a model bug must not take the UI down
-        return PlanResult(error=f"internal error: {type(e).__name__}: {e}")
-    memory, error = None, None
-    try:
-        memory = memory_plan(view, int(req.gpus), req.capacity,
-                             prove=lambda ovs: prove(view, ovs, req.bridge_version))
-    except DiagnoseError as e:
-        error = str(e)
-    except Exception as e:  # noqa: BLE001
-        error = f"internal error: {type(e).__name__}: {e}"
-    if on_memory is not None:
-        on_memory(PlanResult(None, memory, error))
-    replay = None
-    try:
-        replay = _replay(view, req)
-        _mark_validation(replay, memory, view)
-    except DiagnoseError as e:
-        error = error or f"validation: {e}"
-    except Exception as e:  # noqa: BLE001
-        error = error or f"validation: internal error: {type(e).__name__}: {e}"
-    return PlanResult(replay, memory, error)
-
-
-def _mark_validation(replay: dict[str, Any], memory: MemoryPlan | None, view: Any) -> None:
-    """As ``diagnose check`` does: a config that fails validation is never a working plan (given row
-    ``valid=False``), and a validator fix that changes the global batch size says so."""
-    from diagnose.present.commands import check
-
-    mark_gbs = getattr(check, "_mark_global_batch_change", None)
-    if callable(mark_gbs):
-        mark_gbs(replay, view)
-    if memory is not None and memory.plans:
-        if replay.get("violations"):
-            memory.given.valid = False
-        elif memory.given.valid is None:
-            memory.given.valid = True
-
-
-def _replay(view: Any, req: PlanRequest) -> dict[str, Any]:
-    from diagnose.explain.replay import replay
-
-    out = replay(view, [], req.bridge_version, real_mcore=req.real_mcore).to_dict()
-    out["passes"] = not out.get("violations")
-    return out
 
 
 def gpus_from_view(view: Any, default: int = 1) -> int:

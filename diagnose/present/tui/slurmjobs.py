@@ -30,8 +30,8 @@ def job_analyzer(job_id: str, rules_dirs: list[str], outputs: list[str]) -> Call
 
     def run(_inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.ingest.slurm import parse_job_id
-        from diagnose.ingest.slurm.diagnosis import diagnose_job
         from diagnose.pipeline import AnalyzeOptions
+        from diagnose.slurm_diagnosis import diagnose_job
 
         result = diagnose_job(parse_job_id(job_id), AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress))
         outputs[:] = [path for path, _rank in result.job.analysis_inputs]

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.ingest.slurm.commands import run_slurm
-from diagnose.ingest.slurm.diagnosis import SlurmDiagnosis, diagnose_job
 from diagnose.ingest.slurm.job import ENDED_STATES, Runner, lookup_job, scontrol_state
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.model import DiagnoseError
+from diagnose.slurm_diagnosis import SlurmDiagnosis, diagnose_job
 
 DEFAULT_MAX_S = 7 * 86400.0
 MAX_CHUNK = 1 << 20  # bytes read per poll, so a huge burst cannot stall the loop

@@ -1,0 +1,372 @@
+"""The orchestration of a config's checks, beside ``pipeline.analyze``: ``check`` (will this config validate and
+fit?), ``plan`` (the TUI plan screen's what-ifs) and ``replay_config`` (a config or a log replayed through the
+validator). Each wires explain.config, explain.replay and explain.memory and returns typed results; the commands
+and screens only parse arguments and render. Never prints; imports no presenter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from diagnose.model import DiagnoseError, Override, Report
+
+if TYPE_CHECKING:
+    from diagnose.configview import ConfigView
+    from diagnose.explain.memory.plan import MemoryPlan
+    from diagnose.explained import ReplayResult
+
+CHECK_SCHEMA = "diagnose/check@1"
+REPLAY_SCHEMA = "diagnose/replay@1"
+
+
+# ------------------------------------------------------------------------------------------ check
+
+
+@dataclass
+class CheckRequest:
+    """``diagnose check``'s question: this config file, with these ``--set`` words, on this many GPUs of this size."""
+
+    config: str
+    gpus: int
+    capacity: int
+    sets: list[str] = field(default_factory=list)
+    bridge_version: str | None = None
+
+
+@dataclass
+class CheckResult:
+    replay: dict[str, Any]  # explain.replay's answer as the check@1 JSON carries it, with passes / fits / gbs change
+    memory: MemoryPlan
+    mlm: bool  # the input was a Megatron-LM argument list: fixes are written as its flags
+
+    @property
+    def ok(self) -> bool:
+        """Validates and, as given, fits (exit code 0)."""
+        return not self.replay.get("violations") and bool(self.memory.given.fits)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": CHECK_SCHEMA, "replay": self.replay, "memory": self.memory.to_dict()}
+
+
+def load_view(path: str) -> ConfigView:
+    from diagnose.explain.config import load_config
+
+    return load_config(path)
+
+
+def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None) -> ConfigView:
+    """The config as loaded, with the ``--set`` overrides, the GPU count and the release's defaults."""
+    from diagnose.explain.config import apply_defaults, apply_overrides, parse_set
+    from diagnose.explain.config.keycheck import check_overrides
+
+    view = load_view(path)
+    overrides = [parse_set(s) for s in sets]
+    check_overrides(overrides)
+    if overrides:
+        view = apply_overrides(view, overrides)
+    view.set("launch.world_size", int(gpus), "override")
+    apply_defaults(view, bridge_version)
+    return view
+
+
+def replay_section(view: Any, bridge_version: str | None, accept=None, real_mcore: bool = True) -> dict[str, Any]:
+    """The report's ``replay`` section for the config as given: its violations, the smallest fix the validator's
+    suggestions give that passes (and that ``accept``, the memory check, takes), and the result after the fix
+    (``diagnose.explain.replay``)."""
+    from diagnose.explain.replay import replay
+
+    out = replay(view, [], bridge_version, accept=accept, real_mcore=real_mcore).to_dict()
+    out["passes"] = not out.get("violations")
+    return out
+
+
+def memory_accept(view: Any, gpus: int, capacity: int):
+    """A validator's fix must not put the model where it no longer fits (a layout fix that sets PP 1 on a 671B
+    model): when the config as given fits, a fix must fit too; when it does not, memory is the plans' question
+    and any valid fix is taken. Returns (accept, fits_of) for ``replay`` and for the report."""
+    from diagnose.explain.memory.plan import fix_plan
+
+    cache: dict[str, Any] = {}
+
+    def fits_of(overrides: list) -> bool | None:
+        key = repr([(o.key, o.value) for o in overrides])
+        if key not in cache:
+            try:
+                plan = fix_plan(view, overrides, gpus, capacity)
+            except DiagnoseError:
+                plan = None
+            cache[key] = None if plan is None else plan.fits
+        return cache[key]
+
+    given = fits_of([])
+
+    def accept(overrides: list) -> bool:
+        return given is not True or fits_of(overrides) is not False
+
+    return accept, fits_of
+
+
+def check(req: CheckRequest) -> CheckResult:
+    """Validate the config (replay, every violation with the fix proven by replay), then plan memory per GPU for
+    the config as given and the alternatives at the same GPU count."""
+    from diagnose.explain.memory.plan import memory_plan
+    from diagnose.explain.memory.replay_check import prove
+
+    view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version)
+    _prefetch_param_count(view)
+    accept, fits_of = memory_accept(view, req.gpus, req.capacity)
+    replay = replay_section(view, version, accept)
+    if replay.get("fix"):
+        replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
+    plan = memory_plan(view, req.gpus, req.capacity, prove=lambda ovs: prove(view, ovs, version))
+    mark_validation(replay, plan, view)
+    mlm = getattr(view, "framework", None) == "megatron-lm"
+    if replay.get("violations"):
+        _lead_with_the_fix(plan, view, replay, req.gpus, req.capacity)
+        fix = fix_text(replay.get("fix") or [], mlm)
+        plan.notes.append(
+            "the config as given fails validation: each plan below changes only memory, so it also needs the "
+            + (f"validator's fix ({fix})" if fix else "violations above fixed")
+            + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
+    return CheckResult(replay, plan, mlm)
+
+
+def mark_validation(replay: dict[str, Any], memory: MemoryPlan | None, view: Any) -> None:
+    """A config that fails validation is never a working plan (its given row is for reference: ``valid=False``),
+    and a validator fix that changes train.global_batch_size, a training hyper-parameter, says so."""
+    for o in replay.get("fix") or []:
+        if o.get("key") == "train.global_batch_size":
+            try:
+                was = view.get("train.global_batch_size")
+            except Exception:  # noqa: BLE001
+                was = None
+            if was != o.get("value"):
+                replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
+    if memory is not None and memory.plans:
+        if replay.get("violations"):
+            memory.given.valid = False
+        elif memory.given.valid is None:
+            memory.given.valid = True
+
+
+def fix_text(overrides: list[dict[str, Any]] | list[Override], mlm: bool = False) -> str:
+    """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
+    With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
+    for the keys that have no flag. A field the release removed is deleted (``~key``)."""
+    from diagnose.explain.config.overrides import parse_set
+    from diagnose.explain.config.releases import FIELD_MOVES
+    from diagnose.explain.render import inline_fix, mlm_flag
+
+    def one(o: dict[str, Any] | Override) -> Override:
+        o = o if isinstance(o, Override) else Override(o["key"], o["value"])  # replay's fix is still JSON-shaped
+        return parse_set("~" + o.key) if o.value is None and o.key in FIELD_MOVES else o  # a removed field: delete
+
+    ovs = [one(o) for o in overrides]
+    if not mlm:
+        return inline_fix(ovs)
+    words = []
+    for o in ovs:
+        flag = "" if o.key.startswith(("env.", "launch.")) or o.key.startswith("~") else mlm_flag(o)
+        words.append(flag or inline_fix([o]))
+    return " ".join(w for w in words if w)
+
+
+def _prefetch_param_count(view: Any) -> None:
+    """Start megatron-core's meta-device parameter count now, in a child, while the validator imports megatron-core
+    here: the two imports take seconds each and no longer add up."""
+    from diagnose.explain.memory import from_config as fc
+    from diagnose.explain.memory.meta_count import prefetch
+    from diagnose.explain.memory.plan import _exact_wanted
+
+    if not _exact_wanted():
+        return
+    try:
+        shape = fc.shape_from_config(view)
+    except Exception:  # noqa: BLE001 - memory_plan reports a bad shape itself, with its own message
+        return
+    if shape is not None:
+        prefetch(shape)
+
+
+def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
+    """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
+    no layout or sharding change is needed), ahead of the memory alternatives."""
+    from diagnose.explain.memory.plan import fix_plan, option_of
+
+    fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
+    if not fix or not (replay.get("after_fix") or {}).get("passes"):
+        return
+    plan = fix_plan(view, fix, gpus, capacity)
+    if plan is None or not plan.fits:
+        return
+    plan.overrides = fix
+    plan.label = "the validator's fix"
+    plan.cost = "the fix above; no memory change needed"
+    pinned = {o.key: o.value for o in fix}
+    try:
+        gbs = int(pinned.get("train.global_batch_size", view.get("train.global_batch_size")) or 0)
+        mbs = int(pinned.get("train.micro_batch_size", view.get("train.micro_batch_size")) or 1)
+    except (TypeError, ValueError):
+        gbs, mbs = 0, 1
+    if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
+        plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
+    plan.valid = True
+    memory.plans[:] = [memory.plans[0], option_of(plan)] + [p for p in memory.plans[1:] if p.overrides != fix]
+
+
+# ------------------------------------------------------------------------------------------ the TUI's what-ifs
+
+
+@dataclass
+class PlanRequest:
+    """What to plan: the config as loaded, the what-if overrides on top, the GPU count and capacity."""
+
+    base: Any  # ConfigView, never changed
+    gpus: int
+    capacity: int
+    sets: list[Override] = field(default_factory=list)
+    bridge_version: str | None = None
+    real_mcore: bool = True  # also build megatron-core's config classes when importable (seconds, once)
+
+
+@dataclass
+class PlanResult:
+    replay: dict[str, Any] | None = None
+    memory: MemoryPlan | None = None
+    error: str | None = None  # the config could not be validated or planned: said on the screen
+
+
+def plan(req: PlanRequest, on_memory: Callable[[PlanResult], None] | None = None) -> PlanResult:
+    """Plan memory, then validate (replay, as ``check`` does) for the request. Never raises: an error is the
+    result's ``error``. ``on_memory`` gets the plan as soon as it is known: the validator may first import
+    megatron-core (seconds)."""
+    from diagnose.explain.config import apply_defaults, apply_overrides
+    from diagnose.explain.memory.plan import memory_plan
+    from diagnose.explain.memory.replay_check import prove
+
+    def said(e: Exception) -> str:  # a model bug must not take the UI down: said on the screen like bad input
+        return str(e) if isinstance(e, DiagnoseError) else f"internal error: {type(e).__name__}: {e}"
+
+    try:
+        view = apply_overrides(req.base, req.sets) if req.sets else req.base.copy()
+        view.set("launch.world_size", int(req.gpus), "override")
+        apply_defaults(view, req.bridge_version)
+    except Exception as e:  # noqa: BLE001
+        return PlanResult(error=said(e))
+    memory, error = None, None
+    try:
+        memory = memory_plan(view, int(req.gpus), req.capacity,
+                             prove=lambda ovs: prove(view, ovs, req.bridge_version))
+    except Exception as e:  # noqa: BLE001
+        error = said(e)
+    if on_memory is not None:
+        on_memory(PlanResult(None, memory, error))
+    replay = None
+    try:
+        replay = replay_section(view, req.bridge_version, real_mcore=req.real_mcore)
+        mark_validation(replay, memory, view)
+    except Exception as e:  # noqa: BLE001
+        error = error or f"validation: {said(e)}"
+    return PlanResult(replay, memory, error)
+
+
+# ------------------------------------------------------------------------------------------ replay
+
+
+@dataclass
+class ReplayRequest:
+    """``diagnose replay``'s question: this config or log, with these ``--set`` words."""
+
+    config: str
+    sets: list[str] = field(default_factory=list)
+    bridge_version: str | None = None
+    gpus: int | None = None
+
+
+@dataclass
+class ReplayOutcome:
+    view: ConfigView
+    result: ReplayResult
+    report: Report | None = None  # the log's report when the input was a log
+    user_sets: bool = False  # the user gave --set
+
+    @property
+    def requested_passes(self) -> bool:
+        return self.result.requested is not None and self.result.requested.passes
+
+    @property
+    def ok(self) -> bool:
+        """One meaning for a log and a config (issue 16): what you replay (as given, with your --set) passes and, on
+        an OOM log, fits; a log without --set is the job's own config, which failed, even when the fix is proven."""
+        if self.report is not None and not self.user_sets and self.report.root is not None:
+            return False
+        return self.requested_passes and self.result.fits is not False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": REPLAY_SCHEMA, "config": self.view.to_dict(), "replay": self.result.to_dict(),
+                "requested_passes": self.requested_passes}
+
+
+def replay_config(req: ReplayRequest) -> ReplayOutcome:
+    """Validate the config as given, then with the overrides (on a log without ``--set``: the fix of its root
+    cause, or the memory model's fitting option for a capacity OOM), extending a fix that trips another check."""
+    from diagnose.explain import fix_overrides
+    from diagnose.explain.config import apply_defaults, normalize_overrides
+    from diagnose.explain.config.extract import load_config, looks_like_log_file
+    from diagnose.explain.config.keycheck import check_overrides
+    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
+    from diagnose.explain.replay import replay
+
+    overrides = normalize_overrides(req.sets)
+    check_overrides(overrides)
+    finding = fit = report = None
+    if looks_like_log_file(req.config):
+        view, report = _from_log(req.config)
+        finding = report.root
+        if not overrides and finding is not None:
+            fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
+            overrides = fit.overrides if fit is not None else fix_overrides(finding)  # the root cause's own fix
+    else:
+        view = load_config(req.config, defaults=False)
+    if req.bridge_version:
+        view.version = req.bridge_version
+    if req.gpus is not None:
+        if req.gpus <= 0:
+            raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
+        view.set("launch.world_size", req.gpus, "override")
+    apply_defaults(view)
+    result = replay(view, overrides, view.version, finding=finding)
+    if fit is not None:
+        apply_fit(result, fit)
+    elif finding is not None and report is not None and finding.category == "cuda_oom":
+        # the rule's fix or the user's --set on an OOM log: checked against the same memory model as analyze
+        apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
+    return ReplayOutcome(view, result, report, user_sets=bool(req.sets))
+
+
+def _from_log(path: str) -> tuple[Any, Report]:
+    """A log: scan it with the engine for the config blocks and the root cause (whose failure replay should
+    reproduce); a log with neither is bad input."""
+    from diagnose.explain import _run_memory, build_view
+    from diagnose.ingest import open_inputs
+    from diagnose.match import load_catalogue, scan_and_match
+
+    catalogue = load_catalogue([])
+    with open_inputs([path]) as sources:
+        result = scan_and_match(sources, catalogue)
+    report = result.report
+    view = build_view(report, result.blocks, None)
+    implied = any(v.origin.startswith("implied:") for v in view.values.values())
+    oom = report.root is not None and report.root.category == "cuda_oom"
+    if not (view.config_known or implied or oom):
+        raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
+                            "or error message that states settings)")
+    if oom:
+        _run_memory(report, view, None)  # the memory verdict decides a CUDA OOM's fix, as in analyze
+    return view, report
+
+
+__all__ = ["CheckRequest", "CheckResult", "PlanRequest", "PlanResult", "ReplayOutcome", "ReplayRequest", "check",
+           "fix_text", "load_view", "plan", "prepare_view", "replay_config"]
