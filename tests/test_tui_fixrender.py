@@ -194,9 +194,8 @@ def test_verdict_says_the_fix_fits_and_how_many_gpus_it_needs():
 
 
 def test_memory_picture_shows_fsdp_transient_buffers_apart_from_model_state():
-    from diagnose.present.tui.memoryview import memory_text
-
     from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryPrediction, PhasePeaks
+    from diagnose.present.tui.memoryview import memory_text
 
     current = MemoryPrediction(
         strategy="fsdp:optim_grads_params", dp=64, dp_known=True, gpus=64, grad_dtype="fp32", bytes_per_param=0.28,
