@@ -113,7 +113,10 @@ CAPTURES: list[CaptureSpec] = [
     # (simple anchors and regexes: each capture regex is also compiled for Hyperscan, bounded repeats are costly)
     CaptureSpec("hf_loss_log", anchor="{'loss': ", keep="first_last"),
     CaptureSpec("deepspeed_step_log", anchor=", skipped=", regex=r"step=\d+, skipped=\d+, lr=", keep="first_last"),
-    CaptureSpec("tqdm_loss", anchor="loss", regex=r"(?:it/s|s/it), [^\]]*loss\w*=", keep="first_last"),
+    # a tqdm bar's postfix with a loss; anchored on the rate, not on "loss" (on every Megatron iteration line, where
+    # the regex never holds: scanning each window for it doubled the cost of a Megatron log)
+    CaptureSpec("tqdm_loss", anchor="it/s, ", regex=r"it/s, [^\]]*loss\w*=", keep="first_last"),
+    CaptureSpec("tqdm_loss_slow", anchor="s/it, ", regex=r"s/it, [^\]]*loss\w*=", keep="first_last"),
     # a step/epoch counter with a loss value: "Step 10 ... loss", mmcv's "Epoch [1][74/371] lr: .. loss: 0.44",
     # "[epoch 18], [iter 610 / 745], [train main loss 0.21]",
     # "5000 iteration, ... train/total_loss: 1.27", "[Epoch 0] train/sup_loss: 4.2"
@@ -179,13 +182,14 @@ _PHASE_AFTER_MARKER = {
     "hf_loss_log": "training",
     "deepspeed_step_log": "training",
     "tqdm_loss": "training",
+    "tqdm_loss_slow": "training",
     "step_loss": "training",
     "framework_save_start": "checkpoint_save",
     "framework_load_start": "checkpoint_load",
     "framework_loaded": "first_iteration",
 }
 _TRAINING_PROGRESS = (
-    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
+    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss", "tqdm_loss_slow",
     "step_loss", "step_progress", "step_progress_titan", "step_progress_bar", "epoch_header", "keras_step_bar",
     "returnn_step", "hivemind_epoch",
 )
