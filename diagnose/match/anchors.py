@@ -235,7 +235,7 @@ class _Locator:
         (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
 
 
-CACHE_KEEP = 48  # compiled databases kept (per catalogue version and window kind, and capture locators); oldest go first
+CACHE_KEEP = 48  # compiled databases kept (per catalogue, window kind and capture locator); the oldest go first
 
 
 def _prune(folder: str, keep: int) -> None:

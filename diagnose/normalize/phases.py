@@ -189,7 +189,8 @@ _PHASE_AFTER_MARKER = {
     "framework_loaded": "first_iteration",
 }
 _TRAINING_PROGRESS = (
-    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss", "tqdm_loss_slow",
+    "iteration", "memory_report", "checkpoint_saved", "eval_done", "hf_loss_log", "deepspeed_step_log", "tqdm_loss",
+    "tqdm_loss_slow",
     "step_loss", "step_progress", "step_progress_titan", "step_progress_bar", "epoch_header", "keras_step_bar",
     "returnn_step", "hivemind_epoch",
 )
