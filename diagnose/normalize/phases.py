@@ -99,11 +99,7 @@ CAPTURES: list[CaptureSpec] = [
                 keep="first_last"),
     CaptureSpec("epoch_header", anchor="Epoch ", regex=r"^\s*Epoch (?:[2-9]|[1-9]\d+)/\d+\s*$", keep="first_last"),
     CaptureSpec("keras_step_bar", anchor="] - loss: ", regex=r"\d+/\d+ \[[=>.]+\] - loss: ", keep="first_last"),
-    # HF Trainer / DeepSpeed announce a save before writing it
-    CaptureSpec(
-        "checkpoint_save_start_hf", anchor="model checkpoint", regex=r"\bSaving (?:last )?model checkpoint(?: to |: )",
-        keep="first_last",
-    ),
+    # DeepSpeed announces a save before writing it (HF Trainer's announcement: framework_save_start below)
     CaptureSpec("checkpoint_save_start_ds", anchor="is about to be saved", regex=r"Checkpoint \S+ is about to be saved",
                 keep="first_last"),
     CaptureSpec("training_done", anchor="[after training is done]", keep="last"),
@@ -131,7 +127,8 @@ CAPTURES: list[CaptureSpec] = [
     CaptureSpec(
         "framework_save_start",
         anchor="aving",
-        regex=r"Saving model checkpoint to |Saving checkpoint\. This may take some time|"
+        regex=r"Saving model checkpoint to |\bSaving (?:last )?model checkpoint(?: to |: )|"
+        r"Saving checkpoint\. This may take some time|"
         r"Model checkpoint of size [\d.]+ \w+ saved to |\bis about to be saved!|saving model to ",
         keep="first_last",
     ),
@@ -167,7 +164,6 @@ _PHASE_AFTER_MARKER = {
     "checkpoint_saved": "training",
     "eval_start": "eval",
     "eval_done": "training",
-    "checkpoint_save_start_hf": "checkpoint_save",
     "checkpoint_save_start_ds": "checkpoint_save",
     "step_progress": "training",
     "step_progress_titan": "training",
