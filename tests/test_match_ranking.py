@@ -78,3 +78,26 @@ def test_warnings_only_is_no_failure():
     warn = make_rule("W1", "deprecated", "deprecated", severity="warning")
     report = match_text("this is deprecated\n", make_catalogue(warn))
     assert report.root_cause is None and report.findings[0].role == "context"
+
+
+NCCLERR = make_rule("NC9", "NCCL error in:", r"NCCL error in: .*unhandled (?:cuda|system) error", category="nccl_error",
+                    title="NCCL error")
+XID = make_rule("HW9", "NVRM: Xid", r"NVRM: Xid \(PCI:[^)]*\): 79,", category="hardware", title="GPU fell off the bus")
+HW_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, NCCLERR, XID)
+_NCCL_ERR = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error"
+_XID = "[Mon Jun  3 08:14:22 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, GPU has fallen off the bus."
+
+
+def test_a_hardware_fault_printed_after_the_nccl_error_it_caused_still_leads():
+    # the training log first, then the kernel log pasted under it: the Xid explains the NCCL error
+    report = match_text(f"{_NCCL_ERR}\n$ dmesg -T | grep -i xid\n{_XID}\n", HW_CAT)
+    assert report.root is not None and report.root.rule == "HW9" and report.root.category == "hardware"
+    assert next(f for f in report.findings if f.rule == "NC9").role == "context"
+
+
+def test_hardware_does_not_jump_ahead_of_an_earlier_non_communication_error():
+    # an OOM first, then an Xid: the order decides as usual (only NCCL errors and timeouts yield to hardware)
+    report = match_text(f"torch.OutOfMemoryError: CUDA out of memory.\n{_XID}\n", HW_CAT)
+    assert report.root.rule == "OOM1"
+    # without any hardware line the NCCL error stays the root
+    assert match_text(f"{_NCCL_ERR}\n", HW_CAT).root.rule == "NC9"

@@ -4,6 +4,8 @@
   a generic one (an exception's shape, its category inferred from the evidence) only when no specific error
   matched.
 * Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
+* Except that a hardware finding (Xid, ECC, NIC port error, lost GPU) leads when the earliest specific finding is an
+  NCCL error or timeout: the fault on one device explains the communication failures across the ranks.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
   A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade.
@@ -24,6 +26,8 @@ from diagnose.model import Finding
 
 CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
 CONTESTED_FACTOR = 0.9  # another distinct specific error came later: slightly less sure
+# categories whose failures a hardware fault on one device causes across the ranks (see hardware_first)
+EXPLAINED_BY_HARDWARE = frozenset({"nccl_error", "nccl_timeout"})
 
 _TS = regex.compile(
     r"(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})|(?P<gmo>\d{2})(?P<gd>\d{2}))[ T]"
@@ -69,6 +73,22 @@ def _tier(g: Group) -> str:
     return g.first_hit.rule.rule.tier
 
 
+def hardware_first(specific: list[Group]) -> list[Group]:
+    """A hardware fault explains the communication failures it causes, wherever its line is.
+
+    An Xid, an ECC error, a NIC port error or a lost GPU makes NCCL fail on every rank that talks to that device, and
+    the NCCL error is often printed first (the kernel log, dmesg or nvidia-smi output comes after the training log, or
+    the peer ranks notice before the faulty one reports). So when the earliest specific finding is a communication
+    error and a hardware finding exists, the earliest hardware finding leads; the order is kept otherwise.
+    """
+    if not specific or specific[0].finding.category not in EXPLAINED_BY_HARDWARE:
+        return specific
+    hardware = [g for g in specific if g.finding.category == "hardware"]
+    if not hardware:
+        return specific
+    return hardware + [g for g in specific if g.finding.category != "hardware"]
+
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
@@ -86,6 +106,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]
     if not specific and root_role and timeouts and by_time(timeouts[0]) < by_time(root_role[0]):
         root_role = []
+    specific = hardware_first(specific)
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]
