@@ -265,3 +265,17 @@ def test_pdsh_prefix_keeps_the_line_indentation_behind_it():
     frame = normalize_line('worker-1:   File "/w/pretrain_gpt.py", line 39, in model_provider')
     assert frame.host == "worker-1" and frame.text == '  File "/w/pretrain_gpt.py", line 39, in model_provider'
     assert normalize_line("model:   gpt").host is None  # no digit: a config line, not a host
+
+
+def test_vllm_logger_header_inside_ray_prefix_keeps_the_traceback_frame():
+    """vLLM's logger writes "LEVEL MM-DD HH:MM:SS file.py:N] " (newer releases bracket the file); under Ray the actor
+    tag comes first. Both are peeled so a worker's traceback frames are frames, as on any other line."""
+    raw = ('(RayWorkerWrapper pid=5528, ip=10.0.3.17) ERROR 08-27 06:14:33 worker_base.py:464]   File '
+           '"/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 176, in init_device')
+    line = normalize_line(raw)
+    assert line.host == "10.0.3.17" and line.level == "E" and line.timestamp == "0827 06:14:33"
+    assert line.text == '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 176, in init_device'
+    line = normalize_line("INFO 06-03 08:13:58 [pynccl.py:65] vLLM is using nccl==2.20.5")
+    assert (line.level, line.text) == ("I", "vLLM is using nccl==2.20.5")
+    # the words alone, without the date and the file:line], are message text
+    assert normalize_line("ERROR 42 things went wrong").text == "ERROR 42 things went wrong"

@@ -366,3 +366,17 @@ def test_other_loops_step_and_loss_lines_are_training(line):
 )
 def test_counters_or_losses_alone_are_not_progress(line):
     assert [name for name, _ in _marker_lines(line) if name == "step_loss"] == []
+
+
+def test_device_setup_and_inference_engine_profiling_frames_are_init():
+    vllm = [
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker_base.py", line 140, in execute_method',
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 154, in determine_num_available_blocks',
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/model_runner.py", line 839, in profile_run',
+    ]
+    assert phase_from_frames(vllm) == "init"
+    accelerate = ['  File "/env/lib/python3.9/site-packages/accelerate/state.py", line 301, in __init__',
+                  '  File "/env/lib/python3.9/site-packages/torch/cuda/__init__.py", line 478, in set_device']
+    assert phase_from_frames(accelerate) == "init"
+    # a step that fails in the forward pass stays training even if the worker set its device earlier in the stack
+    assert phase_from_frames(['  File "/w/train.py", line 9, in set_device', '  File "/w/train.py", line 30, in train_step']) == "training"

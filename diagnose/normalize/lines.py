@@ -120,6 +120,8 @@ _LAYER = re.compile(
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
+    | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
+        \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<vend>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
     | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\    # pdsh "node017: " + the line as written
     """,
     re.VERBOSE,
@@ -202,6 +204,7 @@ _KIND_BY_LASTGROUP = {
     "nts": "nemo",
     "host": "pdsh",
     "ray_end": "ray",
+    "vend": "vllm",
 }
 
 
@@ -267,6 +270,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.timestamp = g("ts")
             if g("tslevel"):
                 line.level = g("tslevel")
+        elif kind == "vllm":
+            line.level = g("vlevel")[0]
+            line.timestamp = f"{g('vmo')}{g('vd')} {g('vtime')}"  # glog-shaped: month and day, no year
         elif kind == "nemo":
             line.level = g("nlevel")
             line.timestamp = g("nts")

@@ -296,6 +296,16 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
             re.M,
         ),
     ),
+    (
+        # a worker setting up its device and communicators, or an inference engine sizing its cache before serving
+        # (vLLM's init_device / profile_run): the job had not started its work yet
+        "init",
+        re.compile(
+            r":(?:set_device|_setup_devices|init_device|init_worker_distributed_environment|"
+            r"determine_num_available_blocks|profile_run)$",
+            re.M,
+        ),
+    ),
 ]
 _FRAME_HEAD = re.compile(r'\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>[\w.<>]+)')
 
