@@ -101,3 +101,19 @@ def test_hardware_does_not_jump_ahead_of_an_earlier_non_communication_error():
     assert report.root.rule == "OOM1"
     # without any hardware line the NCCL error stays the root
     assert match_text(f"{_NCCL_ERR}\n", HW_CAT).root.rule == "NC9"
+
+
+SMI = make_rule("HW8", "Unable to determine the device handle", r"Unable to determine the device handle for GPU\S*: Unknown Error",
+                category="hardware", tier="generic", title="nvidia-smi cannot reach a GPU")
+SMI_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, NCCLERR, XID, SMI)
+_SMI = "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"
+
+
+def test_a_generic_hardware_symptom_after_watchdog_timeouts_is_not_swallowed_by_the_timeouts():
+    # a generic error printed after the first watchdog timeout is usually its consequence, but a GPU that nvidia-smi
+    # can no longer reach is why the collective never finished
+    report = match_text("\n".join([_nccl(r) for r in range(4)] + ["$ nvidia-smi", _SMI]), SMI_CAT)
+    assert report.root.rule == "HW8" and report.root.category == "hardware"
+    # and it leads a specific NCCL error too, while the driver's own Xid line, when present, is the one cited
+    assert match_text(f"{_NCCL_ERR}\n{_SMI}\n", SMI_CAT).root.rule == "HW8"
+    assert match_text(f"{_NCCL_ERR}\n{_SMI}\n{_XID}\n", SMI_CAT).root.rule == "HW9"

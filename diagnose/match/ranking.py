@@ -73,17 +73,21 @@ def _tier(g: Group) -> str:
     return g.first_hit.rule.rule.tier
 
 
-def hardware_first(specific: list[Group]) -> list[Group]:
+def hardware_first(specific: list[Group], candidates: list[Group]) -> list[Group]:
     """A hardware fault explains the communication failures it causes, wherever its line is.
 
     An Xid, an ECC error, a NIC port error or a lost GPU makes NCCL fail on every rank that talks to that device, and
     the NCCL error is often printed first (the kernel log, dmesg or nvidia-smi output comes after the training log, or
     the peer ranks notice before the faulty one reports). So when the earliest specific finding is a communication
-    error and a hardware finding exists, the earliest hardware finding leads; the order is kept otherwise.
+    error and a hardware finding exists among the root candidates (a specific one, or a generic symptom such as
+    nvidia-smi no longer reaching the GPU), the earliest hardware finding leads; the order is kept otherwise.
     """
     if not specific or specific[0].finding.category not in EXPLAINED_BY_HARDWARE:
         return specific
+    # a specific hardware rule (the driver's Xid line) before a generic symptom (nvidia-smi's view of it)
     hardware = [g for g in specific if g.finding.category == "hardware"]
+    seen = {id(g) for g in hardware}
+    hardware += [g for g in candidates if g.finding.category == "hardware" and id(g) not in seen]
     if not hardware:
         return specific
     return hardware + [g for g in specific if g.finding.category != "hardware"]
@@ -105,8 +109,8 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     # communicator and every rank's pending call raises): the timeout, and not what it raised, leads.
     timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]
     if not specific and root_role and timeouts and by_time(timeouts[0]) < by_time(root_role[0]):
-        root_role = []
-    specific = hardware_first(specific)
+        root_role = [g for g in root_role if g.finding.category == "hardware"]  # a lost GPU is not the timeout's doing
+    specific = hardware_first(specific, root_role)
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]
