@@ -7,7 +7,6 @@ it), so nothing from a log can become a link, an image, a mention or HTML in the
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from diagnose.explain.render import cli_line, env_line, python_lines
 from diagnose.explained import ReplayResult, VerifyResult
@@ -16,14 +15,13 @@ from diagnose.model import Finding, Report
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block
+from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.present.text import (
     NOTHING_RECOVERED,
     SAFETY_NOTE,
     category_words,
     collapsed_line,
     finding_label,
-    mapping_lines,
-    section_data,
     shown_facts,
     silent_line,
     skew_line,
@@ -121,19 +119,11 @@ def details(summary: str, body: list[str]) -> list[str]:
     return [f"<details><summary>{md_inline(summary)}</summary>", "", *body, "</details>", ""]
 
 
-def _section(title: str, data: Any) -> list[str]:
-    """A section: its one-sentence summary (replay's, memory's) in the open, the rest folded."""
-    if not data:
-        return []
-    shown = section_data(data)
-    if not shown:
+def _section(title: str, lines: list[str]) -> list[str]:
+    """A section read from its typed object (config, Slurm), folded."""
+    if not lines:
         return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
-    lead = next((shown[k] for k in ("summary", "explanation") if isinstance(shown, dict)
-                 and isinstance(shown.get(k), str) and shown[k]), None)
-    out = [f"### {title}", ""]
-    if lead:
-        out += [md_inline(lead), ""]
-    return out + details(f"{title} details", ["", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""])
+    return [f"### {title}", ""] + details(f"{title} details", ["", fenced(inert_block("\n".join(lines)), "yaml"), ""])
 
 
 def _memory(memory: MemoryAnalysis | None) -> list[str]:
@@ -230,14 +220,11 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out.append("")
     if report.hang is not None:
         out += _hang(report)
-    sections = report.to_dict()  # the JSON's sections, as they are
-    for name in ("config", "replay", "memory", "slurm"):
-        if name == "memory":
-            out += _memory(report.memory)
-        elif name == "replay":
-            out += _replay(report.replay)
-        else:
-            out += _section(name.capitalize(), sections.get(name))
+    if report.config is not None:
+        out += _section("Config", config_lines(report.config))
+    out += _replay(report.replay) + _memory(report.memory)
+    if report.slurm is not None:
+        out += _section("Slurm", slurm_lines(report.slurm))
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

@@ -25,6 +25,7 @@ from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
+from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.units import format_bytes
 
 SAFETY_NOTE = {
@@ -123,67 +124,6 @@ def fact_value(v: Any) -> str:
         return f"{v:g}"
     if isinstance(v, (dict, list)):
         return json.dumps(v, default=str)
-    return str(v)
-
-
-def _is_sourced(v: Any) -> bool:
-    return isinstance(v, dict) and set(v) == {"value", "from"}
-
-
-def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> list[str]:
-    """A dict/list section (config, replay, memory) as readable indented ``key: value`` lines (not inert yet).
-
-    Two generic readings keep it short: a ``{"value": v, "from": origin}`` leaf reads ``key: v  (origin)``, and
-    when most entries of a mapping are such leaves, those from ``default`` are counted instead of listed.
-    Multi-line strings are shown as indented blocks.
-    """
-    pad = "  " * indent
-    lines: list[str] = []
-    if isinstance(data, dict):
-        sourced = [v for v in data.values() if _is_sourced(v)]
-        hide = hide_defaults and len(sourced) >= 8 and len(sourced) >= len(data) // 2
-        hidden = 0
-        for k, v in data.items():
-            if _is_sourced(v):
-                if hide and v["from"] == "default":
-                    hidden += 1
-                    continue
-                lines.append(f"{pad}{k}: {_scalar(v['value'])}  ({v['from']})")
-            elif isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{k}:")
-                lines.extend(mapping_lines(v, indent + 1, hide_defaults))
-            elif isinstance(v, str) and "\n" in v:
-                lines.append(f"{pad}{k}: |")
-                lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
-            elif str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
-                lines.append(f"{pad}{k}: {format_bytes(v)}")
-            else:
-                lines.append(f"{pad}{k}: {_scalar(v)}")
-        if hidden:
-            lines.append(f"{pad}… {hidden} more at their defaults")
-    elif isinstance(data, list):
-        for item in data:
-            if isinstance(item, dict) and item:
-                sub = mapping_lines(item, indent + 1, hide_defaults)
-                lines.append(f"{pad}- {sub[0].lstrip()}")
-                lines.extend(sub[1:])
-            elif isinstance(item, list) and item:
-                lines.append(f"{pad}-")
-                lines.extend(mapping_lines(item, indent + 1, hide_defaults))
-            else:
-                lines.append(f"{pad}- {_scalar(item)}")
-    else:
-        lines.append(f"{pad}{_scalar(data)}")
-    return lines
-
-
-def _scalar(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dict, list)):
-        return "{}" if isinstance(v, dict) else "[]"
     return str(v)
 
 
@@ -497,66 +437,11 @@ def _without_headline(explanation: str, headlines: list[str]) -> str:
     return "\n\n".join(kept).strip()
 
 
-def section_data(data: Any) -> Any:
-    """A report section as shown: empty fields (``source: []``, ``framework: null``, ``values: {}``) are left out
-    (JSON keeps them), an empty ``render.cli`` (env-only fix) shows the export lines instead, and empty renderings
-    are left out."""
-    if isinstance(data, dict):
-        data = {k: v for k, v in data.items() if v not in (None, "", [], {})}
-    if not isinstance(data, dict) or not isinstance(data.get("render"), dict):
-        return data
-    render = dict(data["render"])
-    if not render.get("cli"):
-        env = render.pop("env", None)
-        render.pop("cli", None)
-        if env:
-            render = {"cli": env, **render}
-    render = {k: v for k, v in render.items() if v not in ("", None)}  # nothing to copy: no empty "python:" line
-    if not render:
-        return {k: v for k, v in data.items() if k != "render"}
-    return {**data, "render": render}
-
-
-# Keys whose values are things to copy (commands, code, YAML): their lines are never wrapped.
-COMMAND_KEYS = frozenset({"render", "cli", "python", "yaml", "launch", "torchrun", "srun", "env", "command", "mlm",
-                          "flags"})
-
-
-def _command_flags(lines: list[str]) -> list[bool]:
-    """For each ``mapping_lines`` line: does it belong to a COMMAND_KEYS entry (the key line and deeper lines)?"""
-    flags: list[bool] = []
-    block_indent: int | None = None
-    for line in lines:
-        indent = len(line) - len(line.lstrip(" "))
-        if block_indent is not None and (indent > block_indent or not line.strip()):
-            flags.append(True)
-            continue
-        block_indent = None
-        key = line.strip().split(":", 1)[0] if ":" in line else ""
-        if key in COMMAND_KEYS:
-            block_indent = indent
-            flags.append(True)
-        else:
-            flags.append(False)
-    return flags
-
-
-LEAD_KEYS = ("summary", "explanation")
-
-
-def _section(title: str, data: Any, width: int = 100) -> list[Any]:
-    """A section (config, replay, slurm) from its dict: its lead sentence (replay's summary), then its keys."""
-    if not data:
-        return []
-    data = section_data(data)
-    if not data:
+def _section(title: str, lines: list[str], width: int = 100) -> list[Any]:
+    """A section read from its typed object (config, Slurm) as ``section_lines`` gives it."""
+    if not lines:
         return [Text(""), Text(title.upper(), style="bold underline"), Text("  " + NOTHING_RECOVERED, style="dim")]
-    lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
-    lead = data[lead_key] if lead_key else ""
-    if lead_key:
-        data = {k: v for k, v in data.items() if k != lead_key}
-    lines = mapping_lines(data)
-    return _titled(title, lead, [(inert_block(ln), cmd) for ln, cmd in zip(lines, _command_flags(lines))], width)
+    return _titled(title, "", [(inert_block(ln), False) for ln in lines], width)
 
 
 def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
@@ -660,14 +545,12 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if report.hang is not None:
         parts.extend(_hang_section(report))
     if verbose:
-        sections = report.to_dict()  # the JSON's sections, as they are
-        for name in ("config", "replay", "memory", "slurm"):
-            if name == "memory":
-                parts.extend(_memory_section(report.memory, width))
-            elif name == "replay":
-                parts.extend(_replay_section(report.replay, width))
-            else:
-                parts.extend(_section(name, sections.get(name), width))
+        if report.config is not None:
+            parts.extend(_section("config", config_lines(report.config), width))
+        parts.extend(_replay_section(report.replay, width))
+        parts.extend(_memory_section(report.memory, width))
+        if report.slurm is not None:
+            parts.extend(_section("slurm", slurm_lines(report.slurm), width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify is not None:
