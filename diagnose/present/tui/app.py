@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -28,13 +28,12 @@ from diagnose.present.tui.export import export_report
 from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LogIndex
-from diagnose.present.tui.screens import ConfirmScreen, ExportScreen, HelpScreen, LogScreen, PasteScreen
+from diagnose.present.tui.screens import BaseApp, ConfirmScreen, ExportScreen, LogScreen, PasteScreen
 
 if TYPE_CHECKING:
     from diagnose.present.tui.follow import FailureLines
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
-DARK, LIGHT = "textual-dark", "textual-light"
 
 
 EAGER_INDEX_FILES = 8  # logs indexed in the background at start; the others when the user opens them
@@ -76,15 +75,19 @@ class MainScreen(Screen):
     MainScreen #progress.hidden { display: none; }
     """
 
-    def compose(self) -> ComposeResult:
+    @property
+    def diagnose_app(self) -> DiagnoseApp:
         app = self.app
         assert isinstance(app, DiagnoseApp)
+        return app
+
+    def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield Static("Findings", id="left-title")
                 yield FindingsList(id="findings")
-            yield FindingDetail(app.display_names, id="detail")
+            yield FindingDetail(self.diagnose_app.display_names, id="detail")
         with Vertical(id="status-bar"):
             yield Static(id="status")
             yield ProgressBar(id="progress", total=100, show_eta=False)
@@ -98,32 +101,30 @@ class MainScreen(Screen):
     def detail(self) -> FindingDetail:
         return self.query_one(FindingDetail)
 
+    def _selected(self) -> Finding | None:
+        report, index = self.diagnose_app.report, self.findings.selected_finding
+        return report.findings[index] if report is not None and index is not None else None
+
     def on_mount(self) -> None:
         self.findings.focus()
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.start_up()
+        self.diagnose_app.start_up()
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         if app.report is not None:
             self.detail.show(app.report, self.findings.finding_index(event.option_index))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         index = self.findings.finding_index(event.option_index)
         if app.report is not None and index is not None:
             app.open_evidence(app.report.findings[index])
 
     def action_open_evidence(self, number: int) -> None:
         """Open the log at the selected finding's evidence line ``number`` (a click on its location)."""
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        index = self.findings.selected_finding
-        if app.report is not None and index is not None:
-            app.open_evidence(app.report.findings[index], number)
+        finding = self._selected()
+        if finding is not None:
+            self.diagnose_app.open_evidence(finding, number)
 
     def action_copy_fix(self) -> None:
         title, text = self.detail.active_form
@@ -137,10 +138,7 @@ class MainScreen(Screen):
         self.query_one("#fix-tabs", TabbedContent).active = f"fix-{key}"
 
     def action_open_log(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        index = self.findings.selected_finding
-        finding = app.report.findings[index] if app.report is not None and index is not None else None
+        app, finding = self.diagnose_app, self._selected()
         path = finding.evidence[0].path if finding is not None and finding.evidence else None
         path = path or next((p for p in app.inputs if os.path.isfile(p)), None)
         if path is None:
@@ -149,60 +147,44 @@ class MainScreen(Screen):
         app.open_log(path, None, set())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        app = self.diagnose_app
         if action == "jobs":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.slurm is not None
+            return app.slurm is not None
         if action == "plan":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.plan_view() is not None
+            return app.plan_view() is not None
         if action == "hang":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.report is not None and app.report.hang is not None
+            return app.report is not None and app.report.hang is not None
         return True
 
     def action_hang(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_hang()
+        self.diagnose_app.open_hang()
 
     def action_plan(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_plan()
+        self.diagnose_app.open_plan()
 
     def on_key(self, event) -> None:
         """``p`` while no plan can be made: its binding is hidden (check_action), so say why instead of nothing."""
-        app = self.app
-        if event.key == "p" and isinstance(app, DiagnoseApp) and app.plan_view() is None:
+        app = self.diagnose_app
+        if event.key == "p" and app.plan_view() is None:
             event.stop()
             reason = ("the analysis is still running" if app.report is None
                       else "no config with a model shape was found in the log (try 'diagnose tui --check CONFIG')")
             self.notify(f"No memory plan: {reason}.", severity="warning")
 
     def action_jobs(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_jobs()
+        self.diagnose_app.open_jobs()
 
     def action_export(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         if app.report is None:
             self.notify("Nothing to export yet: the analysis is still running.", severity="warning")
             return
         self.app.push_screen(ExportScreen(app.export_default), app.export_to)
 
 
-class DiagnoseApp(App):
+class DiagnoseApp(BaseApp):
     """The TUI. Give ``inputs`` (and an ``analyzer``), or a ready ``report``, or ``paste=True``."""
 
-    def notify(self, message: str, *, title: str = "", severity: str = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
-        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
-
-    TITLE = "diagnose"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("t", "toggle_theme", "Theme"),
@@ -250,7 +232,6 @@ class DiagnoseApp(App):
         self._follow_growth = 0.0  # when it last grew (monotonic)
         self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
         self._failure_lines: FailureLines | None = None  # built in the first check's thread
-        self.theme = DARK
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -606,13 +587,6 @@ class DiagnoseApp(App):
             self.notify(inert(str(e)), severity="error", markup=False)
             return
         self.notify(f"Saved the report as {fmt} to {inert(path)}.", markup=False)
-
-    def action_toggle_theme(self) -> None:
-        self.theme = LIGHT if self.theme == DARK else DARK
-
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
 
     def on_unmount(self) -> None:
         for index in self.indices.values():
