@@ -22,10 +22,10 @@ from diagnose.present.text import (
     category_words,
     collapsed_line,
     finding_label,
+    seen_where,
     shown_facts,
     silent_line,
     skew_line,
-    where,
     yaml_text,
 )
 
@@ -58,14 +58,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     if f.basis != "rule":
         meta[1] = md_inline(category_words(f))
-    w = where(f)
-    if w:
-        meta.append(md_inline(w))
-    if f.facts.get("source") == "flight_recorder":
-        meta.append("from the flight-recorder dumps")
-    else:
-        meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
-    out += [" · ".join(meta), ""]
+    out += [" · ".join(meta + [md_inline(w) for w in seen_where(f)]), ""]
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
         out += [f"**{md_inline(silent[0].upper() + silent[1:])}**", ""]

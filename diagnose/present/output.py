@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TextIO
 
 from diagnose.ingest.errors import shown
@@ -60,9 +60,7 @@ def deliver(path: str | None, write: Callable[[TextIO], None]) -> None:
 
 def silence_stdout() -> None:
     """Point file descriptor 1 at /dev/null, so that the flush at exit cannot fail a second time."""
-    try:
+    with suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass

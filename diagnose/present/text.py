@@ -152,15 +152,15 @@ def _size(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def seen_where(f: Finding) -> list[str]:
+    """The end of a finding's meta line (text and markdown): where it was seen, and in how many lines from where."""
+    lines = ("from the flight-recorder dumps" if f.facts.get("source") == "flight_recorder"
+             else f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    return [w for w in (where(f), lines) if w]
+
+
 def _finding_meta(f: Finding) -> Text:
-    bits = [f"phase {f.phase}", category_words(f), f"confidence {f.confidence:.2f}"]
-    w = where(f)
-    if w:
-        bits.append(w)
-    if f.facts.get("source") == "flight_recorder":
-        bits.append("from the flight-recorder dumps")
-    else:
-        bits.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    bits = [f"phase {f.phase}", category_words(f), f"confidence {f.confidence:.2f}", *seen_where(f)]
     return Text(" · ".join(inert(b) for b in bits), style="dim")
 
 

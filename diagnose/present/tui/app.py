@@ -7,6 +7,7 @@ waits on either.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -342,10 +343,8 @@ class DiagnoseApp(BaseApp):
             self._call_from_worker(self.show_report, report)
 
     def _call_from_worker(self, fn: Callable, *args: object) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the app is closing
             self.call_from_thread(fn, *args)
-        except RuntimeError:  # the app is closing
-            pass
 
     def _progress_from_thread(self, done: int, total: int) -> None:
         percent = 100 if total <= 0 else min(100, int(100 * done / total))
@@ -592,7 +591,5 @@ class DiagnoseApp(BaseApp):
         for index in self.indices.values():
             index.close()
         for path in self._temp_files:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass

@@ -10,6 +10,7 @@ a newer request makes the result of an older one be dropped. Typed values are pa
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -267,10 +268,8 @@ class PlanScreen(Screen):
     @work(thread=True, exclusive=True, group="plan")
     def _plan_worker(self, req: PlanRequest, generation: int) -> None:
         def post(result: PlanResult, final: bool) -> None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the app is closing
                 self.app.call_from_thread(self._planned, result, generation, final)
-            except RuntimeError:  # the app is closing
-                pass
 
         post(compute(req, on_memory=lambda partial: post(partial, False)), True)
 
