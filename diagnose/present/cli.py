@@ -474,16 +474,12 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
         from diagnose.ingest.errors import shown
 
         raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
-    real_out = os.path.realpath(out)
-    for path in _inputs(args):
-        if not os.path.exists(path):
-            continue
-        real_in = os.path.realpath(path)
-        inside = os.path.isdir(real_in) and real_out.startswith(real_in.rstrip(os.sep) + os.sep)
-        if inside or os.path.samefile(out, path):
-            from diagnose.ingest.errors import shown
+    from diagnose.present.output import is_input
 
-            raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
+    if is_input(out, _inputs(args)):
+        from diagnose.ingest.errors import shown
+
+        raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 
 def _stdin_is(path: str) -> bool:

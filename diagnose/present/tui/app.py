@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, OptionList, ProgressBar, Static, TabbedContent
 
 from diagnose.model import DiagnoseError, Finding, Report
+from diagnose.present.output import is_input
 from diagnose.present.safe import inert
 from diagnose.present.tui.detail import FindingDetail
 from diagnose.present.tui.export import export_report
@@ -552,7 +553,7 @@ class DiagnoseApp(BaseApp):
         if not path or self.report is None:
             return
         target = os.path.expanduser(path)
-        if self._is_input(target):
+        if is_input(target, [*self.inputs, *self._job_outputs]):
             self.notify(f"{inert(path)} is one of the logs being read: choose another name.",
                         title="Not exported", severity="error", markup=False)
             return
@@ -566,17 +567,6 @@ class DiagnoseApp(BaseApp):
             self.push_screen(ConfirmScreen(f"{inert(path)} exists. Overwrite it?"), answered)
             return
         self._write_export(path)
-
-    def _is_input(self, target: str) -> bool:
-        """Is ``target`` one of the files read (or inside a folder read)?"""
-        real = os.path.realpath(target)
-        for name in [*self.inputs, *self._job_outputs]:
-            if not name or name == "-" or not os.path.exists(name):
-                continue
-            real_in = os.path.realpath(name)
-            if real == real_in or (os.path.isdir(real_in) and real.startswith(real_in.rstrip(os.sep) + os.sep)):
-                return True
-        return False
 
     def _write_export(self, path: str) -> None:
         assert self.report is not None
