@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 
 from diagnose.explain.render import cli_line, env_line, python_lines
-from diagnose.explained import ReplayResult, VerifyResult
-from diagnose.memory_types import MemoryAnalysis
+from diagnose.explained import VerifyResult
 from diagnose.model import Finding, Report
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
@@ -112,29 +111,15 @@ def details(summary: str, body: list[str]) -> list[str]:
     return [f"<details><summary>{md_inline(summary)}</summary>", "", *body, "</details>", ""]
 
 
-def _section(title: str, lines: list[str]) -> list[str]:
-    """A section read from its typed object (config, Slurm), folded."""
+def _section(title: str, lines: list[str], lead: str = "", lang: str = "text") -> list[str]:
+    """A section: its one sentence (replay's summary, memory's explanation) in the open, its lines folded: config
+    and Slurm from their typed objects (YAML-like), replay and memory in words; the fix is the finding's, not
+    repeated."""
     if not lines:
         return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
-    return [f"### {title}", ""] + details(f"{title} details", ["", fenced(inert_block("\n".join(lines)), "yaml"), ""])
-
-
-def _memory(memory: MemoryAnalysis | None) -> list[str]:
-    """Memory: the explanation in the open, the verdict, prediction, options and notes in words, folded."""
-    if memory is None:
-        return []
-    body = inert_block("\n".join(line for line, _ in memory_lines(memory)))
-    lead = [md_inline(memory.explanation), ""] if memory.explanation else []
-    return ["### Memory", "", *lead] + details("Memory details", ["", fenced(body), ""])
-
-
-def _replay(replay: ReplayResult | None) -> list[str]:
-    """Replay: its summary in the open, the rest in words, folded (the fix is the finding's, not repeated)."""
-    if replay is None:
-        return []
-    body = inert_block("\n".join(replay_lines(replay)))
-    lead = [md_inline(replay.summary), ""] if replay.summary else []
-    return ["### Replay", "", *lead] + details("Replay details", ["", fenced(body), ""])
+    opened = [md_inline(lead), ""] if lead else []
+    return [f"### {title}", "", *opened] + details(f"{title} details",
+                                                   ["", fenced(inert_block("\n".join(lines)), lang), ""])
 
 
 def _hang(report: Report) -> list[str]:
@@ -214,10 +199,13 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     if report.hang is not None:
         out += _hang(report)
     if report.config is not None:
-        out += _section("Config", config_lines(report.config))
-    out += _replay(report.replay) + _memory(report.memory)
+        out += _section("Config", config_lines(report.config), lang="yaml")
+    if report.replay is not None:
+        out += _section("Replay", replay_lines(report.replay), report.replay.summary)
+    if report.memory is not None:
+        out += _section("Memory", [line for line, _ in memory_lines(report.memory)], report.memory.explanation)
     if report.slurm is not None:
-        out += _section("Slurm", slurm_lines(report.slurm))
+        out += _section("Slurm", slurm_lines(report.slurm), lang="yaml")
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

@@ -19,8 +19,6 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
-from diagnose.explained import ReplayResult
-from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
@@ -437,26 +435,22 @@ def _without_headline(explanation: str, headlines: list[str]) -> str:
     return "\n\n".join(kept).strip()
 
 
-def _section(title: str, lines: list[str], width: int = 100) -> list[Any]:
-    """A section read from its typed object (config, Slurm) as ``section_lines`` gives it."""
-    if not lines:
-        return [Text(""), Text(title.upper(), style="bold underline"), Text("  " + NOTHING_RECOVERED, style="dim")]
-    return _titled(title, "", [(inert_block(ln), False) for ln in lines], width)
-
-
-def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
-    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
-    if memory is None:
-        return []
-    return _titled("memory", memory.explanation, [(inert(ln), cmd) for ln, cmd in memory_lines(memory)], width)
-
-
-def _replay_section(replay: ReplayResult | None, width: int = 100) -> list[Any]:
-    """REPLAY: the summary, then whether it reproduced, the violations before and after, what replay added and
-    the memory fit, in words (the fix itself is the finding's fix block, not repeated)."""
-    if replay is None:
-        return []
-    return _titled("replay", replay.summary, [(inert(ln), False) for ln in replay_lines(replay)], width)
+def _sections(report: Report, width: int) -> list[Any]:
+    """-v: CONFIG and SLURM read from their typed objects as YAML-like lines; REPLAY (whether it reproduced, the
+    violations before and after, what replay added, the memory fit) and MEMORY (verdict, prediction, options,
+    notes) in words under their one sentence. The fix itself is the finding's fix block, not repeated."""
+    parts: list[Any] = []
+    if report.config is not None:
+        parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config)], width)
+    if report.replay is not None:
+        lines = [(inert(ln), False) for ln in replay_lines(report.replay)]
+        parts += _titled("replay", report.replay.summary, lines, width)
+    if report.memory is not None:
+        lines = [(inert(ln), cmd) for ln, cmd in memory_lines(report.memory)]
+        parts += _titled("memory", report.memory.explanation, lines, width)
+    if report.slurm is not None:
+        parts += _titled("slurm", "", [(inert_block(ln), False) for ln in slurm_lines(report.slurm)], width)
+    return parts
 
 
 def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) -> list[Any]:
@@ -465,6 +459,8 @@ def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) ->
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     if lead:
         out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(lead), width, "  "))
+    if not lines:
+        out.append(Text("  " + NOTHING_RECOVERED, style="dim"))
     for line, command in lines:
         line = "  " + line
         if command:
@@ -476,9 +472,6 @@ def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) ->
                                 break_on_hyphens=False) if len(line) >= width else [line]
         out.extend(Text(w) for w in wrapped or [line])
     return out
-
-
-DETAILS = ("quiet", "default", "verbose")
 
 
 def renderables(report: Report, width: int = 100, detail: str = "verbose") -> list[Any]:
@@ -545,12 +538,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if report.hang is not None:
         parts.extend(_hang_section(report))
     if verbose:
-        if report.config is not None:
-            parts.extend(_section("config", config_lines(report.config), width))
-        parts.extend(_replay_section(report.replay, width))
-        parts.extend(_memory_section(report.memory, width))
-        if report.slurm is not None:
-            parts.extend(_section("slurm", slurm_lines(report.slurm), width))
+        parts.extend(_sections(report, width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify is not None:
