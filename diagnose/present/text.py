@@ -490,20 +490,11 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
         root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose)
-        launch = _launch_line(report)
-        if launch:  # the fix needs more GPUs: how to launch them, under the fix's command lines
-            at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
-                       and p.plain.lstrip().startswith("Bridge CLI")), None)
-            if at is not None:
-                commands = dict(_launch_commands(report))
-                if verbose or not commands:  # the note, then each launcher's line
-                    lines = [("    Launch      ", launch.lstrip("# "))] + [
-                        (f"    {name:<12}", cmd) for name, cmd in commands.items()]
-                else:  # one line, so that the default report stays within a screen
-                    srun = commands.get("srun", "").replace("srun ", "", 1).replace(" TRAIN_SCRIPT [ARGS...]", "")
-                    lines = [("    Launch      ", commands["torchrun"] + (f"  (srun: {srun})" if srun else ""))]
-                for offset, (label, text) in enumerate(lines):
-                    root_parts.insert(at + offset, command_text(label, inert(text), style="bold"))
+        launch = _launch_texts(report, verbose)
+        at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
+                   and p.plain.lstrip().startswith("Bridge CLI")), None)
+        if launch and at is not None:  # the fix needs more GPUs: how to launch them, under the fix's command lines
+            root_parts[at:at] = launch
         parts.extend(root_parts)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
@@ -571,17 +562,23 @@ def _hang_section(report: Report) -> list[Any]:
     return parts
 
 
-def _launch_line(report: Report) -> str | None:
-    """Replay's launch comment for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)")."""
-    launch = report.replay.rendered.get("launch") if report.replay is not None else None
-    return launch if launch and launch.strip() else None
-
-
-def _launch_commands(report: Report) -> list[tuple[str, str]]:
-    """The torchrun and srun lines for the GPUs the fix needs (``render["torchrun"]`` / ``["srun"]``)."""
+def _launch_texts(report: Report, verbose: bool) -> list[Text]:
+    """Replay's launch note for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)"), then the
+    torchrun and srun lines (``rendered["torchrun"]`` / ``["srun"]``); in the default report one line, so that it
+    stays within a screen."""
     render = report.replay.rendered if report.replay is not None else {}
-    return [(name, render[key]) for name, key in (("torchrun", "torchrun"), ("srun", "srun"))
-            if isinstance(render.get(key), str) and render[key].strip()]
+    launch = render.get("launch")
+    if not launch or not launch.strip():
+        return []
+    commands = {name: render[name] for name in ("torchrun", "srun")
+                if isinstance(render.get(name), str) and render[name].strip()}
+    if verbose or not commands:  # the note, then each launcher's line
+        lines = [("    Launch      ", launch.lstrip("# "))]
+        lines += [(f"    {name:<12}", cmd) for name, cmd in commands.items()]
+    else:
+        srun = commands.get("srun", "").replace("srun ", "", 1).replace(" TRAIN_SCRIPT [ARGS...]", "")
+        lines = [("    Launch      ", commands["torchrun"] + (f"  (srun: {srun})" if srun else ""))]
+    return [command_text(label, inert(text), style="bold") for label, text in lines]
 
 
 def _summaries(report: Report, width: int) -> list[Any]:
