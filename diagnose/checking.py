@@ -15,7 +15,7 @@ from diagnose.model import DiagnoseError, Override, Report
 if TYPE_CHECKING:
     from diagnose.configview import ConfigView
     from diagnose.explain.memory.plan import MemoryPlan
-    from diagnose.explained import ReplayResult
+    from diagnose.explained import ReplayResult, Violation
 
 CHECK_SCHEMA = "diagnose/check@1"
 REPLAY_SCHEMA = "diagnose/replay@1"
@@ -36,18 +36,45 @@ class CheckRequest:
 
 
 @dataclass
+class Validation:
+    """The config's validation in ``check`` and on the plan screen: explain.replay's answer (its ``fits``: whether
+    the validator's fix fits the memory model) and the change the fix makes to train.global_batch_size, a training
+    hyper-parameter, as (from, to)."""
+
+    result: ReplayResult
+    changes_global_batch_size: tuple[Any, Any] | None = None
+
+    @property
+    def violations(self) -> list[Violation]:
+        return self.result.before.violations
+
+    @property
+    def passes(self) -> bool:
+        """The config as given validates (the fix, if any, is ``result.passes``)."""
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check@1 ``replay`` section: the report's replay section with ``passes`` and the batch size change."""
+        out = {**self.result.to_dict(), "passes": self.passes}
+        if self.changes_global_batch_size is not None:
+            was, now = self.changes_global_batch_size
+            out["changes_global_batch_size"] = {"from": was, "to": now}
+        return out
+
+
+@dataclass
 class CheckResult:
-    replay: dict[str, Any]  # explain.replay's answer as the check@1 JSON carries it, with passes / fits / gbs change
+    replay: Validation
     memory: MemoryPlan
     mlm: bool  # the input was a Megatron-LM argument list: fixes are written as its flags
 
     @property
     def ok(self) -> bool:
         """Validates and, as given, fits (exit code 0)."""
-        return not self.replay.get("violations") and bool(self.memory.given.fits)
+        return self.replay.passes and bool(self.memory.given.fits)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": CHECK_SCHEMA, "replay": self.replay, "memory": self.memory.to_dict()}
+        return {"schema": CHECK_SCHEMA, "replay": self.replay.to_dict(), "memory": self.memory.to_dict()}
 
 
 def load_view(path: str) -> ConfigView:
@@ -71,15 +98,12 @@ def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | No
     return view
 
 
-def replay_section(view: Any, bridge_version: str | None, accept=None, real_mcore: bool = True) -> dict[str, Any]:
-    """The report's ``replay`` section for the config as given: its violations, the smallest fix the validator's
-    suggestions give that passes (and that ``accept``, the memory check, takes), and the result after the fix
-    (``diagnose.explain.replay``)."""
+def replay_section(view: Any, bridge_version: str | None, accept=None, real_mcore: bool = True) -> Validation:
+    """The config as given validated: its violations, the smallest fix the validator's suggestions give that passes
+    (and that ``accept``, the memory check, takes), and the result after the fix (``diagnose.explain.replay``)."""
     from diagnose.explain.replay import replay
 
-    out = replay(view, [], bridge_version, accept=accept, real_mcore=real_mcore).to_dict()
-    out["passes"] = not out.get("violations")
-    return out
+    return Validation(replay(view, [], bridge_version, accept=accept, real_mcore=real_mcore))
 
 
 def memory_accept(view: Any, gpus: int, capacity: int):
@@ -118,14 +142,14 @@ def check(req: CheckRequest) -> CheckResult:
     _prefetch_param_count(view)
     accept, fits_of = memory_accept(view, req.gpus, req.capacity)
     replay = replay_section(view, version, accept)
-    if replay.get("fix"):
-        replay["fits"] = fits_of([Override(o["key"], o["value"]) for o in replay["fix"]])
+    if replay.result.fix:
+        replay.result.fits = fits_of(replay.result.fix)
     plan = memory_plan(view, req.gpus, req.capacity, prove=lambda ovs: prove(view, ovs, version))
     mark_validation(replay, plan, view)
     mlm = getattr(view, "framework", None) == "megatron-lm"
-    if replay.get("violations"):
-        _lead_with_the_fix(plan, view, replay, req.gpus, req.capacity)
-        fix = fix_text(replay.get("fix") or [], mlm)
+    if not replay.passes:
+        _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
+        fix = fix_text(replay.result.fix, mlm)
         plan.notes.append(
             "the config as given fails validation: each plan below changes only memory, so it also needs the "
             + (f"validator's fix ({fix})" if fix else "violations above fixed")
@@ -133,41 +157,29 @@ def check(req: CheckRequest) -> CheckResult:
     return CheckResult(replay, plan, mlm)
 
 
-def mark_validation(replay: dict[str, Any], memory: MemoryPlan | None, view: Any) -> None:
+def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigView) -> None:
     """A config that fails validation is never a working plan (its given row is for reference: ``valid=False``),
     and a validator fix that changes train.global_batch_size, a training hyper-parameter, says so."""
-    for o in replay.get("fix") or []:
-        if o.get("key") == "train.global_batch_size":
-            try:
-                was = view.get("train.global_batch_size")
-            except Exception:  # noqa: BLE001
-                was = None
-            if was != o.get("value"):
-                replay["changes_global_batch_size"] = {"from": was, "to": o.get("value")}
+    for o in replay.result.fix:
+        if o.key == "train.global_batch_size" and view.get(o.key) != o.value:
+            replay.changes_global_batch_size = (view.get(o.key), o.value)
     if memory is not None and memory.plans:
-        if replay.get("violations"):
+        if not replay.passes:
             memory.given.valid = False
         elif memory.given.valid is None:
             memory.given.valid = True
 
 
-def fix_text(overrides: list[dict[str, Any]] | list[Override], mlm: bool = False) -> str:
+def fix_text(overrides: list[Override], mlm: bool = False) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
     With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
     for the keys that have no flag. A field the release removed is deleted (``~key``)."""
-    from diagnose.explain.config.overrides import parse_set
-    from diagnose.explain.config.releases import FIELD_MOVES
     from diagnose.explain.render import inline_fix, mlm_flag
 
-    def one(o: dict[str, Any] | Override) -> Override:
-        o = o if isinstance(o, Override) else Override(o["key"], o["value"])  # replay's fix is still JSON-shaped
-        return parse_set("~" + o.key) if o.value is None and o.key in FIELD_MOVES else o  # a removed field: delete
-
-    ovs = [one(o) for o in overrides]
     if not mlm:
-        return inline_fix(ovs)
+        return inline_fix(overrides)
     words = []
-    for o in ovs:
+    for o in overrides:
         flag = "" if o.key.startswith(("env.", "launch.")) or o.key.startswith("~") else mlm_flag(o)
         words.append(flag or inline_fix([o]))
     return " ".join(w for w in words if w)
@@ -190,13 +202,13 @@ def _prefetch_param_count(view: Any) -> None:
         prefetch(shape)
 
 
-def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: dict[str, Any], gpus: int, capacity: int) -> None:
+def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: ReplayResult, gpus: int, capacity: int) -> None:
     """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
     no layout or sharding change is needed), ahead of the memory alternatives."""
     from diagnose.explain.memory.plan import fix_plan, option_of
 
-    fix = [Override(o["key"], o["value"]) for o in replay.get("fix") or []]
-    if not fix or not (replay.get("after_fix") or {}).get("passes"):
+    fix = replay.fix
+    if not fix or not replay.passes:
         return
     plan = fix_plan(view, fix, gpus, capacity)
     if plan is None or not plan.fits:
@@ -233,7 +245,7 @@ class PlanRequest:
 
 @dataclass
 class PlanResult:
-    replay: dict[str, Any] | None = None
+    replay: Validation | None = None
     memory: MemoryPlan | None = None
     error: str | None = None  # the config could not be validated or planned: said on the screen
 

@@ -75,14 +75,20 @@ def test_bad_gpu_memory_is_a_usage_error(oom_log, capsys):
 
 
 def test_parse_size():
-    assert analyze.parse_size("80GiB") == 80 << 30
-    assert analyze.parse_size("80G") == 80 << 30
-    assert analyze.parse_size("141GB") == 141 * 10**9
-    assert analyze.parse_size("85899345920") == 80 << 30
+    """analyze --gpu-memory reads sizes with gpus.parse_gpu_memory."""
+    from diagnose.explain.memory.gpus import parse_gpu_memory
+
+    def parse_size(text):
+        return parse_gpu_memory(text)[0]
+
+    assert parse_size("80GiB") == 80 << 30
+    assert parse_size("80G") == 80 << 30
+    assert parse_size("141GB") == 141 * 10**9
+    assert parse_size("85899345920") == 80 << 30
     with pytest.raises(DiagnoseError, match="no unit"):  # issue 19 item 5: "80" is not 80 bytes
-        analyze.parse_size("80")
+        parse_size("80")
     with pytest.raises(DiagnoseError):
-        analyze.parse_size("0GiB")
+        parse_size("0GiB")
 
 
 def test_user_rules_refine_builtin_ones(oom_log, tmp_path, capsys):
@@ -133,7 +139,7 @@ def test_one_size_parser_for_every_command():
     from diagnose.explain.memory import gpus
 
     for text in ("80GiB", "80G", "141GB", "79.15 GiB", "2t"):
-        assert analyze.parse_size(text) == gpus.parse_size(text) == units.parse_size(text)
+        assert gpus.parse_gpu_memory(text)[0] == gpus.parse_size(text) == units.parse_size(text)
     assert gpus.parse_size("1024") == units.parse_size("1024") == 1024  # --gpu-memory refuses it (issue 19 #5)
     assert units.parse_size("80 parsecs") is None and units.format_bytes(145309481042) == "135.33 GiB"
     assert units.format_gib_short(None) == "?" and units.format_gib_short(3 << 30) == "3.0G"

@@ -133,17 +133,32 @@ def test_no_failure_report():
     assert json.loads(render_json(report))["root_cause"] is None
 
 
-def test_mapping_lines_reads_sourced_values_and_counts_defaults():
-    from diagnose.present.text import mapping_lines
+def test_config_lines_read_sourced_values_and_count_defaults():
+    from diagnose.configview import ConfigView
+    from diagnose.present.section_lines import config_lines
 
-    values = {f"model.k{i}": {"value": i, "from": "default"} for i in range(10)}
-    values["ddp.use_megatron_fsdp"] = {"value": True, "from": "log:26"}
-    lines = mapping_lines({"values": values, "render": {"python": "a = 1\nb = 2"}, "notes": ["x"]})
+    view = ConfigView(sources=["log:3 launch command"], framework="megatron-bridge")
+    for i in range(10):
+        view.set(f"model.k{i}", i, "default")
+    view.set("ddp.use_megatron_fsdp", True, "log:26")
+    lines = config_lines(view)
+    assert lines[:3] == ["source:", "  - log:3 launch command", "framework: megatron-bridge"]
     assert "  ddp.use_megatron_fsdp: true  (log:26)" in lines
     assert "  … 10 more at their defaults" in lines
     assert not any("model.k3" in ln for ln in lines)
-    assert lines[lines.index("  python: |") + 1 :][:2] == ["      a = 1", "      b = 2"]
-    assert "- x" in [ln.strip() for ln in lines]
+
+
+def test_slurm_lines_nest_steps_and_say_sizes():
+    from diagnose.model import SlurmFacts, SlurmStepFacts
+    from diagnose.present.section_lines import slurm_lines
+
+    facts = SlurmFacts(job_id="12", state="FAILED", reason="a\nb", max_rss_bytes=3 << 30,
+                       steps=[SlurmStepFacts("12.0", "python", "FAILED", 1)], notes=["x"])
+    lines = slurm_lines(facts)
+    assert lines[:3] == ["job_id: 12", "state: FAILED", "reason: |"]
+    assert lines[lines.index("steps:") + 1:][:5] == ["  - id: 12.0", "    name: python", "    state: FAILED",
+                                                     "    exit_code: 1", "    signal: null"]
+    assert "max_rss_bytes: 3.00 GiB" in lines and "  - x" in lines and "restarts: 0" in lines
 
 
 def test_text_sections_leave_out_empty_fields_and_say_when_nothing_was_recovered():

@@ -15,9 +15,10 @@ import pytest
 from test_tui_reports import copy_log, ddp_wrap_oom_report, run_async
 from textual.widgets import DataTable, Input, Static
 
-from diagnose.checking import load_view
+from diagnose.checking import Validation, load_view
 from diagnose.explain.config import ConfigView
-from diagnose.explain.render import cli_line, env_line
+from diagnose.explain.render import cli_line, env_line, inline_fix
+from diagnose.explained import ReplayResult, ValidationResult, Violation
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override, Report
 from diagnose.present.commands import tui as tui_command
@@ -29,7 +30,6 @@ from diagnose.present.tui.plan import (
     PlanScreen,
     compute,
     merge_sets,
-    overrides_text,
     parse_what_if,
     plan_detail,
     verdict_text,
@@ -102,12 +102,13 @@ def test_overrides_are_shown_in_the_one_renderers_words() -> None:
     quoting, then shell quoting), then export lines from render.env_line for env.* keys."""
     sets = parse_what_if("ddp.use_megatron_fsdp=true model.name='a b' ~model.fp8 env.NCCL_DEBUG=INFO optimizer.lr=3e-4")
     config = [o for o in sets if not o.key.startswith("env.")]
-    text = overrides_text(sets)
+    text = inline_fix(sets)
     assert text == cli_line(config) + "; " + env_line("NCCL_DEBUG", "INFO")
     assert text.startswith("ddp.use_megatron_fsdp=true 'model.name=\"a b\"' '~model.fp8' optimizer.lr=0.0003; ")
-    assert overrides_text([]) == ""
-    fix = [{"key": "checkpoint.ckpt_format", "value": "fsdp_dtensor"}, {"key": "ddp.use_megatron_fsdp", "value": True}]
-    verdict = verdict_text({"violations": [{"message": "m"}], "fix": fix, "after_fix": {"passes": True}}).plain
+    assert inline_fix([]) == ""
+    fix = [Override("checkpoint.ckpt_format", "fsdp_dtensor"), Override("ddp.use_megatron_fsdp", True)]
+    failing = ValidationResult([Violation("check", "m", [])])
+    verdict = verdict_text(Validation(ReplayResult(None, failing, fix, ValidationResult([])))).plain
     assert "fix: checkpoint.ckpt_format=fsdp_dtensor ddp.use_megatron_fsdp=true (passes after replay)" in verdict
     option = MemoryOption([Override("checkpoint.save", "/a b")], label="x", cost="", strategy="ddp", gpus=1, dp=1,
                           tp=1, pp=1, cp=1, model_state_bytes=0, transient_bytes=0, activation_bytes=0,
@@ -121,14 +122,14 @@ def test_overrides_are_shown_in_the_one_renderers_words() -> None:
                                    "model.name=[bold]x[/] model.path='$HOME/x;y'"])
 def test_shown_what_ifs_typed_back_give_the_same_overrides(typed: str) -> None:
     sets = parse_what_if(typed)
-    back = parse_what_if(overrides_text(sets))
+    back = parse_what_if(inline_fix(sets))
     assert [(o.key, o.value) for o in back] == [(o.key, o.value) for o in sets]
 
 
 def test_compute_matches_diagnose_check_and_never_raises() -> None:
     view = load_view(str(CONFIG))
     result = compute(PlanRequest(view, 8, 80 * GIB, real_mcore=False))
-    assert result.error is None and result.replay["passes"]
+    assert result.error is None and result.replay is not None and result.replay.passes
     given = result.memory.given
     assert (given.strategy, given.dp, given.fits) == ("ddp", 8, False)
     assert any(p.fits for p in result.memory.plans[1:])
@@ -422,7 +423,7 @@ def test_plan_fixture_mirrors_the_model() -> None:
     want = ("strategy", "dp", "tp", "pp", "cp", "fits")
     assert [getattr(fixed_given, k) for k in want] == [getattr(live_given, k) for k in want]
     assert abs(fixed.memory.plans[0].peak_bytes - live.memory.plans[0].peak_bytes) < 0.1 * GIB * 225
-    assert live.replay["passes"] == fixed.replay["passes"]
+    assert live.replay is not None and fixed.replay is not None and live.replay.passes == fixed.replay.passes
 
 
 @run_async

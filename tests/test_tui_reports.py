@@ -229,5 +229,6 @@ def llama8b_plan_result():
               "all-gather instead of all-reduce, same speed", {"ddp.use_distributed_optimizer": True}),
     ]
     memory = MemoryPlan(80 * GIB, 8_030_261_248, "config", plans)
-    replay = {"passes": True, "violations": [], "fix": [], "after_fix": None}
-    return PlanResult(replay, memory)
+    from diagnose.checking import Validation
+
+    return PlanResult(Validation(ReplayResult(None, ValidationResult([]), [], ValidationResult([]))), memory)

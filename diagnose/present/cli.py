@@ -10,6 +10,7 @@ Exit codes: 0 no failure found (or the config validates and fits), 1 failure dia
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
@@ -20,12 +21,6 @@ from diagnose import __version__
 
 EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk or /dev/full: not an internal error
-
-
-def _silence_stdout() -> None:
-    from diagnose.present.output import silence_stdout
-
-    silence_stdout()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,6 +96,12 @@ def _rules_opt(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _gpu_opts(p: argparse.ArgumentParser, when: str = "") -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu-memory", metavar="SIZE", help=f"{when}memory per GPU, e.g. 80GiB")
+    g.add_argument("--gpu", metavar="NAME", help=f"{when}GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
+
+
 def _set_opt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
@@ -171,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", metavar="CONFIG",
                    help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
     p.add_argument("--gpus", type=_positive, required=True, metavar="N", help="number of GPUs the job will use")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB")
-    g.add_argument("--gpu", metavar="NAME", help="GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
+    _gpu_opts(p)
     _set_opt(p)
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
                    help="validate as this Megatron-Bridge release")
@@ -196,9 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--gpus", type=_positive, metavar="N",
                    help="with --check: number of GPUs (default: the config's world size)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu-memory", metavar="SIZE", help="with --check: memory per GPU, e.g. 80GiB")
-    g.add_argument("--gpu", metavar="NAME", help="with --check: GPU model, e.g. h100-80gb, h200, a100-40gb, b200")
+    _gpu_opts(p, "with --check: ")
     _set_opt(p)
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
                    help="with --check: validate as this Megatron-Bridge release")
@@ -340,10 +337,8 @@ def _never_fail_to_encode() -> None:
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
         if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
-            try:
+            with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):
-                pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,10 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # stdout closed early (e.g. `| head`): not an error of ours
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        except OSError:
-            pass
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - the one place that turns any error into one line
         from diagnose.model import DiagnoseError
@@ -384,8 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            from diagnose.present.output import silence_stdout
+
             print(f"diagnose: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
-            _silence_stdout()
+            silence_stdout()
         elif isinstance(e, DiagnoseError):
             from diagnose.ingest.errors import shown
 
@@ -479,16 +474,12 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
         from diagnose.ingest.errors import shown
 
         raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
-    real_out = os.path.realpath(out)
-    for path in _inputs(args):
-        if not os.path.exists(path):
-            continue
-        real_in = os.path.realpath(path)
-        inside = os.path.isdir(real_in) and real_out.startswith(real_in.rstrip(os.sep) + os.sep)
-        if inside or os.path.samefile(out, path):
-            from diagnose.ingest.errors import shown
+    from diagnose.present.output import is_input
 
-            raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
+    if is_input(out, _inputs(args)):
+        from diagnose.ingest.errors import shown
+
+        raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 
 def _stdin_is(path: str) -> bool:

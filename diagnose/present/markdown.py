@@ -7,27 +7,24 @@ it), so nothing from a log can become a link, an image, a mention or HTML in the
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from diagnose.explain.render import cli_line, env_line, python_lines
-from diagnose.explained import ReplayResult, VerifyResult
-from diagnose.memory_types import MemoryAnalysis
+from diagnose.explained import VerifyResult
 from diagnose.model import Finding, Report
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block
+from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.present.text import (
     NOTHING_RECOVERED,
     SAFETY_NOTE,
     category_words,
     collapsed_line,
     finding_label,
-    mapping_lines,
-    section_data,
+    seen_where,
     shown_facts,
     silent_line,
     skew_line,
-    where,
     yaml_text,
 )
 
@@ -60,14 +57,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     if f.basis != "rule":
         meta[1] = md_inline(category_words(f))
-    w = where(f)
-    if w:
-        meta.append(md_inline(w))
-    if f.facts.get("source") == "flight_recorder":
-        meta.append("from the flight-recorder dumps")
-    else:
-        meta.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
-    out += [" · ".join(meta), ""]
+    out += [" · ".join(meta + [md_inline(w) for w in seen_where(f)]), ""]
     silent = silent_line(f, root)
     if silent and silent.lower() not in f.explanation.lower():
         out += [f"**{md_inline(silent[0].upper() + silent[1:])}**", ""]
@@ -121,37 +111,15 @@ def details(summary: str, body: list[str]) -> list[str]:
     return [f"<details><summary>{md_inline(summary)}</summary>", "", *body, "</details>", ""]
 
 
-def _section(title: str, data: Any) -> list[str]:
-    """A section: its one-sentence summary (replay's, memory's) in the open, the rest folded."""
-    if not data:
-        return []
-    shown = section_data(data)
-    if not shown:
+def _section(title: str, lines: list[str], lead: str = "", lang: str = "text") -> list[str]:
+    """A section: its one sentence (replay's summary, memory's explanation) in the open, its lines folded: config
+    and Slurm from their typed objects (YAML-like), replay and memory in words; the fix is the finding's, not
+    repeated."""
+    if not lines:
         return [f"### {title}", "", f"_{NOTHING_RECOVERED}_", ""]
-    lead = next((shown[k] for k in ("summary", "explanation") if isinstance(shown, dict)
-                 and isinstance(shown.get(k), str) and shown[k]), None)
-    out = [f"### {title}", ""]
-    if lead:
-        out += [md_inline(lead), ""]
-    return out + details(f"{title} details", ["", fenced(inert_block("\n".join(mapping_lines(shown))), "yaml"), ""])
-
-
-def _memory(memory: MemoryAnalysis | None) -> list[str]:
-    """Memory: the explanation in the open, the verdict, prediction, options and notes in words, folded."""
-    if memory is None:
-        return []
-    body = inert_block("\n".join(line for line, _ in memory_lines(memory)))
-    lead = [md_inline(memory.explanation), ""] if memory.explanation else []
-    return ["### Memory", "", *lead] + details("Memory details", ["", fenced(body), ""])
-
-
-def _replay(replay: ReplayResult | None) -> list[str]:
-    """Replay: its summary in the open, the rest in words, folded (the fix is the finding's, not repeated)."""
-    if replay is None:
-        return []
-    body = inert_block("\n".join(replay_lines(replay)))
-    lead = [md_inline(replay.summary), ""] if replay.summary else []
-    return ["### Replay", "", *lead] + details("Replay details", ["", fenced(body), ""])
+    opened = [md_inline(lead), ""] if lead else []
+    return [f"### {title}", "", *opened] + details(f"{title} details",
+                                                   ["", fenced(inert_block("\n".join(lines)), lang), ""])
 
 
 def _hang(report: Report) -> list[str]:
@@ -230,14 +198,14 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out.append("")
     if report.hang is not None:
         out += _hang(report)
-    sections = report.to_dict()  # the JSON's sections, as they are
-    for name in ("config", "replay", "memory", "slurm"):
-        if name == "memory":
-            out += _memory(report.memory)
-        elif name == "replay":
-            out += _replay(report.replay)
-        else:
-            out += _section(name.capitalize(), sections.get(name))
+    if report.config is not None:
+        out += _section("Config", config_lines(report.config), lang="yaml")
+    if report.replay is not None:
+        out += _section("Replay", replay_lines(report.replay), report.replay.summary)
+    if report.memory is not None:
+        out += _section("Memory", [line for line, _ in memory_lines(report.memory)], report.memory.explanation)
+    if report.slurm is not None:
+        out += _section("Slurm", slurm_lines(report.slurm), lang="yaml")
     out += _verify(report.verify)
     if report.warnings:
         out += ["### Warnings", ""]

@@ -203,8 +203,6 @@ TOOLS = {
 def build_server():
     """The MCP server with every tool registered (tools are read-only)."""
     server_class = _import_server_class()
-    from diagnose import __version__
-
     kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS}
     server = server_class("diagnose", **kwargs)
     try:
@@ -216,7 +214,6 @@ def build_server():
         annotations = None
     for name, (fn, description) in TOOLS.items():
         server.tool(name=name, description=description, annotations=annotations)(_as_tool(fn))
-    server._diagnose_version = __version__  # noqa: SLF001 - shown in logs only
     return server
 
 

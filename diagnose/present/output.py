@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TextIO
 
 from diagnose.ingest.errors import shown
@@ -60,9 +60,22 @@ def deliver(path: str | None, write: Callable[[TextIO], None]) -> None:
 
 def silence_stdout() -> None:
     """Point file descriptor 1 at /dev/null, so that the flush at exit cannot fail a second time."""
-    try:
+    with suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+
+
+def is_input(target: str, inputs: list[str]) -> bool:
+    """Is ``target`` one of the files read (the same file, a hard link too) or inside a folder read? A report
+    written there would replace the only copy of a failed job's log."""
+    real = os.path.realpath(target)
+    for path in inputs:
+        if not path or path == "-" or not os.path.exists(path):
+            continue
+        real_in = os.path.realpath(path)
+        if real == real_in or (os.path.isdir(real_in) and real.startswith(real_in.rstrip(os.sep) + os.sep)):
+            return True
+        if os.path.exists(target) and os.path.samefile(target, path):
+            return True
+    return False

@@ -19,12 +19,11 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
-from diagnose.explained import ReplayResult
-from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Finding, Fix, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
+from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.units import format_bytes
 
 SAFETY_NOTE = {
@@ -126,67 +125,6 @@ def fact_value(v: Any) -> str:
     return str(v)
 
 
-def _is_sourced(v: Any) -> bool:
-    return isinstance(v, dict) and set(v) == {"value", "from"}
-
-
-def mapping_lines(data: Any, indent: int = 0, hide_defaults: bool = True) -> list[str]:
-    """A dict/list section (config, replay, memory) as readable indented ``key: value`` lines (not inert yet).
-
-    Two generic readings keep it short: a ``{"value": v, "from": origin}`` leaf reads ``key: v  (origin)``, and
-    when most entries of a mapping are such leaves, those from ``default`` are counted instead of listed.
-    Multi-line strings are shown as indented blocks.
-    """
-    pad = "  " * indent
-    lines: list[str] = []
-    if isinstance(data, dict):
-        sourced = [v for v in data.values() if _is_sourced(v)]
-        hide = hide_defaults and len(sourced) >= 8 and len(sourced) >= len(data) // 2
-        hidden = 0
-        for k, v in data.items():
-            if _is_sourced(v):
-                if hide and v["from"] == "default":
-                    hidden += 1
-                    continue
-                lines.append(f"{pad}{k}: {_scalar(v['value'])}  ({v['from']})")
-            elif isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{k}:")
-                lines.extend(mapping_lines(v, indent + 1, hide_defaults))
-            elif isinstance(v, str) and "\n" in v:
-                lines.append(f"{pad}{k}: |")
-                lines.extend(f"{pad}    {ln}" for ln in v.splitlines())
-            elif str(k).endswith("_bytes") and isinstance(v, int) and not isinstance(v, bool):
-                lines.append(f"{pad}{k}: {format_bytes(v)}")
-            else:
-                lines.append(f"{pad}{k}: {_scalar(v)}")
-        if hidden:
-            lines.append(f"{pad}… {hidden} more at their defaults")
-    elif isinstance(data, list):
-        for item in data:
-            if isinstance(item, dict) and item:
-                sub = mapping_lines(item, indent + 1, hide_defaults)
-                lines.append(f"{pad}- {sub[0].lstrip()}")
-                lines.extend(sub[1:])
-            elif isinstance(item, list) and item:
-                lines.append(f"{pad}-")
-                lines.extend(mapping_lines(item, indent + 1, hide_defaults))
-            else:
-                lines.append(f"{pad}- {_scalar(item)}")
-    else:
-        lines.append(f"{pad}{_scalar(data)}")
-    return lines
-
-
-def _scalar(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dict, list)):
-        return "{}" if isinstance(v, dict) else "[]"
-    return str(v)
-
-
 # ------------------------------------------------------------------------------------------ rendering
 
 
@@ -212,15 +150,15 @@ def _size(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def seen_where(f: Finding) -> list[str]:
+    """The end of a finding's meta line (text and markdown): where it was seen, and in how many lines from where."""
+    lines = ("from the flight-recorder dumps" if f.facts.get("source") == "flight_recorder"
+             else f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    return [w for w in (where(f), lines) if w]
+
+
 def _finding_meta(f: Finding) -> Text:
-    bits = [f"phase {f.phase}", category_words(f), f"confidence {f.confidence:.2f}"]
-    w = where(f)
-    if w:
-        bits.append(w)
-    if f.facts.get("source") == "flight_recorder":
-        bits.append("from the flight-recorder dumps")
-    else:
-        bits.append(f"{f.count} line{'s' if f.count != 1 else ''}, first at line {f.first_line}")
+    bits = [f"phase {f.phase}", category_words(f), f"confidence {f.confidence:.2f}", *seen_where(f)]
     return Text(" · ".join(inert(b) for b in bits), style="dim")
 
 
@@ -497,81 +435,22 @@ def _without_headline(explanation: str, headlines: list[str]) -> str:
     return "\n\n".join(kept).strip()
 
 
-def section_data(data: Any) -> Any:
-    """A report section as shown: empty fields (``source: []``, ``framework: null``, ``values: {}``) are left out
-    (JSON keeps them), an empty ``render.cli`` (env-only fix) shows the export lines instead, and empty renderings
-    are left out."""
-    if isinstance(data, dict):
-        data = {k: v for k, v in data.items() if v not in (None, "", [], {})}
-    if not isinstance(data, dict) or not isinstance(data.get("render"), dict):
-        return data
-    render = dict(data["render"])
-    if not render.get("cli"):
-        env = render.pop("env", None)
-        render.pop("cli", None)
-        if env:
-            render = {"cli": env, **render}
-    render = {k: v for k, v in render.items() if v not in ("", None)}  # nothing to copy: no empty "python:" line
-    if not render:
-        return {k: v for k, v in data.items() if k != "render"}
-    return {**data, "render": render}
-
-
-# Keys whose values are things to copy (commands, code, YAML): their lines are never wrapped.
-COMMAND_KEYS = frozenset({"render", "cli", "python", "yaml", "launch", "torchrun", "srun", "env", "command", "mlm",
-                          "flags"})
-
-
-def _command_flags(lines: list[str]) -> list[bool]:
-    """For each ``mapping_lines`` line: does it belong to a COMMAND_KEYS entry (the key line and deeper lines)?"""
-    flags: list[bool] = []
-    block_indent: int | None = None
-    for line in lines:
-        indent = len(line) - len(line.lstrip(" "))
-        if block_indent is not None and (indent > block_indent or not line.strip()):
-            flags.append(True)
-            continue
-        block_indent = None
-        key = line.strip().split(":", 1)[0] if ":" in line else ""
-        if key in COMMAND_KEYS:
-            block_indent = indent
-            flags.append(True)
-        else:
-            flags.append(False)
-    return flags
-
-
-LEAD_KEYS = ("summary", "explanation")
-
-
-def _section(title: str, data: Any, width: int = 100) -> list[Any]:
-    """A section (config, replay, slurm) from its dict: its lead sentence (replay's summary), then its keys."""
-    if not data:
-        return []
-    data = section_data(data)
-    if not data:
-        return [Text(""), Text(title.upper(), style="bold underline"), Text("  " + NOTHING_RECOVERED, style="dim")]
-    lead_key = next((k for k in LEAD_KEYS if isinstance(data, dict) and isinstance(data.get(k), str) and data[k]), None)
-    lead = data[lead_key] if lead_key else ""
-    if lead_key:
-        data = {k: v for k, v in data.items() if k != lead_key}
-    lines = mapping_lines(data)
-    return _titled(title, lead, [(inert_block(ln), cmd) for ln, cmd in zip(lines, _command_flags(lines))], width)
-
-
-def _memory_section(memory: MemoryAnalysis | None, width: int = 100) -> list[Any]:
-    """MEMORY: the explanation, then the verdict, the prediction, the options and the notes in words."""
-    if memory is None:
-        return []
-    return _titled("memory", memory.explanation, [(inert(ln), cmd) for ln, cmd in memory_lines(memory)], width)
-
-
-def _replay_section(replay: ReplayResult | None, width: int = 100) -> list[Any]:
-    """REPLAY: the summary, then whether it reproduced, the violations before and after, what replay added and
-    the memory fit, in words (the fix itself is the finding's fix block, not repeated)."""
-    if replay is None:
-        return []
-    return _titled("replay", replay.summary, [(inert(ln), False) for ln in replay_lines(replay)], width)
+def _sections(report: Report, width: int) -> list[Any]:
+    """-v: CONFIG and SLURM read from their typed objects as YAML-like lines; REPLAY (whether it reproduced, the
+    violations before and after, what replay added, the memory fit) and MEMORY (verdict, prediction, options,
+    notes) in words under their one sentence. The fix itself is the finding's fix block, not repeated."""
+    parts: list[Any] = []
+    if report.config is not None:
+        parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config)], width)
+    if report.replay is not None:
+        lines = [(inert(ln), False) for ln in replay_lines(report.replay)]
+        parts += _titled("replay", report.replay.summary, lines, width)
+    if report.memory is not None:
+        lines = [(inert(ln), cmd) for ln, cmd in memory_lines(report.memory)]
+        parts += _titled("memory", report.memory.explanation, lines, width)
+    if report.slurm is not None:
+        parts += _titled("slurm", "", [(inert_block(ln), False) for ln in slurm_lines(report.slurm)], width)
+    return parts
 
 
 def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) -> list[Any]:
@@ -580,6 +459,8 @@ def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) ->
     out: list[Any] = [Text(""), Text(title.upper(), style="bold underline")]
     if lead:
         out.extend(Text(w, style="bold") for w in wrap_paragraphs(inert(lead), width, "  "))
+    if not lines:
+        out.append(Text("  " + NOTHING_RECOVERED, style="dim"))
     for line, command in lines:
         line = "  " + line
         if command:
@@ -591,9 +472,6 @@ def _titled(title: str, lead: str, lines: list[tuple[str, bool]], width: int) ->
                                 break_on_hyphens=False) if len(line) >= width else [line]
         out.extend(Text(w) for w in wrapped or [line])
     return out
-
-
-DETAILS = ("quiet", "default", "verbose")
 
 
 def renderables(report: Report, width: int = 100, detail: str = "verbose") -> list[Any]:
@@ -612,20 +490,11 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
         root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose)
-        launch = _launch_line(report)
-        if launch:  # the fix needs more GPUs: how to launch them, under the fix's command lines
-            at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
-                       and p.plain.lstrip().startswith("Bridge CLI")), None)
-            if at is not None:
-                commands = dict(_launch_commands(report))
-                if verbose or not commands:  # the note, then each launcher's line
-                    lines = [("    Launch      ", launch.lstrip("# "))] + [
-                        (f"    {name:<12}", cmd) for name, cmd in commands.items()]
-                else:  # one line, so that the default report stays within a screen
-                    srun = commands.get("srun", "").replace("srun ", "", 1).replace(" TRAIN_SCRIPT [ARGS...]", "")
-                    lines = [("    Launch      ", commands["torchrun"] + (f"  (srun: {srun})" if srun else ""))]
-                for offset, (label, text) in enumerate(lines):
-                    root_parts.insert(at + offset, command_text(label, inert(text), style="bold"))
+        launch = _launch_texts(report, verbose)
+        at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
+                   and p.plain.lstrip().startswith("Bridge CLI")), None)
+        if launch and at is not None:  # the fix needs more GPUs: how to launch them, under the fix's command lines
+            root_parts[at:at] = launch
         parts.extend(root_parts)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     cascades = [f for f in report.findings if f.role == "cascade"]
@@ -660,14 +529,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if report.hang is not None:
         parts.extend(_hang_section(report))
     if verbose:
-        sections = report.to_dict()  # the JSON's sections, as they are
-        for name in ("config", "replay", "memory", "slurm"):
-            if name == "memory":
-                parts.extend(_memory_section(report.memory, width))
-            elif name == "replay":
-                parts.extend(_replay_section(report.replay, width))
-            else:
-                parts.extend(_section(name, sections.get(name), width))
+        parts.extend(_sections(report, width))
     else:
         parts.extend(_summaries(report, width))
     if report.verify is not None:
@@ -700,17 +562,23 @@ def _hang_section(report: Report) -> list[Any]:
     return parts
 
 
-def _launch_line(report: Report) -> str | None:
-    """Replay's launch comment for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)")."""
-    launch = report.replay.rendered.get("launch") if report.replay is not None else None
-    return launch if launch and launch.strip() else None
-
-
-def _launch_commands(report: Report) -> list[tuple[str, str]]:
-    """The torchrun and srun lines for the GPUs the fix needs (``render["torchrun"]`` / ``["srun"]``)."""
+def _launch_texts(report: Report, verbose: bool) -> list[Text]:
+    """Replay's launch note for a fix that needs more GPUs ("launch with world size 8 (torchrun: ...)"), then the
+    torchrun and srun lines (``rendered["torchrun"]`` / ``["srun"]``); in the default report one line, so that it
+    stays within a screen."""
     render = report.replay.rendered if report.replay is not None else {}
-    return [(name, render[key]) for name, key in (("torchrun", "torchrun"), ("srun", "srun"))
-            if isinstance(render.get(key), str) and render[key].strip()]
+    launch = render.get("launch")
+    if not launch or not launch.strip():
+        return []
+    commands = {name: render[name] for name in ("torchrun", "srun")
+                if isinstance(render.get(name), str) and render[name].strip()}
+    if verbose or not commands:  # the note, then each launcher's line
+        lines = [("    Launch      ", launch.lstrip("# "))]
+        lines += [(f"    {name:<12}", cmd) for name, cmd in commands.items()]
+    else:
+        srun = commands.get("srun", "").replace("srun ", "", 1).replace(" TRAIN_SCRIPT [ARGS...]", "")
+        lines = [("    Launch      ", commands["torchrun"] + (f"  (srun: {srun})" if srun else ""))]
+    return [command_text(label, inert(text), style="bold") for label, text in lines]
 
 
 def _summaries(report: Report, width: int) -> list[Any]:

@@ -15,21 +15,6 @@ PROGRESS_MIN_BYTES = 64 << 20
 EXIT_OK, EXIT_FAILURE_FOUND = 0, 1
 
 
-
-def parse_size(text: str) -> int:
-    """``80GiB``, ``80G`` (binary), ``80GB`` (decimal), ``141.0 GiB``, ``85899345920`` -> bytes; a bare number
-    under 1 MiB (``80``) is refused (see ``gpus.parse_gpu_memory``)."""
-    from diagnose.explain.memory.gpus import parse_gpu_memory
-
-    return parse_gpu_memory(text)[0]
-
-
-def gpu_memory_note(text: str) -> str | None:
-    from diagnose.explain.memory.gpus import parse_gpu_memory
-
-    return parse_gpu_memory(text)[1]
-
-
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
     """A callback drawing a rich progress bar on stderr once the input turns out to be large."""
     if not enabled:
@@ -99,6 +84,7 @@ def _check_config_path(path: str | None) -> None:
 
 
 def run(args) -> int:
+    from diagnose.explain.memory.gpus import parse_gpu_memory
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     if getattr(args, "jobs", 0) and args.jobs < 0:
@@ -106,7 +92,8 @@ def run(args) -> int:
     # 0 (the default) means one process: measured on a 2-vCPU VM, forked phase-1 workers gave no speed-up
     # (3.9 s vs 3.5 s per GiB) while costing memory; -j N asks for N workers on machines with real cores.
     jobs = args.jobs if getattr(args, "jobs", 0) else 1
-    gpu_memory = parse_size(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
+    # 80GiB / 80G binary, 141GB decimal; a bare number under 1 MiB is refused; the note says how it was read
+    gpu_memory, note = parse_gpu_memory(args.gpu_memory) if getattr(args, "gpu_memory", None) else (None, None)
     _check_config_path(getattr(args, "config", None))
     want_bar = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     progress, stop = _progress_bar(want_bar)
@@ -132,7 +119,6 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text") or "text"
     color = getattr(args, "color", "auto") or "auto"
     output = getattr(args, "output", None)
-    note = gpu_memory_note(args.gpu_memory) if getattr(args, "gpu_memory", None) else None
     if note:
         report.warnings.append(f"--gpu-memory {note}")
     code = EXIT_FAILURE_FOUND if report.root_cause is not None and not getattr(args, "exit_zero", False) else EXIT_OK

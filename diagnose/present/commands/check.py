@@ -60,27 +60,22 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
     # a pipe or a file gets the text report's width (100), not rich's 80, so override lines are not broken mid-key
     width = 140 if console_file is not None and color != "always" else (None if is_tty else 100)
     console = Console(file=stream, force_terminal=force, no_color=(color == "never"), highlight=False, width=width)
-    rep = result.replay
-    violations = rep.get("violations", [])
-    if rep.get("assumed_release"):
-        console.print(Text("Validated as: " + inert(str(rep["assumed_release"])), style="dim"))
-    if not violations:
+    validation = result.replay.result
+    if validation.before.assumed_release:
+        console.print(Text("Validated as: " + inert(validation.before.assumed_release), style="dim"))
+    if result.replay.passes:
         console.print(Text("Validation: passes", style="bold green"))
     else:
-        console.print(Text(f"Validation: {len(violations)} violation(s)", style="bold red"))
-        for v in violations:
-            line = Text("  - ")
-            line.append(inert(str(v.get("message", ""))))
-            console.print(line)
-        fix = rep.get("fix") or []
-        after = rep.get("after_fix") or {}
-        if fix:
-            ov = fix_text(fix, result.mlm)
-            proven = "passes after replay" if after.get("passes") else "still fails after replay"
-            console.print(Text(f"  fix ({proven}): " + inert(ov), style="green" if after.get("passes") else "yellow"))
-        gbs = rep.get("changes_global_batch_size")
+        console.print(Text(f"Validation: {len(result.replay.violations)} violation(s)", style="bold red"))
+        for v in result.replay.violations:
+            console.print(Text("  - ").append(inert(v.message)))
+        if validation.fix:
+            proven = "passes after replay" if validation.passes else "still fails after replay"
+            console.print(Text(f"  fix ({proven}): " + inert(fix_text(validation.fix, result.mlm)),
+                               style="green" if validation.passes else "yellow"))
+        gbs = result.replay.changes_global_batch_size
         if gbs:
-            console.print(Text(f"  note: this fix changes train.global_batch_size {gbs['from']} -> {gbs['to']}, a "
+            console.print(Text(f"  note: this fix changes train.global_batch_size {gbs[0]} -> {gbs[1]}, a "
                                "training hyper-parameter (numerics, LR schedule); the memory plans below keep it "
                                "where a split allows", style="yellow"))
     mem = result.memory

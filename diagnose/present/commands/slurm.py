@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TextIO
 
 from diagnose.model import DiagnoseError, Report, SlurmFacts
+from diagnose.present.output import output_stream
+from diagnose.present.text import make_console
 
 MAX_LISTED = 50  # --failed diagnoses at most this many jobs (newest first)
 
@@ -37,26 +37,12 @@ def run(args: Any) -> int:
     from diagnose.slurm_diagnosis import diagnose_job
 
     diagnosis = diagnose_job(ref, options)
-    with _output(args) as out:
+    with output_stream(getattr(args, "output", None)) as out:
         _emit(diagnosis.report, args, out)
     return 1 if diagnosis.report.root_cause is not None else 0
 
 
 # --------------------------------------------------------------------------------------------- output
-
-
-@contextmanager
-def _output(args: Any) -> Iterator[TextIO]:
-    from diagnose.present.output import output_stream
-
-    with output_stream(getattr(args, "output", None)) as fh:
-        yield fh
-
-
-def _console(args: Any, out: TextIO):
-    from diagnose.present.text import make_console
-
-    return make_console(out, getattr(args, "color", "auto"))
 
 
 def _emit(report: Report, args: Any, out: TextIO) -> None:
@@ -75,7 +61,7 @@ def _emit(report: Report, args: Any, out: TextIO) -> None:
     else:
         from diagnose.present.text import render
 
-        console = _console(args, out)
+        console = make_console(out, getattr(args, "color", "auto"))
         for line in slurm_header(report.slurm, failed=report.root_cause is not None):
             console.print(line, soft_wrap=True)  # paths stay on one line, copyable
         console.print()
@@ -352,14 +338,14 @@ def _list_failed(args: Any, options: Any) -> int:
         rows.append({"job_id": summary.job_id, "name": summary.name, "user": summary.user,
                      "state": summary.state_text(), "end": summary.end, "diagnosis": line, "outputs": outputs,
                      **_failed_extras(summary, root, outputs)})
-    with _output(args) as out:
+    with output_stream(getattr(args, "output", None)) as out:
         if args.format == "json":
             json.dump(failed_json(args.since, rows, len(jobs) > MAX_LISTED), out, indent=2)
             out.write("\n")
         elif args.format == "markdown":
             out.write(failed_markdown(rows, fields))
         else:
-            console = _console(args, out)
+            console = make_console(out, getattr(args, "color", "auto"))
             if not rows:
                 console.print(log_text(f"No failed jobs since {args.since}."))
             elif getattr(args, "parsable", False) or getattr(args, "noheader", False) or fields:
@@ -434,6 +420,6 @@ def _follow(ref: Any, args: Any, options: Any) -> int:
     if live is not None:
         print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", file=live,
               flush=True)
-    with _output(args) as out:
+    with output_stream(getattr(args, "output", None)) as out:
         _emit(result.diagnosis.report, args, out)
     return 1 if result.diagnosis.report.root_cause is not None else 0

@@ -7,6 +7,7 @@ Textual is imported here and only here, so ``diagnose --help`` and the other com
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -118,12 +119,10 @@ def run(args) -> int:
 
     try:
         if getattr(args, "fleet", None):
-            from diagnose.fleet.store import FleetStore
             from diagnose.present.tui.fleet import fleet_app
 
             if paths or getattr(args, "slurm", False):
                 raise DiagnoseError("--fleet opens a store: give no log paths and no --slurm with it")
-            FleetStore(args.fleet, readonly=True).close()  # a missing or foreign store: one line, before the screen
             app = fleet_app(args.fleet, getattr(args, "since", None) or "7d", rules_dirs)
         elif getattr(args, "slurm", False):
             from diagnose.present.tui.slurmjobs import slurm_app
@@ -138,10 +137,8 @@ def run(args) -> int:
         app.run()
     finally:
         for path in temp:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
     if app.return_code:
         return int(app.return_code)
     report = getattr(app, "report", None)

@@ -51,19 +51,18 @@ def run(args: Any) -> int:
     paths = list(args.paths)
     report = _verified(paths, getattr(args, "config", None), getattr(args, "bridge_version", None),
                        bool(getattr(args, "strict", False)), getattr(args, "rules", None))
-    payload = _payload(paths, report)
     from diagnose.present.output import output_stream
 
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
         if getattr(args, "format", "text") == "json":
-            fh.write(json.dumps(payload, indent=2, default=str) + "\n")
+            fh.write(json.dumps(_payload(paths, report), indent=2, default=str) + "\n")
         else:
-            _print_text(fh, payload, report, getattr(args, "color", "auto") if not out_path else "never")
-    return EXIT_OK if payload["verify"].get("passes") else EXIT_FAIL
+            _print_text(fh, paths, report, getattr(args, "color", "auto") if not out_path else "never")
+    return EXIT_OK if report.verify is not None and report.verify.passes else EXIT_FAIL
 
 
-def _print_text(fh: Any, payload: dict[str, Any], report: Report, color: str) -> None:
+def _print_text(fh: Any, paths: list[str], report: Report, color: str) -> None:
     from rich.console import Group
     from rich.text import Text
 
@@ -72,8 +71,8 @@ def _print_text(fh: Any, payload: dict[str, Any], report: Report, color: str) ->
     from diagnose.present.verify_text import verify_renderables
 
     console = make_console(fh, color)
-    parts: list[Any] = [Text("diagnose verify: ", style="bold") + Text(inert(", ".join(payload["inputs"])))]
+    parts: list[Any] = [Text("diagnose verify: ", style="bold") + Text(inert(", ".join(paths)))]
     parts.extend(verify_renderables(report.verify))
-    for w in payload.get("warnings") or []:
+    for w in report.warnings:
         parts.append(Text("warning: ", style="yellow") + Text(inert(w)))
     console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)

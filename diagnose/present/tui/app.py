@@ -7,6 +7,7 @@ waits on either.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -15,26 +16,26 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, OptionList, ProgressBar, Static, TabbedContent
 
 from diagnose.model import DiagnoseError, Finding, Report
+from diagnose.present.output import is_input
 from diagnose.present.safe import inert
 from diagnose.present.tui.detail import FindingDetail
 from diagnose.present.tui.export import export_report
 from diagnose.present.tui.findings import FindingsList
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.logindex import LogIndex
-from diagnose.present.tui.screens import ConfirmScreen, ExportScreen, HelpScreen, LogScreen, PasteScreen
+from diagnose.present.tui.screens import BaseApp, ConfirmScreen, ExportScreen, LogScreen, PasteScreen
 
 if TYPE_CHECKING:
     from diagnose.present.tui.follow import FailureLines
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
-DARK, LIGHT = "textual-dark", "textual-light"
 
 
 EAGER_INDEX_FILES = 8  # logs indexed in the background at start; the others when the user opens them
@@ -76,15 +77,19 @@ class MainScreen(Screen):
     MainScreen #progress.hidden { display: none; }
     """
 
-    def compose(self) -> ComposeResult:
+    @property
+    def diagnose_app(self) -> DiagnoseApp:
         app = self.app
         assert isinstance(app, DiagnoseApp)
+        return app
+
+    def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield Static("Findings", id="left-title")
                 yield FindingsList(id="findings")
-            yield FindingDetail(app.display_names, id="detail")
+            yield FindingDetail(self.diagnose_app.display_names, id="detail")
         with Vertical(id="status-bar"):
             yield Static(id="status")
             yield ProgressBar(id="progress", total=100, show_eta=False)
@@ -98,32 +103,30 @@ class MainScreen(Screen):
     def detail(self) -> FindingDetail:
         return self.query_one(FindingDetail)
 
+    def _selected(self) -> Finding | None:
+        report, index = self.diagnose_app.report, self.findings.selected_finding
+        return report.findings[index] if report is not None and index is not None else None
+
     def on_mount(self) -> None:
         self.findings.focus()
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.start_up()
+        self.diagnose_app.start_up()
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         if app.report is not None:
             self.detail.show(app.report, self.findings.finding_index(event.option_index))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         index = self.findings.finding_index(event.option_index)
         if app.report is not None and index is not None:
             app.open_evidence(app.report.findings[index])
 
     def action_open_evidence(self, number: int) -> None:
         """Open the log at the selected finding's evidence line ``number`` (a click on its location)."""
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        index = self.findings.selected_finding
-        if app.report is not None and index is not None:
-            app.open_evidence(app.report.findings[index], number)
+        finding = self._selected()
+        if finding is not None:
+            self.diagnose_app.open_evidence(finding, number)
 
     def action_copy_fix(self) -> None:
         title, text = self.detail.active_form
@@ -137,10 +140,7 @@ class MainScreen(Screen):
         self.query_one("#fix-tabs", TabbedContent).active = f"fix-{key}"
 
     def action_open_log(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        index = self.findings.selected_finding
-        finding = app.report.findings[index] if app.report is not None and index is not None else None
+        app, finding = self.diagnose_app, self._selected()
         path = finding.evidence[0].path if finding is not None and finding.evidence else None
         path = path or next((p for p in app.inputs if os.path.isfile(p)), None)
         if path is None:
@@ -149,60 +149,44 @@ class MainScreen(Screen):
         app.open_log(path, None, set())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        app = self.diagnose_app
         if action == "jobs":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.slurm is not None
+            return app.slurm is not None
         if action == "plan":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.plan_view() is not None
+            return app.plan_view() is not None
         if action == "hang":
-            app = self.app
-            return isinstance(app, DiagnoseApp) and app.report is not None and app.report.hang is not None
+            return app.report is not None and app.report.hang is not None
         return True
 
     def action_hang(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_hang()
+        self.diagnose_app.open_hang()
 
     def action_plan(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_plan()
+        self.diagnose_app.open_plan()
 
     def on_key(self, event) -> None:
         """``p`` while no plan can be made: its binding is hidden (check_action), so say why instead of nothing."""
-        app = self.app
-        if event.key == "p" and isinstance(app, DiagnoseApp) and app.plan_view() is None:
+        app = self.diagnose_app
+        if event.key == "p" and app.plan_view() is None:
             event.stop()
             reason = ("the analysis is still running" if app.report is None
                       else "no config with a model shape was found in the log (try 'diagnose tui --check CONFIG')")
             self.notify(f"No memory plan: {reason}.", severity="warning")
 
     def action_jobs(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
-        app.open_jobs()
+        self.diagnose_app.open_jobs()
 
     def action_export(self) -> None:
-        app = self.app
-        assert isinstance(app, DiagnoseApp)
+        app = self.diagnose_app
         if app.report is None:
             self.notify("Nothing to export yet: the analysis is still running.", severity="warning")
             return
         self.app.push_screen(ExportScreen(app.export_default), app.export_to)
 
 
-class DiagnoseApp(App):
+class DiagnoseApp(BaseApp):
     """The TUI. Give ``inputs`` (and an ``analyzer``), or a ready ``report``, or ``paste=True``."""
 
-    def notify(self, message: str, *, title: str = "", severity: str = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
-        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
-
-    TITLE = "diagnose"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("t", "toggle_theme", "Theme"),
@@ -250,7 +234,6 @@ class DiagnoseApp(App):
         self._follow_growth = 0.0  # when it last grew (monotonic)
         self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
         self._failure_lines: FailureLines | None = None  # built in the first check's thread
-        self.theme = DARK
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -361,10 +344,8 @@ class DiagnoseApp(App):
             self._call_from_worker(self.show_report, report)
 
     def _call_from_worker(self, fn: Callable, *args: object) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the app is closing
             self.call_from_thread(fn, *args)
-        except RuntimeError:  # the app is closing
-            pass
 
     def _progress_from_thread(self, done: int, total: int) -> None:
         percent = 100 if total <= 0 else min(100, int(100 * done / total))
@@ -572,7 +553,7 @@ class DiagnoseApp(App):
         if not path or self.report is None:
             return
         target = os.path.expanduser(path)
-        if self._is_input(target):
+        if is_input(target, [*self.inputs, *self._job_outputs]):
             self.notify(f"{inert(path)} is one of the logs being read: choose another name.",
                         title="Not exported", severity="error", markup=False)
             return
@@ -587,17 +568,6 @@ class DiagnoseApp(App):
             return
         self._write_export(path)
 
-    def _is_input(self, target: str) -> bool:
-        """Is ``target`` one of the files read (or inside a folder read)?"""
-        real = os.path.realpath(target)
-        for name in [*self.inputs, *self._job_outputs]:
-            if not name or name == "-" or not os.path.exists(name):
-                continue
-            real_in = os.path.realpath(name)
-            if real == real_in or (os.path.isdir(real_in) and real.startswith(real_in.rstrip(os.sep) + os.sep)):
-                return True
-        return False
-
     def _write_export(self, path: str) -> None:
         assert self.report is not None
         try:
@@ -607,18 +577,9 @@ class DiagnoseApp(App):
             return
         self.notify(f"Saved the report as {fmt} to {inert(path)}.", markup=False)
 
-    def action_toggle_theme(self) -> None:
-        self.theme = LIGHT if self.theme == DARK else DARK
-
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
-
     def on_unmount(self) -> None:
         for index in self.indices.values():
             index.close()
         for path in self._temp_files:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass

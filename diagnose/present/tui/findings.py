@@ -30,39 +30,23 @@ class Section:
 def finding_order(report: Report) -> list[Section]:
     """Sections of finding indices in the order they are listed: root cause, then the rest by weight."""
     root = report.root_cause
-    errors: list[int] = []
-    warnings: list[int] = []
-    cascade: list[int] = []
-    context: list[int] = []
+    titles = {"error": "Other errors", "warning": "Warnings", "context": "Context",
+              "cascade": "Consequences of the root cause" if root is not None else "Cascade"}
+    groups: dict[str, list[int]] = {"error": [], "warning": [], "cascade": [], "context": []}
     for i, f in enumerate(report.findings):
         if i == root:
             continue
-        if f.role == "cascade":
-            cascade.append(i)
-        elif f.role == "context" or f.severity == "info":
-            context.append(i)
-        elif f.severity == "error":
-            errors.append(i)
+        if f.role in ("cascade", "context"):
+            groups[f.role].append(i)
         else:
-            warnings.append(i)
+            groups["context" if f.severity == "info" else "error" if f.severity == "error" else "warning"].append(i)
 
     def by_time(i: int) -> tuple:
         f = report.findings[i]
         return (SEVERITY_ORDER.get(f.severity, 3), f.first_line, i)
 
-    sections: list[Section] = []
-    if root is not None and 0 <= root < len(report.findings):
-        sections.append(Section("Root cause", (root,)))
-    if errors:
-        sections.append(Section("Other errors", tuple(sorted(errors, key=by_time))))
-    if warnings:
-        sections.append(Section("Warnings", tuple(sorted(warnings, key=by_time))))
-    if cascade:
-        title = "Consequences of the root cause" if root is not None else "Cascade"
-        sections.append(Section(title, tuple(sorted(cascade, key=by_time))))
-    if context:
-        sections.append(Section("Context", tuple(sorted(context, key=by_time))))
-    return sections
+    sections = [Section("Root cause", (root,))] if root is not None and 0 <= root < len(report.findings) else []
+    return sections + [Section(titles[k], tuple(sorted(v, key=by_time))) for k, v in groups.items() if v]
 
 
 def finding_label(finding: Finding, is_root: bool) -> Text:

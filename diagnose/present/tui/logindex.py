@@ -352,11 +352,7 @@ class LogIndex:
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5)
         if isinstance(self._buf, mmap.mmap):
-            try:
+            with contextlib.suppress(BufferError):  # a view still alive somewhere: the GC closes it
                 self._buf.close()
-            except BufferError:  # a view still alive somewhere: the GC closes it
-                pass
-        try:
+        with contextlib.suppress(OSError, BufferError):
             self._inputs.close()  # closes the source and removes ingest's temporary files
-        except (OSError, BufferError):
-            pass

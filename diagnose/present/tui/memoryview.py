@@ -76,25 +76,21 @@ def _current(out: Text, memory: MemoryAnalysis, current: MemoryPrediction, capac
                    "trained; part of its config is not in the log", "yellow")
         return
     for name in COMPONENTS:
-        value = getattr(current.components, name)
-        out.append(f"\n  {name:<12}")
-        out.append_text(bar(value, capacity, "magenta"))
-        out.append(f" {format_bytes(value)}")
+        _bar_row(out, name, getattr(current.components, name), capacity, "magenta")
     if current.transient_bytes:  # Megatron FSDP's gathered/reduce buffers: not model state, but they count in the peak
-        out.append(f"\n  {'transient':<12}")
-        out.append_text(bar(current.transient_bytes, capacity, "yellow"))
-        out.append(f" {format_bytes(current.transient_bytes)}")
-    total = current.model_state_bytes
-    style = "green" if total <= capacity else "red"
-    out.append(f"\n  {'total':<12}")
-    out.append_text(bar(total, capacity, style))
-    out.append(f" {format_bytes(total)}", "bold " + style)
-    peak = current.peak_bytes
-    if peak != total:
-        style = "green" if peak <= capacity else "red"
-        out.append(f"\n  {'peak':<12}")
-        out.append_text(bar(peak, capacity, style))
-        out.append(f" {format_bytes(peak)}", "bold " + style)
+        _bar_row(out, "transient", current.transient_bytes, capacity, "yellow")
+    rows = [("total", current.model_state_bytes)]
+    if current.peak_bytes != current.model_state_bytes:
+        rows.append(("peak", current.peak_bytes))
+    for label, value in rows:
+        style = "green" if value <= capacity else "red"
+        _bar_row(out, label, value, capacity, style, "bold " + style)
+
+
+def _bar_row(out: Text, label: str, value: int, capacity: int, style: str, size_style: str = "") -> None:
+    out.append(f"\n  {label:<12}")
+    out.append_text(bar(value, capacity, style))
+    out.append(f" {format_bytes(value)}", size_style)
 
 
 def _option(out: Text, n: int, option: MemoryOption, capacity: int) -> None:

@@ -10,23 +10,26 @@ a newer request makes the result of an older one be dropped. Typed values are pa
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from diagnose.checking import PlanRequest, PlanResult
+from diagnose.checking import PlanRequest, PlanResult, Validation
 from diagnose.checking import plan as compute
+from diagnose.explain.render import inline_fix
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
+from diagnose.present.tui.screens import BaseApp, ExportScreen
 from diagnose.units import format_gib_short
 
 if TYPE_CHECKING:
@@ -69,30 +72,11 @@ def merge_sets(current: list[Override], new: list[Override]) -> list[Override]:
     return out
 
 
-def overrides_text(overrides: list[Override]) -> str:
-    """Overrides as every report prints them, from the one renderer (``diagnose.explain.render``): Bridge CLI words
-    (``cli_line``: Hydra-quoted, then shell-quoted, ``'~key'`` for a removal), then ``export``/``unset`` lines for
-    ``env.*`` keys, joined by ``; ``. The CLI words typed back into the what-if box give the same overrides."""
-    from diagnose.explain.config.overrides import is_delete
-    from diagnose.explain.render import cli_line, env_line
-
-    cli = cli_line([o for o in overrides if not o.key.startswith("env.")])
-    env = [env_line(o.key[len("env."):], None if is_delete(o) else o.value)
-           for o in overrides if o.key.startswith("env.")]
-    return "; ".join([cli] * bool(cli) + env)
-
-
-def _overrides(items: Any) -> list[Override]:
-    """A report's ``[{"key", "value"}]`` list as overrides (anything else skipped)."""
-    return [Override(key=str(o["key"]), value=o.get("value")) for o in items or []
-            if isinstance(o, dict) and "key" in o]
-
-
 def gpus_from_view(view: Any, default: int = 1) -> int:
-    for key in ("launch.world_size",):
-        value = view.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+    """The job's world size, or its nodes x processes per node; ``default`` when the config says neither."""
+    value = view.get("launch.world_size")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
     nodes, per_node = view.get("launch.nnodes"), view.get("launch.nproc_per_node")
     if isinstance(nodes, int) and isinstance(per_node, int) and nodes > 0 and per_node > 0:
         return nodes * per_node
@@ -121,8 +105,6 @@ def plan_bar(p: MemoryOption, capacity: int, cells: int = BAR_CELLS) -> Text:
     return text
 
 
-
-
 def plan_row(i: int, p: MemoryOption, capacity: int, cost_cells: int = COST_CELLS) -> tuple[Any, ...]:
     """One table row; the cost is its first clause (the whole of it is under the table for the selected row)."""
     cost = (p.cost or ("as given" if i == 0 else "")).split(":", 1)[0].strip()
@@ -143,26 +125,22 @@ def plan_row(i: int, p: MemoryOption, capacity: int, cost_cells: int = COST_CELL
     )
 
 
-def verdict_text(replay: dict[str, Any] | None) -> Text:
+def verdict_text(replay: Validation | None) -> Text:
     if replay is None:
         return Text("Validation: …", "dim")
-    violations = replay.get("violations") or []
-    if not violations:
+    if replay.passes:
         return Text("Validation: passes", "bold green")
-    text = Text(f"Validation: {len(violations)} violation(s): ", "bold red")
-    first = violations[0]
-    text.append(inert(str(first.get("message", "") if isinstance(first, dict) else first)))
-    fix = replay.get("fix") or []
-    if fix:
-        after = replay.get("after_fix") or {}
-        ov = overrides_text(_overrides(fix))
+    text = Text(f"Validation: {len(replay.violations)} violation(s): ", "bold red")
+    text.append(inert(replay.violations[0].message))
+    fix = replay.result
+    if fix.fix:
         text.append("  fix: ", "bold")
-        text.append(inert(ov), "green" if after.get("passes") else "yellow")
-        text.append(" (passes after replay)" if after.get("passes") else " (still fails after replay)", "dim")
-    gbs = replay.get("changes_global_batch_size")
-    if isinstance(gbs, dict):
-        text.append(f"\nnote: this fix changes train.global_batch_size {gbs.get('from')} -> {gbs.get('to')}, a "
-                    "training hyper-parameter", "yellow")
+        text.append(inert(inline_fix(fix.fix)), "green" if fix.passes else "yellow")
+        text.append(" (passes after replay)" if fix.passes else " (still fails after replay)", "dim")
+    if replay.changes_global_batch_size is not None:
+        was, now = replay.changes_global_batch_size
+        text.append(f"\nnote: this fix changes train.global_batch_size {was} -> {now}, a training hyper-parameter",
+                    "yellow")
     return text
 
 
@@ -196,7 +174,7 @@ def plan_detail(i: int, p: MemoryOption) -> Text:
     text.append("\n")
     if p.overrides:
         text.append("change: ", "bold")
-        text.append(inert(overrides_text(p.overrides)), "green")
+        text.append(inert(inline_fix(p.overrides)), "green")
         text.append("\n")
     if p.cost:
         text.append("cost: ", "bold")
@@ -290,10 +268,8 @@ class PlanScreen(Screen):
     @work(thread=True, exclusive=True, group="plan")
     def _plan_worker(self, req: PlanRequest, generation: int) -> None:
         def post(result: PlanResult, final: bool) -> None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the app is closing
                 self.app.call_from_thread(self._planned, result, generation, final)
-            except RuntimeError:  # the app is closing
-                pass
 
         post(compute(req, on_memory=lambda partial: post(partial, False)), True)
 
@@ -376,7 +352,7 @@ class PlanScreen(Screen):
         if not change:
             return
         self.sets = merge_sets(self.sets, change)
-        self.notify(f"Trying plan #{row}: " + inert(overrides_text(change)), title="What-if")
+        self.notify(f"Trying plan #{row}: " + inert(inline_fix(change)), title="What-if")
         self.replan()
 
     def _selected_change(self) -> tuple[int, list[Override]]:
@@ -392,13 +368,11 @@ class PlanScreen(Screen):
         if not change:
             self.notify("This row changes nothing to copy (the config as given).", severity="warning")
             return
-        self.app.copy_to_clipboard(inert(overrides_text(change)))
+        self.app.copy_to_clipboard(inert(inline_fix(change)))
         self.notify(f"Copied plan #{row}'s change to the clipboard.")
 
     def action_export_plan(self) -> None:
         """``e``: the memory plan as JSON (the ``check --format json`` memory section) to a file."""
-        from diagnose.present.tui.screens import ExportScreen
-
         self.app.push_screen(ExportScreen("diagnose-plan.json"), self._write_plan)
 
     def _write_plan(self, path: str | None) -> None:
@@ -455,7 +429,7 @@ class PlanScreen(Screen):
         text = Text()
         if self.sets:
             text.append("what-ifs: ", "bold")
-            text.append(inert(overrides_text(self.sets)), "yellow")
+            text.append(inert(inline_fix(self.sets)), "yellow")
             text.append("  (ctrl+r resets)", "dim")
         else:
             text.append("what-ifs: none (the config as given)", "dim")
@@ -475,42 +449,21 @@ class PlanScreen(Screen):
         return list(memory.plans) if memory is not None else []
 
 
-class PlanApp(App):
-    """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own."""
+class PlanApp(BaseApp):
+    """``diagnose tui --check CONFIG --gpus N``: the plan screen on its own (its arguments are ``PlanScreen``'s)."""
 
-    def notify(self, message: str, *, title: str = "", severity: str = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
-        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
-
-    TITLE = "diagnose"
     BINDINGS = [Binding("ctrl+q", "quit", "Quit"), Binding("f1", "help", "Help"),
                 Binding("f2", "toggle_theme", "Theme")]
 
-    def __init__(self, base: Any, gpus: int, capacity: int, *, title: str, capacity_label: str = "",
-                 sets: list[Override] | None = None, bridge_version: str | None = None,
-                 real_mcore: bool = True) -> None:
+    def __init__(self, base: Any, gpus: int, capacity: int, **options: Any) -> None:
         super().__init__()
-        self.plan_args = dict(base=base, gpus=gpus, capacity=capacity, title=title, capacity_label=capacity_label,
-                              sets=sets, bridge_version=bridge_version, real_mcore=real_mcore)
-        self.theme = "textual-dark"
+        self.plan_args = dict(base=base, gpus=gpus, capacity=capacity, **options)
 
     def get_default_screen(self) -> Screen:
-        args = dict(self.plan_args)
-        return PlanScreen(args.pop("base"), args.pop("gpus"), args.pop("capacity"), **args)
+        return PlanScreen(**self.plan_args)
 
     def on_mount(self) -> None:
         self.sub_title = "pre-flight check"
-
-    def action_help(self) -> None:
-        from diagnose.present.tui.screens import HelpScreen
-
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
-
-    def action_toggle_theme(self) -> None:
-        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 
 
 __all__ = ["PlanApp", "PlanScreen", "PlanRequest", "PlanResult", "compute", "parse_what_if", "merge_sets",

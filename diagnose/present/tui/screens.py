@@ -7,7 +7,7 @@ from array import array
 
 from rich.text import Text
 from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
@@ -18,6 +18,7 @@ from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.logview import LogView
 from diagnose.present.tui.rankfacet import RankFacet
 
+DARK, LIGHT = "textual-dark", "textual-light"
 MATCH_COUNT_CAP = 10_000  # "k of N" counts this many matching lines, then says "N+"
 
 
@@ -305,6 +306,29 @@ class HelpScreen(ModalScreen):
         with Vertical():
             yield Static(Text("diagnose tui: keys", style="bold"))
             yield Static(text)
+
+
+class BaseApp(App):
+    """What the findings app and the plan app share: plain-text toasts, the help screen and the theme toggle."""
+
+    TITLE = "diagnose"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.theme = DARK
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text: messages carry file names, job names and what-if text, and Textual's
+        default (markup on) crashed on ``run[t=10:30].log`` and ran ``[@click=app.quit]`` as an action."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = LIGHT if self.theme == DARK else DARK
 
 
 class ExportScreen(ModalScreen[str | None]):
