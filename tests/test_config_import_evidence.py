@@ -59,3 +59,32 @@ def test_a_config_file_that_does_not_parse_is_config_validation_at_set_up():
     root = match_text(YAML, CATALOGUE).root
     assert root is not None and root.category == "config_validation" and root.phase == "init"
     assert root.basis_detail.startswith("IF110")
+
+
+def test_an_import_rule_takes_the_phase_its_frames_tell_else_init():
+    lazy = """\
+Traceback (most recent call last):
+  File "/w/gpt-neox/megatron/training.py", line 422, in get_model
+    model = GPT2ModelPipe(
+  File "/w/gpt-neox/megatron/model/transformer.py", line 351, in __init__
+    from megatron.model.flash_attention import (
+  File "/env/lib/python3.8/site-packages/flash_attn/flash_attn_interface.py", line 8, in <module>
+    import flash_attn_2_cuda as flash_attn_cuda
+ImportError: /env/lib/python3.8/site-packages/flash_attn_2_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi
+"""
+    root = match_text(lazy, CATALOGUE).root
+    assert root is not None and root.category == "import_version" and root.phase == "model_build"
+    bare = "ImportError: /env/lib/python3.8/site-packages/flash_attn_2_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol: x\n"
+    root = match_text(bare, CATALOGUE).root
+    assert root is not None and root.category == "import_version" and root.phase == "init"
+
+
+def test_phase_when_unknown_needs_phase_auto():
+    import pytest
+
+    from diagnose.match.rules import parse_rule
+
+    raw = {"code": "US001", "slug": "x", "title": "x", "category": "data", "phase": "init", "phase_when_unknown": "init",
+           "explanation": "x", "patterns": [{"anchor": "x", "regex": "x"}], "fix": {"summary": "x", "safety": "manual"}}
+    with pytest.raises(ValueError, match="phase_when_unknown"):
+        parse_rule(raw, "t")

@@ -97,6 +97,7 @@ class Rule:
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
     implies: Implies | None = None  # config facts the message states, and the validator check that prints it
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
+    phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
 
 
 TIERS = ("specific", "generic", "catchall")
@@ -335,6 +336,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     phase = raw.get("phase", "auto")
     if phase != "auto" and phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
+    phase_fallback = raw.get("phase_when_unknown", "")
+    if phase_fallback and (phase != "auto" or phase_fallback not in PHASES or phase_fallback == "unknown"):
+        raise ValueError("phase_when_unknown needs phase = \"auto\" and one of " + ", ".join(PHASES) + " but 'unknown'")
     confidence = _confidence(raw, 0.8)
 
     kind = raw.get("input", "log")
@@ -427,6 +431,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         severity=severity,
         role=role,
         phase=phase,
+        phase_when_unknown=phase_fallback,
         confidence=confidence,
         patterns=patterns,
         explanation=_need(raw, "explanation", str).strip(),
