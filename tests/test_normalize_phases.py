@@ -366,3 +366,14 @@ def test_other_loops_step_and_loss_lines_are_training(line):
 )
 def test_counters_or_losses_alone_are_not_progress(line):
     assert [name for name, _ in _marker_lines(line) if name == "step_loss"] == []
+
+
+def test_a_driver_function_named_train_is_not_the_training_step():
+    # a user's or framework's train() wraps the whole run (set-up included): only step/forward/backward frames say
+    # the failure happened while training
+    from diagnose.normalize.phases import phase_from_frames
+
+    setup = ['File "/w/train_network.py", line 238, in train', 'File "/w/library/train_util.py", line 3441, in get_optimizer']
+    assert phase_from_frames(setup) != "training"
+    step = ['File "/w/train.py", line 90, in train', 'File "/w/megatron/training/training.py", line 700, in train_step']
+    assert phase_from_frames(step) == "training"

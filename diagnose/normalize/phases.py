@@ -282,7 +282,7 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         "training",
         re.compile(
             r":(?:train_step|forward_backward_\w+|forward_step\w*|backward_step|forward|backward|"
-            r"_engine_run_backward|run_backward|train)$",
+            r"_engine_run_backward|run_backward)$",
             re.M,
         ),
     ),
