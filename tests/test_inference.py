@@ -163,3 +163,63 @@ def test_a_collective_that_timed_out_is_a_timeout_not_a_launcher_failure():
     got = infer(CATALOGUE.inferences, "PY001", "RuntimeError: Socket Timeout",
                 ['File "/t/torch/distributed/rendezvous.py", line 198, in _create_c10d_store'], "init")
     assert got is not None and got.inference.category == "launcher"
+
+
+def test_text_none_leaves_the_line_to_a_later_table():
+    # a signature error at a library call is version skew (IF112) unless it names an FSDP class (IF022 decides)
+    frames = ['File "/opt/megatron-lm/megatron/training/training.py", line 560, in get_model']
+    skew = "TypeError: VocabParallelEmbedding.__init__() missing 2 required keyword-only arguments: 'init_method' and 'config'"
+    fsdp = "TypeError: TorchFullyShardedDataParallel.__init__() got an unexpected keyword argument 'disable_bucketing'"
+    got = infer(CATALOGUE.inferences, "PY001", skew, frames, "model_build")
+    assert got is not None and got.inference.code == "IF112" and got.inference.category == "import_version"
+    got = infer(CATALOGUE.inferences, "PY001", fsdp, frames, "dp_wrap")
+    assert got is not None and got.inference.code != "IF112" and got.inference.category == "fsdp_config"
+
+
+def test_a_bad_text_none_regex_is_refused():
+    with pytest.raises(ValueError, match="text_none"):
+        parse_inference({"code": "IF999", "category": "data", "why": "x", "text_any": ["x"], "text_none": ["("]}, "t")
+
+
+RICH_LOG = """\
+╭──────────────────── Traceback (most recent call last) ────────────────────╮
+│ /work/train.py:58 in <module>                                              │
+│                                                                            │
+│ ❱ 58 │   model = LlamaForCausalLM.from_pretrained(path, config=config)     │
+│                                                                            │
+│ /env/lib/python3.10/site-packages/collie/models/base.py:305 in from_pretra │
+│ ined                                                                       │
+│                                                                            │
+│ /env/lib/python3.10/site-packages/collie/models/llama/m                    │
+│ odel.py:235 in __init__                                                    │
+│                                                                            │
+│ ❱ 235 │   │   self.embed_tokens = tensor_parallel.VocabParallelEmbedding(  │
+╰────────────────────────────────────────────────────────────────────────────╯
+TypeError: VocabParallelEmbedding.__init__() missing 2 required keyword-only arguments: 'init_method' and 'config'
+"""
+
+
+def test_a_rich_boxed_traceback_gives_its_frames_to_the_inference():
+    # the innermost frame (collie, an installed package) calls megatron-core with an old signature: version skew,
+    # even though an outer frame (from_pretrained) would otherwise say checkpoint loading
+    report = match_text(RICH_LOG, CATALOGUE)
+    root = report.root
+    assert root is not None and root.rule == "PY001"
+    assert root.category == "import_version" and root.basis_detail.startswith("IF112")
+
+
+def test_phase_when_unknown_gives_set_up_failures_a_phase_but_never_overrides_a_told_one():
+    cfg = "pydantic_core._pydantic_core.ValidationError: 3 validation errors for TrainConfig\n"
+    report = match_text("Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n" + cfg, CATALOGUE)
+    assert report.root is not None and report.root.category == "config_validation" and report.root.phase == "init"
+    told = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/megatron-lm/megatron/training/checkpointing.py", line 512, in save_checkpoint\n' + cfg
+    )
+    report = match_text(told, CATALOGUE)
+    assert report.root is not None and report.root.phase == "checkpoint_save"
+
+
+def test_a_bad_phase_when_unknown_is_refused():
+    with pytest.raises(ValueError, match="phase_when_unknown"):
+        parse_inference({"code": "IF999", "category": "data", "why": "x", "text_any": ["x"], "phase_when_unknown": "later"}, "t")

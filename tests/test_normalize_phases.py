@@ -380,3 +380,14 @@ def test_device_setup_and_inference_engine_profiling_frames_are_init():
     assert phase_from_frames(accelerate) == "init"
     # a step that fails in the forward pass stays training even if the worker set its device earlier in the stack
     assert phase_from_frames(['  File "/w/train.py", line 9, in set_device', '  File "/w/train.py", line 30, in train_step']) == "training"
+
+
+def test_a_driver_function_named_train_is_not_the_training_step():
+    # a user's or framework's train() wraps the whole run (set-up included): only step/forward/backward frames say
+    # the failure happened while training
+    from diagnose.normalize.phases import phase_from_frames
+
+    setup = ['File "/w/train_network.py", line 238, in train', 'File "/w/library/train_util.py", line 3441, in get_optimizer']
+    assert phase_from_frames(setup) != "training"
+    step = ['File "/w/train.py", line 90, in train', 'File "/w/megatron/training/training.py", line 700, in train_step']
+    assert phase_from_frames(step) == "training"

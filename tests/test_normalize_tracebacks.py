@@ -281,3 +281,42 @@ def test_other_streams_between_frames_and_exception():
     assert tb.exc_line is lines[-1] and tb.functions == ["call"]
     found = traceback_ending_at(lines, len(lines) - 1)
     assert found is not None and found.exc_line is lines[-1] and found.functions == ["call"]
+
+
+RICH = """\
+[rank1]: ╭──────────── Traceback (most recent call last) ────────────╮
+[rank1]: │ /w/train.py:12 in <module>                                 │
+[rank1]: │                                                            │
+[rank1]: │   11 │   cfg = load()                                        │
+[rank1]: │ ❱ 12 │   run(cfg)                                            │
+[rank1]: │                                                            │
+[rank1]: │ /env/lib/python3.11/site-packages/pkg/very/long/modu       │
+[rank1]: │ le_name.py:305 in run                                      │
+[rank1]: │                                                            │
+[rank1]: │ /env/lib/python3.11/site-packages/pkg/core.py:9 in         │
+[rank1]: │ check                                                      │
+[rank1]: ╰────────────────────────────────────────────────────────────╯
+[rank1]: AssertionError: Check batch related parameters. train_batch_size is not
+[rank1]: equal to micro_batch_per_gpu * gradient_acc_step * world_size 64 != 4 *
+[rank1]: 8 * 1
+[rank1]: after the box
+"""
+
+
+def test_rich_boxed_traceback_frames_wrapped_locations_and_message():
+    (tb,) = [t for t in rebuild(_lines(RICH)) if t.exc_type]
+    assert [(f.file, f.line, f.function) for f in tb.frames] == [
+        ("/w/train.py", 12, "<module>"),
+        ("/env/lib/python3.11/site-packages/pkg/very/long/module_name.py", 305, "run"),
+        ("/env/lib/python3.11/site-packages/pkg/core.py", 9, "check"),
+    ]
+    assert tb.exc_type == "AssertionError"
+    assert tb.message.startswith("Check batch related parameters.") and tb.message.endswith("8 * 1\nafter the box")
+    assert tb.frames[1].log_line.lineno == 8  # the row where the wrapped location ends
+
+
+def test_a_rich_box_cut_off_by_other_output_is_not_swallowed():
+    text = RICH.splitlines()[:5] + ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "/w/x.py", line 3, in f',
+                                    "[rank1]: ValueError: boom"]
+    tbs = rebuild(_lines("\n".join(text)))
+    assert any(t.exc_type == "ValueError" and t.frames and t.frames[0].file == "/w/x.py" for t in tbs)

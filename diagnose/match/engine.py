@@ -302,6 +302,8 @@ class Matcher:
                     frames = self._frames(reader, start, ll)
                 markers = self.markers.markers_before(pos_in_window)
                 phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
+                if phase == "unknown" and rule.phase_when_unknown:
+                    phase = rule.phase_when_unknown  # the rule knows when its failure usually happens
             all_facts = dict(facts)
             seen = self.group_counts.get(key, 0)
             self.group_counts[key] = seen + 1

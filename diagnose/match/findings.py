@@ -123,6 +123,8 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
             finding.confidence = max(finding.confidence, inferred.inference.confidence)
             finding.basis = "inferred"
             finding.basis_detail = inferred.basis
+            if finding.phase == "unknown" and inferred.inference.phase_when_unknown:
+                finding.phase = inferred.inference.phase_when_unknown
     return finding
 
 

@@ -93,6 +93,8 @@ def infer(
             if found is None:
                 continue
             detail = detail or found.group(0)
+        if inf.text_none and any(regex.search(t, text) is not None for t in inf.text_none):
+            continue
         if inf.frames_any:
             frame = next((f for f in reversed(frames) for needle in inf.frames_any if needle in f), None)
             if frame is None:

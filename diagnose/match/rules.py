@@ -97,6 +97,7 @@ class Rule:
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
     implies: Implies | None = None  # config facts the message states, and the validator check that prints it
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
+    phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
 
 
 TIERS = ("specific", "generic", "catchall")
@@ -108,10 +109,13 @@ class Inference:
 
     Every condition given must hold; inside one condition any entry may. ``frames_any``: a frame of the line's
     traceback contains one (a library path such as ``megatron/core/dist_checkpointing/``); ``text_any``: a regex
-    found in the matched line; ``exc_types``: the exception's type name ends with one; ``library_frame``: the last
-    frame is in an installed package (site-packages/dist-packages), not the user's script; ``raised_in``: the
-    innermost frame (where the exception was raised) contains one; ``phases``: the finding's phase is one of these;
-    ``rules``: the generic rule's code is one of these.
+    found in the matched line; ``text_none``: a regex that must NOT be in it (a more specific table's words, e.g.
+    an FSDP class named in a signature error); ``exc_types``: the exception's type name ends with one;
+    ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
+    script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``phases``: the
+    finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
+    configuration file that does not parse, a library that does not load: that happens at set-up).
     """
 
     code: str
@@ -120,11 +124,13 @@ class Inference:
     confidence: float
     frames_any: list[str] = field(default_factory=list)
     text_any: list[str] = field(default_factory=list)
+    text_none: list[str] = field(default_factory=list)
     exc_types: list[str] = field(default_factory=list)
     library_frame: bool | None = None
     raised_in: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
+    phase_when_unknown: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -257,17 +263,21 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     library = raw.get("library_frame")
     if library is not None and not isinstance(library, bool):
         raise ValueError("'library_frame' must be true or false")
-    text_any = _str_list(raw, "text_any")
-    for t in text_any:
-        try:
-            if check_regex:
-                regex.compile(t)
-        except regex.error as e:
-            raise ValueError(f"text_any {t!r}: regex does not compile: {e}") from None
+    text_any, text_none = _str_list(raw, "text_any"), _str_list(raw, "text_none")
+    for key, patterns in (("text_any", text_any), ("text_none", text_none)):
+        for t in patterns:
+            try:
+                if check_regex:
+                    regex.compile(t)
+            except regex.error as e:
+                raise ValueError(f"{key} {t!r}: regex does not compile: {e}") from None
     phases = _str_list(raw, "phases")
     bad = [p for p in phases if p not in PHASES]
     if bad:
         raise ValueError(f"phases {bad} are not among {', '.join(PHASES)}")
+    fallback = raw.get("phase_when_unknown", "")
+    if not isinstance(fallback, str) or (fallback and (fallback not in PHASES or fallback == "unknown")):
+        raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
     frames_any, exc_types = _str_list(raw, "frames_any"), _str_list(raw, "exc_types")
     raised_in = _str_list(raw, "raised_in")
     if not (frames_any or text_any or exc_types or raised_in or library is not None):
@@ -282,11 +292,13 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         confidence=confidence,
         frames_any=frames_any,
         text_any=text_any,
+        text_none=text_none,
         exc_types=exc_types,
         library_frame=library,
         raised_in=raised_in,
         phases=phases,
         rules=_str_list(raw, "rules"),
+        phase_when_unknown=fallback,
         examples=list(examples),
         source=source,
     )
@@ -324,6 +336,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     phase = raw.get("phase", "auto")
     if phase != "auto" and phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
+    phase_fallback = raw.get("phase_when_unknown", "")
+    if phase_fallback and (phase != "auto" or phase_fallback not in PHASES or phase_fallback == "unknown"):
+        raise ValueError("phase_when_unknown needs phase = \"auto\" and one of " + ", ".join(PHASES) + " but 'unknown'")
     confidence = _confidence(raw, 0.8)
 
     kind = raw.get("input", "log")
@@ -416,6 +431,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         severity=severity,
         role=role,
         phase=phase,
+        phase_when_unknown=phase_fallback,
         confidence=confidence,
         patterns=patterns,
         explanation=_need(raw, "explanation", str).strip(),

@@ -271,7 +271,8 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "model_build",
         re.compile(
-            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|"
+            r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|from_pretrained|"
+            r"restore_from|from_config|"
             r"build_model_and_optimizer|apply_model_infrastructure)$|"
             r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
             r"embedding\w*)\.py:__init__$",
@@ -282,7 +283,7 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         "training",
         re.compile(
             r":(?:train_step|forward_backward_\w+|forward_step\w*|backward_step|forward|backward|"
-            r"_engine_run_backward|run_backward|train)$",
+            r"_engine_run_backward|run_backward)$",
             re.M,
         ),
     ),

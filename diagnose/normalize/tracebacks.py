@@ -34,6 +34,17 @@ causes) and the group keeps the structure: the group's Traceback has ``is_group`
 printed order, ``omitted`` for "and N more exceptions" / "max_group_depth" cuts), each member has ``group`` and
 ``group_index``. Like chained exceptions, members are also in the flat list ``rebuild`` returns.
 
+rich's boxed tracebacks (``rich.traceback``: HF accelerate/transformers, typer CLIs, Lightning's rich handler)
+print frames as ``path:line in function`` inside a box, a long path wrapped over several box rows; the box's
+location rows become ordinary Frames and the exception line after the box is read as usual::
+
+    ╭────────── Traceback (most recent call last) ──────────╮
+    │ /env/site-packages/collie/models/llama/m               │
+    │ odel.py:235 in __init__                                │
+    │ ❱ 235 │   │   self.embed_tokens = VocabParallelEmbedding( │
+    ╰────────────────────────────────────────────────────────╯
+    TypeError: VocabParallelEmbedding.__init__() missing 2 required keyword-only arguments
+
 Every exception line seen becomes a Traceback's ``exc_line``; every LogLine is in at most one Traceback's
 ``lines``. Nothing here raises.
 """
@@ -63,6 +74,13 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 _WHAT = re.compile(r"\s*what\(\):\s+(?P<msg>.*)$")
 _WARNING_RECORD = re.compile(r"\S+\.py:\d+: \w*(?:Warning|Error):")
 _REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]\s*$")
+# rich.traceback's box: header, rows, bottom; a frame's location is "path:line in function" (wrapped over rows)
+_RICH_HEADER = re.compile(r"╭─+ Traceback \(most recent call last\) ─+╮$")
+_RICH_ROW = re.compile(r"│(?P<body>.*)│$")
+_RICH_BOTTOM = re.compile(r"╰─+╯$")
+_RICH_LOCATION = re.compile(r"(?P<file>\S+?\.pyx?):(?P<line>\d+) in (?P<func>\S+)")
+_RICH_CODE = re.compile(r"(?:❱\s*)?\d+\s*│")  # a source row: "  55 │ ..." or "❱ 58 │ ..."
+MAX_RICH_LOCATION = 1000  # characters a wrapped location may take before it is given up
 # Exception group structure lines (traceback.py's TracebackException.format): a separator before each member
 # ("+-+" before the first), "..." instead of a number past max_group_width, one closing rule after the last member.
 _GROUP_SEPARATOR = re.compile(r"(?P<indent>(?: {2})*)(?:\+-| {2})\+-{16} (?P<title>\d+|\.\.\.) -{16}\s*$")
@@ -171,7 +189,7 @@ def _walk_up(tb: Traceback, link: str) -> list[Traceback]:
     return out
 
 
-_IDLE, _FRAMES, _CODE, _MESSAGE, _CPP, _AFTER = range(6)
+_IDLE, _FRAMES, _CODE, _MESSAGE, _CPP, _AFTER, _RICH = range(7)
 
 
 class _StreamParser:
@@ -190,6 +208,7 @@ class _StreamParser:
         # printed without a stack (a member created but never raised, e.g. ExceptionGroup("x", [ValueError(1)])).
         self.in_group = in_group
         self.group: _GroupPrintout | None = None  # an exception group being printed in this stream
+        self.rich_location = ""  # rows of a rich frame location read so far (it may wrap)
 
     # -- helpers
     def _start(self, line: LogLine, headless: bool) -> None:
@@ -263,6 +282,8 @@ class _StreamParser:
             self._in_message(line, text)
         elif state == _CPP:
             self._in_cpp(line, text)
+        elif state == _RICH:
+            self._in_rich(line, text)
         else:
             self._idle(line, text)
 
@@ -285,6 +306,11 @@ class _StreamParser:
         stripped = text.strip()
         if stripped.startswith(_HEADERS):
             self._start(line, headless=False)
+            return
+        if stripped.startswith("╭") and _RICH_HEADER.match(stripped):
+            self._start(line, headless=False)
+            self.state = _RICH
+            self.rich_location = ""
             return
         if stripped == CHAIN_CONTEXT or stripped == CHAIN_CAUSE:
             if self.last is not None:
@@ -354,6 +380,42 @@ class _StreamParser:
             self._start(line, headless=False)  # a new traceback before this one finished (cut output)
             return
         self._set_exception(line, text)
+
+    def _in_rich(self, line: LogLine, text: str) -> None:
+        """Inside rich's box: location rows become frames; the bottom border hands over to the exception line."""
+        tb = self.tb
+        assert tb is not None
+        stripped = text.strip()
+        if _RICH_BOTTOM.match(stripped):
+            tb.lines.append(line)
+            self.state = _FRAMES  # the next unindented line is the exception
+            return
+        row = _RICH_ROW.match(stripped)
+        if row is None:
+            if not stripped:
+                tb.lines.append(line)
+                return
+            self._finish()  # the box was cut off: what follows is not part of it
+            self._idle(line, text)
+            return
+        tb.lines.append(line)
+        body = row.group("body").strip()
+        if not body or _RICH_CODE.match(body):
+            self.rich_location = ""
+            return
+        pending = self.rich_location
+        for joined in ((pending + body, pending + " " + body) if pending else (body,)):
+            m = _RICH_LOCATION.fullmatch(joined)
+            if m is not None:
+                if len(tb.frames) < MAX_FRAMES:
+                    tb.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func"), log_line=line))
+                self.rich_location = ""
+                return
+        starts_location = body[:1] in ("/", "~", ".") or body[1:3] == ":\\"
+        if (pending or starts_location) and len(pending) + len(body) < MAX_RICH_LOCATION:
+            self.rich_location = pending + body
+        else:
+            self.rich_location = ""
 
     def _in_message(self, line: LogLine, text: str) -> None:
         tb = self.tb

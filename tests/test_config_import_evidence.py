@@ -1,0 +1,90 @@
+"""Configuration and import failures read from their own evidence, end to end (rules CV100/IM063 and the
+[[infer]] tables IF110-IF116): the root cause is the script's or the loader's own words, not the launcher's exit
+report that follows them."""
+
+from __future__ import annotations
+
+from diagnose.match import load_catalogue, match_text
+
+CATALOGUE = load_catalogue()
+
+ARGPARSE_UNDER_TORCHRUN = """\
+usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS] [--recompute-method {uniform,block}]
+pretrain_gpt.py: error: unrecognized arguments: --activations-checkpoint-method uniform
+usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS] [--recompute-method {uniform,block}]
+pretrain_gpt.py: error: unrecognized arguments: --activations-checkpoint-method uniform
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 2) local_rank: 0 (pid: 31402) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+pretrain_gpt.py FAILED
+"""
+
+LOADER = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/w/train.py", line 26, in <module>
+[rank0]:     from megatron.core import parallel_state
+[rank0]:   File "/env/lib/python3.12/site-packages/transformer_engine/common/__init__.py", line 271, in _load_library
+[rank0]:     handles.append(ctypes.CDLL(so_path, mode=ctypes.RTLD_GLOBAL))
+[rank0]:   File "/env/lib/python3.12/ctypes/__init__.py", line 379, in __init__
+[rank0]:     self._handle = _dlopen(self._name, mode)
+[rank0]: OSError: libcublas.so.13: cannot open shared object file: No such file or directory
+E0807 18:22:44.913000 8990 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 9012) of binary: /env/bin/python3.12
+"""
+
+YAML = """\
+Traceback (most recent call last):
+  File "tools/train.py", line 42, in main
+    load_config(cfg, args.config)
+  File "/env/lib/python3.10/site-packages/yaml/scanner.py", line 580, in fetch_value
+    self.get_mark())
+yaml.scanner.ScannerError: mapping values are not allowed here
+  in "<unicode string>", line 62, column 14:
+"""
+
+
+def test_argparse_rejection_is_the_root_cause_not_torchrun_exit():
+    root = match_text(ARGPARSE_UNDER_TORCHRUN, CATALOGUE).root
+    assert root is not None and root.rule == "CV100"
+    assert root.category == "config_validation" and root.phase == "init"
+    assert root.facts.get("unknown") == "--activations-checkpoint-method uniform"
+
+
+def test_a_library_the_loader_cannot_open_is_version_or_install_skew():
+    root = match_text(LOADER, CATALOGUE).root
+    assert root is not None and root.category == "import_version"
+    assert root.basis == "inferred" and root.basis_detail.startswith("IF111")
+
+
+def test_a_config_file_that_does_not_parse_is_config_validation_at_set_up():
+    root = match_text(YAML, CATALOGUE).root
+    assert root is not None and root.category == "config_validation" and root.phase == "init"
+    assert root.basis_detail.startswith("IF110")
+
+
+def test_an_import_rule_takes_the_phase_its_frames_tell_else_init():
+    lazy = """\
+Traceback (most recent call last):
+  File "/w/gpt-neox/megatron/training.py", line 422, in get_model
+    model = GPT2ModelPipe(
+  File "/w/gpt-neox/megatron/model/transformer.py", line 351, in __init__
+    from megatron.model.flash_attention import (
+  File "/env/lib/python3.8/site-packages/flash_attn/flash_attn_interface.py", line 8, in <module>
+    import flash_attn_2_cuda as flash_attn_cuda
+ImportError: /env/lib/python3.8/site-packages/flash_attn_2_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi
+"""
+    root = match_text(lazy, CATALOGUE).root
+    assert root is not None and root.category == "import_version" and root.phase == "model_build"
+    bare = "ImportError: /env/lib/python3.8/site-packages/flash_attn_2_cuda.cpython-38-x86_64-linux-gnu.so: undefined symbol: x\n"
+    root = match_text(bare, CATALOGUE).root
+    assert root is not None and root.category == "import_version" and root.phase == "init"
+
+
+def test_phase_when_unknown_needs_phase_auto():
+    import pytest
+
+    from diagnose.match.rules import parse_rule
+
+    raw = {"code": "US001", "slug": "x", "title": "x", "category": "data", "phase": "init", "phase_when_unknown": "init",
+           "explanation": "x", "patterns": [{"anchor": "x", "regex": "x"}], "fix": {"summary": "x", "safety": "manual"}}
+    with pytest.raises(ValueError, match="phase_when_unknown"):
+        parse_rule(raw, "t")
