@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 
-from diagnose.fleet.store import JobRecord, now, pack_report
+from diagnose.fleet.store import JobRecord, pack_report
 from diagnose.model import Report
 
 # Slurm states that mean the job did not end well by themselves (COMPLETED with a non-zero exit counts too)
@@ -105,8 +106,8 @@ def build_record(report: Report, facts: JobFacts, log_hosts: list[str], status: 
         elapsed_s=facts.elapsed_s,
         gpu_hours=gpu_hours,
         start_ts=facts.start_ts,
-        end_ts=facts.end_ts or now(),  # never NULL: the report's window needs a time
+        end_ts=facts.end_ts or time.time(),  # never NULL: the report's window needs a time
         source=facts.source,
         report=pack_report(json.dumps(report.to_dict(), ensure_ascii=True, default=str)),
-        scanned_at=now(),
+        scanned_at=time.time(),
     )

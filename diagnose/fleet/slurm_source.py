@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import OutputFile, SlurmJob, _probe
@@ -112,7 +113,7 @@ def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
     m = _GPU_TRES.search(row.get("AllocTRES"))
     if m and int(m.group(1)) > 0:
         return int(m.group(1))
-    nodes = _int(row.get("NNodes"))
+    nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None
 
 
@@ -130,14 +131,14 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     ref = parse_job_id(row.job_id)
     state, cancelled_by = split_state(row.get("State"))
     job = SlurmJob(ref=ref, job_id=ref.slurm_id)
-    job.raw_id = _int(row.get("JobIDRaw"))
+    job.raw_id = as_int(row.get("JobIDRaw"))
     job.array_job_id = ref.job if ref.array_task is not None else None
     job.array_task_id = ref.array_task
     job.name, job.user, job.state, job.cancelled_by = row.get("JobName"), row.get("User"), state, cancelled_by
     job.exit = parse_exit_code(row.get("ExitCode"))
     job.derived_exit = parse_exit_code(row.get("DerivedExitCode"))
     job.nodes = "" if row.get("NodeList") in ("", "None assigned") else row.get("NodeList")
-    job.elapsed_s = _int(row.get("ElapsedRaw"))
+    job.elapsed_s = as_int(row.get("ElapsedRaw"))
     job.start, job.end, job.work_dir = row.get("Start"), row.get("End"), row.get("WorkDir")
     job.source = "sacct"
     options = parse_sbatch_options(row.get("SubmitLine")) if row.get("SubmitLine") else OutputOptions()
@@ -172,13 +173,6 @@ def nodes_of(row: SlurmRow) -> list[str]:
     if not text or text == "None assigned":
         return []
     return expand_hostlist(text, limit=10_000)
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None
 
 
 __all__ = ["JobRef", "OutputFile", "SlurmRow", "job_from_row", "list_ended_jobs", "placed", "window"]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
@@ -40,7 +41,7 @@ from diagnose.ingest.slurm.parse import (
 from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
 from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
 from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
-from diagnose.model import DiagnoseError, SlurmOutputFacts
+from diagnose.model import DiagnoseError, Evidence, SlurmOutputFacts
 
 Runner = Callable[[list[str]], CommandResult]
 
@@ -60,13 +61,8 @@ BAD_END_STATES = frozenset(
 )
 
 
-@dataclass(slots=True)
-class SlurmRecordLine:
-    """One line of Slurm output that a finding can cite: ``source`` is e.g. ``scontrol:123`` or ``sacct:123``."""
-
-    source: str
-    line: int
-    text: str
+# One line of Slurm output that a finding can cite: its path is ``scontrol:123`` or ``sacct:123``.
+SlurmRecordLine = Evidence
 
 
 @dataclass(slots=True)
@@ -257,31 +253,23 @@ def _pick_record(records: list[ScontrolRecord]) -> ScontrolRecord | None:
 def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
     f = rec.fields
     job.source = "scontrol"
-    job.raw_id = _int(f.get("JobId"))
-    job.array_job_id = _int(f.get("ArrayJobId"))
-    job.array_task_id = _int(f.get("ArrayTaskId"))
-    job.het_job_id = _int(f.get("HetJobId"))
-    job.het_offset = _int(f.get("HetJobOffset"))
+    job.raw_id = as_int(f.get("JobId"))
+    job.array_job_id = as_int(f.get("ArrayJobId"))
+    job.array_task_id = as_int(f.get("ArrayTaskId"))
+    job.het_job_id = as_int(f.get("HetJobId"))
+    job.het_offset = as_int(f.get("HetJobOffset"))
     if job.array_job_id is not None and job.array_task_id is not None:
         job.job_id = f"{job.array_job_id}_{job.array_task_id}"
     elif job.het_job_id is not None and job.het_offset is not None:
         job.job_id = f"{job.het_job_id}+{job.het_offset}"
-    job.name = f.get("JobName", "")
+    _fill_shared(job, f, sacct=False)
     job.user = f.get("UserId", "").split("(", 1)[0]
     job.state, _ = split_state(f.get("JobState"))
-    job.reason = f.get("Reason", "")
-    job.exit = parse_exit_code(f.get("ExitCode"))
-    job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
-    job.nodes = _none_to_empty(f.get("NodeList"))
     job.batch_host = _none_to_empty(f.get("BatchHost"))
-    job.elapsed_s = parse_duration(f.get("RunTime"))
-    job.time_limit_text = f.get("TimeLimit", "")
-    job.time_limit_s = parse_duration(job.time_limit_text)
-    job.restarts = _int(f.get("Restarts")) or 0
+    job.restarts = as_int(f.get("Restarts")) or 0
     job.work_dir = _none_to_empty(f.get("WorkDir"))
-    job.start, job.end = f.get("StartTime", ""), f.get("EndTime", "")
     job.batch = f.get("BatchFlag", "1") != "0"
-    job.num_tasks = _int(f.get("NumTasks"))
+    job.num_tasks = as_int(f.get("NumTasks"))
     keys = ("JobState", "Reason", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "Restarts", "NodeList")
     text = " ".join(f"JobId={f.get('JobId', '')}".split() + [f"{k}={f[k]}" for k in keys if k in f])
     job.record = SlurmRecordLine(f"scontrol:{job.job_id}", rec.line, text)
@@ -349,26 +337,18 @@ def _fill_from_sacct(
         job.cancelled_by = _user_name(by)
     if not scontrol_known:
         job.source = "sacct"
-        job.raw_id = _int(f.get("JobIDRaw"))
+        job.raw_id = as_int(f.get("JobIDRaw"))
         if "_" in chosen:
             a, t = chosen.split("_", 1)
-            job.array_job_id, job.array_task_id = _int(a), _int(t)
+            job.array_job_id, job.array_task_id = as_int(a), as_int(t)
         if "+" in chosen:
             h, o = chosen.split("+", 1)
-            job.het_job_id, job.het_offset = _int(h), _int(o)
-        job.name = f.get("JobName", "")
+            job.het_job_id, job.het_offset = as_int(h), as_int(o)
+        _fill_shared(job, f, sacct=True)
         job.user = f.get("User", "")
         job.state = state
-        job.reason = f.get("Reason", "")
-        job.exit = parse_exit_code(f.get("ExitCode"))
-        job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
-        job.nodes = _none_to_empty(f.get("NodeList"))
-        job.elapsed_s = parse_duration(f.get("Elapsed"))
-        job.time_limit_text = f.get("Timelimit", "")
-        job.time_limit_s = parse_duration(job.time_limit_text)
         job.restarts = len(runs) - 1
         job.work_dir = f.get("WorkDir", "")
-        job.start, job.end = f.get("Start", ""), f.get("End", "")
         job.record = job.state_record
     elif job.derived_exit.code is None:
         job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
@@ -388,7 +368,7 @@ def _fill_from_sacct(
                     exit=parse_exit_code(r.fields.get("ExitCode")),
                     nodes=_none_to_empty(r.fields.get("NodeList")),
                     record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
-                    ntasks=_int(r.fields.get("NTasks")),
+                    ntasks=as_int(r.fields.get("NTasks")),
                     submit_line=r.fields.get("SubmitLine", ""),
                 )
             )
@@ -605,13 +585,6 @@ def _probe(path: str, stream: str) -> OutputFile:
 # -------------------------------------------------------------------------------------------- helpers
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text not in (None, "", "N/A", "(null)") else None
-    except ValueError:
-        return None
-
-
 def _none_to_empty(text: str | None) -> str:
     return "" if text in (None, "(null)", "None", "None assigned") else text
 
@@ -621,3 +594,23 @@ def _user_name(uid_text: str) -> str:
         return pwd.getpwuid(int(uid_text)).pw_name
     except (ValueError, KeyError):
         return uid_text
+
+
+# What scontrol and sacct both say, each under its own name: (SlurmJob attribute, scontrol's, sacct's, reader)
+_SHARED_FIELDS: tuple[tuple[str, str, str, Callable[[str], object]], ...] = (
+    ("name", "JobName", "JobName", str),
+    ("reason", "Reason", "Reason", str),
+    ("exit", "ExitCode", "ExitCode", parse_exit_code),
+    ("derived_exit", "DerivedExitCode", "DerivedExitCode", parse_exit_code),
+    ("nodes", "NodeList", "NodeList", _none_to_empty),
+    ("elapsed_s", "RunTime", "Elapsed", parse_duration),
+    ("time_limit_text", "TimeLimit", "Timelimit", str),
+    ("start", "StartTime", "Start", str),
+    ("end", "EndTime", "End", str),
+)
+
+
+def _fill_shared(job: SlurmJob, f: dict[str, str], sacct: bool) -> None:
+    for attr, scontrol_key, sacct_key, read in _SHARED_FIELDS:
+        setattr(job, attr, read(f.get(sacct_key if sacct else scontrol_key, "")))
+    job.time_limit_s = parse_duration(job.time_limit_text)

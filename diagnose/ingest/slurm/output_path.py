@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # sbatch short options that take no value; every other short option takes one (attached or the next token)
@@ -123,33 +124,51 @@ _PATTERN = re.compile(r"%(\d{0,2})([%AabJjNnstuxr])")
 _NO_ARRAY = 4294967294  # NO_VAL - 1, what sbatch writes for %a outside an array
 
 
-def expand_pattern(pattern: str, f: PatternFields) -> str:
-    """Expand ``%j %A %a %b %J %N %n %s %t %u %x %r %%`` and padded numbers (``%4j`` -> ``0042``, at most 10).
-
-    For the batch step: ``%s`` is ``batch``, ``%J`` is ``JOBID.batch``, ``%n`` and ``%t`` are 0. Unknown ``%``
-    sequences are kept as they are.
-    """
-
-    def one(m: re.Match[str]) -> str:
+def render_pattern(pattern: str, f: PatternFields, step: str | None, values: dict[str, int | str | None],
+                   literal: Callable[[str], str] = str, unknown: Callable[[str], str] = "%".__add__) -> str:
+    """Expand ``%j %A %a %b %J %N %n %s %t %u %x %r %%`` and padded numbers (``%4j`` -> ``0042``, at most 10) the
+    way Slurm does for one task of ``step``; ``values`` has t/n/N (None or absent: unknown), ``literal`` escapes
+    the text between specifiers (for a glob or a regex) and ``unknown`` stands for what is not known. Unknown ``%``
+    sequences are kept as they are."""
+    out: list[str] = []
+    last = 0
+    for m in _PATTERN.finditer(pattern):
+        out.append(literal(pattern[last : m.start()]))
+        last = m.end()
         width_text, letter = m.groups()
         width = min(int(width_text), 10) if width_text else 0
-        numbers = {
+        if letter == "%":
+            out.append(literal("%" + width_text if width_text else "%"))
+            continue
+        array_task = f.array_task_id if f.array_task_id is not None else _NO_ARRAY
+        value = values.get(letter) if letter in "tnN" else {
+            "s": step,
+            "J": f"{f.job_id}.{step}" if step is not None else None,
             "j": f.job_id,
             "A": f.array_job_id if f.array_job_id is not None else f.job_id,
-            "a": f.array_task_id if f.array_task_id is not None else _NO_ARRAY,
-            "b": (f.array_task_id if f.array_task_id is not None else _NO_ARRAY) % 10,
-            "n": 0,
-            "t": 0,
+            "a": array_task,
+            "b": array_task % 10,
             "r": f.restarts,
-        }
-        if letter == "%":
-            return "%" + width_text if width_text else "%"
-        if letter in numbers:
-            return str(numbers[letter]).zfill(width)
-        text = {"x": f.job_name, "u": f.user, "N": f.first_node, "s": "batch", "J": f"{f.job_id}.batch"}[letter]
-        return text
+            "x": f.job_name,
+            "u": f.user,
+        }[letter]
+        if value is None:
+            out.append(unknown(letter))
+        else:
+            out.append(literal(str(value).zfill(width) if isinstance(value, int) else value))
+    out.append(literal(pattern[last:]))
+    return "".join(out)
 
-    return _PATTERN.sub(one, pattern)
+
+def uses(pattern: str) -> set[str]:
+    """The specifier letters a pattern uses."""
+    return {m.group(2) for m in _PATTERN.finditer(pattern)}
+
+
+def expand_pattern(pattern: str, f: PatternFields) -> str:
+    """Expand a pattern for the batch step: ``%s`` is ``batch``, ``%J`` is ``JOBID.batch``, ``%n`` and ``%t`` are
+    0, ``%N`` the first node."""
+    return render_pattern(pattern, f, "batch", {"t": 0, "n": 0, "N": f.first_node})
 
 
 def default_output(is_array_task: bool) -> str:

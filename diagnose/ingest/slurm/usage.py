@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from diagnose import units
+from diagnose.coerce import as_int
+
 USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
 
 _RSS = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.IGNORECASE)
@@ -74,29 +77,18 @@ def gpus_from_tres(text: str | None) -> int | None:
     return plain if plain is not None else typed
 
 
-def _int(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]]) -> Usage:
     """The job's usage from its sacct line and its steps' lines (MaxRSS: the largest step's)."""
     rss = [r for r in (parse_rss(f.get("MaxRSS")) for f in [job_fields, *step_fields]) if r is not None]
     return Usage(
-        nnodes=_int(job_fields.get("NNodes")),
+        nnodes=as_int(job_fields.get("NNodes"), negative=False),
         gpus=gpus_from_tres(job_fields.get("AllocTRES")),
-        cpus=_int(job_fields.get("AllocCPUS")),
+        cpus=as_int(job_fields.get("AllocCPUS"), negative=False),
         total_cpu_s=parse_cpu_time(job_fields.get("TotalCPU")),
         max_rss_bytes=max(rss) if rss else None,
     )
 
 
 def format_bytes(n: int | None) -> str:
-    if n is None:
-        return ""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
+    """MaxRSS for the Slurm views: ``units.format_bytes``, empty when sacct recorded none."""
+    return "" if n is None else units.format_bytes(n)
