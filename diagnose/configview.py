@@ -19,7 +19,7 @@ what the log did not print; replay may say "reproduced (from the settings the er
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _MISSING = object()
@@ -100,15 +100,8 @@ class ConfigView:
         self.values.pop(key, None)
 
     def copy(self) -> ConfigView:
-        return ConfigView(
-            values=dict(self.values),
-            framework=self.framework,
-            version=self.version,
-            mcore_version=self.mcore_version,
-            sources=list(self.sources),
-            version_clues=list(self.version_clues),
-            model_target=self.model_target,
-        )
+        return replace(self, values=dict(self.values), sources=list(self.sources),
+                       version_clues=list(self.version_clues))
 
     def merge(self, other: ConfigView) -> None:
         """Take every value of ``other`` (it wins), and its framework/version when ours are unknown."""

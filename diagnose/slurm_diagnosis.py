@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
@@ -12,7 +12,10 @@ from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.merge import merge_slurm_findings
 from diagnose.ingest.slurm.parse import format_duration
-from diagnose.model import Report, SlurmFacts, SlurmOutputFacts, SlurmStepFacts, SlurmTaskFacts
+from diagnose.model import Report, SlurmFacts, SlurmStepFacts, SlurmTaskFacts
+
+if TYPE_CHECKING:  # the pipeline imports the stages this module wires; it is imported when a job is diagnosed
+    from diagnose.pipeline import AnalyzeOptions
 
 
 @dataclass
@@ -23,11 +26,11 @@ class SlurmDiagnosis:
 
 def diagnose_job(
     ref: JobRef,
-    options: Any = None,
+    options: AnalyzeOptions | None = None,
     runner: Runner = run_slurm,
     job: SlurmJob | None = None,
 ) -> SlurmDiagnosis:
-    """Diagnose a Slurm job. ``options`` is a ``diagnose.pipeline.AnalyzeOptions`` (None: defaults).
+    """Diagnose a Slurm job with ``options`` (None: the defaults).
 
     When the output file is gone or unreadable the report still carries what Slurm knows, with a warning saying
     why the log could not be read.
@@ -56,14 +59,11 @@ def fill_job_id(report: Report, job_id: str) -> None:
                                         summary=(f.fix.summary or "").replace("JOBID", job_id))
 
 
-def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
+def _with_ranks(options: AnalyzeOptions, inputs: list[tuple[str, int | None]]) -> AnalyzeOptions:
     """The options with each per-task file's rank (srun's %t), which the file name alone may not say."""
     ranks = {path: rank for path, rank in inputs if rank is not None}
     # one Slurm job by definition: its outputs are never split into jobs (a requeued job's restarts stay one)
-    if not (dataclasses.is_dataclass(options) and hasattr(options, "split_jobs")):
-        return options
-    opts = cast(Any, options)
-    return dataclasses.replace(opts, rank_hints={**opts.rank_hints, **ranks}, split_jobs=False)
+    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
 
 
 def slurm_section(job: SlurmJob) -> SlurmFacts:
@@ -98,7 +98,7 @@ def slurm_section(job: SlurmJob) -> SlurmFacts:
         work_dir=job.work_dir or None,
         source=job.source,
         output_route=job.output_route or None,
-        outputs=[SlurmOutputFacts(o.path, o.stream, o.exists, o.readable, o.size, o.problem) for o in job.outputs],
+        outputs=[dataclasses.replace(o) for o in job.outputs],  # the job's outputs are SlurmOutputFacts already
         task_route=job.task_route or None,
         task_patterns=list(job.task_patterns),
         task_outputs_found=job.task_outputs_found,
