@@ -262,7 +262,7 @@ def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
         job.job_id = f"{job.array_job_id}_{job.array_task_id}"
     elif job.het_job_id is not None and job.het_offset is not None:
         job.job_id = f"{job.het_job_id}+{job.het_offset}"
-    _fill_shared(job, f, sacct=False)
+    fill_shared(job, f, sacct=False)
     job.user = f.get("UserId", "").split("(", 1)[0]
     job.state, _ = split_state(f.get("JobState"))
     job.batch_host = _none_to_empty(f.get("BatchHost"))
@@ -344,7 +344,7 @@ def _fill_from_sacct(
         if "+" in chosen:
             h, o = chosen.split("+", 1)
             job.het_job_id, job.het_offset = as_int(h), as_int(o)
-        _fill_shared(job, f, sacct=True)
+        fill_shared(job, f, sacct=True)
         job.user = f.get("User", "")
         job.state = state
         job.restarts = len(runs) - 1
@@ -404,7 +404,7 @@ def _find_outputs(
     if not job.batch:
         job.notes.append("not a batch job (srun/salloc): its output went to the terminal that started it")
         return
-    fields_for_patterns = _pattern_fields(job)
+    fields_for_patterns = pattern_fields(job)
     options: OutputOptions | None = None
     if record is not None and record.fields.get("StdOut"):
         options = OutputOptions(record.fields.get("StdOut"), record.fields.get("StdErr") or None)
@@ -422,10 +422,10 @@ def _find_outputs(
     out_path = _expanded(options.output or "", fields_for_patterns, job.work_dir)
     err_path = _expanded(options.error, fields_for_patterns, job.work_dir) if options.error else None
     if err_path is None or err_path == out_path:
-        job.outputs.append(_probe(out_path, "stdout+stderr"))
+        job.outputs.append(probe(out_path, "stdout+stderr"))
     else:
-        job.outputs.append(_probe(out_path, "stdout"))
-        job.outputs.append(_probe(err_path, "stderr"))
+        job.outputs.append(probe(out_path, "stdout"))
+        job.outputs.append(probe(err_path, "stderr"))
     for o in job.outputs:
         if not o.exists and job.state and not job.ended:
             o.problem = f"not written yet (the job is {job.state})"
@@ -449,7 +449,7 @@ def _outputs_from_sacct(
     if env.ok:
         values = parse_env_outputs(env.stdout)
         routes.append(("sacct --env-vars", OutputOptions(values.get("SBATCH_OUTPUT"), values.get("SBATCH_ERROR"))))
-    script = _sacct_batch_script(job, runner, script_cache)
+    script = _batch_script(job, runner, script_cache, "sacct")
     if script is not None:
         routes.append(("sacct --batch-script", parse_batch_script_options(script)))
     output = next(((name, o.output) for name, o in routes if o.output), None)
@@ -461,23 +461,19 @@ def _outputs_from_sacct(
     return OutputOptions(output[1] if output else None, error[1] if error else None)
 
 
-def _sacct_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
-    """``sacct --batch-script`` (needs AccountingStoreFlags=job_script), asked at most once per lookup."""
-    if "sacct" not in cache:
-        result = runner(["sacct", "-j", job.job_id, "--batch-script"])
-        cache["sacct"] = result.stdout if result.ok and result.stdout.strip() not in ("", "NONE") else None
-    return cache["sacct"]
+def _batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None], source: str) -> str | None:
+    """The job's batch script, asked at most once per lookup from each ``source``: ``scontrol`` (``write
+    batch_script ID -``, while slurmctld remembers the job) or ``sacct`` (``--batch-script``, which needs
+    AccountingStoreFlags=job_script and says NONE without it)."""
+    if source not in cache:
+        argv = (["scontrol", "write", "batch_script", job.job_id, "-"] if source == "scontrol"
+                else ["sacct", "-j", job.job_id, "--batch-script"])
+        result = runner(argv)
+        cache[source] = result.stdout if result.ok and result.stdout.strip() not in ("", "NONE") else None
+    return cache[source]
 
 
-def _scontrol_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
-    """``scontrol write batch_script ID -``: the script while slurmctld still remembers the job."""
-    if "scontrol" not in cache:
-        result = runner(["scontrol", "write", "batch_script", job.job_id, "-"])
-        cache["scontrol"] = result.stdout if result.ok and result.stdout.strip() else None
-    return cache["scontrol"]
-
-
-def _pattern_fields(job: SlurmJob) -> PatternFields:
+def pattern_fields(job: SlurmJob) -> PatternFields:
     return PatternFields(
         job_id=job.raw_id or job.ref.job,
         array_job_id=job.array_job_id,
@@ -513,10 +509,10 @@ def _srun_calls(
         return find_srun_calls(submit, variables)[:1], shapes
     if not job.batch or (job.steps and not numbered):
         return [], shapes  # no srun step ran: nothing to look for
-    script = _scontrol_batch_script(job, runner, cache) if record is not None else None
+    script = _batch_script(job, runner, cache, "scontrol") if record is not None else None
     job.task_route = "scontrol write batch_script"
     if script is None:
-        script = _sacct_batch_script(job, runner, cache)
+        script = _batch_script(job, runner, cache, "sacct")
         job.task_route = "sacct --batch-script"
     if script is None:
         job.task_route = ""
@@ -541,7 +537,7 @@ def _find_task_outputs(
         job.task_route = ""
         return
     default = StepShape(None, job.num_tasks, expand_hostlist(job.nodes))
-    found = collect(calls, shapes, _pattern_fields(job), job.work_dir, default, cap=cap,
+    found = collect(calls, shapes, pattern_fields(job), job.work_dir, default, cap=cap,
                     exclude={o.path for o in job.outputs})
     job.task_outputs = found.files
     job.task_outputs_found = found.found
@@ -562,7 +558,7 @@ def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
     return resolve(expand_pattern(pattern, f), work_dir)
 
 
-def _probe(path: str, stream: str) -> OutputFile:
+def probe(path: str, stream: str) -> OutputFile:
     out = OutputFile(path=path, stream=stream)
     try:
         st = os.stat(path)
@@ -610,7 +606,7 @@ _SHARED_FIELDS: tuple[tuple[str, str, str, Callable[[str], object]], ...] = (
 )
 
 
-def _fill_shared(job: SlurmJob, f: dict[str, str], sacct: bool) -> None:
+def fill_shared(job: SlurmJob, f: dict[str, str], sacct: bool) -> None:
     for attr, scontrol_key, sacct_key, read in _SHARED_FIELDS:
         setattr(job, attr, read(f.get(sacct_key if sacct else scontrol_key, "")))
     job.time_limit_s = parse_duration(job.time_limit_text)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from diagnose.ingest.slurm.hostlist import expand_hostlist
 
 # sbatch short options that take no value; every other short option takes one (attached or the next token)
 _SHORT_FLAGS = set("hHIkOQsvVW")
@@ -40,6 +42,35 @@ def _tokens(text: str) -> list[str]:
         return text.split()
 
 
+def command_options(words: list[str], short_flags: set[str], long_flags: set[str]) -> Iterator[tuple[str | None, str]]:
+    """The options of a Slurm command line, as ``(name, value)`` (``--output``, ``-o``), and ``(None, word)`` for a
+    word that is no option (the caller decides whether it ends them); stops at ``--``. A long option takes
+    ``=value`` or the next word unless it is in ``long_flags``; bundled short options (``-lun2``) are flags until one
+    not in ``short_flags``, whose value is the rest of the word or the next word. Flags are not reported."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            return
+        if word.startswith("--"):
+            key, eq, attached = word.partition("=")
+            if eq:
+                yield key, attached
+            elif key[2:] not in long_flags and i < len(words):
+                yield key, words[i]
+                i += 1
+        elif word.startswith("-") and len(word) > 1:
+            letter = next((j for j in range(1, len(word)) if word[j] not in short_flags), None)
+            if letter is not None and letter + 1 < len(word):
+                yield "-" + word[letter], word[letter + 1 :].removeprefix("=")
+            elif letter is not None and i < len(words):
+                yield "-" + word[letter], words[i]
+                i += 1
+        else:
+            yield None, word
+
+
 def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOptions:
     """Find ``-o/--output/-e/--error`` in an sbatch command line (or the options of one ``#SBATCH`` line).
 
@@ -52,37 +83,12 @@ def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOption
     if words and words[0].rsplit("/", 1)[-1] == "sbatch":
         words = words[1:]
     wrapped = False
-    i = 0
-    while i < len(words):
-        word = words[i]
-        value: str | None = None
-        name: str | None = None
-        if word == "--":
-            break
-        if word.startswith("--"):
-            key, eq, attached = word.partition("=")
-            if eq:
-                name, value = key, attached
-            elif key[2:] not in _LONG_FLAGS:
-                name = key
-                value = words[i + 1] if i + 1 < len(words) else None
-                i += 1
-            if name == "--wrap":
-                wrapped = True
-        elif word.startswith("-") and len(word) > 1:
-            letter = word[1]
-            if letter not in _SHORT_FLAGS:
-                name = "-" + letter
-                if len(word) > 2:
-                    value = word[2:].removeprefix("=")
-                else:
-                    value = words[i + 1] if i + 1 < len(words) else None
-                    i += 1
-        elif stop_at_script and not wrapped:
+    for name, value in command_options(words, _SHORT_FLAGS, _LONG_FLAGS):
+        if name is None and stop_at_script and not wrapped:
             break  # the script; what follows are its own arguments
+        wrapped = wrapped or name == "--wrap"
         if name in _OUTPUT_NAMES and value:
             found[_OUTPUT_NAMES[name]] = value
-        i += 1
     return OutputOptions(found.get("output"), found.get("error"))
 
 
@@ -177,13 +183,7 @@ def default_output(is_array_task: bool) -> str:
 
 def first_node(nodelist: str) -> str:
     """The first host of a Slurm node list: ``gpu[01-04,07]`` -> ``gpu01``, ``a,b`` -> ``a``."""
-    s = (nodelist or "").strip()
-    if not s or s in ("None", "(null)", "None assigned"):
-        return ""
-    m = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", s)
-    if not m:
-        return ""
-    return m.group(1) + (m.group(2) or "")
+    return next(iter(expand_hostlist(nodelist, limit=1)), "")
 
 
 def resolve(path: str, work_dir: str) -> str:
