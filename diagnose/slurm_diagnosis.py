@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
@@ -66,49 +67,36 @@ def _with_ranks(options: AnalyzeOptions, inputs: list[tuple[str, int | None]]) -
     return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
 
 
+# SlurmFacts fields that SlurmJob has under the same name (lists copied); "" in SlurmJob is null in the JSON for the
+# second set; the rest are derived below
+_AS_IS = ("job_id", "raw_id", "array_job_id", "array_task_id", "het_job_id", "het_offset", "name", "user", "state",
+          "reason", "cancelled_by", "nodes", "elapsed_s", "time_limit_s", "restarts", "source", "task_patterns",
+          "task_outputs_found", "notes")
+_EMPTY_IS_NONE = ("start", "end", "work_dir", "output_route", "task_route")
+
+
 def slurm_section(job: SlurmJob) -> SlurmFacts:
     """The report's ``"slurm"`` section."""
-    step = job.failed_step
+    step, usage = job.failed_step, job.usage
+    same: dict[str, Any] = {name: copy.copy(getattr(job, name)) for name in _AS_IS}
+    same.update({name: getattr(job, name) or None for name in _EMPTY_IS_NONE})
     return SlurmFacts(
-        job_id=job.job_id,
-        raw_id=job.raw_id,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
-        het_job_id=job.het_job_id,
-        het_offset=job.het_offset,
-        name=job.name,
-        user=job.user,
-        state=job.state,
-        reason=job.reason,
-        cancelled_by=job.cancelled_by,
+        **same,
         exit_code=job.exit.code,
         signal=job.exit.signal_name,
         derived_exit_code=job.derived_exit.code,
         derived_signal=job.derived_exit.signal_name,
         failed_step=step.step_id if step else None,
         steps=[SlurmStepFacts(s.step_id, s.name, s.state, s.exit.code, s.exit.signal_name) for s in job.steps],
-        nodes=job.nodes,
-        elapsed_s=job.elapsed_s,
         elapsed=format_duration(job.elapsed_s) if job.elapsed_s is not None else None,
-        time_limit_s=job.time_limit_s,
         time_limit=job.time_limit_text or None,
-        restarts=job.restarts,
-        start=job.start or None,
-        end=job.end or None,
-        work_dir=job.work_dir or None,
-        source=job.source,
-        output_route=job.output_route or None,
         outputs=[dataclasses.replace(o) for o in job.outputs],  # the job's outputs are SlurmOutputFacts already
-        task_route=job.task_route or None,
-        task_patterns=list(job.task_patterns),
-        task_outputs_found=job.task_outputs_found,
         task_outputs=[SlurmTaskFacts(t.path, t.stream, t.step, t.rank, t.node, t.size) for t in job.task_outputs],
-        notes=list(job.notes),
-        nnodes=job.usage.nnodes if job.usage else None,
-        gpus=job.usage.gpus if job.usage else None,
-        max_rss_bytes=job.usage.max_rss_bytes if job.usage else None,
-        cpu_efficiency=_rounded(job.usage.cpu_efficiency(job.elapsed_s) if job.usage else None, 4),
-        gpu_hours=_rounded(job.usage.gpu_hours(job.elapsed_s) if job.usage else None, 3),
+        nnodes=usage.nnodes if usage else None,
+        gpus=usage.gpus if usage else None,
+        max_rss_bytes=usage.max_rss_bytes if usage else None,
+        cpu_efficiency=_rounded(usage.cpu_efficiency(job.elapsed_s) if usage else None, 4),
+        gpu_hours=_rounded(usage.gpu_hours(job.elapsed_s) if usage else None, 3),
     )
 
 

@@ -298,8 +298,7 @@ def _sha256(path: str) -> str:
 
 
 def _name_of(base: str) -> str:
-    stem = re.sub(r"(\.[A-Za-z]+)?(\.gz)?$", "", base)
-    return stem
+    return re.sub(r"(\.[A-Za-z]+)?(\.gz)?$", "", base)
 
 
 def log_hosts(path: str) -> list[str]:

@@ -30,10 +30,6 @@ class OutputOptions:
     output: str | None = None
     error: str | None = None
 
-    def merged_over(self, lower: OutputOptions) -> OutputOptions:
-        """These options win; the lower-precedence ones fill the gaps."""
-        return OutputOptions(self.output or lower.output, self.error or lower.error)
-
 
 def _tokens(text: str) -> list[str]:
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from diagnose.ingest.slurm.output_path import PatternFields, render_pattern, resolve, uses
 from diagnose.ingest.slurm.srun_script import SrunCall, file_pattern
+from diagnose.model import SlurmTaskFacts
 
 DEFAULT_MAX_TASK_FILES = 128
 MAX_EXPANDED = 100_000  # tasks or nodes enumerated per pattern
@@ -33,14 +34,10 @@ class StepShape:
 
 
 @dataclass(slots=True)
-class TaskFile:
-    path: str
-    stream: str  # "stdout", "stderr" or "stdout+stderr"
-    step: str | None
-    rank: int | None  # %t of the name (None for a per-node or per-step file)
-    node: str | None
-    size: int
-    pattern: str
+class TaskFile(SlurmTaskFacts):
+    """A file as the report lists it (path, stream, step, rank: %t of the name, node, size), and the pattern."""
+
+    pattern: str = ""
 
 
 @dataclass(slots=True)
