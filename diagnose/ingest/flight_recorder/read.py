@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import stat
 import sys
@@ -99,7 +100,7 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
             return load_plain(data)
         except RefusedPickle as e:
             raise DumpError(f"{where}: unsafe pickle refused, not loaded: {_one_line(e)}") from None
-        except (EOFError, pickle_errors()) as e:
+        except (EOFError, pickle.UnpicklingError) as e:
             # a whole pickle ends with STOP ("."); PyTorch's end with the top dict's SETITEMS then STOP
             bad_byte = "invalid load key" in str(e)
             kind = "truncated" if isinstance(e, EOFError) or not (bad_byte or data.endswith(b".")) else "corrupt"
@@ -119,12 +120,6 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
         raise DumpError(f"{where}: {kind} flight-recorder JSON ({e.msg} at byte {e.pos})") from None
     except (RecursionError, ValueError) as e:
         raise DumpError(f"{where}: flight-recorder JSON not readable ({type(e).__name__})") from None
-
-
-def pickle_errors() -> type[Exception]:
-    import pickle
-
-    return pickle.UnpicklingError
 
 
 def _one_line(e: BaseException) -> str:

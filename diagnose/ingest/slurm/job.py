@@ -140,22 +140,15 @@ class SlurmJob:
 
     @property
     def readable_outputs(self) -> list[str]:
-        seen: list[str] = []
-        for o in self.outputs:
-            if o.readable and o.path not in seen:
-                seen.append(o.path)
-        return seen
+        return list(dict.fromkeys(o.path for o in self.outputs if o.readable))
 
     @property
     def analysis_inputs(self) -> list[tuple[str, int | None]]:
         """What the analysis reads: the batch output(s), then the per-task files with their rank (%t)."""
-        inputs: list[tuple[str, int | None]] = [(p, None) for p in self.readable_outputs]
-        seen = {p for p, _ in inputs}
+        inputs: dict[str, int | None] = dict.fromkeys(self.readable_outputs)
         for t in self.task_outputs:
-            if t.path not in seen:
-                seen.add(t.path)
-                inputs.append((t.path, t.rank))
-        return inputs
+            inputs.setdefault(t.path, t.rank)
+        return list(inputs.items())
 
 
 def lookup_job(
@@ -316,10 +309,7 @@ def _fill_from_sacct(
     """Fill ``job`` from sacct (everything when scontrol did not know it; else the extras); return the job row, or
     None when scontrol chose a task that sacct does not list yet."""
     # an array asked by its array id lists every task: keep the one scontrol chose, else the first failed task
-    ids = []
-    for r in job_rows:
-        if r.fields["JobID"] not in ids:
-            ids.append(r.fields["JobID"])
+    ids = list(dict.fromkeys(r.fields["JobID"] for r in job_rows))
     if job.source == "scontrol":
         if job.job_id not in ids:  # sacct lags the job's end: never let another task's row replace scontrol's choice
             return None
@@ -356,8 +346,6 @@ def _fill_from_sacct(
     start = next(i for i, r in enumerate(rows) if r is row)
     for r in rows[start + 1 :]:
         step_id = r.fields.get("JobID", "")
-        if "." not in step_id and step_id == chosen:
-            break  # cannot happen for the last run; kept as a guard
         if step_id.startswith(chosen + "."):
             step_state, _ = split_state(r.fields.get("State"))
             job.steps.append(
