@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass, replace
 
 from diagnose.ingest.errors import input_error, os_error, shown
+from diagnose.ingest.gzip_bounded import COMPRESSED_SUFFIXES
 from diagnose.model import DiagnoseError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -23,7 +24,7 @@ _LOG_STEMS = ("stdout", "stderr", "output", "log")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 _NATURAL_SPLIT = re.compile(r"(\d+)")
-_COMPRESSED = re.compile(r"\.(?:gz|bz2|xz)$", re.IGNORECASE)  # one compression suffix, as gzip_bounded reads them
+_COMPRESSED = re.compile("(?:" + "|".join(map(re.escape, COMPRESSED_SUFFIXES)) + ")$", re.IGNORECASE)
 _ROTATED = re.compile(r"\.(?:log|txt|out|err)\.\d{1,4}(?:\.(?:gz|bz2|xz))?$", re.IGNORECASE)  # logrotate: rank0.log.1
 
 

@@ -142,15 +142,11 @@ def find_dumps(inputs: list[str]) -> Discovery:
             continue
         if os.path.isfile(raw):
             dump = _candidate(raw, os.path.basename(raw))
-            if dump is None and not looks_like_log(os.path.basename(raw)):
-                kind = sniff(raw)  # a dump whose name has no rank: which rank wrote it is unknown
-                if kind is not None:
-                    out.warnings.append(
-                        f"{shown(raw)}: a flight-recorder dump without a rank number in its name; skipped "
-                        "(PyTorch names them <prefix><rank>)")
-                    continue
             if dump is not None:
                 out.dumps.append(dump)
+            elif not looks_like_log(os.path.basename(raw)) and sniff(raw) is not None:  # which rank wrote it?
+                out.warnings.append(f"{shown(raw)}: a flight-recorder dump without a rank number in its name; "
+                                    "skipped (PyTorch names them <prefix><rank>)")
             else:
                 out.log_inputs.append(raw)
             continue
