@@ -303,10 +303,7 @@ def _spool_stdin(tmp: str) -> str:
     try:
         if buffer is None:  # a text-only stream (tests, embedding): re-encode what it gives
             with open(out, "wb") as fh:
-                while True:
-                    text = stream.read(_COPY_CHUNK)
-                    if not text:
-                        break
+                while text := stream.read(_COPY_CHUNK):
                     fh.write(text.encode("utf-8", "surrogateescape"))
             return out
         _copy_with_deadline(buffer, out, "-", None)

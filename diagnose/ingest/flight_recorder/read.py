@@ -130,11 +130,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _int(value: Any) -> int | None:
-    if type(value) is int and -MAX_INT <= value <= MAX_INT:  # the common case, first
-        return value
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if type(value) is int:  # not bool: a dump holds plain types only (safe_pickle, json)
         return value if -MAX_INT <= value <= MAX_INT else None
     if isinstance(value, str) and 0 < len(value) <= 20:
         try:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from diagnose import units
 from diagnose.coerce import as_int
+from diagnose.ingest.slurm.parse import parse_seconds as parse_cpu_time  # sacct's TotalCPU
 
 USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
 
 _RSS = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.IGNORECASE)
 _RSS_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_CPU_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?")
 
 
 @dataclass(slots=True)
@@ -48,16 +48,6 @@ def parse_rss(text: str | None) -> int | None:
     if m is None:
         return None
     return int(float(m.group(1)) * _RSS_UNITS[m.group(2).upper()])
-
-
-def parse_cpu_time(text: str | None) -> float | None:
-    """sacct's TotalCPU (``[D-][HH:]MM:SS[.mmm]``) in seconds."""
-    m = _CPU_TIME.fullmatch((text or "").strip())
-    if m is None:
-        return None
-    days, hours, minutes, seconds, frac = m.groups()
-    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
-    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 def gpus_from_tres(text: str | None) -> int | None:
