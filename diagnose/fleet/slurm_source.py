@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
-from diagnose.ingest.slurm.job import OutputFile, SlurmJob, fill_shared, pattern_fields, probe
-from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
+from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import (
     OutputOptions,
@@ -146,9 +146,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
         out = resolve(expand_pattern(options.output or default_output(ref.array_task is not None), fields),
                       job.work_dir)
         err = resolve(expand_pattern(options.error, fields), job.work_dir) if options.error else None
-        job.outputs = [probe(out, "stdout" if err and err != out else "stdout+stderr")]
-        if err and err != out:
-            job.outputs.append(probe(err, "stderr"))
+        job.outputs = probe_outputs(out, err)
     return job
 
 
@@ -163,5 +161,3 @@ def placed(job: SlurmJob) -> bool:
 def nodes_of(row: SlurmRow) -> list[str]:
     return expand_hostlist(row.get("NodeList"), limit=10_000)
 
-
-__all__ = ["JobRef", "OutputFile", "SlurmRow", "job_from_row", "list_ended_jobs", "placed", "window"]

@@ -404,16 +404,10 @@ def _find_outputs(
             job.notes.append("Slurm has no record of the job's output location or working directory")
             return
         options = OutputOptions(default_output(job.array_task_id is not None), options.error if options else None)
-        job.output_route = job.output_route or "default"
-        if job.output_route != "default":
-            job.output_route += " + default"
+        job.output_route = f"{job.output_route} + default" if job.output_route else "default"
     out_path = _expanded(options.output or "", fields_for_patterns, job.work_dir)
     err_path = _expanded(options.error, fields_for_patterns, job.work_dir) if options.error else None
-    if err_path is None or err_path == out_path:
-        job.outputs.append(probe(out_path, "stdout+stderr"))
-    else:
-        job.outputs.append(probe(out_path, "stdout"))
-        job.outputs.append(probe(err_path, "stderr"))
+    job.outputs += probe_outputs(out_path, err_path)
     for o in job.outputs:
         if not o.exists and job.state and not job.ended:
             o.problem = f"not written yet (the job is {job.state})"
@@ -544,6 +538,13 @@ def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
     if pattern and os.path.exists(resolve(pattern, work_dir)):
         return resolve(pattern, work_dir)
     return resolve(expand_pattern(pattern, f), work_dir)
+
+
+def probe_outputs(out: str, err: str | None) -> list[OutputFile]:
+    """The job's output file(s): one for both streams unless stderr goes to a file of its own."""
+    if err is None or err == out:
+        return [probe(out, "stdout+stderr")]
+    return [probe(out, "stdout"), probe(err, "stderr")]
 
 
 def probe(path: str, stream: str) -> OutputFile:
