@@ -14,7 +14,6 @@ from diagnose.model import Evidence, Finding, Override, is_delete
 
 # failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
 CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
-VERIFY_SCHEMA = "diagnose/verify@1"
 VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
 GIB = 1024 ** 3
 @dataclass
