@@ -57,11 +57,11 @@ def command_options(words: list[str], short_flags: set[str], long_flags: set[str
                 yield key, words[i]
                 i += 1
         elif word.startswith("-") and len(word) > 1:
-            letter = next((j for j in range(1, len(word)) if word[j] not in short_flags), None)
-            if letter is not None and letter + 1 < len(word):
-                yield "-" + word[letter], word[letter + 1 :].removeprefix("=")
-            elif letter is not None and i < len(words):
-                yield "-" + word[letter], words[i]
+            at = next((j for j in range(1, len(word)) if word[j] not in short_flags), None)  # the one with a value
+            if at is not None and at + 1 < len(word):
+                yield "-" + word[at], word[at + 1 :].removeprefix("=")
+            elif at is not None and i < len(words):
+                yield "-" + word[at], words[i]
                 i += 1
         else:
             yield None, word
