@@ -49,17 +49,11 @@ def head(path: str, display: str, size: int = SAMPLE_BYTES) -> bytes:
 
 
 def compressed_by_magic(sample: bytes) -> tuple[str, str] | None:
-    for magic, kind in COMPRESSED.items():
-        if sample.startswith(magic):
-            return kind
-    return None
+    return next((kind for magic, kind in COMPRESSED.items() if sample.startswith(magic)), None)
 
 
 def bom_encoding(sample: bytes) -> str | None:
-    for bom, encoding in BOMS:
-        if sample.startswith(bom):
-            return encoding
-    return None
+    return next((encoding for bom, encoding in BOMS if sample.startswith(bom)), None)
 
 
 def bomless_utf16(sample: bytes) -> str | None:
