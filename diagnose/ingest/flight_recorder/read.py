@@ -151,12 +151,8 @@ def _str(value: Any) -> str:
 def _shapes(value: Any) -> list[list[int]]:
     if not isinstance(value, (list, tuple)):
         return []
-    out = []
-    for shape in value[:MAX_SHAPES]:
-        if isinstance(shape, (list, tuple)):
-            dims = [_int(d) for d in shape[:MAX_DIMS]]
-            out.append([d for d in dims if d is not None])
-    return out
+    shapes = [[_int(d) for d in shape[:MAX_DIMS]] for shape in value[:MAX_SHAPES] if isinstance(shape, (list, tuple))]
+    return [[d for d in dims if d is not None] for dims in shapes]
 
 
 def _strs(value: Any) -> list[str]:
@@ -168,12 +164,8 @@ def _strs(value: Any) -> list[str]:
 def _frames(value: Any) -> list[FrFrame]:
     if not isinstance(value, (list, tuple)):
         return []
-    out = []
-    for fr in value[:MAX_FRAMES]:
-        if isinstance(fr, dict):
-            out.append(FrFrame(name=_str(fr.get("name")), filename=_str(fr.get("filename")),
-                               line=_int(fr.get("line")) or 0))
-    return out
+    return [FrFrame(name=_str(fr.get("name")), filename=_str(fr.get("filename")), line=_int(fr.get("line")) or 0)
+            for fr in value[:MAX_FRAMES] if isinstance(fr, dict)]
 
 
 def _pg(entry: dict) -> tuple[str, str]:
