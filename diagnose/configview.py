@@ -113,12 +113,8 @@ class ConfigView:
         self.version = self.version or other.version
         self.mcore_version = self.mcore_version or other.mcore_version
         self.model_target = self.model_target or other.model_target
-        for s in other.sources:
-            if s not in self.sources:
-                self.sources.append(s)
-        for c in other.version_clues:
-            if c not in self.version_clues:
-                self.version_clues.append(c)
+        for mine, theirs in ((self.sources, other.sources), (self.version_clues, other.version_clues)):
+            mine.extend(item for item in dict.fromkeys(theirs) if item not in mine)
 
     def to_dict(self, job_only: bool = False) -> dict[str, Any]:
         """The ``config`` section (schema in issue 3). ``job_only`` (the report's): no values unless something

@@ -9,6 +9,7 @@ does with a warning.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import lzma
 import os
 import zlib
@@ -129,10 +130,8 @@ def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def _check(src: str, name: str, written: int, read: int, limits: GzipLimits) -> None:
