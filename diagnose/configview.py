@@ -19,7 +19,7 @@ what the log did not print; replay may say "reproduced (from the settings the er
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _MISSING = object()
@@ -100,15 +100,8 @@ class ConfigView:
         self.values.pop(key, None)
 
     def copy(self) -> ConfigView:
-        return ConfigView(
-            values=dict(self.values),
-            framework=self.framework,
-            version=self.version,
-            mcore_version=self.mcore_version,
-            sources=list(self.sources),
-            version_clues=list(self.version_clues),
-            model_target=self.model_target,
-        )
+        return replace(self, values=dict(self.values), sources=list(self.sources),
+                       version_clues=list(self.version_clues))
 
     def merge(self, other: ConfigView) -> None:
         """Take every value of ``other`` (it wins), and its framework/version when ours are unknown."""
@@ -120,12 +113,8 @@ class ConfigView:
         self.version = self.version or other.version
         self.mcore_version = self.mcore_version or other.mcore_version
         self.model_target = self.model_target or other.model_target
-        for s in other.sources:
-            if s not in self.sources:
-                self.sources.append(s)
-        for c in other.version_clues:
-            if c not in self.version_clues:
-                self.version_clues.append(c)
+        for mine, theirs in ((self.sources, other.sources), (self.version_clues, other.version_clues)):
+            mine.extend(item for item in dict.fromkeys(theirs) if item not in mine)
 
     def to_dict(self, job_only: bool = False) -> dict[str, Any]:
         """The ``config`` section (schema in issue 3). ``job_only`` (the report's): no values unless something

@@ -7,14 +7,13 @@ package because ``model.py``, which every stage imports, names them. Each type h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.model import Evidence, Finding, Override, is_delete
 
 # failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
 CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
-VERIFY_SCHEMA = "diagnose/verify@1"
 VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
 GIB = 1024 ** 3
 @dataclass
@@ -181,8 +180,7 @@ class Check:
     evidence: list[Evidence] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "verdict": self.verdict, "detail": self.detail,
-                "evidence": [{"path": e.path, "line": e.line, "text": e.text} for e in self.evidence]}
+        return asdict(self)
 
 
 @dataclass

@@ -43,16 +43,12 @@ def inert(text: str) -> str:
     DEL become ``\\xNN``, bidi and layout controls become ``\\uNNNN``, a tab becomes four spaces and a newline
     becomes ``\\x0a`` (one log line stays one line). Everything else is unchanged. Never raises.
     """
-    if not isinstance(text, str):
-        text = str(text)
-    return text.translate(_ONE_LINE)
+    return str(text).translate(_ONE_LINE)
 
 
 def inert_block(text: str) -> str:
     """Like :func:`inert` but keeps newlines and tabs: for multi-line text (an explanation, a config dump)."""
-    if not isinstance(text, str):
-        text = str(text)
-    return text.translate(_MULTI_LINE)
+    return str(text).translate(_MULTI_LINE)
 
 
 def shorten(text: str, limit: int = 400) -> str:

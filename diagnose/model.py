@@ -7,6 +7,7 @@ read the same thing.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -86,26 +87,20 @@ class LogLine:
     @property
     def stream(self) -> tuple:
         """Key of the process that wrote the line: lines of one stream belong to one traceback."""
+        where = self.path if self.host is None else self.host
         if self.rank is not None:
-            return (self.path if self.host is None else self.host, "rank", self.rank)
-        if self.local_rank is not None:
-            return (self.path if self.host is None else self.host, "local", self.local_rank)
-        return (self.path if self.host is None else self.host, "main", None)
+            return (where, "rank", self.rank)
+        return (where, "main", None) if self.local_rank is None else (where, "local", self.local_rank)
 
 
 def rank_runs(ranks) -> list[str]:
     """Ranks as sorted runs: ``[9, 0, 1, 2, 3, 11, 12]`` -> ``["0-3", "9", "11-12"]`` (duplicates ignored).
 
     The one place rank sets are compacted; reports, the TUI and the NCCL silent-rank sentence join these runs."""
-    values = sorted(set(ranks))
     runs: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        runs.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
+    for _, group in itertools.groupby(enumerate(sorted(set(ranks))), lambda pair: pair[1] - pair[0]):
+        run = [rank for _, rank in group]  # consecutive ranks: rank - position is the same along a run
+        runs.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return runs
 
 

@@ -6,11 +6,12 @@ this module only wires them together.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.model import Report
+from diagnose.model import DiagnoseError, JobReport, Report
 
 
 @dataclass
@@ -109,10 +110,8 @@ def _hang(report: Report, found) -> None:
     dumps, warnings = read_dumps(found.dumps)
     warnings = [*found.warnings, *warnings]
     hang = analyse_dumps(dumps, warnings, world_size=world_size(report.findings))
-    if hang is None:
-        report.warnings.extend(warnings)
-        return
-    merge_hang(report, hang)
+    if hang is not None:
+        merge_hang(report, hang)
     report.warnings.extend(warnings)
 
 
@@ -142,8 +141,6 @@ def select_rules(rules: list, select: list[str], ignore: list[str]) -> list:
     names no rule is an error with a suggestion, not a silent no-op."""
     import difflib
 
-    from diagnose.model import DiagnoseError
-
     codes = [r.code for r in rules]
     for given in [*select, *ignore]:
         if not any(c.startswith(given.upper()) for c in codes):
@@ -160,11 +157,13 @@ def different_jobs_warning(report: Report) -> str | None:
     """Say so when the inputs look like logs of different jobs, not ranks of one: two or more files each hold
     their own failure for the same rank (or for no rank at all). Per-rank logs of one job fail on different
     ranks; two single-GPU jobs both fail on rank 0, and merging them gives one root cause for both."""
+    from diagnose.match.job_split import process_of
+
     if len(report.inputs) < 2:
         return None
     by_path: dict[str, set] = {}
     for f in report.findings:
-        paths = {_process_of(e.path) for e in f.evidence}
+        paths = {process_of(e.path) for e in f.evidence}
         if len(paths) != 1:
             continue
         by_path.setdefault(paths.pop(), set()).update(f.ranks or ["?"])
@@ -184,12 +183,6 @@ def different_jobs_warning(report: Report) -> str | None:
     return None
 
 
-def _process_of(path: str) -> str:
-    from diagnose.match.job_split import process_of
-
-    return process_of(path)
-
-
 def _job_groups(sources, args: list[str], merged: Report):
     """The jobs in these inputs (``diagnose.match.job_split``), or None when they read as one."""
     from diagnose.ingest.job_identity import identity_of
@@ -202,10 +195,6 @@ def _job_groups(sources, args: list[str], merged: Report):
 def _per_job(groups, merged: Report, catalogue, options: AnalyzeOptions) -> Report:
     """Analyse each job on its own; the top level is the first failing job's report (the first job's when none
     failed) with every input and a warning naming the jobs, and ``jobs`` holds them all."""
-    import dataclasses
-
-    from diagnose.model import JobReport
-
     one = dataclasses.replace(options, split_jobs=False, refuse_empty=False, include=[], exclude=[], progress=None,
                               catalogue=catalogue, select=[], ignore=[])  # the catalogue is already selected
     names = [_job_name(g) for g in groups]
@@ -231,15 +220,13 @@ def _job_name(group) -> str:
 
 
 def _empty_error(paths: list[str]) -> Exception:
-    from diagnose.model import DiagnoseError
-
     first = "standard input" if paths[0] == "-" else shown(paths[0])
     what = f"{first} is empty" if len(paths) == 1 else f"all {len(paths)} inputs are empty"
     return DiagnoseError(f"{what} (0 bytes): nothing to diagnose (did the job die before writing its log?)")
 
 
 def shown(path: str) -> str:
-    from diagnose.ingest.errors import shown as _shown
+    from diagnose.ingest.errors import shown as _shown  # ingest is imported when a log is read, not before
 
     return _shown(path)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
@@ -12,7 +13,10 @@ from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.merge import merge_slurm_findings
 from diagnose.ingest.slurm.parse import format_duration
-from diagnose.model import Report, SlurmFacts, SlurmOutputFacts, SlurmStepFacts, SlurmTaskFacts
+from diagnose.model import Report, SlurmFacts, SlurmStepFacts, SlurmTaskFacts
+
+if TYPE_CHECKING:  # the pipeline imports the stages this module wires; it is imported when a job is diagnosed
+    from diagnose.pipeline import AnalyzeOptions
 
 
 @dataclass
@@ -23,11 +27,11 @@ class SlurmDiagnosis:
 
 def diagnose_job(
     ref: JobRef,
-    options: Any = None,
+    options: AnalyzeOptions | None = None,
     runner: Runner = run_slurm,
     job: SlurmJob | None = None,
 ) -> SlurmDiagnosis:
-    """Diagnose a Slurm job. ``options`` is a ``diagnose.pipeline.AnalyzeOptions`` (None: defaults).
+    """Diagnose a Slurm job with ``options`` (None: the defaults).
 
     When the output file is gone or unreadable the report still carries what Slurm knows, with a warning saying
     why the log could not be read.
@@ -56,59 +60,43 @@ def fill_job_id(report: Report, job_id: str) -> None:
                                         summary=(f.fix.summary or "").replace("JOBID", job_id))
 
 
-def _with_ranks(options: Any, inputs: list[tuple[str, int | None]]) -> Any:
+def _with_ranks(options: AnalyzeOptions, inputs: list[tuple[str, int | None]]) -> AnalyzeOptions:
     """The options with each per-task file's rank (srun's %t), which the file name alone may not say."""
     ranks = {path: rank for path, rank in inputs if rank is not None}
     # one Slurm job by definition: its outputs are never split into jobs (a requeued job's restarts stay one)
-    if not (dataclasses.is_dataclass(options) and hasattr(options, "split_jobs")):
-        return options
-    opts = cast(Any, options)
-    return dataclasses.replace(opts, rank_hints={**opts.rank_hints, **ranks}, split_jobs=False)
+    return dataclasses.replace(options, rank_hints={**options.rank_hints, **ranks}, split_jobs=False)
+
+
+# SlurmFacts fields that SlurmJob has under the same name (lists copied); "" in SlurmJob is null in the JSON for the
+# second set; the rest are derived below
+_AS_IS = ("job_id", "raw_id", "array_job_id", "array_task_id", "het_job_id", "het_offset", "name", "user", "state",
+          "reason", "cancelled_by", "nodes", "elapsed_s", "time_limit_s", "restarts", "source", "task_patterns",
+          "task_outputs_found", "notes")
+_EMPTY_IS_NONE = ("start", "end", "work_dir", "output_route", "task_route")
 
 
 def slurm_section(job: SlurmJob) -> SlurmFacts:
     """The report's ``"slurm"`` section."""
-    step = job.failed_step
+    step, usage = job.failed_step, job.usage
+    same: dict[str, Any] = {name: copy.copy(getattr(job, name)) for name in _AS_IS}
+    same.update({name: getattr(job, name) or None for name in _EMPTY_IS_NONE})
     return SlurmFacts(
-        job_id=job.job_id,
-        raw_id=job.raw_id,
-        array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
-        het_job_id=job.het_job_id,
-        het_offset=job.het_offset,
-        name=job.name,
-        user=job.user,
-        state=job.state,
-        reason=job.reason,
-        cancelled_by=job.cancelled_by,
+        **same,
         exit_code=job.exit.code,
         signal=job.exit.signal_name,
         derived_exit_code=job.derived_exit.code,
         derived_signal=job.derived_exit.signal_name,
         failed_step=step.step_id if step else None,
         steps=[SlurmStepFacts(s.step_id, s.name, s.state, s.exit.code, s.exit.signal_name) for s in job.steps],
-        nodes=job.nodes,
-        elapsed_s=job.elapsed_s,
         elapsed=format_duration(job.elapsed_s) if job.elapsed_s is not None else None,
-        time_limit_s=job.time_limit_s,
         time_limit=job.time_limit_text or None,
-        restarts=job.restarts,
-        start=job.start or None,
-        end=job.end or None,
-        work_dir=job.work_dir or None,
-        source=job.source,
-        output_route=job.output_route or None,
-        outputs=[SlurmOutputFacts(o.path, o.stream, o.exists, o.readable, o.size, o.problem) for o in job.outputs],
-        task_route=job.task_route or None,
-        task_patterns=list(job.task_patterns),
-        task_outputs_found=job.task_outputs_found,
+        outputs=[dataclasses.replace(o) for o in job.outputs],  # the job's outputs are SlurmOutputFacts already
         task_outputs=[SlurmTaskFacts(t.path, t.stream, t.step, t.rank, t.node, t.size) for t in job.task_outputs],
-        notes=list(job.notes),
-        nnodes=job.usage.nnodes if job.usage else None,
-        gpus=job.usage.gpus if job.usage else None,
-        max_rss_bytes=job.usage.max_rss_bytes if job.usage else None,
-        cpu_efficiency=_rounded(job.usage.cpu_efficiency(job.elapsed_s) if job.usage else None, 4),
-        gpu_hours=_rounded(job.usage.gpu_hours(job.elapsed_s) if job.usage else None, 3),
+        nnodes=usage.nnodes if usage else None,
+        gpus=usage.gpus if usage else None,
+        max_rss_bytes=usage.max_rss_bytes if usage else None,
+        cpu_efficiency=_rounded(usage.cpu_efficiency(job.elapsed_s) if usage else None, 4),
+        gpu_hours=_rounded(usage.gpu_hours(job.elapsed_s) if usage else None, 3),
     )
 
 

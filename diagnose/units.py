@@ -47,11 +47,11 @@ def format_bytes(n: int | float | None) -> str:
     if n is None:
         return "?"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
-    return f"{value:.2f} TiB"  # pragma: no cover - the loop always returns
+    return f"{value:.2f} TiB"
 
 
 def format_gib_short(n: int | float | None) -> str:

@@ -20,8 +20,9 @@ from diagnose.fleet.slurm_source import epoch
 from diagnose.fleet.store import FleetStore
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
-from diagnose.ingest.slurm.job import Runner
+from diagnose.ingest.slurm.job import Runner, SlurmJob
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.parse import parse_exit_code
 from diagnose.model import DiagnoseError, Report
 
 COMMENT_LIMIT = 200
@@ -98,15 +99,13 @@ _REASON_STATE = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "OutOfMemory":
                  "Preempted": "PREEMPTED", "DeadLine": "DEADLINE"}
 
 
-def settle_state(job, env: Mapping[str, str]) -> None:
+def settle_state(job: SlurmJob, env: Mapping[str, str]) -> None:
     """Give a job still COMPLETING (as every job is during its EpilogSlurmctld) the state it is ending in."""
     if job.state not in ("COMPLETING", "RUNNING", "CONFIGURING", ""):
         return
     final = _REASON_STATE.get(job.reason)
     if final is None:
-        code, _, signal = env.get("SLURM_JOB_EXIT_CODE2", "").partition(":")
-        failed = (code.isdigit() and int(code) != 0) or (signal.isdigit() and int(signal) != 0)
-        failed = failed or bool(job.exit.code) or bool(job.exit.signal)
+        failed = parse_exit_code(env.get("SLURM_JOB_EXIT_CODE2")).failed or job.exit.failed  # code:signal
         final = "FAILED" if failed else "COMPLETED"
     job.notes.append(f"slurmctld still showed the job {job.state} in its epilog: taken as {final}")
     job.state = final

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 
-from diagnose.fleet.store import JobRecord, now, pack_report
+from diagnose.fleet.store import JobRecord, pack_report
 from diagnose.model import Report
 
 # Slurm states that mean the job did not end well by themselves (COMPLETED with a non-zero exit counts too)
@@ -38,6 +39,11 @@ class JobFacts:
     start_ts: float | None = None
     end_ts: float | None = None
     source: str = ""
+
+
+# JobFacts fields the stored row keeps as they are (nodes are cleaned and end_ts filled in first)
+_AS_IS = ("job_key", "via", "cluster", "job_id", "name", "user", "state", "exit_code", "gpus", "elapsed_s", "start_ts",
+          "source")
 
 
 def signature(report: Report) -> str | None:
@@ -81,18 +87,12 @@ def build_record(report: Report, facts: JobFacts, log_hosts: list[str], status: 
     gpu_hours = None
     if facts.gpus is not None and facts.elapsed_s is not None:
         gpu_hours = facts.gpus * facts.elapsed_s / 3600.0
+    as_is = {name: getattr(facts, name) for name in _AS_IS}
     return JobRecord(
-        job_key=facts.job_key,
+        **as_is,
         failed=is_failed,
         status=status,
-        via=facts.via,
-        cluster=facts.cluster,
-        job_id=facts.job_id,
-        name=facts.name,
-        user=facts.user,
         config=config_key(facts.name),
-        state=facts.state,
-        exit_code=facts.exit_code,
         problem=problem,
         root_rule=root.rule if root else (f"state:{facts.state}" if is_failed and facts.state else None),
         root_category=root.category if root else ("slurm" if is_failed else None),
@@ -101,12 +101,8 @@ def build_record(report: Report, facts: JobFacts, log_hosts: list[str], status: 
         nodes=nodes,
         blamed_nodes=blamed,
         node_count=len(facts.nodes) or None,
-        gpus=facts.gpus,
-        elapsed_s=facts.elapsed_s,
         gpu_hours=gpu_hours,
-        start_ts=facts.start_ts,
-        end_ts=facts.end_ts or now(),  # never NULL: the report's window needs a time
-        source=facts.source,
+        end_ts=facts.end_ts or time.time(),  # never NULL: the report's window needs a time
         report=pack_report(json.dumps(report.to_dict(), ensure_ascii=True, default=str)),
-        scanned_at=now(),
+        scanned_at=time.time(),
     )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from diagnose.fleet.record import HOST_SCAN_LINES, JobFacts, build_record
 from diagnose.fleet.slurm_source import SlurmRow, epoch, gpus_of, in_shard, job_from_row, nodes_of, placed
-from diagnose.fleet.store import FleetStore, JobRecord, SeenFile, now, pack_report
+from diagnose.fleet.store import FleetStore, JobRecord, SeenFile, pack_report
 from diagnose.ingest.slurm.parse import split_state
 from diagnose.model import DiagnoseError, Report
 
@@ -283,9 +283,9 @@ def _unreadable(facts: JobFacts, problem: str) -> JobRecord:
     return JobRecord(
         job_key=facts.job_key, failed=failed(Report(), facts), status="unreadable", via=facts.via,
         cluster=facts.cluster, job_id=facts.job_id, name=facts.name, user=facts.user, state=facts.state,
-        exit_code=facts.exit_code, problem=problem[:500], nodes=list(facts.nodes), end_ts=facts.end_ts or now(),
+        exit_code=facts.exit_code, problem=problem[:500], nodes=list(facts.nodes), end_ts=facts.end_ts or time.time(),
         source=facts.source, report=pack_report('{"schema": "diagnose/report@1", "unreadable": true}'),
-        scanned_at=now(),
+        scanned_at=time.time(),
     )
 
 
@@ -298,8 +298,7 @@ def _sha256(path: str) -> str:
 
 
 def _name_of(base: str) -> str:
-    stem = re.sub(r"(\.[A-Za-z]+)?(\.gz)?$", "", base)
-    return stem
+    return re.sub(r"(\.[A-Za-z]+)?(\.gz)?$", "", base)
 
 
 def log_hosts(path: str) -> list[str]:

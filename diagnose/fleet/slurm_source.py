@@ -14,21 +14,20 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
-from diagnose.ingest.slurm.job import OutputFile, SlurmJob, _probe
-from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
+from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import (
     OutputOptions,
-    PatternFields,
     default_output,
     expand_pattern,
-    first_node,
     parse_sbatch_options,
     resolve,
 )
-from diagnose.ingest.slurm.parse import parse_exit_code, parse_sacct, split_state
+from diagnose.ingest.slurm.parse import parse_sacct, split_state
 from diagnose.model import DiagnoseError
 
 ENDED = "CD,CA,F,TO,OOM,NF,PR,BF,DL"  # every state a job can end in: successes are the rates' denominator
@@ -112,7 +111,7 @@ def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
     m = _GPU_TRES.search(row.get("AllocTRES"))
     if m and int(m.group(1)) > 0:
         return int(m.group(1))
-    nodes = _int(row.get("NNodes"))
+    nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None
 
 
@@ -129,33 +128,25 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     default name. ``output_route`` says which."""
     ref = parse_job_id(row.job_id)
     state, cancelled_by = split_state(row.get("State"))
-    job = SlurmJob(ref=ref, job_id=ref.slurm_id)
-    job.raw_id = _int(row.get("JobIDRaw"))
+    job = SlurmJob(ref=ref, job_id=ref.slurm_id, source="sacct")
+    fill_shared(job, dict(row.fields), sacct=True)  # name, exit codes, nodes, start, end
+    job.raw_id = as_int(row.get("JobIDRaw"))
     job.array_job_id = ref.job if ref.array_task is not None else None
     job.array_task_id = ref.array_task
-    job.name, job.user, job.state, job.cancelled_by = row.get("JobName"), row.get("User"), state, cancelled_by
-    job.exit = parse_exit_code(row.get("ExitCode"))
-    job.derived_exit = parse_exit_code(row.get("DerivedExitCode"))
-    job.nodes = "" if row.get("NodeList") in ("", "None assigned") else row.get("NodeList")
-    job.elapsed_s = _int(row.get("ElapsedRaw"))
-    job.start, job.end, job.work_dir = row.get("Start"), row.get("End"), row.get("WorkDir")
-    job.source = "sacct"
+    job.user, job.state, job.cancelled_by = row.get("User"), state, cancelled_by
+    job.elapsed_s = as_int(row.get("ElapsedRaw"))
+    job.work_dir = row.get("WorkDir")
     options = parse_sbatch_options(row.get("SubmitLine")) if row.get("SubmitLine") else OutputOptions()
     if options.output or options.error:
         job.output_route = "sacct SubmitLine (fleet bulk)"
     elif job.work_dir:
         job.output_route = "default (fleet bulk)"
-    fields = PatternFields(
-        job_id=job.raw_id or ref.job, array_job_id=job.array_job_id, array_task_id=job.array_task_id,
-        job_name=job.name, user=job.user, first_node=first_node(job.nodes),
-    )
+    fields = pattern_fields(job)
     if job.work_dir:
         out = resolve(expand_pattern(options.output or default_output(ref.array_task is not None), fields),
                       job.work_dir)
         err = resolve(expand_pattern(options.error, fields), job.work_dir) if options.error else None
-        job.outputs = [_probe(out, "stdout" if err and err != out else "stdout+stderr")]
-        if err and err != out:
-            job.outputs.append(_probe(err, "stderr"))
+        job.outputs = probe_outputs(out, err)
     return job
 
 
@@ -168,17 +159,5 @@ def placed(job: SlurmJob) -> bool:
 
 
 def nodes_of(row: SlurmRow) -> list[str]:
-    text = row.get("NodeList")
-    if not text or text == "None assigned":
-        return []
-    return expand_hostlist(text, limit=10_000)
+    return expand_hostlist(row.get("NodeList"), limit=10_000)
 
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None
-
-
-__all__ = ["JobRef", "OutputFile", "SlurmRow", "job_from_row", "list_ended_jobs", "placed", "window"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
@@ -236,13 +235,6 @@ class FleetStore:
 
     # ------------------------------------------------------------------------------------------- reads
 
-    def has_job(self, job_key: str) -> bool:
-        return self.db.execute("SELECT 1 FROM jobs WHERE job_key = ?", (job_key,)).fetchone() is not None
-
-    def seen_unchanged(self, path: str, size: int, mtime_ns: int) -> bool:
-        row = self.db.execute("SELECT size, mtime_ns FROM seen_files WHERE path = ?", (path,)).fetchone()
-        return row is not None and tuple(row) == (size, mtime_ns)
-
     def seen_paths(self) -> dict[str, tuple[int, int]]:
         return {p: (s, m) for p, s, m in self.db.execute("SELECT path, size, mtime_ns FROM seen_files")}
 
@@ -255,10 +247,3 @@ class FleetStore:
     def report_json(self, job_key: str) -> str | None:
         row = self.db.execute("SELECT report FROM jobs WHERE job_key = ?", (job_key,)).fetchone()
         return unpack_report(row[0]) if row else None
-
-    def integrity_ok(self) -> bool:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-
-
-def now() -> float:
-    return time.time()

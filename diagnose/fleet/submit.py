@@ -68,37 +68,27 @@ def write_array(run_dir: str, store: str, tasks: int, files: list[FileItem] | No
         raise DiagnoseError("fleet submit: give log files/folders, or --sacct")
     python = python or sys.executable
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(diagnose.__file__)))
-    extra = "".join(f"#SBATCH {a}\n" for a in sbatch_args or [])
+    environment = (f"set -euo pipefail\nexport PYTHONPATH={q(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                   f"exec {q(python)} -m diagnose fleet")
     shard = os.path.join(run_dir, "shard-")
     array_script = os.path.join(run_dir, "fleet-array.sbatch")
-    with open(array_script, "w", encoding="utf-8") as fh:
-        fh.write(
-            "#!/bin/bash\n"
-            "#SBATCH --job-name=diagnose-fleet\n"
-            f"#SBATCH --array=0-{tasks - 1}\n"
-            f"#SBATCH --output={run_dir}/shard-%a.out\n"
-            f"{extra}"
-            "# written by 'diagnose fleet submit': task I scans shard I of the work into its own store\n"
-            "set -euo pipefail\n"
-            f"export PYTHONPATH={q(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"exec {q(python)} -m diagnose fleet scan {source} --shard \"$SLURM_ARRAY_TASK_ID/{tasks}\" "
-            f"--store {q(shard)}\"$SLURM_ARRAY_TASK_ID.db\" --jobs \"${{SLURM_CPUS_PER_TASK:-1}}\" "
-            f"--gpus-per-node {int(gpus_per_node)} --no-progress\n"
-        )
+    _write_script(array_script, ["--job-name=diagnose-fleet", f"--array=0-{tasks - 1}",
+                                 f"--output={run_dir}/shard-%a.out", *(sbatch_args or [])],
+                  "# written by 'diagnose fleet submit': task I scans shard I of the work into its own store\n"
+                  f"{environment} scan {source} --shard \"$SLURM_ARRAY_TASK_ID/{tasks}\" "
+                  f"--store {q(shard)}\"$SLURM_ARRAY_TASK_ID.db\" --jobs \"${{SLURM_CPUS_PER_TASK:-1}}\" "
+                  f"--gpus-per-node {int(gpus_per_node)} --no-progress\n")
     merge_script = os.path.join(run_dir, "fleet-merge.sbatch")
     shards = [f"{shard}{i}.db" for i in range(tasks)]
-    with open(merge_script, "w", encoding="utf-8") as fh:
-        fh.write(
-            "#!/bin/bash\n"
-            "#SBATCH --job-name=diagnose-fleet-merge\n"
-            f"#SBATCH --output={run_dir}/merge.out\n"
-            f"{extra}"
-            "set -euo pipefail\n"
-            f"export PYTHONPATH={q(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"exec {q(python)} -m diagnose fleet merge --store {q(store)} --missing-ok "
-            f"{' '.join(q(s) for s in shards)}\n"
-        )
+    _write_script(merge_script, ["--job-name=diagnose-fleet-merge", f"--output={run_dir}/merge.out",
+                                 *(sbatch_args or [])],
+                  f"{environment} merge --store {q(store)} --missing-ok {' '.join(q(s) for s in shards)}\n")
     return ArrayPlan(run_dir, tasks, array_script, merge_script, shards)
+
+
+def _write_script(path: str, sbatch_options: list[str], body: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("#!/bin/bash\n" + "".join(f"#SBATCH {option}\n" for option in sbatch_options) + body)
 
 
 def submit(plan: ArrayPlan, then_merge: bool, runner: Runner = run_slurm) -> tuple[str, str | None]:

@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass, replace
 
 from diagnose.ingest.errors import input_error, os_error, shown
+from diagnose.ingest.gzip_bounded import COMPRESSED_SUFFIXES
 from diagnose.model import DiagnoseError
 
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -23,6 +24,7 @@ _LOG_STEMS = ("stdout", "stderr", "output", "log")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 _NATURAL_SPLIT = re.compile(r"(\d+)")
+_COMPRESSED = re.compile("(?:" + "|".join(map(re.escape, COMPRESSED_SUFFIXES)) + ")$", re.IGNORECASE)
 _ROTATED = re.compile(r"\.(?:log|txt|out|err)\.\d{1,4}(?:\.(?:gz|bz2|xz))?$", re.IGNORECASE)  # logrotate: rank0.log.1
 
 
@@ -46,11 +48,7 @@ def natural_key(text: str) -> tuple:
 def looks_like_log(name: str) -> bool:
     if name.startswith("."):
         return False
-    lower = name.lower()
-    for suffix in (".gz", ".bz2", ".xz"):
-        if lower.endswith(suffix):
-            lower = lower[: -len(suffix)]
-            break
+    lower = _COMPRESSED.sub("", name.lower())
     return lower.endswith(_LOG_SUFFIXES) or lower in _LOG_STEMS
 
 
@@ -58,12 +56,7 @@ def hints_for(path: str) -> InputEntry:
     """Rank / local rank / attempt hints from a file's name and its parent folders."""
     parts = os.path.normpath(path).split(os.sep)
     name = parts[-1]
-    stem = name
-    for suffix in (".gz", ".bz2", ".xz"):
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    stem = os.path.splitext(stem)[0]
+    stem = os.path.splitext(_COMPRESSED.sub("", name))[0]
     rank = local = attempt = None
     stream_name = stem if stem in ("stdout", "stderr") else None
     if len(parts) >= 3 and parts[-2].isdigit():

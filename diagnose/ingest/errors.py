@@ -12,19 +12,8 @@ def shown(path: object) -> str:
     text = path if isinstance(path, str) else repr(path)
     if text.isprintable():
         return text
-    out = []
-    for ch in text:
-        if ch.isprintable():
-            out.append(ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) <= 0xFF:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-    return "".join(out)
+    # ascii() spells each other character \n, \t, \xNN, \uNNNN or \UNNNNNNNN; a carriage return stays \x0d
+    return "".join(ch if ch.isprintable() else "\\x0d" if ch == "\r" else ascii(ch)[1:-1] for ch in text)
 
 
 def input_error(path: object, reason: str) -> DiagnoseError:

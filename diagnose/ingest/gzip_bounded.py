@@ -9,6 +9,7 @@ does with a warning.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import lzma
 import os
 import zlib
@@ -64,11 +65,7 @@ _FORMATS: dict[str, tuple[str, bytes, Callable[[], object], tuple[type[Exception
 
 
 def compressed_kind(path: str) -> str | None:
-    lower = path.lower()
-    for suffix in COMPRESSED_SUFFIXES:
-        if lower.endswith(suffix):
-            return suffix
-    return None
+    return next((suffix for suffix in COMPRESSED_SUFFIXES if path.lower().endswith(suffix)), None)
 
 
 def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None = None,
@@ -87,17 +84,14 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None 
     try:
         with fin, open(dst, "wb") as fout:
             return _copy(fin, fout, src, name, magic, make, limits)
-    except errors as e:
-        _remove(dst)
-        raise input_error(src, f"corrupt {name} data ({e})") from None
-    except EOFError:
-        _remove(dst)
-        raise input_error(src, f"corrupt or truncated {name} data (stream ends early)") from None
-    except OSError as e:
-        _remove(dst)
-        raise os_error(src, e, "decompress") from None
-    except BaseException:
-        _remove(dst)
+    except BaseException as e:
+        _remove(dst)  # never leave half a file behind, whatever stopped the copy
+        if isinstance(e, errors):
+            raise input_error(src, f"corrupt {name} data ({e})") from None
+        if isinstance(e, EOFError):
+            raise input_error(src, f"corrupt or truncated {name} data (stream ends early)") from None
+        if isinstance(e, OSError):
+            raise os_error(src, e, "decompress") from None
         raise
 
 
@@ -136,10 +130,8 @@ def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def _check(src: str, name: str, written: int, read: int, limits: GzipLimits) -> None:

@@ -98,10 +98,7 @@ def identity_of(path: str, buffer) -> dict[str, str]:
 
 def conflict(a: dict[str, str], b: dict[str, str]) -> str | None:
     """The first key on which two identities disagree, or None."""
-    for key in KEY_WORDS:
-        if key in a and key in b and a[key] != b[key]:
-            return key
-    return None
+    return next((key for key in KEY_WORDS if key in a and key in b and a[key] != b[key]), None)
 
 
 def shares_a_join(a: dict[str, str], b: dict[str, str]) -> bool:

@@ -8,7 +8,9 @@ with exit 0. Here the magic bytes and BOMs decide: what can be decoded is decode
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+from collections.abc import Callable
 
 from diagnose.ingest.errors import input_error, os_error
 
@@ -47,17 +49,11 @@ def head(path: str, display: str, size: int = SAMPLE_BYTES) -> bytes:
 
 
 def compressed_by_magic(sample: bytes) -> tuple[str, str] | None:
-    for magic, kind in COMPRESSED.items():
-        if sample.startswith(magic):
-            return kind
-    return None
+    return next((kind for magic, kind in COMPRESSED.items() if sample.startswith(magic)), None)
 
 
 def bom_encoding(sample: bytes) -> str | None:
-    for bom, encoding in BOMS:
-        if sample.startswith(bom):
-            return encoding
-    return None
+    return next((encoding for bom, encoding in BOMS if sample.startswith(bom)), None)
 
 
 def bomless_utf16(sample: bytes) -> str | None:
@@ -104,24 +100,16 @@ def transcode_to_utf8(src: str, dst: str, encoding: str, display: str, max_bytes
     decoder = codecs.getincrementaldecoder(encoding)("replace")
     bom = next((len(b) for b, enc in BOMS if enc == encoding and head(src, display, len(b)) == b), 0)
     written = 0
-    try:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            fin.seek(bom)
-            while True:
-                chunk = fin.read(1 << 20)
-                out = decoder.decode(chunk, final=not chunk).encode("utf-8", "surrogatepass")
-                written += len(out)
-                if written > max_bytes:
-                    raise input_error(display, f"refusing to decode more than {max_bytes} bytes")
-                fout.write(out)
-                if not chunk:
-                    return
-    except OSError as e:
-        try:
-            os.unlink(dst)
-        except OSError:
-            pass
-        raise os_error(display, e, "decode") from None
+
+    def utf8(chunk: bytes) -> bytes:
+        nonlocal written
+        out = decoder.decode(chunk, final=not chunk).encode("utf-8", "surrogatepass")
+        written += len(out)
+        if written > max_bytes:
+            raise input_error(display, f"refusing to decode more than {max_bytes} bytes")
+        return out
+
+    _rewrite(src, dst, display, utf8, skip=bom)
 
 
 def cr_lines(sample: bytes) -> bool:
@@ -134,13 +122,21 @@ def cr_lines(sample: bytes) -> bool:
 def cr_to_newlines(src: str, dst: str, display: str) -> None:
     """Copy ``src`` to ``dst`` with each CR turned into a newline (streaming; same size)."""
     table = bytes.maketrans(b"\r", b"\n")
+    _rewrite(src, dst, display, lambda chunk: chunk.translate(table))
+
+
+def _rewrite(src: str, dst: str, display: str, convert: Callable[[bytes], bytes], skip: int = 0) -> None:
+    """Stream ``src`` (from byte ``skip``) into ``dst`` through ``convert``, which gets a last empty chunk at the
+    end; a copy that failed half-way is removed."""
     try:
         with open(src, "rb") as fin, open(dst, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk.translate(table))
+            fin.seek(skip)
+            while True:
+                chunk = fin.read(1 << 20)
+                fout.write(convert(chunk))
+                if not chunk:
+                    return
     except OSError as e:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(dst)
-        except OSError:
-            pass
         raise os_error(display, e, "decode") from None

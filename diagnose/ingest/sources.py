@@ -103,12 +103,7 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None, includ
 
 
 def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] | None = None) -> Source:
-    hints = dict(
-        rank_hint=entry.rank_hint,
-        local_rank_hint=entry.local_rank_hint,
-        attempt=entry.attempt,
-        stream_name=entry.stream_name,
-    )
+    hints = {name: getattr(entry, name) for name in ("rank_hint", "local_rank_hint", "attempt", "stream_name")}
     if path == "-":
         return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits), display_path="-", **hints)
     if compressed_kind(path) is not None:
@@ -181,31 +176,24 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
         fh = open(real_path, "rb")
     except OSError as e:
         raise os_error(display_path, e) from None
-    try:
-        size = os.fstat(fh.fileno()).st_size
-        if size <= SMALL_READ_BYTES:
-            data = fh.read(size)  # at most its size at open, even if it grows meanwhile
-            fh.close()
-            return Source(path=display_path, size=len(data), buffer=data, **hints)
+    with fh:  # a mapping keeps its own descriptor: one per large file, not two
         try:
-            mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-        except (ValueError, OSError) as e:
-            # Truncated between fstat and mmap, or a file system without mmap: read it (bounded by size).
-            if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
-                raise os_error(display_path, e, "map") from None
-            data = fh.read(size)
-            fh.close()
-            return Source(path=display_path, size=len(data), buffer=data, **hints)
-    except DiagnoseError:
-        fh.close()
-        raise
-    except OSError as e:
-        fh.close()
-        raise os_error(display_path, e, "read") from None
-    fh.close()  # the mapping keeps its own descriptor: one per large file, not two
-    source = Source(path=display_path, size=size, buffer=mapped, **hints)
-    source._closers.append(mapped.close)
-    return source
+            size = os.fstat(fh.fileno()).st_size
+            if size > SMALL_READ_BYTES:
+                try:
+                    mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+                except (ValueError, OSError) as e:
+                    # Truncated between fstat and mmap, or a file system without mmap: read it (bounded by size).
+                    if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
+                        raise os_error(display_path, e, "map") from None
+                else:
+                    source = Source(path=display_path, size=size, buffer=mapped, **hints)
+                    source._closers.append(mapped.close)
+                    return source
+            data = fh.read(size)  # at most its size at open, even if it grows meanwhile
+        except OSError as e:
+            raise os_error(display_path, e, "read") from None
+    return Source(path=display_path, size=len(data), buffer=data, **hints)
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -315,10 +303,7 @@ def _spool_stdin(tmp: str) -> str:
     try:
         if buffer is None:  # a text-only stream (tests, embedding): re-encode what it gives
             with open(out, "wb") as fh:
-                while True:
-                    text = stream.read(_COPY_CHUNK)
-                    if not text:
-                        break
+                while text := stream.read(_COPY_CHUNK):
                     fh.write(text.encode("utf-8", "surrogateescape"))
             return out
         _copy_with_deadline(buffer, out, "-", None)

@@ -22,6 +22,7 @@ import stat
 from dataclasses import dataclass, field
 
 from diagnose.ingest.discover import looks_like_log, natural_key
+from diagnose.ingest.errors import shown
 
 SNIFF_BYTES = 4096
 MAX_DUMP_FILES = 16384
@@ -141,15 +142,11 @@ def find_dumps(inputs: list[str]) -> Discovery:
             continue
         if os.path.isfile(raw):
             dump = _candidate(raw, os.path.basename(raw))
-            if dump is None and not looks_like_log(os.path.basename(raw)):
-                kind = sniff(raw)  # a dump whose name has no rank: which rank wrote it is unknown
-                if kind is not None:
-                    out.warnings.append(
-                        f"{_shown(raw)}: a flight-recorder dump without a rank number in its name; skipped "
-                        "(PyTorch names them <prefix><rank>)")
-                    continue
             if dump is not None:
                 out.dumps.append(dump)
+            elif not looks_like_log(os.path.basename(raw)) and sniff(raw) is not None:  # which rank wrote it?
+                out.warnings.append(f"{shown(raw)}: a flight-recorder dump without a rank number in its name; "
+                                    "skipped (PyTorch names them <prefix><rank>)")
             else:
                 out.log_inputs.append(raw)
             continue
@@ -173,12 +170,6 @@ def _one_per_rank(dumps: list[DumpFile], warnings: list[str]) -> list[DumpFile]:
         elif have.format == "json" and d.format == "pickle":
             chosen[d.rank] = d
         elif have.format == d.format and have.path != d.path:
-            warnings.append(f"two flight-recorder dumps for rank {d.rank}: using {_shown(have.path)}, "
-                            f"not {_shown(d.path)}")
+            warnings.append(f"two flight-recorder dumps for rank {d.rank}: using {shown(have.path)}, "
+                            f"not {shown(d.path)}")
     return [chosen[r] for r in sorted(chosen)]
-
-
-def _shown(path: str) -> str:
-    from diagnose.ingest.errors import shown
-
-    return shown(path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import stat
 import sys
@@ -99,7 +100,7 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
             return load_plain(data)
         except RefusedPickle as e:
             raise DumpError(f"{where}: unsafe pickle refused, not loaded: {_one_line(e)}") from None
-        except (EOFError, pickle_errors()) as e:
+        except (EOFError, pickle.UnpicklingError) as e:
             # a whole pickle ends with STOP ("."); PyTorch's end with the top dict's SETITEMS then STOP
             bad_byte = "invalid load key" in str(e)
             kind = "truncated" if isinstance(e, EOFError) or not (bad_byte or data.endswith(b".")) else "corrupt"
@@ -121,12 +122,6 @@ def _decode(data: bytes, fmt: str, where: str) -> Any:
         raise DumpError(f"{where}: flight-recorder JSON not readable ({type(e).__name__})") from None
 
 
-def pickle_errors() -> type[Exception]:
-    import pickle
-
-    return pickle.UnpicklingError
-
-
 def _one_line(e: BaseException) -> str:
     return shown(str(e)[:200])
 
@@ -135,11 +130,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _int(value: Any) -> int | None:
-    if type(value) is int and -MAX_INT <= value <= MAX_INT:  # the common case, first
-        return value
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if type(value) is int:  # not bool: a dump holds plain types only (safe_pickle, json)
         return value if -MAX_INT <= value <= MAX_INT else None
     if isinstance(value, str) and 0 < len(value) <= 20:
         try:
@@ -160,12 +151,8 @@ def _str(value: Any) -> str:
 def _shapes(value: Any) -> list[list[int]]:
     if not isinstance(value, (list, tuple)):
         return []
-    out = []
-    for shape in value[:MAX_SHAPES]:
-        if isinstance(shape, (list, tuple)):
-            dims = [_int(d) for d in shape[:MAX_DIMS]]
-            out.append([d for d in dims if d is not None])
-    return out
+    shapes = [[_int(d) for d in shape[:MAX_DIMS]] for shape in value[:MAX_SHAPES] if isinstance(shape, (list, tuple))]
+    return [[d for d in dims if d is not None] for dims in shapes]
 
 
 def _strs(value: Any) -> list[str]:
@@ -177,12 +164,8 @@ def _strs(value: Any) -> list[str]:
 def _frames(value: Any) -> list[FrFrame]:
     if not isinstance(value, (list, tuple)):
         return []
-    out = []
-    for fr in value[:MAX_FRAMES]:
-        if isinstance(fr, dict):
-            out.append(FrFrame(name=_str(fr.get("name")), filename=_str(fr.get("filename")),
-                               line=_int(fr.get("line")) or 0))
-    return out
+    return [FrFrame(name=_str(fr.get("name")), filename=_str(fr.get("filename")), line=_int(fr.get("line")) or 0)
+            for fr in value[:MAX_FRAMES] if isinstance(fr, dict)]
 
 
 def _pg(entry: dict) -> tuple[str, str]:

@@ -28,10 +28,8 @@ class CommandResult:
         return self.returncode == 0
 
     def first_error_line(self) -> str:
-        for line in (self.stderr or self.stdout).splitlines():
-            if line.strip():
-                return line.strip()[:300]
-        return f"exit status {self.returncode}"
+        lines = (line.strip() for line in (self.stderr or self.stdout).splitlines())
+        return next((line[:300] for line in lines if line), f"exit status {self.returncode}")
 
 
 def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:

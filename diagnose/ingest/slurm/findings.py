@@ -11,7 +11,7 @@ import copy
 import functools
 from typing import TYPE_CHECKING
 
-from diagnose.ingest.slurm.job import SlurmJob, SlurmRecordLine, fill_from_scontrol
+from diagnose.ingest.slurm.job import SlurmJob, fill_from_scontrol
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.parse import format_duration, parse_scontrol_jobs
 from diagnose.model import DiagnoseError, Evidence, Finding
@@ -100,16 +100,12 @@ def _exit_text(job: SlurmJob) -> str:
 
 
 def _finding(job: SlurmJob, rule: Rule, title: str) -> Finding:
-    records: list[SlurmRecordLine] = [r for r in (job.record, job.state_record) if r is not None]
     step = job.failed_step
-    if step is not None and step.record not in records:
-        records.append(step.record)
-    seen: set[tuple[str, int]] = set()
-    evidence = []
+    records = [r for r in (job.record, job.state_record, step.record if step else None) if r is not None]
+    unique: dict[tuple[str, int], Evidence] = {}  # a copy of each record line: the finding's evidence is its own
     for r in records:
-        if (r.source, r.line) not in seen:
-            seen.add((r.source, r.line))
-            evidence.append(Evidence(path=r.source, line=r.line, text=r.text))
+        unique.setdefault((r.path, r.line), Evidence(r.path, r.line, r.text))
+    evidence = list(unique.values())
     facts = {
         "job_id": job.job_id,
         "state": job.state,

@@ -75,8 +75,7 @@ def expand_hostlist(text: str | None, limit: int = 100_000) -> list[str]:
         return []
     hosts: list[str] = []
     for part in split_top_level(s):
-        for host in _expand_one(part, limit - len(hosts)):
-            hosts.append(host)
+        hosts.extend(_expand_one(part, limit - len(hosts)))
         if len(hosts) >= limit:
             return hosts[:limit]
     return hosts

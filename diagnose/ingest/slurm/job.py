@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
@@ -40,7 +41,7 @@ from diagnose.ingest.slurm.parse import (
 from diagnose.ingest.slurm.srun_script import SrunCall, find_srun_calls, job_variables
 from diagnose.ingest.slurm.task_outputs import DEFAULT_MAX_TASK_FILES, StepShape, TaskFile, collect, summary
 from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
-from diagnose.model import DiagnoseError, SlurmOutputFacts
+from diagnose.model import DiagnoseError, Evidence, SlurmOutputFacts
 
 Runner = Callable[[list[str]], CommandResult]
 
@@ -60,13 +61,8 @@ BAD_END_STATES = frozenset(
 )
 
 
-@dataclass(slots=True)
-class SlurmRecordLine:
-    """One line of Slurm output that a finding can cite: ``source`` is e.g. ``scontrol:123`` or ``sacct:123``."""
-
-    source: str
-    line: int
-    text: str
+# One line of Slurm output that a finding can cite: its path is ``scontrol:123`` or ``sacct:123``.
+SlurmRecordLine = Evidence
 
 
 @dataclass(slots=True)
@@ -144,22 +140,15 @@ class SlurmJob:
 
     @property
     def readable_outputs(self) -> list[str]:
-        seen: list[str] = []
-        for o in self.outputs:
-            if o.readable and o.path not in seen:
-                seen.append(o.path)
-        return seen
+        return list(dict.fromkeys(o.path for o in self.outputs if o.readable))
 
     @property
     def analysis_inputs(self) -> list[tuple[str, int | None]]:
         """What the analysis reads: the batch output(s), then the per-task files with their rank (%t)."""
-        inputs: list[tuple[str, int | None]] = [(p, None) for p in self.readable_outputs]
-        seen = {p for p, _ in inputs}
+        inputs: dict[str, int | None] = dict.fromkeys(self.readable_outputs)
         for t in self.task_outputs:
-            if t.path not in seen:
-                seen.add(t.path)
-                inputs.append((t.path, t.rank))
-        return inputs
+            inputs.setdefault(t.path, t.rank)
+        return list(inputs.items())
 
 
 def lookup_job(
@@ -257,31 +246,23 @@ def _pick_record(records: list[ScontrolRecord]) -> ScontrolRecord | None:
 def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
     f = rec.fields
     job.source = "scontrol"
-    job.raw_id = _int(f.get("JobId"))
-    job.array_job_id = _int(f.get("ArrayJobId"))
-    job.array_task_id = _int(f.get("ArrayTaskId"))
-    job.het_job_id = _int(f.get("HetJobId"))
-    job.het_offset = _int(f.get("HetJobOffset"))
+    job.raw_id = as_int(f.get("JobId"))
+    job.array_job_id = as_int(f.get("ArrayJobId"))
+    job.array_task_id = as_int(f.get("ArrayTaskId"))
+    job.het_job_id = as_int(f.get("HetJobId"))
+    job.het_offset = as_int(f.get("HetJobOffset"))
     if job.array_job_id is not None and job.array_task_id is not None:
         job.job_id = f"{job.array_job_id}_{job.array_task_id}"
     elif job.het_job_id is not None and job.het_offset is not None:
         job.job_id = f"{job.het_job_id}+{job.het_offset}"
-    job.name = f.get("JobName", "")
+    fill_shared(job, f, sacct=False)
     job.user = f.get("UserId", "").split("(", 1)[0]
     job.state, _ = split_state(f.get("JobState"))
-    job.reason = f.get("Reason", "")
-    job.exit = parse_exit_code(f.get("ExitCode"))
-    job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
-    job.nodes = _none_to_empty(f.get("NodeList"))
     job.batch_host = _none_to_empty(f.get("BatchHost"))
-    job.elapsed_s = parse_duration(f.get("RunTime"))
-    job.time_limit_text = f.get("TimeLimit", "")
-    job.time_limit_s = parse_duration(job.time_limit_text)
-    job.restarts = _int(f.get("Restarts")) or 0
+    job.restarts = as_int(f.get("Restarts")) or 0
     job.work_dir = _none_to_empty(f.get("WorkDir"))
-    job.start, job.end = f.get("StartTime", ""), f.get("EndTime", "")
     job.batch = f.get("BatchFlag", "1") != "0"
-    job.num_tasks = _int(f.get("NumTasks"))
+    job.num_tasks = as_int(f.get("NumTasks"))
     keys = ("JobState", "Reason", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "Restarts", "NodeList")
     text = " ".join(f"JobId={f.get('JobId', '')}".split() + [f"{k}={f[k]}" for k in keys if k in f])
     job.record = SlurmRecordLine(f"scontrol:{job.job_id}", rec.line, text)
@@ -328,10 +309,7 @@ def _fill_from_sacct(
     """Fill ``job`` from sacct (everything when scontrol did not know it; else the extras); return the job row, or
     None when scontrol chose a task that sacct does not list yet."""
     # an array asked by its array id lists every task: keep the one scontrol chose, else the first failed task
-    ids = []
-    for r in job_rows:
-        if r.fields["JobID"] not in ids:
-            ids.append(r.fields["JobID"])
+    ids = list(dict.fromkeys(r.fields["JobID"] for r in job_rows))
     if job.source == "scontrol":
         if job.job_id not in ids:  # sacct lags the job's end: never let another task's row replace scontrol's choice
             return None
@@ -349,26 +327,18 @@ def _fill_from_sacct(
         job.cancelled_by = _user_name(by)
     if not scontrol_known:
         job.source = "sacct"
-        job.raw_id = _int(f.get("JobIDRaw"))
+        job.raw_id = as_int(f.get("JobIDRaw"))
         if "_" in chosen:
             a, t = chosen.split("_", 1)
-            job.array_job_id, job.array_task_id = _int(a), _int(t)
+            job.array_job_id, job.array_task_id = as_int(a), as_int(t)
         if "+" in chosen:
             h, o = chosen.split("+", 1)
-            job.het_job_id, job.het_offset = _int(h), _int(o)
-        job.name = f.get("JobName", "")
+            job.het_job_id, job.het_offset = as_int(h), as_int(o)
+        fill_shared(job, f, sacct=True)
         job.user = f.get("User", "")
         job.state = state
-        job.reason = f.get("Reason", "")
-        job.exit = parse_exit_code(f.get("ExitCode"))
-        job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
-        job.nodes = _none_to_empty(f.get("NodeList"))
-        job.elapsed_s = parse_duration(f.get("Elapsed"))
-        job.time_limit_text = f.get("Timelimit", "")
-        job.time_limit_s = parse_duration(job.time_limit_text)
         job.restarts = len(runs) - 1
         job.work_dir = f.get("WorkDir", "")
-        job.start, job.end = f.get("Start", ""), f.get("End", "")
         job.record = job.state_record
     elif job.derived_exit.code is None:
         job.derived_exit = parse_exit_code(f.get("DerivedExitCode"))
@@ -376,8 +346,6 @@ def _fill_from_sacct(
     start = next(i for i, r in enumerate(rows) if r is row)
     for r in rows[start + 1 :]:
         step_id = r.fields.get("JobID", "")
-        if "." not in step_id and step_id == chosen:
-            break  # cannot happen for the last run; kept as a guard
         if step_id.startswith(chosen + "."):
             step_state, _ = split_state(r.fields.get("State"))
             job.steps.append(
@@ -388,7 +356,7 @@ def _fill_from_sacct(
                     exit=parse_exit_code(r.fields.get("ExitCode")),
                     nodes=_none_to_empty(r.fields.get("NodeList")),
                     record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
-                    ntasks=_int(r.fields.get("NTasks")),
+                    ntasks=as_int(r.fields.get("NTasks")),
                     submit_line=r.fields.get("SubmitLine", ""),
                 )
             )
@@ -424,7 +392,7 @@ def _find_outputs(
     if not job.batch:
         job.notes.append("not a batch job (srun/salloc): its output went to the terminal that started it")
         return
-    fields_for_patterns = _pattern_fields(job)
+    fields_for_patterns = pattern_fields(job)
     options: OutputOptions | None = None
     if record is not None and record.fields.get("StdOut"):
         options = OutputOptions(record.fields.get("StdOut"), record.fields.get("StdErr") or None)
@@ -436,16 +404,10 @@ def _find_outputs(
             job.notes.append("Slurm has no record of the job's output location or working directory")
             return
         options = OutputOptions(default_output(job.array_task_id is not None), options.error if options else None)
-        job.output_route = job.output_route or "default"
-        if job.output_route != "default":
-            job.output_route += " + default"
+        job.output_route = f"{job.output_route} + default" if job.output_route else "default"
     out_path = _expanded(options.output or "", fields_for_patterns, job.work_dir)
     err_path = _expanded(options.error, fields_for_patterns, job.work_dir) if options.error else None
-    if err_path is None or err_path == out_path:
-        job.outputs.append(_probe(out_path, "stdout+stderr"))
-    else:
-        job.outputs.append(_probe(out_path, "stdout"))
-        job.outputs.append(_probe(err_path, "stderr"))
+    job.outputs += probe_outputs(out_path, err_path)
     for o in job.outputs:
         if not o.exists and job.state and not job.ended:
             o.problem = f"not written yet (the job is {job.state})"
@@ -469,7 +431,7 @@ def _outputs_from_sacct(
     if env.ok:
         values = parse_env_outputs(env.stdout)
         routes.append(("sacct --env-vars", OutputOptions(values.get("SBATCH_OUTPUT"), values.get("SBATCH_ERROR"))))
-    script = _sacct_batch_script(job, runner, script_cache)
+    script = _batch_script(job, runner, script_cache, "sacct")
     if script is not None:
         routes.append(("sacct --batch-script", parse_batch_script_options(script)))
     output = next(((name, o.output) for name, o in routes if o.output), None)
@@ -481,23 +443,19 @@ def _outputs_from_sacct(
     return OutputOptions(output[1] if output else None, error[1] if error else None)
 
 
-def _sacct_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
-    """``sacct --batch-script`` (needs AccountingStoreFlags=job_script), asked at most once per lookup."""
-    if "sacct" not in cache:
-        result = runner(["sacct", "-j", job.job_id, "--batch-script"])
-        cache["sacct"] = result.stdout if result.ok and result.stdout.strip() not in ("", "NONE") else None
-    return cache["sacct"]
+def _batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None], source: str) -> str | None:
+    """The job's batch script, asked at most once per lookup from each ``source``: ``scontrol`` (``write
+    batch_script ID -``, while slurmctld remembers the job) or ``sacct`` (``--batch-script``, which needs
+    AccountingStoreFlags=job_script and says NONE without it)."""
+    if source not in cache:
+        argv = (["scontrol", "write", "batch_script", job.job_id, "-"] if source == "scontrol"
+                else ["sacct", "-j", job.job_id, "--batch-script"])
+        result = runner(argv)
+        cache[source] = result.stdout if result.ok and result.stdout.strip() not in ("", "NONE") else None
+    return cache[source]
 
 
-def _scontrol_batch_script(job: SlurmJob, runner: Runner, cache: dict[str, str | None]) -> str | None:
-    """``scontrol write batch_script ID -``: the script while slurmctld still remembers the job."""
-    if "scontrol" not in cache:
-        result = runner(["scontrol", "write", "batch_script", job.job_id, "-"])
-        cache["scontrol"] = result.stdout if result.ok and result.stdout.strip() else None
-    return cache["scontrol"]
-
-
-def _pattern_fields(job: SlurmJob) -> PatternFields:
+def pattern_fields(job: SlurmJob) -> PatternFields:
     return PatternFields(
         job_id=job.raw_id or job.ref.job,
         array_job_id=job.array_job_id,
@@ -533,10 +491,10 @@ def _srun_calls(
         return find_srun_calls(submit, variables)[:1], shapes
     if not job.batch or (job.steps and not numbered):
         return [], shapes  # no srun step ran: nothing to look for
-    script = _scontrol_batch_script(job, runner, cache) if record is not None else None
+    script = _batch_script(job, runner, cache, "scontrol") if record is not None else None
     job.task_route = "scontrol write batch_script"
     if script is None:
-        script = _sacct_batch_script(job, runner, cache)
+        script = _batch_script(job, runner, cache, "sacct")
         job.task_route = "sacct --batch-script"
     if script is None:
         job.task_route = ""
@@ -561,7 +519,7 @@ def _find_task_outputs(
         job.task_route = ""
         return
     default = StepShape(None, job.num_tasks, expand_hostlist(job.nodes))
-    found = collect(calls, shapes, _pattern_fields(job), job.work_dir, default, cap=cap,
+    found = collect(calls, shapes, pattern_fields(job), job.work_dir, default, cap=cap,
                     exclude={o.path for o in job.outputs})
     job.task_outputs = found.files
     job.task_outputs_found = found.found
@@ -582,7 +540,14 @@ def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
     return resolve(expand_pattern(pattern, f), work_dir)
 
 
-def _probe(path: str, stream: str) -> OutputFile:
+def probe_outputs(out: str, err: str | None) -> list[OutputFile]:
+    """The job's output file(s): one for both streams unless stderr goes to a file of its own."""
+    if err is None or err == out:
+        return [probe(out, "stdout+stderr")]
+    return [probe(out, "stdout"), probe(err, "stderr")]
+
+
+def probe(path: str, stream: str) -> OutputFile:
     out = OutputFile(path=path, stream=stream)
     try:
         st = os.stat(path)
@@ -605,13 +570,6 @@ def _probe(path: str, stream: str) -> OutputFile:
 # -------------------------------------------------------------------------------------------- helpers
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text not in (None, "", "N/A", "(null)") else None
-    except ValueError:
-        return None
-
-
 def _none_to_empty(text: str | None) -> str:
     return "" if text in (None, "(null)", "None", "None assigned") else text
 
@@ -621,3 +579,23 @@ def _user_name(uid_text: str) -> str:
         return pwd.getpwuid(int(uid_text)).pw_name
     except (ValueError, KeyError):
         return uid_text
+
+
+# What scontrol and sacct both say, each under its own name: (SlurmJob attribute, scontrol's, sacct's, reader)
+_SHARED_FIELDS: tuple[tuple[str, str, str, Callable[[str], object]], ...] = (
+    ("name", "JobName", "JobName", str),
+    ("reason", "Reason", "Reason", str),
+    ("exit", "ExitCode", "ExitCode", parse_exit_code),
+    ("derived_exit", "DerivedExitCode", "DerivedExitCode", parse_exit_code),
+    ("nodes", "NodeList", "NodeList", _none_to_empty),
+    ("elapsed_s", "RunTime", "Elapsed", parse_duration),
+    ("time_limit_text", "TimeLimit", "Timelimit", str),
+    ("start", "StartTime", "Start", str),
+    ("end", "EndTime", "End", str),
+)
+
+
+def fill_shared(job: SlurmJob, f: dict[str, str], sacct: bool) -> None:
+    for attr, scontrol_key, sacct_key, read in _SHARED_FIELDS:
+        setattr(job, attr, read(f.get(sacct_key if sacct else scontrol_key, "")))
+    job.time_limit_s = parse_duration(job.time_limit_text)

@@ -96,16 +96,11 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
     if not result.ok:
         raise SlurmUnavailable(f"sacct: {result.first_error_line()}")
     rows = parse_sacct(result.stdout)
-    # steps ("123.0") only serve to correct a DerivedExitCode that accounting left at 0:0 (seen with 22.05)
-    worst_step: dict[str, int] = {}
     steps_of: dict[str, list[dict[str, str]]] = {}
     for row in rows:
-        job_id, dot, step = row.fields.get("JobID", "").partition(".")
+        job_id, dot, _ = row.fields.get("JobID", "").partition(".")
         if dot:
             steps_of.setdefault(job_id, []).append(row.fields)
-        code = parse_exit_code(row.fields.get("ExitCode")).code
-        if dot and step.isdigit() and code:
-            worst_step[job_id] = max(worst_step.get(job_id, 0), code)
     jobs: list[JobSummary] = []
     for row in rows:
         f = row.fields
@@ -113,6 +108,7 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
             continue
         state, by = split_state(f.get("State"))
         exit_status = parse_exit_code(f.get("ExitCode"))
+        steps = steps_of.get(f.get("JobID", ""), [])
         summary = JobSummary(
             job_id=f.get("JobID", ""),
             name=f.get("JobName", ""),
@@ -128,10 +124,13 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
             time_limit_s=parse_duration(f.get("Timelimit")),
             nodes=f.get("NodeList", ""),
             work_dir=f.get("WorkDir", ""),
-            usage=usage_from_rows(f, steps_of.get(f.get("JobID", ""), [])),
+            usage=usage_from_rows(f, steps),
         )
-        if not summary.derived_exit_code and summary.job_id in worst_step:
-            summary.derived_exit_code = worst_step[summary.job_id]
+        # the steps ("123.0") correct a DerivedExitCode that accounting left at 0:0 (seen with 22.05)
+        worst = max((parse_exit_code(s.get("ExitCode")).code or 0 for s in steps
+                     if s.get("JobID", "").partition(".")[2].isdigit()), default=0)
+        if not summary.derived_exit_code and worst:
+            summary.derived_exit_code = worst
         if summary.failed and state not in ("RUNNING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
             jobs.append(summary)
     jobs.sort(key=lambda j: j.end, reverse=True)

@@ -40,17 +40,15 @@ def merge_slurm_findings(report: Report, slurm: list[Finding], state: str) -> No
         return
     primary = next((f for f in slurm if f.severity == "error"), None)
     others = [f for f in slurm if f is not primary]
+    for f in others:
+        f.role = "context"
     log_root = report.root
     if primary is None:
-        for f in others:
-            f.role = "context"
         report.findings.extend(others)
         return
     if log_root is not None and explains(log_root, state):
         primary.role = "cascade"
         primary.cause_of = report.root_cause
-        for f in others:
-            f.role = "context"
         report.findings.extend([primary, *others])
         return
     # Slurm's state is the root cause: put it first and shift every index by one
@@ -62,7 +60,5 @@ def merge_slurm_findings(report: Report, slurm: list[Finding], state: str) -> No
         log_root.cause_of = 0
     primary.role = "root"
     primary.cause_of = None
-    for f in others:
-        f.role = "context"
     report.findings = [primary, *report.findings, *others]
     report.root_cause = 0

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from diagnose.ingest.slurm.hostlist import expand_hostlist
 
 # sbatch short options that take no value; every other short option takes one (attached or the next token)
 _SHORT_FLAGS = set("hHIkOQsvVW")
@@ -27,16 +30,41 @@ class OutputOptions:
     output: str | None = None
     error: str | None = None
 
-    def merged_over(self, lower: OutputOptions) -> OutputOptions:
-        """These options win; the lower-precedence ones fill the gaps."""
-        return OutputOptions(self.output or lower.output, self.error or lower.error)
-
 
 def _tokens(text: str) -> list[str]:
     try:
         return shlex.split(text, comments=False)
     except ValueError:  # an unbalanced quote (SubmitLine is stored without quoting): fall back to whitespace
         return text.split()
+
+
+def command_options(words: list[str], short_flags: set[str], long_flags: set[str]) -> Iterator[tuple[str | None, str]]:
+    """The options of a Slurm command line, as ``(name, value)`` (``--output``, ``-o``), and ``(None, word)`` for a
+    word that is no option (the caller decides whether it ends them); stops at ``--``. A long option takes
+    ``=value`` or the next word unless it is in ``long_flags``; bundled short options (``-lun2``) are flags until one
+    not in ``short_flags``, whose value is the rest of the word or the next word. Flags are not reported."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            return
+        if word.startswith("--"):
+            key, eq, attached = word.partition("=")
+            if eq:
+                yield key, attached
+            elif key[2:] not in long_flags and i < len(words):
+                yield key, words[i]
+                i += 1
+        elif word.startswith("-") and len(word) > 1:
+            at = next((j for j in range(1, len(word)) if word[j] not in short_flags), None)  # the one with a value
+            if at is not None and at + 1 < len(word):
+                yield "-" + word[at], word[at + 1 :].removeprefix("=")
+            elif at is not None and i < len(words):
+                yield "-" + word[at], words[i]
+                i += 1
+        else:
+            yield None, word
 
 
 def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOptions:
@@ -51,37 +79,12 @@ def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOption
     if words and words[0].rsplit("/", 1)[-1] == "sbatch":
         words = words[1:]
     wrapped = False
-    i = 0
-    while i < len(words):
-        word = words[i]
-        value: str | None = None
-        name: str | None = None
-        if word == "--":
-            break
-        if word.startswith("--"):
-            key, eq, attached = word.partition("=")
-            if eq:
-                name, value = key, attached
-            elif key[2:] not in _LONG_FLAGS:
-                name = key
-                value = words[i + 1] if i + 1 < len(words) else None
-                i += 1
-            if name == "--wrap":
-                wrapped = True
-        elif word.startswith("-") and len(word) > 1:
-            letter = word[1]
-            if letter not in _SHORT_FLAGS:
-                name = "-" + letter
-                if len(word) > 2:
-                    value = word[2:].removeprefix("=")
-                else:
-                    value = words[i + 1] if i + 1 < len(words) else None
-                    i += 1
-        elif stop_at_script and not wrapped:
+    for name, value in command_options(words, _SHORT_FLAGS, _LONG_FLAGS):
+        if name is None and stop_at_script and not wrapped:
             break  # the script; what follows are its own arguments
+        wrapped = wrapped or name == "--wrap"
         if name in _OUTPUT_NAMES and value:
             found[_OUTPUT_NAMES[name]] = value
-        i += 1
     return OutputOptions(found.get("output"), found.get("error"))
 
 
@@ -123,33 +126,51 @@ _PATTERN = re.compile(r"%(\d{0,2})([%AabJjNnstuxr])")
 _NO_ARRAY = 4294967294  # NO_VAL - 1, what sbatch writes for %a outside an array
 
 
-def expand_pattern(pattern: str, f: PatternFields) -> str:
-    """Expand ``%j %A %a %b %J %N %n %s %t %u %x %r %%`` and padded numbers (``%4j`` -> ``0042``, at most 10).
-
-    For the batch step: ``%s`` is ``batch``, ``%J`` is ``JOBID.batch``, ``%n`` and ``%t`` are 0. Unknown ``%``
-    sequences are kept as they are.
-    """
-
-    def one(m: re.Match[str]) -> str:
+def render_pattern(pattern: str, f: PatternFields, step: str | None, values: dict[str, int | str | None],
+                   literal: Callable[[str], str] = str, unknown: Callable[[str], str] = "%".__add__) -> str:
+    """Expand ``%j %A %a %b %J %N %n %s %t %u %x %r %%`` and padded numbers (``%4j`` -> ``0042``, at most 10) the
+    way Slurm does for one task of ``step``; ``values`` has t/n/N (None or absent: unknown), ``literal`` escapes
+    the text between specifiers (for a glob or a regex) and ``unknown`` stands for what is not known. Unknown ``%``
+    sequences are kept as they are."""
+    out: list[str] = []
+    last = 0
+    for m in _PATTERN.finditer(pattern):
+        out.append(literal(pattern[last : m.start()]))
+        last = m.end()
         width_text, letter = m.groups()
         width = min(int(width_text), 10) if width_text else 0
-        numbers = {
+        if letter == "%":
+            out.append(literal("%" + width_text if width_text else "%"))
+            continue
+        array_task = f.array_task_id if f.array_task_id is not None else _NO_ARRAY
+        value = values.get(letter) if letter in "tnN" else {
+            "s": step,
+            "J": f"{f.job_id}.{step}" if step is not None else None,
             "j": f.job_id,
             "A": f.array_job_id if f.array_job_id is not None else f.job_id,
-            "a": f.array_task_id if f.array_task_id is not None else _NO_ARRAY,
-            "b": (f.array_task_id if f.array_task_id is not None else _NO_ARRAY) % 10,
-            "n": 0,
-            "t": 0,
+            "a": array_task,
+            "b": array_task % 10,
             "r": f.restarts,
-        }
-        if letter == "%":
-            return "%" + width_text if width_text else "%"
-        if letter in numbers:
-            return str(numbers[letter]).zfill(width)
-        text = {"x": f.job_name, "u": f.user, "N": f.first_node, "s": "batch", "J": f"{f.job_id}.batch"}[letter]
-        return text
+            "x": f.job_name,
+            "u": f.user,
+        }[letter]
+        if value is None:
+            out.append(unknown(letter))
+        else:
+            out.append(literal(str(value).zfill(width) if isinstance(value, int) else value))
+    out.append(literal(pattern[last:]))
+    return "".join(out)
 
-    return _PATTERN.sub(one, pattern)
+
+def uses(pattern: str) -> set[str]:
+    """The specifier letters a pattern uses."""
+    return {m.group(2) for m in _PATTERN.finditer(pattern)}
+
+
+def expand_pattern(pattern: str, f: PatternFields) -> str:
+    """Expand a pattern for the batch step: ``%s`` is ``batch``, ``%J`` is ``JOBID.batch``, ``%n`` and ``%t`` are
+    0, ``%N`` the first node."""
+    return render_pattern(pattern, f, "batch", {"t": 0, "n": 0, "N": f.first_node})
 
 
 def default_output(is_array_task: bool) -> str:
@@ -158,13 +179,7 @@ def default_output(is_array_task: bool) -> str:
 
 def first_node(nodelist: str) -> str:
     """The first host of a Slurm node list: ``gpu[01-04,07]`` -> ``gpu01``, ``a,b`` -> ``a``."""
-    s = (nodelist or "").strip()
-    if not s or s in ("None", "(null)", "None assigned"):
-        return ""
-    m = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", s)
-    if not m:
-        return ""
-    return m.group(1) + (m.group(2) or "")
+    return next(iter(expand_hostlist(nodelist, limit=1)), "")
 
 
 def resolve(path: str, work_dir: str) -> str:

@@ -125,23 +125,28 @@ def signal_name(number: int | None) -> str | None:
         return f"signal {number}"
 
 
-_DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?")
+_DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?")
+
+
+def parse_seconds(text: str | None) -> float | None:
+    """Slurm's ``[D-][HH:]MM:SS[.mmm]`` (a duration, sacct's TotalCPU) in seconds, the fraction kept."""
+    m = _DURATION.fullmatch((text or "").strip())
+    if m is None:
+        return None
+    days, hours, minutes, seconds, frac = m.groups()
+    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 def parse_duration(text: str | None) -> int | None:
-    """Slurm's printed durations to seconds: ``1-02:03:04``, ``02:03:04``, ``03:04`` (MM:SS), ``1-02`` (days-hours).
-
-    None for ``UNLIMITED``, ``Partition_Limit``, empty, or anything else.
+    """Slurm's printed durations to whole seconds: ``1-02:03:04``, ``02:03:04``, ``03:04`` (MM:SS), ``1-02``
+    (days-hours). None for ``UNLIMITED``, ``Partition_Limit``, empty, or anything else.
     """
-    s = (text or "").strip()
-    m = _DURATION.fullmatch(s)
-    if not m:
-        m2 = re.fullmatch(r"(\d+)-(\d+)", s)  # days-hours
-        if m2:
-            return int(m2.group(1)) * 86400 + int(m2.group(2)) * 3600
-        return None
-    days, hours, minutes, seconds = m.groups()
-    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    days_hours = re.fullmatch(r"(\d+)-(\d+)", (text or "").strip())
+    if days_hours:
+        return int(days_hours.group(1)) * 86400 + int(days_hours.group(2)) * 3600
+    seconds = parse_seconds(text)
+    return None if seconds is None else int(seconds)
 
 
 def format_duration(seconds: int | None) -> str:

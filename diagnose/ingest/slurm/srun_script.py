@@ -14,6 +14,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from diagnose.ingest.slurm.output_path import command_options
+
 # srun short options that take no value (-I, -K, -k take an optional one, which must then be attached)
 _SHORT_FLAGS = set("EHhIKklOQsuVvXZ")
 # srun long options that take no value (or an optional one, attached with "=")
@@ -130,36 +132,11 @@ def substitute(word: str, variables: dict[str, str]) -> tuple[str, list[str]]:
 def parse_srun_words(words: list[str], line: int, variables: dict[str, str]) -> SrunCall:
     """The options of one srun invocation (``words`` start after ``srun``), up to its program."""
     found: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name: str | None = None
-        value: str | None = None
-        if word == "--" or not word.startswith("-") or word == "-":
+    for name, value in command_options(words, _SHORT_FLAGS, _LONG_FLAGS):
+        if name is None:
             break  # the program; its own arguments follow
-        if word.startswith("--"):
-            key, eq, attached = word.partition("=")
-            if eq:
-                name, value = key, attached
-            elif key[2:] not in _LONG_FLAGS:
-                name, value = key, words[i + 1] if i + 1 < len(words) else None
-                i += 1
-        else:
-            # bundled short options (-lun2): flags until one that takes a value, which is the rest or the next word
-            for j in range(1, len(word)):
-                letter = word[j]
-                if letter in _SHORT_FLAGS:
-                    continue
-                name = "-" + letter
-                if j + 1 < len(word):
-                    value = word[j + 1 :].removeprefix("=")
-                else:
-                    value = words[i + 1] if i + 1 < len(words) else None
-                    i += 1
-                break
-        if name in _WANTED and value is not None:
+        if name in _WANTED:
             found[_WANTED[name]] = value
-        i += 1
     unresolved: list[str] = []
     resolved: dict[str, str] = {}
     for key in ("output", "error", "chdir"):

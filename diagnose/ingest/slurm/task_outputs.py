@@ -14,15 +14,14 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from diagnose.ingest.slurm.output_path import PatternFields, resolve
+from diagnose.ingest.slurm.output_path import PatternFields, render_pattern, resolve, uses
 from diagnose.ingest.slurm.srun_script import SrunCall, file_pattern
+from diagnose.model import SlurmTaskFacts
 
 DEFAULT_MAX_TASK_FILES = 128
 MAX_EXPANDED = 100_000  # tasks or nodes enumerated per pattern
-_SPEC = re.compile(r"%(\d{0,2})([%AabJjNnstuxr])")
 
 
 @dataclass(slots=True)
@@ -35,14 +34,10 @@ class StepShape:
 
 
 @dataclass(slots=True)
-class TaskFile:
-    path: str
-    stream: str  # "stdout", "stderr" or "stdout+stderr"
-    step: str | None
-    rank: int | None  # %t of the name (None for a per-node or per-step file)
-    node: str | None
-    size: int
-    pattern: str
+class TaskFile(SlurmTaskFacts):
+    """A file as the report lists it (path, stream, step, rank: %t of the name, node, size), and the pattern."""
+
+    pattern: str = ""
 
 
 @dataclass(slots=True)
@@ -56,60 +51,14 @@ class TaskOutputs:
 # ------------------------------------------------------------------------------------------ patterns
 
 
-def _render(pattern: str, f: PatternFields, step: str | None, values: dict[str, int | str | None],
-            literal: Callable[[str], str], unknown: Callable[[str], str]) -> str:
-    """Expand a pattern the way srun does for one task; ``values`` has t/n/N (None: unknown), ``literal`` escapes
-    the text between specifiers (for a glob or a regex) and ``unknown`` stands for what is not known."""
-    out: list[str] = []
-    last = 0
-    for m in _SPEC.finditer(pattern):
-        out.append(literal(pattern[last : m.start()]))
-        last = m.end()
-        width_text, letter = m.groups()
-        width = min(int(width_text), 10) if width_text else 0
-        value: int | str | None
-        if letter == "%":
-            out.append(literal("%" + width_text if width_text else "%"))
-            continue
-        if letter in "tnN":
-            value = values.get(letter)
-        elif letter == "s":
-            value = step
-        elif letter == "J":
-            value = f"{f.job_id}.{step}" if step is not None else None
-        else:
-            by_letter: dict[str, int | str | None] = {
-                "j": f.job_id,
-                "A": f.array_job_id if f.array_job_id is not None else f.job_id,
-                "a": f.array_task_id if f.array_task_id is not None else 4294967294,
-                "b": (f.array_task_id if f.array_task_id is not None else 4294967294) % 10,
-                "r": f.restarts,
-                "x": f.job_name,
-                "u": f.user,
-            }
-            value = by_letter[letter]
-        if value is None:
-            out.append(unknown(letter))
-        elif isinstance(value, int):
-            out.append(literal(str(value).zfill(width)))
-        else:
-            out.append(literal(value))
-    out.append(literal(pattern[last:]))
-    return "".join(out)
-
-
-def uses(pattern: str) -> set[str]:
-    return {m.group(2) for m in _SPEC.finditer(pattern)}
-
-
 def expand_for(pattern: str, f: PatternFields, step: str | None, task: int | None = None, node_index: int | None = None,
                node: str | None = None) -> str:
     """The file name for one task/node (what it cannot know stays as ``%t``/``%N``...)."""
-    return _render(pattern, f, step, {"t": task, "n": node_index, "N": node}, lambda s: s, lambda c: "%" + c)
+    return render_pattern(pattern, f, step, {"t": task, "n": node_index, "N": node})
 
 
 def as_glob(pattern: str, f: PatternFields, step: str | None) -> str:
-    return _render(pattern, f, step, {}, glob.escape, lambda c: "*")
+    return render_pattern(pattern, f, step, {}, glob.escape, lambda c: "*")
 
 
 def as_regex(pattern: str, f: PatternFields, step: str | None) -> re.Pattern[str]:
@@ -124,7 +73,7 @@ def as_regex(pattern: str, f: PatternFields, step: str | None) -> re.Pattern[str
             return r"(?P<t>\d+)" if letter == "t" else r"(?P<N>[^/]+)"
         return r"\d+" if letter == "n" else r"[^/]+"
 
-    return re.compile(_render(pattern, f, step, {}, re.escape, unknown))
+    return re.compile(render_pattern(pattern, f, step, {}, re.escape, unknown))
 
 
 # ------------------------------------------------------------------------------------------- finding

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from diagnose import units
+from diagnose.coerce import as_int
+from diagnose.ingest.slurm.parse import parse_seconds as parse_cpu_time  # sacct's TotalCPU
+
 USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
 
 _RSS = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.IGNORECASE)
 _RSS_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_CPU_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.(\d+))?")
 
 
 @dataclass(slots=True)
@@ -47,16 +50,6 @@ def parse_rss(text: str | None) -> int | None:
     return int(float(m.group(1)) * _RSS_UNITS[m.group(2).upper()])
 
 
-def parse_cpu_time(text: str | None) -> float | None:
-    """sacct's TotalCPU (``[D-][HH:]MM:SS[.mmm]``) in seconds."""
-    m = _CPU_TIME.fullmatch((text or "").strip())
-    if m is None:
-        return None
-    days, hours, minutes, seconds, frac = m.groups()
-    whole = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
-    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
-
-
 def gpus_from_tres(text: str | None) -> int | None:
     """``billing=8,cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1`` -> 8 (the untyped count, else the typed ones summed);
     0 when the TRES list names no GPU; None when there is no TRES list."""
@@ -74,29 +67,18 @@ def gpus_from_tres(text: str | None) -> int | None:
     return plain if plain is not None else typed
 
 
-def _int(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]]) -> Usage:
     """The job's usage from its sacct line and its steps' lines (MaxRSS: the largest step's)."""
     rss = [r for r in (parse_rss(f.get("MaxRSS")) for f in [job_fields, *step_fields]) if r is not None]
     return Usage(
-        nnodes=_int(job_fields.get("NNodes")),
+        nnodes=as_int(job_fields.get("NNodes"), negative=False),
         gpus=gpus_from_tres(job_fields.get("AllocTRES")),
-        cpus=_int(job_fields.get("AllocCPUS")),
+        cpus=as_int(job_fields.get("AllocCPUS"), negative=False),
         total_cpu_s=parse_cpu_time(job_fields.get("TotalCPU")),
         max_rss_bytes=max(rss) if rss else None,
     )
 
 
 def format_bytes(n: int | None) -> str:
-    if n is None:
-        return ""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
+    """MaxRSS for the Slurm views: ``units.format_bytes``, empty when sacct recorded none."""
+    return "" if n is None else units.format_bytes(n)
