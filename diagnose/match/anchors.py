@@ -36,6 +36,7 @@ from typing import cast
 import regex
 
 from diagnose.cache import cache_dir
+from diagnose.match.rule_cache import write_file
 
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
@@ -238,23 +239,6 @@ class _Locator:
 CACHE_KEEP = 48  # compiled databases kept (per catalogue, window kind and capture locator); the oldest go first
 
 
-def _prune(folder: str, keep: int) -> None:
-    entries = []
-    for name in os.listdir(folder):
-        if name.startswith("hs-") and name.endswith(".db"):
-            p = os.path.join(folder, name)
-            try:
-                entries.append((os.stat(p).st_mtime, p))
-            except OSError:
-                continue
-    entries.sort(reverse=True)
-    for _m, p in entries[keep:]:
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
-
-
 def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
     """A block-mode database of these expressions, from the cache folder when it holds a sound copy."""
     import platform
@@ -278,20 +262,12 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
             pass
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-    if path and folder:  # (path is set exactly when there is a cache folder)
-        tmp = f"{path}.{os.getpid()}.tmp"
+    if path:
         try:
             data = hs.dumpb(db)
-            os.makedirs(folder, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(hashlib.sha256(data).digest() + data)
-            os.replace(tmp, path)
-            _prune(folder, keep=CACHE_KEEP)
-        except Exception:  # noqa: BLE001 - a read-only home is fine: we just compile next time too
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        except Exception:  # noqa: BLE001 - a database it cannot serialise: compiled again next time
+            return db
+        write_file(path, hashlib.sha256(data).digest() + data, "hs-", CACHE_KEEP)
     return db
 
 

@@ -20,11 +20,13 @@ something only when a small minority disagrees (as ``silent_ranks`` does, and wi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.coerce import as_int
+from diagnose.match.hang import ranks_phrase
 from diagnose.model import Finding, rank_runs
 
 NCCL_TIMEOUT = "nccl_timeout"
@@ -129,23 +131,26 @@ def _expand(runs: Any) -> set[int]:
     return out
 
 
+def _entries(findings: Iterable[Finding]) -> Iterator[dict[str, Any]]:
+    """The summary entries the findings carry (malformed ones skipped)."""
+    for f in findings:
+        entries = f.facts.get(FACT)
+        for e in entries if isinstance(entries, list) else ():
+            if isinstance(e, dict):
+                yield e
+
+
 def _pooled(findings: Iterable[Finding]) -> dict[Key, set[int]]:
     """Every NCCL timeout finding's summary merged: tuple -> ranks.
 
     A line without a process group in its prefix (``[Rank 5] ``: torch <= 2.2, and some progress lines of 2.3) is
     taken as the default group's, so it meets the ``[PG 0 Rank 5] `` watchdog line of the same rank."""
     pooled: dict[Key, set[int]] = {}
-    for f in findings:
-        entries = f.facts.get(FACT)
-        if not isinstance(entries, list):
-            continue
-        for e in entries:
-            if not isinstance(e, dict):
-                continue
-            key = tuple(e.get(name) for name in FIELDS)
-            if key[0] is None:
-                key = (0, *key[1:])
-            pooled.setdefault(key, set()).update(_expand(e.get("ranks")))
+    for e in _entries(findings):
+        key = tuple(e.get(name) for name in FIELDS)
+        if key[0] is None:
+            key = (0, *key[1:])
+        pooled.setdefault(key, set()).update(_expand(e.get("ranks")))
     return pooled
 
 
@@ -156,11 +161,8 @@ def _calls_without_group(findings: Iterable[Finding]) -> set[tuple[Any, Any]]:
     collective (a TP group's all-reduce while the data-parallel group waits), not a desync."""
     known: set[tuple[Any, Any]] = set()
     bare: set[tuple[Any, Any]] = set()
-    for f in findings:
-        entries = f.facts.get(FACT)
-        for e in entries if isinstance(entries, list) else ():
-            if isinstance(e, dict):
-                (bare if e.get("pg") is None else known).add((e.get("seq_num"), e.get("op_type")))
+    for e in _entries(findings):
+        (bare if e.get("pg") is None else known).add((e.get("seq_num"), e.get("op_type")))
     return bare - known
 
 
@@ -170,11 +172,7 @@ def _small_minority(odd: int, total: int) -> bool:
 
 def _mode(values: dict[int, Any]) -> tuple[Any, int]:
     """The value most ranks hold and how many hold it (ties: the smaller value, for a stable answer)."""
-    counts: dict[Any, int] = {}
-    for v in values.values():
-        counts[v] = counts.get(v, 0) + 1
-    best = min(counts.items(), key=lambda kv: (-kv[1], repr(kv[0])))
-    return best
+    return min(Counter(values.values()).items(), key=lambda kv: (-kv[1], repr(kv[0])))
 
 
 def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | None:
@@ -220,10 +218,7 @@ def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int],
             called.setdefault(r, set()).add((seq, op))
     if len(called) < 3:
         return None
-    holders: dict[tuple[int, str], int] = {}
-    for calls in called.values():
-        for c in calls:
-            holders[c] = holders.get(c, 0) + 1
+    holders = Counter(c for calls in called.values() for c in calls)
     (seq, op), count = min(holders.items(), key=lambda kv: (-kv[1], kv[0]))
     # A rank that also reported the majority's collective is in step (an unprefixed line of another group, say).
     unknown_group = unknown_group or set()
@@ -241,14 +236,11 @@ def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int],
     }
 
 
-def _who(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(rank_runs(ranks))
-
-
 def desync_sentence(d: dict[str, Any]) -> str:
     """"rank 17 timed out on SeqNum 813 (ALLGATHER) while 63 ranks waited on SeqNum 812 (ALLREDUCE): ..."."""
     calls = d.get("calls") or []
-    parts = [f"{_who(c['ranks'])} timed out on SeqNum {c['seq_num']} ({c['op_type']})" for c in calls[:MAX_CLAUSES]]
+    parts = [f"{ranks_phrase(c['ranks'])} timed out on SeqNum {c['seq_num']} ({c['op_type']})"
+             for c in calls[:MAX_CLAUSES]]
     if len(calls) > MAX_CLAUSES:
         more = len(calls) - MAX_CLAUSES
         parts.append(f"{more} more rank group{'s' if more > 1 else ''} on other collectives")
@@ -260,7 +252,7 @@ def straggler_sentence(s: dict[str, Any]) -> str:
     """"rank 40 never enqueued SeqNum 812: it did not reach the collective (straggler)"."""
     ranks = s["ranks"]
     they = "it" if len(ranks) == 1 else "they"
-    return (f"{_who(ranks)} never enqueued SeqNum {s['seq_num']}: {they} did not reach the collective "
+    return (f"{ranks_phrase(ranks)} never enqueued SeqNum {s['seq_num']}: {they} did not reach the collective "
             f"(straggler)")
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.coerce import as_int
-from diagnose.model import Finding, rank_runs
+from diagnose.match.hang import ranks_phrase
+from diagnose.model import Finding
 
 NCCL_TIMEOUT = "nccl_timeout"
 MAX_WORLD = 1 << 17  # beyond this a world_size fact is not believed (and the set difference stays cheap)
@@ -49,12 +50,8 @@ def silent_ranks(reported: set[int], world: int) -> list[int]:
 
 def silent_sentence(ranks: list[int]) -> str:
     """"rank 8 did not report the timeout: it is the likely culprit (stuck, or died without a trace)"."""
-    if len(ranks) == 1:
-        return (f"rank {ranks[0]} did not report the timeout: it is the likely culprit "
-                f"(stuck, or died without a trace)")
-    runs = ", ".join(rank_runs(ranks))
-    return (f"ranks {runs} did not report the timeout: they are the likely culprits "
-            f"(stuck, or died without a trace)")
+    they = "it is the likely culprit" if len(ranks) == 1 else "they are the likely culprits"
+    return f"{ranks_phrase(ranks)} did not report the timeout: {they} (stuck, or died without a trace)"
 
 
 def mark_silent_ranks(findings: list[Finding], root_index: int | None) -> None:

@@ -109,52 +109,18 @@ class Traceback:
     group_index: int | None = None  # its 1-based place in that group
 
     @property
-    def group_size(self) -> int | None:
-        """How many sub-exceptions a group says it has ("(3 sub-exceptions)"), None when not a group message."""
-        m = _GROUP_SIZE.search(self.message) if self.is_group else None
-        return int(m.group("n")) if m is not None else None
-
-    @property
     def groups(self) -> list[Traceback]:
         """The exception groups this exception is nested in, outermost first."""
         return _walk_up(self, "group")
-
-    @property
-    def leaves(self) -> list[Traceback]:
-        """The non-group exceptions a group holds, depth first (itself when it is not a group)."""
-        if not self.is_group:
-            return [self]
-        out: list[Traceback] = []
-        stack = list(reversed(self.exceptions))
-        seen: set[int] = {id(self)}
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node.is_group:
-                stack.extend(reversed(node.exceptions))
-            else:
-                out.append(node)
-        return out
 
     @property
     def functions(self) -> list[str]:
         return [f.function for f in self.frames]
 
     @property
-    def frame_names(self) -> list[str]:
-        """``file:function`` and the code line of every frame: what rule ``frames_any`` checks look in."""
-        return [f"{f.file}:{f.function} {f.code}".rstrip() for f in self.frames] + list(self.cpp_frames)
-
-    @property
     def chain(self) -> list[Traceback]:
         """Earlier exceptions this one is chained to, oldest first (not including self)."""
         return _walk_up(self, "cause")
-
-    @property
-    def first_line(self) -> int:
-        return self.lines[0].lineno if self.lines else 0
 
 
 def _walk_up(tb: Traceback, link: str) -> list[Traceback]:
