@@ -127,21 +127,17 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             except (regex.error, TypeError, ValueError) as e:
                 warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
                 continue
-        loose = None
-        if spec.regex:
-            loosened = loosen(spec.regex)
-            if loosened is not None:
-                try:
-                    loose = regex.compile(loosened)
-                except (regex.error, TypeError, ValueError):
-                    loose = None
-        window_rx = None
+        loose = window_rx = None
         loosened = loosen(spec.regex) if spec.regex else None
         if loosened is not None:
             try:
+                loose = regex.compile(loosened)
+            except (regex.error, TypeError, ValueError):
+                pass
+            try:
                 window_rx = re.compile(loosened.encode("ascii"))
             except (re.error, ValueError):
-                window_rx = None
+                pass
         compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8"), loose, window_rx))
 
     anchors = list(anchor_index)

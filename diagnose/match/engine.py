@@ -11,7 +11,7 @@ normalised lines.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -502,11 +502,6 @@ def scan_window(phase1: Phase1, offset: int, w: bytes, count: Callable[[bytes, i
                         bool(captures) and phase1.ascii, phase1.present_anchors)
 
 
-def _serial_results(buf, phase1: Phase1, window_size: int, count=_bytes_count) -> Iterator[WindowResult]:
-    for offset, w in windows(buf, window_size):
-        yield scan_window(phase1, offset, w, count)
-
-
 def scan(
     sources: list,
     compiled: Compiled,
@@ -524,13 +519,12 @@ def scan(
     capture_literals = [cc.literal for cc in compiled.captures]
     total_bytes = sum(len(s.buffer) for s in sources)
     backend = resolve_backend(backend)
-    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
-                        combined=total_bytes >= COMBINED_MIN_BYTES)
+    big = total_bytes >= COMBINED_MIN_BYTES
+    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend, combined=big)
     phase_names = {spec.name for spec in PHASE_CAPTURES}
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
-    big = total_bytes >= COMBINED_MIN_BYTES
     presence = text_presence(compiled.literals) if big and backend in ("auto", "hyperscan") else None
     matcher = Matcher(compiled, warnings, markers, presence)
     count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
@@ -549,7 +543,7 @@ def scan(
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
             results = parallel.results(buf, phase1, window_size, jobs, count)
         else:
-            results = _serial_results(buf, phase1, window_size, count)
+            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size))
         for r in results:
             offset = r.offset
             for k, before in enumerate(r.checkpoints):

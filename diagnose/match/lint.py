@@ -29,7 +29,7 @@ from pathlib import Path
 
 import regex
 
-from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
@@ -77,19 +77,12 @@ def load_for_lint(
 ) -> tuple[Catalogue, list[LintProblem]]:
     """Load like ``load_catalogue`` but keep going past a broken file, reporting it as a problem.
 
-    A folder that does not exist is a usage error (``DiagnoseError``), not a lint problem.
+    A folder that does not exist (or a FIFO, a device) is a usage error (``DiagnoseError``), not a lint problem.
     """
-    dirs: list[Path] = [default_rules_dir()] if include_default else []
-    for d in extra_dirs:
-        p = Path(d)
-        if not p.exists():
-            raise DiagnoseError(f"rules folder {d}: does not exist")
-        dirs.append(p)
     rules: list[Rule] = []
     problems: list[LintProblem] = []
-    for d in dirs:
-        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
-        if d.is_dir() and not files:
+    for d, files in rule_files(extra_dirs, include_default):
+        if not files:
             problems.append(LintProblem("error", str(d), None, "has no *.toml files"))
         for f in files:
             try:
@@ -374,48 +367,34 @@ def _lint_implies(rule: Rule, err) -> None:
 
 
 def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[LintProblem]:
-    """Every example through ``match_text`` with the whole catalogue, as a user's log would go."""
-    from diagnose.match import match_text
-
+    """Every example run for real, as a user's log (or Slurm record) would go."""
     out: list[LintProblem] = []
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
             continue
-        if rule.input == "slurm_job":
-            out += _run_slurm_examples(rule)
-            continue
         for n, example in enumerate(rule.examples_match, 1):
-            codes = _codes(match_text, example, catalogue)
+            codes = _codes(rule, example, catalogue)
             if rule.code not in codes:
                 got = ", ".join(codes) or "nothing"
                 out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
         for n, example in enumerate(rule.examples_no_match, 1):
-            if rule.code in _codes(match_text, example, catalogue):
+            if rule.code in _codes(rule, example, catalogue):
                 out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
     return out
 
 
-def _run_slurm_examples(rule: Rule) -> list[LintProblem]:
-    """A slurm_job rule's examples are ``scontrol show job`` records: run them through the Slurm findings."""
-    from diagnose.ingest.slurm.findings import findings_of_scontrol
+def _codes(rule: Rule, example: str, catalogue: Catalogue) -> list[str]:
+    """The codes an example produces: a slurm_job rule's examples are ``scontrol show job`` records, run through the
+    Slurm findings; a log rule's go through ``match_text`` with the whole catalogue."""
+    if rule.input == "slurm_job":
+        from diagnose.ingest.slurm.findings import findings_of_scontrol
 
-    out: list[LintProblem] = []
-    for n, example in enumerate(rule.examples_match, 1):
-        codes = [f.rule for f in findings_of_scontrol(example)]
-        if rule.code not in codes:
-            got = ", ".join(codes) or "nothing"
-            out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
-    for n, example in enumerate(rule.examples_no_match, 1):
-        if rule.code in [f.rule for f in findings_of_scontrol(example)]:
-            out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
-    return out
+        return [f.rule for f in findings_of_scontrol(example)]
+    from diagnose.match import match_text
 
-
-def _codes(match_text, example: str, catalogue: Catalogue) -> list[str]:
     # The pure-Python phase-1 backend gives the same answers as hyperscan/re2 (the engine's own tests hold it to
     # that) without compiling a multi-pattern database per example.
-    report = match_text(example, catalogue, backend="python")
-    return [f.rule for f in report.findings]
+    return [f.rule for f in match_text(example, catalogue, backend="python").findings]
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -41,6 +41,8 @@ def exception_before(text: str, end: int) -> str | None:
     for opener in ("[", "]"):  # "[rank0]:RuntimeError" style leftovers
         name = name.rsplit(opener, 1)[-1]
     return name if _EXCEPTION_NAME.fullmatch(name) else None
+
+
 _NEW = re.compile(
     rf"\. GPU (?P<gpu>\d+) has a total (?P<cap>capacity|capacty) of (?P<total>{S}) of which (?P<free>{S}) is free\. "
 )
@@ -67,25 +69,9 @@ _DOCS_NEW = re.compile(r"  See documentation for Memory Management  \((?P<url>[^
 _DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
 
 KEYS = (
-    "exception",
-    "device",
-    "template",
-    "capacity_typo",
-    "gpu",
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "process_in_use_bytes",
-    "other_processes",
-    "allowed_bytes",
-    "allocated_bytes",
-    "private_pool_bytes",
-    "reserved_unallocated_bytes",
-    "reserved_bytes",
-    "old_reserved_word",
-    "hint",
-    "alloc_conf_env",
-    "docs_url",
+    "exception", "device", "template", "capacity_typo", "gpu", "requested_bytes", "total_bytes", "free_bytes",
+    "process_in_use_bytes", "other_processes", "allowed_bytes", "allocated_bytes", "private_pool_bytes",
+    "reserved_unallocated_bytes", "reserved_bytes", "old_reserved_word", "hint", "alloc_conf_env", "docs_url",
 )
 
 
@@ -232,9 +218,6 @@ def format_cuda_oom(f: dict[str, Any]) -> str:
     elif f.get("hint") == "max_split_size_mb":
         parts.append(_HINT_SPLIT_NEW + _DOCS_OLD)
     return "".join(parts)
-
-
-
 
 
 def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:
