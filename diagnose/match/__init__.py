@@ -35,18 +35,11 @@ class MatchResult:
 
 @dataclass
 class TextSource:
-    """A source made from bytes in memory (``match_text``, tests): the same fields as an ingest Source."""
+    """A source made from bytes in memory (``match_text``, tests): the fields of an ingest Source the scan reads."""
 
     path: str
     buffer: bytes
     rank_hint: int | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.buffer)
-
-    def close(self) -> None:
-        pass
 
 
 def all_captures() -> list[CaptureSpec]:

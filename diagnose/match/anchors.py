@@ -216,13 +216,10 @@ def _cached_database(hs, exprs: list[bytes], flags: list[int], ids: list[int] | 
     import platform
 
     ids = list(range(len(exprs))) if ids is None else ids
-    h = hashlib.sha256()
     parts: list[str | bytes] = [str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs]
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
+    key = hashlib.sha256(b"".join((p.encode() if isinstance(p, str) else p) + b"\0" for p in parts)).hexdigest()
     folder = cache_dir()
-    path = os.path.join(folder, f"hs-{h.hexdigest()[:32]}.db") if folder else None
+    path = os.path.join(folder, f"hs-{key[:32]}.db") if folder else None
     if path:
         try:
             with open(path, "rb") as fh:

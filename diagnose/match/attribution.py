@@ -21,7 +21,7 @@ from typing import Any
 
 from diagnose.coerce import as_int
 from diagnose.model import Finding
-from diagnose.normalize.facts import expand_task_list
+from diagnose.normalize.facts.slurm import expand_task_list
 
 _TASK_HOST = re.compile(r"task(?P<n>\d+)$")  # normalize's name for the node of srun task N
 # torch >= 2.1 "GPU 1 has a total capacity of", torch <= 2.0 "(GPU 1; 79.35 GiB total capacity"

@@ -54,16 +54,11 @@ class CollectiveSummary:
     """Ranks by the collective they reported: O(distinct tuples) entries, each a set of ranks."""
 
     groups: dict[Key, set[int]] = field(default_factory=dict)
-    overflow: int = 0  # hits whose tuple arrived after MAX_TUPLES distinct ones
 
     def add(self, key: Key, rank: int) -> None:
-        ranks = self.groups.get(key)
-        if ranks is None:
-            if len(self.groups) >= MAX_TUPLES:
-                self.overflow += 1
-                return
-            ranks = self.groups[key] = set()
-        ranks.add(rank)
+        """Count ``rank`` under ``key``; a tuple new after MAX_TUPLES distinct ones is dropped."""
+        if key in self.groups or len(self.groups) < MAX_TUPLES:
+            self.groups.setdefault(key, set()).add(rank)
 
 
 def _int(v: Any) -> int | None:

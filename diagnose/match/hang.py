@@ -254,24 +254,19 @@ def _sentence(d: _Divergence) -> str:
     op = f"{short_op(d.op)} #{d.seq} of {_group_name(d.group)}"
     waiting = (f"{ranks_phrase(d.waiting)} {'waits' if len(d.waiting) == 1 else 'wait'} in it" if d.waiting
                else "no rank entered it")
-    by_role: dict[str, list[HangRank]] = {}
-    for c in d.culprits:
-        by_role.setdefault(c.role, []).append(c)
+    odd = [c for c in d.culprits if c.role == d.kind]  # the stalled, desynced or mismatched ranks
     parts = []
     if d.kind == "stalled":
-        stalled = by_role["stalled"]
-        first = stalled[0]
+        first = odd[0]
         where = f"{first.last_op} #{first.last_seq}" if first.last_op else "nothing in this group"
         at = f" at {first.frame}" if first.frame else ""
-        who = ranks_phrase([c.rank for c in stalled]).capitalize()
+        who = ranks_phrase([c.rank for c in odd]).capitalize()
         parts.append(f"{who} never entered {op} ({waiting}); last collective there: {where}{at}.")
     elif d.kind == "desync":
-        odd = by_role["desync"]
         others = ", ".join(sorted({f"{c.last_op} {c.last_sizes}" for c in odd})[:3])
         parts.append(f"Desync: {ranks_phrase([c.rank for c in odd])} called {others} as collective #{d.seq} of "
                      f"{_group_name(d.group)} where {ranks_phrase(d.waiting)} called {short_op(d.op)} {d.sizes}.")
     elif d.kind == "size_mismatch":
-        odd = by_role["size_mismatch"]
         sizes = ", ".join(sorted({str(c.last_sizes) for c in odd})[:3])
         parts.append(f"Size mismatch: {ranks_phrase([c.rank for c in odd])} called {op} with input sizes {sizes} "
                      f"where {ranks_phrase([r for r in d.waiting if r not in {c.rank for c in odd}])} used {d.sizes}.")

@@ -204,6 +204,12 @@ _KIND_BY_LASTGROUP = {
     "ray_end": "ray",
 }
 
+# Layers that say a level and a time: the group of the level (when given), the groups of the time (joined by a space).
+_LEVEL_AND_TIME = {
+    "c10_glog": ("cglevel", ("cgdate", "cgtime")), "glog": ("glevel", ("gdate", "gtime")), "old_glog": ("oglevel", ()),
+    "logging": ("plevel", ("pts",)), "iso": ("tslevel", ("ts",)), "nemo": ("nlevel", ("nts",)),
+}
+
 
 def _peel_prefixes(line: LogLine, text: str) -> None:
     pos = 0
@@ -237,14 +243,12 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             if srun_task is not None or saw_rank or saw_local or line.timestamp is not None:
                 break  # "3: " after other prefixes is message text (e.g. "Failures: 3: ...")
             srun_task = int(g("task"))
-        elif kind == "c10_glog":
-            line.level = g("cglevel")
-            line.timestamp = f"{g('cgdate')} {g('cgtime')}"
-        elif kind == "glog":
-            line.level = g("glevel")
-            line.timestamp = f"{g('gdate')} {g('gtime')}"
-        elif kind == "old_glog":
-            line.level = g("oglevel")
+        elif kind in _LEVEL_AND_TIME:
+            level, stamp = _LEVEL_AND_TIME[kind]
+            if g(level):
+                line.level = g(level)
+            if stamp:
+                line.timestamp = " ".join(g(name) for name in stamp)
         elif kind == "mpi" or kind == "lightning":
             line.rank = int(g("mpi_rank") or g("lrank"))
             saw_rank = True
@@ -259,17 +263,6 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
             saw_rank = True
-        elif kind == "logging":
-            line.timestamp = g("pts")
-            if g("plevel"):
-                line.level = g("plevel")
-        elif kind == "iso":
-            line.timestamp = g("ts")
-            if g("tslevel"):
-                line.level = g("tslevel")
-        elif kind == "nemo":
-            line.level = g("nlevel")
-            line.timestamp = g("nts")
         elif kind == "pdsh":
             host = g("host")
             first_label = host.split(".", 1)[0]

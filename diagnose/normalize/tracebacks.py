@@ -158,7 +158,7 @@ class _StreamParser:
         self.group: _GroupPrintout | None = None  # an exception group being printed in this stream
 
     # -- helpers
-    def _start(self, line: LogLine, headless: bool) -> None:
+    def _start(self, line: LogLine, headless: bool) -> Traceback:
         self._finish()
         tb = Traceback(stream=self.stream, headless=headless)
         tb.is_group = line.text.lstrip().startswith(GROUP_HEADER)
@@ -170,6 +170,7 @@ class _StreamParser:
         self.state = _FRAMES
         self.blank_run = 0
         tb.lines.append(line)
+        return tb
 
     def _finish(self) -> None:
         if self.tb is not None:
@@ -261,28 +262,23 @@ class _StreamParser:
         if m is not None:
             self._finish()
             self.tb = Traceback(stream=self.stream, exc_type=m.group("type"), exc_line=line, lines=[line])
-            self.tb.message = ""
             self.state = _MESSAGE
             self.message_lines = 0
             return
         if stripped.startswith("File \"") and _FRAME.match(text):
-            self._start(line, headless=True)
-            if self.tb is not None:  # (_start always sets it)
-                self.tb.lines.pop()
+            self._start(line, headless=True).lines.pop()  # _in_frames adds it as a frame
             self._in_frames(line, text)
             return
         m = _CPP_RAISED.search(stripped)
         if m is not None:
             self._finish()
-            self.tb = Traceback(stream=self.stream, exc_type="", exc_line=line, lines=[line])
-            self.tb.message = stripped
-            self.tb.cpp_raised_from = m.group("where")
+            self.tb = Traceback(stream=self.stream, message=stripped, cpp_raised_from=m.group("where"), exc_line=line,
+                                lines=[line])
             self.state = _CPP
             return
         if self.in_group and text[:1] not in (" ", "\t") and _EXCEPTION.match(text) is not None:
-            self._start(line, headless=False)  # a member printed without a stack: only its exception line
-            assert self.tb is not None
-            self.tb.lines.pop()
+            # a member printed without a stack: only its exception line (_set_exception adds it)
+            self._start(line, headless=False).lines.pop()
             self._set_exception(line, text)
             return
         if stripped and self.pending_chain is None:
@@ -500,15 +496,9 @@ def traceback_ending_at(lines: list[LogLine], exc_line_index: int) -> Traceback 
     """
     try:
         target = lines[exc_line_index]
-    except (IndexError, TypeError):
+    except IndexError:
         return None
-    try:
-        stream = target.stream
-        same = [ln for ln in lines[: exc_line_index + 1] if ln.stream == stream]
-        after = [ln for ln in lines[exc_line_index + 1 :] if ln.stream == stream][:MAX_MESSAGE_LINES]
-        for tb in rebuild(same + after):
-            if any(ln is target for ln in tb.lines):
-                return tb
-    except Exception:  # noqa: BLE001  # pragma: no cover - defensive
-        return None
-    return None
+    stream = target.stream
+    same = [ln for ln in lines[: exc_line_index + 1] if ln.stream == stream]
+    after = [ln for ln in lines[exc_line_index + 1 :] if ln.stream == stream][:MAX_MESSAGE_LINES]
+    return next((tb for tb in rebuild(same + after) if any(ln is target for ln in tb.lines)), None)
