@@ -520,21 +520,16 @@ def _make_engine(literals: list[bytes], backend: str):
     return _PythonPresence(literals)
 
 
-_TEXT_PRESENCE: dict[tuple[bytes, ...], Callable[[bytes], list[int]] | None] = {}
-
-
-def text_presence(literals: list[bytes]) -> Callable[[bytes], list[int]] | None:
+@functools.cache
+def text_presence(literals: tuple[bytes, ...]) -> Callable[[bytes], list[int]] | None:
     """Which of ``literals`` occur in one line's text (UTF-8), by a Hyperscan literal database; None without it.
 
     Phase 2 asks this for every distinct candidate text: a loop of ``in`` over hundreds of anchors is the cost
     of thousands of per-rank lines (timeouts naming their rank), one Hyperscan call is not."""
-    key = tuple(literals)
-    if key not in _TEXT_PRESENCE:
-        try:
-            _TEXT_PRESENCE[key] = _HyperscanPresence(literals).present if literals else None
-        except Exception:  # noqa: BLE001 - no Hyperscan: the caller loops over the anchors
-            _TEXT_PRESENCE[key] = None
-    return _TEXT_PRESENCE[key]
+    try:
+        return _HyperscanPresence(list(literals)).present if literals else None
+    except Exception:  # noqa: BLE001 - no Hyperscan: the caller loops over the anchors
+        return None
 
 
 def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],

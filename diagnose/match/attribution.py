@@ -59,10 +59,7 @@ def _srun_tasks(f: Finding) -> dict[int, str]:
 def _tasks_are_ranks(findings: list[Finding], torchrun_codes: frozenset[str]) -> bool:
     """srun task ids are global ranks unless torchrun (one launcher task per node) is in the log: a finding of a
     rule only torchrun's agent produces (``launcher = "torchrun"`` in the catalogue) or its failure summary."""
-    for f in findings:
-        if f.rule in torchrun_codes or isinstance(f.facts.get("root_cause"), dict):
-            return False
-    return True
+    return not any(f.rule in torchrun_codes or isinstance(f.facts.get("root_cause"), dict) for f in findings)
 
 
 def _hosts_from_srun(findings: list[Finding], tasks_are_ranks: bool) -> None:

@@ -278,20 +278,10 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
         f.facts.pop(FACT, None)
     if not pooled:
         return
-    stragglers: list[dict[str, Any]] = []
-    desyncs: list[dict[str, Any]] = []
-    behind: set[int] = set()
     pgs = sorted({k[0] for k in pooled}, key=lambda p: (not isinstance(p, int), p if isinstance(p, int) else 0))
-    for pg in pgs:
-        s = find_stragglers(pooled, pg)
-        if s is not None:
-            stragglers.append(s)
-            behind.update(s["ranks"])
-    for pg in pgs:
-        # a straggler's own timeout on an earlier SeqNum is no desync
-        d = find_desync(pooled, pg, behind, unknown_group)
-        if d is not None:
-            desyncs.append(d)
+    stragglers = [s for pg in pgs if (s := find_stragglers(pooled, pg)) is not None]
+    behind = {r for s in stragglers for r in s["ranks"]}  # a straggler's own timeout on an earlier SeqNum: no desync
+    desyncs = [d for pg in pgs if (d := find_desync(pooled, pg, behind, unknown_group)) is not None]
     if not stragglers and not desyncs:
         return
     lead = root_index if root_index in timeouts else timeouts[0]

@@ -17,6 +17,7 @@ from typing import Any
 
 import regex
 
+from diagnose.coerce import as_int
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
@@ -525,7 +526,7 @@ def scan(
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
-    presence = text_presence(compiled.literals) if big and backend in ("auto", "hyperscan") else None
+    presence = text_presence(tuple(compiled.literals)) if big and backend in ("auto", "hyperscan") else None
     matcher = Matcher(compiled, warnings, markers, presence)
     count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
     done = 0
@@ -538,7 +539,6 @@ def scan(
         index = LineIndex(buf)
         rank_hint = getattr(source, "rank_hint", None)
         lines_before = 0
-        last_byte_nl = True
         released = 0
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
             results = parallel.results(buf, phase1, window_size, jobs, count)
@@ -564,12 +564,11 @@ def scan(
             lines_before += r.newlines
             done += r.length
             released = _release(buf, released, window_end)
-            if r.length:
-                last_byte_nl = buf[window_end - 1 : window_end] == b"\n"
             if progress is not None:
                 progress(done, total_bytes)
         size = len(buf)
-        infos.append(InputInfo(source.path, size, lines_before + (0 if last_byte_nl or size == 0 else 1)))
+        unterminated = size > 0 and buf[size - 1 : size] != b"\n"  # a last line without a newline counts too
+        infos.append(InputInfo(source.path, size, lines_before + unterminated))
     blocks = materialise(collector, readers)
     _first_iteration_across_files(matcher.hits, markers, compiled, sources)
     return matcher.hits, blocks, infos
@@ -605,11 +604,8 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     are the job's first collectives whatever the other files say."""
     old = hit.rule.rule.code
     new = by_code.get(hit.rule.rule.during_training) if hit.rule.rule.during_training else None
-    try:
-        seq = int(hit.facts["seq_num"])
-    except (KeyError, TypeError, ValueError):
-        return
-    if new is None or seq < 100:
+    seq = as_int(hit.facts.get("seq_num"))
+    if new is None or seq is None or seq < 100:
         return
     hit.rule = new
     hit.phase = new.rule.phase if new.rule.phase != "auto" else "training"

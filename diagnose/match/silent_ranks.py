@@ -12,8 +12,6 @@ every absent rank a "culprit").
 
 from __future__ import annotations
 
-from typing import Any
-
 from diagnose.coerce import as_int
 from diagnose.match.hang import ranks_phrase
 from diagnose.model import Finding
@@ -24,13 +22,9 @@ MAX_SILENT = 64  # never name more ranks than this
 FACT = "silent_ranks"
 
 
-def _as_int(v: Any) -> int | None:
-    return as_int(v, negative=False)
-
-
 def world_size(findings: list[Finding]) -> int | None:
     """The job's world size: a stated ``world_size`` fact wins, else the highest rank seen + 1."""
-    stated = [w for f in findings if (w := _as_int(f.facts.get("world_size"))) is not None and 0 < w <= MAX_WORLD]
+    stated = [w for f in findings if (w := as_int(f.facts.get("world_size"))) is not None and 0 < w <= MAX_WORLD]
     highest = max((r for f in findings for r in f.ranks if isinstance(r, int) and 0 <= r < MAX_WORLD), default=None)
     if stated:
         w = max(stated)

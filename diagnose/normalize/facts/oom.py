@@ -115,21 +115,18 @@ def _parse_new(out: dict[str, Any], m: re.Match, rest: str) -> None:
     out["total_bytes"] = parse_size(m.group("total"))
     out["free_bytes"] = parse_size(m.group("free"))
     pos = m.end()
-    this = _THIS_PROCESS.match(rest, pos)
     others: list[dict[str, int]] = []
-    while True:
-        if this is not None and out["process_in_use_bytes"] is None:
+    while True:  # "this process has" (once) and "Process N has" sentences, in any order
+        this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
+        if this is not None:
             out["process_in_use_bytes"] = parse_size(this.group("used"))
             pos = this.end()
+            continue
         other = _OTHER_PROCESS.match(rest, pos)
         if other is None:
-            this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
-            if this is None:
-                break
-            continue
+            break
         others.append({"pid": int(other.group("pid")), "bytes": parse_size(other.group("used")) or 0})
         pos = other.end()
-        this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
     out["other_processes"] = others
     allowed = _ALLOWED_NEW.match(rest, pos)
     if allowed is not None:
