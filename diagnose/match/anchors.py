@@ -174,12 +174,13 @@ class _Locator:
     semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
     """
 
-    def __init__(self, anchor: bytes, patterns: list[str], more: Sequence[tuple[bytes, list[str]]] = ()):
+    def __init__(self, anchors: Sequence[tuple[bytes, list[str]]]):
+        """``anchors``: each anchor with its rules' regexes."""
         import hyperscan
 
         loose: list[bytes] = []
         mixed: list[bytes] = []
-        for lit_bytes, pats in [(anchor, patterns), *more]:
+        for lit_bytes, pats in anchors:
             for p in pats:
                 lp = loosen(p)
                 if lp is None:
@@ -245,7 +246,7 @@ def _cached_database(hs, exprs: list[bytes], flags: list[int], ids: list[int] | 
 def capture_locator(literal: bytes, pattern: str) -> _Locator | None:
     """A Hyperscan locator for a capture's anchor and regex (None without Hyperscan or for a regex it refuses)."""
     try:
-        return _Locator(literal, [pattern])
+        return _Locator([(literal, [pattern])])
     except Exception:  # noqa: BLE001 - no hyperscan, or a pattern it cannot take
         return None
 
@@ -350,7 +351,7 @@ class Phase1:
             try:
                 self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
             except Exception:  # noqa: BLE001 - no Hyperscan, or it refused the database: the two passes
-                self.combined = None
+                pass
         if self.combined is not None:
             self.engine = None
             self.name = self.combined.name
@@ -381,13 +382,9 @@ class Phase1:
             starts = set()
             anchors_present = [i for i in present if i < n]
             self.present_anchors = tuple(anchors_present)
-            self.ascii = False
+            self.ascii = bool(present) and window.isascii()
             if anchors_present:
-                self.ascii = window.isascii()
-                plain = self.ascii and b"\x00" not in window
-                self._locate(anchors_present, window, plain, starts)
-            elif present:
-                self.ascii = window.isascii()
+                self._locate(anchors_present, window, self.ascii and b"\x00" not in window, starts)
         if n in present:
             _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
@@ -420,9 +417,7 @@ class Phase1:
                 if len(usable) == 1:
                     locator = cast(_Locator, self._single(usable[0]))
                 else:
-                    first, *rest = usable
-                    locator = _Locator(self.anchors[first], self.anchor_patterns[first],
-                                       [(self.anchors[i], self.anchor_patterns[i]) for i in rest])
+                    locator = _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable])
                 if len(self._locators) > 256:
                     self._locators.clear()
                     self._seen.clear()
@@ -442,7 +437,7 @@ class Phase1:
         """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
         if i not in self._singles:
             try:
-                self._singles[i] = _Locator(self.anchors[i], self.anchor_patterns[i])
+                self._singles[i] = _Locator([(self.anchors[i], self.anchor_patterns[i])])
             except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
                 self._singles[i] = None
         return self._singles[i]

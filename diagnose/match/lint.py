@@ -31,6 +31,7 @@ import regex
 
 from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
+from diagnose.normalize.facts import PARSERS
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
 USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
@@ -127,12 +128,11 @@ def lint(
     problems += _duplicates(catalogue)
     problems += _code_ranges(catalogue, retired_codes())
     problems += _rule_references(catalogue)
-    parsers = _parser_names()
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
             continue
         strict = strict_sources is None or rule.source in strict_sources
-        problems += _lint_rule(rule, strict, parsers)
+        problems += _lint_rule(rule, strict)
     if run_examples:
         problems += _run_examples(catalogue, only_sources)
     if only_sources is not None:
@@ -212,14 +212,6 @@ def _rule_references(catalogue: Catalogue) -> list[LintProblem]:
     return out
 
 
-def _parser_names() -> set[str] | None:
-    try:
-        from diagnose.normalize.facts import PARSERS
-    except Exception:  # noqa: BLE001 - the normalize stage missing: parser names cannot be checked
-        return None
-    return set(PARSERS)
-
-
 def _compile_re2(pattern: str) -> str | None:
     """None when RE2 accepts the pattern (or RE2 is not installed), else its complaint."""
     try:
@@ -273,7 +265,7 @@ def mandatory_literals(pattern: str) -> list[str] | None:
     return runs
 
 
-def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintProblem]:
+def _lint_rule(rule: Rule, strict: bool) -> list[LintProblem]:
     out: list[LintProblem] = []
 
     def err(msg: str, severity: str = "error") -> None:
@@ -290,8 +282,8 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
     for link in rule.links:
         if not link.startswith("https://"):
             err(f"link {link!r} is not an https:// URL")
-    if rule.parser and parsers is not None and rule.parser not in parsers:
-        err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
+    if rule.parser and rule.parser not in PARSERS:
+        err(f"parser {rule.parser!r} is not one of {', '.join(sorted(PARSERS))}")
     if rule.implies is not None:
         _lint_implies(rule, err)
     if not rule.examples_match:
