@@ -10,19 +10,10 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from diagnose.match.rules import Catalogue, Rule, load_catalogue
+from diagnose.match.rules import Catalogue, load_catalogue
 from diagnose.model import Block, CaptureSpec, Report
 
-__all__ = [
-    "Catalogue",
-    "MatchResult",
-    "Rule",
-    "TextSource",
-    "all_captures",
-    "load_catalogue",
-    "match_text",
-    "scan_and_match",
-]
+__all__ = ["MatchResult", "TextSource", "all_captures", "load_catalogue", "match_text", "scan_and_match"]
 
 _CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts")
 

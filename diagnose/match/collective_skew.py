@@ -28,6 +28,7 @@ from typing import Any
 from diagnose.coerce import as_int
 from diagnose.match.hang import ranks_phrase
 from diagnose.model import Finding, rank_runs
+from diagnose.normalize.facts.nccl import last_match
 
 NCCL_TIMEOUT = "nccl_timeout"
 FACT = "collective_groups"  # kept on a finding only while ranks disagree; the summary as JSON
@@ -72,10 +73,8 @@ def collective_key(facts: dict[str, Any], text: str) -> tuple[Key, int | None] |
         return None
     op = facts.get("op_type")
     op = op if isinstance(op, str) and _OP.fullmatch(op) else None
-    prefix = None
     head = text.find("Watchdog caught")
-    for m in _PREFIX.finditer(text, 0, head if head > 0 else min(len(text), 400)):
-        prefix = m  # the last watchdog prefix before the message
+    prefix = last_match(_PREFIX, text, head if head > 0 else min(len(text), 400))  # the watchdog's, before it
     pg = None
     prefix_rank = None
     if prefix is not None:

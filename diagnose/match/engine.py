@@ -222,19 +222,13 @@ class Matcher:
         if entry is not None:
             return entry
         c = self.c
-        rule_ids: set[int] = set()
         if allowed is not None:
-            anchors, by_anchor = c.anchors, c.rules_by_anchor
-            for i in allowed:
-                if anchors[i] in text:
-                    rule_ids.update(by_anchor[i])
+            present = [i for i in allowed if c.anchors[i] in text]
         elif self.presence is not None:
-            for i in self.presence(text.encode("utf-8", "surrogatepass")):
-                rule_ids.update(c.rules_by_anchor[i])
+            present = self.presence(text.encode("utf-8", "surrogatepass"))
         else:
-            for i, a in enumerate(c.anchors):
-                if a in text:
-                    rule_ids.update(c.rules_by_anchor[i])
+            present = [i for i, a in enumerate(c.anchors) if a in text]
+        rule_ids = {ri for i in present for ri in c.rules_by_anchor[i]}
         matches: list[tuple[CompiledRule, dict, str, int]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]

@@ -74,7 +74,6 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
                                       f"{hang.group} ({hang.group_desc}) {hang.input_sizes}"))
     if log_root is not None:
         evidence.extend(log_root.evidence[: max(0, MAX_EVIDENCE - len(evidence))])
-    title = _title(hang)
     facts = {
         "source": "flight_recorder",
         "kind": hang.kind,
@@ -92,7 +91,7 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
     return Finding(
         rule=code,
         name=slug,
-        title=title,
+        title=_title(hang),
         category="nccl_timeout",
         phase=log_root.phase if log_root is not None and log_root.category in _GENERIC else "unknown",
         severity="error",

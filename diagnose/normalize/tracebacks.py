@@ -160,8 +160,8 @@ class _StreamParser:
     # -- helpers
     def _start(self, line: LogLine, headless: bool) -> Traceback:
         self._finish()
-        tb = Traceback(stream=self.stream, headless=headless)
-        tb.is_group = line.text.lstrip().startswith(GROUP_HEADER)
+        tb = Traceback(stream=self.stream, headless=headless, lines=[line],
+                       is_group=line.text.lstrip().startswith(GROUP_HEADER))
         if self.pending_chain is not None and self.last is not None:
             tb.cause = self.last
             tb.chain_kind = self.pending_chain
@@ -169,7 +169,6 @@ class _StreamParser:
         self.tb = tb
         self.state = _FRAMES
         self.blank_run = 0
-        tb.lines.append(line)
         return tb
 
     def _finish(self) -> None:

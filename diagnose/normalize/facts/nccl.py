@@ -32,9 +32,9 @@ WATCHDOG_KEYS = ("prefix_style", "rank", "pg", "pg_guid", "pg_desc", "seq_num", 
                  "timeout_ms", "ran_for_ms")
 
 
-def _last_prefix(text: str, end: int) -> re.Match[str] | None:
-    """The last watchdog rank prefix before ``end``."""
-    found = list(_PREFIX.finditer(text, 0, end))
+def last_match(pattern: re.Pattern[str], text: str, end: int) -> re.Match[str] | None:
+    """The last match of ``pattern`` in ``text`` before ``end`` (the rank prefix nearest a message)."""
+    found = list(pattern.finditer(text, 0, end))
     return found[-1] if found else None
 
 
@@ -54,7 +54,7 @@ def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
     ran = _RAN_FOR.match(text, work.end())
     if ran is not None:
         out["ran_for_ms"] = int(ran.group("ran"))
-    prefix = _last_prefix(text, work.start())
+    prefix = last_match(_PREFIX, text, work.start())
     if prefix is not None:
         out["rank"] = int(prefix.group("rank"))
         if prefix.group("pgid") is not None:
@@ -213,7 +213,7 @@ def parse_nccl_watchdog_status(text: str) -> dict[str, Any] | None:
             break
         m = pattern.search(text)
         if m is not None:
-            prefix = _last_prefix(text, m.start())
+            prefix = last_match(_PREFIX, text, m.start())
             return {
                 "event": "watchdog_status",
                 "rank": int(prefix.group("rank")) if prefix is not None else None,
