@@ -68,7 +68,7 @@ def scan_and_match(
 
     if captures is None:
         captures = all_captures()
-    compiled = compile_catalogue(catalogue, captures, lazy=True)  # regexes compiled as lines need them
+    compiled = compile_catalogue(catalogue, captures)  # regexes compiled as lines need them
     warnings = list(compiled.warnings)
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits, catalogue.inferences))

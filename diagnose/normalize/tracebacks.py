@@ -77,8 +77,8 @@ class Frame:
     file: str
     line: int
     function: str
+    log_line: LogLine  # the ``File "..."`` line in the log (its lineno is the evidence line)
     code: str = ""
-    log_line: LogLine | None = None  # the ``File "..."`` line in the log (its lineno is the evidence line)
 
     @property
     def text(self) -> str:
@@ -289,9 +289,7 @@ class _StreamParser:
         m = _FRAME.match(text)
         if m is not None:
             if len(tb.frames) < MAX_FRAMES:
-                tb.frames.append(
-                    Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip(), log_line=line)
-                )
+                tb.frames.append(Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip(), line))
             tb.lines.append(line)
             self.state = _CODE
             return
