@@ -414,10 +414,8 @@ class Phase1:
                     cast(_Locator, self._single(i)).lines(window, plain, starts)  # usable: has a locator
                 return
             if locator is None:
-                if len(usable) == 1:
-                    locator = cast(_Locator, self._single(usable[0]))
-                else:
-                    locator = _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable])
+                locator = (cast(_Locator, self._single(usable[0])) if len(usable) == 1
+                           else _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable]))
                 if len(self._locators) > 256:
                     self._locators.clear()
                     self._seen.clear()

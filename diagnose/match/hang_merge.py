@@ -68,8 +68,7 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
                                  text=f"rank {c.rank} ({c.role}): last collective {c.last_op} #{c.last_seq} "
                                       f"{c.last_sizes}{where}"))
     if hang.waiting_ranks:
-        first = hang.waiting_ranks[0]
-        evidence.append(Evidence(path=by_rank.get(first, ""), line=0,
+        evidence.append(Evidence(path=by_rank.get(hang.waiting_ranks[0], ""), line=0,
                                  text=f"{ranks_phrase(hang.waiting_ranks)} entered {hang.op} #{hang.seq} of group "
                                       f"{hang.group} ({hang.group_desc}) {hang.input_sizes}"))
     if log_root is not None:

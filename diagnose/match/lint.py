@@ -87,7 +87,7 @@ def load_for_lint(
             problems.append(LintProblem("error", str(d), None, "has no *.toml files"))
         for f in files:
             try:
-                loaded, errors = load_rule_file(f)
+                loaded, errors, _ = load_rule_file(f)
             except DiagnoseError as e:
                 problems.append(LintProblem("error", str(f), None, _strip_prefix(str(e), f)))
                 continue

@@ -178,7 +178,7 @@ def load_catalogue(
         if not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
         for f in files:
-            loaded, errs, infs = load_rule_file_all(f)
+            loaded, errs, infs = load_rule_file(f)
             rules.extend(loaded)
             errors.extend(errs)
             inferences.extend(infs)
@@ -194,12 +194,7 @@ def load_catalogue(
     return Catalogue(rules, errors, inferences)
 
 
-def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
-    rules, errors, _ = load_rule_file_all(path)
-    return rules, errors
-
-
-def load_rule_file_all(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
+def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
     """The rules, the problems found, and the ``[[infer]]`` tables of one catalogue file."""
     from diagnose.match import rule_cache
 

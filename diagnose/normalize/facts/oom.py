@@ -76,10 +76,7 @@ KEYS = (
 
 
 def _empty() -> dict[str, Any]:
-    out: dict[str, Any] = {k: None for k in KEYS}
-    out["other_processes"] = []
-    out["capacity_typo"] = False
-    return out
+    return {**dict.fromkeys(KEYS), "other_processes": [], "capacity_typo": False}
 
 
 def parse_cuda_oom(text: str) -> dict[str, Any] | None:
