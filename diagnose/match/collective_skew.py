@@ -252,15 +252,11 @@ def straggler_sentence(s: dict[str, Any]) -> str:
 
 def skew_sentences(facts: dict[str, Any]) -> list[str]:
     """The sentences the ``stragglers`` and ``desync`` facts stand for (malformed facts say nothing)."""
-    out = []
     try:
-        for s in facts.get(FACT_STRAGGLERS) or []:
-            out.append(straggler_sentence(s))
-        for d in facts.get(FACT_DESYNC) or []:
-            out.append(desync_sentence(d))
+        return ([straggler_sentence(s) for s in facts.get(FACT_STRAGGLERS) or []]
+                + [desync_sentence(d) for d in facts.get(FACT_DESYNC) or []])
     except (TypeError, KeyError, AttributeError):
         return []
-    return out
 
 
 def mark_collective_skew(findings: list[Finding], root_index: int | None) -> None:
