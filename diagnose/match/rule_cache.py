@@ -15,6 +15,7 @@ import os
 import tempfile
 from typing import Any
 
+from diagnose import __version__
 from diagnose.cache import cache_dir
 
 FORMAT = 1
@@ -25,14 +26,8 @@ def _path(text: str) -> str | None:
     folder = cache_dir()
     if folder is None:
         return None
-    h = hashlib.sha256(f"{FORMAT}\0{_version()}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    h = hashlib.sha256(f"{FORMAT}\0{__version__}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
     return os.path.join(folder, f"rules-{h[:32]}.json")
-
-
-def _version() -> str:
-    from diagnose import __version__
-
-    return str(__version__)
 
 
 def get(text: str) -> dict[str, Any] | None:
