@@ -89,18 +89,13 @@ def load_for_lint(
             try:
                 loaded, errors, _ = load_rule_file(f)
             except DiagnoseError as e:
-                problems.append(LintProblem("error", str(f), None, _strip_prefix(str(e), f)))
+                problems.append(LintProblem("error", str(f), None, str(e).removeprefix(f"rules file {f}: ")))
                 continue
             rules.extend(loaded)
             problems.extend(_loader_problem(msg, str(f)) for msg in errors)
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules, []), problems
-
-
-def _strip_prefix(message: str, path: Path) -> str:
-    prefix = f"rules file {path}: "
-    return message[len(prefix):] if message.startswith(prefix) else message
 
 
 def _loader_problem(message: str, source: str) -> LintProblem:
