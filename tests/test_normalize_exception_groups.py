@@ -199,7 +199,7 @@ def test_width_cut_nesting_and_context_chain_from_a_copied_printout():
     key = next(tb for tb in tbs if tb.exc_type == "KeyError")
     outer = next(tb for tb in tbs if tb.exc_type == "BaseExceptionGroup")
     inner = next(tb for tb in tbs if tb.exc_type == "ExceptionGroup")
-    assert outer.is_group and outer.group is None and outer.group_size == 22
+    assert outer.is_group and outer.group is None and outer.message.endswith("(22 sub-exceptions)")
     assert outer.cause is key and outer.chain_kind == "context"  # the group was raised while handling the KeyError
     assert [f.function for f in outer.frames] == ["<module>", "f"]
     assert len(outer.exceptions) == 15 and outer.omitted == 7  # 14 ValueErrors printed after the inner group
@@ -210,7 +210,6 @@ def test_width_cut_nesting_and_context_chain_from_a_copied_printout():
     assert [m.message for m in outer.exceptions[1:]] == [f"v{i}" for i in range(14)]
     assert outer.exceptions[-1].group_index == 15
     assert inner.exceptions[1].groups == [outer, inner]
-    assert [leaf.exc_type for leaf in outer.leaves] == ["TypeError", "OSError"] + ["ValueError"] * 14
     owners = [id(ln) for tb in tbs for ln in tb.lines]
     assert len(owners) == len(set(owners))  # every line in at most one traceback
 
@@ -219,7 +218,7 @@ def test_width_cut_nesting_and_context_chain_from_a_copied_printout():
 def test_task_group_members_are_ordinary_exceptions_with_frames():
     tbs = rebuild(_lines(_printed(_ASYNC_WRITER, "3")))
     group = next(tb for tb in tbs if tb.is_group)
-    assert group.exc_type == "ExceptionGroup" and group.group_size == 2
+    assert group.exc_type == "ExceptionGroup" and group.message.endswith("(2 sub-exceptions)")
     assert group.message.startswith("unhandled errors in a TaskGroup")
     functions = [f.function for f in group.frames]
     assert functions[0] == "<module>" and "save_checkpoint" in functions and functions[-1] == "__aexit__"

@@ -38,7 +38,7 @@ def test_a_cached_catalogue_is_the_parsed_catalogue(cache):
 def test_a_damaged_entry_is_a_miss(cache, tmp_path):
     f = tmp_path / "r.toml"
     f.write_text(RULE.format(category="cuda_oom", regex="boom (?P<n>\\d+)"))
-    first, _ = load_rule_file(f)
+    first, _, _ = load_rule_file(f)
     (entry,) = cache.glob("rules-*.json")
     entry.write_text("{not json")
     assert load_rule_file(f)[0] == first
@@ -50,7 +50,7 @@ def test_a_file_with_a_broken_rule_is_never_cached_and_keeps_failing(cache, tmp_
     f = tmp_path / "r.toml"
     f.write_text(RULE.format(category="cuda_oom", regex="boom ("))
     for _ in range(2):
-        rules, errors = load_rule_file(f)
+        rules, errors, _ = load_rule_file(f)
         assert not rules and "regex does not compile" in errors[0]
     assert not list(cache.glob("rules-*.json"))
 

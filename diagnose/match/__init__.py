@@ -10,19 +10,10 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from diagnose.match.rules import Catalogue, Rule, load_catalogue
+from diagnose.match.rules import Catalogue, load_catalogue
 from diagnose.model import Block, CaptureSpec, Report
 
-__all__ = [
-    "Catalogue",
-    "MatchResult",
-    "Rule",
-    "TextSource",
-    "all_captures",
-    "load_catalogue",
-    "match_text",
-    "scan_and_match",
-]
+__all__ = ["MatchResult", "TextSource", "all_captures", "load_catalogue", "match_text", "scan_and_match"]
 
 _CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts")
 
@@ -35,18 +26,11 @@ class MatchResult:
 
 @dataclass
 class TextSource:
-    """A source made from bytes in memory (``match_text``, tests): the same fields as an ingest Source."""
+    """A source made from bytes in memory (``match_text``, tests): the fields of an ingest Source the scan reads."""
 
     path: str
     buffer: bytes
     rank_hint: int | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.buffer)
-
-    def close(self) -> None:
-        pass
 
 
 def all_captures() -> list[CaptureSpec]:
@@ -84,7 +68,7 @@ def scan_and_match(
 
     if captures is None:
         captures = all_captures()
-    compiled = compile_catalogue(catalogue, captures, lazy=True)  # regexes compiled as lines need them
+    compiled = compile_catalogue(catalogue, captures)  # regexes compiled as lines need them
     warnings = list(compiled.warnings)
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits, catalogue.inferences))

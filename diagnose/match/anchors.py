@@ -26,6 +26,7 @@ differs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -36,6 +37,7 @@ from typing import cast
 import regex
 
 from diagnose.cache import cache_dir
+from diagnose.match.rule_cache import write_file
 
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")
@@ -47,6 +49,10 @@ LOCATOR_MIN_BYTES = 1 << 20  # smaller windows locate lines without compiling a 
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
 
 
+# an assertion to drop (outside a class), else an escape or a whole character class (kept as they are)
+_LOOSEN = re.compile(r"(?P<drop>\\[AZzbB]|[\^$])|\\.|\[\^?\]?(?:\\.?|[^\]\\])*(?:\]|\Z)", re.DOTALL)
+
+
 def loosen(pattern: str) -> str | None:
     """A version of ``pattern`` that matches the raw line wherever the original matches the normalised text.
 
@@ -56,45 +62,17 @@ def loosen(pattern: str) -> str | None:
     """
     if not pattern.isascii():
         return None
-    out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            nxt = pattern[i + 1 : i + 2]
-            if not in_class and nxt in ("A", "Z", "z", "b", "B"):
-                i += 2
-                continue
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            if ch == "]":
-                in_class = False
-            out.append(ch)
-            i += 1
-            continue
-        if ch == "[":
-            in_class = True
-            out.append(ch)
-            i += 1
-            if pattern[i : i + 1] == "^":
-                out.append("^")
-                i += 1
-            if pattern[i : i + 1] == "]":
-                out.append("]")
-                i += 1
-            continue
-        if ch in "^$":
-            i += 1
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    return _LOOSEN.sub(lambda m: "" if m.group("drop") else m.group(0), pattern)
 
 
 def _hs_literal(lit: bytes) -> bytes:
     return b"".join(b"\\x%02x" % b for b in lit)
+
+
+def _near_special(lit: bytes) -> list[bytes]:
+    """"``lit`` and a NUL or non-ASCII byte on one line": where byte and text semantics differ (e.g. ``\\w``)."""
+    h = _hs_literal(lit)
+    return [h + rb"[^\n]*[\x00\x80-\xff]", rb"[\x00\x80-\xff][^\n]*" + h]
 
 
 # ------------------------------------------------------------------------------------- presence engines
@@ -177,7 +155,7 @@ class _HyperscanPresence:
     def __init__(self, literals: list[bytes]):
         import hyperscan
 
-        self._db = _cached_database(hyperscan, [_hs_literal(lit) for lit in literals], list(range(len(literals))),
+        self._db = _cached_database(hyperscan, [_hs_literal(lit) for lit in literals],
                                     [hyperscan.HS_FLAG_SINGLEMATCH] * len(literals))
 
     def present(self, window: bytes) -> list[int]:
@@ -196,28 +174,23 @@ class _Locator:
     semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
     """
 
-    def __init__(self, anchor: bytes, patterns: list[str], more: Sequence[tuple[bytes, list[str]]] = ()):
+    def __init__(self, anchors: Sequence[tuple[bytes, list[str]]]):
+        """``anchors``: each anchor with its rules' regexes."""
         import hyperscan
 
-        special = rb"[\x00\x80-\xff]"
         loose: list[bytes] = []
         mixed: list[bytes] = []
-        for lit_bytes, pats in [(anchor, patterns), *more]:
+        for lit_bytes, pats in anchors:
             for p in pats:
                 lp = loosen(p)
                 if lp is None:
                     raise ValueError("pattern cannot be loosened")
                 loose.append(lp.encode("ascii"))
-            lit = _hs_literal(lit_bytes)
-            mixed += [lit + rb"[^\n]*" + special, special + rb"[^\n]*" + lit]
-        self.plain = self._compile(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
-        self.mixed = self._compile(hyperscan, mixed + loose,
-                                   [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
-
-    @staticmethod
-    def _compile(hyperscan, exprs: list[bytes], flags: list[int]):
+            mixed += _near_special(lit_bytes)
         # from the cache folder like the main database: compiling a locator costs ~10 ms, every run
-        return _cached_database(hyperscan, exprs, list(range(len(exprs))), flags)
+        self.plain = _cached_database(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+        self.mixed = _cached_database(hyperscan, mixed + loose,
+                                      [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
 
     def lines(self, window: bytes, plain: bool, starts: set[int]) -> None:
         rfind, find = window.rfind, window.find
@@ -238,34 +211,16 @@ class _Locator:
 CACHE_KEEP = 48  # compiled databases kept (per catalogue, window kind and capture locator); the oldest go first
 
 
-def _prune(folder: str, keep: int) -> None:
-    entries = []
-    for name in os.listdir(folder):
-        if name.startswith("hs-") and name.endswith(".db"):
-            p = os.path.join(folder, name)
-            try:
-                entries.append((os.stat(p).st_mtime, p))
-            except OSError:
-                continue
-    entries.sort(reverse=True)
-    for _m, p in entries[keep:]:
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
-
-
-def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
-    """A block-mode database of these expressions, from the cache folder when it holds a sound copy."""
+def _cached_database(hs, exprs: list[bytes], flags: list[int], ids: list[int] | None = None):
+    """A block-mode database of these expressions (ids: their positions unless given), from the cache folder when it
+    holds a sound copy."""
     import platform
 
-    h = hashlib.sha256()
+    ids = list(range(len(exprs))) if ids is None else ids
     parts: list[str | bytes] = [str(getattr(hs, "__version__", "")), platform.machine(), repr(ids), repr(flags), *exprs]
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
+    key = hashlib.sha256(b"".join((p.encode() if isinstance(p, str) else p) + b"\0" for p in parts)).hexdigest()
     folder = cache_dir()
-    path = os.path.join(folder, f"hs-{h.hexdigest()[:32]}.db") if folder else None
+    path = os.path.join(folder, f"hs-{key[:32]}.db") if folder else None
     if path:
         try:
             with open(path, "rb") as fh:
@@ -278,35 +233,22 @@ def _cached_database(hs, exprs: list[bytes], ids: list[int], flags: list[int]):
             pass
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-    if path and folder:  # (path is set exactly when there is a cache folder)
-        tmp = f"{path}.{os.getpid()}.tmp"
+    if path:
         try:
             data = hs.dumpb(db)
-            os.makedirs(folder, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(hashlib.sha256(data).digest() + data)
-            os.replace(tmp, path)
-            _prune(folder, keep=CACHE_KEEP)
-        except Exception:  # noqa: BLE001 - a read-only home is fine: we just compile next time too
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        except Exception:  # noqa: BLE001 - a database it cannot serialise: compiled again next time
+            return db
+        write_file(path, hashlib.sha256(data).digest() + data, "hs-", CACHE_KEEP)
     return db
 
 
-_CAPTURE_LOCATORS: dict[tuple[bytes, str], _Locator | None] = {}
-
-
+@functools.cache
 def capture_locator(literal: bytes, pattern: str) -> _Locator | None:
     """A Hyperscan locator for a capture's anchor and regex (None without Hyperscan or for a regex it refuses)."""
-    key = (literal, pattern)
-    if key not in _CAPTURE_LOCATORS:
-        try:
-            _CAPTURE_LOCATORS[key] = _Locator(literal, [pattern])
-        except Exception:  # noqa: BLE001 - no hyperscan, or a pattern it cannot take
-            _CAPTURE_LOCATORS[key] = None
-    return _CAPTURE_LOCATORS[key]
+    try:
+        return _Locator([(literal, [pattern])])
+    except Exception:  # noqa: BLE001 - no hyperscan, or a pattern it cannot take
+        return None
 
 
 class _CombinedScanner:
@@ -347,30 +289,17 @@ class _CombinedScanner:
 
     def _build(self, mixed: bool):
         hs = self._hs
-        exprs: list[bytes] = []
-        ids: list[int] = []
-        flags: list[int] = []
-        special = rb"[\x00\x80-\xff]"
+        entries: list[tuple[bytes, int, int]] = []  # (expression, id, flags)
         for i, (lit, lp) in enumerate(zip(self.anchors, self.loose)):
             if lp is None:
-                exprs.append(_hs_literal(lit))
-                ids.append(i)
-                flags.append(hs.HS_FLAG_SINGLEMATCH)
+                entries.append((_hs_literal(lit), i, hs.HS_FLAG_SINGLEMATCH))
                 continue
-            for x in lp:
-                exprs.append(x)
-                ids.append(i)
-                flags.append(hs.HS_FLAG_PREFILTER)
+            entries += [(x, i, hs.HS_FLAG_PREFILTER) for x in lp]
             if mixed:
-                h = _hs_literal(lit)
-                exprs += [h + rb"[^\n]*" + special, special + rb"[^\n]*" + h]
-                ids += [i, i]
-                flags += [0, 0]
+                entries += [(x, i, 0) for x in _near_special(lit)]
         for j, lit in enumerate([ESCAPE, *self.capture_literals]):
-            exprs.append(_hs_literal(lit))
-            ids.append(self.n + j)
-            flags.append(hs.HS_FLAG_SINGLEMATCH)
-        return _cached_database(hs, exprs, ids, flags)
+            entries.append((_hs_literal(lit), self.n + j, hs.HS_FLAG_SINGLEMATCH))
+        return _cached_database(hs, [e[0] for e in entries], [e[2] for e in entries], [e[1] for e in entries])
 
     def scan(self, window: bytes, plain: bool) -> tuple[set[int], list[int]]:
         """(start offsets of located candidate lines, other ids present: unlocated anchors, escape, captures)."""
@@ -422,7 +351,7 @@ class Phase1:
             try:
                 self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
             except Exception:  # noqa: BLE001 - no Hyperscan, or it refused the database: the two passes
-                self.combined = None
+                pass
         if self.combined is not None:
             self.engine = None
             self.name = self.combined.name
@@ -453,13 +382,9 @@ class Phase1:
             starts = set()
             anchors_present = [i for i in present if i < n]
             self.present_anchors = tuple(anchors_present)
-            self.ascii = False
+            self.ascii = bool(present) and window.isascii()
             if anchors_present:
-                self.ascii = window.isascii()
-                plain = self.ascii and b"\x00" not in window
-                self._locate(anchors_present, window, plain, starts)
-            elif present:
-                self.ascii = window.isascii()
+                self._locate(anchors_present, window, self.ascii and b"\x00" not in window, starts)
         if n in present:
             _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
@@ -489,12 +414,8 @@ class Phase1:
                     cast(_Locator, self._single(i)).lines(window, plain, starts)  # usable: has a locator
                 return
             if locator is None:
-                if len(usable) == 1:
-                    locator = cast(_Locator, self._single(usable[0]))
-                else:
-                    first, *rest = usable
-                    locator = _Locator(self.anchors[first], self.anchor_patterns[first],
-                                       [(self.anchors[i], self.anchor_patterns[i]) for i in rest])
+                locator = (cast(_Locator, self._single(usable[0])) if len(usable) == 1
+                           else _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable]))
                 if len(self._locators) > 256:
                     self._locators.clear()
                     self._seen.clear()
@@ -502,7 +423,7 @@ class Phase1:
             locator.lines(window, plain, starts)
             return
         for i in ids:
-            _find_lines_checked(window, self.anchors[i], self._filter(i), starts)
+            _find_lines(window, self.anchors[i], starts, self._filter(i))
 
     def _filter(self, i: int) -> list | None:
         """The regexes of anchor ``i`` loosened for a raw line (see ``line_filter``), compiled once."""
@@ -514,21 +435,25 @@ class Phase1:
         """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
         if i not in self._singles:
             try:
-                self._singles[i] = _Locator(self.anchors[i], self.anchor_patterns[i])
+                self._singles[i] = _Locator([(self.anchors[i], self.anchor_patterns[i])])
             except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
                 self._singles[i] = None
         return self._singles[i]
 
 
-def _find_lines(window: bytes, lit: bytes, starts: set[int]) -> None:
+def _find_lines(window: bytes, lit: bytes, starts: set[int], filters: list | None = None) -> None:
+    """Add the start of every line holding ``lit``; with ``filters``, only of those where a filter matches (or whose
+    text may not be a part of them)."""
     find, rfind = window.find, window.rfind
     pos = find(lit)
     while pos != -1:
-        starts.add(rfind(b"\n", 0, pos) + 1)
-        end = find(b"\n", pos)
-        if end == -1:
+        s = rfind(b"\n", 0, pos) + 1
+        e = find(b"\n", pos)
+        if filters is None or _line_may_match(window[s : e if e != -1 else len(window)], filters):
+            starts.add(s)
+        if e == -1:
             break
-        pos = find(lit, end)
+        pos = find(lit, e)
 
 
 _LOOKAROUND = re.compile(r"\(\?<?[=!]|\\G")
@@ -553,24 +478,6 @@ def line_filter(patterns: list[str]):
         except (regex.error, TypeError, ValueError):
             return None
     return out or None
-
-
-def _find_lines_checked(window: bytes, lit: bytes, filters: list | None, starts: set[int]) -> None:
-    """``_find_lines``, keeping only the lines where a filter matches (or whose text may not be a part of them)."""
-    if filters is None:
-        _find_lines(window, lit, starts)
-        return
-    find, rfind, size = window.find, window.rfind, len(window)
-    pos = find(lit)
-    while pos != -1:
-        s = rfind(b"\n", 0, pos) + 1
-        e = find(b"\n", pos)
-        end = e if e != -1 else size
-        if _line_may_match(window[s:end], filters):
-            starts.add(s)
-        if e == -1:
-            break
-        pos = find(lit, e)
 
 
 def _line_may_match(raw: bytes, filters: list) -> bool:
@@ -606,21 +513,16 @@ def _make_engine(literals: list[bytes], backend: str):
     return _PythonPresence(literals)
 
 
-_TEXT_PRESENCE: dict[tuple[bytes, ...], Callable[[bytes], list[int]] | None] = {}
-
-
-def text_presence(literals: list[bytes]) -> Callable[[bytes], list[int]] | None:
+@functools.cache
+def text_presence(literals: tuple[bytes, ...]) -> Callable[[bytes], list[int]] | None:
     """Which of ``literals`` occur in one line's text (UTF-8), by a Hyperscan literal database; None without it.
 
     Phase 2 asks this for every distinct candidate text: a loop of ``in`` over hundreds of anchors is the cost
     of thousands of per-rank lines (timeouts naming their rank), one Hyperscan call is not."""
-    key = tuple(literals)
-    if key not in _TEXT_PRESENCE:
-        try:
-            _TEXT_PRESENCE[key] = _HyperscanPresence(literals).present if literals else None
-        except Exception:  # noqa: BLE001 - no Hyperscan: the caller loops over the anchors
-            _TEXT_PRESENCE[key] = None
-    return _TEXT_PRESENCE[key]
+    try:
+        return _HyperscanPresence(list(literals)).present if literals else None
+    except Exception:  # noqa: BLE001 - no Hyperscan: the caller loops over the anchors
+        return None
 
 
 def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],

@@ -19,12 +19,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.model import Finding
-from diagnose.normalize.facts import expand_task_list
+from diagnose.normalize.facts.slurm import expand_task_list
 
 _TASK_HOST = re.compile(r"task(?P<n>\d+)$")  # normalize's name for the node of srun task N
 # torch >= 2.1 "GPU 1 has a total capacity of", torch <= 2.0 "(GPU 1; 79.35 GiB total capacity"
 _OOM_GPU = re.compile(r"\bGPU (?P<gpu>\d+)(?: has a total capacity|; [\d.]+ \w+ total capacity)")
+
+
+def task_ids(tasks: Any) -> list[int]:
+    """srun's ``tasks`` fact as task ids: a rule's named group keeps srun's text (e.g. "0-3,8"), the ``srun_error``
+    parser gives a list."""
+    if isinstance(tasks, str):
+        tasks = expand_task_list(tasks)
+    return [t for t in tasks if isinstance(t, int)] if isinstance(tasks, list) else []
 
 
 def _summary_root(findings: list[Finding]) -> dict[str, Any] | None:
@@ -40,11 +49,8 @@ def _srun_tasks(f: Finding) -> dict[int, str]:
     by the matcher, every hit's (``Finding.task_nodes``)."""
     out: dict[int, str] = {}
     node = f.facts.get("node")
-    tasks = f.facts.get("tasks")
-    if isinstance(tasks, str):
-        tasks = expand_task_list(tasks)
-    if isinstance(node, str) and node and isinstance(tasks, list):
-        out.update((t, node) for t in tasks if isinstance(t, int))
+    if isinstance(node, str) and node:
+        out.update((t, node) for t in task_ids(f.facts.get("tasks")))
     for task, task_node in f.task_nodes.items():
         out.setdefault(task, task_node)
     return out
@@ -53,10 +59,7 @@ def _srun_tasks(f: Finding) -> dict[int, str]:
 def _tasks_are_ranks(findings: list[Finding], torchrun_codes: frozenset[str]) -> bool:
     """srun task ids are global ranks unless torchrun (one launcher task per node) is in the log: a finding of a
     rule only torchrun's agent produces (``launcher = "torchrun"`` in the catalogue) or its failure summary."""
-    for f in findings:
-        if f.rule in torchrun_codes or isinstance(f.facts.get("root_cause"), dict):
-            return False
-    return True
+    return not any(f.rule in torchrun_codes or isinstance(f.facts.get("root_cause"), dict) for f in findings)
 
 
 def _hosts_from_srun(findings: list[Finding], tasks_are_ranks: bool) -> None:
@@ -101,13 +104,8 @@ def attribute_ranks(findings: list[Finding], root_index: int | None, torchrun_co
 
 def _fill_from_facts(findings: list[Finding], tasks_are_ranks: bool) -> None:
     for f in findings:
-        if tasks_are_ranks and not f.ranks and f.facts.get("tasks") is not None:
-            tasks = f.facts["tasks"]
-            if isinstance(tasks, str):  # a rule's named group keeps srun's text, e.g. "0-3,8"
-                tasks = expand_task_list(tasks) or []
-            tasks = [t for t in tasks if isinstance(t, int)] if isinstance(tasks, list) else []
-            if tasks:
-                f.ranks = sorted(set(tasks))
+        if tasks_are_ranks and not f.ranks and (tasks := task_ids(f.facts.get("tasks"))):
+            f.ranks = sorted(set(tasks))
         if not f.hosts and isinstance(f.facts.get("node"), str) and f.facts["node"]:
             f.hosts = [f.facts["node"]]
         if f.facts.get("tasks") is not None and f.count > 1:
@@ -133,11 +131,7 @@ def _summary_for_root(findings: list[Finding], root_index: int | None) -> None:
     if rc is None:
         return
     # Only adopt the summary's rank when it cannot contradict the root's own facts (same local rank if known).
-    local = root.facts.get("local_rank")
-    try:
-        local = int(local) if local is not None else None
-    except (TypeError, ValueError):
-        local = None
+    local = as_int(root.facts.get("local_rank"))
     if local is not None and rc.get("local_rank") is not None and rc.get("local_rank") != local:
         return
     root.ranks = [rc["rank"]]

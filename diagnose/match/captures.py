@@ -221,10 +221,8 @@ class MarkerTracker:
         self._advance(pos_in_window)
         view = self.view
         si = view.source_index if view is not None else -1
-        found = [(occ.start, self.captures[ci].spec.name, occ.line)
-                 for (s, ci), occ in self.latest.items() if s == si]
-        found.sort(key=lambda t: t[0])
-        return [(name, line) for _start, name, line in found]
+        latest = sorted(self.latest.items(), key=lambda kv: kv[1].start)
+        return [(self.captures[ci].spec.name, occ.line) for (s, ci), occ in latest if s == si]
 
     def end(self) -> None:
         if self.view is not None:

@@ -20,12 +20,15 @@ something only when a small minority disagrees (as ``silent_ranks`` does, and wi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.coerce import as_int
+from diagnose.match.hang import ranks_phrase
 from diagnose.model import Finding, rank_runs
+from diagnose.normalize.facts.nccl import last_match
 
 NCCL_TIMEOUT = "nccl_timeout"
 FACT = "collective_groups"  # kept on a finding only while ranks disagree; the summary as JSON
@@ -52,16 +55,11 @@ class CollectiveSummary:
     """Ranks by the collective they reported: O(distinct tuples) entries, each a set of ranks."""
 
     groups: dict[Key, set[int]] = field(default_factory=dict)
-    overflow: int = 0  # hits whose tuple arrived after MAX_TUPLES distinct ones
 
     def add(self, key: Key, rank: int) -> None:
-        ranks = self.groups.get(key)
-        if ranks is None:
-            if len(self.groups) >= MAX_TUPLES:
-                self.overflow += 1
-                return
-            ranks = self.groups[key] = set()
-        ranks.add(rank)
+        """Count ``rank`` under ``key``; a tuple new after MAX_TUPLES distinct ones is dropped."""
+        if key in self.groups or len(self.groups) < MAX_TUPLES:
+            self.groups.setdefault(key, set()).add(rank)
 
 
 def _int(v: Any) -> int | None:
@@ -75,10 +73,8 @@ def collective_key(facts: dict[str, Any], text: str) -> tuple[Key, int | None] |
         return None
     op = facts.get("op_type")
     op = op if isinstance(op, str) and _OP.fullmatch(op) else None
-    prefix = None
     head = text.find("Watchdog caught")
-    for m in _PREFIX.finditer(text, 0, head if head > 0 else min(len(text), 400)):
-        prefix = m  # the last watchdog prefix before the message
+    prefix = last_match(_PREFIX, text, head if head > 0 else min(len(text), 400))  # the watchdog's, before it
     pg = None
     prefix_rank = None
     if prefix is not None:
@@ -129,23 +125,26 @@ def _expand(runs: Any) -> set[int]:
     return out
 
 
+def _entries(findings: Iterable[Finding]) -> Iterator[dict[str, Any]]:
+    """The summary entries the findings carry (malformed ones skipped)."""
+    for f in findings:
+        entries = f.facts.get(FACT)
+        for e in entries if isinstance(entries, list) else ():
+            if isinstance(e, dict):
+                yield e
+
+
 def _pooled(findings: Iterable[Finding]) -> dict[Key, set[int]]:
     """Every NCCL timeout finding's summary merged: tuple -> ranks.
 
     A line without a process group in its prefix (``[Rank 5] ``: torch <= 2.2, and some progress lines of 2.3) is
     taken as the default group's, so it meets the ``[PG 0 Rank 5] `` watchdog line of the same rank."""
     pooled: dict[Key, set[int]] = {}
-    for f in findings:
-        entries = f.facts.get(FACT)
-        if not isinstance(entries, list):
-            continue
-        for e in entries:
-            if not isinstance(e, dict):
-                continue
-            key = tuple(e.get(name) for name in FIELDS)
-            if key[0] is None:
-                key = (0, *key[1:])
-            pooled.setdefault(key, set()).update(_expand(e.get("ranks")))
+    for e in _entries(findings):
+        key = tuple(e.get(name) for name in FIELDS)
+        if key[0] is None:
+            key = (0, *key[1:])
+        pooled.setdefault(key, set()).update(_expand(e.get("ranks")))
     return pooled
 
 
@@ -156,11 +155,8 @@ def _calls_without_group(findings: Iterable[Finding]) -> set[tuple[Any, Any]]:
     collective (a TP group's all-reduce while the data-parallel group waits), not a desync."""
     known: set[tuple[Any, Any]] = set()
     bare: set[tuple[Any, Any]] = set()
-    for f in findings:
-        entries = f.facts.get(FACT)
-        for e in entries if isinstance(entries, list) else ():
-            if isinstance(e, dict):
-                (bare if e.get("pg") is None else known).add((e.get("seq_num"), e.get("op_type")))
+    for e in _entries(findings):
+        (bare if e.get("pg") is None else known).add((e.get("seq_num"), e.get("op_type")))
     return bare - known
 
 
@@ -170,11 +166,7 @@ def _small_minority(odd: int, total: int) -> bool:
 
 def _mode(values: dict[int, Any]) -> tuple[Any, int]:
     """The value most ranks hold and how many hold it (ties: the smaller value, for a stable answer)."""
-    counts: dict[Any, int] = {}
-    for v in values.values():
-        counts[v] = counts.get(v, 0) + 1
-    best = min(counts.items(), key=lambda kv: (-kv[1], repr(kv[0])))
-    return best
+    return min(Counter(values.values()).items(), key=lambda kv: (-kv[1], repr(kv[0])))
 
 
 def find_stragglers(pooled: dict[Key, set[int]], pg: Any) -> dict[str, Any] | None:
@@ -220,10 +212,7 @@ def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int],
             called.setdefault(r, set()).add((seq, op))
     if len(called) < 3:
         return None
-    holders: dict[tuple[int, str], int] = {}
-    for calls in called.values():
-        for c in calls:
-            holders[c] = holders.get(c, 0) + 1
+    holders = Counter(c for calls in called.values() for c in calls)
     (seq, op), count = min(holders.items(), key=lambda kv: (-kv[1], kv[0]))
     # A rank that also reported the majority's collective is in step (an unprefixed line of another group, say).
     unknown_group = unknown_group or set()
@@ -241,14 +230,11 @@ def find_desync(pooled: dict[Key, set[int]], pg: Any, skip: set[int],
     }
 
 
-def _who(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(rank_runs(ranks))
-
-
 def desync_sentence(d: dict[str, Any]) -> str:
     """"rank 17 timed out on SeqNum 813 (ALLGATHER) while 63 ranks waited on SeqNum 812 (ALLREDUCE): ..."."""
     calls = d.get("calls") or []
-    parts = [f"{_who(c['ranks'])} timed out on SeqNum {c['seq_num']} ({c['op_type']})" for c in calls[:MAX_CLAUSES]]
+    parts = [f"{ranks_phrase(c['ranks'])} timed out on SeqNum {c['seq_num']} ({c['op_type']})"
+             for c in calls[:MAX_CLAUSES]]
     if len(calls) > MAX_CLAUSES:
         more = len(calls) - MAX_CLAUSES
         parts.append(f"{more} more rank group{'s' if more > 1 else ''} on other collectives")
@@ -260,21 +246,17 @@ def straggler_sentence(s: dict[str, Any]) -> str:
     """"rank 40 never enqueued SeqNum 812: it did not reach the collective (straggler)"."""
     ranks = s["ranks"]
     they = "it" if len(ranks) == 1 else "they"
-    return (f"{_who(ranks)} never enqueued SeqNum {s['seq_num']}: {they} did not reach the collective "
+    return (f"{ranks_phrase(ranks)} never enqueued SeqNum {s['seq_num']}: {they} did not reach the collective "
             f"(straggler)")
 
 
 def skew_sentences(facts: dict[str, Any]) -> list[str]:
     """The sentences the ``stragglers`` and ``desync`` facts stand for (malformed facts say nothing)."""
-    out = []
     try:
-        for s in facts.get(FACT_STRAGGLERS) or []:
-            out.append(straggler_sentence(s))
-        for d in facts.get(FACT_DESYNC) or []:
-            out.append(desync_sentence(d))
+        return ([straggler_sentence(s) for s in facts.get(FACT_STRAGGLERS) or []]
+                + [desync_sentence(d) for d in facts.get(FACT_DESYNC) or []])
     except (TypeError, KeyError, AttributeError):
         return []
-    return out
 
 
 def mark_collective_skew(findings: list[Finding], root_index: int | None) -> None:
@@ -291,20 +273,10 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
         f.facts.pop(FACT, None)
     if not pooled:
         return
-    stragglers: list[dict[str, Any]] = []
-    desyncs: list[dict[str, Any]] = []
-    behind: set[int] = set()
     pgs = sorted({k[0] for k in pooled}, key=lambda p: (not isinstance(p, int), p if isinstance(p, int) else 0))
-    for pg in pgs:
-        s = find_stragglers(pooled, pg)
-        if s is not None:
-            stragglers.append(s)
-            behind.update(s["ranks"])
-    for pg in pgs:
-        # a straggler's own timeout on an earlier SeqNum is no desync
-        d = find_desync(pooled, pg, behind, unknown_group)
-        if d is not None:
-            desyncs.append(d)
+    stragglers = [s for pg in pgs if (s := find_stragglers(pooled, pg)) is not None]
+    behind = {r for s in stragglers for r in s["ranks"]}  # a straggler's own timeout on an earlier SeqNum: no desync
+    desyncs = [d for pg in pgs if (d := find_desync(pooled, pg, behind, unknown_group)) is not None]
     if not stragglers and not desyncs:
         return
     lead = root_index if root_index in timeouts else timeouts[0]

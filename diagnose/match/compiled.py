@@ -75,33 +75,26 @@ class Compiled:
     warnings: list[str] = field(default_factory=list)
 
 
-def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None, lazy: bool = False) -> Compiled:
-    """``lazy``: compile each rule's regex on first use: only for rules already checked to compile
-    (``load_catalogue`` checks every regex it reads, or read it from a file cached after that check)."""
+def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None) -> Compiled:
+    """Each rule's regex is compiled on first use (``load_catalogue`` checked every regex it read, or read it from
+    a file cached after that check; a rule built otherwise whose regex fails is switched off with a warning then)."""
     warnings: list[str] = []
     anchor_index: dict[str, int] = {}
     rules_by_anchor: list[list[int]] = []
+    anchor_patterns: list[list[str]] = []  # anchor index -> the distinct regexes having it
 
     def anchor_id(a: str) -> int:
         if a not in anchor_index:
             anchor_index[a] = len(anchor_index)
             rules_by_anchor.append([])
+            anchor_patterns.append([])
         return anchor_index[a]
 
     compiled_rules: list[CompiledRule] = []
     for rule in catalogue.rules:
         if rule.input != "log":  # a slurm_job rule reads a job's Slurm record, never a line
             continue
-        patterns = []
-        try:
-            for rp in rule.patterns:
-                cp = CompiledPattern(rp.anchor, rp.regex)
-                if not lazy:
-                    cp.regex  # noqa: B018 - compiled now, so that a broken regex is reported before the scan
-                patterns.append(cp)
-        except (regex.error, TypeError, ValueError) as e:
-            warnings.append(f"rule {rule.code}: regex does not compile ({e}); rule skipped")
-            continue
+        patterns = [CompiledPattern(rp.anchor, rp.regex) for rp in rule.patterns]
         ctx = rule.context
         cr = CompiledRule(
             index=len(compiled_rules),
@@ -111,9 +104,11 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         )
         compiled_rules.append(cr)
         for p in patterns:
-            ids = rules_by_anchor[anchor_id(p.anchor)]
-            if cr.index not in ids:
-                ids.append(cr.index)
+            i = anchor_id(p.anchor)
+            if cr.index not in rules_by_anchor[i]:
+                rules_by_anchor[i].append(cr.index)
+            if p.source not in anchor_patterns[i]:
+                anchor_patterns[i].append(p.source)
 
     compiled_captures: list[CompiledCapture] = []
     for spec in captures or []:
@@ -127,37 +122,25 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             except (regex.error, TypeError, ValueError) as e:
                 warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
                 continue
-        loose = None
-        if spec.regex:
-            loosened = loosen(spec.regex)
-            if loosened is not None:
-                try:
-                    loose = regex.compile(loosened)
-                except (regex.error, TypeError, ValueError):
-                    loose = None
-        window_rx = None
+        loose = window_rx = None
         loosened = loosen(spec.regex) if spec.regex else None
         if loosened is not None:
             try:
+                loose = regex.compile(loosened)
+            except (regex.error, TypeError, ValueError):
+                pass
+            try:
                 window_rx = re.compile(loosened.encode("ascii"))
             except (re.error, ValueError):
-                window_rx = None
+                pass
         compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8"), loose, window_rx))
 
     anchors = list(anchor_index)
-    literals = [a.encode("utf-8") for a in anchors]
-    anchor_patterns: list[list[str]] = [[] for _ in anchors]
-    for cr in compiled_rules:
-        for cpat in cr.patterns:
-            source = cpat.source
-            bucket = anchor_patterns[anchor_index[cpat.anchor]]
-            if source not in bucket:
-                bucket.append(source)
     return Compiled(
         rules=compiled_rules,
         captures=compiled_captures,
         anchors=anchors,
-        literals=literals,
+        literals=[a.encode("utf-8") for a in anchors],
         anchor_patterns=anchor_patterns,
         rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
         warnings=warnings,

@@ -11,12 +11,13 @@ normalised lines.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import regex
 
+from diagnose.coerce import as_int
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
@@ -221,19 +222,13 @@ class Matcher:
         if entry is not None:
             return entry
         c = self.c
-        rule_ids: set[int] = set()
         if allowed is not None:
-            anchors, by_anchor = c.anchors, c.rules_by_anchor
-            for i in allowed:
-                if anchors[i] in text:
-                    rule_ids.update(by_anchor[i])
+            present = [i for i in allowed if c.anchors[i] in text]
         elif self.presence is not None:
-            for i in self.presence(text.encode("utf-8", "surrogatepass")):
-                rule_ids.update(c.rules_by_anchor[i])
+            present = self.presence(text.encode("utf-8", "surrogatepass"))
         else:
-            for i, a in enumerate(c.anchors):
-                if a in text:
-                    rule_ids.update(c.rules_by_anchor[i])
+            present = [i for i, a in enumerate(c.anchors) if a in text]
+        rule_ids = {ri for i in present for ri in c.rules_by_anchor[i]}
         matches: list[tuple[CompiledRule, dict, str, int]] = []
         for ri in sorted(rule_ids, reverse=True):
             cr = c.rules[ri]
@@ -504,11 +499,6 @@ def scan_window(phase1: Phase1, offset: int, w: bytes, count: Callable[[bytes, i
                         bool(captures) and phase1.ascii, phase1.present_anchors)
 
 
-def _serial_results(buf, phase1: Phase1, window_size: int, count=_bytes_count) -> Iterator[WindowResult]:
-    for offset, w in windows(buf, window_size):
-        yield scan_window(phase1, offset, w, count)
-
-
 def scan(
     sources: list,
     compiled: Compiled,
@@ -526,14 +516,13 @@ def scan(
     capture_literals = [cc.literal for cc in compiled.captures]
     total_bytes = sum(len(s.buffer) for s in sources)
     backend = resolve_backend(backend)
-    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend,
-                        combined=total_bytes >= COMBINED_MIN_BYTES)
+    big = total_bytes >= COMBINED_MIN_BYTES
+    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend, combined=big)
     phase_names = {spec.name for spec in PHASE_CAPTURES}
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
     collector = BlockCollector(compiled.captures)
-    big = total_bytes >= COMBINED_MIN_BYTES
-    presence = text_presence(compiled.literals) if big and backend in ("auto", "hyperscan") else None
+    presence = text_presence(tuple(compiled.literals)) if big and backend in ("auto", "hyperscan") else None
     matcher = Matcher(compiled, warnings, markers, presence)
     count = (numpy_counter() if total_bytes >= NUMPY_MIN_BYTES else None) or _bytes_count
     done = 0
@@ -546,12 +535,11 @@ def scan(
         index = LineIndex(buf)
         rank_hint = getattr(source, "rank_hint", None)
         lines_before = 0
-        last_byte_nl = True
         released = 0
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
             results = parallel.results(buf, phase1, window_size, jobs, count)
         else:
-            results = _serial_results(buf, phase1, window_size, count)
+            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size))
         for r in results:
             offset = r.offset
             for k, before in enumerate(r.checkpoints):
@@ -572,12 +560,11 @@ def scan(
             lines_before += r.newlines
             done += r.length
             released = _release(buf, released, window_end)
-            if r.length:
-                last_byte_nl = buf[window_end - 1 : window_end] == b"\n"
             if progress is not None:
                 progress(done, total_bytes)
         size = len(buf)
-        infos.append(InputInfo(source.path, size, lines_before + (0 if last_byte_nl or size == 0 else 1)))
+        unterminated = size > 0 and buf[size - 1 : size] != b"\n"  # a last line without a newline counts too
+        infos.append(InputInfo(source.path, size, lines_before + unterminated))
     blocks = materialise(collector, readers)
     _first_iteration_across_files(matcher.hits, markers, compiled, sources)
     return matcher.hits, blocks, infos
@@ -613,11 +600,8 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     are the job's first collectives whatever the other files say."""
     old = hit.rule.rule.code
     new = by_code.get(hit.rule.rule.during_training) if hit.rule.rule.during_training else None
-    try:
-        seq = int(hit.facts["seq_num"])
-    except (KeyError, TypeError, ValueError):
-        return
-    if new is None or seq < 100:
+    seq = as_int(hit.facts.get("seq_num"))
+    if new is None or seq is None or seq < 100:
         return
     hit.rule = new
     hit.phase = new.rule.phase if new.rule.phase != "auto" else "training"

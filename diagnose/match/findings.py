@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from diagnose.inert import inert, shorten
 from diagnose.match import collective_skew
+from diagnose.match.attribution import task_ids
 from diagnose.match.engine import Hit
 from diagnose.match.inference import infer
 from diagnose.match.rules import Inference
 from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
-from diagnose.normalize.facts import expand_task_list
 
 EVIDENCE_KEPT = 3
 EVIDENCE_CHARS = 500
@@ -75,18 +75,13 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
 def _note_srun_tasks(f: Finding, facts: dict) -> None:
     """Remember which node each srun task ran on, from this hit's own facts (a rule's named groups keep srun's
     text, e.g. "0-3,8"; the ``srun_error`` parser gives a list), so that no line is lost to the evidence limit."""
-    node, tasks = facts.get("node"), facts.get("tasks")
-    if not isinstance(node, str) or not node or tasks is None:
+    node = facts.get("node")
+    if not isinstance(node, str) or not node:
         return
-    if isinstance(tasks, str):
-        tasks = expand_task_list(tasks)
-    if not isinstance(tasks, list):
-        return
-    for t in tasks:
+    for t in task_ids(facts.get("tasks")):
         if len(f.task_nodes) >= MAX_TASK_NODES:
             return
-        if isinstance(t, int):
-            f.task_nodes.setdefault(t, node)
+        f.task_nodes.setdefault(t, node)
 
 
 def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:

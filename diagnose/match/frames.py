@@ -24,11 +24,7 @@ def _frames_of(tb: Traceback, path: str) -> list[LogLine]:
     out: list[LogLine] = []
     for t in [*tb.groups, *tb.chain, tb]:
         for fr in t.frames:
-            text = fr.text
-            if fr.log_line is not None:
-                out.append(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=text))
-            else:
-                out.append(LogLine(path=path, lineno=0, raw=text, text=text))
+            out.append(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text))
         for cpp in t.cpp_frames:
             out.append(LogLine(path=path, lineno=0, raw=cpp, text=cpp))
     return out

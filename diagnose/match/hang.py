@@ -214,11 +214,7 @@ def _diverge(g: _Group, by_rank: dict[int, FrDump]) -> _Divergence | None:
 
 
 def _majority(ops: list[str]) -> str:
-    if not ops:
-        return ""
-    counts = Counter(ops)
-    best = max(counts.values())
-    return next(o for o in ops if counts[o] == best)  # ties: the lowest rank's
+    return Counter(ops).most_common(1)[0][0] if ops else ""  # ties: the first (the lowest rank's)
 
 
 def _key(sizes: list[list[int]]) -> tuple:
@@ -229,10 +225,7 @@ def _majority_sizes(entries: dict[int, FrEntry]) -> list[list[int]]:
     if not entries:
         return []
     keys = [_key(e.input_sizes) for _, e in sorted(entries.items())]
-    counts = Counter(keys)
-    best = max(counts.values())
-    chosen = next(k for k in keys if counts[k] == best)
-    return [list(s) for s in chosen]
+    return [list(s) for s in Counter(keys).most_common(1)[0][0]]
 
 
 def _done(g: _Group, rank: int, e: FrEntry) -> bool:
@@ -248,9 +241,9 @@ def _rank(rank: int, role: str, seqs: dict[int, FrEntry], seq: int) -> HangRank:
 # ------------------------------------------------------------------------------------------ sentence
 
 
-def _ranks(ranks: list[int]) -> str:
-    runs = rank_runs(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
+def ranks_phrase(ranks: list[int]) -> str:
+    """``rank 3`` or ``ranks 0-7, 9``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(rank_runs(ranks))
 
 
 def _group_name(g: _Group) -> str:
@@ -259,40 +252,35 @@ def _group_name(g: _Group) -> str:
 
 def _sentence(d: _Divergence) -> str:
     op = f"{short_op(d.op)} #{d.seq} of {_group_name(d.group)}"
-    waiting = (f"{_ranks(d.waiting)} {'waits' if len(d.waiting) == 1 else 'wait'} in it" if d.waiting
+    waiting = (f"{ranks_phrase(d.waiting)} {'waits' if len(d.waiting) == 1 else 'wait'} in it" if d.waiting
                else "no rank entered it")
-    by_role: dict[str, list[HangRank]] = {}
-    for c in d.culprits:
-        by_role.setdefault(c.role, []).append(c)
+    odd = [c for c in d.culprits if c.role == d.kind]  # the stalled, desynced or mismatched ranks
     parts = []
     if d.kind == "stalled":
-        stalled = by_role["stalled"]
-        first = stalled[0]
+        first = odd[0]
         where = f"{first.last_op} #{first.last_seq}" if first.last_op else "nothing in this group"
         at = f" at {first.frame}" if first.frame else ""
-        who = _ranks([c.rank for c in stalled]).capitalize()
+        who = ranks_phrase([c.rank for c in odd]).capitalize()
         parts.append(f"{who} never entered {op} ({waiting}); last collective there: {where}{at}.")
     elif d.kind == "desync":
-        odd = by_role["desync"]
         others = ", ".join(sorted({f"{c.last_op} {c.last_sizes}" for c in odd})[:3])
-        parts.append(f"Desync: {_ranks([c.rank for c in odd])} called {others} as collective #{d.seq} of "
-                     f"{_group_name(d.group)} where {_ranks(d.waiting)} called {short_op(d.op)} {d.sizes}.")
+        parts.append(f"Desync: {ranks_phrase([c.rank for c in odd])} called {others} as collective #{d.seq} of "
+                     f"{_group_name(d.group)} where {ranks_phrase(d.waiting)} called {short_op(d.op)} {d.sizes}.")
     elif d.kind == "size_mismatch":
-        odd = by_role["size_mismatch"]
         sizes = ", ".join(sorted({str(c.last_sizes) for c in odd})[:3])
-        parts.append(f"Size mismatch: {_ranks([c.rank for c in odd])} called {op} with input sizes {sizes} "
-                     f"where {_ranks([r for r in d.waiting if r not in {c.rank for c in odd}])} used {d.sizes}.")
+        parts.append(f"Size mismatch: {ranks_phrase([c.rank for c in odd])} called {op} with input sizes {sizes} "
+                     f"where {ranks_phrase([r for r in d.waiting if r not in {c.rank for c in odd}])} used {d.sizes}.")
     elif d.kind == "dead_rank":
         verb = "waits" if len(d.waiting) == 1 else "wait"
-        parts.append(f"{_ranks(d.missing).capitalize()} left no flight-recorder dump (dead, killed, or its node "
-                     f"gone) while {_ranks(d.waiting)} {verb} in {op}.")
+        parts.append(f"{ranks_phrase(d.missing).capitalize()} left no flight-recorder dump (dead, killed, or its node "
+                     f"gone) while {ranks_phrase(d.waiting)} {verb} in {op}.")
     else:
-        who = f"Every rank ({_ranks(d.waiting)})" if len(d.waiting) > 1 else _ranks(d.waiting).capitalize()
+        who = f"Every rank ({ranks_phrase(d.waiting)})" if len(d.waiting) > 1 else ranks_phrase(d.waiting).capitalize()
         done = "none completed it" if len(d.waiting) > 1 else "it never completed"
         parts.append(f"{who} entered {op} and {done}: the collective itself is stuck (network, GPU, or a kernel "
                      "queued before it on the stream).")
     if d.missing and d.kind != "dead_rank":
-        parts.append(f"No dump from {_ranks(d.missing)}.")
+        parts.append(f"No dump from {ranks_phrase(d.missing)}.")
     return " ".join(parts)
 
 

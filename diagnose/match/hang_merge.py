@@ -9,7 +9,7 @@ its lines join the hang's evidence.
 
 from __future__ import annotations
 
-from diagnose.match.hang import short_op
+from diagnose.match.hang import ranks_phrase, short_op
 from diagnose.model import Evidence, Finding, Fix, HangReport, Report, rank_runs
 
 _GENERIC = {"nccl_timeout", "nccl_error", "launcher", "other"}
@@ -68,13 +68,11 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
                                  text=f"rank {c.rank} ({c.role}): last collective {c.last_op} #{c.last_seq} "
                                       f"{c.last_sizes}{where}"))
     if hang.waiting_ranks:
-        first = hang.waiting_ranks[0]
-        evidence.append(Evidence(path=by_rank.get(first, ""), line=0,
-                                 text=f"{_ranks(hang.waiting_ranks)} entered {hang.op} #{hang.seq} of group "
+        evidence.append(Evidence(path=by_rank.get(hang.waiting_ranks[0], ""), line=0,
+                                 text=f"{ranks_phrase(hang.waiting_ranks)} entered {hang.op} #{hang.seq} of group "
                                       f"{hang.group} ({hang.group_desc}) {hang.input_sizes}"))
     if log_root is not None:
         evidence.extend(log_root.evidence[: max(0, MAX_EVIDENCE - len(evidence))])
-    title = _title(hang)
     facts = {
         "source": "flight_recorder",
         "kind": hang.kind,
@@ -92,7 +90,7 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
     return Finding(
         rule=code,
         name=slug,
-        title=title,
+        title=_title(hang),
         category="nccl_timeout",
         phase=log_root.phase if log_root is not None and log_root.category in _GENERIC else "unknown",
         severity="error",
@@ -108,14 +106,10 @@ def hang_finding(hang: HangReport, log_root: Finding | None) -> Finding | None:
     )
 
 
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(rank_runs(ranks))
-
-
 def _title(hang: HangReport) -> str:
     """A short headline per kind (the summary sentence is the explanation's first paragraph)."""
     op = f"{short_op(hang.op or '')} #{hang.seq}"
-    odd = _ranks([c.rank for c in hang.culprits if c.role != "no_dump"])
+    odd = ranks_phrase([c.rank for c in hang.culprits if c.role != "no_dump"])
     if hang.kind == "stalled":
         return f"Hang: {odd} never entered {op}, which the others wait in"
     if hang.kind == "desync":
@@ -124,7 +118,7 @@ def _title(hang: HangReport) -> str:
     if hang.kind == "size_mismatch":
         return f"Hang: size mismatch, {odd} called {op} with other tensor sizes"
     if hang.kind == "dead_rank":
-        return f"Hang: {_ranks(hang.missing_dumps)} left no dump while the others wait in {op}"
+        return f"Hang: {ranks_phrase(hang.missing_dumps)} left no dump while the others wait in {op}"
     return f"Hang: {op} was entered and never completed"
 
 

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import regex
 
-from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
+from diagnose.normalize.facts import PARSERS
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
 USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
@@ -77,36 +78,24 @@ def load_for_lint(
 ) -> tuple[Catalogue, list[LintProblem]]:
     """Load like ``load_catalogue`` but keep going past a broken file, reporting it as a problem.
 
-    A folder that does not exist is a usage error (``DiagnoseError``), not a lint problem.
+    A folder that does not exist (or a FIFO, a device) is a usage error (``DiagnoseError``), not a lint problem.
     """
-    dirs: list[Path] = [default_rules_dir()] if include_default else []
-    for d in extra_dirs:
-        p = Path(d)
-        if not p.exists():
-            raise DiagnoseError(f"rules folder {d}: does not exist")
-        dirs.append(p)
     rules: list[Rule] = []
     problems: list[LintProblem] = []
-    for d in dirs:
-        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
-        if d.is_dir() and not files:
+    for d, files in rule_files(extra_dirs, include_default):
+        if not files:
             problems.append(LintProblem("error", str(d), None, "has no *.toml files"))
         for f in files:
             try:
-                loaded, errors = load_rule_file(f)
+                loaded, errors, _ = load_rule_file(f)
             except DiagnoseError as e:
-                problems.append(LintProblem("error", str(f), None, _strip_prefix(str(e), f)))
+                problems.append(LintProblem("error", str(f), None, str(e).removeprefix(f"rules file {f}: ")))
                 continue
             rules.extend(loaded)
             problems.extend(_loader_problem(msg, str(f)) for msg in errors)
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules, []), problems
-
-
-def _strip_prefix(message: str, path: Path) -> str:
-    prefix = f"rules file {path}: "
-    return message[len(prefix):] if message.startswith(prefix) else message
 
 
 def _loader_problem(message: str, source: str) -> LintProblem:
@@ -134,12 +123,11 @@ def lint(
     problems += _duplicates(catalogue)
     problems += _code_ranges(catalogue, retired_codes())
     problems += _rule_references(catalogue)
-    parsers = _parser_names()
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
             continue
         strict = strict_sources is None or rule.source in strict_sources
-        problems += _lint_rule(rule, strict, parsers)
+        problems += _lint_rule(rule, strict)
     if run_examples:
         problems += _run_examples(catalogue, only_sources)
     if only_sources is not None:
@@ -219,14 +207,6 @@ def _rule_references(catalogue: Catalogue) -> list[LintProblem]:
     return out
 
 
-def _parser_names() -> set[str] | None:
-    try:
-        from diagnose.normalize.facts import PARSERS
-    except Exception:  # noqa: BLE001 - the normalize stage missing: parser names cannot be checked
-        return None
-    return set(PARSERS)
-
-
 def _compile_re2(pattern: str) -> str | None:
     """None when RE2 accepts the pattern (or RE2 is not installed), else its complaint."""
     try:
@@ -280,7 +260,7 @@ def mandatory_literals(pattern: str) -> list[str] | None:
     return runs
 
 
-def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintProblem]:
+def _lint_rule(rule: Rule, strict: bool) -> list[LintProblem]:
     out: list[LintProblem] = []
 
     def err(msg: str, severity: str = "error") -> None:
@@ -297,8 +277,8 @@ def _lint_rule(rule: Rule, strict: bool, parsers: set[str] | None) -> list[LintP
     for link in rule.links:
         if not link.startswith("https://"):
             err(f"link {link!r} is not an https:// URL")
-    if rule.parser and parsers is not None and rule.parser not in parsers:
-        err(f"parser {rule.parser!r} is not one of {', '.join(sorted(parsers))}")
+    if rule.parser and rule.parser not in PARSERS:
+        err(f"parser {rule.parser!r} is not one of {', '.join(sorted(PARSERS))}")
     if rule.implies is not None:
         _lint_implies(rule, err)
     if not rule.examples_match:
@@ -374,48 +354,34 @@ def _lint_implies(rule: Rule, err) -> None:
 
 
 def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[LintProblem]:
-    """Every example through ``match_text`` with the whole catalogue, as a user's log would go."""
-    from diagnose.match import match_text
-
+    """Every example run for real, as a user's log (or Slurm record) would go."""
     out: list[LintProblem] = []
     for rule in catalogue.rules:
         if only_sources is not None and rule.source not in only_sources:
             continue
-        if rule.input == "slurm_job":
-            out += _run_slurm_examples(rule)
-            continue
         for n, example in enumerate(rule.examples_match, 1):
-            codes = _codes(match_text, example, catalogue)
+            codes = _codes(rule, example, catalogue)
             if rule.code not in codes:
                 got = ", ".join(codes) or "nothing"
                 out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
         for n, example in enumerate(rule.examples_no_match, 1):
-            if rule.code in _codes(match_text, example, catalogue):
+            if rule.code in _codes(rule, example, catalogue):
                 out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
     return out
 
 
-def _run_slurm_examples(rule: Rule) -> list[LintProblem]:
-    """A slurm_job rule's examples are ``scontrol show job`` records: run them through the Slurm findings."""
-    from diagnose.ingest.slurm.findings import findings_of_scontrol
+def _codes(rule: Rule, example: str, catalogue: Catalogue) -> list[str]:
+    """The codes an example produces: a slurm_job rule's examples are ``scontrol show job`` records, run through the
+    Slurm findings; a log rule's go through ``match_text`` with the whole catalogue."""
+    if rule.input == "slurm_job":
+        from diagnose.ingest.slurm.findings import findings_of_scontrol
 
-    out: list[LintProblem] = []
-    for n, example in enumerate(rule.examples_match, 1):
-        codes = [f.rule for f in findings_of_scontrol(example)]
-        if rule.code not in codes:
-            got = ", ".join(codes) or "nothing"
-            out.append(LintProblem("error", rule.source, rule.code, f"match example {n} is not found (got {got})"))
-    for n, example in enumerate(rule.examples_no_match, 1):
-        if rule.code in [f.rule for f in findings_of_scontrol(example)]:
-            out.append(LintProblem("error", rule.source, rule.code, f"no_match example {n} is found"))
-    return out
+        return [f.rule for f in findings_of_scontrol(example)]
+    from diagnose.match import match_text
 
-
-def _codes(match_text, example: str, catalogue: Catalogue) -> list[str]:
     # The pure-Python phase-1 backend gives the same answers as hyperscan/re2 (the engine's own tests hold it to
     # that) without compiling a multi-pattern database per example.
-    report = match_text(example, catalogue, backend="python")
-    return [f.rule for f in report.findings]
+    return [f.rule for f in match_text(example, catalogue, backend="python").findings]
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -54,16 +54,12 @@ def results(buf, phase1, window_size: int, jobs: int, count=None) -> Iterator:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # pragma: no cover - no fork on this platform
         ctx = None
-    if ctx is None or len(parts) < 2:
-        _BUFFER, _PHASE1, _WINDOW, _COUNT = buf, phase1, window_size, count
-        try:
-            for p in parts:
-                yield from _scan_chunk(p)
-        finally:
-            _BUFFER = _PHASE1 = _COUNT = None
-        return
     _BUFFER, _PHASE1, _WINDOW, _COUNT = buf, phase1, window_size, count
     try:
+        if ctx is None or len(parts) < 2:
+            for p in parts:
+                yield from _scan_chunk(p)
+            return
         with ctx.Pool(jobs) as pool:
             for chunk_results in pool.imap(_scan_chunk, parts):
                 yield from chunk_results

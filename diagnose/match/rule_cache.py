@@ -8,12 +8,14 @@ Only files that loaded without a single error are stored. Any doubt (missing, da
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 from typing import Any
 
+from diagnose import __version__
 from diagnose.cache import cache_dir
 
 FORMAT = 1
@@ -24,14 +26,8 @@ def _path(text: str) -> str | None:
     folder = cache_dir()
     if folder is None:
         return None
-    h = hashlib.sha256(f"{FORMAT}\0{_version()}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    h = hashlib.sha256(f"{FORMAT}\0{__version__}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
     return os.path.join(folder, f"rules-{h[:32]}.json")
-
-
-def _version() -> str:
-    from diagnose import __version__
-
-    return str(__version__)
 
 
 def get(text: str) -> dict[str, Any] | None:
@@ -57,30 +53,34 @@ def put(text: str, data: dict[str, Any]) -> None:
             return  # a TOML value JSON cannot carry (a date): not cached
     except (TypeError, ValueError):
         return
+    write_file(path, blob.encode("utf-8"), "rules-", KEEP)
+
+
+def write_file(path: str, data: bytes, prefix: str, keep: int) -> None:
+    """Write a cache entry atomically (two runs at once never see half a file), then keep only the ``keep`` newest
+    entries named ``prefix*`` with ``path``'s extension. A read-only home is fine: it is rebuilt next time."""
     folder = os.path.dirname(path)
+    tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rules-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(blob)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + prefix)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
-        _prune(folder)
+        names = os.listdir(folder)
     except OSError:
-        pass  # a read-only home: parsed again next time
-
-
-def _prune(folder: str) -> None:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return
+    suffix = os.path.splitext(path)[1]
     entries = []
-    for name in os.listdir(folder):
-        if name.startswith("rules-") and name.endswith(".json"):
+    for name in names:
+        if name.startswith(prefix) and name.endswith(suffix):
             p = os.path.join(folder, name)
-            try:
+            with contextlib.suppress(OSError):
                 entries.append((os.stat(p).st_mtime, p))
-            except OSError:
-                continue
     entries.sort(reverse=True)
-    for _m, p in entries[KEEP:]:
-        try:
+    for _m, p in entries[keep:]:
+        with contextlib.suppress(OSError):
             os.unlink(p)
-        except OSError:
-            pass

@@ -17,7 +17,7 @@ turns into a finding, and their examples are ``scontrol show job`` records.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,10 +142,7 @@ class Catalogue:
     inferences: list[Inference] = field(default_factory=list)
 
     def by_code(self, code: str) -> Rule | None:
-        for r in self.rules:
-            if r.code == code:
-                return r
-        return None
+        return next((r for r in self.rules if r.code == code), None)
 
 
 def default_rules_dir() -> Path:
@@ -157,6 +154,20 @@ def default_rules_dir() -> Path:
     raise DiagnoseError("the built-in rules catalogue is missing (reinstall diagnose)")
 
 
+def rule_files(extra_dirs: Iterable[str | Path] | None, include_default: bool) -> list[tuple[Path, list[Path]]]:
+    """The built-in catalogue folder (unless left out), then each of ``extra_dirs``, each with its rules files (a
+    folder's ``*.toml`` in name order; a file is its own)."""
+    dirs: list[Path] = [default_rules_dir()] if include_default else []
+    for d in extra_dirs or []:
+        p = Path(d)
+        if not p.exists():
+            raise DiagnoseError(f"rules folder {d}: does not exist")
+        if not (p.is_dir() or p.is_file()):  # /dev/zero, a FIFO: never a rules file, and reading it would hang
+            raise DiagnoseError(f"rules {d}: not a folder or a .toml file")
+        dirs.append(p)
+    return [(d, [d] if d.is_file() else sorted(d.glob("*.toml"))) for d in dirs]
+
+
 def load_catalogue(
     extra_dirs: Sequence[str | Path] | None = None, include_default: bool = True, strict: bool = False
 ) -> Catalogue:
@@ -166,23 +177,14 @@ def load_catalogue(
     to run, and a report made without them would look clean. ``rules lint`` and ``rules list`` load leniently and
     show every problem.
     """
-    dirs: list[Path] = [default_rules_dir()] if include_default else []
-    for d in extra_dirs or []:
-        p = Path(d)
-        if not p.exists():
-            raise DiagnoseError(f"rules folder {d}: does not exist")
-        if not (p.is_dir() or p.is_file()):  # /dev/zero, a FIFO: never a rules file, and reading it would hang
-            raise DiagnoseError(f"rules {d}: not a folder or a .toml file")
-        dirs.append(p)
     rules: list[Rule] = []
     errors: list[str] = []
     inferences: list[Inference] = []
-    for d in dirs:
-        files = [d] if d.is_file() else sorted(d.glob("*.toml"))
-        if d.is_dir() and not files:
+    for d, files in rule_files(extra_dirs, include_default):
+        if not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
         for f in files:
-            loaded, errs, infs = load_rule_file_all(f)
+            loaded, errs, infs = load_rule_file(f)
             rules.extend(loaded)
             errors.extend(errs)
             inferences.extend(infs)
@@ -198,12 +200,7 @@ def load_catalogue(
     return Catalogue(rules, errors, inferences)
 
 
-def load_rule_file(path: Path) -> tuple[list[Rule], list[str]]:
-    rules, errors, _ = load_rule_file_all(path)
-    return rules, errors
-
-
-def load_rule_file_all(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
+def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
     """The rules, the problems found, and the ``[[infer]]`` tables of one catalogue file."""
     from diagnose.match import rule_cache
 
@@ -313,6 +310,13 @@ def _need(raw: dict, key: str, kind: type) -> Any:
     return v
 
 
+def _one_of(raw: dict, key: str, default: str, allowed: Sequence[str], name: str = "") -> Any:
+    value = raw.get(key, default)
+    if value not in allowed:
+        raise ValueError(f"{name or key} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _str_list(raw: dict, key: str) -> list[str]:
     v = raw.get(key, [])
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -327,12 +331,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     category = _need(raw, "category", str)
     if category not in CATEGORIES:
         raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
-    severity = raw.get("severity", "error")
-    if severity not in SEVERITIES:
-        raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
-    role = raw.get("role", "root")
-    if role not in ROLES:
-        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    severity = _one_of(raw, "severity", "error", SEVERITIES)
+    role = _one_of(raw, "role", "root", ROLES)
     phase = raw.get("phase", "auto")
     if phase != "auto" and phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
@@ -341,9 +341,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         raise ValueError("phase_when_unknown needs phase = \"auto\" and one of " + ", ".join(PHASES) + " but 'unknown'")
     confidence = _confidence(raw, 0.8)
 
-    kind = raw.get("input", "log")
-    if kind not in INPUTS:
-        raise ValueError(f"input {kind!r} is not one of {', '.join(INPUTS)}")
+    kind = _one_of(raw, "input", "log", INPUTS)
     outcome = raw.get("slurm_outcome", "")
     if kind == "slurm_job":
         if outcome not in SLURM_OUTCOMES:
@@ -377,9 +375,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):
         raise ValueError("'fix' must be a table")
-    safety = fix_raw.get("safety", "manual")
-    if safety not in SAFETIES:
-        raise ValueError(f"fix.safety {safety!r} is not one of {', '.join(SAFETIES)}")
+    safety = _one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
     overrides = []
     for o in fix_raw.get("overrides", []):
         if not isinstance(o, dict) or not isinstance(o.get("key"), str) or "value" not in o:
@@ -419,9 +415,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     parser = raw.get("parser")
     if parser is not None and not isinstance(parser, str):
         raise ValueError("'parser' must be a string")
-    tier = raw.get("tier", "generic" if category == "other" else "specific")
-    if tier not in TIERS:
-        raise ValueError(f"tier {tier!r} is not one of {', '.join(TIERS)}")
+    tier = _one_of(raw, "tier", "generic" if category == "other" else "specific", TIERS)
 
     return Rule(
         code=code,
@@ -444,7 +438,6 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         examples_match=_str_list(ex, "match"),
         examples_no_match=_str_list(ex, "no_match"),
         source=source,
-
         tier=tier,
         input=kind,
         slurm_outcome=outcome,

@@ -12,10 +12,9 @@ every absent rank a "culprit").
 
 from __future__ import annotations
 
-from typing import Any
-
 from diagnose.coerce import as_int
-from diagnose.model import Finding, rank_runs
+from diagnose.match.hang import ranks_phrase
+from diagnose.model import Finding
 
 NCCL_TIMEOUT = "nccl_timeout"
 MAX_WORLD = 1 << 17  # beyond this a world_size fact is not believed (and the set difference stays cheap)
@@ -23,13 +22,9 @@ MAX_SILENT = 64  # never name more ranks than this
 FACT = "silent_ranks"
 
 
-def _as_int(v: Any) -> int | None:
-    return as_int(v, negative=False)
-
-
 def world_size(findings: list[Finding]) -> int | None:
     """The job's world size: a stated ``world_size`` fact wins, else the highest rank seen + 1."""
-    stated = [w for f in findings if (w := _as_int(f.facts.get("world_size"))) is not None and 0 < w <= MAX_WORLD]
+    stated = [w for f in findings if (w := as_int(f.facts.get("world_size"))) is not None and 0 < w <= MAX_WORLD]
     highest = max((r for f in findings for r in f.ranks if isinstance(r, int) and 0 <= r < MAX_WORLD), default=None)
     if stated:
         w = max(stated)
@@ -49,12 +44,8 @@ def silent_ranks(reported: set[int], world: int) -> list[int]:
 
 def silent_sentence(ranks: list[int]) -> str:
     """"rank 8 did not report the timeout: it is the likely culprit (stuck, or died without a trace)"."""
-    if len(ranks) == 1:
-        return (f"rank {ranks[0]} did not report the timeout: it is the likely culprit "
-                f"(stuck, or died without a trace)")
-    runs = ", ".join(rank_runs(ranks))
-    return (f"ranks {runs} did not report the timeout: they are the likely culprits "
-            f"(stuck, or died without a trace)")
+    they = "it is the likely culprit" if len(ranks) == 1 else "they are the likely culprits"
+    return f"{ranks_phrase(ranks)} did not report the timeout: {they} (stuck, or died without a trace)"
 
 
 def mark_silent_ranks(findings: list[Finding], root_index: int | None) -> None:

@@ -97,32 +97,33 @@ def collapse_carriage_returns(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- prefixes
 
 # Every layer is tried at the current position with ``match``; alternatives share one compiled pattern so the
-# common "no prefix" case costs one failed match.
+# common "no prefix" case costs one failed match. Each alternative ends in an empty group ``k_<layer>``: the last
+# group a match closes (``Match.lastgroup``) names the layer.
 _LAYER = re.compile(
     r"""
-      \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:                 # [default0]: [rank3]: [trainer1]:
-    | \[(?P<mpi_job>\d{1,9}),(?P<mpi_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?                # mpirun --tag-output
+      \[(?P<role>[A-Za-z_][A-Za-z_]{0,31}?)(?P<role_n>\d{1,9})\]:(?P<k_role>)        # [default0]: [rank3]: [trainer1]:
+    | \[(?P<mpi_job>\d{1,9}),(?P<mpi_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?(?P<k_mpi>)       # mpirun --tag-output
     | (?P<hvd_ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\ (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\ [\ \d]\d
-        \ \d\d:\d\d:\d\d\ \d{4})\[(?P<hvd_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?        # horovodrun ctime[rank]
-    | \[rank:\ (?P<lrank>\d{1,9})\]\ ?                                                # Lightning "[rank: 3] "
-    | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?              # [host:3]:
+        \ \d\d:\d\d:\d\d\ \d{4})\[(?P<hvd_rank>\d{1,9})\]<(?:stdout|stderr)>:\ ?(?P<k_horovod>)  # horovodrun
+    | \[rank:\ (?P<lrank>\d{1,9})\]\ ?(?P<k_lightning>)                                # Lightning "[rank: 3] "
+    | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?(?P<k_bhost>)     # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?              # [E1129 15:25:31.123 file.cpp:683]
+        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?(?P<k_c10_glog>)  # [E1129 15:25:31.123 file.cpp:683]
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?                      # E1129 15:24:33.203000 421 f.py:986]
-    | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?                           # [E ProcessGroupNCCL.cpp:475]
-    | \ *(?P<task>\d{1,6}):\ (?!\d\d:)                                          # srun --label "  3: "
+        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
+    | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?(?P<k_old_glog>)             # [E ProcessGroupNCCL.cpp:475]
+    | \ *(?P<task>\d{1,6}):\ (?!\d\d:)(?P<k_srun>)                                 # srun --label "  3: "
     | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
-        (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?  # [2024-07-25 06:36:18,293] n: [WARNING]
+        (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?(?P<k_logging>)  # [2024-07-25 06:36:18,2]
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
-        (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
-    | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
+        (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?(?P<k_iso>)  # 2024-07-25T
+    | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?(?P<k_nemo>)  # NeMo
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
-        (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
+        (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?\)\ ?(?P<k_ray>)          # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
-        \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<vend>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
-    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\    # pdsh "node017: " + the line as written
+        \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<k_vllm>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
+    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\ (?P<k_pdsh>)  # pdsh "node017: " + the line as written
     """,
     re.VERBOSE,
 )
@@ -184,27 +185,10 @@ def _peel_group_margin(line: LogLine) -> None:
         line.text = line.text[m.end():]
 
 
-# Which layer an alternative of _LAYER is, by the last group it closes (``Match.lastgroup``): one dict lookup
-# instead of probing every named group.
-_KIND_BY_LASTGROUP = {
-    "role_n": "role",
-    "mpi_rank": "mpi",
-    "hvd_rank": "horovod",
-    "lrank": "lightning",
-    "bhost_n": "bhost",
-    "cgtime": "c10_glog",
-    "oglevel": "old_glog",
-    "gtime": "glog",
-    "task": "srun",
-    "pts": "logging",
-    "plog": "logging",
-    "plevel": "logging",
-    "ts": "iso",
-    "tslevel": "iso",
-    "nts": "nemo",
-    "host": "pdsh",
-    "ray_end": "ray",
-    "vend": "vllm",
+# Layers that say a level and a time: the group of the level (when given), the groups of the time (joined by a space).
+_LEVEL_AND_TIME = {
+    "c10_glog": ("cglevel", ("cgdate", "cgtime")), "glog": ("glevel", ("gdate", "gtime")), "old_glog": ("oglevel", ()),
+    "logging": ("plevel", ("pts",)), "iso": ("tslevel", ("ts",)), "nemo": ("nlevel", ("nts",)),
 }
 
 
@@ -223,7 +207,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:
             break
-        kind = _KIND_BY_LASTGROUP.get(m.lastgroup or "")
+        kind = (m.lastgroup or "")[2:]
         g = m.group
         if kind == "role":
             number = int(g("role_n"))
@@ -240,14 +224,12 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             if srun_task is not None or saw_rank or saw_local or line.timestamp is not None:
                 break  # "3: " after other prefixes is message text (e.g. "Failures: 3: ...")
             srun_task = int(g("task"))
-        elif kind == "c10_glog":
-            line.level = g("cglevel")
-            line.timestamp = f"{g('cgdate')} {g('cgtime')}"
-        elif kind == "glog":
-            line.level = g("glevel")
-            line.timestamp = f"{g('gdate')} {g('gtime')}"
-        elif kind == "old_glog":
-            line.level = g("oglevel")
+        elif kind in _LEVEL_AND_TIME:
+            level, stamp = _LEVEL_AND_TIME[kind]
+            if g(level):
+                line.level = g(level)
+            if stamp:
+                line.timestamp = " ".join(g(name) for name in stamp)
         elif kind == "mpi" or kind == "lightning":
             line.rank = int(g("mpi_rank") or g("lrank"))
             saw_rank = True
@@ -262,20 +244,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
             saw_rank = True
-        elif kind == "logging":
-            line.timestamp = g("pts")
-            if g("plevel"):
-                line.level = g("plevel")
-        elif kind == "iso":
-            line.timestamp = g("ts")
-            if g("tslevel"):
-                line.level = g("tslevel")
         elif kind == "vllm":
             line.level = g("vlevel")[0]
             line.timestamp = f"{g('vmo')}{g('vd')} {g('vtime')}"  # glog-shaped: month and day, no year
-        elif kind == "nemo":
-            line.level = g("nlevel")
-            line.timestamp = g("nts")
         elif kind == "pdsh":
             host = g("host")
             first_label = host.split(".", 1)[0]

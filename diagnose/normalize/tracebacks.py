@@ -95,8 +95,8 @@ class Frame:
     file: str
     line: int
     function: str
+    log_line: LogLine  # the ``File "..."`` line in the log (its lineno is the evidence line)
     code: str = ""
-    log_line: LogLine | None = None  # the ``File "..."`` line in the log (its lineno is the evidence line)
 
     @property
     def text(self) -> str:
@@ -127,52 +127,18 @@ class Traceback:
     group_index: int | None = None  # its 1-based place in that group
 
     @property
-    def group_size(self) -> int | None:
-        """How many sub-exceptions a group says it has ("(3 sub-exceptions)"), None when not a group message."""
-        m = _GROUP_SIZE.search(self.message) if self.is_group else None
-        return int(m.group("n")) if m is not None else None
-
-    @property
     def groups(self) -> list[Traceback]:
         """The exception groups this exception is nested in, outermost first."""
         return _walk_up(self, "group")
-
-    @property
-    def leaves(self) -> list[Traceback]:
-        """The non-group exceptions a group holds, depth first (itself when it is not a group)."""
-        if not self.is_group:
-            return [self]
-        out: list[Traceback] = []
-        stack = list(reversed(self.exceptions))
-        seen: set[int] = {id(self)}
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node.is_group:
-                stack.extend(reversed(node.exceptions))
-            else:
-                out.append(node)
-        return out
 
     @property
     def functions(self) -> list[str]:
         return [f.function for f in self.frames]
 
     @property
-    def frame_names(self) -> list[str]:
-        """``file:function`` and the code line of every frame: what rule ``frames_any`` checks look in."""
-        return [f"{f.file}:{f.function} {f.code}".rstrip() for f in self.frames] + list(self.cpp_frames)
-
-    @property
     def chain(self) -> list[Traceback]:
         """Earlier exceptions this one is chained to, oldest first (not including self)."""
         return _walk_up(self, "cause")
-
-    @property
-    def first_line(self) -> int:
-        return self.lines[0].lineno if self.lines else 0
 
 
 def _walk_up(tb: Traceback, link: str) -> list[Traceback]:
@@ -211,10 +177,10 @@ class _StreamParser:
         self.rich_location = ""  # rows of a rich frame location read so far (it may wrap)
 
     # -- helpers
-    def _start(self, line: LogLine, headless: bool) -> None:
+    def _start(self, line: LogLine, headless: bool) -> Traceback:
         self._finish()
-        tb = Traceback(stream=self.stream, headless=headless)
-        tb.is_group = line.text.lstrip().startswith(GROUP_HEADER)
+        tb = Traceback(stream=self.stream, headless=headless, lines=[line],
+                       is_group=line.text.lstrip().startswith(GROUP_HEADER))
         if self.pending_chain is not None and self.last is not None:
             tb.cause = self.last
             tb.chain_kind = self.pending_chain
@@ -222,7 +188,7 @@ class _StreamParser:
         self.tb = tb
         self.state = _FRAMES
         self.blank_run = 0
-        tb.lines.append(line)
+        return tb
 
     def _finish(self) -> None:
         if self.tb is not None:
@@ -321,28 +287,23 @@ class _StreamParser:
         if m is not None:
             self._finish()
             self.tb = Traceback(stream=self.stream, exc_type=m.group("type"), exc_line=line, lines=[line])
-            self.tb.message = ""
             self.state = _MESSAGE
             self.message_lines = 0
             return
         if stripped.startswith("File \"") and _FRAME.match(text):
-            self._start(line, headless=True)
-            if self.tb is not None:  # (_start always sets it)
-                self.tb.lines.pop()
+            self._start(line, headless=True).lines.pop()  # _in_frames adds it as a frame
             self._in_frames(line, text)
             return
         m = _CPP_RAISED.search(stripped)
         if m is not None:
             self._finish()
-            self.tb = Traceback(stream=self.stream, exc_type="", exc_line=line, lines=[line])
-            self.tb.message = stripped
-            self.tb.cpp_raised_from = m.group("where")
+            self.tb = Traceback(stream=self.stream, message=stripped, cpp_raised_from=m.group("where"), exc_line=line,
+                                lines=[line])
             self.state = _CPP
             return
         if self.in_group and text[:1] not in (" ", "\t") and _EXCEPTION.match(text) is not None:
-            self._start(line, headless=False)  # a member printed without a stack: only its exception line
-            assert self.tb is not None
-            self.tb.lines.pop()
+            # a member printed without a stack: only its exception line (_set_exception adds it)
+            self._start(line, headless=False).lines.pop()
             self._set_exception(line, text)
             return
         if stripped and self.pending_chain is None:
@@ -354,9 +315,7 @@ class _StreamParser:
         m = _FRAME.match(text)
         if m is not None:
             if len(tb.frames) < MAX_FRAMES:
-                tb.frames.append(
-                    Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip(), log_line=line)
-                )
+                tb.frames.append(Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip(), line))
             tb.lines.append(line)
             self.state = _CODE
             return
@@ -596,15 +555,9 @@ def traceback_ending_at(lines: list[LogLine], exc_line_index: int) -> Traceback 
     """
     try:
         target = lines[exc_line_index]
-    except (IndexError, TypeError):
+    except IndexError:
         return None
-    try:
-        stream = target.stream
-        same = [ln for ln in lines[: exc_line_index + 1] if ln.stream == stream]
-        after = [ln for ln in lines[exc_line_index + 1 :] if ln.stream == stream][:MAX_MESSAGE_LINES]
-        for tb in rebuild(same + after):
-            if any(ln is target for ln in tb.lines):
-                return tb
-    except Exception:  # noqa: BLE001  # pragma: no cover - defensive
-        return None
-    return None
+    stream = target.stream
+    same = [ln for ln in lines[: exc_line_index + 1] if ln.stream == stream]
+    after = [ln for ln in lines[exc_line_index + 1 :] if ln.stream == stream][:MAX_MESSAGE_LINES]
+    return next((tb for tb in rebuild(same + after) if any(ln is target for ln in tb.lines)), None)

@@ -9,7 +9,7 @@ follow it (the block the engine captured, e.g. the ChildFailedError summary or a
 possibly empty. It returns a plain dict (sizes as ints in bytes, times in ms as their names say) or None when the
 line is not in that parser's format. A parser never raises: bad input gives None.
 
-Renderers (``format_cuda_oom`` ...) print a fact back in the program's own words; tests check that parsing a
+Renderers (``oom.format_cuda_oom`` ...) print a fact back in the program's own words; tests check that parsing a
 rendered fact gives the fact back.
 """
 
@@ -21,27 +21,14 @@ from typing import Any
 
 from diagnose.model import LogLine
 from diagnose.normalize.facts.nccl import (
-    format_nccl_error,
-    format_nccl_watchdog,
     parse_nccl_error,
     parse_nccl_warn,
     parse_nccl_watchdog,
     parse_nccl_watchdog_status,
 )
-from diagnose.normalize.facts.oom import (
-    format_cuda_error_oom,
-    format_cuda_oom,
-    parse_cuda_error_oom,
-    parse_cuda_oom,
-)
-from diagnose.normalize.facts.sizes import format_size, parse_size
-from diagnose.normalize.facts.slurm import expand_task_list, parse_slurmstepd, parse_srun_error
-from diagnose.normalize.facts.torchrun import (
-    format_torchrun_agent,
-    format_torchrun_failure,
-    parse_torchrun_agent,
-    parse_torchrun_failure,
-)
+from diagnose.normalize.facts.oom import parse_cuda_error_oom, parse_cuda_oom
+from diagnose.normalize.facts.slurm import parse_slurmstepd, parse_srun_error
+from diagnose.normalize.facts.torchrun import parse_torchrun_agent, parse_torchrun_failure
 
 Parser = Callable[..., "dict[str, Any] | None"]
 
@@ -103,27 +90,3 @@ def _register_late() -> None:
 
 
 _register_late()
-
-__all__ = [
-    "PARSERS",
-    "Parser",
-    "parse_cuda_oom",
-    "format_cuda_oom",
-    "parse_cuda_error_oom",
-    "format_cuda_error_oom",
-    "parse_nccl_watchdog",
-    "format_nccl_watchdog",
-    "parse_nccl_watchdog_status",
-    "parse_nccl_error",
-    "format_nccl_error",
-    "parse_nccl_warn",
-    "parse_torchrun_failure",
-    "format_torchrun_failure",
-    "parse_torchrun_agent",
-    "format_torchrun_agent",
-    "parse_slurmstepd",
-    "parse_srun_error",
-    "expand_task_list",
-    "parse_size",
-    "format_size",
-]

@@ -28,19 +28,14 @@ _WORK = re.compile(
 _RAN_FOR = re.compile(r" ran for (?P<ran>\d+) milliseconds before timing out\.")
 _WATCHDOG_TEXT = "Watchdog caught collective operation timeout: "
 
-WATCHDOG_KEYS = (
-    "prefix_style",
-    "rank",
-    "pg",
-    "pg_guid",
-    "pg_desc",
-    "seq_num",
-    "op_type",
-    "numel_in",
-    "numel_out",
-    "timeout_ms",
-    "ran_for_ms",
-)
+WATCHDOG_KEYS = ("prefix_style", "rank", "pg", "pg_guid", "pg_desc", "seq_num", "op_type", "numel_in", "numel_out",
+                 "timeout_ms", "ran_for_ms")
+
+
+def last_match(pattern: re.Pattern[str], text: str, end: int) -> re.Match[str] | None:
+    """The last match of ``pattern`` in ``text`` before ``end`` (the rank prefix nearest a message)."""
+    found = list(pattern.finditer(text, 0, end))
+    return found[-1] if found else None
 
 
 def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
@@ -59,9 +54,7 @@ def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
     ran = _RAN_FOR.match(text, work.end())
     if ran is not None:
         out["ran_for_ms"] = int(ran.group("ran"))
-    prefix = None
-    for m in _PREFIX.finditer(text, 0, work.start()):
-        prefix = m  # the last rank prefix before the WorkNCCL repr
+    prefix = last_match(_PREFIX, text, work.start())
     if prefix is not None:
         out["rank"] = int(prefix.group("rank"))
         if prefix.group("pgid") is not None:
@@ -220,9 +213,7 @@ def parse_nccl_watchdog_status(text: str) -> dict[str, Any] | None:
             break
         m = pattern.search(text)
         if m is not None:
-            prefix = None
-            for p in _PREFIX.finditer(text, 0, m.start()):
-                prefix = p
+            prefix = last_match(_PREFIX, text, m.start())
             return {
                 "event": "watchdog_status",
                 "rank": int(prefix.group("rank")) if prefix is not None else None,

@@ -41,6 +41,8 @@ def exception_before(text: str, end: int) -> str | None:
     for opener in ("[", "]"):  # "[rank0]:RuntimeError" style leftovers
         name = name.rsplit(opener, 1)[-1]
     return name if _EXCEPTION_NAME.fullmatch(name) else None
+
+
 _NEW = re.compile(
     rf"\. GPU (?P<gpu>\d+) has a total (?P<cap>capacity|capacty) of (?P<total>{S}) of which (?P<free>{S}) is free\. "
 )
@@ -67,33 +69,14 @@ _DOCS_NEW = re.compile(r"  See documentation for Memory Management  \((?P<url>[^
 _DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
 
 KEYS = (
-    "exception",
-    "device",
-    "template",
-    "capacity_typo",
-    "gpu",
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "process_in_use_bytes",
-    "other_processes",
-    "allowed_bytes",
-    "allocated_bytes",
-    "private_pool_bytes",
-    "reserved_unallocated_bytes",
-    "reserved_bytes",
-    "old_reserved_word",
-    "hint",
-    "alloc_conf_env",
-    "docs_url",
+    "exception", "device", "template", "capacity_typo", "gpu", "requested_bytes", "total_bytes", "free_bytes",
+    "process_in_use_bytes", "other_processes", "allowed_bytes", "allocated_bytes", "private_pool_bytes",
+    "reserved_unallocated_bytes", "reserved_bytes", "old_reserved_word", "hint", "alloc_conf_env", "docs_url",
 )
 
 
 def _empty() -> dict[str, Any]:
-    out: dict[str, Any] = {k: None for k in KEYS}
-    out["other_processes"] = []
-    out["capacity_typo"] = False
-    return out
+    return {**dict.fromkeys(KEYS), "other_processes": [], "capacity_typo": False}
 
 
 def parse_cuda_oom(text: str) -> dict[str, Any] | None:
@@ -129,21 +112,18 @@ def _parse_new(out: dict[str, Any], m: re.Match, rest: str) -> None:
     out["total_bytes"] = parse_size(m.group("total"))
     out["free_bytes"] = parse_size(m.group("free"))
     pos = m.end()
-    this = _THIS_PROCESS.match(rest, pos)
     others: list[dict[str, int]] = []
-    while True:
-        if this is not None and out["process_in_use_bytes"] is None:
+    while True:  # "this process has" (once) and "Process N has" sentences, in any order
+        this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
+        if this is not None:
             out["process_in_use_bytes"] = parse_size(this.group("used"))
             pos = this.end()
+            continue
         other = _OTHER_PROCESS.match(rest, pos)
         if other is None:
-            this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
-            if this is None:
-                break
-            continue
+            break
         others.append({"pid": int(other.group("pid")), "bytes": parse_size(other.group("used")) or 0})
         pos = other.end()
-        this = _THIS_PROCESS.match(rest, pos) if out["process_in_use_bytes"] is None else None
     out["other_processes"] = others
     allowed = _ALLOWED_NEW.match(rest, pos)
     if allowed is not None:
@@ -232,9 +212,6 @@ def format_cuda_oom(f: dict[str, Any]) -> str:
     elif f.get("hint") == "max_split_size_mb":
         parts.append(_HINT_SPLIT_NEW + _DOCS_OLD)
     return "".join(parts)
-
-
-
 
 
 def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:

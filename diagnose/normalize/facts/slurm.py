@@ -48,8 +48,7 @@ def parse_slurmstepd(text: str) -> dict[str, Any] | None:
     if m is not None:
         job, step = _split_step(m.group("id"))
         reason_text = m.group("reason")
-        reason = None
-        signal = None
+        reason = signal = None
         if reason_text:
             key = reason_text.split(",")[0].strip()
             if key.upper().startswith("SIGNAL "):

@@ -40,9 +40,7 @@ ENTRY_KEYS = ("index", "time", "host", "rank", "local_rank", "exitcode", "pid", 
 
 
 def _entry(index: int) -> dict[str, Any]:
-    out: dict[str, Any] = {k: None for k in ENTRY_KEYS}
-    out["index"] = index
-    return out
+    return {**dict.fromkeys(ENTRY_KEYS), "index": index}
 
 
 def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:

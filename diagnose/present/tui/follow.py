@@ -24,7 +24,7 @@ class FailureLines:
         from diagnose.match.compiled import compile_catalogue
         from diagnose.match.rules import load_catalogue
 
-        compiled = compile_catalogue(load_catalogue(rules_dirs), [], lazy=True)
+        compiled = compile_catalogue(load_catalogue(rules_dirs), [])
         self._patterns: dict[str, list] = {}
         for cr in compiled.rules:
             if cr.rule.severity != "error":
