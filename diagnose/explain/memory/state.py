@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from diagnose.explain.memory.shape import ModelShape, ParamCount, count_params
+from diagnose.explain.memory.shape import ModelShape, ParamCount
 
 STRATEGIES = (
     "ddp",
@@ -140,15 +140,6 @@ def optimizer_state_bytes(optimizer: str) -> int:
     return 4 if optimizer.lower() in ("sgd",) else 8
 
 
-def persistent_bytes_per_param(strategy: str, n: int, grad_bytes: int = 4, param_bytes: int = 2,
-                               optimizer: str = "adam") -> float:
-    """The §2 table: bytes per parameter of params + grads + main params + optimizer, sharded over ``n``."""
-    p_sh, g_sh, o_sh = _SHARDED[strategy]
-    main = 4 if param_bytes < 4 else 0
-    opt = optimizer_state_bytes(optimizer)
-    return (param_bytes / (n if p_sh else 1) + grad_bytes / (n if g_sh else 1) + (main + opt) / (n if o_sh else 1))
-
-
 def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[str, float]:
     """State of ``p`` parameters sharded over ``n``; ``fp8_linear`` of them stored as FP8 (1 byte) weights."""
     p_sh, g_sh, o_sh = _SHARDED[layout.strategy]
@@ -229,11 +220,6 @@ def model_state(count: ParamCount, layout: Layout, layer_params: int | None = No
     return StateBytes(comps, count.total, layout.shard_group)
 
 
-def state_for(shape: ModelShape, layout: Layout) -> StateBytes:
-    count = count_params(shape, layout.tp, layout.pp, layout.ep, layout.etp)
-    return model_state(count, layout, layer_params_max(shape, layout))
-
-
 @dataclass
 class Phases:
     """Predicted allocated bytes at the moments where jobs run out of memory."""
@@ -249,13 +235,6 @@ class Phases:
     @property
     def peak(self) -> int:
         return max(self.wrap_peak, self.first_step_peak, self.steady_peak)
-
-    @property
-    def peak_phase(self) -> str:
-        return max(
-            (("dp_wrap", self.wrap_peak), ("optimizer_step", self.first_step_peak), ("training", self.steady_peak)),
-            key=lambda kv: kv[1],
-        )[0]
 
 
 def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
