@@ -19,6 +19,9 @@ import warnings
 from typing import Any
 
 from diagnose.configview import ConfigView
+from diagnose.explain.megatron_child import PACKAGE_PARENT, JsonCache
+from diagnose.explain.megatron_child import megatron_installed as installed
+from diagnose.explain.megatron_child import versions as _versions
 from diagnose.explain.validate.registry import Violation
 
 _LOCK = threading.Lock()
@@ -218,16 +221,6 @@ def check_with_mcore(view: ConfigView, wait: bool = True) -> list[Violation] | N
     return _violations(entries)
 
 
-def installed() -> bool:
-    """torch and megatron-core are installed (found, not imported: the import costs seconds)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 _CACHE_VERSION = 2  # bump when the classes are built differently (2: activation_func as the callable)
 
 
@@ -245,66 +238,7 @@ def _cache_key(sections: dict[str, Any]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _versions() -> str:
-    from importlib import metadata
-
-    out = []
-    for dist in ("torch", "megatron-core"):
-        try:
-            out.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{dist}=?")
-    return ",".join(out)
-
-
-class _JsonCache:
-    """One JSON object in diagnose's cache folder, replaced atomically; missing or damaged reads as empty."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def path(self) -> str | None:
-        from diagnose.cache import cache_dir
-
-        base = cache_dir()
-        return os.path.join(base, self.name) if base else None
-
-    def read(self) -> dict[str, Any]:
-        import json
-
-        path = self.path()
-        if path is None:
-            return {}
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def write(self, key: str, value: Any) -> None:
-        import json
-        import tempfile
-
-        path = self.path()
-        if path is None:
-            return
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            data = self.read()
-            if len(data) >= _CACHE_MAX:
-                data.clear()
-            data[key] = value
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{self.name}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: no cache, same answers
-
-
-_CACHE_MAX = 4096
-_cache = _JsonCache("mcore_checks.json")
+_cache = JsonCache("mcore_checks.json", max_entries=4096)
 _QUEUED: dict[str, dict[str, Any]] = {}
 
 
@@ -332,7 +266,7 @@ def _start_worker() -> None:
             [sys.executable, "-m", "diagnose.explain.validate.mcore"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env=dict(os.environ, PYTHONWARNINGS="ignore"),
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+            cwd=PACKAGE_PARENT,
         )
         assert proc.stdin is not None
         proc.stdin.write(payload.encode())
