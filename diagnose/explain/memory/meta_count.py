@@ -39,7 +39,8 @@ def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -
 
     The build costs seconds (importing megatron-core in a child), so a count is kept on disk per shape and per
     torch/megatron-core version (``meta_counts.json`` in the cache folder), and ``prefetch`` can start it while the
-    caller does other work. ``cache=False`` always builds (the tests that compare the analytic count with megatron-core use it).
+    caller does other work. ``cache=False`` always builds (the tests comparing the analytic count with megatron-core
+    use it).
     """
     if not buildable(shape):
         return None
