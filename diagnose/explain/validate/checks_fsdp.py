@@ -129,9 +129,7 @@ def fsdp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
 def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2"):
         return
-    tp = ctx.number("model.tensor_model_parallel_size", 1) or 1
-    cp = ctx.number("model.context_parallel_size", 1) or 1
-    if (tp == 1 and cp == 1) or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
+    if (ctx.tp == 1 and ctx.cp == 1) or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
         return
     if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
         return
@@ -229,7 +227,7 @@ def fsdp2_pg_collection(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605", ("megatron-lm",))
 def mlm_fsdp2_pipeline_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("dist.use_torch_fsdp2") and (ctx.number("model.pipeline_model_parallel_size", 1) or 1) > 1:
+    if ctx.flag("dist.use_torch_fsdp2") and ctx.pp > 1:
         yield Violation(
             "mlm_fsdp2_pipeline_parallel", MSG_FSDP2_PP_MLM,
             ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],

@@ -62,13 +62,9 @@ def _core_at_least(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
     return core is None or core >= version
 
 
-def _n(ctx: CheckContext, key: str) -> int:
-    return ctx.number(key, 1) or 1
-
-
 def _etp(ctx: CheckContext) -> int:
     """Expert TP; upstream uses TP when it is unset."""
-    return ctx.number(ETP) or _n(ctx, "model.tensor_model_parallel_size")
+    return ctx.number(ETP) or ctx.tp
 
 
 def _dispatcher(ctx: CheckContext) -> str:
@@ -78,7 +74,7 @@ def _dispatcher(ctx: CheckContext) -> str:
 def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
     """The largest EP < ``below`` that divides the experts and keeps ETP*EP*PP dividing the world size."""
     experts, world = ctx.number(EXPERTS), ctx.number("launch.world_size")
-    rest = _etp(ctx) * _n(ctx, "model.pipeline_model_parallel_size")
+    rest = _etp(ctx) * ctx.pp
     for d in range(below - 1, 0, -1):
         if experts and experts % d:
             continue
@@ -93,7 +89,7 @@ def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
 @check("experts_divisible_by_ep", "megatron-core transformer/moe/moe_layer.py MoELayer.__init__ (0.16.1 L101, a bare "
        "assert; self.expert_parallel_size up to 0.12); Megatron-LM arguments.py validate_args (d98e8a64 ~L1657)")
 def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
-    experts, ep = ctx.number(EXPERTS), _n(ctx, EP)
+    experts, ep = ctx.number(EXPERTS), ctx.size(EP)
     if not experts or ep <= 1 or experts % ep == 0:
         return
     if ctx.mlm:
@@ -111,11 +107,11 @@ def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
        "at the first training step); model_parallel_config.py __post_init__ raised its own ValueError for EP>1 "
        "in 0.8-0.14")
 def moe_tp_needs_sequence_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.number(EXPERTS) or _n(ctx, "model.tensor_model_parallel_size") <= 1:
+    if not ctx.number(EXPERTS) or ctx.tp <= 1:
         return
     if ctx.flag("model.sequence_parallel"):
         return
-    old = not _core_at_least(ctx, (0, 15, 0)) and _n(ctx, EP) > 1
+    old = not _core_at_least(ctx, (0, 15, 0)) and ctx.size(EP) > 1
     yield Violation(
         "moe_tp_needs_sequence_parallel", MSG_SP_OLD if old else MSG_SP_NEW,
         [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
@@ -127,13 +123,13 @@ def moe_tp_needs_sequence_parallel(ctx: CheckContext) -> Iterable[Violation]:
        "ETP defaults to TP; raised after the TP*PP*CP check)")
 def expert_world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
     world = ctx.number("launch.world_size")
-    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
     if not world or world % (tp * pp * cp):
         return  # the dense check (world_size_divisible) raises first
-    size = _etp(ctx) * _n(ctx, EP) * pp
+    size = _etp(ctx) * ctx.size(EP) * pp
     if world % size == 0:
         return
-    new_ep = _smaller_ep(ctx, _n(ctx, EP))
+    new_ep = _smaller_ep(ctx, ctx.size(EP))
     yield Violation(
         "expert_world_size_divisible",
         f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size ({size})",
@@ -145,11 +141,11 @@ def expert_world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
 @check("distributed_optimizer_instances", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L833 "
        "dense, L1263 expert data-parallel groups)")
 def distributed_optimizer_instances(ctx: CheckContext) -> Iterable[Violation]:
-    instances, world = ctx.number(INSTANCES, 1) or 1, ctx.number("launch.world_size")
+    instances, world = ctx.size(INSTANCES), ctx.number("launch.world_size")
     if instances <= 1 or not world:
         return
-    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
-    expert = _etp(ctx) * _n(ctx, EP) * pp
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
+    expert = _etp(ctx) * ctx.size(EP) * pp
     if world % (tp * pp * cp) or world % expert:
         return  # the world-size checks raise first
     keys = [INSTANCES, "launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -225,7 +221,7 @@ def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
 def _a2a_overlap_problem(ctx: CheckContext) -> tuple[str, list[str]] | None:
     """The first assert of ``CommOverlapConfig.setup`` that fails (message, keys), in upstream's order; the torch
     version assert (>= 2.6) is not decidable from the config and is skipped."""
-    ep, experts, dispatcher = _n(ctx, EP), ctx.number(EXPERTS), _dispatcher(ctx)
+    ep, experts, dispatcher = ctx.size(EP), ctx.number(EXPERTS), _dispatcher(ctx)
     if ep <= 1:
         return "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1", [EP]
     if experts is None or experts <= 1:
@@ -238,7 +234,7 @@ def _a2a_overlap_problem(ctx: CheckContext) -> tuple[str, list[str]] | None:
     if not (ctx.flag("model.bf16") or ctx.flag("model.fp16")):
         return "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models", ["model.bf16"]
     vpp = ctx.get("model.virtual_pipeline_model_parallel_size")
-    if _n(ctx, "model.pipeline_model_parallel_size") > 1 and vpp is None:
+    if ctx.pp > 1 and vpp is None:
         return ("If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
                 "pipeline_model_parallel_size > 1"), ["model.virtual_pipeline_model_parallel_size"]
     if ctx.get("model.recompute_granularity") == "full":

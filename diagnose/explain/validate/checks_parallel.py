@@ -25,24 +25,12 @@ MSG_MFSDP_V2_CKPT = "MFSDP V2 checkpoint save and load are not yet supported."
 MSG_MFSDP_V2_CPU_OFFLOAD = "MFSDP V2 does not support optimizer CPU offload."
 
 
-def _tp(ctx: CheckContext) -> int:
-    return ctx.number("model.tensor_model_parallel_size", 1) or 1
-
-
-def _pp(ctx: CheckContext) -> int:
-    return ctx.number("model.pipeline_model_parallel_size", 1) or 1
-
-
-def _cp(ctx: CheckContext) -> int:
-    return ctx.number("model.context_parallel_size", 1) or 1
-
-
 def data_parallel_size(ctx: CheckContext) -> int | None:
     """DP = world // (TP*PP*CP) (EP is not in the product), or None when the world size is unknown."""
     world = ctx.number("launch.world_size")
     if not world:
         return None
-    model = _tp(ctx) * _pp(ctx) * _cp(ctx)
+    model = ctx.tp * ctx.pp * ctx.cp
     return world // model if model and world % model == 0 else None
 
 
@@ -54,7 +42,7 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
     """The largest TP < ``below`` that the heads, query groups and world size all allow (None if none)."""
     heads, groups = ctx.number("model.num_attention_heads"), ctx.number("model.num_query_groups")
     world = ctx.number("launch.world_size")
-    rest = _pp(ctx) * _cp(ctx)
+    rest = ctx.pp * ctx.cp
     for d in range(below - 1, 0, -1):
         if heads and heads % d:
             continue
@@ -70,7 +58,7 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
        "Megatron-LM arguments.py L316")
 def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
     world = ctx.number("launch.world_size")
-    tp, pp, cp = _tp(ctx), _pp(ctx), _cp(ctx)
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
     if not world or world % (tp * pp * cp) == 0:
         return
     if ctx.mlm:
@@ -107,7 +95,7 @@ def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("heads_divisible_by_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L960)")
 def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
-    heads, tp = ctx.number("model.num_attention_heads"), _tp(ctx)
+    heads, tp = ctx.number("model.num_attention_heads"), ctx.tp
     if not heads or heads % tp == 0:
         return
     new_tp = smaller_tp(ctx, tp)
@@ -121,7 +109,7 @@ def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("query_groups_vs_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L970)")
 def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    groups, tp = ctx.number("model.num_query_groups"), _tp(ctx)
+    groups, tp = ctx.number("model.num_query_groups"), ctx.tp
     if not groups or groups % tp == 0 or tp % groups == 0:
         return
     new_tp = smaller_tp(ctx, tp)
@@ -137,7 +125,7 @@ def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
        "megatron-core transformer/transformer_block.py get_num_layers_to_build (0.16.1 ~L157), at model build; "
        "TransformerConfig itself only checks uneven/standalone-stage splits")
 def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
-    layers, pp = ctx.number("model.num_layers"), _pp(ctx)
+    layers, pp = ctx.number("model.num_layers"), ctx.pp
     if not layers or pp == 1 or layers % pp == 0:
         return
     if ctx.get("model.num_layers_in_first_pipeline_stage") is not None or ctx.get(
@@ -174,7 +162,7 @@ def _uneven_split(layers: int, pp: int) -> list[list]:
 
 @check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)")
 def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.sequence_parallel") and _tp(ctx) <= 1:
+    if ctx.flag("model.sequence_parallel") and ctx.tp <= 1:
         yield Violation(
             "sequence_parallel_needs_tp", MSG_SP_WITHOUT_TP,
             ["model.sequence_parallel", "model.tensor_model_parallel_size"],
@@ -184,7 +172,7 @@ def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))
 def seq_length_context_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    cp = _cp(ctx)
+    cp = ctx.cp
     seq = ctx.number("model.seq_length")
     if cp <= 1 or not seq or seq % (2 * cp) == 0:
         return
@@ -208,7 +196,7 @@ def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("cpu_offloading_pipeline", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1142)")
 def cpu_offloading_pipeline(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and _pp(ctx) > 1:
+    if ctx.flag("model.cpu_offloading") and ctx.pp > 1:
         yield Violation(
             "cpu_offloading_pipeline", MSG_CPU_OFFLOAD_PP,
             ["model.cpu_offloading", "model.pipeline_model_parallel_size"],
@@ -270,7 +258,7 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
                         fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)],
                                [ov("ddp.megatron_fsdp_version", 1)]])
-    sizes = [(k, ctx.number(f"model.{k}", 1) or 1) for k in (
+    sizes = [(k, ctx.size(f"model.{k}")) for k in (
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "expert_model_parallel_size")]
     bad = [(k, v) for k, v in sizes if v > 1]

@@ -43,10 +43,6 @@ KNOWN_KEYS.update({VPP, PP, FIRST, LAST, EMB, LOSS, LAYOUT, "model.overlap_p2p_c
                    "optimizer.overlap_param_gather_with_optimizer_step"})
 
 
-def _pp(ctx: CheckContext) -> int:
-    return ctx.number(PP, 1) or 1
-
-
 def _vpp(ctx: CheckContext) -> int | None:
     """The virtual pipeline size, None when unset (0 is treated as unset, like upstream's truthiness test)."""
     return ctx.number(VPP) or None
@@ -74,7 +70,7 @@ def _vpp_divisors(per_stage: int, below: int) -> list[list[Any]]:
 def vpp_model_chunks(ctx: CheckContext) -> Iterable[Violation]:
     """``(num_layers // PP) % VPP == 0`` unless the split is flexible (first/last stage sizes, account_for_* or a
     layout), in which case megatron-core's per-stage checks below apply."""
-    vpp, layers, pp = _vpp(ctx), ctx.number("model.num_layers"), _pp(ctx)
+    vpp, layers, pp = _vpp(ctx), ctx.number("model.num_layers"), ctx.pp
     if not vpp or not layers:
         return
     flexible = ctx.flag(EMB) or ctx.flag(LOSS) or _set(ctx, FIRST) or _set(ctx, LAST) or _set(ctx, LAYOUT)
@@ -87,7 +83,7 @@ def vpp_model_chunks(ctx: CheckContext) -> Iterable[Violation]:
 @check("vpp_needs_pipeline", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 ~L746); Megatron-LM "
        "arguments.py validate_args (d98e8a64 ~L1000: PP > 2 unless overlap_p2p_comm)")
 def vpp_needs_pipeline(ctx: CheckContext) -> Iterable[Violation]:
-    vpp, pp = _vpp(ctx), _pp(ctx)
+    vpp, pp = _vpp(ctx), ctx.pp
     if vpp is None:
         return
     keys = [VPP, PP]
@@ -138,7 +134,7 @@ def pipeline_split_settings(ctx: CheckContext) -> Iterable[Violation]:
 
 
 def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None) -> Iterable[Violation]:
-    vpp, stages, remaining = _vpp(ctx), _pp(ctx), layers
+    vpp, stages, remaining = _vpp(ctx), ctx.pp, layers
     keys = ["model.num_layers", PP, FIRST, LAST]
     drop_split = [[ov(FIRST, None), ov(LAST, None)]]
     for name, value, _key in (("first", first, FIRST), ("last", last, LAST)):
@@ -185,7 +181,7 @@ def _account_for_fixes(ctx: CheckContext, base: int, pp: int) -> list[list[Any]]
 
 
 def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
-    pp, vpp = _pp(ctx), _vpp(ctx)
+    pp, vpp = ctx.pp, _vpp(ctx)
     keys = ["model.num_layers", PP, EMB, LOSS]
     drop = _account_for_fixes(ctx, layers - int(ctx.flag(EMB)) - int(ctx.flag(LOSS)), pp)
     if ctx.mlm and layers % pp:
@@ -306,7 +302,7 @@ def pipeline_layout_invalid(ctx: CheckContext) -> Iterable[Violation]:
     except LayoutError as e:
         yield Violation("pipeline_layout_invalid", str(e), [key], fixes=drop)
         return
-    message = _layout_message(stages, _pp(ctx), _vpp(ctx), ctx.number("model.num_layers"),
+    message = _layout_message(stages, ctx.pp, _vpp(ctx), ctx.number("model.num_layers"),
                               ctx.number(MTP_LAYERS) or 0, strict_mtp=_mcore_at_most_0_16(ctx))
     if message is not None:
         keys = [key, PP, VPP, "model.num_layers", MTP_LAYERS]

@@ -140,7 +140,7 @@ def fp8_delayed_scaling_limits(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("fp8_delayed_first_last_bf16", "Delayed scaling does not support first / last layer in BF16.",
                         keys, fixes=[preset, [ov("model.first_last_layers_bf16", False)]])
         return
-    layers, pp = ctx.number("model.num_layers"), ctx.number("model.pipeline_model_parallel_size", 1) or 1
+    layers, pp = ctx.number("model.num_layers"), ctx.pp
     if as_bool(first_last) and layers:
         per_stage = layers // pp
         for end in ("start", "end"):
@@ -187,7 +187,7 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.surely_before((0, 5, 0)):
         return
     comm, sizes = ctx.get("model.cp_comm_type"), ctx.get("model.hierarchical_context_parallel_sizes")
-    cp = ctx.number("model.context_parallel_size", 1) or 1
+    cp = ctx.cp
     types = comm if isinstance(comm, list) else [comm or "p2p"]
     a2a_p2p = any(isinstance(t, str) and "a2a+p2p" in t for t in types)
     keys = ["model.cp_comm_type", "model.hierarchical_context_parallel_sizes", "model.context_parallel_size"]
@@ -215,7 +215,7 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
        "--transformer-impl local; Megatron-Bridge for transformer_layer_spec=local_layer_spec (gpt_provider.py; "
        "Bridge picks the spec by that field, not by transformer_impl)")
 def context_parallel_needs_te(ctx: CheckContext) -> Iterable[Violation]:
-    if (ctx.number("model.context_parallel_size", 1) or 1) <= 1:
+    if ctx.cp <= 1:
         return
     message = "Context parallelism is only supported by TEDotProductAttention!"
     if ctx.mlm:

@@ -40,6 +40,22 @@ class CheckContext:
         """An integer setting (None or ``default`` when absent or not a whole number)."""
         return as_int(self.view.get(key), default)
 
+    def size(self, key: str) -> int:
+        """A parallel size: 1 when absent, zero or not a whole number."""
+        return self.number(key, 1) or 1
+
+    @property
+    def tp(self) -> int:
+        return self.size("model.tensor_model_parallel_size")
+
+    @property
+    def pp(self) -> int:
+        return self.size("model.pipeline_model_parallel_size")
+
+    @property
+    def cp(self) -> int:
+        return self.size("model.context_parallel_size")
+
     def env(self, name: str) -> str | None:
         value = self.view.get(f"env.{name}")
         return None if value is None else str(value)
