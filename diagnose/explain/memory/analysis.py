@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, option_of, search
+from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
@@ -427,9 +427,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
     params_source = "log" if log_params else "config"
-    scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
+    scn = fc.scenario(view, shape, layout, work, capacity or 0, log_params=log_params)
     out = MemoryAnalysis(capacity, n.requested, "unknown", log_params,
                          params_source if (log_params or shape) else None, phase, notes=notes)
     if shape is not None and log_params:

@@ -16,6 +16,7 @@ from typing import Any
 
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
+from diagnose.explain.memory.options import Scenario
 from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import Layout
 
@@ -446,3 +447,11 @@ def layer_implementation(view: Any) -> dict[str, Any]:
         "hidden_dropout": _float(_get(view, "model.hidden_dropout"), 0.1) or 0.0,
         "attention_dropout": _float(_get(view, "model.attention_dropout"), 0.1) or 0.0,
     }
+
+
+def scenario(view: Any, shape: ModelShape | None, layout: Layout, work: Workload | None, capacity: int,
+             **known: Any) -> Scenario:
+    """The search's starting point for a job read from its config (``known``: what the log adds)."""
+    return Scenario(shape, layout, work, capacity, view=view,
+                    saves_checkpoints=bool(_get(view, "checkpoint.save") or _get(view, "checkpoint.load")),
+                    global_batch_size=_int(_get(view, "train.global_batch_size")), **known)

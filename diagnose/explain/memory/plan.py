@@ -12,7 +12,7 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, option_of, search
+from diagnose.explain.memory.options import Plan, evaluate, option_of, search
 from diagnose.explain.memory.shape import count_params
 from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
 from diagnose.model import DiagnoseError
@@ -79,13 +79,10 @@ def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
     logged = fc._int(fc._get(view, "launch.num_parameters"))
     if not logged:
         return None
-    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
-    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
-    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
-    etp = fc._int(fc._get(view, "model.expert_tensor_parallel_size"))
     if fc._origin(view, "model.tensor_model_parallel_size") == "override":
         return None  # the user changed the split: the logged per-rank count is for another layout
-    return reconcile(shape, logged, tp, pp, ep, etp)
+    lay = fc.layout_from_config(view)
+    return reconcile(shape, logged, lay.tp, lay.pp, lay.ep, lay.etp)
 
 
 def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | None:
@@ -108,18 +105,12 @@ def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | Non
     if gpus % layout.model_parallel:
         return None
     work = fc.workload_from_config(changed, shape, layout)
-    scn = Scenario(shape, layout, work, capacity, view=changed,
-                   saves_checkpoints=bool(fc._get(changed, "checkpoint.save") or fc._get(changed, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(changed, "train.global_batch_size")))
-    return evaluate(scn, "with the fix", [], layout, work, "", 0.0)
+    return evaluate(fc.scenario(changed, shape, layout, work, capacity), "with the fix", [], layout, work, "", 0.0)
 
 
 def _log_confirms(view: Any, shape: Any) -> bool:
-    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
-    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
-    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
-    return count_params(shape, tp, pp, ep, fc._int(fc._get(view, "model.expert_tensor_parallel_size"))).total == \
-        fc._int(fc._get(view, "launch.num_parameters"))
+    lay = fc.layout_from_config(view)
+    return count_params(shape, lay.tp, lay.pp, lay.ep, lay.etp).total == fc._int(fc._get(view, "launch.num_parameters"))
 
 
 def _exact_wanted() -> bool:
@@ -168,9 +159,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     else:
         layout_note = ""
     work = fc.workload_from_config(view, shape, layout)
-    scn = Scenario(shape, layout, work, capacity, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
+    scn = fc.scenario(view, shape, layout, work, capacity)
     analytic = count_params(shape).total
     params, source, notes = analytic, "config", []
     if layout_note:
