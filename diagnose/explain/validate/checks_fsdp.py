@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
 from diagnose.model import Override
 
 MSG_BOTH_FSDP_OLD = "Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."
@@ -140,16 +140,12 @@ def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violati
     )
 
 
-@check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
-       "(>=0.2.0, PR #716)", ("megatron-bridge",))
-def fsdp_tp_pp_dp_mapping(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping"):
-        if ctx.surely_before((0, 2, 0)):
-            return
-        yield Violation(
-            "fsdp_tp_pp_dp_mapping", MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
-            fixes=[[ov("dist.use_tp_pp_dp_mapping", False)]],
-        )
+simple_check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
+             "(>=0.2.0, PR #716)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping")
+                          and not ctx.surely_before((0, 2, 0))),
+             MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
+             [[("dist.use_tp_pp_dp_mapping", False)]], ("megatron-bridge",))
 
 
 @check("fsdp_manual_registration_needs_nccl_ub",
@@ -210,40 +206,21 @@ def nccl_ub_expandable_segments(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("fsdp2_pg_collection",
-       "Megatron-Bridge 0.3.0-0.4.2 _ddp_wrap passes pg_collection= to TorchFullyShardedDataParallel "
-       "(models/common/unimodal.py ~L233; issue #2785)", ("megatron-bridge",))
-def fsdp2_pg_collection(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.flag("dist.use_torch_fsdp2") or ctx.megatron_fsdp:
-        return
-    if not ctx.version_between((0, 3, 0), (0, 4, 2)):
-        return
-    yield Violation(
-        "fsdp2_pg_collection", MSG_FSDP2_PG_COLLECTION, ["dist.use_torch_fsdp2"],
-        fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)],
-               [ov("dist.use_torch_fsdp2", False)]],
-    )
-
-
-@check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605", ("megatron-lm",))
-def mlm_fsdp2_pipeline_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("dist.use_torch_fsdp2") and ctx.pp > 1:
-        yield Violation(
-            "mlm_fsdp2_pipeline_parallel", MSG_FSDP2_PP_MLM,
-            ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],
-            fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)]],
-        )
-
-
-@check("megatron_fsdp_version", "Megatron-Bridge config.py _validate_and_apply_megatron_fsdp_configs ~L1065; "
-       "megatron-core DDP config __post_init__ (main)")
-def megatron_fsdp_version(ctx: CheckContext) -> Iterable[Violation]:
-    v = ctx.get("ddp.megatron_fsdp_version", 1)
-    if ctx.megatron_fsdp and v not in (1, 2, None):
-        yield Violation(
-            "megatron_fsdp_version", MSG_FSDP_VERSION, ["ddp.megatron_fsdp_version"],
-            fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
-        )
+simple_check("fsdp2_pg_collection", "Megatron-Bridge 0.3.0-0.4.2 _ddp_wrap passes pg_collection= to "
+             "TorchFullyShardedDataParallel (models/common/unimodal.py ~L233; issue #2785)",
+             lambda ctx: (ctx.flag("dist.use_torch_fsdp2") and not ctx.megatron_fsdp
+                          and ctx.version_between((0, 3, 0), (0, 4, 2))),
+             MSG_FSDP2_PG_COLLECTION, ["dist.use_torch_fsdp2"],
+             [[("dist.use_torch_fsdp2", False), ("ddp.use_megatron_fsdp", True)], [("dist.use_torch_fsdp2", False)]],
+             ("megatron-bridge",))
+simple_check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605",
+             lambda ctx: ctx.flag("dist.use_torch_fsdp2") and ctx.pp > 1, MSG_FSDP2_PP_MLM,
+             ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],
+             [[("dist.use_torch_fsdp2", False), ("ddp.use_megatron_fsdp", True)]], ("megatron-lm",))
+simple_check("megatron_fsdp_version", "Megatron-Bridge config.py _validate_and_apply_megatron_fsdp_configs ~L1065; "
+             "megatron-core DDP config __post_init__ (main)",
+             lambda ctx: ctx.megatron_fsdp and ctx.get("ddp.megatron_fsdp_version", 1) not in (1, 2, None),
+             MSG_FSDP_VERSION, ["ddp.megatron_fsdp_version"], [[("ddp.megatron_fsdp_version", 1)]])
 
 
 @check("async_save_format", "Megatron-Bridge training/config.py validate() ~L1530; CheckpointConfig.finalize ~L589")
@@ -269,15 +246,12 @@ def async_save_format(ctx: CheckContext) -> Iterable[Violation]:
 # ----------------------------------------------------------------------------------------------- notes
 
 
-@check("fsdp_forces_distributed_optimizer",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)")
-def fsdp_forces_distributed_optimizer(ctx: CheckContext) -> Iterable[Violation]:
-    distributed = ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")
-    if ctx.megatron_fsdp and not distributed:
-        yield Violation(
-            "fsdp_forces_distributed_optimizer", MSG_DIST_OPT_FORCED,
-            ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"], kind="note",
-        )
+simple_check("fsdp_forces_distributed_optimizer",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)",
+             lambda ctx: ctx.megatron_fsdp and not (
+                 ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")),
+             MSG_DIST_OPT_FORCED, ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"],
+             kind="note")
 
 
 @check("distributed_optimizer_sync",
@@ -309,14 +283,12 @@ def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
     yield Violation("fsdp_average_in_collective", msg, ["ddp.average_in_collective"], kind="note")
 
 
-@check("fsdp_gradient_accumulation_fusion",
-       "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)", ("megatron-bridge",))
-def fsdp_gradient_accumulation_fusion(ctx: CheckContext) -> Iterable[Violation]:
-    if (ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion")
-            and ctx.version_between((0, 2, 0), (0, 3, 999))):
-        yield Violation("fsdp_gradient_accumulation_fusion",
-                        "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
-                        ["model.gradient_accumulation_fusion"], kind="note")
+simple_check("fsdp_gradient_accumulation_fusion",
+             "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion")
+                          and ctx.version_between((0, 2, 0), (0, 3, 999))),
+             "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
+             ["model.gradient_accumulation_fusion"], frameworks=("megatron-bridge",), kind="note")
 
 
 @check("fsdp_reuse_grad_buf_mxfp8",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
 
 MSG_SP_WITHOUT_TP = "Cannot use sequence parallelism without tensor parallelism"
 MSG_SEQ_CP = "Sequence length must be divisible by 2 * context parallel size if context parallel is used."
@@ -160,14 +160,9 @@ def _uneven_split(layers: int, pp: int) -> list[list]:
     return []
 
 
-@check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)")
-def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.sequence_parallel") and ctx.tp <= 1:
-        yield Violation(
-            "sequence_parallel_needs_tp", MSG_SP_WITHOUT_TP,
-            ["model.sequence_parallel", "model.tensor_model_parallel_size"],
-            fixes=[[ov("model.sequence_parallel", False)]],
-        )
+simple_check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)",
+             lambda ctx: ctx.flag("model.sequence_parallel") and ctx.tp <= 1, MSG_SP_WITHOUT_TP,
+             ["model.sequence_parallel", "model.tensor_model_parallel_size"], [[("model.sequence_parallel", False)]])
 
 
 @check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))
@@ -194,56 +189,26 @@ def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("cpu_offloading_pipeline", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1142)")
-def cpu_offloading_pipeline(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and ctx.pp > 1:
-        yield Violation(
-            "cpu_offloading_pipeline", MSG_CPU_OFFLOAD_PP,
-            ["model.cpu_offloading", "model.pipeline_model_parallel_size"],
-            fixes=[[ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_recompute", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1147)")
-def cpu_offloading_recompute(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and ctx.get("model.recompute_granularity") is not None:
-        yield Violation(
-            "cpu_offloading_recompute", MSG_CPU_OFFLOAD_RECOMPUTE,
-            ["model.cpu_offloading", "model.recompute_granularity"],
-            fixes=[[ov("model.recompute_granularity", None), ov("model.recompute_method", None),
-                    ov("model.recompute_num_layers", None)],
-                   [ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_cuda_graphs", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1722)")
-def cpu_offloading_cuda_graphs(ctx: CheckContext) -> Iterable[Violation]:
-    impl = ctx.get("model.cuda_graph_impl", "none")
-    if ctx.flag("model.cpu_offloading") and impl not in (None, "none"):
-        yield Violation(
-            "cpu_offloading_cuda_graphs", MSG_CPU_OFFLOAD_CUDA_GRAPHS,
-            ["model.cpu_offloading", "model.cuda_graph_impl"],
-            fixes=[[ov("model.cuda_graph_impl", "none")], [ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_fine_grained", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1270)")
-def cpu_offloading_fine_grained(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and ctx.flag("model.fine_grained_activation_offloading"):
-        yield Violation(
-            "cpu_offloading_fine_grained", MSG_CPU_OFFLOAD_FINE_GRAINED,
-            ["model.cpu_offloading", "model.fine_grained_activation_offloading"],
-            fixes=[[ov("model.fine_grained_activation_offloading", False)]],
-        )
-
-
-@check("bf16_and_fp16", "Megatron-Bridge training/config.py _validate_mixed_precision_consistency ~L2140",
-       ("megatron-bridge",))
-def bf16_and_fp16(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.bf16") and ctx.flag("model.fp16"):
-        yield Violation(
-            "bf16_and_fp16", MSG_BF16_FP16, ["model.bf16", "model.fp16"], fixes=[[ov("model.fp16", False)]],
-        )
+_CORE_TC = "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 {})"
+simple_check("cpu_offloading_pipeline", _CORE_TC.format("L1142"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.pp > 1, MSG_CPU_OFFLOAD_PP,
+             ["model.cpu_offloading", "model.pipeline_model_parallel_size"], [[("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_recompute", _CORE_TC.format("L1147"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.get("model.recompute_granularity") is not None,
+             MSG_CPU_OFFLOAD_RECOMPUTE, ["model.cpu_offloading", "model.recompute_granularity"],
+             [[("model.recompute_granularity", None), ("model.recompute_method", None),
+               ("model.recompute_num_layers", None)], [("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_cuda_graphs", _CORE_TC.format("L1722"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.get("model.cuda_graph_impl") not in (None, "none"),
+             MSG_CPU_OFFLOAD_CUDA_GRAPHS, ["model.cpu_offloading", "model.cuda_graph_impl"],
+             [[("model.cuda_graph_impl", "none")], [("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_fine_grained", _CORE_TC.format("L1270"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.flag("model.fine_grained_activation_offloading"),
+             MSG_CPU_OFFLOAD_FINE_GRAINED, ["model.cpu_offloading", "model.fine_grained_activation_offloading"],
+             [[("model.fine_grained_activation_offloading", False)]])
+simple_check("bf16_and_fp16", "Megatron-Bridge training/config.py _validate_mixed_precision_consistency ~L2140",
+             lambda ctx: ctx.flag("model.bf16") and ctx.flag("model.fp16"), MSG_BF16_FP16,
+             ["model.bf16", "model.fp16"], [[("model.fp16", False)]], ("megatron-bridge",))
 
 
 @check("megatron_fsdp_v2_guards",
@@ -301,13 +266,10 @@ def precision_aware_optimizer(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("reuse_grad_buf_needs_fp8_param_gather",
-       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149); Bridge runs it in "
-       "ddp.finalize(), before the Megatron FSDP auto-fixes")
-def reuse_grad_buf_needs_fp8_param_gather(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag") and not ctx.flag("ddp.fp8_param_gather"):
-        yield Violation(
-            "reuse_grad_buf_needs_fp8_param_gather", "Reuse grad buffer only when keeping params in MXFP8.",
-            ["ddp.reuse_grad_buf_for_mxfp8_param_ag", "ddp.fp8_param_gather"],
-            fixes=[[ov("ddp.reuse_grad_buf_for_mxfp8_param_ag", False)]],
-        )
+simple_check("reuse_grad_buf_needs_fp8_param_gather",
+             "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149); Bridge runs "
+             "it in ddp.finalize(), before the Megatron FSDP auto-fixes",
+             lambda ctx: ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag") and not ctx.flag("ddp.fp8_param_gather"),
+             "Reuse grad buffer only when keeping params in MXFP8.",
+             ["ddp.reuse_grad_buf_for_mxfp8_param_ag", "ddp.fp8_param_gather"],
+             [[("ddp.reuse_grad_buf_for_mxfp8_param_ag", False)]])

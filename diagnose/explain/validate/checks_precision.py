@@ -16,7 +16,7 @@ from math import prod
 from typing import Any
 
 from diagnose.explain.config.values import as_bool
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov, simple_check
 
 _NO = object()
 # What Bridge's mixed-precision presets set (training/mixed_precision.py, 067f987d). Bridge copies every field of the
@@ -117,14 +117,12 @@ def low_precision_param_needs_mode(ctx: CheckContext) -> Iterable[Violation]:
                         ["model.fp4_param", "model.fp4", "mixed_precision"], fixes=[[ov("model.fp4_param", False)]])
 
 
-@check("fp4_and_fp8", "Megatron-Bridge training/mixed_precision.py MixedPrecisionConfig.finalize (>= 0.2) and "
-       "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1034): the same message")
-def fp4_and_fp8(ctx: CheckContext) -> Iterable[Violation]:
-    fp8, fp4 = precision(ctx, "fp8"), precision(ctx, "fp4")
-    if _known(fp8, fp4) and _on(fp8) and _on(fp4):
-        yield Violation("fp4_and_fp8", "fp4 and fp8 cannot be used simultaneously. Please choose one.",
-                        ["model.fp4", "model.fp8", "mixed_precision"],
-                        fixes=[[ov("model.fp4", None), ov("model.fp4_param", False)], [ov("model.fp8", None)]])
+simple_check("fp4_and_fp8", "Megatron-Bridge training/mixed_precision.py MixedPrecisionConfig.finalize (>= 0.2) "
+             "and megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1034): the same message",
+             lambda ctx: _on(precision(ctx, "fp8")) and _on(precision(ctx, "fp4")),
+             "fp4 and fp8 cannot be used simultaneously. Please choose one.",
+             ["model.fp4", "model.fp8", "mixed_precision"],
+             [[("model.fp4", None), ("model.fp4_param", False)], [("model.fp8", None)]])
 
 
 @check("fp8_delayed_scaling_limits", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 "
@@ -287,18 +285,13 @@ def _mixed_scheduler_units(ctx: CheckContext, samples_based: bool) -> Violation 
         fixes=[[ov(f"scheduler.{name}", unset) for name, value, unset in wrong if value != unset]])
 
 
-@check("cuda_graphs_need_te_rng_tracker", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (since "
-       "v0.1; 067f987d ~L233); ConfigContainer.validate turns model.use_te_rng_tracker on when rng.te_rng_tracker is",
-       ("megatron-bridge",))
-def cuda_graphs_need_te_rng_tracker(ctx: CheckContext) -> Iterable[Violation]:
-    impl = ctx.get("model.cuda_graph_impl", "none")
+simple_check(
+    "cuda_graphs_need_te_rng_tracker", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (since v0.1; "
+    "067f987d ~L233); ConfigContainer.validate turns model.use_te_rng_tracker on when rng.te_rng_tracker is",
     # v0.1.x tested enable_cuda_graph; since v0.2 megatron-core turns that flag into cuda_graph_impl="local" first
-    graphs = impl not in (None, "none") or ctx.flag("model.enable_cuda_graph")
-    if not graphs or ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker"):
-        return
-    yield Violation(
-        "cuda_graphs_need_te_rng_tracker",
-        "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with use_te_rng_tracker=True'.",
-        ["model.cuda_graph_impl", "model.use_te_rng_tracker"],
-        fixes=[[ov("model.use_te_rng_tracker", True)],
-               [ov("model.cuda_graph_impl", "none"), ov("model.enable_cuda_graph", False)]])
+    lambda ctx: (ctx.get("model.cuda_graph_impl") not in (None, "none") or ctx.flag("model.enable_cuda_graph"))
+    and not (ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker")),
+    "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with use_te_rng_tracker=True'.",
+    ["model.cuda_graph_impl", "model.use_te_rng_tracker"],
+    [[("model.use_te_rng_tracker", True)], [("model.cuda_graph_impl", "none"), ("model.enable_cuda_graph", False)]],
+    ("megatron-bridge",))

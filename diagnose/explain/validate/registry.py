@@ -108,6 +108,19 @@ def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridg
     return wrap
 
 
+def simple_check(name: str, source: str, when: Callable[[CheckContext], bool], message: str, keys: list[str],
+                 fixes: list[list[tuple[str, Any]]] | None = None,
+                 frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm"), kind: str = "error") -> None:
+    """Register a check that is one condition and one fixed message; ``fixes``: alternatives of (key, value)."""
+
+    def run(ctx: CheckContext) -> Iterable[Violation]:
+        if when(ctx):
+            yield Violation(name, message, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in fixes or []],
+                            kind=kind)
+
+    check(name, source, frameworks)(run)
+
+
 def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckContext:
     """Bridge jobs: family from the Bridge release. Megatron-LM jobs: from megatron-core (<= 0.17 wrote the
     old messages, like Bridge <= 0.4.x that shipped with it); unknown means the latest wording."""
