@@ -58,15 +58,11 @@ def _saves_or_loads(ctx: CheckContext) -> bool:
     return ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, "")
 
 
-@check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)")
-def fsdp_exclusive(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"):
-        msg = MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW
-        yield Violation(
-            "fsdp_exclusive", msg, ["ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
-            fixes=[[ov("dist.use_torch_fsdp2", False)], [ov("ddp.use_megatron_fsdp", False),
-                                                       ov("dist.use_megatron_fsdp", False)]],
-        )
+simple_check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)",
+             lambda ctx: ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"),
+             lambda ctx: MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW,
+             ["ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
+             [[("dist.use_torch_fsdp2", False)], [("ddp.use_megatron_fsdp", False), ("dist.use_megatron_fsdp", False)]])
 
 
 @check("fsdp_requires_fsdp_dtensor",
@@ -175,19 +171,14 @@ def fsdp_manual_registration_needs_nccl_ub(ctx: CheckContext) -> Iterable[Violat
     )
 
 
-@check("fsdp_optim_grads_params_weight_hash",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; "
-       "Megatron-LM arguments.py ~L675")
-def fsdp_optim_grads_params_weight_hash(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.megatron_fsdp or ctx.get("ddp.data_parallel_sharding_strategy") != "optim_grads_params":
-        return
-    if ctx.get("train.check_weight_hash_across_dp_replicas_interval") is None:
-        return
-    yield Violation(
-        "fsdp_optim_grads_params_weight_hash", MSG_WEIGHT_HASH_MLM if ctx.mlm else MSG_WEIGHT_HASH,
-        ["train.check_weight_hash_across_dp_replicas_interval", "ddp.data_parallel_sharding_strategy"],
-        fixes=[[ov("train.check_weight_hash_across_dp_replicas_interval", None)]],
-    )
+simple_check("fsdp_optim_grads_params_weight_hash",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; "
+             "Megatron-LM arguments.py ~L675",
+             lambda ctx: (ctx.megatron_fsdp and ctx.get("ddp.data_parallel_sharding_strategy") == "optim_grads_params"
+                          and ctx.get("train.check_weight_hash_across_dp_replicas_interval") is not None),
+             lambda ctx: MSG_WEIGHT_HASH_MLM if ctx.mlm else MSG_WEIGHT_HASH,
+             ["train.check_weight_hash_across_dp_replicas_interval", "ddp.data_parallel_sharding_strategy"],
+             [[("train.check_weight_hash_across_dp_replicas_interval", None)]])
 
 
 @check("nccl_ub_expandable_segments",

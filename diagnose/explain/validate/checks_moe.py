@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnose.explain.config.defaults import version_tuple
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov, simple_check
 
 EP = "model.expert_model_parallel_size"
 ETP = "model.expert_tensor_parallel_size"
@@ -103,20 +103,13 @@ def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
                     fixes=[[ov(EP, new_ep)]] if new_ep else [])
 
 
-@check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/moe_layer.py MoELayer.forward (0.16.1 L379, "
-       "at the first training step); model_parallel_config.py __post_init__ raised its own ValueError for EP>1 "
-       "in 0.8-0.14")
-def moe_tp_needs_sequence_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.number(EXPERTS) or ctx.tp <= 1:
-        return
-    if ctx.flag("model.sequence_parallel"):
-        return
-    old = not _core_at_least(ctx, (0, 15, 0)) and ctx.size(EP) > 1
-    yield Violation(
-        "moe_tp_needs_sequence_parallel", MSG_SP_OLD if old else MSG_SP_NEW,
-        [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
-        fixes=[[ov("model.sequence_parallel", True)]],
-    )
+simple_check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/moe_layer.py MoELayer.forward (0.16.1 "
+             "L379, at the first training step); model_parallel_config.py __post_init__ raised its own ValueError "
+             "for EP>1 in 0.8-0.14",
+             lambda ctx: bool(ctx.number(EXPERTS)) and ctx.tp > 1 and not ctx.flag("model.sequence_parallel"),
+             lambda ctx: MSG_SP_OLD if not _core_at_least(ctx, (0, 15, 0)) and ctx.size(EP) > 1 else MSG_SP_NEW,
+             [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
+             [[("model.sequence_parallel", True)]])
 
 
 @check("expert_world_size_divisible", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L786-L795: "

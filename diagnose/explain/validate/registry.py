@@ -108,14 +108,17 @@ def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridg
     return wrap
 
 
-def simple_check(name: str, source: str, when: Callable[[CheckContext], bool], message: str, keys: list[str],
+def simple_check(name: str, source: str, when: Callable[[CheckContext], bool],
+                 message: str | Callable[[CheckContext], str], keys: list[str],
                  fixes: list[list[tuple[str, Any]]] | None = None,
                  frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm"), kind: str = "error") -> None:
-    """Register a check that is one condition and one fixed message; ``fixes``: alternatives of (key, value)."""
+    """Register a check that is one condition and one message (fixed, or worded per release: a function of the
+    context); ``fixes``: alternatives of (key, value) pairs."""
 
     def run(ctx: CheckContext) -> Iterable[Violation]:
         if when(ctx):
-            yield Violation(name, message, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in fixes or []],
+            text = message(ctx) if callable(message) else message
+            yield Violation(name, text, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in fixes or []],
                             kind=kind)
 
     check(name, source, frameworks)(run)
