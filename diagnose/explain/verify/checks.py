@@ -38,7 +38,6 @@ class Facts:
     strategy: str | None = None
     dp_size: int | None = None
     dp_how: str = ""
-    first_iteration: LogLine | None = None
     last_iteration_line: LogLine | None = None
     last_iteration: int | None = None
     train_iters: int | None = None
@@ -113,7 +112,6 @@ class Facts:
     def _iterations(self) -> None:
         its = self.lines("verify.iteration")
         if its:
-            self.first_iteration = its[0]
             self.last_iteration_line = max(its, key=lambda line: (F.iteration(line.text) or (0, 0))[0])
             parsed = F.iteration(self.last_iteration_line.text)
             if parsed:
