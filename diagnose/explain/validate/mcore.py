@@ -144,14 +144,6 @@ def _kwargs_from(classes: dict[str, Any], sections: dict[str, Any]) -> dict[str,
     return {"DistributedDataParallelConfig": ddp, "OptimizerConfig": opt, "TransformerConfig": model}
 
 
-def build_kwargs(view: ConfigView) -> dict[str, dict[str, Any]] | None:
-    """The keyword arguments each real class gets from ``view`` (None when megatron-core is absent)."""
-    classes = _load()
-    if classes is None:
-        return None
-    return _kwargs_from(classes, _sections(view))
-
-
 def _errors(classes: dict[str, Any], sections: dict[str, Any]) -> list[dict[str, Any]]:
     """What each class's ``__post_init__`` raises for these sections: [{cls, message, keys, version}]."""
     all_kwargs = _kwargs_from(classes, sections)
