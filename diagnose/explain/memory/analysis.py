@@ -57,11 +57,6 @@ def _log_params(report: Report, view: View) -> int | None:
     return None
 
 
-def _set_in_job(view: View, key: str) -> bool:
-    origin = fc._origin(view, key)
-    return origin is not None and origin != "default"
-
-
 def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
     return a is not None and b > 0 and abs(a - b) <= tol * b
 
@@ -79,10 +74,10 @@ def infer_layout(
     if not params:
         return layout, notes
     joined = "\n".join(texts)
-    strategy_known = any(_set_in_job(view, k) for k in (
+    strategy_known = any(fc.set_in_job(view, k) for k in (
         "ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "ddp.use_distributed_optimizer",
         "optimizer.use_distributed_optimizer"))
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     if not strategy_known and "megatron_fsdp" in joined:
         layout = replace(layout, strategy="fsdp:optim_grads_params")
         notes.append("strategy inferred from the traceback: Megatron FSDP")
@@ -137,7 +132,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
         return None, None
     joined = "\n".join(texts)
     strategy = layout.strategy if layout.fsdp else "fsdp:optim_grads_params"
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     g = layout.grad_bytes if grads_known else 4
     n_dp = layout.shard_group
     module = 0 if layout.meta_init else layout.param_bytes
@@ -168,7 +163,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
     note = (f"parameter count inferred from the request: Megatron FSDP's {label} ({how}) holds "
             f"{per * div:g} bytes per parameter" + (f", sharded over {div} ranks" if div > 1 else "")
             + f" ({params / 1e9:.2f}B)")
-    if div > 1 or (not _set_in_job(view, "launch.world_size") and strategy != "fsdp:no_shard"
+    if div > 1 or (not fc.set_in_job(view, "launch.world_size") and strategy != "fsdp:no_shard"
                    and label != "bf16 param buffer"):
         note += f"; data-parallel size {layout.dp} (when it is larger the sharded buffers hold more parameters)"
     return params, note
@@ -186,7 +181,7 @@ def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout
         return _params_from_fsdp_buffer(n, texts, layout, view)
     if "_allocate_buffers_for_parameters" not in joined and "grad_data" not in joined:
         return None, None
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     g = layout.grad_bytes if grads_known else 4
     params = n.requested // g
     return params, (f"parameter count inferred from the request: DDP's grad buffer holds one "
@@ -367,7 +362,7 @@ def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
         pairs["ddp.use_megatron_fsdp"] = True
         pairs["ddp.data_parallel_sharding_strategy"] = layout.strategy.split(":", 1)[1]
     for key, value in pairs.items():
-        if not _set_in_job(out, key):
+        if not fc.set_in_job(out, key):
             out.set(key, value, "inferred")
     return out
 
@@ -378,7 +373,7 @@ def _world_from_ranks(report: Report, view: View) -> int | None:
     Used only when it is a multiple of TP x PP x CP: a 2048-rank job whose config gives TP 2, PP 16 was modelled
     on 32 GPUs (DP 1, nothing sharded). Ranks that never wrote a line make it a lower bound, so DP is never
     overstated."""
-    if _set_in_job(view, "launch.world_size"):
+    if fc.set_in_job(view, "launch.world_size"):
         return None
     top = max((r for f in report.findings for r in (f.ranks or ()) if isinstance(r, int)),
               default=None)
@@ -456,7 +451,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     # a job that trains, or saves a checkpoint (Megatron saves after training iterations), had its model state
     # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
     trained = phase in ("training", "eval", "checkpoint_save")
-    world_known = _set_in_job(view, "launch.world_size") or world_from_ranks is not None
+    world_known = fc.set_in_job(view, "launch.world_size") or world_from_ranks is not None
     state_unexplained = trained and current.state.persistent > capacity
     if state_unexplained:
         # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers

@@ -40,7 +40,8 @@ def _origin(view: Any, key: str) -> str | None:
     return fn(key) if callable(fn) else ("set" if view is not None and _get(view, key) is not None else None)
 
 
-def _set_in_job(view: Any, key: str) -> bool:
+def set_in_job(view: Any, key: str) -> bool:
+    """The job's config sets ``key`` (not a release default)."""
     origin = _origin(view, key)
     return origin is not None and origin != "default"
 
@@ -337,7 +338,7 @@ def grad_bytes_from_config(view: Any, strategy: str) -> int:
         dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
         return 4 if ("32" in dtype or "float" == dtype) else 2
     value = _get(view, "ddp.grad_reduce_in_fp32")
-    if getattr(view, "framework", None) == "megatron-lm" and not _set_in_job(view, "ddp.grad_reduce_in_fp32"):
+    if getattr(view, "framework", None) == "megatron-lm" and not set_in_job(view, "ddp.grad_reduce_in_fp32"):
         # Megatron-LM: --bf16 turns accumulate_allreduce_grads_in_fp32 on unless --grad-reduce-in-bf16
         if _bool(_get(view, "mlm.grad_reduce_in_bf16")):
             return 2
