@@ -57,22 +57,16 @@ def _typed_fields() -> dict[str, type]:
 
 
 def known_keys() -> set[str]:
-    from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
+    import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
+    from diagnose.explain.config.defaults import COMMON_DEFAULTS
     from diagnose.explain.config.mlm_args import MLM_TO_BRIDGE
+    from diagnose.explain.validate.registry import KNOWN_KEYS
 
-    keys = set(COMMON_DEFAULTS) | set(INT_FIELDS)
-    for family in FAMILY_DEFAULTS.values():
-        keys.update(family)
+    keys = set(COMMON_DEFAULTS) | set(INT_FIELDS) | KNOWN_KEYS
     for paths in MLM_TO_BRIDGE.values():
         keys.update(paths)
     keys |= mcore_fields()
     keys |= provider_fields()
-    try:
-        import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
-        from diagnose.explain.validate.registry import KNOWN_KEYS
-        keys |= KNOWN_KEYS
-    except ImportError:  # pragma: no cover - the validator is part of the package
-        pass
     return keys
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.options import Scenario
@@ -74,20 +75,8 @@ def _float(v: Any, default: float = 0.0) -> float:
         return default
 
 
-def _version(text: Any) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    out = []
-    for piece in str(text).lstrip("vV").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits[: len(piece)]))
-    return tuple(out) if out else None
-
-
 def mcore_version(view: Any) -> tuple[int, ...] | None:
-    return _version(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
+    return version_tuple(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
 
 
 def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
+from diagnose.explain.config.defaults import COMMON_DEFAULTS
 from diagnose.explain.config.keycheck import SECTIONS, known_keys
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
 
@@ -33,8 +33,6 @@ def _known(ctx: CheckContext) -> set[str]:
     """Every field the config reader knows (megatron-core's and the providers' fields included: ``--set
     model.num_layers=4`` was called a typo of ``model.mtp_num_layers``), plus the job's own keys."""
     keys = set(COMMON_DEFAULTS) | KNOWN_KEYS | known_keys()
-    for family in FAMILY_DEFAULTS.values():
-        keys.update(family)
     keys.update(k for k, v in ctx.view.values.items() if v.origin != "override")
     return keys
 
