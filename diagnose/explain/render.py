@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from diagnose.configview import _jsonable
 from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
@@ -178,7 +179,7 @@ def overrides_yaml(fix: list[Override]) -> str:
             if not isinstance(nxt, dict):
                 nxt = node[p] = {}
             node = nxt
-        node[parts[-1]] = None if is_delete(o) else _yaml_plain(o.value)
+        node[parts[-1]] = None if is_delete(o) else _jsonable(o.value)  # what safe_dump can write: plain data
     if not tree:
         return ""
     # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy).
@@ -188,17 +189,6 @@ def overrides_yaml(fix: list[Override]) -> str:
     if text.isascii() or yaml.safe_load(text) == tree:
         return text
     return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=False, width=1 << 30)
-
-
-def _yaml_plain(value: Any) -> Any:
-    """What safe_dump can write: tuples as lists, other objects as their text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_yaml_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _yaml_plain(v) for k, v in value.items()}
-    return str(value)
 
 
 def mlm_flag(o: Override) -> str:
