@@ -25,24 +25,21 @@ OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
 
 
+def _texts(f: Finding) -> list[str]:
+    """A finding's evidence lines and text facts."""
+    return [e.text for e in (f.evidence or [])] + [str(v) for v in (f.facts or {}).values() if isinstance(v, str)]
+
+
 def _oom_finding(report: Report) -> Finding | None:
-    findings = report.findings
     root = report.root
     if root is not None and root.category == "cuda_oom":
         return root
-    for f in findings:
-        if f.category == "cuda_oom" and f.role == "root":
-            return f
-    oom = next((f for f in findings if f.category == "cuda_oom"), None)
-    if oom is not None:
-        return oom
+    ooms = [f for f in report.findings if f.category == "cuda_oom"]
+    if ooms:
+        return next((f for f in ooms if f.role == "root"), ooms[0])
     # a generic rule (a Python exception catch-all) may hold the OOM before a specific rule exists
-    ordered = ([root] if root is not None else []) + [f for f in findings if f is not root]
-    for f in ordered:
-        texts = [e.text for e in (f.evidence or [])] + [str(v) for v in (f.facts or {}).values() if isinstance(v, str)]
-        if any(OOM_MARK in t for t in texts):
-            return f
-    return None
+    ordered = ([root] if root is not None else []) + [f for f in report.findings if f is not root]
+    return next((f for f in ordered if any(OOM_MARK in t for t in _texts(f))), None)
 
 
 def _log_params(report: Report, view: View) -> int | None:
@@ -394,8 +391,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     finding = _oom_finding(report)
     if finding is None:
         return None
-    texts = [e.text for e in (finding.evidence or [])] + [
-        str(v) for v in (finding.facts or {}).values() if isinstance(v, str)]
+    texts = _texts(finding)
     n = from_facts(finding.facts or {}, texts)
     capacity = getattr(options, "gpu_memory_bytes", None) or n.capacity
     if n.capacity and capacity and capacity != n.capacity and abs(capacity - n.capacity) > 0.02 * n.capacity:
