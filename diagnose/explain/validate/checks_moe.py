@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov, simple_check
 
 EP = "model.expert_model_parallel_size"
@@ -52,16 +51,6 @@ KNOWN_KEYS.update({EP, ETP, EXPERTS, DISPATCHER, DEEPEP, BACKEND, CAPACITY, PAD,
                    "model.overlap_moe_expert_parallel_comm", "model.mtp_num_layers"})
 
 
-def _core(ctx: CheckContext) -> tuple[int, int, int] | None:
-    return version_tuple(ctx.view.mcore_version)
-
-
-def _core_at_least(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
-    """True unless the job's megatron-core is known to be older (unknown: the latest behaviour)."""
-    core = _core(ctx)
-    return core is None or core >= version
-
-
 def _etp(ctx: CheckContext) -> int:
     """Expert TP; upstream uses TP when it is unset."""
     return ctx.number(ETP) or ctx.tp
@@ -94,7 +83,7 @@ def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
         return
     if ctx.mlm:
         message = "Number of experts should be a multiple of expert model parallel_size."
-    elif _core_at_least(ctx, (0, 13, 0)):
+    elif not ctx.core_before((0, 13, 0)):
         message = "assert self.config.num_moe_experts % ep_size == 0"
     else:
         message = "assert self.config.num_moe_experts % self.expert_parallel_size == 0"
@@ -107,7 +96,7 @@ simple_check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/mo
              "L379, at the first training step); model_parallel_config.py __post_init__ raised its own ValueError "
              "for EP>1 in 0.8-0.14",
              lambda ctx: bool(ctx.number(EXPERTS)) and ctx.tp > 1 and not ctx.flag("model.sequence_parallel"),
-             lambda ctx: MSG_SP_OLD if not _core_at_least(ctx, (0, 15, 0)) and ctx.size(EP) > 1 else MSG_SP_NEW,
+             lambda ctx: MSG_SP_OLD if ctx.core_before((0, 15, 0)) and ctx.size(EP) > 1 else MSG_SP_NEW,
              [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
              [[("model.sequence_parallel", True)]])
 
@@ -170,7 +159,7 @@ def moe_shared_expert_overlap(ctx: CheckContext) -> Iterable[Violation]:
     size = ctx.number("model.moe_shared_expert_intermediate_size")
     if size is None or size <= 0 or not ctx.flag("model.moe_shared_expert_overlap"):
         return
-    core = _core(ctx)
+    core = ctx.core
     if core is not None and core >= (0, 18, 0):
         allowed: tuple[str, ...] = ("alltoall", "flex")
         message = "moe_shared_expert_overlap only works with alltoall or flex token dispatcher."
@@ -200,7 +189,7 @@ def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
     capacity = _capacity(ctx)
     if capacity is not None:
         lb = ctx.get(LB_TYPE) or "aux_loss"
-        core = _core(ctx) or (99, 0, 0)
+        core = ctx.core or (99, 0, 0)
         allowed, message = next((a, m) for since, a, m in _CAPACITY_LB if core >= since)
         types = lb if isinstance(lb, list) else [lb]
         if any(t not in allowed for t in types):

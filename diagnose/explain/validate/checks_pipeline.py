@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
 
 VPP = "model.virtual_pipeline_model_parallel_size"
@@ -50,12 +49,6 @@ def _vpp(ctx: CheckContext) -> int | None:
 
 def _set(ctx: CheckContext, key: str) -> bool:
     return ctx.get(key) is not None
-
-
-def _mcore_before(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
-    """The job's megatron-core is known to be older than ``version``."""
-    core = version_tuple(ctx.view.mcore_version)
-    return core is not None and core < version
 
 
 def _vpp_divisors(per_stage: int, below: int) -> list[list[Any]]:
@@ -152,7 +145,7 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
             return
         remaining -= value
         stages -= 1
-    if bool(remaining) != bool(stages) and not _mcore_before(ctx, (0, 16, 0)):
+    if bool(remaining) != bool(stages) and not ctx.core_before((0, 16, 0)):
         yield Violation(
             "uneven_pipeline_stages",
             f"Mismatch: {remaining} middle layers remaining but {stages} middle PP stages available.",
@@ -280,11 +273,6 @@ def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: i
     return None
 
 
-def _mcore_at_most_0_16(ctx: CheckContext) -> bool:
-    """The job's megatron-core is known to be 0.16.x or older (the layout rules this check mirrors)."""
-    return _mcore_before(ctx, (0, 17, 0))
-
-
 @check("pipeline_layout_invalid", "megatron-core transformer/pipeline_parallel_layer_layout.py "
        "PipelineParallelLayerLayout.__init__ / validate_layer_layout and TransformerConfig.__post_init__ (0.16.1 "
        "~L1307-L1360); the layout is parsed by diagnose's own grammar (explain/memory/pp_layout.py), never evaluated")
@@ -303,7 +291,7 @@ def pipeline_layout_invalid(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("pipeline_layout_invalid", str(e), [key], fixes=drop)
         return
     message = _layout_message(stages, ctx.pp, _vpp(ctx), ctx.number("model.num_layers"),
-                              ctx.number(MTP_LAYERS) or 0, strict_mtp=_mcore_at_most_0_16(ctx))
+                              ctx.number(MTP_LAYERS) or 0, strict_mtp=ctx.core_before((0, 17, 0)))
     if message is not None:
         keys = [key, PP, VPP, "model.num_layers", MTP_LAYERS]
         yield Violation("pipeline_layout_invalid", message, keys, fixes=drop)

@@ -80,6 +80,15 @@ class CheckContext:
         """The job's release is known to be older than ``v``."""
         return self.version is not None and self.version[1] < v
 
+    @property
+    def core(self) -> tuple[int, int, int] | None:
+        """The job's megatron-core version, when the log shows it."""
+        return version_tuple(self.view.mcore_version)
+
+    def core_before(self, v: tuple[int, int, int]) -> bool:
+        """The job's megatron-core is known to be older than ``v`` (unknown: the latest behaviour)."""
+        return self.core is not None and self.core < v
+
 
 CheckFn = Callable[[CheckContext], Iterable[Violation]]
 
