@@ -15,6 +15,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from diagnose.explain.config.bridge_yaml import META_KEYS
 from diagnose.model import DiagnoseError
 
 # Megatron-Bridge ConfigContainer's fields (knowledge/megatron-bridge.md §1.5) and the meta keys of a dump
@@ -22,8 +23,7 @@ SECTIONS = frozenset({
     "env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer", "ddp", "validation", "scheduler",
     "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
     "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart",
-    "_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_",
-})
+}) | META_KEYS
 # integer fields beyond those whose release default is an int (COMMON_DEFAULTS)
 INT_FIELDS = frozenset({
     "model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
@@ -118,8 +118,7 @@ def check_bridge_mapping(data: dict, what: str) -> None:
         if "." in key and key.split(".", 1)[0] in SECTIONS:
             raise DiagnoseError(f"{what}: top-level key '{key}' is not a section (Bridge's loader refuses it; it "
                                 f"would not set {key}): nest it under {key.split('.', 1)[0]}:")
-        hint = did_you_mean(key, SECTIONS - {"_target_", "_partial_", "_call_", "_args_", "_recursive_",
-                                             "_convert_"}, cutoff=0.6)
+        hint = did_you_mean(key, SECTIONS - META_KEYS, cutoff=0.6)
         raise DiagnoseError(f"{what}: unknown section '{key}:'" + (f" (did you mean {hint}:?)" if hint else
                             f" (ConfigContainer has {', '.join(sorted(s for s in SECTIONS if s[0] != '_'))})"))
 

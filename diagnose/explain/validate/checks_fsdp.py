@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
-from diagnose.model import Override
+from diagnose.model import DELETE, Override
 
 MSG_BOTH_FSDP_OLD = "Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."
 MSG_BOTH_FSDP_NEW = "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."
@@ -54,10 +54,6 @@ MSG_ASYNC_NO_SAVE = "async_save is enabled, but save is not set. Set save to a v
 MSG_FSDP2_PP_MLM = "--use-torch-fsdp2 is not supported with pipeline parallelism"
 
 
-def _saves_or_loads(ctx: CheckContext) -> bool:
-    return ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, "")
-
-
 simple_check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)",
              lambda ctx: ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"),
              lambda ctx: MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW,
@@ -74,7 +70,7 @@ def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.mlm:  # Megatron-LM asserts at argument parsing, with or without --save/--load
         new = "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
         msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else new
-    elif _saves_or_loads(ctx):
+    elif ctx.saves_or_loads:
         msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else MSG_FSDP_CKPT_NEW
     else:
         return
@@ -86,7 +82,7 @@ def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("fsdp_dtensor_only_megatron_fsdp", "Megatron-Bridge training/config.py validate() ~L1526")
 def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.mlm or ctx.get("checkpoint.ckpt_format") != "fsdp_dtensor" or not _saves_or_loads(ctx):
+    if ctx.mlm or ctx.get("checkpoint.ckpt_format") != "fsdp_dtensor" or not ctx.saves_or_loads:
         return
     if ctx.megatron_fsdp and not ctx.flag("dist.use_torch_fsdp2"):
         return
@@ -328,7 +324,7 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
         exists = False if origin.startswith("implied:") else field_exists(key, ctx.version_text)
         if exists is True:
             continue
-        fix = [ov(move.moved_to, value), Override(key=key, value=_delete())]
+        fix = [ov(move.moved_to, value), Override(key=key, value=DELETE)]
         if exists is None:
             yield Violation("stale_moved_field", MSG_STALE_UNKNOWN.format(
                 key=key, label=FAMILY_LABELS["latest"], moved_to=move.moved_to), [key, move.moved_to],
@@ -339,9 +335,3 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
         else:
             msg = MSG_STALE_SKIPPED.format(leaf=key.rsplit(".", 1)[1], owner=move.owner)
         yield Violation("stale_moved_field", msg, [key, move.moved_to], fixes=[fix])
-
-
-def _delete():
-    from diagnose.model import DELETE
-
-    return DELETE

@@ -11,9 +11,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from diagnose.explain.config.defaults import COMMON_DEFAULTS
 from diagnose.explain.config.keycheck import SECTIONS, known_keys
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
 
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
 
@@ -32,7 +31,7 @@ CHOICES: dict[str, tuple[tuple[str | int, ...], str]] = {
 def _known(ctx: CheckContext) -> set[str]:
     """Every field the config reader knows (megatron-core's and the providers' fields included: ``--set
     model.num_layers=4`` was called a typo of ``model.mtp_num_layers``), plus the job's own keys."""
-    keys = set(COMMON_DEFAULTS) | KNOWN_KEYS | known_keys()
+    keys = known_keys()  # the release defaults and the checks' KNOWN_KEYS among them
     keys.update(k for k, v in ctx.view.values.items() if v.origin != "override")
     return keys
 

@@ -234,7 +234,7 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
             [f"model.{k}" for k, _ in bad] + ["ddp.megatron_fsdp_version"],
             fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
         )
-    if ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, ""):
+    if ctx.saves_or_loads:
         yield Violation("megatron_fsdp_v2_checkpoint", MSG_MFSDP_V2_CKPT,
                         ["checkpoint.save", "checkpoint.load", "ddp.megatron_fsdp_version"],
                         fixes=[[ov("ddp.megatron_fsdp_version", 1)]])

@@ -61,11 +61,6 @@ def _load() -> dict[str, Any] | None:
     return _CLASSES
 
 
-def mcore_version() -> str | None:
-    classes = _load()
-    return None if classes is None else str(classes["version"])
-
-
 def _activation(name: str) -> Any:
     """An activation named in a config dump (``silu``, ``F.silu``, ``torch.nn.functional.gelu``,
     ``megatron.core.activations.squared_relu``) as the callable megatron-core compares against; None if unknown."""

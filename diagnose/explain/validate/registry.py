@@ -69,6 +69,10 @@ class CheckContext:
         return self.flag("ddp.use_megatron_fsdp") or self.flag("dist.use_megatron_fsdp")
 
     @property
+    def saves_or_loads(self) -> bool:
+        return self.get("checkpoint.save") not in (None, "") or self.get("checkpoint.load") not in (None, "")
+
+    @property
     def mlm(self) -> bool:
         return self.framework == "megatron-lm"
 
