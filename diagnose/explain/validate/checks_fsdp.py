@@ -96,40 +96,23 @@ def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("fsdp_cuda_device_max_connections",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0, PR #3510); "
-       "Megatron-LM arguments.py ~L680")
-def fsdp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
-    if not (ctx.megatron_fsdp or (ctx.mlm and ctx.flag("dist.use_torch_fsdp2"))):
-        return
-    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        return
-    if ctx.mlm:
-        msg = MSG_MAX_CONN_MLM_FSDP if ctx.family == "old" else MSG_MAX_CONN_BRIDGE
-    elif ctx.family == "new":
-        msg = MSG_MAX_CONN_BRIDGE
-    else:
-        return  # Bridge <= 0.4.x does not check it
-    yield Violation(
-        "fsdp_cuda_device_max_connections", msg, ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
-        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]],
-    )
-
-
-@check("mlm_tp_cp_cuda_device_max_connections",
-       "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)", ("megatron-lm",))
-def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2"):
-        return
-    if (ctx.tp == 1 and ctx.cp == 1) or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
-        return
-    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-        return
-    yield Violation(
-        "mlm_tp_cp_cuda_device_max_connections", MSG_MAX_CONN_MLM_TP,
-        ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
-        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]],
-    )
+simple_check("fsdp_cuda_device_max_connections",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0, PR #3510); "
+             "Megatron-LM arguments.py ~L680",
+             # Bridge <= 0.4.x does not check it
+             lambda ctx: ((ctx.megatron_fsdp or (ctx.mlm and ctx.flag("dist.use_torch_fsdp2")))
+                          and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1" and (ctx.mlm or ctx.family == "new")),
+             lambda ctx: MSG_MAX_CONN_MLM_FSDP if ctx.mlm and ctx.family == "old" else MSG_MAX_CONN_BRIDGE,
+             ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
+             [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]])
+simple_check("mlm_tp_cp_cuda_device_max_connections",
+             "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)",
+             lambda ctx: (not (ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2")) and (ctx.tp > 1 or ctx.cp > 1)
+                          and ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS")
+                          and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1"),
+             MSG_MAX_CONN_MLM_TP,
+             ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
+             [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]], ("megatron-lm",))
 
 
 simple_check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
@@ -253,21 +236,13 @@ def distributed_optimizer_sync(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("fsdp_average_in_collective",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix; PR #729)",
-       ("megatron-bridge",))
-def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.megatron_fsdp or not ctx.flag("ddp.average_in_collective"):
-        return
-    if ctx.family == "new":
-        if ctx.flag("ddp.disable_symmetric_registration"):
-            return
-        msg = MSG_AVG_COLLECTIVE["new"]
-    elif ctx.surely_before((0, 4, 0)):
-        msg = MSG_AVG_COLLECTIVE["old_0.3"]
-    else:
-        msg = MSG_AVG_COLLECTIVE["old_0.4"]
-    yield Violation("fsdp_average_in_collective", msg, ["ddp.average_in_collective"], kind="note")
+simple_check("fsdp_average_in_collective",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix; PR #729)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("ddp.average_in_collective")
+                          and not (ctx.family == "new" and ctx.flag("ddp.disable_symmetric_registration"))),
+             lambda ctx: MSG_AVG_COLLECTIVE["new" if ctx.family == "new"
+                                            else "old_0.3" if ctx.surely_before((0, 4, 0)) else "old_0.4"],
+             ["ddp.average_in_collective"], frameworks=("megatron-bridge",), kind="note")
 
 
 simple_check("fsdp_gradient_accumulation_fusion",
@@ -278,19 +253,15 @@ simple_check("fsdp_gradient_accumulation_fusion",
              ["model.gradient_accumulation_fusion"], frameworks=("megatron-bridge",), kind="note")
 
 
-@check("fsdp_reuse_grad_buf_mxfp8",
-       "Megatron-Bridge training/config.py Megatron FSDP configs (auto-fix, rank-0 print; 0.4.x and >=0.5 wording)",
-       ("megatron-bridge",))
-def fsdp_reuse_grad_buf_mxfp8(ctx: CheckContext) -> Iterable[Violation]:
-    if not (ctx.megatron_fsdp and ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag")):
-        return
-    if ctx.family == "new":
-        msg = "reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."
-    elif ctx.surely_before((0, 4, 0)):
-        return
-    else:
-        msg = "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"
-    yield Violation("fsdp_reuse_grad_buf_mxfp8", msg, ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], kind="note")
+simple_check("fsdp_reuse_grad_buf_mxfp8",
+             "Megatron-Bridge training/config.py Megatron FSDP configs (auto-fix, rank-0 print; 0.4.x and >=0.5 "
+             "wording)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag")
+                          and (ctx.family == "new" or not ctx.surely_before((0, 4, 0)))),
+             lambda ctx: ("reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."
+                          if ctx.family == "new" else
+                          "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"),
+             ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], frameworks=("megatron-bridge",), kind="note")
 
 
 # ----------------------------------------------------------------------------------------------- moved fields
