@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from diagnose.explain.config.defaults import version_tuple
+from diagnose.explain.config.tokenizers import VOCAB_KEYS
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.options import Scenario
@@ -100,9 +101,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
     heads = _int(_get(view, "model.num_attention_heads"))
     if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads or layers > MAX_LAYERS:
         return None
-    vocab = next((v for v in (_int(_get(view, k)) for k in (
-        "model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size",
-        "mlm.padded_vocab_size")) if v), 32000)
+    vocab = next((v for v in (_int(_get(view, k)) for k in VOCAB_KEYS) if v), 32000)
     norm = str(_model(view, "normalization", "LayerNorm"))
     freq = _model(view, "moe_layer_freq", 1)
     if isinstance(freq, str):  # "([0]*3+[1]*58)", as MoE model-zoo YAMLs over Bridge write it
@@ -175,8 +174,7 @@ def count_assumptions(view: Any) -> list[str]:
     count and were filled by megatron-core's defaults (a provider's or the file's values are not assumptions).
     A Megatron-LM argument list is complete by itself (an absent flag is the argument's default)."""
     out = []
-    if not any(_get(view, k) is not None for k in ("model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size",
-                                                    "model.padded_vocab_size", "mlm.padded_vocab_size")):
+    if not any(_get(view, k) is not None for k in VOCAB_KEYS):
         out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
     if getattr(view, "framework", None) == "megatron-lm":
         return out
