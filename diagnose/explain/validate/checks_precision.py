@@ -23,23 +23,18 @@ _NO = object()
 # MixedPrecisionConfig onto the model (update_config_with_precision_overrides), so with a preset these win over model.*.
 _BF16 = {"fp8": None, "fp8_recipe": "tensorwise", "first_last_layers_bf16": False, "fp8_param": False, "fp4": None,
          "fp4_param": False, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
-PRESETS: dict[str, dict[str, Any]] = {
+_BF16_PRESETS: dict[str, dict[str, Any]] = {
     "bf16_mixed": _BF16,
-    "fp16_mixed": _BF16,
     "bf16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param": True},
-    "fp16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param": True},
     "bf16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param": True},
-    "fp16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param": True},
     "bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise",
                                             "first_last_layers_bf16": True, "fp8_param": True,
                                             "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1},
-    "fp16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise",
-                                            "first_last_layers_bf16": True, "fp8_param": True,
-                                            "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1},
     "bf16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param": True},
-    "fp16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param": True},
-    "bf16_with_nvfp4_mixed": {**_BF16, "fp4": "e2m1", "fp4_param": True},
 }
+# each fp16_* preset sets what its bf16_* twin sets; NVFP4 has no fp16 twin
+PRESETS: dict[str, dict[str, Any]] = {**_BF16_PRESETS, **{"fp16" + k[4:]: v for k, v in _BF16_PRESETS.items()},
+                                      "bf16_with_nvfp4_mixed": {**_BF16, "fp4": "e2m1", "fp4_param": True}}
 # TransformerConfig defaults for the same fields (0.16.1)
 _MCORE_DEFAULTS = {"fp8": None, "fp8_recipe": "delayed", "first_last_layers_bf16": False, "fp8_param": False,
                    "fp4": None, "fp4_param": False, "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
