@@ -340,16 +340,12 @@ def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int,
         worst_stage=current.stage if staged else None, stage_peak_bytes=list(current.stage_peaks) if staged else [])
 
 
-def _ensure_view(view: View) -> ConfigView:
-    """A view to replay options on: the job's, or release defaults when the log showed no config."""
+def _replay_view(view: View, layout: Layout) -> ConfigView:
+    """Write the inferred layout into a copy of the view (release defaults when the log showed no config) so
+    replay validates the job as it ran."""
     from diagnose.explain.config import ConfigView, apply_defaults
 
-    return view if view is not None else apply_defaults(ConfigView())
-
-
-def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
-    """Write the inferred layout into a copy of the view so replay validates the job as it ran."""
-    out = view.copy()
+    out = view.copy() if view is not None else apply_defaults(ConfigView())
     pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",
         "optimizer.use_distributed_optimizer": layout.strategy != "ddp",
@@ -462,7 +458,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     out.request_is = buffer
     # sized=False: what the log shows of the config cannot be what ran, so it is never drawn as fact
     out.current = _prediction(current, layout, bool(world_known), capacity, sized=not state_unexplained)
-    replay_view = _replay_view(_ensure_view(view), layout)
+    replay_view = _replay_view(view, layout)
     if world_from_ranks is not None:
         replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)

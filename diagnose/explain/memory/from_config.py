@@ -16,13 +16,14 @@ from typing import Any
 
 from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.config.tokenizers import VOCAB_KEYS
+from diagnose.explain.config.values import FALSE_WORDS, NULL_WORDS, as_bool
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.options import Scenario
 from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import Layout
 
-_FALSE = {"false", "no", "off", "0", "none", "null", "~", ""}
+_FALSE = FALSE_WORDS | NULL_WORDS | {"0"}  # what as_bool reads as False
 
 
 def _get(view: Any, key: str, default: Any = None) -> Any:
@@ -49,11 +50,7 @@ def set_in_job(view: Any, key: str) -> bool:
 
 
 def _bool(v: Any, default: bool = False) -> bool:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() not in _FALSE
-    return bool(v)
+    return default if v is None else as_bool(v)
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
