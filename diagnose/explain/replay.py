@@ -115,10 +115,6 @@ def _matching(before: ValidationResult, finding: Finding) -> list[Violation]:
     return out
 
 
-def _matches(before: ValidationResult, finding: Finding) -> bool:
-    return bool(_matching(before, finding))
-
-
 def deciding_keys(finding: Finding | None) -> list[str]:
     """The keys that decide whether the validator can reproduce a finding: the settings its error message states
     (``implied``), else the keys its fix changes."""
@@ -143,7 +139,7 @@ def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | N
     defaults (the config is not in the log): replay cannot say either way."""
     if finding is None:
         return bool(before.violations) if view.config_known else None
-    if _matches(before, finding):
+    if _matching(before, finding):
         return True
     keys = deciding_keys(finding)
     if keys:

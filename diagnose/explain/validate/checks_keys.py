@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from diagnose.explain.config.keycheck import SECTIONS, known_keys
+from diagnose.explain.config.keycheck import META_KEYS, SECTIONS, known_keys
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
 
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
@@ -49,7 +49,7 @@ def override_unknown_key(ctx: CheckContext) -> Iterable[Violation]:
             continue
         top = key.split(".", 1)[0]
         if top not in SECTIONS:  # ConfigContainer has a fixed set of sections: any other is refused (a typo or not)
-            hint = difflib.get_close_matches(top, sorted(s for s in SECTIONS if s[0] != "_"), n=1, cutoff=0.6)
+            hint = difflib.get_close_matches(top, sorted(SECTIONS - META_KEYS), n=1, cutoff=0.6)
             yield Violation(
                 "override_unknown_key", f"Could not override '{key}': ConfigContainer has no section '{top}'"
                 + (f" (did you mean {hint[0]}?)" if hint else ""), [key],
