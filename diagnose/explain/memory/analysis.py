@@ -439,15 +439,13 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                   "optimizer_step": current.phases.first_step_peak,
                   "checkpoint_save": current.phases.checkpoint_peak,
                   "checkpoint_load": current.phases.checkpoint_peak}.get(phase, current.phases.peak)
-    state_for_verdict: int | None = current.state.persistent
     # a job that trains, or saves a checkpoint (Megatron saves after training iterations), had its model state
     # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
     trained = phase in ("training", "eval", "checkpoint_save")
     world_known = fc.set_in_job(view, "launch.world_size") or world_from_ranks is not None
     state_unexplained = trained and current.state.persistent > capacity
-    if state_unexplained:
-        # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
-        state_for_verdict = None
+    # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
+    state_for_verdict = None if state_unexplained else current.state.persistent
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out.verdict = verdict
     buffer = _which_buffer(n, current, params, texts)

@@ -150,22 +150,14 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
     reconciled = _reconcile_with_log(view, shape)
-    if reconciled is not None:
-        shape, reconcile_note = reconciled
-    else:
-        reconcile_note = None
-    if gpus % layout.model_parallel:
-        layout_note = (f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}")
-    else:
-        layout_note = ""
+    shape, reconcile_note = reconciled if reconciled is not None else (shape, None)
+    layout_note = f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}" if (
+        gpus % layout.model_parallel) else ""
     work = fc.workload_from_config(view, shape, layout)
     scn = fc.scenario(view, shape, layout, work, capacity)
     analytic = count_params(shape).total
-    params, source, notes = analytic, "config", []
-    if layout_note:
-        notes.append(layout_note)
-    if reconcile_note:
-        notes.append(reconcile_note)
+    params, source = analytic, "config"
+    notes = [note for note in (layout_note, reconcile_note) if note]
     if _exact_wanted():
         exact = exact_count(shape)
         if exact is not None:

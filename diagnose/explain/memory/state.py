@@ -37,14 +37,6 @@ from dataclasses import dataclass, field
 
 from diagnose.explain.memory.shape import ModelShape, ParamCount
 
-STRATEGIES = (
-    "ddp",
-    "distributed_optimizer",
-    "fsdp:no_shard",
-    "fsdp:optim",
-    "fsdp:optim_grads",
-    "fsdp:optim_grads_params",
-)
 COMPONENTS = ("params", "grads", "main_params", "optimizer", "buffers")
 OPTIONAL_COMPONENTS = ("fp8", "cuda_graphs")  # present only when the job uses FP8 / CUDA graphs
 PREFETCH_ELEMENTS = 1_000_000_000  # megatron_fsdp.py: suggested_communication_unit_size floor
@@ -58,6 +50,7 @@ _SHARDED = {
     "fsdp:optim_grads": (False, True, True),
     "fsdp:optim_grads_params": (True, True, True),
 }
+STRATEGIES = tuple(_SHARDED)
 
 
 @dataclass(frozen=True)
