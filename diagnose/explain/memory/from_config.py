@@ -21,7 +21,7 @@ from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.options import Scenario
 from diagnose.explain.memory.shape import ModelShape
-from diagnose.explain.memory.state import Layout
+from diagnose.explain.memory.state import STRATEGIES, Layout
 
 _FALSE = FALSE_WORDS | NULL_WORDS | {"0"}  # what as_bool reads as False
 
@@ -309,8 +309,7 @@ def strategy_from_config(view: Any) -> str:
             value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
         levels = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}
         value = levels.get(str(value), str(value))
-        return f"fsdp:{value}" if f"fsdp:{value}" in (
-            "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
+        return f"fsdp:{value}" if f"fsdp:{value}" in STRATEGIES else "fsdp:optim_grads_params"
     if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):
         return "distributed_optimizer"
     return "ddp"

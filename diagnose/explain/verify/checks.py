@@ -75,13 +75,8 @@ class Facts:
             lineno = int(origin[4:].split()[0])
         except ValueError:
             return None
-        for bs in self.blocks.values():
-            for b in bs:
-                if b.start_line <= lineno < b.start_line + len(b.lines) + 1:
-                    for line in b.lines:
-                        if line.lineno == lineno:
-                            return line
-        return None
+        return next((line for bs in self.blocks.values() for b in bs for line in b.lines if line.lineno == lineno),
+                    None)
 
     def _requested_view(self) -> None:
         try:
