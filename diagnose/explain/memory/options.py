@@ -171,19 +171,14 @@ def _current(scn: Scenario, key: str) -> Any:
     allocated; an option must then still say ``ddp.grad_reduce_in_fp32=false`` to get bf16 grads."""
     if scn.view is None:
         return None
-    try:
-        value = scn.view.get(key)
-        origin = scn.view.origin(key) if hasattr(scn.view, "origin") else "file"
-    except Exception:  # noqa: BLE001
-        return None
-    if origin in (None, "default"):
+    if scn.view.origin(key) in (None, "default"):
         modelled = {"ddp.grad_reduce_in_fp32": scn.layout.grad_bytes == 4,
                     "ddp.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
                     "optimizer.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
                     "ddp.use_megatron_fsdp": scn.layout.strategy.startswith("fsdp:")}
         if key in modelled:
             return modelled[key]
-    return value
+    return scn.view.get(key)
 
 
 def _diff(scn: Scenario, pairs: list[tuple[str, Any]]) -> list[Override]:
