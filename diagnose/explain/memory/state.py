@@ -248,25 +248,17 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
     held = c.get("fp8", 0) + c.get("cuda_graphs", 0)
     module = 0 if (layout.meta_init and layout.fsdp) else params if not layout.fsdp else (
         layout.param_bytes * state.params)
-    if layout.strategy == "ddp":
-        wrap_peak = params + grads
-        after_wrap = params + grads
-    elif layout.strategy == "distributed_optimizer":
-        wrap_peak = module + params + grads  # old module storage + new param buffer + grad buffer
-        after_wrap = params + grads
-    elif layout.strategy == "fsdp:no_shard":
+    after_wrap = params + grads + (main if layout.fsdp else 0)  # Megatron FSDP makes the main weights at the wrap
+    wrap_peak = {
+        "ddp": after_wrap,
+        "distributed_optimizer": module + params + grads,  # old module storage + new param buffer + grad buffer
         # no weight buffer: the module's own params stay; main weights per group, then the grad buffer
-        after_wrap = params + grads + main
-        wrap_peak = after_wrap
-    elif layout.strategy == "fsdp:optim_grads_params":
+        "fsdp:no_shard": after_wrap,
         # one parameter group per transformer layer: the module shrinks as each group moves into its sharded
         # buffer (through one unsharded bucket); the grad buffer is allocated after the module is gone
-        after_wrap = params + grads + main
-        wrap_peak = max(module + buffers, after_wrap)
-    else:
+        "fsdp:optim_grads_params": max(module + buffers, after_wrap),
         # fsdp:optim / optim_grads: one group per dtype, its weight buffer is whole: module + buffer + main shard
-        after_wrap = params + grads + main
-        wrap_peak = max(module + params + main, after_wrap)
+    }.get(layout.strategy, max(module + params + main, after_wrap))
     cast = main if layout.grad_bytes < 4 else 0  # fp32 copy of the (sharded) bf16 grads handed to the optimizer
     # torch.optim.Adam (foreach), used when neither Transformer Engine nor apex is installed, allocates
     # sqrt(exp_avg_sq) for the whole local shard at once: one more fp32 copy (measured on an H200: +4 B/param at N=1)
