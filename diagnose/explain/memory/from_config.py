@@ -109,9 +109,6 @@ def shape_from_config(view: Any) -> ModelShape | None:
         freq = tuple(int(x) for x in freq)
     else:
         freq = _int(freq, 1) or 1
-    bias = _get(view, "model.add_bias_linear")
-    if bias is None:
-        bias = not _bool(_get(view, "mlm.disable_bias_linear"))
     shape = ModelShape(
         num_layers=layers,
         hidden_size=hidden,
@@ -126,7 +123,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
         gated_linear_unit=_bool(_model(view, "gated_linear_unit", mlm="swiglu")),
         untie_embeddings=not _bool(_get(view, "model.share_embeddings_and_output_weights"), True)
         or _bool(_get(view, "mlm.untie_embeddings_and_output_weights")),
-        add_bias_linear=_bool(bias, True),
+        add_bias_linear=_bool(_get(view, "model.add_bias_linear"), not _bool(_get(view, "mlm.disable_bias_linear"))),
         add_qkv_bias=_bool(_model(view, "add_qkv_bias")),
         layernorm=norm.lower() != "rmsnorm",
         qk_layernorm=_bool(_model(view, "qk_layernorm")),
