@@ -166,11 +166,8 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
 
 def _account_for_fixes(ctx: CheckContext, base: int, pp: int) -> list[list[Any]]:
     """Turn off one of the account_for_* flags when that makes the count divide PP, else both."""
-    out = []
-    for key, other in ((LOSS, EMB), (EMB, LOSS)):
-        if ctx.flag(key) and (base + int(ctx.flag(other))) % pp == 0:
-            out.append([ov(key, False)])
-    return out + [[ov(EMB, False), ov(LOSS, False)]]
+    return [[ov(key, False)] for key, other in ((LOSS, EMB), (EMB, LOSS))
+            if ctx.flag(key) and (base + int(ctx.flag(other))) % pp == 0] + [[ov(EMB, False), ov(LOSS, False)]]
 
 
 def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
