@@ -201,10 +201,7 @@ def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: Sequence[str] =
              (comps["optimizer"] / 2, "an Adam moment (exp_avg / exp_avg_sq)"), (comps["optimizer"], "the Adam state")]
     if "mbuf" in joined or (lay.fsdp and "gbuf" not in joined and "main_grad" not in joined):
         named = [main] + [x for x in named if x is not main]
-    for size, name in named:
-        if size and _near(req, size, 0.03):
-            return name
-    return None
+    return next((name for size, name in named if size and _near(req, size, 0.03)), None)
 
 
 def _pct(a: int | None, b: int | None) -> str:
