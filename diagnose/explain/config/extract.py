@@ -57,40 +57,37 @@ def from_blocks(
     view = ConfigView()
     texts: list[str] = []
 
-    def each(name: str) -> list[Block]:
-        return list(blocks.get(name, []))
-
-    for block in each("config.task_yaml"):
+    for block in blocks.get("config.task_yaml", []):
         _parse_task_yaml(block, view)
         texts.append(C.TASK_CONFIG_BANNER)
-    for block in each("config.summary"):
+    for block in blocks.get("config.summary", []):
         parse_summary(block.lines, view)
         view.framework = "megatron-bridge"
         view.sources.append(f"log:{block.start_line} Configuration Summary")
         texts.extend(line.text for line in block.lines[:1])
         texts.extend(line.text for line in block.lines if "sequence_length" in line.text)
-    for block in each("config.mlm_args"):
+    for block in blocks.get("config.mlm_args", []):
         parse_args_dump(block.lines, view)
         view.sources.append(f"log:{block.start_line} Megatron-LM arguments")
     for name in ("config.launch_torchrun", "config.launch_distrun", "config.launch_python"):
-        for block in each(name):
+        for block in blocks.get(name, []):
             text, lineno = join_continuations(block.lines)
             before = len(view)
             parse_command(text, f"log:{lineno}", view)
             if len(view) > before:
                 view.sources.append(f"log:{lineno} launch command")
     for name, parse, what in _ONE_LINE_BLOCKS:
-        for block in each(name):
+        for block in blocks.get(name, []):
             for line in block.lines[:1]:
                 if parse(line, view) and what:
                     _add_source(view, f"log:{line.lineno} {what}")
     for name, keys in (("config.te_missing", ("launch.transformer_engine", "launch.apex")),
                        ("config.apex_missing", ("launch.apex",))):
-        for block in each(name):
+        for block in blocks.get(name, []):
             for key in keys:
                 view.set(key, False, f"log:{block.lines[0].lineno}")
     for name in sorted(n for n in blocks if n.startswith("config.version_line")):
-        for block in each(name):
+        for block in blocks.get(name, []):
             texts.extend(line.text for line in block.lines[:1])
     for f in findings:
         texts.extend(e.text for e in f.evidence)
