@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from diagnose.explain.config.releases import assumed_release
+from diagnose.explain.config.values import as_int
 from diagnose.explain.verify import Check
 from diagnose.explain.verify import facts as F
 from diagnose.model import Block, Evidence, LogLine, Report
@@ -56,8 +58,6 @@ class Facts:
         f._iterations()
         f._checkpoint()
         f._dp_size()
-        from diagnose.explain.config.releases import assumed_release
-
         f.release = assumed_release(getattr(view, "version", None), getattr(view, "framework", None))
         return f
 
@@ -135,8 +135,6 @@ class Facts:
         v = self.view
         if v is None:
             return
-        from diagnose.explain.config.values import as_int
-
         gbs, mbs = as_int(v.get("train.global_batch_size")), as_int(v.get("train.micro_batch_size"))
         mb_lines = self.lines("verify.microbatches")
         m = F.MICROBATCHES_RE.search(mb_lines[0].text) if mb_lines else None
@@ -289,8 +287,6 @@ def te_apex(f: Facts) -> Check:
 def cuda_device_max_connections(f: Facts) -> Check:
     say = partial(Check, "cuda_device_max_connections", "CUDA_DEVICE_MAX_CONNECTIONS suits FSDP with TP/CP")
     v = f.view
-    from diagnose.explain.config.values import as_int
-
     tp = as_int(v.get("model.tensor_model_parallel_size"), 1) if v is not None else 1
     cp = as_int(v.get("model.context_parallel_size"), 1) if v is not None else 1
     if not f.fsdp or ((tp or 1) == 1 and (cp or 1) == 1):
