@@ -12,6 +12,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from diagnose.explain.config.overrides import apply_overrides
+from diagnose.explain.memory import analyze_oom
 from diagnose.explain.memory.from_config import set_in_job
 from diagnose.explain.render import inline_fix
 from diagnose.explained import GIB, CapacityFit, ReplayResult
@@ -164,9 +166,6 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
                            _positive(memory.current.usable_bytes) if memory.current else None,
                            notes=["not sized: the fix changes the parallel layout and the memory model lists no "
                                   "option with it (see the memory options)"])
-    from diagnose.explain.config.overrides import apply_overrides
-    from diagnose.explain.memory import analyze_oom
-
     changed = apply_overrides(view, [o for o in overrides if not o.key.startswith("env.")])
     redo = analyze_oom(report, changed, SimpleNamespace(gpu_memory_bytes=capacity), search_options=False)
     if redo is None or redo.current is None:

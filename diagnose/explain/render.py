@@ -41,6 +41,7 @@ from diagnose.configview import _jsonable
 from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
+from diagnose.explain.config.values import parse_scalar
 from diagnose.model import Override
 
 # A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
@@ -90,8 +91,6 @@ def _hydra_string(s: str) -> str:
 def _reads_back_bare(s: str) -> bool:
     """Bare only if ``--set`` (diagnose's own reader, which also takes Python-printed values: ``None``, ``yes``,
     ``torch.bfloat16``) reads the word back as this same string; Hydra reads a quoted word the same either way."""
-    from diagnose.explain.config.values import parse_scalar
-
     back = parse_scalar(s)
     return isinstance(back, str) and back == s
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from diagnose.configview import ConfigView
+from diagnose.explain.config.implied import implied_view, stated_checks
 from diagnose.explain.config.overrides import apply_overrides, normalize_overrides
 from diagnose.explain.fix_search import search_fix
 from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
@@ -103,8 +104,6 @@ def _plain(text: str) -> str:
 
 def _matching(before: ValidationResult, finding: Finding) -> list[Violation]:
     """The violations that print the finding's own message (evidence or title, any release's wording)."""
-    from diagnose.explain.config.implied import stated_checks
-
     checks = stated_checks(finding)
     texts = [_plain(e.text) for e in finding.evidence] + [_plain(finding.title)]
     out = []
@@ -120,8 +119,6 @@ def deciding_keys(finding: Finding | None) -> list[str]:
     (``implied``), else the keys its fix changes."""
     if finding is None:
         return []
-    from diagnose.explain.config.implied import implied_view
-
     stated = list(implied_view([finding]).values)
     if stated:
         return stated

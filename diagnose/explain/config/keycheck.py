@@ -10,12 +10,18 @@ field whose type we know. A key we do not know and that is close to none stays (
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
+import importlib.util
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from diagnose.explain.config.bridge_yaml import META_KEYS
+from diagnose.explain.config.defaults import COMMON_DEFAULTS
+from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
+from diagnose.explain.config.providers import table
 from diagnose.model import DiagnoseError
 
 # Megatron-Bridge ConfigContainer's fields (knowledge/megatron-bridge.md §1.5) and the meta keys of a dump
@@ -43,8 +49,6 @@ _MCORE_SOURCES = {
 
 
 def _typed_fields() -> dict[str, type]:
-    from diagnose.explain.config.defaults import COMMON_DEFAULTS
-
     out: dict[str, type] = {key: int for key in INT_FIELDS}
     for key, value in COMMON_DEFAULTS.items():
         if isinstance(value, bool):
@@ -58,8 +62,6 @@ def _typed_fields() -> dict[str, type]:
 
 def known_keys() -> set[str]:
     import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
-    from diagnose.explain.config.defaults import COMMON_DEFAULTS
-    from diagnose.explain.config.mlm_args import MLM_TO_BRIDGE
     from diagnose.explain.validate.registry import KNOWN_KEYS
 
     keys = set(COMMON_DEFAULTS) | set(INT_FIELDS) | KNOWN_KEYS
@@ -78,10 +80,6 @@ def mcore_fields() -> set[str]:
     global _mcore_fields
     if _mcore_fields is not None:
         return _mcore_fields
-    import ast
-    import importlib.util
-    import os
-
     found: set[str] = set()
     try:
         spec = importlib.util.find_spec("megatron")
@@ -163,8 +161,6 @@ def type_problem(key: str, value: Any, typed: dict[str, type] | None = None) -> 
 def check_mlm_flags(names: Iterable[str], what: str) -> None:
     """Megatron-LM flags kept as ``mlm.<name>`` that are a typo of a known flag: DiagnoseError (argparse refuses
     an unknown flag: ``unrecognized arguments``)."""
-    from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
-
     flags = set(MLM_TO_BRIDGE) | set(INVERTED)
     real = megatron_lm_flags()
     for name in names:
@@ -178,8 +174,6 @@ def check_mlm_flags(names: Iterable[str], what: str) -> None:
 
 def provider_fields() -> set[str]:
     """``model.<field>`` for every field a Megatron-Bridge model provider sets (providers.json, every release)."""
-    from diagnose.explain.config.providers import table
-
     out: set[str] = set()
     for provider in (table().get("providers") or {}).values():
         for variant in provider.get("variants") or []:

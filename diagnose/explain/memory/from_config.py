@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from diagnose.explain.config.defaults import version_tuple
+from diagnose.explain.config.mlm_args import moe_freq_value
 from diagnose.explain.config.tokenizers import VOCAB_KEYS
 from diagnose.explain.config.values import FALSE_WORDS, NULL_WORDS, as_bool
 from diagnose.explain.memory import pp_layout
@@ -22,6 +23,7 @@ from diagnose.explain.memory.activations import Workload, attention_kind
 from diagnose.explain.memory.options import Scenario
 from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import STRATEGIES, Layout
+from diagnose.model import DiagnoseError
 
 _FALSE = FALSE_WORDS | NULL_WORDS | {"0"}  # what as_bool reads as False
 
@@ -102,8 +104,6 @@ def shape_from_config(view: Any) -> ModelShape | None:
     norm = str(_model(view, "normalization", "LayerNorm"))
     freq = _model(view, "moe_layer_freq", 1)
     if isinstance(freq, str):  # "([0]*3+[1]*58)", as MoE model-zoo YAMLs over Bridge write it
-        from diagnose.explain.config.mlm_args import moe_freq_value
-
         freq = moe_freq_value(freq)
     if isinstance(freq, (list, tuple)):
         freq = tuple(int(x) for x in freq)
@@ -191,8 +191,6 @@ def hybrid_pattern(view: Any) -> str | None:
         if isinstance(value, str) and value.strip() and value.strip().lower() not in _FALSE:
             text = value.strip().split("/", 1)[0]
             if len(text) > 100_000 or not set(text) <= _HYBRID_SYMBOLS:
-                from diagnose.model import DiagnoseError
-
                 raise DiagnoseError(f"cannot count the hybrid model: model.{name} {value[:40]!r} holds symbols "
                                     "other than M (Mamba), * (attention), - (MLP) and E (MoE)")
             return text

@@ -8,12 +8,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.explain.config.overrides import apply_overrides
+from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
 from diagnose.explain.memory.options import Plan, evaluate, option_of, search
-from diagnose.explain.memory.shape import count_params
+from diagnose.explain.memory.shape import count_params, reconcile
+from diagnose.explain.render import inline_fix, launch_commands
 from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
 from diagnose.model import DiagnoseError
 
@@ -74,8 +77,6 @@ def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
     """A config read from a log that also printed its parameter count (per model-parallel rank, at the job's own
     TP x PP): make the shape agree with it as the OOM analysis does, so that the plan, ``analyze`` and the TUI
     count the same model (one answer)."""
-    from diagnose.explain.memory.shape import reconcile
-
     logged = fc._int(fc._get(view, "launch.num_parameters"))
     if not logged:
         return None
@@ -89,8 +90,6 @@ def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | Non
     """The config with ``overrides`` applied, predicted per GPU like the plan's given row (same shape reading,
     same reconciliation with a logged count): what a validator's fix does to memory. None when it cannot be
     sized (no shape, or a split that does not divide the GPUs)."""
-    from diagnose.explain.config.overrides import apply_overrides
-
     changed = apply_overrides(view, overrides) if overrides else view
     try:
         shape = fc.shape_from_config(changed)
@@ -129,8 +128,6 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 bad.append(f"{key}={value!r} is more layers than any model has (at most {fc.MAX_LAYERS:,})")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
-        from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
-
         named = getattr(view, "model_target", None)
         read = resolve(named, getattr(view, "version", None)) if named is not None else None
         if read is not None:
@@ -192,8 +189,6 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:
-            from diagnose.explain.render import inline_fix, launch_commands
-
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")

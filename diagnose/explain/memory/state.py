@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from diagnose.explain.memory.shape import ModelShape, ParamCount
+from diagnose.explain.memory.shape import ModelShape, ParamCount, layer_params
 
 COMPONENTS = ("params", "grads", "main_params", "optimizer", "buffers")
 OPTIONAL_COMPONENTS = ("fp8", "cuda_graphs")  # present only when the job uses FP8 / CUDA graphs
@@ -150,8 +150,6 @@ def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[st
 
 def layer_params_max(shape: ModelShape, layout: Layout) -> int:
     """Parameters of the largest transformer layer on one rank (the unit Megatron-FSDP gathers)."""
-    from diagnose.explain.memory.shape import layer_params
-
     best = 0
     for moe in set(shape.moe_layers()):
         d, e = layer_params(shape, moe, layout.tp, layout.ep, layout.etp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
 from diagnose.model import DELETE, Override
 
@@ -280,8 +281,6 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
     """A field the job's release no longer has, set by the job: the migration to its new place is the fix.
     A command-line override fails at start-up; a YAML key is skipped with a warning and the job runs without
     the setting (for ``dist.use_megatron_fsdp``: without Megatron FSDP). Unknown release: a note."""
-    from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
-
     for key, move in FIELD_MOVES.items():
         if not ctx.view.has(key):
             continue
