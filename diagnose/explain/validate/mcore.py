@@ -11,9 +11,14 @@ Imported lazily (megatron-core takes seconds to import) and never on the ``--hel
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import hashlib
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import warnings
 from typing import Any
@@ -213,9 +218,6 @@ _CACHE_VERSION = 2  # bump when the classes are built differently (2: activation
 
 def _cache_key(sections: dict[str, Any]) -> str | None:
     """sha256 of the inputs and versions; None when the inputs are not plain JSON data (then never cached)."""
-    import hashlib
-    import json
-
     try:
         text = json.dumps([_CACHE_VERSION, _versions(), sections], sort_keys=True, allow_nan=False)
         if json.loads(text)[2] != sections:
@@ -232,18 +234,12 @@ _QUEUED: dict[str, dict[str, Any]] = {}
 def _queue_background(key: str, sections: dict[str, Any]) -> None:
     """Remember a config for the background worker, started once when this process exits."""
     if not _QUEUED:
-        import atexit
-
         atexit.register(_start_worker)
     _QUEUED[key] = sections
 
 
 def _start_worker() -> None:
     """One detached ``python -m diagnose.explain.validate.mcore`` for every queued config; never waited for."""
-    import json
-    import subprocess
-    import sys
-
     if not _QUEUED:
         return
     payload = json.dumps([{"key": k, "sections": v} for k, v in _QUEUED.items()])
@@ -299,9 +295,6 @@ def _post_init_error(cls: Any, kwargs: dict[str, Any]) -> str | None:
 
 
 if __name__ == "__main__":
-    import json
-    import sys
-
     try:
         reqs = json.loads(sys.stdin.read() or "[]")
     except ValueError:
