@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any
 
+from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of, search
@@ -17,10 +18,7 @@ from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
 
-if TYPE_CHECKING:
-    from diagnose.explain.config import ConfigView
-
-View = Optional["ConfigView"]  # the job's config as read, or None when the log showed none
+View = ConfigView | None  # the job's config as read, or None when the log showed none
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
@@ -341,8 +339,6 @@ def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int,
 def _replay_view(view: View, layout: Layout) -> ConfigView:
     """Write the inferred layout into a copy of the view (release defaults when the log showed no config) so
     replay validates the job as it ran."""
-    from diagnose.explain.config import ConfigView, apply_defaults
-
     out = view.copy() if view is not None else apply_defaults(ConfigView())
     pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 from diagnose.explain.megatron_child import PACKAGE_PARENT, JsonCache
 from diagnose.explain.megatron_child import megatron_installed as available
@@ -129,8 +130,6 @@ def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int |
 
 
 def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
-    import warnings
-
     warnings.filterwarnings("ignore")
     import torch
     import torch.distributed as dist

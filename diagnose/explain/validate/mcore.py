@@ -27,6 +27,7 @@ from diagnose.configview import ConfigView
 from diagnose.explain.megatron_child import PACKAGE_PARENT, JsonCache
 from diagnose.explain.megatron_child import megatron_installed as installed
 from diagnose.explain.megatron_child import versions as _versions
+from diagnose.explain.validate.checks_precision import bridge_precision_overlay
 from diagnose.explain.validate.registry import Violation
 
 _LOCK = threading.Lock()
@@ -120,8 +121,6 @@ def _sections(view: ConfigView) -> dict[str, Any]:
     applied to the model's) and the environment they read. Plain data: it is the cache key and the worker's input."""
     model_section = view.section("model")
     if view.framework != "megatron-lm":
-        from diagnose.explain.validate.checks_precision import bridge_precision_overlay
-
         model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
     if model_section.get("apply_rope_fusion") and view.get("launch.transformer_engine") is not False:
         # megatron-core checks the fused RoPE kernel against the Transformer Engine of the process that runs the
