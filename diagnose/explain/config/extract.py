@@ -26,6 +26,7 @@ from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
 from diagnose.model import Block, DiagnoseError, Finding, LogLine
+from diagnose.normalize import normalize_line
 
 MAX_CONFIG_FILE_BYTES = 256 * 1024 * 1024
 _MIXED_PRECISION = {  # Bridge presets (training/mixed_precision.py): what they set that the checks read
@@ -246,8 +247,6 @@ def _looks_like_log(text: str) -> bool:
 
 
 def lines_of(text: str, path: str) -> list[LogLine]:
-    from diagnose.normalize import normalize_line
-
     return [normalize_line(raw, path, i) for i, raw in enumerate(text.splitlines(), 1)]
 
 
