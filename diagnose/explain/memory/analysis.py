@@ -42,15 +42,9 @@ def _oom_finding(report: Report) -> Finding | None:
 
 
 def _log_params(report: Report, view: View) -> int | None:
-    value = fc._int(fc._get(view, "launch.num_parameters"))
-    if value:
-        return value
-    for f in report.findings:
-        for k in PARAM_FACT_KEYS:
-            v = fc._int((f.facts or {}).get(k))
-            if v:
-                return v
-    return None
+    """The per-rank parameter count the log printed: the config's, else the first finding fact that holds one."""
+    facts = (fc._int((f.facts or {}).get(k)) for f in report.findings for k in PARAM_FACT_KEYS)
+    return fc._int(fc._get(view, "launch.num_parameters")) or next((v for v in facts if v), None)
 
 
 def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
@@ -366,12 +360,8 @@ def _world_from_ranks(report: Report, view: View) -> int | None:
               default=None)
     if top is None:
         return None
-    base = fc.layout_from_config(view)
-    split = base.tp * base.pp * base.cp
-    world = top + 1
-    if world <= split or world % split:
-        return None
-    return world
+    split, world = fc.layout_from_config(view).model_parallel, top + 1
+    return None if world <= split or world % split else world
 
 
 def analyze_oom(report: Report, view: View = None, options: Any = None,
