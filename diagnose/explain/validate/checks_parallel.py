@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
+from diagnose.explain.validate.registry import CheckContext, Fixes, Violation, check, ov, simple_check
 
+_CORE_TC = "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 {})"
 MSG_SP_WITHOUT_TP = "Cannot use sequence parallelism without tensor parallelism"
 MSG_SEQ_CP = "Sequence length must be divisible by 2 * context parallel size if context parallel is used."
 MSG_CPU_OFFLOAD_LAYERS = "CPU offloading can be done only for layers less than {num_layers}"
@@ -68,13 +69,11 @@ def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
             f"world size ({world}) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size={tp} * "
             f"model_cfg.pipeline_model_parallel_size={pp} * model_cfg.context_parallel_size={cp})"
         )
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
     yield Violation(
         "world_size_divisible", msg,
         ["launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
          "model.context_parallel_size"],
-        fixes=fixes,
+        fixes=[[ov(k, v) for k, v in alt] for alt in _smaller_tp_fix(ctx)],
     )
 
 
@@ -93,32 +92,22 @@ def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("heads_divisible_by_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L960)")
-def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
-    heads, tp = ctx.number("model.num_attention_heads"), ctx.tp
-    if not heads or heads % tp == 0:
-        return
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
-    yield Violation(
-        "heads_divisible_by_tp",
-        f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp}).",
-        ["model.num_attention_heads", "model.tensor_model_parallel_size"], fixes=fixes,
-    )
+def _smaller_tp_fix(ctx: CheckContext) -> Fixes:
+    new_tp = smaller_tp(ctx, ctx.tp)
+    return [[("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
 
 
-@check("query_groups_vs_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L970)")
-def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    groups, tp = ctx.number("model.num_query_groups"), ctx.tp
-    if not groups or groups % tp == 0 or tp % groups == 0:
-        return
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
-    yield Violation(
-        "query_groups_vs_tp",
-        f"num_query_groups ({groups}) must be a multiple or divisor of tensor_model_parallel_size ({tp}).",
-        ["model.num_query_groups", "model.tensor_model_parallel_size"], fixes=fixes,
-    )
+simple_check("heads_divisible_by_tp", _CORE_TC.format("~L960"),
+             lambda ctx: (ctx.number("model.num_attention_heads") or 0) % ctx.tp != 0,
+             lambda ctx: f"num_attention_heads ({ctx.number('model.num_attention_heads')}) must be a multiple of "
+                         f"tensor_model_parallel_size ({ctx.tp}).",
+             ["model.num_attention_heads", "model.tensor_model_parallel_size"], _smaller_tp_fix)
+simple_check("query_groups_vs_tp", _CORE_TC.format("~L970"),
+             lambda ctx: ((ctx.number("model.num_query_groups") or 0) % ctx.tp != 0
+                          and ctx.tp % (ctx.number("model.num_query_groups") or ctx.tp) != 0),
+             lambda ctx: f"num_query_groups ({ctx.number('model.num_query_groups')}) must be a multiple or divisor "
+                         f"of tensor_model_parallel_size ({ctx.tp}).",
+             ["model.num_query_groups", "model.tensor_model_parallel_size"], _smaller_tp_fix)
 
 
 @check("layers_divisible_by_pp",
@@ -189,7 +178,6 @@ def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-_CORE_TC = "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 {})"
 simple_check("cpu_offloading_pipeline", _CORE_TC.format("L1142"),
              lambda ctx: ctx.flag("model.cpu_offloading") and ctx.pp > 1, MSG_CPU_OFFLOAD_PP,
              ["model.cpu_offloading", "model.pipeline_model_parallel_size"], [[("model.cpu_offloading", False)]])

@@ -121,17 +121,21 @@ def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridg
     return wrap
 
 
+Fixes = list[list[tuple[str, Any]]]  # alternatives, each a list of (key, value) pairs
+
+
 def simple_check(name: str, source: str, when: Callable[[CheckContext], bool],
                  message: str | Callable[[CheckContext], str], keys: list[str],
-                 fixes: list[list[tuple[str, Any]]] | None = None,
+                 fixes: Fixes | Callable[[CheckContext], Fixes] | None = None,
                  frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm"), kind: str = "error") -> None:
-    """Register a check that is one condition and one message (fixed, or worded per release: a function of the
-    context); ``fixes``: alternatives of (key, value) pairs."""
+    """Register a check that is one condition and one message; the message and the fixes are fixed, or functions
+    of the context (worded per release, sized from the config)."""
 
     def run(ctx: CheckContext) -> Iterable[Violation]:
         if when(ctx):
             text = message(ctx) if callable(message) else message
-            yield Violation(name, text, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in fixes or []],
+            alternatives = fixes(ctx) if callable(fixes) else fixes or []
+            yield Violation(name, text, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in alternatives],
                             kind=kind)
 
     check(name, source, frameworks)(run)
