@@ -38,8 +38,7 @@ def state_bytes(record: dict[str, Any], shape: ModelShape) -> int:
     """The model state the run held (DDP, fp32 grads, Adam after its first step), from the state model."""
     layout = Layout(strategy=record.get("strategy", "ddp"), gpus=1,
                     grad_bytes=4 if record.get("grad_reduce_in_fp32", True) else 2, fused_adam=False)
-    count = count_params(shape, 1, 1)
-    return model_state(count, layout, layer_params_max(shape, layout)).persistent
+    return model_state(count_params(shape, 1, 1), layout, layer_params_max(shape, layout)).persistent
 
 
 def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

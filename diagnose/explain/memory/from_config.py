@@ -172,11 +172,8 @@ def count_assumptions(view: Any) -> list[str]:
         out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
     if getattr(view, "framework", None) == "megatron-lm":
         return out
-    for key, default, name in _COUNT_KEYS:
-        origin = _origin(view, key)
-        if origin is None or origin == "default":
-            out.append(f"{name} = {default} (megatron-core's default: not in the config)")
-    return out
+    return out + [f"{name} = {default} (megatron-core's default: not in the config)"
+                  for key, default, name in _COUNT_KEYS if _origin(view, key) in (None, "default")]
 
 
 _HYBRID_SYMBOLS = set("M*-E")

@@ -150,11 +150,8 @@ def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[st
 
 def layer_params_max(shape: ModelShape, layout: Layout) -> int:
     """Parameters of the largest transformer layer on one rank (the unit Megatron-FSDP gathers)."""
-    best = 0
-    for moe in set(shape.moe_layers()):
-        d, e = layer_params(shape, moe, layout.tp, layout.ep, layout.etp)
-        best = max(best, d + e)
-    return best
+    return max((sum(layer_params(shape, moe, layout.tp, layout.ep, layout.etp)) for moe in set(shape.moe_layers())),
+               default=0)
 
 
 def fsdp_buffers(count: ParamCount, layout: Layout, layer_params: int | None) -> int:
