@@ -395,16 +395,9 @@ def valid_splits(scn: Scenario, max_tp: int = 8, max_pp: int = 16) -> list[tuple
     heads, groups = shape.num_attention_heads, shape.groups
     tps = [t for t in range(1, max_tp + 1) if heads % t == 0 and (groups % t == 0 or t % groups == 0)]
     pps = [p for p in range(1, max_pp + 1) if shape.pipeline_split_ok(p)]
-    out = []
-    for t in tps:
-        for p in pps:
-            if lay.gpus % (t * p * lay.cp):
-                continue
-            # experts: each pipeline stage's GPUs split into expert-TP x EP groups (megatron-core's expert mesh)
-            if lay.ep > 1 and (lay.gpus // p) % ((lay.etp or t) * lay.ep):
-                continue
-            out.append((t, p))
-    return out
+    # experts: each pipeline stage's GPUs split into expert-TP x EP groups (megatron-core's expert mesh)
+    return [(t, p) for t in tps for p in pps if not lay.gpus % (t * p * lay.cp)
+            and not (lay.ep > 1 and (lay.gpus // p) % ((lay.etp or t) * lay.ep))]
 
 
 def keeps_global_batch(scn: Scenario, layout: Layout, work: Workload | None) -> bool:
