@@ -93,8 +93,7 @@ class Facts:
             kind = F.wrapper_kind(line.text)
             if kind:
                 kinds.append((kind, line))
-        setup = self.lines("verify.fsdp_setup")
-        self.fsdp_setup_line = setup[0] if setup else None
+        self.fsdp_setup_line = next(iter(self.lines("verify.fsdp_setup")), None)
         if kinds:
             self.wrapper, self.wrapper_line = kinds[0]
             self.mixed_wrappers = len({k for k, _ in kinds}) > 1
@@ -112,17 +111,14 @@ class Facts:
             parsed = F.iteration(self.last_iteration_line.text)
             if parsed:
                 self.last_iteration, self.train_iters = parsed
-        bad = sorted(self.lines("verify.nonfinite"), key=lambda line: line.lineno)
-        self.nonfinite_line = bad[0] if bad else None
+        self.nonfinite_line = min(self.lines("verify.nonfinite"), key=lambda line: line.lineno, default=None)
         if self.nonfinite_line is None and self.last_iteration_line is not None:
             if any(not math.isfinite(v) for v in F.losses(self.last_iteration_line.text).values()):
                 self.nonfinite_line = self.last_iteration_line
 
     def _checkpoint(self) -> None:
-        saving = self.lines("verify.saving")
-        saved = self.lines("verify.saved")
-        self.saving_line = max(saving, key=lambda line: line.lineno) if saving else None
-        self.saved_line = max(saved, key=lambda line: line.lineno) if saved else None
+        self.saving_line = max(self.lines("verify.saving"), key=lambda line: line.lineno, default=None)
+        self.saved_line = max(self.lines("verify.saved"), key=lambda line: line.lineno, default=None)
         if self.saving_line is not None:
             m = F.SAVING_RE.search(self.saving_line.text)
             self.saved_format = m.group("format") if m else None
