@@ -156,10 +156,8 @@ def layer_params_max(shape: ModelShape, layout: Layout) -> int:
 
 def fsdp_buffers(count: ParamCount, layout: Layout, layer_params: int | None) -> int:
     """Transient unsharded buffers of Megatron-FSDP during forward/backward (0 for DDP / distributed optimizer)."""
-    if not layout.fsdp or layout.strategy == "fsdp:no_shard":
-        return 0
     n = layout.shard_group
-    if n <= 1:
+    if not layout.fsdp or layout.strategy == "fsdp:no_shard" or n <= 1:
         return 0
     if layout.strategy == "fsdp:optim_grads_params":
         unit = layer_params or max(1, count.total // 16)
