@@ -22,7 +22,6 @@ from diagnose.explain.memory.pp_layout import (
     LayoutError,
     describe,
     layout_problems,
-    mtp_standalone_rank,
     parse_layout,
     rank_chunks,
     rank_layer_ids,
@@ -190,7 +189,6 @@ def test_deepseek_v3_layout_per_rank_by_hand():
     ids = rank_layer_ids(stages, 16)
     assert ids[0] == [0, 1, 2, 33, 34] and ids[1] == [3, 4, 35, 36] and ids[15] == [31, 32]
     assert sorted(i for r in ids for i in r) == list(range(61))
-    assert mtp_standalone_rank(stages, 16) == 14
     assert describe(stages, 16) == "rank 0: 3+2; ranks 1-13: 2+2; ranks 14-15: 2+0"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.explain.memory.shape import ParamCount
-from diagnose.explain.memory.state import Layout, model_state, persistent_bytes_per_param, phases
+from diagnose.explain.memory.state import Layout, model_state, phases
 
 P = 1_000_000_000
 
@@ -23,8 +23,9 @@ P = 1_000_000_000
     ],
 )
 def test_bytes_per_param_tables(strategy, g4, g2, n):
-    assert persistent_bytes_per_param(strategy, n, grad_bytes=4) == pytest.approx(g4(n))
-    assert persistent_bytes_per_param(strategy, n, grad_bytes=2) == pytest.approx(g2(n))
+    for grad_bytes, table in ((4, g4), (2, g2)):
+        state = model_state(ParamCount(P), Layout(strategy, gpus=n, grad_bytes=grad_bytes))
+        assert state.bytes_per_param == pytest.approx(table(n))
 
 
 def test_shard_group_is_dp_times_cp_over_instances():

@@ -107,7 +107,7 @@ def test_real_bridge_log_config_builds_in_megatron_core():
     if not log.exists():
         pytest.skip("shared real logs not present")
     view = load_config(str(log))
-    kwargs = mcore.build_kwargs(view)
+    kwargs = mcore._kwargs_from(mcore._load(), mcore._sections(view))  # what each real class is built with
     assert kwargs["TransformerConfig"]["num_layers"] == 8
     assert str(kwargs["TransformerConfig"]["params_dtype"]) == "torch.bfloat16"
     assert kwargs["DistributedDataParallelConfig"]["data_parallel_sharding_strategy"] == "optim_grads_params"

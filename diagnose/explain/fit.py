@@ -9,8 +9,12 @@ needs (``launch.world_size``, rendered as a comment, never as a Bridge override)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
+from diagnose.explain.config.overrides import apply_overrides
+from diagnose.explain.memory import analyze_oom
+from diagnose.explain.memory.from_config import set_in_job
 from diagnose.explain.render import inline_fix
 from diagnose.explained import GIB, CapacityFit, ReplayResult
 from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
@@ -23,11 +27,6 @@ def gib(n: int | float | None) -> str:
 
 def _positive(v: int | None) -> int | None:
     return v if v is not None and v > 0 else None
-
-
-def _from_job(view: Any, key: str) -> bool:
-    origin = view.origin(key) if view is not None else None
-    return bool(origin) and origin != "default"
 
 
 def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
@@ -52,7 +51,7 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
         keys = {o.key for o in overrides}
         notes: list[str] = []
         fsdp_on = any(o.key == "ddp.use_megatron_fsdp" and o.value is True for o in overrides)
-        if fsdp_on and "checkpoint.ckpt_format" not in keys and not _from_job(view, "checkpoint.save") \
+        if fsdp_on and "checkpoint.ckpt_format" not in keys and not set_in_job(view, "checkpoint.save") \
                 and view is not None and view.get("checkpoint.ckpt_format") != "fsdp_dtensor":
             # whether the job saves checkpoints is not in the log; Megatron FSDP saves only fsdp_dtensor
             overrides.append(Override("checkpoint.ckpt_format", "fsdp_dtensor"))
@@ -143,11 +142,6 @@ _LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parall
                 "model.pipeline_model_parallel_layout", "launch.world_size")
 
 
-class _Capacity:
-    def __init__(self, capacity: int | None):
-        self.gpu_memory_bytes = capacity
-
-
 def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Finding | None = None) -> \
         CapacityFit | None:
     """Whether ``overrides`` (any fix: the rule's, a validator's, the user's ``--set``) fits, by the same memory
@@ -172,11 +166,8 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
                            _positive(memory.current.usable_bytes) if memory.current else None,
                            notes=["not sized: the fix changes the parallel layout and the memory model lists no "
                                   "option with it (see the memory options)"])
-    from diagnose.explain.config.overrides import apply_overrides
-    from diagnose.explain.memory import analyze_oom
-
     changed = apply_overrides(view, [o for o in overrides if not o.key.startswith("env.")])
-    redo = analyze_oom(report, changed, _Capacity(capacity), search_options=False)
+    redo = analyze_oom(report, changed, SimpleNamespace(gpu_memory_bytes=capacity), search_options=False)
     if redo is None or redo.current is None:
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])

@@ -37,9 +37,11 @@ from typing import Any
 
 import yaml
 
+from diagnose.configview import _jsonable
 from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
+from diagnose.explain.config.values import parse_scalar
 from diagnose.model import Override
 
 # A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
@@ -89,8 +91,6 @@ def _hydra_string(s: str) -> str:
 def _reads_back_bare(s: str) -> bool:
     """Bare only if ``--set`` (diagnose's own reader, which also takes Python-printed values: ``None``, ``yes``,
     ``torch.bfloat16``) reads the word back as this same string; Hydra reads a quoted word the same either way."""
-    from diagnose.explain.config.values import parse_scalar
-
     back = parse_scalar(s)
     return isinstance(back, str) and back == s
 
@@ -178,7 +178,7 @@ def overrides_yaml(fix: list[Override]) -> str:
             if not isinstance(nxt, dict):
                 nxt = node[p] = {}
             node = nxt
-        node[parts[-1]] = None if is_delete(o) else _yaml_plain(o.value)
+        node[parts[-1]] = None if is_delete(o) else _jsonable(o.value)  # what safe_dump can write: plain data
     if not tree:
         return ""
     # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy).
@@ -188,17 +188,6 @@ def overrides_yaml(fix: list[Override]) -> str:
     if text.isascii() or yaml.safe_load(text) == tree:
         return text
     return yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=False, width=1 << 30)
-
-
-def _yaml_plain(value: Any) -> Any:
-    """What safe_dump can write: tuples as lists, other objects as their text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_yaml_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _yaml_plain(v) for k, v in value.items()}
-    return str(value)
 
 
 def mlm_flag(o: Override) -> str:

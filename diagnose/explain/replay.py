@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from diagnose.configview import ConfigView
+from diagnose.explain.config.implied import implied_view, stated_checks
 from diagnose.explain.config.overrides import apply_overrides, normalize_overrides
 from diagnose.explain.fix_search import search_fix
 from diagnose.explain.render import render_fix  # the one renderer (see its docstring for the quoting)
@@ -103,8 +104,6 @@ def _plain(text: str) -> str:
 
 def _matching(before: ValidationResult, finding: Finding) -> list[Violation]:
     """The violations that print the finding's own message (evidence or title, any release's wording)."""
-    from diagnose.explain.config.implied import stated_checks
-
     checks = stated_checks(finding)
     texts = [_plain(e.text) for e in finding.evidence] + [_plain(finding.title)]
     out = []
@@ -115,17 +114,11 @@ def _matching(before: ValidationResult, finding: Finding) -> list[Violation]:
     return out
 
 
-def _matches(before: ValidationResult, finding: Finding) -> bool:
-    return bool(_matching(before, finding))
-
-
 def deciding_keys(finding: Finding | None) -> list[str]:
     """The keys that decide whether the validator can reproduce a finding: the settings its error message states
     (``implied``), else the keys its fix changes."""
     if finding is None:
         return []
-    from diagnose.explain.config.implied import implied_view
-
     stated = list(implied_view([finding]).values)
     if stated:
         return stated
@@ -143,7 +136,7 @@ def _reproduced(view: ConfigView, before: ValidationResult, finding: Finding | N
     defaults (the config is not in the log): replay cannot say either way."""
     if finding is None:
         return bool(before.violations) if view.config_known else None
-    if _matches(before, finding):
+    if _matching(before, finding):
         return True
     keys = deciding_keys(finding)
     if keys:

@@ -13,7 +13,7 @@ from typing import Any
 from diagnose.configview import ConfigView
 from diagnose.model import DiagnoseError
 
-_META_KEYS = {"_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_"}
+META_KEYS = {"_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_"}
 MAX_VALUES = 200_000
 
 
@@ -34,14 +34,14 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
             if prefix == "model" and isinstance(value.get("_target_"), str):
                 # the provider class: its defaults fill what the file does not set (config/providers.py)
                 view.model_target = value["_target_"]
-                if keys <= _META_KEYS:
+                if keys <= META_KEYS:
                     return
-            if keys and keys <= _META_KEYS and "_target_" in keys:
+            if keys and keys <= META_KEYS and "_target_" in keys:
                 view.set(prefix, _short_target(value["_target_"]), origin)
                 return
             for k, v in value.items():
                 k = str(k)
-                if k in _META_KEYS:
+                if k in META_KEYS:
                     continue
                 walk(f"{prefix}.{k}" if prefix else k, v)
             return
@@ -49,7 +49,7 @@ def flatten_bridge(data: Any, origin: str, view: ConfigView | None = None) -> Co
 
     for section, value in data.items():
         section = str(section)
-        if section in _META_KEYS:
+        if section in META_KEYS:
             continue
         if section == "env_vars" and isinstance(value, dict):
             for name, v in value.items():

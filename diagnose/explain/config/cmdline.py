@@ -96,17 +96,29 @@ def parse_command(text: str, origin: str, view: ConfigView | None = None) -> Con
     return view
 
 
-def _parse_srun(tokens: list[str], origin: str, view: ConfigView) -> None:
+def _options(tokens: list[str], short: dict[str, str] | None = None) -> dict[str, str]:
+    """A launcher's ``--key=value`` and ``--key value`` options (``-n value`` for a ``short`` alias), with ``_`` for
+    ``-`` in the keys."""
+    short = short or {}
     opts: dict[str, str] = {}
-    for i, tok in enumerate(tokens):
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
         if tok.startswith("--") and "=" in tok:
             k, v = tok[2:].split("=", 1)
-            opts[k] = v
-        elif tok in ("-n", "--ntasks", "-N", "--nodes", "--ntasks-per-node") and i + 1 < len(tokens):
-            opts[{"-n": "ntasks", "-N": "nodes"}.get(tok, tok.lstrip("-"))] = tokens[i + 1]
+            opts[k.replace("-", "_")] = v
+        elif (tok.startswith("--") or tok in short) and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+            opts[short.get(tok, tok[2:]).replace("-", "_")] = tokens[i + 1]
+            i += 1
+        i += 1
+    return opts
+
+
+def _parse_srun(tokens: list[str], origin: str, view: ConfigView) -> None:
+    opts = _options(tokens, {"-n": "ntasks", "-N": "nodes"})
     ntasks = as_int(parse_scalar(opts.get("ntasks", "")))
     nodes = as_int(parse_scalar(opts.get("nodes", "")))
-    per_node = as_int(parse_scalar(opts.get("ntasks-per-node", "")))
+    per_node = as_int(parse_scalar(opts.get("ntasks_per_node", "")))
     if not ntasks and nodes and per_node:
         ntasks = nodes * per_node
     if ntasks:
@@ -125,18 +137,7 @@ def _find_script(tokens: list[str]) -> int | None:
 
 
 def _parse_launcher(tokens: list[str], origin: str, view: ConfigView) -> None:
-    opts: dict[str, str] = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.startswith("--"):
-            if "=" in tok:
-                k, v = tok[2:].split("=", 1)
-                opts[k.replace("-", "_")] = v
-            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                opts[tok[2:].replace("-", "_")] = tokens[i + 1]
-                i += 1
-        i += 1
+    opts = _options(tokens)
     nproc = as_int(parse_scalar(opts.get("nproc_per_node", "")))
     nnodes_raw = opts.get("nnodes", "")
     nnodes = as_int(parse_scalar(nnodes_raw)) if ":" not in nnodes_raw else None

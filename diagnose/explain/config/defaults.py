@@ -2,8 +2,8 @@
 
 Source: Megatron-Bridge ``src/megatron/bridge/training/config.py`` dataclasses and their megatron-core bases
 (../shared/knowledge/megatron-bridge.md §1.5, megatron-core.md §1). Release families: "old" = up to 0.4.x,
-"new" = 0.5.0 and later. The defaults that decide the checks did not change between families; the differences
-are recorded in ``FAMILY_DEFAULTS``.
+"new" = 0.5.0 and later. The defaults that decide the checks did not change between families (Bridge <= 0.3.x
+restricted ckpt_format to torch_dist|zarr|fsdp_dtensor; the default is the same), so one table serves both.
 """
 
 from __future__ import annotations
@@ -79,13 +79,6 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "model.seq_length": 1024,
 }
 
-FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    # Bridge <=0.3.x restricted ckpt_format to torch_dist|zarr|fsdp_dtensor; the default is the same.
-    "old": {},
-    "new": {},
-}
-
-
 Version = tuple[int, int, int]
 VersionRange = tuple[Version, Version]
 _LOWEST: Version = (0, 0, 0)
@@ -156,10 +149,8 @@ def family_of(version: str | None) -> str:
 
 
 def apply_defaults(view: ConfigView, version: str | None = None) -> ConfigView:
-    """Fill every key the job did not show with the release default (origin "default"). Returns ``view``."""
-    fam = family_of(version or view.version)
+    """Fill every key the job did not show with the release default (origin "default"). Returns ``view``.
+    ``version``: the release to take the defaults of (one table today: see the module docstring)."""
     for key, value in COMMON_DEFAULTS.items():
-        view.set_default(key, value)
-    for key, value in FAMILY_DEFAULTS[fam].items():
         view.set_default(key, value)
     return view

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from diagnose.configview import ConfigView
 from diagnose.explain.config import captures as C
@@ -26,6 +26,7 @@ from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
 from diagnose.model import Block, DiagnoseError, Finding, LogLine
+from diagnose.normalize import normalize_line
 
 MAX_CONFIG_FILE_BYTES = 256 * 1024 * 1024
 _MIXED_PRECISION = {  # Bridge presets (training/mixed_precision.py): what they set that the checks read
@@ -34,6 +35,17 @@ _MIXED_PRECISION = {  # Bridge presets (training/mixed_precision.py): what they 
     "fp16_mixed": {"model.fp16": True, "optimizer.fp16": True, "ddp.grad_reduce_in_fp32": True},
     "16-mixed": {"model.fp16": True, "optimizer.fp16": True, "ddp.grad_reduce_in_fp32": True},
 }
+
+
+# captured one-line blocks: their parser and how the view's sources name them (None: not a source)
+_ONE_LINE_BLOCKS: tuple[tuple[str, Callable[[LogLine, ConfigView], bool], str | None], ...] = (
+    ("config.env_max_connections", parse_env_line, "environment"),
+    ("config.env_alloc_conf", parse_env_line, "environment"),
+    ("config.env_slurm", parse_env_line, "environment"),
+    ("config.world_size", parse_world_size, "world size"),
+    ("config.ddp_repr", parse_ddp_repr, "DistributedDataParallelConfig"),
+    ("config.num_parameters", parse_num_parameters, None),
+)
 
 
 def from_blocks(
@@ -46,51 +58,37 @@ def from_blocks(
     view = ConfigView()
     texts: list[str] = []
 
-    def each(name: str) -> list[Block]:
-        return list(blocks.get(name, []))
-
-    for block in each("config.task_yaml"):
+    for block in blocks.get("config.task_yaml", []):
         _parse_task_yaml(block, view)
         texts.append(C.TASK_CONFIG_BANNER)
-    for block in each("config.summary"):
+    for block in blocks.get("config.summary", []):
         parse_summary(block.lines, view)
         view.framework = "megatron-bridge"
         view.sources.append(f"log:{block.start_line} Configuration Summary")
         texts.extend(line.text for line in block.lines[:1])
         texts.extend(line.text for line in block.lines if "sequence_length" in line.text)
-    for block in each("config.mlm_args"):
+    for block in blocks.get("config.mlm_args", []):
         parse_args_dump(block.lines, view)
         view.sources.append(f"log:{block.start_line} Megatron-LM arguments")
     for name in ("config.launch_torchrun", "config.launch_distrun", "config.launch_python"):
-        for block in each(name):
+        for block in blocks.get(name, []):
             text, lineno = join_continuations(block.lines)
             before = len(view)
             parse_command(text, f"log:{lineno}", view)
             if len(view) > before:
                 view.sources.append(f"log:{lineno} launch command")
-    for name in ("config.env_max_connections", "config.env_alloc_conf", "config.env_slurm"):
-        for block in each(name):
+    for name, parse, what in _ONE_LINE_BLOCKS:
+        for block in blocks.get(name, []):
             for line in block.lines[:1]:
-                if parse_env_line(line, view):
-                    _add_source(view, f"log:{line.lineno} environment")
-    for block in each("config.world_size"):
-        for line in block.lines[:1]:
-            if parse_world_size(line, view):
-                _add_source(view, f"log:{line.lineno} world size")
-    for block in each("config.ddp_repr"):
-        for line in block.lines[:1]:
-            if parse_ddp_repr(line, view):
-                _add_source(view, f"log:{line.lineno} DistributedDataParallelConfig")
-    for block in each("config.num_parameters"):
-        for line in block.lines[:1]:
-            parse_num_parameters(line, view)
+                if parse(line, view) and what:
+                    _add_source(view, f"log:{line.lineno} {what}")
     for name, keys in (("config.te_missing", ("launch.transformer_engine", "launch.apex")),
                        ("config.apex_missing", ("launch.apex",))):
-        for block in each(name):
+        for block in blocks.get(name, []):
             for key in keys:
                 view.set(key, False, f"log:{block.lines[0].lineno}")
     for name in sorted(n for n in blocks if n.startswith("config.version_line")):
-        for block in each(name):
+        for block in blocks.get(name, []):
             texts.extend(line.text for line in block.lines[:1])
     for f in findings:
         texts.extend(e.text for e in f.evidence)
@@ -151,14 +149,12 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     path = resolve_config_path(path)
     text = _read(path)
     name = os.path.basename(path)
-    stripped = text.lstrip()
-    banners = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
-    if any(marker in text for marker in banners) or _looks_like_log(text):
+    if _looks_like_log(text):
         view = from_blocks(blocks_from_lines(lines_of(text, path)), defaults=defaults)
         if not view.known():
             raise DiagnoseError(f"no configuration found in {name} (no config block, arguments dump or launch line)")
         return view
-    joined = re.sub(r"\\[ \t]*\r?\n", " ", stripped)  # shell line continuations, as upstream scripts write them
+    joined = re.sub(r"\\[ \t]*\r?\n", " ", text.lstrip())  # shell line continuations, as upstream scripts write them
     if joined.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", joined):
         view = ConfigView(framework="megatron-lm")
         tokens = joined.split()
@@ -167,26 +163,20 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         # a flag given several values where its field takes one (`--pipeline-model-parallel-size 1 2`: argparse's
         # "unrecognized arguments") was kept as a list and crashed the validator (found by tests/fuzz/fuzz_cli.py)
         keycheck.check_values({k: v.value for k, v in view.values.items() if not k.startswith("mlm.")}, name)
-        view.sources.append(f"file:{name}")
-        _finish(view, [], defaults)
-        return view
-    if re.search(r"^\s*[A-Za-z_]\w* \.{2,} ", text, re.M):
+    elif re.search(r"^\s*[A-Za-z_]\w* \.{2,} ", text, re.M):
         view = ConfigView()
         parse_args_dump(lines_of(text, path), view)
         for key, item in list(view.values.items()):
             view.set(key, item.value, f"file:{name}")
-        view.sources.append(f"file:{name}")
-        _finish(view, [], defaults)
-        return view
-    data = safe_load(text, what=name, strict_keys=True)
-    if not looks_like_bridge(data):
-        raise DiagnoseError(
-            f"{name} is not a Megatron-Bridge config (no model:/ddp:/checkpoint: sections), an arguments dump or a log"
-        )
-    keycheck.check_bridge_mapping(data, name)
-    view = flatten_bridge(data, f"file:{name}")
-    keycheck.check_values({k: v.value for k, v in view.values.items()}, name)
-    view.framework = "megatron-bridge"
+    else:
+        data = safe_load(text, what=name, strict_keys=True)
+        if not looks_like_bridge(data):
+            raise DiagnoseError(f"{name} is not a Megatron-Bridge config (no model:/ddp:/checkpoint: sections), an "
+                                "arguments dump or a log")
+        keycheck.check_bridge_mapping(data, name)
+        view = flatten_bridge(data, f"file:{name}")
+        keycheck.check_values({k: v.value for k, v in view.values.items()}, name)
+        view.framework = "megatron-bridge"
     view.sources.append(f"file:{name}")
     _finish(view, [], defaults)
     return view
@@ -245,19 +235,18 @@ def looks_like_log_file(path: str) -> bool:
             head = fh.read(1024 * 1024).decode("utf-8", errors="replace")
     except OSError:
         return False  # load_config reports the problem
-    markers = (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)
-    return any(m in head for m in markers) or _looks_like_log(head)
+    return _looks_like_log(head)
 
 
 def _looks_like_log(text: str) -> bool:
-    head = text[:200_000]
+    """A config banner anywhere, or a launcher / traceback / rank line in the first 200,000 characters."""
+    if any(m in text for m in (C.SUMMARY_TITLE, C.TASK_CONFIG_BANNER, C.MLM_ARGS_BANNER)):
+        return True
     return bool(re.search(r"(torchrun|Traceback \(most recent call last\)|\[rank\d+\]:|using world size:|"
-                          r"number of parameters on)", head))
+                          r"number of parameters on)", text[:200_000]))
 
 
 def lines_of(text: str, path: str) -> list[LogLine]:
-    from diagnose.normalize import normalize_line
-
     return [normalize_line(raw, path, i) for i, raw in enumerate(text.splitlines(), 1)]
 
 

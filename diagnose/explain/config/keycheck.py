@@ -10,11 +10,18 @@ field whose type we know. A key we do not know and that is close to none stays (
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
+import importlib.util
+import os
 from collections.abc import Iterable
 from typing import Any
 
+from diagnose.explain.config.bridge_yaml import META_KEYS
+from diagnose.explain.config.defaults import COMMON_DEFAULTS
+from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
+from diagnose.explain.config.providers import table
 from diagnose.model import DiagnoseError
 
 # Megatron-Bridge ConfigContainer's fields (knowledge/megatron-bridge.md §1.5) and the meta keys of a dump
@@ -22,8 +29,7 @@ SECTIONS = frozenset({
     "env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer", "ddp", "validation", "scheduler",
     "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
     "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart",
-    "_target_", "_partial_", "_call_", "_args_", "_recursive_", "_convert_",
-})
+}) | META_KEYS
 # integer fields beyond those whose release default is an int (COMMON_DEFAULTS)
 INT_FIELDS = frozenset({
     "model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
@@ -43,8 +49,6 @@ _MCORE_SOURCES = {
 
 
 def _typed_fields() -> dict[str, type]:
-    from diagnose.explain.config.defaults import COMMON_DEFAULTS
-
     out: dict[str, type] = {key: int for key in INT_FIELDS}
     for key, value in COMMON_DEFAULTS.items():
         if isinstance(value, bool):
@@ -57,22 +61,14 @@ def _typed_fields() -> dict[str, type]:
 
 
 def known_keys() -> set[str]:
-    from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
-    from diagnose.explain.config.mlm_args import MLM_TO_BRIDGE
+    import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
+    from diagnose.explain.validate.registry import KNOWN_KEYS
 
-    keys = set(COMMON_DEFAULTS) | set(INT_FIELDS)
-    for family in FAMILY_DEFAULTS.values():
-        keys.update(family)
+    keys = set(COMMON_DEFAULTS) | set(INT_FIELDS) | KNOWN_KEYS
     for paths in MLM_TO_BRIDGE.values():
         keys.update(paths)
     keys |= mcore_fields()
     keys |= provider_fields()
-    try:
-        import diagnose.explain.validate  # noqa: F401 - registers the checks, which fill KNOWN_KEYS
-        from diagnose.explain.validate.registry import KNOWN_KEYS
-        keys |= KNOWN_KEYS
-    except ImportError:  # pragma: no cover - the validator is part of the package
-        pass
     return keys
 
 
@@ -84,10 +80,6 @@ def mcore_fields() -> set[str]:
     global _mcore_fields
     if _mcore_fields is not None:
         return _mcore_fields
-    import ast
-    import importlib.util
-    import os
-
     found: set[str] = set()
     try:
         spec = importlib.util.find_spec("megatron")
@@ -124,8 +116,7 @@ def check_bridge_mapping(data: dict, what: str) -> None:
         if "." in key and key.split(".", 1)[0] in SECTIONS:
             raise DiagnoseError(f"{what}: top-level key '{key}' is not a section (Bridge's loader refuses it; it "
                                 f"would not set {key}): nest it under {key.split('.', 1)[0]}:")
-        hint = did_you_mean(key, SECTIONS - {"_target_", "_partial_", "_call_", "_args_", "_recursive_",
-                                             "_convert_"}, cutoff=0.6)
+        hint = did_you_mean(key, SECTIONS - META_KEYS, cutoff=0.6)
         raise DiagnoseError(f"{what}: unknown section '{key}:'" + (f" (did you mean {hint}:?)" if hint else
                             f" (ConfigContainer has {', '.join(sorted(s for s in SECTIONS if s[0] != '_'))})"))
 
@@ -170,8 +161,6 @@ def type_problem(key: str, value: Any, typed: dict[str, type] | None = None) -> 
 def check_mlm_flags(names: Iterable[str], what: str) -> None:
     """Megatron-LM flags kept as ``mlm.<name>`` that are a typo of a known flag: DiagnoseError (argparse refuses
     an unknown flag: ``unrecognized arguments``)."""
-    from diagnose.explain.config.mlm_args import INVERTED, MLM_TO_BRIDGE
-
     flags = set(MLM_TO_BRIDGE) | set(INVERTED)
     real = megatron_lm_flags()
     for name in names:
@@ -185,8 +174,6 @@ def check_mlm_flags(names: Iterable[str], what: str) -> None:
 
 def provider_fields() -> set[str]:
     """``model.<field>`` for every field a Megatron-Bridge model provider sets (providers.json, every release)."""
-    from diagnose.explain.config.providers import table
-
     out: set[str] = set()
     for provider in (table().get("providers") or {}).values():
         for variant in provider.get("variants") or []:

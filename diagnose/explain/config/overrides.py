@@ -107,27 +107,20 @@ def apply_overrides(view: ConfigView, overrides: Iterable[Override | str] | Mapp
     """A copy of ``view`` with the overrides applied (origin "override"). ``view`` itself is left unchanged."""
     out = view.copy()
     for o in normalize_overrides(overrides):
-        if o.key.startswith("env_vars.") and not is_delete(o):
+        if is_delete(o):
+            out.remove(o.key)
+            continue
+        out.set(o.key, _env_text(o.value) if o.key.startswith("env.") else o.value, "override")
+        if o.key.startswith("env_vars."):
             # the recipe's cfg.env_vars: Bridge applies them with os.environ.setdefault, so an exported value wins
-            out.set(o.key, o.value, "override")
             name = "env." + o.key[len("env_vars."):]
             if not out.has(name) or out.origin(name) == "default":
                 out.set(name, _env_text(o.value), "override")
-            continue
-        if is_delete(o):
-            out.remove(o.key)
-        else:
-            value = o.value
-            if o.key.startswith("env."):
-                value = _env_text(value)
-            out.set(o.key, value, "override")
     return out
 
 
 def _env_text(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    return "True" if value is True else "False" if value is False else str(value)
+    return value if value is None or isinstance(value, str) else str(value)
 
 
 def _short(s: str, limit: int = 80) -> str:

@@ -148,8 +148,6 @@ def from_installed(target: str) -> ProviderDefaults | None:
         return None
     module, _, name = target.rpartition(".")
     try:
-        import importlib
-
         cls = getattr(importlib.import_module(module), name, None)
     except Exception:  # noqa: BLE001 - a broken install or a moved class: fall back to the table
         return None

@@ -111,12 +111,6 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
             loader.dispose()
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """Number of nodes the document has once every alias is expanded, computed without expanding it
-    (aliases are shared node objects, so each distinct node is sized once)."""
-    return _expanded(root)[0]
-
-
 def _expanded(root: yaml.Node) -> tuple[int, int]:
     """(nodes, characters of scalar text) once every alias is expanded, capped just above the limits: one 4 MiB
     anchored string used 250 times is a few nodes but a gigabyte of output (issue 19)."""

@@ -34,10 +34,7 @@ def vocab_of(tokenizer: Any) -> tuple[int, str] | None:
     if not isinstance(tokenizer, str) or not tokenizer.strip():
         return None
     name = tokenizer.strip().rstrip("/").lower()
-    for pattern, vocab in KNOWN:
-        if re.search(pattern, name):
-            return vocab, tokenizer.strip()
-    return None
+    return next(((vocab, tokenizer.strip()) for pattern, vocab in KNOWN if re.search(pattern, name)), None)
 
 
 TOKENIZER_KEYS = ("tokenizer.tokenizer_model", "tokenizer.hf_tokenizer_path", "mlm.tokenizer_model",

@@ -10,14 +10,12 @@ Parts:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from diagnose.configview import ConfigView
 from diagnose.explain.memory.analysis import analyze_oom
 from diagnose.memory_types import MemoryAnalysis
 from diagnose.model import Report
-
-if TYPE_CHECKING:
-    from diagnose.explain.config import ConfigView
 
 __all__ = ["run", "analyze_oom"]
 

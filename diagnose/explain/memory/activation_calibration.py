@@ -12,23 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.explain.memory.activations import Workload, activation_bytes
+from diagnose.explain.memory.calibration import shape_of
+from diagnose.explain.memory.options import headroom
 from diagnose.explain.memory.shape import ModelShape, count_params
 from diagnose.explain.memory.state import Layout, layer_params_max, model_state
-
-HEADROOM_MIN = 2 << 30  # the plan's headroom: max(2 GiB, 4 % of the GPU)
-HEADROOM_FRACTION = 0.04
-
-
-def shape_of(record: dict[str, Any]) -> ModelShape:
-    m = record["model"]
-    return ModelShape(
-        num_layers=m["num_layers"], hidden_size=m["hidden_size"], ffn_hidden_size=m.get("ffn_hidden_size"),
-        num_attention_heads=m["num_attention_heads"], num_query_groups=m.get("num_query_groups"),
-        vocab_size=m.get("vocab_size", 128256), gated_linear_unit=bool(m.get("swiglu", True)),
-        untie_embeddings=bool(m.get("untie_embeddings", True)), add_bias_linear=False, layernorm=False,
-        position_embedding="rope", num_moe_experts=m.get("num_moe_experts"),
-        moe_ffn_hidden_size=m.get("moe_ffn_hidden_size"), moe_router_topk=m.get("moe_router_topk"),
-    )
 
 
 def workload_of(record: dict[str, Any]) -> Workload:
@@ -51,8 +38,7 @@ def state_bytes(record: dict[str, Any], shape: ModelShape) -> int:
     """The model state the run held (DDP, fp32 grads, Adam after its first step), from the state model."""
     layout = Layout(strategy=record.get("strategy", "ddp"), gpus=1,
                     grad_bytes=4 if record.get("grad_reduce_in_fp32", True) else 2, fused_adam=False)
-    count = count_params(shape, 1, 1)
-    return model_state(count, layout, layer_params_max(shape, layout)).persistent
+    return model_state(count_params(shape, 1, 1), layout, layer_params_max(shape, layout)).persistent
 
 
 def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -69,8 +55,7 @@ def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row.update(measured=measured, error=(predicted - measured) / measured)
         else:
             capacity = int(r.get("gpu_capacity_bytes") or 0)
-            headroom = max(HEADROOM_MIN, int(HEADROOM_FRACTION * capacity))
             peak = state_bytes(r, shape) + predicted
-            row.update(predicted_peak=peak, capacity=capacity, fits=peak <= capacity - headroom)
+            row.update(predicted_peak=peak, capacity=capacity, fits=peak <= capacity - headroom(capacity))
         rows.append(row)
     return rows

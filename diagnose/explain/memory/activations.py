@@ -54,8 +54,6 @@ from dataclasses import dataclass
 
 from diagnose.explain.memory.shape import ModelShape
 
-ATTENTION_KINDS = ("flash", "local", "te_unfused")
-
 
 @dataclass(frozen=True)
 class Workload:

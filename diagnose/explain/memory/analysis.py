@@ -4,62 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any
 
+from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory.gpus import fmt_gib
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, headroom, option_of, search
+from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
+from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
 
-if TYPE_CHECKING:
-    from diagnose.explain.config import ConfigView
-
-View = Optional["ConfigView"]  # the job's config as read, or None when the log showed none
+View = ConfigView | None  # the job's config as read, or None when the log showed none
 
 OOM_MARK = "CUDA out of memory"
 PARAM_FACT_KEYS = ("num_parameters", "parameters", "params", "num_params")
 
 
+def _texts(f: Finding) -> list[str]:
+    """A finding's evidence lines and text facts."""
+    return [e.text for e in (f.evidence or [])] + [str(v) for v in (f.facts or {}).values() if isinstance(v, str)]
+
+
 def _oom_finding(report: Report) -> Finding | None:
-    findings = report.findings
     root = report.root
     if root is not None and root.category == "cuda_oom":
         return root
-    for f in findings:
-        if f.category == "cuda_oom" and f.role == "root":
-            return f
-    oom = next((f for f in findings if f.category == "cuda_oom"), None)
-    if oom is not None:
-        return oom
+    ooms = [f for f in report.findings if f.category == "cuda_oom"]
+    if ooms:
+        return next((f for f in ooms if f.role == "root"), ooms[0])
     # a generic rule (a Python exception catch-all) may hold the OOM before a specific rule exists
-    ordered = ([root] if root is not None else []) + [f for f in findings if f is not root]
-    for f in ordered:
-        texts = [e.text for e in (f.evidence or [])] + [str(v) for v in (f.facts or {}).values() if isinstance(v, str)]
-        if any(OOM_MARK in t for t in texts):
-            return f
-    return None
+    ordered = ([root] if root is not None else []) + [f for f in report.findings if f is not root]
+    return next((f for f in ordered if any(OOM_MARK in t for t in _texts(f))), None)
 
 
 def _log_params(report: Report, view: View) -> int | None:
-    value = fc._int(fc._get(view, "launch.num_parameters"))
-    if value:
-        return value
-    for f in report.findings:
-        for k in PARAM_FACT_KEYS:
-            v = fc._int((f.facts or {}).get(k))
-            if v:
-                return v
-    return None
-
-
-def _set_in_job(view: View, key: str) -> bool:
-    origin = fc._origin(view, key)
-    return origin is not None and origin != "default"
+    """The per-rank parameter count the log printed: the config's, else the first finding fact that holds one."""
+    facts = (fc._int((f.facts or {}).get(k)) for f in report.findings for k in PARAM_FACT_KEYS)
+    return fc._int(fc._get(view, "launch.num_parameters")) or next((v for v in facts if v), None)
 
 
 def _near(a: int | None, b: float, tol: float = 0.03) -> bool:
@@ -79,10 +64,10 @@ def infer_layout(
     if not params:
         return layout, notes
     joined = "\n".join(texts)
-    strategy_known = any(_set_in_job(view, k) for k in (
+    strategy_known = any(fc.set_in_job(view, k) for k in (
         "ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "ddp.use_distributed_optimizer",
         "optimizer.use_distributed_optimizer"))
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     if not strategy_known and "megatron_fsdp" in joined:
         layout = replace(layout, strategy="fsdp:optim_grads_params")
         notes.append("strategy inferred from the traceback: Megatron FSDP")
@@ -137,7 +122,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
         return None, None
     joined = "\n".join(texts)
     strategy = layout.strategy if layout.fsdp else "fsdp:optim_grads_params"
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     g = layout.grad_bytes if grads_known else 4
     n_dp = layout.shard_group
     module = 0 if layout.meta_init else layout.param_bytes
@@ -168,7 +153,7 @@ def _params_from_fsdp_buffer(n: OomNumbers, texts: list[str], layout: Layout,
     note = (f"parameter count inferred from the request: Megatron FSDP's {label} ({how}) holds "
             f"{per * div:g} bytes per parameter" + (f", sharded over {div} ranks" if div > 1 else "")
             + f" ({params / 1e9:.2f}B)")
-    if div > 1 or (not _set_in_job(view, "launch.world_size") and strategy != "fsdp:no_shard"
+    if div > 1 or (not fc.set_in_job(view, "launch.world_size") and strategy != "fsdp:no_shard"
                    and label != "bf16 param buffer"):
         note += f"; data-parallel size {layout.dp} (when it is larger the sharded buffers hold more parameters)"
     return params, note
@@ -186,7 +171,7 @@ def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout
         return _params_from_fsdp_buffer(n, texts, layout, view)
     if "_allocate_buffers_for_parameters" not in joined and "grad_data" not in joined:
         return None, None
-    grads_known = _set_in_job(view, "ddp.grad_reduce_in_fp32") or _set_in_job(view, "mixed_precision")
+    grads_known = fc.set_in_job(view, "ddp.grad_reduce_in_fp32") or fc.set_in_job(view, "mixed_precision")
     g = layout.grad_bytes if grads_known else 4
     params = n.requested // g
     return params, (f"parameter count inferred from the request: DDP's grad buffer holds one "
@@ -209,10 +194,7 @@ def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: Sequence[str] =
              (comps["optimizer"] / 2, "an Adam moment (exp_avg / exp_avg_sq)"), (comps["optimizer"], "the Adam state")]
     if "mbuf" in joined or (lay.fsdp and "gbuf" not in joined and "main_grad" not in joined):
         named = [main] + [x for x in named if x is not main]
-    for size, name in named:
-        if size and _near(req, size, 0.03):
-            return name
-    return None
+    return next((name for size, name in named if size and _near(req, size, 0.03)), None)
 
 
 def _pct(a: int | None, b: int | None) -> str:
@@ -348,16 +330,10 @@ def _prediction(current: Plan, layout: Layout, world_known: bool, capacity: int,
         worst_stage=current.stage if staged else None, stage_peak_bytes=list(current.stage_peaks) if staged else [])
 
 
-def _ensure_view(view: View) -> ConfigView:
-    """A view to replay options on: the job's, or release defaults when the log showed no config."""
-    from diagnose.explain.config import ConfigView, apply_defaults
-
-    return view if view is not None else apply_defaults(ConfigView())
-
-
-def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
-    """Write the inferred layout into a copy of the view so replay validates the job as it ran."""
-    out = view.copy()
+def _replay_view(view: View, layout: Layout) -> ConfigView:
+    """Write the inferred layout into a copy of the view (release defaults when the log showed no config) so
+    replay validates the job as it ran."""
+    out = view.copy() if view is not None else apply_defaults(ConfigView())
     pairs: dict[str, Any] = {
         "ddp.use_distributed_optimizer": layout.strategy != "ddp",
         "optimizer.use_distributed_optimizer": layout.strategy != "ddp",
@@ -367,7 +343,7 @@ def _replay_view(view: ConfigView, layout: Layout) -> ConfigView:
         pairs["ddp.use_megatron_fsdp"] = True
         pairs["ddp.data_parallel_sharding_strategy"] = layout.strategy.split(":", 1)[1]
     for key, value in pairs.items():
-        if not _set_in_job(out, key):
+        if not fc.set_in_job(out, key):
             out.set(key, value, "inferred")
     return out
 
@@ -378,18 +354,14 @@ def _world_from_ranks(report: Report, view: View) -> int | None:
     Used only when it is a multiple of TP x PP x CP: a 2048-rank job whose config gives TP 2, PP 16 was modelled
     on 32 GPUs (DP 1, nothing sharded). Ranks that never wrote a line make it a lower bound, so DP is never
     overstated."""
-    if _set_in_job(view, "launch.world_size"):
+    if fc.set_in_job(view, "launch.world_size"):
         return None
     top = max((r for f in report.findings for r in (f.ranks or ()) if isinstance(r, int)),
               default=None)
     if top is None:
         return None
-    base = fc.layout_from_config(view)
-    split = base.tp * base.pp * base.cp
-    world = top + 1
-    if world <= split or world % split:
-        return None
-    return world
+    split, world = fc.layout_from_config(view).model_parallel, top + 1
+    return None if world <= split or world % split else world
 
 
 def analyze_oom(report: Report, view: View = None, options: Any = None,
@@ -399,8 +371,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     finding = _oom_finding(report)
     if finding is None:
         return None
-    texts = [e.text for e in (finding.evidence or [])] + [
-        str(v) for v in (finding.facts or {}).values() if isinstance(v, str)]
+    texts = _texts(finding)
     n = from_facts(finding.facts or {}, texts)
     capacity = getattr(options, "gpu_memory_bytes", None) or n.capacity
     if n.capacity and capacity and capacity != n.capacity and abs(capacity - n.capacity) > 0.02 * n.capacity:
@@ -427,9 +398,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
     params_source = "log" if log_params else "config"
-    scn = Scenario(shape, layout, work, capacity or 0, log_params=log_params, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
+    scn = fc.scenario(view, shape, layout, work, capacity or 0, log_params=log_params)
     out = MemoryAnalysis(capacity, n.requested, "unknown", log_params,
                          params_source if (log_params or shape) else None, phase, notes=notes)
     if shape is not None and log_params:
@@ -454,15 +423,13 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                   "optimizer_step": current.phases.first_step_peak,
                   "checkpoint_save": current.phases.checkpoint_peak,
                   "checkpoint_load": current.phases.checkpoint_peak}.get(phase, current.phases.peak)
-    state_for_verdict: int | None = current.state.persistent
     # a job that trains, or saves a checkpoint (Megatron saves after training iterations), had its model state
     # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
     trained = phase in ("training", "eval", "checkpoint_save")
-    world_known = _set_in_job(view, "launch.world_size") or world_from_ranks is not None
+    world_known = fc.set_in_job(view, "launch.world_size") or world_from_ranks is not None
     state_unexplained = trained and current.state.persistent > capacity
-    if state_unexplained:
-        # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
-        state_for_verdict = None
+    # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
+    state_for_verdict = None if state_unexplained else current.state.persistent
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out.verdict = verdict
     buffer = _which_buffer(n, current, params, texts)
@@ -473,7 +440,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     out.request_is = buffer
     # sized=False: what the log shows of the config cannot be what ran, so it is never drawn as fact
     out.current = _prediction(current, layout, bool(world_known), capacity, sized=not state_unexplained)
-    replay_view = _replay_view(_ensure_view(view), layout)
+    replay_view = _replay_view(view, layout)
     if world_from_ranks is not None:
         replay_view.set("launch.world_size", world_from_ranks, "inferred")  # plans' splits checked on these GPUs
     bridge_version = getattr(options, "bridge_version", None)
@@ -497,8 +464,6 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
         notes.append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
-        from diagnose.explain.render import inline_fix
-
         change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
         out.explanation += (f" Cheapest change that fits{gpus}: {change or best.label} "

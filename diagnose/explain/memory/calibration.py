@@ -26,13 +26,15 @@ class Prediction:
 
 
 def shape_of(record: dict[str, Any]) -> ModelShape:
+    """The measured model (the activation records' too): megatron-core's local spec, RMSNorm, RoPE, no biases."""
     m = record["model"]
     return ModelShape(
         num_layers=m["num_layers"], hidden_size=m["hidden_size"], ffn_hidden_size=m.get("ffn_hidden_size"),
         num_attention_heads=m["num_attention_heads"], num_query_groups=m.get("num_query_groups"),
         vocab_size=m.get("vocab_size", 128256), seq_length=m.get("seq_length", 4096),
         gated_linear_unit=bool(m.get("swiglu", True)), untie_embeddings=bool(m.get("untie_embeddings", True)),
-        add_bias_linear=False, layernorm=False, position_embedding="rope",
+        add_bias_linear=False, layernorm=False, position_embedding="rope", num_moe_experts=m.get("num_moe_experts"),
+        moe_ffn_hidden_size=m.get("moe_ffn_hidden_size"), moe_router_topk=m.get("moe_router_topk"),
     )
 
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from diagnose.explain.config.defaults import version_tuple
+from diagnose.explain.config.mlm_args import moe_freq_value
+from diagnose.explain.config.tokenizers import VOCAB_KEYS
+from diagnose.explain.config.values import FALSE_WORDS, NULL_WORDS, as_bool
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.activations import Workload, attention_kind
+from diagnose.explain.memory.options import Scenario
 from diagnose.explain.memory.shape import ModelShape
-from diagnose.explain.memory.state import Layout
+from diagnose.explain.memory.state import STRATEGIES, Layout
+from diagnose.model import DiagnoseError
 
-_FALSE = {"false", "no", "off", "0", "none", "null", "~", ""}
+_FALSE = FALSE_WORDS | NULL_WORDS | {"0"}  # what as_bool reads as False
 
 
 def _get(view: Any, key: str, default: Any = None) -> Any:
@@ -39,17 +45,14 @@ def _origin(view: Any, key: str) -> str | None:
     return fn(key) if callable(fn) else ("set" if view is not None and _get(view, key) is not None else None)
 
 
-def _set_in_job(view: Any, key: str) -> bool:
+def set_in_job(view: Any, key: str) -> bool:
+    """The job's config sets ``key`` (not a release default)."""
     origin = _origin(view, key)
     return origin is not None and origin != "default"
 
 
 def _bool(v: Any, default: bool = False) -> bool:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() not in _FALSE
-    return bool(v)
+    return default if v is None else as_bool(v)
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
@@ -72,20 +75,8 @@ def _float(v: Any, default: float = 0.0) -> float:
         return default
 
 
-def _version(text: Any) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    out = []
-    for piece in str(text).lstrip("vV").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits[: len(piece)]))
-    return tuple(out) if out else None
-
-
 def mcore_version(view: Any) -> tuple[int, ...] | None:
-    return _version(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
+    return version_tuple(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
 
 
 def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) -> Any:
@@ -109,22 +100,15 @@ def shape_from_config(view: Any) -> ModelShape | None:
     heads = _int(_get(view, "model.num_attention_heads"))
     if not (layers and hidden and heads) or min(layers, hidden, heads) < 1 or hidden < heads or layers > MAX_LAYERS:
         return None
-    vocab = next((v for v in (_int(_get(view, k)) for k in (
-        "model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size",
-        "mlm.padded_vocab_size")) if v), 32000)
+    vocab = next((v for v in (_int(_get(view, k)) for k in VOCAB_KEYS) if v), 32000)
     norm = str(_model(view, "normalization", "LayerNorm"))
     freq = _model(view, "moe_layer_freq", 1)
     if isinstance(freq, str):  # "([0]*3+[1]*58)", as MoE model-zoo YAMLs over Bridge write it
-        from diagnose.explain.config.mlm_args import moe_freq_value
-
         freq = moe_freq_value(freq)
     if isinstance(freq, (list, tuple)):
         freq = tuple(int(x) for x in freq)
     else:
         freq = _int(freq, 1) or 1
-    bias = _get(view, "model.add_bias_linear")
-    if bias is None:
-        bias = not _bool(_get(view, "mlm.disable_bias_linear"))
     shape = ModelShape(
         num_layers=layers,
         hidden_size=hidden,
@@ -139,7 +123,7 @@ def shape_from_config(view: Any) -> ModelShape | None:
         gated_linear_unit=_bool(_model(view, "gated_linear_unit", mlm="swiglu")),
         untie_embeddings=not _bool(_get(view, "model.share_embeddings_and_output_weights"), True)
         or _bool(_get(view, "mlm.untie_embeddings_and_output_weights")),
-        add_bias_linear=_bool(bias, True),
+        add_bias_linear=_bool(_get(view, "model.add_bias_linear"), not _bool(_get(view, "mlm.disable_bias_linear"))),
         add_qkv_bias=_bool(_model(view, "add_qkv_bias")),
         layernorm=norm.lower() != "rmsnorm",
         qk_layernorm=_bool(_model(view, "qk_layernorm")),
@@ -184,16 +168,12 @@ def count_assumptions(view: Any) -> list[str]:
     count and were filled by megatron-core's defaults (a provider's or the file's values are not assumptions).
     A Megatron-LM argument list is complete by itself (an absent flag is the argument's default)."""
     out = []
-    if not any(_get(view, k) is not None for k in ("model.vocab_size", "tokenizer.vocab_size", "mlm.vocab_size",
-                                                    "model.padded_vocab_size", "mlm.padded_vocab_size")):
+    if not any(_get(view, k) is not None for k in VOCAB_KEYS):
         out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
     if getattr(view, "framework", None) == "megatron-lm":
         return out
-    for key, default, name in _COUNT_KEYS:
-        origin = _origin(view, key)
-        if origin is None or origin == "default":
-            out.append(f"{name} = {default} (megatron-core's default: not in the config)")
-    return out
+    return out + [f"{name} = {default} (megatron-core's default: not in the config)"
+                  for key, default, name in _COUNT_KEYS if _origin(view, key) in (None, "default")]
 
 
 _HYBRID_SYMBOLS = set("M*-E")
@@ -208,8 +188,6 @@ def hybrid_pattern(view: Any) -> str | None:
         if isinstance(value, str) and value.strip() and value.strip().lower() not in _FALSE:
             text = value.strip().split("/", 1)[0]
             if len(text) > 100_000 or not set(text) <= _HYBRID_SYMBOLS:
-                from diagnose.model import DiagnoseError
-
                 raise DiagnoseError(f"cannot count the hybrid model: model.{name} {value[:40]!r} holds symbols "
                                     "other than M (Mamba), * (attention), - (MLP) and E (MoE)")
             return text
@@ -323,8 +301,7 @@ def strategy_from_config(view: Any) -> str:
             value = "optim_grads_params" if ver is None or ver >= (0, 18) else "no_shard"
         levels = {"0": "no_shard", "1": "optim", "2": "optim_grads", "3": "optim_grads_params"}
         value = levels.get(str(value), str(value))
-        return f"fsdp:{value}" if f"fsdp:{value}" in (
-            "fsdp:no_shard", "fsdp:optim", "fsdp:optim_grads", "fsdp:optim_grads_params") else "fsdp:optim_grads_params"
+        return f"fsdp:{value}" if f"fsdp:{value}" in STRATEGIES else "fsdp:optim_grads_params"
     if _bool(_get(view, "ddp.use_distributed_optimizer")) or _bool(_get(view, "optimizer.use_distributed_optimizer")):
         return "distributed_optimizer"
     return "ddp"
@@ -336,7 +313,7 @@ def grad_bytes_from_config(view: Any, strategy: str) -> int:
         dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
         return 4 if ("32" in dtype or "float" == dtype) else 2
     value = _get(view, "ddp.grad_reduce_in_fp32")
-    if getattr(view, "framework", None) == "megatron-lm" and not _set_in_job(view, "ddp.grad_reduce_in_fp32"):
+    if getattr(view, "framework", None) == "megatron-lm" and not set_in_job(view, "ddp.grad_reduce_in_fp32"):
         # Megatron-LM: --bf16 turns accumulate_allreduce_grads_in_fp32 on unless --grad-reduce-in-bf16
         if _bool(_get(view, "mlm.grad_reduce_in_bf16")):
             return 2
@@ -446,3 +423,11 @@ def layer_implementation(view: Any) -> dict[str, Any]:
         "hidden_dropout": _float(_get(view, "model.hidden_dropout"), 0.1) or 0.0,
         "attention_dropout": _float(_get(view, "model.attention_dropout"), 0.1) or 0.0,
     }
+
+
+def scenario(view: Any, shape: ModelShape | None, layout: Layout, work: Workload | None, capacity: int,
+             **known: Any) -> Scenario:
+    """The search's starting point for a job read from its config (``known``: what the log adds)."""
+    return Scenario(shape, layout, work, capacity, view=view,
+                    saves_checkpoints=bool(_get(view, "checkpoint.save") or _get(view, "checkpoint.load")),
+                    global_batch_size=_int(_get(view, "train.global_batch_size")), **known)

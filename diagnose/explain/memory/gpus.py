@@ -60,7 +60,6 @@ ALIASES = {
 }
 
 
-
 def parse_size(text: str | int | float) -> int:
     """'80GiB', '80G' (binary), '141GB' (decimal), '20.00 MiB', '0 bytes' or a number of bytes -> bytes."""
     if isinstance(text, bool):

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
+import warnings
 
+from diagnose.explain.megatron_child import PACKAGE_PARENT, JsonCache
+from diagnose.explain.megatron_child import megatron_installed as available
+from diagnose.explain.megatron_child import versions as _versions
 from diagnose.explain.memory.shape import ModelShape
-
-
-def available() -> bool:
-    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
-
 
 # Layers x experts the child may build: DeepSeek-V3 is 61 x 256. A typo'd ``num_moe_experts=1000000000`` made the
 # child build modules for minutes, GBs deep, before its timeout; beyond this the analytic count stands alone.
@@ -42,14 +39,15 @@ def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -
     """Total parameters of the full model (TP=PP=EP=1), or None if it cannot be built here.
 
     The build costs seconds (importing megatron-core in a child), so a count is kept on disk per shape and per
-    torch/megatron-core version (see ``_cache_file``), and ``prefetch`` can start it while the caller does other
-    work. ``cache=False`` always builds (the tests that compare the analytic count with megatron-core use it).
+    torch/megatron-core version (``meta_counts.json`` in the cache folder), and ``prefetch`` can start it while the
+    caller does other work. ``cache=False`` always builds (the tests comparing the analytic count with megatron-core
+    use it).
     """
     if not buildable(shape):
         return None
     key = _cache_key(shape)
     if cache:
-        hit = _cache_read().get(key)
+        hit = _cache.read().get(key)
         if isinstance(hit, int) and hit > 0:
             return hit
         pending = _PENDING.pop(key, None)
@@ -60,7 +58,7 @@ def exact_count(shape: ModelShape, timeout: float = 180.0, cache: bool = True) -
     counts = exact_counts([shape], timeout)
     count = None if counts is None else counts[0]
     if cache and count is not None:
-        _cache_write(key, count)
+        _cache.write(key, count)
     return count
 
 
@@ -71,14 +69,14 @@ def prefetch(shape: ModelShape) -> None:
     if not buildable(shape) or not available():
         return
     key = _cache_key(shape)
-    if key in _PENDING or key in _DONE or isinstance(_cache_read().get(key), int):
+    if key in _PENDING or key in _DONE or isinstance(_cache.read().get(key), int):
         return
 
     def work() -> None:
         counts = exact_counts([shape])
         if counts is not None and counts[0] is not None:
             _DONE[key] = counts[0]
-            _cache_write(key, counts[0])
+            _cache.write(key, counts[0])
 
     thread = threading.Thread(target=work, name="diagnose-meta-count", daemon=True)
     _PENDING[key] = thread
@@ -88,18 +86,7 @@ def prefetch(shape: ModelShape) -> None:
 _PENDING: dict[str, threading.Thread] = {}
 _DONE: dict[str, int] = {}
 _CACHE_VERSION = 1  # bump when the child builds models differently
-
-
-def _versions() -> str:
-    from importlib import metadata
-
-    out = []
-    for dist in ("torch", "megatron-core"):
-        try:
-            out.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{dist}=?")
-    return ",".join(out)
+_cache = JsonCache("meta_counts.json")  # in diagnose's cache folder (``diagnose.cache``)
 
 
 def _whole_model(shape: ModelShape) -> dict:
@@ -113,42 +100,6 @@ def _whole_model(shape: ModelShape) -> dict:
 def _cache_key(shape: ModelShape) -> str:
     text = json.dumps([_CACHE_VERSION, _versions(), _whole_model(shape)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _cache_file() -> str | None:
-    """``meta_counts.json`` in diagnose's cache folder (``diagnose.cache``); None when caching is off."""
-    from diagnose.cache import cache_dir
-
-    base = cache_dir()
-    return os.path.join(base, "meta_counts.json") if base else None
-
-
-def _cache_read() -> dict[str, object]:
-    path = _cache_file()
-    if path is None:
-        return {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}  # missing or damaged: a miss, rebuilt and rewritten
-    return data if isinstance(data, dict) else {}
-
-
-def _cache_write(key: str, count: int) -> None:
-    path = _cache_file()
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = _cache_read()
-        data[key] = count
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".meta_counts.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)  # atomic: two runs at once never leave half a file
-    except OSError:
-        pass  # a read-only home: no cache, same answers
 
 
 def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int | None] | None:
@@ -165,7 +116,7 @@ def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int |
             text=True,
             timeout=timeout,
             env=env,
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+            cwd=PACKAGE_PARENT,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -179,8 +130,6 @@ def exact_counts(shapes: list[ModelShape], timeout: float = 300.0) -> list[int |
 
 
 def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
-    import warnings
-
     warnings.filterwarnings("ignore")
     import torch
     import torch.distributed as dist

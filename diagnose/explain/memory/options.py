@@ -39,6 +39,8 @@ STRATEGY_COST = {
 # short pipeline are the usual layouts of large models and cost less than recomputing every layer (~30 %).
 RECOMPUTE_COST = {"selective": 4.5, "full": 6.5}
 GBS_CHANGE_COST = 1.0  # added when a plan cannot keep train.global_batch_size (micro batch x DP must divide it)
+FULL_RECOMPUTE: list[tuple[str, Any]] = [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
+                                         ("model.recompute_num_layers", 1)]
 
 
 def tp_cost(t: int) -> float:
@@ -169,19 +171,14 @@ def _current(scn: Scenario, key: str) -> Any:
     allocated; an option must then still say ``ddp.grad_reduce_in_fp32=false`` to get bf16 grads."""
     if scn.view is None:
         return None
-    try:
-        value = scn.view.get(key)
-        origin = scn.view.origin(key) if hasattr(scn.view, "origin") else "file"
-    except Exception:  # noqa: BLE001
-        return None
-    if origin in (None, "default"):
+    if scn.view.origin(key) in (None, "default"):
         modelled = {"ddp.grad_reduce_in_fp32": scn.layout.grad_bytes == 4,
                     "ddp.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
                     "optimizer.use_distributed_optimizer": scn.layout.strategy == "distributed_optimizer",
                     "ddp.use_megatron_fsdp": scn.layout.strategy.startswith("fsdp:")}
         if key in modelled:
             return modelled[key]
-    return value
+    return scn.view.get(key)
 
 
 def _diff(scn: Scenario, pairs: list[tuple[str, Any]]) -> list[Override]:
@@ -282,9 +279,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                           replace(work, recompute="selective"), "recompute attention core: a few % slower",
                           RECOMPUTE_COST["selective"]))
         if work.recompute != "full":
-            full_pairs = [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
-                          ("model.recompute_num_layers", 1)]
-            add(Candidate("full recompute", full_pairs, lay,
+            add(Candidate("full recompute", FULL_RECOMPUTE, lay,
                           replace(work, recompute="full", recompute_num_layers=1),
                           "recompute every layer in backward: about 30 % slower", RECOMPUTE_COST["full"]))
         if not work.sequence_parallel and lay.tp > 1:
@@ -348,9 +343,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                       STRATEGY_COST[strongest][1] + "; grads in bf16", 3.6))
     if work is not None and shape is not None and work.recompute != "full":
         add(Candidate("full sharding + full recompute",
-                      pairs + [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
-                               ("model.recompute_num_layers", 1)],
-                      combo, replace(work, recompute="full", recompute_num_layers=1),
+                      pairs + FULL_RECOMPUTE, combo, replace(work, recompute="full", recompute_num_layers=1),
                       STRATEGY_COST[strongest][1] + "; recompute every layer (about 30 % slower)",
                       combined_cost([STRATEGY_COST[strongest][0], RECOMPUTE_COST["full"]])))
 
@@ -402,16 +395,9 @@ def valid_splits(scn: Scenario, max_tp: int = 8, max_pp: int = 16) -> list[tuple
     heads, groups = shape.num_attention_heads, shape.groups
     tps = [t for t in range(1, max_tp + 1) if heads % t == 0 and (groups % t == 0 or t % groups == 0)]
     pps = [p for p in range(1, max_pp + 1) if shape.pipeline_split_ok(p)]
-    out = []
-    for t in tps:
-        for p in pps:
-            if lay.gpus % (t * p * lay.cp):
-                continue
-            # experts: each pipeline stage's GPUs split into expert-TP x EP groups (megatron-core's expert mesh)
-            if lay.ep > 1 and (lay.gpus // p) % ((lay.etp or t) * lay.ep):
-                continue
-            out.append((t, p))
-    return out
+    # experts: each pipeline stage's GPUs split into expert-TP x EP groups (megatron-core's expert mesh)
+    return [(t, p) for t in tps for p in pps if not lay.gpus % (t * p * lay.cp)
+            and not (lay.ep > 1 and (lay.gpus // p) % ((lay.etp or t) * lay.ep))]
 
 
 def keeps_global_batch(scn: Scenario, layout: Layout, work: Workload | None) -> bool:
@@ -487,9 +473,7 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
             if strategy != lay.strategy:
                 pairs += strategy_overrides(scn, strategy, strategy == "fsdp:optim_grads_params")
             if work is not None and rc != work.recompute:
-                pairs.append(("model.recompute_granularity", rc))
-                if rc == "full":
-                    pairs += [("model.recompute_method", "uniform"), ("model.recompute_num_layers", 1)]
+                pairs += FULL_RECOMPUTE if rc == "full" else [("model.recompute_granularity", rc)]
             label = f"TP {t} x PP {p}" + ("" if strategy == lay.strategy else f", {strategy}") + (
                 f", {rc} recompute" if work is not None and rc != work.recompute else "")
             notes = [f"TP {t} x PP {p} x DP {layout.dp}" + (f" x CP {lay.cp}" if lay.cp > 1 else "")]
@@ -504,11 +488,14 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                               "full": "recompute every layer (about 30 % slower)"}[cast(str, rc)])
             if not keeps:
                 assert w is not None  # keeps_global_batch holds without a workload
-                notes.append(f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro "
-                             f"batch x DP = {w.micro_batch_size * layout.dp} (a hyper-parameter: numerics and LR "
-                             "schedule)")
+                notes.append(_gbs_note(scn, w.micro_batch_size * layout.dp))
             out.append(Candidate(label, pairs, layout, w, "; ".join(notes), rank))
     return out
+
+
+def _gbs_note(scn: Scenario, per: int) -> str:
+    return (f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = {per} "
+            "(a hyper-parameter: numerics and LR schedule)")
 
 
 def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False, prove=None,
@@ -525,10 +512,8 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
             plan.cost_rank += GBS_CHANGE_COST
             assert c.workload is not None  # keeps_global_batch holds without a workload
-            per = c.workload.micro_batch_size * c.layout.dp
-            plan.cost = (plan.cost + "; " if plan.cost else "") + (
-                f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = "
-                f"{per} (a hyper-parameter: numerics and LR schedule)")
+            plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(
+                scn, c.workload.micro_batch_size * c.layout.dp)
         if c.label == "expandable segments":
             # the OOM numbers showed the memory was there (free + cached), only not contiguous
             plan.fits = verdict == "fragmentation"

@@ -8,12 +8,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.explain.config.overrides import apply_overrides
+from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
 from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, Scenario, evaluate, option_of, search
-from diagnose.explain.memory.shape import count_params
+from diagnose.explain.memory.options import Plan, evaluate, option_of, search
+from diagnose.explain.memory.shape import count_params, reconcile
+from diagnose.explain.render import inline_fix, launch_commands
 from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
 from diagnose.model import DiagnoseError
 
@@ -74,26 +77,19 @@ def _reconcile_with_log(view: Any, shape: Any) -> tuple[Any, str | None] | None:
     """A config read from a log that also printed its parameter count (per model-parallel rank, at the job's own
     TP x PP): make the shape agree with it as the OOM analysis does, so that the plan, ``analyze`` and the TUI
     count the same model (one answer)."""
-    from diagnose.explain.memory.shape import reconcile
-
     logged = fc._int(fc._get(view, "launch.num_parameters"))
     if not logged:
         return None
-    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
-    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
-    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
-    etp = fc._int(fc._get(view, "model.expert_tensor_parallel_size"))
     if fc._origin(view, "model.tensor_model_parallel_size") == "override":
         return None  # the user changed the split: the logged per-rank count is for another layout
-    return reconcile(shape, logged, tp, pp, ep, etp)
+    lay = fc.layout_from_config(view)
+    return reconcile(shape, logged, lay.tp, lay.pp, lay.ep, lay.etp)
 
 
 def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | None:
     """The config with ``overrides`` applied, predicted per GPU like the plan's given row (same shape reading,
     same reconciliation with a logged count): what a validator's fix does to memory. None when it cannot be
     sized (no shape, or a split that does not divide the GPUs)."""
-    from diagnose.explain.config.overrides import apply_overrides
-
     changed = apply_overrides(view, overrides) if overrides else view
     try:
         shape = fc.shape_from_config(changed)
@@ -108,18 +104,12 @@ def fix_plan(view: Any, overrides: list, gpus: int, capacity: int) -> Plan | Non
     if gpus % layout.model_parallel:
         return None
     work = fc.workload_from_config(changed, shape, layout)
-    scn = Scenario(shape, layout, work, capacity, view=changed,
-                   saves_checkpoints=bool(fc._get(changed, "checkpoint.save") or fc._get(changed, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(changed, "train.global_batch_size")))
-    return evaluate(scn, "with the fix", [], layout, work, "", 0.0)
+    return evaluate(fc.scenario(changed, shape, layout, work, capacity), "with the fix", [], layout, work, "", 0.0)
 
 
 def _log_confirms(view: Any, shape: Any) -> bool:
-    tp = fc._int(fc._get(view, "model.tensor_model_parallel_size"), 1) or 1
-    pp = fc._int(fc._get(view, "model.pipeline_model_parallel_size"), 1) or 1
-    ep = fc._int(fc._get(view, "model.expert_model_parallel_size"), 1) or 1
-    return count_params(shape, tp, pp, ep, fc._int(fc._get(view, "model.expert_tensor_parallel_size"))).total == \
-        fc._int(fc._get(view, "launch.num_parameters"))
+    lay = fc.layout_from_config(view)
+    return count_params(shape, lay.tp, lay.pp, lay.ep, lay.etp).total == fc._int(fc._get(view, "launch.num_parameters"))
 
 
 def _exact_wanted() -> bool:
@@ -138,8 +128,6 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 bad.append(f"{key}={value!r} is more layers than any model has (at most {fc.MAX_LAYERS:,})")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
-        from diagnose.explain.config.providers import SHAPE_FIELDS, resolve, table_releases, unresolved_provider
-
         named = getattr(view, "model_target", None)
         read = resolve(named, getattr(view, "version", None)) if named is not None else None
         if read is not None:
@@ -159,24 +147,14 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                             "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
     reconciled = _reconcile_with_log(view, shape)
-    if reconciled is not None:
-        shape, reconcile_note = reconciled
-    else:
-        reconcile_note = None
-    if gpus % layout.model_parallel:
-        layout_note = (f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}")
-    else:
-        layout_note = ""
+    shape, reconcile_note = reconciled if reconciled is not None else (shape, None)
+    layout_note = f"{gpus} GPUs are not divisible by TP x PP x CP = {layout.model_parallel}" if (
+        gpus % layout.model_parallel) else ""
     work = fc.workload_from_config(view, shape, layout)
-    scn = Scenario(shape, layout, work, capacity, view=view,
-                   saves_checkpoints=bool(fc._get(view, "checkpoint.save") or fc._get(view, "checkpoint.load")),
-                   global_batch_size=fc._int(fc._get(view, "train.global_batch_size")))
+    scn = fc.scenario(view, shape, layout, work, capacity)
     analytic = count_params(shape).total
-    params, source, notes = analytic, "config", []
-    if layout_note:
-        notes.append(layout_note)
-    if reconcile_note:
-        notes.append(reconcile_note)
+    params, source = analytic, "config"
+    notes = [note for note in (layout_note, reconcile_note) if note]
     if _exact_wanted():
         exact = exact_count(shape)
         if exact is not None:
@@ -211,8 +189,6 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:
-            from diagnose.explain.render import inline_fix, launch_commands
-
             change = inline_fix(more.overrides)
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")

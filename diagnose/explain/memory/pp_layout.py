@@ -243,15 +243,6 @@ def rank_mtp_layers(stages: tuple[str, ...], pp: int) -> list[int]:
     return [sum(c.count("m") for c in chunks) for chunks in rank_chunks(stages, pp)]
 
 
-def mtp_standalone_rank(stages: tuple[str, ...], pp: int) -> int | None:
-    """The pipeline rank holding the MTP layers when it is not the last one (megatron-core ``mtp_standalone``):
-    that chunk builds its own word embedding (``gpt_model.py``: ``pre_process or mtp_process``)."""
-    for r, chunks in enumerate(rank_chunks(stages, pp)):
-        if "m" in chunks[-1] and r != pp - 1:
-            return r
-    return None
-
-
 def describe(stages: tuple[str, ...], pp: int) -> str:
     """Decoder layers per pipeline rank, a rank's virtual chunks joined by ``+`` and equal neighbours merged:
     ``"rank 0: 3+2; ranks 1-13: 2+2; ranks 14-15: 2+0"``."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.explain.config import apply_overrides
+from diagnose.explain.validate import Violation, validate
 from diagnose.model import Override
 
 
@@ -22,25 +24,14 @@ class Proof:
     added: list[Override] = field(default_factory=list)  # overrides the replay had to add
 
 
-def _validator():
-    try:
-        from diagnose.explain.config import apply_overrides
-        from diagnose.explain.validate import validate
-    except ImportError:
-        return None
-    return apply_overrides, validate
-
-
-def _sig(v: Any) -> tuple[str, str]:
-    return (getattr(v, "check", ""), getattr(v, "message", str(v)))
+def _sig(v: Violation) -> tuple[str, str]:
+    return v.check, v.message
 
 
 def prove(view: Any, overrides: list[Override], bridge_version: str | None = None, rounds: int = 3,
           real_mcore: bool = False) -> Proof:
-    api = _validator()
-    if api is None or view is None or not hasattr(view, "copy"):
+    if view is None or not hasattr(view, "copy"):
         return Proof(list(overrides), None)
-    apply_overrides, validate = api
     try:
         baseline = {_sig(v) for v in validate(view, bridge_version, real_mcore=real_mcore)}
     except Exception:  # noqa: BLE001 - a validator failure must not break the memory report
@@ -48,7 +39,7 @@ def prove(view: Any, overrides: list[Override], bridge_version: str | None = Non
     chosen = list(overrides)
     fixed_keys = {o.key for o in chosen}
     added: list[Override] = []
-    new: list[Any] = []
+    new: list[Violation] = []
     for _ in range(rounds + 1):
         try:
             found = validate(apply_overrides(view, chosen), bridge_version, real_mcore=real_mcore)
@@ -59,7 +50,7 @@ def prove(view: Any, overrides: list[Override], bridge_version: str | None = Non
             return Proof(chosen, True, [], added)
         extended = False
         for v in new:
-            for fix in getattr(v, "fixes", None) or []:
+            for fix in v.fixes:
                 if any(o.key in fixed_keys and not _same(o, chosen) for o in fix):
                     continue  # this fix would undo the option itself
                 for o in fix:
@@ -70,7 +61,7 @@ def prove(view: Any, overrides: list[Override], bridge_version: str | None = Non
                 break
         if not extended:
             break
-    return Proof(chosen, False, [getattr(v, "message", str(v)) for v in new], added)
+    return Proof(chosen, False, [v.message for v in new], added)
 
 
 def _same(o: Override, chosen: list[Override]) -> bool:

@@ -35,16 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from diagnose.explain.memory.shape import ModelShape, ParamCount, count_params
+from diagnose.explain.memory.shape import ModelShape, ParamCount, layer_params
 
-STRATEGIES = (
-    "ddp",
-    "distributed_optimizer",
-    "fsdp:no_shard",
-    "fsdp:optim",
-    "fsdp:optim_grads",
-    "fsdp:optim_grads_params",
-)
 COMPONENTS = ("params", "grads", "main_params", "optimizer", "buffers")
 OPTIONAL_COMPONENTS = ("fp8", "cuda_graphs")  # present only when the job uses FP8 / CUDA graphs
 PREFETCH_ELEMENTS = 1_000_000_000  # megatron_fsdp.py: suggested_communication_unit_size floor
@@ -58,6 +50,7 @@ _SHARDED = {
     "fsdp:optim_grads": (False, True, True),
     "fsdp:optim_grads_params": (True, True, True),
 }
+STRATEGIES = tuple(_SHARDED)
 
 
 @dataclass(frozen=True)
@@ -140,15 +133,6 @@ def optimizer_state_bytes(optimizer: str) -> int:
     return 4 if optimizer.lower() in ("sgd",) else 8
 
 
-def persistent_bytes_per_param(strategy: str, n: int, grad_bytes: int = 4, param_bytes: int = 2,
-                               optimizer: str = "adam") -> float:
-    """The §2 table: bytes per parameter of params + grads + main params + optimizer, sharded over ``n``."""
-    p_sh, g_sh, o_sh = _SHARDED[strategy]
-    main = 4 if param_bytes < 4 else 0
-    opt = optimizer_state_bytes(optimizer)
-    return (param_bytes / (n if p_sh else 1) + grad_bytes / (n if g_sh else 1) + (main + opt) / (n if o_sh else 1))
-
-
 def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[str, float]:
     """State of ``p`` parameters sharded over ``n``; ``fp8_linear`` of them stored as FP8 (1 byte) weights."""
     p_sh, g_sh, o_sh = _SHARDED[layout.strategy]
@@ -166,21 +150,14 @@ def _group_bytes(p: int, n: int, layout: Layout, fp8_linear: int = 0) -> dict[st
 
 def layer_params_max(shape: ModelShape, layout: Layout) -> int:
     """Parameters of the largest transformer layer on one rank (the unit Megatron-FSDP gathers)."""
-    from diagnose.explain.memory.shape import layer_params
-
-    best = 0
-    for moe in set(shape.moe_layers()):
-        d, e = layer_params(shape, moe, layout.tp, layout.ep, layout.etp)
-        best = max(best, d + e)
-    return best
+    return max((sum(layer_params(shape, moe, layout.tp, layout.ep, layout.etp)) for moe in set(shape.moe_layers())),
+               default=0)
 
 
 def fsdp_buffers(count: ParamCount, layout: Layout, layer_params: int | None) -> int:
     """Transient unsharded buffers of Megatron-FSDP during forward/backward (0 for DDP / distributed optimizer)."""
-    if not layout.fsdp or layout.strategy == "fsdp:no_shard":
-        return 0
     n = layout.shard_group
-    if n <= 1:
+    if not layout.fsdp or layout.strategy == "fsdp:no_shard" or n <= 1:
         return 0
     if layout.strategy == "fsdp:optim_grads_params":
         unit = layer_params or max(1, count.total // 16)
@@ -229,11 +206,6 @@ def model_state(count: ParamCount, layout: Layout, layer_params: int | None = No
     return StateBytes(comps, count.total, layout.shard_group)
 
 
-def state_for(shape: ModelShape, layout: Layout) -> StateBytes:
-    count = count_params(shape, layout.tp, layout.pp, layout.ep, layout.etp)
-    return model_state(count, layout, layer_params_max(shape, layout))
-
-
 @dataclass
 class Phases:
     """Predicted allocated bytes at the moments where jobs run out of memory."""
@@ -249,13 +221,6 @@ class Phases:
     @property
     def peak(self) -> int:
         return max(self.wrap_peak, self.first_step_peak, self.steady_peak)
-
-    @property
-    def peak_phase(self) -> str:
-        return max(
-            (("dp_wrap", self.wrap_peak), ("optimizer_step", self.first_step_peak), ("training", self.steady_peak)),
-            key=lambda kv: kv[1],
-        )[0]
 
 
 def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
@@ -276,25 +241,17 @@ def phases(state: StateBytes, layout: Layout, activations: int = 0) -> Phases:
     held = c.get("fp8", 0) + c.get("cuda_graphs", 0)
     module = 0 if (layout.meta_init and layout.fsdp) else params if not layout.fsdp else (
         layout.param_bytes * state.params)
-    if layout.strategy == "ddp":
-        wrap_peak = params + grads
-        after_wrap = params + grads
-    elif layout.strategy == "distributed_optimizer":
-        wrap_peak = module + params + grads  # old module storage + new param buffer + grad buffer
-        after_wrap = params + grads
-    elif layout.strategy == "fsdp:no_shard":
+    after_wrap = params + grads + (main if layout.fsdp else 0)  # Megatron FSDP makes the main weights at the wrap
+    wrap_peak = {
+        "ddp": after_wrap,
+        "distributed_optimizer": module + params + grads,  # old module storage + new param buffer + grad buffer
         # no weight buffer: the module's own params stay; main weights per group, then the grad buffer
-        after_wrap = params + grads + main
-        wrap_peak = after_wrap
-    elif layout.strategy == "fsdp:optim_grads_params":
+        "fsdp:no_shard": after_wrap,
         # one parameter group per transformer layer: the module shrinks as each group moves into its sharded
         # buffer (through one unsharded bucket); the grad buffer is allocated after the module is gone
-        after_wrap = params + grads + main
-        wrap_peak = max(module + buffers, after_wrap)
-    else:
+        "fsdp:optim_grads_params": max(module + buffers, after_wrap),
         # fsdp:optim / optim_grads: one group per dtype, its weight buffer is whole: module + buffer + main shard
-        after_wrap = params + grads + main
-        wrap_peak = max(module + params + main, after_wrap)
+    }.get(layout.strategy, max(module + params + main, after_wrap))
     cast = main if layout.grad_bytes < 4 else 0  # fp32 copy of the (sharded) bf16 grads handed to the optimizer
     # torch.optim.Adam (foreach), used when neither Transformer Engine nor apex is installed, allocates
     # sqrt(exp_avg_sq) for the whole local shard at once: one more fp32 copy (measured on an H200: +4 B/param at N=1)

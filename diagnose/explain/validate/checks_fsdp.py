@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
-from diagnose.model import Override
+from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
+from diagnose.model import DELETE, Override
 
 MSG_BOTH_FSDP_OLD = "Using use_megatron_fsdp and use_torch_fsdp2 at the same time is not supported."
 MSG_BOTH_FSDP_NEW = "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive."
@@ -54,19 +55,11 @@ MSG_ASYNC_NO_SAVE = "async_save is enabled, but save is not set. Set save to a v
 MSG_FSDP2_PP_MLM = "--use-torch-fsdp2 is not supported with pipeline parallelism"
 
 
-def _saves_or_loads(ctx: CheckContext) -> bool:
-    return ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, "")
-
-
-@check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)")
-def fsdp_exclusive(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"):
-        msg = MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW
-        yield Violation(
-            "fsdp_exclusive", msg, ["ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
-            fixes=[[ov("dist.use_torch_fsdp2", False)], [ov("ddp.use_megatron_fsdp", False),
-                                                       ov("dist.use_megatron_fsdp", False)]],
-        )
+simple_check("fsdp_exclusive", "Megatron-Bridge training/config.py validate() ~L1480 (>=0.5); _ddp_wrap (<=0.4.x)",
+             lambda ctx: ctx.megatron_fsdp and ctx.flag("dist.use_torch_fsdp2"),
+             lambda ctx: MSG_BOTH_FSDP_OLD if ctx.family == "old" else MSG_BOTH_FSDP_NEW,
+             ["ddp.use_megatron_fsdp", "dist.use_torch_fsdp2"],
+             [[("dist.use_torch_fsdp2", False)], [("ddp.use_megatron_fsdp", False), ("dist.use_megatron_fsdp", False)]])
 
 
 @check("fsdp_requires_fsdp_dtensor",
@@ -78,7 +71,7 @@ def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.mlm:  # Megatron-LM asserts at argument parsing, with or without --save/--load
         new = "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
         msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else new
-    elif _saves_or_loads(ctx):
+    elif ctx.saves_or_loads:
         msg = MSG_FSDP_CKPT_OLD if ctx.family == "old" else MSG_FSDP_CKPT_NEW
     else:
         return
@@ -90,7 +83,7 @@ def fsdp_requires_fsdp_dtensor(ctx: CheckContext) -> Iterable[Violation]:
 
 @check("fsdp_dtensor_only_megatron_fsdp", "Megatron-Bridge training/config.py validate() ~L1526")
 def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.mlm or ctx.get("checkpoint.ckpt_format") != "fsdp_dtensor" or not _saves_or_loads(ctx):
+    if ctx.mlm or ctx.get("checkpoint.ckpt_format") != "fsdp_dtensor" or not ctx.saves_or_loads:
         return
     if ctx.megatron_fsdp and not ctx.flag("dist.use_torch_fsdp2"):
         return
@@ -104,54 +97,31 @@ def fsdp_dtensor_only_megatron_fsdp(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("fsdp_cuda_device_max_connections",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0, PR #3510); "
-       "Megatron-LM arguments.py ~L680")
-def fsdp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
-    if not (ctx.megatron_fsdp or (ctx.mlm and ctx.flag("dist.use_torch_fsdp2"))):
-        return
-    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        return
-    if ctx.mlm:
-        msg = MSG_MAX_CONN_MLM_FSDP if ctx.family == "old" else MSG_MAX_CONN_BRIDGE
-    elif ctx.family == "new":
-        msg = MSG_MAX_CONN_BRIDGE
-    else:
-        return  # Bridge <= 0.4.x does not check it
-    yield Violation(
-        "fsdp_cuda_device_max_connections", msg, ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
-        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]],
-    )
+simple_check("fsdp_cuda_device_max_connections",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (>=0.5.0, PR #3510); "
+             "Megatron-LM arguments.py ~L680",
+             # Bridge <= 0.4.x does not check it
+             lambda ctx: ((ctx.megatron_fsdp or (ctx.mlm and ctx.flag("dist.use_torch_fsdp2")))
+                          and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1" and (ctx.mlm or ctx.family == "new")),
+             lambda ctx: MSG_MAX_CONN_MLM_FSDP if ctx.mlm and ctx.family == "old" else MSG_MAX_CONN_BRIDGE,
+             ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
+             [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]])
+simple_check("mlm_tp_cp_cuda_device_max_connections",
+             "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)",
+             lambda ctx: (not (ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2")) and (ctx.tp > 1 or ctx.cp > 1)
+                          and ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS")
+                          and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1"),
+             MSG_MAX_CONN_MLM_TP,
+             ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
+             [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]], ("megatron-lm",))
 
 
-@check("mlm_tp_cp_cuda_device_max_connections",
-       "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)", ("megatron-lm",))
-def mlm_tp_cp_cuda_device_max_connections(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2"):
-        return
-    tp = ctx.number("model.tensor_model_parallel_size", 1) or 1
-    cp = ctx.number("model.context_parallel_size", 1) or 1
-    if (tp == 1 and cp == 1) or not ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS"):
-        return
-    if ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-        return
-    yield Violation(
-        "mlm_tp_cp_cuda_device_max_connections", MSG_MAX_CONN_MLM_TP,
-        ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
-        fixes=[[ov("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]],
-    )
-
-
-@check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
-       "(>=0.2.0, PR #716)", ("megatron-bridge",))
-def fsdp_tp_pp_dp_mapping(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping"):
-        if ctx.surely_before((0, 2, 0)):
-            return
-        yield Violation(
-            "fsdp_tp_pp_dp_mapping", MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
-            fixes=[[ov("dist.use_tp_pp_dp_mapping", False)]],
-        )
+simple_check("fsdp_tp_pp_dp_mapping", "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs "
+             "(>=0.2.0, PR #716)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("dist.use_tp_pp_dp_mapping")
+                          and not ctx.surely_before((0, 2, 0))),
+             MSG_TP_PP_DP_MAPPING, ["dist.use_tp_pp_dp_mapping", "ddp.use_megatron_fsdp"],
+             [[("dist.use_tp_pp_dp_mapping", False)]], ("megatron-bridge",))
 
 
 @check("fsdp_manual_registration_needs_nccl_ub",
@@ -181,19 +151,14 @@ def fsdp_manual_registration_needs_nccl_ub(ctx: CheckContext) -> Iterable[Violat
     )
 
 
-@check("fsdp_optim_grads_params_weight_hash",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; "
-       "Megatron-LM arguments.py ~L675")
-def fsdp_optim_grads_params_weight_hash(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.megatron_fsdp or ctx.get("ddp.data_parallel_sharding_strategy") != "optim_grads_params":
-        return
-    if ctx.get("train.check_weight_hash_across_dp_replicas_interval") is None:
-        return
-    yield Violation(
-        "fsdp_optim_grads_params_weight_hash", MSG_WEIGHT_HASH_MLM if ctx.mlm else MSG_WEIGHT_HASH,
-        ["train.check_weight_hash_across_dp_replicas_interval", "ddp.data_parallel_sharding_strategy"],
-        fixes=[[ov("train.check_weight_hash_across_dp_replicas_interval", None)]],
-    )
+simple_check("fsdp_optim_grads_params_weight_hash",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs; "
+             "Megatron-LM arguments.py ~L675",
+             lambda ctx: (ctx.megatron_fsdp and ctx.get("ddp.data_parallel_sharding_strategy") == "optim_grads_params"
+                          and ctx.get("train.check_weight_hash_across_dp_replicas_interval") is not None),
+             lambda ctx: MSG_WEIGHT_HASH_MLM if ctx.mlm else MSG_WEIGHT_HASH,
+             ["train.check_weight_hash_across_dp_replicas_interval", "ddp.data_parallel_sharding_strategy"],
+             [[("train.check_weight_hash_across_dp_replicas_interval", None)]])
 
 
 @check("nccl_ub_expandable_segments",
@@ -212,40 +177,21 @@ def nccl_ub_expandable_segments(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("fsdp2_pg_collection",
-       "Megatron-Bridge 0.3.0-0.4.2 _ddp_wrap passes pg_collection= to TorchFullyShardedDataParallel "
-       "(models/common/unimodal.py ~L233; issue #2785)", ("megatron-bridge",))
-def fsdp2_pg_collection(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.flag("dist.use_torch_fsdp2") or ctx.megatron_fsdp:
-        return
-    if not ctx.version_between((0, 3, 0), (0, 4, 2)):
-        return
-    yield Violation(
-        "fsdp2_pg_collection", MSG_FSDP2_PG_COLLECTION, ["dist.use_torch_fsdp2"],
-        fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)],
-               [ov("dist.use_torch_fsdp2", False)]],
-    )
-
-
-@check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605", ("megatron-lm",))
-def mlm_fsdp2_pipeline_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("dist.use_torch_fsdp2") and (ctx.number("model.pipeline_model_parallel_size", 1) or 1) > 1:
-        yield Violation(
-            "mlm_fsdp2_pipeline_parallel", MSG_FSDP2_PP_MLM,
-            ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],
-            fixes=[[ov("dist.use_torch_fsdp2", False), ov("ddp.use_megatron_fsdp", True)]],
-        )
-
-
-@check("megatron_fsdp_version", "Megatron-Bridge config.py _validate_and_apply_megatron_fsdp_configs ~L1065; "
-       "megatron-core DDP config __post_init__ (main)")
-def megatron_fsdp_version(ctx: CheckContext) -> Iterable[Violation]:
-    v = ctx.get("ddp.megatron_fsdp_version", 1)
-    if ctx.megatron_fsdp and v not in (1, 2, None):
-        yield Violation(
-            "megatron_fsdp_version", MSG_FSDP_VERSION, ["ddp.megatron_fsdp_version"],
-            fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
-        )
+simple_check("fsdp2_pg_collection", "Megatron-Bridge 0.3.0-0.4.2 _ddp_wrap passes pg_collection= to "
+             "TorchFullyShardedDataParallel (models/common/unimodal.py ~L233; issue #2785)",
+             lambda ctx: (ctx.flag("dist.use_torch_fsdp2") and not ctx.megatron_fsdp
+                          and ctx.version_between((0, 3, 0), (0, 4, 2))),
+             MSG_FSDP2_PG_COLLECTION, ["dist.use_torch_fsdp2"],
+             [[("dist.use_torch_fsdp2", False), ("ddp.use_megatron_fsdp", True)], [("dist.use_torch_fsdp2", False)]],
+             ("megatron-bridge",))
+simple_check("mlm_fsdp2_pipeline_parallel", "Megatron-LM arguments.py ~L605",
+             lambda ctx: ctx.flag("dist.use_torch_fsdp2") and ctx.pp > 1, MSG_FSDP2_PP_MLM,
+             ["dist.use_torch_fsdp2", "model.pipeline_model_parallel_size"],
+             [[("dist.use_torch_fsdp2", False), ("ddp.use_megatron_fsdp", True)]], ("megatron-lm",))
+simple_check("megatron_fsdp_version", "Megatron-Bridge config.py _validate_and_apply_megatron_fsdp_configs ~L1065; "
+             "megatron-core DDP config __post_init__ (main)",
+             lambda ctx: ctx.megatron_fsdp and ctx.get("ddp.megatron_fsdp_version", 1) not in (1, 2, None),
+             MSG_FSDP_VERSION, ["ddp.megatron_fsdp_version"], [[("ddp.megatron_fsdp_version", 1)]])
 
 
 @check("async_save_format", "Megatron-Bridge training/config.py validate() ~L1530; CheckpointConfig.finalize ~L589")
@@ -271,15 +217,12 @@ def async_save_format(ctx: CheckContext) -> Iterable[Violation]:
 # ----------------------------------------------------------------------------------------------- notes
 
 
-@check("fsdp_forces_distributed_optimizer",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)")
-def fsdp_forces_distributed_optimizer(ctx: CheckContext) -> Iterable[Violation]:
-    distributed = ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")
-    if ctx.megatron_fsdp and not distributed:
-        yield Violation(
-            "fsdp_forces_distributed_optimizer", MSG_DIST_OPT_FORCED,
-            ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"], kind="note",
-        )
+simple_check("fsdp_forces_distributed_optimizer",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix, rank-0 print)",
+             lambda ctx: ctx.megatron_fsdp and not (
+                 ctx.flag("ddp.use_distributed_optimizer") and ctx.flag("optimizer.use_distributed_optimizer")),
+             MSG_DIST_OPT_FORCED, ["ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"],
+             kind="note")
 
 
 @check("distributed_optimizer_sync",
@@ -294,46 +237,32 @@ def distributed_optimizer_sync(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("fsdp_average_in_collective",
-       "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix; PR #729)",
-       ("megatron-bridge",))
-def fsdp_average_in_collective(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.megatron_fsdp or not ctx.flag("ddp.average_in_collective"):
-        return
-    if ctx.family == "new":
-        if ctx.flag("ddp.disable_symmetric_registration"):
-            return
-        msg = MSG_AVG_COLLECTIVE["new"]
-    elif ctx.surely_before((0, 4, 0)):
-        msg = MSG_AVG_COLLECTIVE["old_0.3"]
-    else:
-        msg = MSG_AVG_COLLECTIVE["old_0.4"]
-    yield Violation("fsdp_average_in_collective", msg, ["ddp.average_in_collective"], kind="note")
+simple_check("fsdp_average_in_collective",
+             "Megatron-Bridge training/config.py _validate_and_apply_megatron_fsdp_v1_configs (auto-fix; PR #729)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("ddp.average_in_collective")
+                          and not (ctx.family == "new" and ctx.flag("ddp.disable_symmetric_registration"))),
+             lambda ctx: MSG_AVG_COLLECTIVE["new" if ctx.family == "new"
+                                            else "old_0.3" if ctx.surely_before((0, 4, 0)) else "old_0.4"],
+             ["ddp.average_in_collective"], frameworks=("megatron-bridge",), kind="note")
 
 
-@check("fsdp_gradient_accumulation_fusion",
-       "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)", ("megatron-bridge",))
-def fsdp_gradient_accumulation_fusion(ctx: CheckContext) -> Iterable[Violation]:
-    if (ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion")
-            and ctx.version_between((0, 2, 0), (0, 3, 999))):
-        yield Violation("fsdp_gradient_accumulation_fusion",
-                        "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
-                        ["model.gradient_accumulation_fusion"], kind="note")
+simple_check("fsdp_gradient_accumulation_fusion",
+             "Megatron-Bridge 0.2.0-0.3.x training/config.py validate() (auto-fix, rank-0 print)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("model.gradient_accumulation_fusion")
+                          and ctx.version_between((0, 2, 0), (0, 3, 999))),
+             "Gradient accumulation fusion is not supported with Megatron FSDP, setting to False",
+             ["model.gradient_accumulation_fusion"], frameworks=("megatron-bridge",), kind="note")
 
 
-@check("fsdp_reuse_grad_buf_mxfp8",
-       "Megatron-Bridge training/config.py Megatron FSDP configs (auto-fix, rank-0 print; 0.4.x and >=0.5 wording)",
-       ("megatron-bridge",))
-def fsdp_reuse_grad_buf_mxfp8(ctx: CheckContext) -> Iterable[Violation]:
-    if not (ctx.megatron_fsdp and ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag")):
-        return
-    if ctx.family == "new":
-        msg = "reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."
-    elif ctx.surely_before((0, 4, 0)):
-        return
-    else:
-        msg = "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"
-    yield Violation("fsdp_reuse_grad_buf_mxfp8", msg, ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], kind="note")
+simple_check("fsdp_reuse_grad_buf_mxfp8",
+             "Megatron-Bridge training/config.py Megatron FSDP configs (auto-fix, rank-0 print; 0.4.x and >=0.5 "
+             "wording)",
+             lambda ctx: (ctx.megatron_fsdp and ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag")
+                          and (ctx.family == "new" or not ctx.surely_before((0, 4, 0)))),
+             lambda ctx: ("reuse_grad_buf_for_mxfp8_param_ag not implemented for Megatron FSDP. Deactivating..."
+                          if ctx.family == "new" else
+                          "reuse_grad_buf_for_mxfp8_param_ag is not supported with Megatron FSDP, setting to False"),
+             ["ddp.reuse_grad_buf_for_mxfp8_param_ag"], frameworks=("megatron-bridge",), kind="note")
 
 
 # ----------------------------------------------------------------------------------------------- moved fields
@@ -352,8 +281,6 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
     """A field the job's release no longer has, set by the job: the migration to its new place is the fix.
     A command-line override fails at start-up; a YAML key is skipped with a warning and the job runs without
     the setting (for ``dist.use_megatron_fsdp``: without Megatron FSDP). Unknown release: a note."""
-    from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
-
     for key, move in FIELD_MOVES.items():
         if not ctx.view.has(key):
             continue
@@ -367,7 +294,7 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
         exists = False if origin.startswith("implied:") else field_exists(key, ctx.version_text)
         if exists is True:
             continue
-        fix = [ov(move.moved_to, value), Override(key=key, value=_delete())]
+        fix = [ov(move.moved_to, value), Override(key=key, value=DELETE)]
         if exists is None:
             yield Violation("stale_moved_field", MSG_STALE_UNKNOWN.format(
                 key=key, label=FAMILY_LABELS["latest"], moved_to=move.moved_to), [key, move.moved_to],
@@ -378,9 +305,3 @@ def stale_moved_field(ctx: CheckContext) -> Iterable[Violation]:
         else:
             msg = MSG_STALE_SKIPPED.format(leaf=key.rsplit(".", 1)[1], owner=move.owner)
         yield Violation("stale_moved_field", msg, [key, move.moved_to], fixes=[fix])
-
-
-def _delete():
-    from diagnose.model import DELETE
-
-    return DELETE

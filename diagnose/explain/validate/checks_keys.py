@@ -11,9 +11,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from diagnose.explain.config.defaults import COMMON_DEFAULTS, FAMILY_DEFAULTS
-from diagnose.explain.config.keycheck import SECTIONS, known_keys
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.config.keycheck import META_KEYS, SECTIONS, known_keys
+from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
 
 _PSEUDO = ("env.", "env_vars.", "launch.", "mlm.")
 
@@ -32,9 +31,7 @@ CHOICES: dict[str, tuple[tuple[str | int, ...], str]] = {
 def _known(ctx: CheckContext) -> set[str]:
     """Every field the config reader knows (megatron-core's and the providers' fields included: ``--set
     model.num_layers=4`` was called a typo of ``model.mtp_num_layers``), plus the job's own keys."""
-    keys = set(COMMON_DEFAULTS) | KNOWN_KEYS | known_keys()
-    for family in FAMILY_DEFAULTS.values():
-        keys.update(family)
+    keys = known_keys()  # the release defaults and the checks' KNOWN_KEYS among them
     keys.update(k for k, v in ctx.view.values.items() if v.origin != "override")
     return keys
 
@@ -52,7 +49,7 @@ def override_unknown_key(ctx: CheckContext) -> Iterable[Violation]:
             continue
         top = key.split(".", 1)[0]
         if top not in SECTIONS:  # ConfigContainer has a fixed set of sections: any other is refused (a typo or not)
-            hint = difflib.get_close_matches(top, sorted(s for s in SECTIONS if s[0] != "_"), n=1, cutoff=0.6)
+            hint = difflib.get_close_matches(top, sorted(SECTIONS - META_KEYS), n=1, cutoff=0.6)
             yield Violation(
                 "override_unknown_key", f"Could not override '{key}': ConfigContainer has no section '{top}'"
                 + (f" (did you mean {hint[0]}?)" if hint else ""), [key],

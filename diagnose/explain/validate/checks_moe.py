@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.config.defaults import version_tuple
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov, simple_check
 
 EP = "model.expert_model_parallel_size"
 ETP = "model.expert_tensor_parallel_size"
@@ -52,23 +51,9 @@ KNOWN_KEYS.update({EP, ETP, EXPERTS, DISPATCHER, DEEPEP, BACKEND, CAPACITY, PAD,
                    "model.overlap_moe_expert_parallel_comm", "model.mtp_num_layers"})
 
 
-def _core(ctx: CheckContext) -> tuple[int, int, int] | None:
-    return version_tuple(ctx.view.mcore_version)
-
-
-def _core_at_least(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
-    """True unless the job's megatron-core is known to be older (unknown: the latest behaviour)."""
-    core = _core(ctx)
-    return core is None or core >= version
-
-
-def _n(ctx: CheckContext, key: str) -> int:
-    return ctx.number(key, 1) or 1
-
-
 def _etp(ctx: CheckContext) -> int:
     """Expert TP; upstream uses TP when it is unset."""
-    return ctx.number(ETP) or _n(ctx, "model.tensor_model_parallel_size")
+    return ctx.number(ETP) or ctx.tp
 
 
 def _dispatcher(ctx: CheckContext) -> str:
@@ -78,7 +63,7 @@ def _dispatcher(ctx: CheckContext) -> str:
 def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
     """The largest EP < ``below`` that divides the experts and keeps ETP*EP*PP dividing the world size."""
     experts, world = ctx.number(EXPERTS), ctx.number("launch.world_size")
-    rest = _etp(ctx) * _n(ctx, "model.pipeline_model_parallel_size")
+    rest = _etp(ctx) * ctx.pp
     for d in range(below - 1, 0, -1):
         if experts and experts % d:
             continue
@@ -93,12 +78,12 @@ def _smaller_ep(ctx: CheckContext, below: int) -> int | None:
 @check("experts_divisible_by_ep", "megatron-core transformer/moe/moe_layer.py MoELayer.__init__ (0.16.1 L101, a bare "
        "assert; self.expert_parallel_size up to 0.12); Megatron-LM arguments.py validate_args (d98e8a64 ~L1657)")
 def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
-    experts, ep = ctx.number(EXPERTS), _n(ctx, EP)
+    experts, ep = ctx.number(EXPERTS), ctx.size(EP)
     if not experts or ep <= 1 or experts % ep == 0:
         return
     if ctx.mlm:
         message = "Number of experts should be a multiple of expert model parallel_size."
-    elif _core_at_least(ctx, (0, 13, 0)):
+    elif not ctx.core_before((0, 13, 0)):
         message = "assert self.config.num_moe_experts % ep_size == 0"
     else:
         message = "assert self.config.num_moe_experts % self.expert_parallel_size == 0"
@@ -107,33 +92,26 @@ def experts_divisible_by_ep(ctx: CheckContext) -> Iterable[Violation]:
                     fixes=[[ov(EP, new_ep)]] if new_ep else [])
 
 
-@check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/moe_layer.py MoELayer.forward (0.16.1 L379, "
-       "at the first training step); model_parallel_config.py __post_init__ raised its own ValueError for EP>1 "
-       "in 0.8-0.14")
-def moe_tp_needs_sequence_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    if not ctx.number(EXPERTS) or _n(ctx, "model.tensor_model_parallel_size") <= 1:
-        return
-    if ctx.flag("model.sequence_parallel"):
-        return
-    old = not _core_at_least(ctx, (0, 15, 0)) and _n(ctx, EP) > 1
-    yield Violation(
-        "moe_tp_needs_sequence_parallel", MSG_SP_OLD if old else MSG_SP_NEW,
-        [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
-        fixes=[[ov("model.sequence_parallel", True)]],
-    )
+simple_check("moe_tp_needs_sequence_parallel", "megatron-core transformer/moe/moe_layer.py MoELayer.forward (0.16.1 "
+             "L379, at the first training step); model_parallel_config.py __post_init__ raised its own ValueError "
+             "for EP>1 in 0.8-0.14",
+             lambda ctx: bool(ctx.number(EXPERTS)) and ctx.tp > 1 and not ctx.flag("model.sequence_parallel"),
+             lambda ctx: MSG_SP_OLD if ctx.core_before((0, 15, 0)) and ctx.size(EP) > 1 else MSG_SP_NEW,
+             [EXPERTS, "model.tensor_model_parallel_size", "model.sequence_parallel"],
+             [[("model.sequence_parallel", True)]])
 
 
 @check("expert_world_size_divisible", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L786-L795: "
        "ETP defaults to TP; raised after the TP*PP*CP check)")
 def expert_world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
     world = ctx.number("launch.world_size")
-    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
     if not world or world % (tp * pp * cp):
         return  # the dense check (world_size_divisible) raises first
-    size = _etp(ctx) * _n(ctx, EP) * pp
+    size = _etp(ctx) * ctx.size(EP) * pp
     if world % size == 0:
         return
-    new_ep = _smaller_ep(ctx, _n(ctx, EP))
+    new_ep = _smaller_ep(ctx, ctx.size(EP))
     yield Violation(
         "expert_world_size_divisible",
         f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size ({size})",
@@ -145,11 +123,11 @@ def expert_world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
 @check("distributed_optimizer_instances", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 L833 "
        "dense, L1263 expert data-parallel groups)")
 def distributed_optimizer_instances(ctx: CheckContext) -> Iterable[Violation]:
-    instances, world = ctx.number(INSTANCES, 1) or 1, ctx.number("launch.world_size")
+    instances, world = ctx.size(INSTANCES), ctx.number("launch.world_size")
     if instances <= 1 or not world:
         return
-    tp, pp, cp = (_n(ctx, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
-    expert = _etp(ctx) * _n(ctx, EP) * pp
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
+    expert = _etp(ctx) * ctx.size(EP) * pp
     if world % (tp * pp * cp) or world % expert:
         return  # the world-size checks raise first
     keys = [INSTANCES, "launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -181,7 +159,7 @@ def moe_shared_expert_overlap(ctx: CheckContext) -> Iterable[Violation]:
     size = ctx.number("model.moe_shared_expert_intermediate_size")
     if size is None or size <= 0 or not ctx.flag("model.moe_shared_expert_overlap"):
         return
-    core = _core(ctx)
+    core = ctx.core
     if core is not None and core >= (0, 18, 0):
         allowed: tuple[str, ...] = ("alltoall", "flex")
         message = "moe_shared_expert_overlap only works with alltoall or flex token dispatcher."
@@ -211,7 +189,7 @@ def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
     capacity = _capacity(ctx)
     if capacity is not None:
         lb = ctx.get(LB_TYPE) or "aux_loss"
-        core = _core(ctx) or (99, 0, 0)
+        core = ctx.core or (99, 0, 0)
         allowed, message = next((a, m) for since, a, m in _CAPACITY_LB if core >= since)
         types = lb if isinstance(lb, list) else [lb]
         if any(t not in allowed for t in types):
@@ -225,7 +203,7 @@ def moe_capacity_factor(ctx: CheckContext) -> Iterable[Violation]:
 def _a2a_overlap_problem(ctx: CheckContext) -> tuple[str, list[str]] | None:
     """The first assert of ``CommOverlapConfig.setup`` that fails (message, keys), in upstream's order; the torch
     version assert (>= 2.6) is not decidable from the config and is skipped."""
-    ep, experts, dispatcher = _n(ctx, EP), ctx.number(EXPERTS), _dispatcher(ctx)
+    ep, experts, dispatcher = ctx.size(EP), ctx.number(EXPERTS), _dispatcher(ctx)
     if ep <= 1:
         return "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1", [EP]
     if experts is None or experts <= 1:
@@ -238,7 +216,7 @@ def _a2a_overlap_problem(ctx: CheckContext) -> tuple[str, list[str]] | None:
     if not (ctx.flag("model.bf16") or ctx.flag("model.fp16")):
         return "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models", ["model.bf16"]
     vpp = ctx.get("model.virtual_pipeline_model_parallel_size")
-    if _n(ctx, "model.pipeline_model_parallel_size") > 1 and vpp is None:
+    if ctx.pp > 1 and vpp is None:
         return ("If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
                 "pipeline_model_parallel_size > 1"), ["model.virtual_pipeline_model_parallel_size"]
     if ctx.get("model.recompute_granularity") == "full":

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from diagnose.explain.validate.registry import CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import CheckContext, Fixes, Violation, check, ov, simple_check
 
+_CORE_TC = "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 {})"
 MSG_SP_WITHOUT_TP = "Cannot use sequence parallelism without tensor parallelism"
 MSG_SEQ_CP = "Sequence length must be divisible by 2 * context parallel size if context parallel is used."
 MSG_CPU_OFFLOAD_LAYERS = "CPU offloading can be done only for layers less than {num_layers}"
@@ -25,24 +26,12 @@ MSG_MFSDP_V2_CKPT = "MFSDP V2 checkpoint save and load are not yet supported."
 MSG_MFSDP_V2_CPU_OFFLOAD = "MFSDP V2 does not support optimizer CPU offload."
 
 
-def _tp(ctx: CheckContext) -> int:
-    return ctx.number("model.tensor_model_parallel_size", 1) or 1
-
-
-def _pp(ctx: CheckContext) -> int:
-    return ctx.number("model.pipeline_model_parallel_size", 1) or 1
-
-
-def _cp(ctx: CheckContext) -> int:
-    return ctx.number("model.context_parallel_size", 1) or 1
-
-
 def data_parallel_size(ctx: CheckContext) -> int | None:
     """DP = world // (TP*PP*CP) (EP is not in the product), or None when the world size is unknown."""
     world = ctx.number("launch.world_size")
     if not world:
         return None
-    model = _tp(ctx) * _pp(ctx) * _cp(ctx)
+    model = ctx.tp * ctx.pp * ctx.cp
     return world // model if model and world % model == 0 else None
 
 
@@ -54,7 +43,7 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
     """The largest TP < ``below`` that the heads, query groups and world size all allow (None if none)."""
     heads, groups = ctx.number("model.num_attention_heads"), ctx.number("model.num_query_groups")
     world = ctx.number("launch.world_size")
-    rest = _pp(ctx) * _cp(ctx)
+    rest = ctx.pp * ctx.cp
     for d in range(below - 1, 0, -1):
         if heads and heads % d:
             continue
@@ -70,7 +59,7 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
        "Megatron-LM arguments.py L316")
 def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
     world = ctx.number("launch.world_size")
-    tp, pp, cp = _tp(ctx), _pp(ctx), _cp(ctx)
+    tp, pp, cp = ctx.tp, ctx.pp, ctx.cp
     if not world or world % (tp * pp * cp) == 0:
         return
     if ctx.mlm:
@@ -80,13 +69,11 @@ def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
             f"world size ({world}) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size={tp} * "
             f"model_cfg.pipeline_model_parallel_size={pp} * model_cfg.context_parallel_size={cp})"
         )
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
     yield Violation(
         "world_size_divisible", msg,
         ["launch.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
          "model.context_parallel_size"],
-        fixes=fixes,
+        fixes=[[ov(k, v) for k, v in alt] for alt in _smaller_tp_fix(ctx)],
     )
 
 
@@ -105,39 +92,29 @@ def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
-@check("heads_divisible_by_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L960)")
-def heads_divisible_by_tp(ctx: CheckContext) -> Iterable[Violation]:
-    heads, tp = ctx.number("model.num_attention_heads"), _tp(ctx)
-    if not heads or heads % tp == 0:
-        return
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
-    yield Violation(
-        "heads_divisible_by_tp",
-        f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp}).",
-        ["model.num_attention_heads", "model.tensor_model_parallel_size"], fixes=fixes,
-    )
+def _smaller_tp_fix(ctx: CheckContext) -> Fixes:
+    new_tp = smaller_tp(ctx, ctx.tp)
+    return [[("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
 
 
-@check("query_groups_vs_tp", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 ~L970)")
-def query_groups_vs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    groups, tp = ctx.number("model.num_query_groups"), _tp(ctx)
-    if not groups or groups % tp == 0 or tp % groups == 0:
-        return
-    new_tp = smaller_tp(ctx, tp)
-    fixes = [[ov("model.tensor_model_parallel_size", new_tp)]] if new_tp else []
-    yield Violation(
-        "query_groups_vs_tp",
-        f"num_query_groups ({groups}) must be a multiple or divisor of tensor_model_parallel_size ({tp}).",
-        ["model.num_query_groups", "model.tensor_model_parallel_size"], fixes=fixes,
-    )
+simple_check("heads_divisible_by_tp", _CORE_TC.format("~L960"),
+             lambda ctx: (ctx.number("model.num_attention_heads") or 0) % ctx.tp != 0,
+             lambda ctx: f"num_attention_heads ({ctx.number('model.num_attention_heads')}) must be a multiple of "
+                         f"tensor_model_parallel_size ({ctx.tp}).",
+             ["model.num_attention_heads", "model.tensor_model_parallel_size"], _smaller_tp_fix)
+simple_check("query_groups_vs_tp", _CORE_TC.format("~L970"),
+             lambda ctx: ((ctx.number("model.num_query_groups") or 0) % ctx.tp != 0
+                          and ctx.tp % (ctx.number("model.num_query_groups") or ctx.tp) != 0),
+             lambda ctx: f"num_query_groups ({ctx.number('model.num_query_groups')}) must be a multiple or divisor "
+                         f"of tensor_model_parallel_size ({ctx.tp}).",
+             ["model.num_query_groups", "model.tensor_model_parallel_size"], _smaller_tp_fix)
 
 
 @check("layers_divisible_by_pp",
        "megatron-core transformer/transformer_block.py get_num_layers_to_build (0.16.1 ~L157), at model build; "
        "TransformerConfig itself only checks uneven/standalone-stage splits")
 def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
-    layers, pp = ctx.number("model.num_layers"), _pp(ctx)
+    layers, pp = ctx.number("model.num_layers"), ctx.pp
     if not layers or pp == 1 or layers % pp == 0:
         return
     if ctx.get("model.num_layers_in_first_pipeline_stage") is not None or ctx.get(
@@ -172,19 +149,14 @@ def _uneven_split(layers: int, pp: int) -> list[list]:
     return []
 
 
-@check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)")
-def sequence_parallel_needs_tp(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.sequence_parallel") and _tp(ctx) <= 1:
-        yield Violation(
-            "sequence_parallel_needs_tp", MSG_SP_WITHOUT_TP,
-            ["model.sequence_parallel", "model.tensor_model_parallel_size"],
-            fixes=[[ov("model.sequence_parallel", False)]],
-        )
+simple_check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)",
+             lambda ctx: ctx.flag("model.sequence_parallel") and ctx.tp <= 1, MSG_SP_WITHOUT_TP,
+             ["model.sequence_parallel", "model.tensor_model_parallel_size"], [[("model.sequence_parallel", False)]])
 
 
 @check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))
 def seq_length_context_parallel(ctx: CheckContext) -> Iterable[Violation]:
-    cp = _cp(ctx)
+    cp = ctx.cp
     seq = ctx.number("model.seq_length")
     if cp <= 1 or not seq or seq % (2 * cp) == 0:
         return
@@ -206,56 +178,25 @@ def cpu_offloading_layers(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("cpu_offloading_pipeline", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1142)")
-def cpu_offloading_pipeline(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and _pp(ctx) > 1:
-        yield Violation(
-            "cpu_offloading_pipeline", MSG_CPU_OFFLOAD_PP,
-            ["model.cpu_offloading", "model.pipeline_model_parallel_size"],
-            fixes=[[ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_recompute", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1147)")
-def cpu_offloading_recompute(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and ctx.get("model.recompute_granularity") is not None:
-        yield Violation(
-            "cpu_offloading_recompute", MSG_CPU_OFFLOAD_RECOMPUTE,
-            ["model.cpu_offloading", "model.recompute_granularity"],
-            fixes=[[ov("model.recompute_granularity", None), ov("model.recompute_method", None),
-                    ov("model.recompute_num_layers", None)],
-                   [ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_cuda_graphs", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1722)")
-def cpu_offloading_cuda_graphs(ctx: CheckContext) -> Iterable[Violation]:
-    impl = ctx.get("model.cuda_graph_impl", "none")
-    if ctx.flag("model.cpu_offloading") and impl not in (None, "none"):
-        yield Violation(
-            "cpu_offloading_cuda_graphs", MSG_CPU_OFFLOAD_CUDA_GRAPHS,
-            ["model.cpu_offloading", "model.cuda_graph_impl"],
-            fixes=[[ov("model.cuda_graph_impl", "none")], [ov("model.cpu_offloading", False)]],
-        )
-
-
-@check("cpu_offloading_fine_grained", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1270)")
-def cpu_offloading_fine_grained(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.cpu_offloading") and ctx.flag("model.fine_grained_activation_offloading"):
-        yield Violation(
-            "cpu_offloading_fine_grained", MSG_CPU_OFFLOAD_FINE_GRAINED,
-            ["model.cpu_offloading", "model.fine_grained_activation_offloading"],
-            fixes=[[ov("model.fine_grained_activation_offloading", False)]],
-        )
-
-
-@check("bf16_and_fp16", "Megatron-Bridge training/config.py _validate_mixed_precision_consistency ~L2140",
-       ("megatron-bridge",))
-def bf16_and_fp16(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("model.bf16") and ctx.flag("model.fp16"):
-        yield Violation(
-            "bf16_and_fp16", MSG_BF16_FP16, ["model.bf16", "model.fp16"], fixes=[[ov("model.fp16", False)]],
-        )
+simple_check("cpu_offloading_pipeline", _CORE_TC.format("L1142"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.pp > 1, MSG_CPU_OFFLOAD_PP,
+             ["model.cpu_offloading", "model.pipeline_model_parallel_size"], [[("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_recompute", _CORE_TC.format("L1147"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.get("model.recompute_granularity") is not None,
+             MSG_CPU_OFFLOAD_RECOMPUTE, ["model.cpu_offloading", "model.recompute_granularity"],
+             [[("model.recompute_granularity", None), ("model.recompute_method", None),
+               ("model.recompute_num_layers", None)], [("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_cuda_graphs", _CORE_TC.format("L1722"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.get("model.cuda_graph_impl") not in (None, "none"),
+             MSG_CPU_OFFLOAD_CUDA_GRAPHS, ["model.cpu_offloading", "model.cuda_graph_impl"],
+             [[("model.cuda_graph_impl", "none")], [("model.cpu_offloading", False)]])
+simple_check("cpu_offloading_fine_grained", _CORE_TC.format("L1270"),
+             lambda ctx: ctx.flag("model.cpu_offloading") and ctx.flag("model.fine_grained_activation_offloading"),
+             MSG_CPU_OFFLOAD_FINE_GRAINED, ["model.cpu_offloading", "model.fine_grained_activation_offloading"],
+             [[("model.fine_grained_activation_offloading", False)]])
+simple_check("bf16_and_fp16", "Megatron-Bridge training/config.py _validate_mixed_precision_consistency ~L2140",
+             lambda ctx: ctx.flag("model.bf16") and ctx.flag("model.fp16"), MSG_BF16_FP16,
+             ["model.bf16", "model.fp16"], [[("model.fp16", False)]], ("megatron-bridge",))
 
 
 @check("megatron_fsdp_v2_guards",
@@ -270,7 +211,7 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("megatron_fsdp_v2_bf16", MSG_MFSDP_V2_BF16, ["model.bf16", "optimizer.bf16"],
                         fixes=[[ov("model.bf16", True), ov("optimizer.bf16", True)],
                                [ov("ddp.megatron_fsdp_version", 1)]])
-    sizes = [(k, ctx.number(f"model.{k}", 1) or 1) for k in (
+    sizes = [(k, ctx.size(f"model.{k}")) for k in (
         "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
         "expert_model_parallel_size")]
     bad = [(k, v) for k, v in sizes if v > 1]
@@ -281,7 +222,7 @@ def megatron_fsdp_v2_guards(ctx: CheckContext) -> Iterable[Violation]:
             [f"model.{k}" for k, _ in bad] + ["ddp.megatron_fsdp_version"],
             fixes=[[ov("ddp.megatron_fsdp_version", 1)]],
         )
-    if ctx.get("checkpoint.save") not in (None, "") or ctx.get("checkpoint.load") not in (None, ""):
+    if ctx.saves_or_loads:
         yield Violation("megatron_fsdp_v2_checkpoint", MSG_MFSDP_V2_CKPT,
                         ["checkpoint.save", "checkpoint.load", "ddp.megatron_fsdp_version"],
                         fixes=[[ov("ddp.megatron_fsdp_version", 1)]])
@@ -313,13 +254,10 @@ def precision_aware_optimizer(ctx: CheckContext) -> Iterable[Violation]:
         )
 
 
-@check("reuse_grad_buf_needs_fp8_param_gather",
-       "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149); Bridge runs it in "
-       "ddp.finalize(), before the Megatron FSDP auto-fixes")
-def reuse_grad_buf_needs_fp8_param_gather(ctx: CheckContext) -> Iterable[Violation]:
-    if ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag") and not ctx.flag("ddp.fp8_param_gather"):
-        yield Violation(
-            "reuse_grad_buf_needs_fp8_param_gather", "Reuse grad buffer only when keeping params in MXFP8.",
-            ["ddp.reuse_grad_buf_for_mxfp8_param_ag", "ddp.fp8_param_gather"],
-            fixes=[[ov("ddp.reuse_grad_buf_for_mxfp8_param_ag", False)]],
-        )
+simple_check("reuse_grad_buf_needs_fp8_param_gather",
+             "megatron-core distributed/distributed_data_parallel_config.py __post_init__ (0.16.1 L149); Bridge runs "
+             "it in ddp.finalize(), before the Megatron FSDP auto-fixes",
+             lambda ctx: ctx.flag("ddp.reuse_grad_buf_for_mxfp8_param_ag") and not ctx.flag("ddp.fp8_param_gather"),
+             "Reuse grad buffer only when keeping params in MXFP8.",
+             ["ddp.reuse_grad_buf_for_mxfp8_param_ag", "ddp.fp8_param_gather"],
+             [[("ddp.reuse_grad_buf_for_mxfp8_param_ag", False)]])

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
 
 VPP = "model.virtual_pipeline_model_parallel_size"
@@ -43,10 +42,6 @@ KNOWN_KEYS.update({VPP, PP, FIRST, LAST, EMB, LOSS, LAYOUT, "model.overlap_p2p_c
                    "optimizer.overlap_param_gather_with_optimizer_step"})
 
 
-def _pp(ctx: CheckContext) -> int:
-    return ctx.number(PP, 1) or 1
-
-
 def _vpp(ctx: CheckContext) -> int | None:
     """The virtual pipeline size, None when unset (0 is treated as unset, like upstream's truthiness test)."""
     return ctx.number(VPP) or None
@@ -54,12 +49,6 @@ def _vpp(ctx: CheckContext) -> int | None:
 
 def _set(ctx: CheckContext, key: str) -> bool:
     return ctx.get(key) is not None
-
-
-def _mcore_before(ctx: CheckContext, version: tuple[int, int, int]) -> bool:
-    """The job's megatron-core is known to be older than ``version``."""
-    core = version_tuple(ctx.view.mcore_version)
-    return core is not None and core < version
 
 
 def _vpp_divisors(per_stage: int, below: int) -> list[list[Any]]:
@@ -74,7 +63,7 @@ def _vpp_divisors(per_stage: int, below: int) -> list[list[Any]]:
 def vpp_model_chunks(ctx: CheckContext) -> Iterable[Violation]:
     """``(num_layers // PP) % VPP == 0`` unless the split is flexible (first/last stage sizes, account_for_* or a
     layout), in which case megatron-core's per-stage checks below apply."""
-    vpp, layers, pp = _vpp(ctx), ctx.number("model.num_layers"), _pp(ctx)
+    vpp, layers, pp = _vpp(ctx), ctx.number("model.num_layers"), ctx.pp
     if not vpp or not layers:
         return
     flexible = ctx.flag(EMB) or ctx.flag(LOSS) or _set(ctx, FIRST) or _set(ctx, LAST) or _set(ctx, LAYOUT)
@@ -87,7 +76,7 @@ def vpp_model_chunks(ctx: CheckContext) -> Iterable[Violation]:
 @check("vpp_needs_pipeline", "megatron-core parallel_state.py initialize_model_parallel (0.16.1 ~L746); Megatron-LM "
        "arguments.py validate_args (d98e8a64 ~L1000: PP > 2 unless overlap_p2p_comm)")
 def vpp_needs_pipeline(ctx: CheckContext) -> Iterable[Violation]:
-    vpp, pp = _vpp(ctx), _pp(ctx)
+    vpp, pp = _vpp(ctx), ctx.pp
     if vpp is None:
         return
     keys = [VPP, PP]
@@ -138,7 +127,7 @@ def pipeline_split_settings(ctx: CheckContext) -> Iterable[Violation]:
 
 
 def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None) -> Iterable[Violation]:
-    vpp, stages, remaining = _vpp(ctx), _pp(ctx), layers
+    vpp, stages, remaining = _vpp(ctx), ctx.pp, layers
     keys = ["model.num_layers", PP, FIRST, LAST]
     drop_split = [[ov(FIRST, None), ov(LAST, None)]]
     for name, value, _key in (("first", first, FIRST), ("last", last, LAST)):
@@ -156,7 +145,7 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
             return
         remaining -= value
         stages -= 1
-    if bool(remaining) != bool(stages) and not _mcore_before(ctx, (0, 16, 0)):
+    if bool(remaining) != bool(stages) and not ctx.core_before((0, 16, 0)):
         yield Violation(
             "uneven_pipeline_stages",
             f"Mismatch: {remaining} middle layers remaining but {stages} middle PP stages available.",
@@ -177,15 +166,12 @@ def _uneven(ctx: CheckContext, layers: int, first: int | None, last: int | None)
 
 def _account_for_fixes(ctx: CheckContext, base: int, pp: int) -> list[list[Any]]:
     """Turn off one of the account_for_* flags when that makes the count divide PP, else both."""
-    out = []
-    for key, other in ((LOSS, EMB), (EMB, LOSS)):
-        if ctx.flag(key) and (base + int(ctx.flag(other))) % pp == 0:
-            out.append([ov(key, False)])
-    return out + [[ov(EMB, False), ov(LOSS, False)]]
+    return [[ov(key, False)] for key, other in ((LOSS, EMB), (EMB, LOSS))
+            if ctx.flag(key) and (base + int(ctx.flag(other))) % pp == 0] + [[ov(EMB, False), ov(LOSS, False)]]
 
 
 def _account_for(ctx: CheckContext, layers: int) -> Iterable[Violation]:
-    pp, vpp = _pp(ctx), _vpp(ctx)
+    pp, vpp = ctx.pp, _vpp(ctx)
     keys = ["model.num_layers", PP, EMB, LOSS]
     drop = _account_for_fixes(ctx, layers - int(ctx.flag(EMB)) - int(ctx.flag(LOSS)), pp)
     if ctx.mlm and layers % pp:
@@ -284,11 +270,6 @@ def _layout_message(stages: tuple[str, ...], pp: int, vpp: int | None, layers: i
     return None
 
 
-def _mcore_at_most_0_16(ctx: CheckContext) -> bool:
-    """The job's megatron-core is known to be 0.16.x or older (the layout rules this check mirrors)."""
-    return _mcore_before(ctx, (0, 17, 0))
-
-
 @check("pipeline_layout_invalid", "megatron-core transformer/pipeline_parallel_layer_layout.py "
        "PipelineParallelLayerLayout.__init__ / validate_layer_layout and TransformerConfig.__post_init__ (0.16.1 "
        "~L1307-L1360); the layout is parsed by diagnose's own grammar (explain/memory/pp_layout.py), never evaluated")
@@ -306,8 +287,8 @@ def pipeline_layout_invalid(ctx: CheckContext) -> Iterable[Violation]:
     except LayoutError as e:
         yield Violation("pipeline_layout_invalid", str(e), [key], fixes=drop)
         return
-    message = _layout_message(stages, _pp(ctx), _vpp(ctx), ctx.number("model.num_layers"),
-                              ctx.number(MTP_LAYERS) or 0, strict_mtp=_mcore_at_most_0_16(ctx))
+    message = _layout_message(stages, ctx.pp, _vpp(ctx), ctx.number("model.num_layers"),
+                              ctx.number(MTP_LAYERS) or 0, strict_mtp=ctx.core_before((0, 17, 0)))
     if message is not None:
         keys = [key, PP, VPP, "model.num_layers", MTP_LAYERS]
         yield Violation("pipeline_layout_invalid", message, keys, fixes=drop)

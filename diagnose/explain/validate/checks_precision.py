@@ -16,30 +16,25 @@ from math import prod
 from typing import Any
 
 from diagnose.explain.config.values import as_bool
-from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov
+from diagnose.explain.validate.registry import KNOWN_KEYS, CheckContext, Violation, check, ov, simple_check
 
 _NO = object()
 # What Bridge's mixed-precision presets set (training/mixed_precision.py, 067f987d). Bridge copies every field of the
 # MixedPrecisionConfig onto the model (update_config_with_precision_overrides), so with a preset these win over model.*.
 _BF16 = {"fp8": None, "fp8_recipe": "tensorwise", "first_last_layers_bf16": False, "fp8_param": False, "fp4": None,
          "fp4_param": False, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
-PRESETS: dict[str, dict[str, Any]] = {
+_BF16_PRESETS: dict[str, dict[str, Any]] = {
     "bf16_mixed": _BF16,
-    "fp16_mixed": _BF16,
     "bf16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param": True},
-    "fp16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param": True},
     "bf16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param": True},
-    "fp16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param": True},
     "bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise",
                                             "first_last_layers_bf16": True, "fp8_param": True,
                                             "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1},
-    "fp16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise",
-                                            "first_last_layers_bf16": True, "fp8_param": True,
-                                            "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1},
     "bf16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param": True},
-    "fp16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param": True},
-    "bf16_with_nvfp4_mixed": {**_BF16, "fp4": "e2m1", "fp4_param": True},
 }
+# each fp16_* preset sets what its bf16_* twin sets; NVFP4 has no fp16 twin
+PRESETS: dict[str, dict[str, Any]] = {**_BF16_PRESETS, **{"fp16" + k[4:]: v for k, v in _BF16_PRESETS.items()},
+                                      "bf16_with_nvfp4_mixed": {**_BF16, "fp4": "e2m1", "fp4_param": True}}
 # TransformerConfig defaults for the same fields (0.16.1)
 _MCORE_DEFAULTS = {"fp8": None, "fp8_recipe": "delayed", "first_last_layers_bf16": False, "fp8_param": False,
                    "fp4": None, "fp4_param": False, "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
@@ -117,14 +112,12 @@ def low_precision_param_needs_mode(ctx: CheckContext) -> Iterable[Violation]:
                         ["model.fp4_param", "model.fp4", "mixed_precision"], fixes=[[ov("model.fp4_param", False)]])
 
 
-@check("fp4_and_fp8", "Megatron-Bridge training/mixed_precision.py MixedPrecisionConfig.finalize (>= 0.2) and "
-       "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1034): the same message")
-def fp4_and_fp8(ctx: CheckContext) -> Iterable[Violation]:
-    fp8, fp4 = precision(ctx, "fp8"), precision(ctx, "fp4")
-    if _known(fp8, fp4) and _on(fp8) and _on(fp4):
-        yield Violation("fp4_and_fp8", "fp4 and fp8 cannot be used simultaneously. Please choose one.",
-                        ["model.fp4", "model.fp8", "mixed_precision"],
-                        fixes=[[ov("model.fp4", None), ov("model.fp4_param", False)], [ov("model.fp8", None)]])
+simple_check("fp4_and_fp8", "Megatron-Bridge training/mixed_precision.py MixedPrecisionConfig.finalize (>= 0.2) "
+             "and megatron-core transformer/transformer_config.py __post_init__ (0.16.1 L1034): the same message",
+             lambda ctx: _on(precision(ctx, "fp8")) and _on(precision(ctx, "fp4")),
+             "fp4 and fp8 cannot be used simultaneously. Please choose one.",
+             ["model.fp4", "model.fp8", "mixed_precision"],
+             [[("model.fp4", None), ("model.fp4_param", False)], [("model.fp8", None)]])
 
 
 @check("fp8_delayed_scaling_limits", "megatron-core transformer/transformer_config.py __post_init__ (0.16.1 "
@@ -140,7 +133,7 @@ def fp8_delayed_scaling_limits(ctx: CheckContext) -> Iterable[Violation]:
         yield Violation("fp8_delayed_first_last_bf16", "Delayed scaling does not support first / last layer in BF16.",
                         keys, fixes=[preset, [ov("model.first_last_layers_bf16", False)]])
         return
-    layers, pp = ctx.number("model.num_layers"), ctx.number("model.pipeline_model_parallel_size", 1) or 1
+    layers, pp = ctx.number("model.num_layers"), ctx.pp
     if as_bool(first_last) and layers:
         per_stage = layers // pp
         for end in ("start", "end"):
@@ -187,7 +180,7 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
     if ctx.surely_before((0, 5, 0)):
         return
     comm, sizes = ctx.get("model.cp_comm_type"), ctx.get("model.hierarchical_context_parallel_sizes")
-    cp = ctx.number("model.context_parallel_size", 1) or 1
+    cp = ctx.cp
     types = comm if isinstance(comm, list) else [comm or "p2p"]
     a2a_p2p = any(isinstance(t, str) and "a2a+p2p" in t for t in types)
     keys = ["model.cp_comm_type", "model.hierarchical_context_parallel_sizes", "model.context_parallel_size"]
@@ -215,7 +208,7 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
        "--transformer-impl local; Megatron-Bridge for transformer_layer_spec=local_layer_spec (gpt_provider.py; "
        "Bridge picks the spec by that field, not by transformer_impl)")
 def context_parallel_needs_te(ctx: CheckContext) -> Iterable[Violation]:
-    if (ctx.number("model.context_parallel_size", 1) or 1) <= 1:
+    if ctx.cp <= 1:
         return
     message = "Context parallelism is only supported by TEDotProductAttention!"
     if ctx.mlm:
@@ -287,18 +280,13 @@ def _mixed_scheduler_units(ctx: CheckContext, samples_based: bool) -> Violation 
         fixes=[[ov(f"scheduler.{name}", unset) for name, value, unset in wrong if value != unset]])
 
 
-@check("cuda_graphs_need_te_rng_tracker", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (since "
-       "v0.1; 067f987d ~L233); ConfigContainer.validate turns model.use_te_rng_tracker on when rng.te_rng_tracker is",
-       ("megatron-bridge",))
-def cuda_graphs_need_te_rng_tracker(ctx: CheckContext) -> Iterable[Violation]:
-    impl = ctx.get("model.cuda_graph_impl", "none")
+simple_check(
+    "cuda_graphs_need_te_rng_tracker", "Megatron-Bridge models/gpt_provider.py GPTModelProvider.provide (since v0.1; "
+    "067f987d ~L233); ConfigContainer.validate turns model.use_te_rng_tracker on when rng.te_rng_tracker is",
     # v0.1.x tested enable_cuda_graph; since v0.2 megatron-core turns that flag into cuda_graph_impl="local" first
-    graphs = impl not in (None, "none") or ctx.flag("model.enable_cuda_graph")
-    if not graphs or ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker"):
-        return
-    yield Violation(
-        "cuda_graphs_need_te_rng_tracker",
-        "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with use_te_rng_tracker=True'.",
-        ["model.cuda_graph_impl", "model.use_te_rng_tracker"],
-        fixes=[[ov("model.use_te_rng_tracker", True)],
-               [ov("model.cuda_graph_impl", "none"), ov("model.enable_cuda_graph", False)]])
+    lambda ctx: (ctx.get("model.cuda_graph_impl") not in (None, "none") or ctx.flag("model.enable_cuda_graph"))
+    and not (ctx.flag("model.use_te_rng_tracker") or ctx.flag("rng.te_rng_tracker")),
+    "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with use_te_rng_tracker=True'.",
+    ["model.cuda_graph_impl", "model.use_te_rng_tracker"],
+    [[("model.use_te_rng_tracker", True)], [("model.cuda_graph_impl", "none"), ("model.enable_cuda_graph", False)]],
+    ("megatron-bridge",))

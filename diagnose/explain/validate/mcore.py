@@ -11,14 +11,23 @@ Imported lazily (megatron-core takes seconds to import) and never on the ``--hel
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import hashlib
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import warnings
 from typing import Any
 
 from diagnose.configview import ConfigView
+from diagnose.explain.megatron_child import PACKAGE_PARENT, JsonCache
+from diagnose.explain.megatron_child import megatron_installed as installed
+from diagnose.explain.megatron_child import versions as _versions
+from diagnose.explain.validate.checks_precision import bridge_precision_overlay
 from diagnose.explain.validate.registry import Violation
 
 _LOCK = threading.Lock()
@@ -56,11 +65,6 @@ def _load() -> dict[str, Any] | None:
         "TransformerConfig": TransformerConfig,
     }
     return _CLASSES
-
-
-def mcore_version() -> str | None:
-    classes = _load()
-    return None if classes is None else str(classes["version"])
 
 
 def _activation(name: str) -> Any:
@@ -117,8 +121,6 @@ def _sections(view: ConfigView) -> dict[str, Any]:
     applied to the model's) and the environment they read. Plain data: it is the cache key and the worker's input."""
     model_section = view.section("model")
     if view.framework != "megatron-lm":
-        from diagnose.explain.validate.checks_precision import bridge_precision_overlay
-
         model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
     if model_section.get("apply_rope_fusion") and view.get("launch.transformer_engine") is not False:
         # megatron-core checks the fused RoPE kernel against the Transformer Engine of the process that runs the
@@ -139,14 +141,6 @@ def _kwargs_from(classes: dict[str, Any], sections: dict[str, Any]) -> dict[str,
         model["pipeline_dtype"] = (torch.bfloat16 if model.get("bf16")
                                    else torch.float16 if model.get("fp16") else torch.float32)
     return {"DistributedDataParallelConfig": ddp, "OptimizerConfig": opt, "TransformerConfig": model}
-
-
-def build_kwargs(view: ConfigView) -> dict[str, dict[str, Any]] | None:
-    """The keyword arguments each real class gets from ``view`` (None when megatron-core is absent)."""
-    classes = _load()
-    if classes is None:
-        return None
-    return _kwargs_from(classes, _sections(view))
 
 
 def _errors(classes: dict[str, Any], sections: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,24 +212,11 @@ def check_with_mcore(view: ConfigView, wait: bool = True) -> list[Violation] | N
     return _violations(entries)
 
 
-def installed() -> bool:
-    """torch and megatron-core are installed (found, not imported: the import costs seconds)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron.core") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 _CACHE_VERSION = 2  # bump when the classes are built differently (2: activation_func as the callable)
 
 
 def _cache_key(sections: dict[str, Any]) -> str | None:
     """sha256 of the inputs and versions; None when the inputs are not plain JSON data (then never cached)."""
-    import hashlib
-    import json
-
     try:
         text = json.dumps([_CACHE_VERSION, _versions(), sections], sort_keys=True, allow_nan=False)
         if json.loads(text)[2] != sections:
@@ -245,84 +226,19 @@ def _cache_key(sections: dict[str, Any]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _versions() -> str:
-    from importlib import metadata
-
-    out = []
-    for dist in ("torch", "megatron-core"):
-        try:
-            out.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{dist}=?")
-    return ",".join(out)
-
-
-class _JsonCache:
-    """One JSON object in diagnose's cache folder, replaced atomically; missing or damaged reads as empty."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def path(self) -> str | None:
-        from diagnose.cache import cache_dir
-
-        base = cache_dir()
-        return os.path.join(base, self.name) if base else None
-
-    def read(self) -> dict[str, Any]:
-        import json
-
-        path = self.path()
-        if path is None:
-            return {}
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def write(self, key: str, value: Any) -> None:
-        import json
-        import tempfile
-
-        path = self.path()
-        if path is None:
-            return
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            data = self.read()
-            if len(data) >= _CACHE_MAX:
-                data.clear()
-            data[key] = value
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{self.name}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: no cache, same answers
-
-
-_CACHE_MAX = 4096
-_cache = _JsonCache("mcore_checks.json")
+_cache = JsonCache("mcore_checks.json", max_entries=4096)
 _QUEUED: dict[str, dict[str, Any]] = {}
 
 
 def _queue_background(key: str, sections: dict[str, Any]) -> None:
     """Remember a config for the background worker, started once when this process exits."""
     if not _QUEUED:
-        import atexit
-
         atexit.register(_start_worker)
     _QUEUED[key] = sections
 
 
 def _start_worker() -> None:
     """One detached ``python -m diagnose.explain.validate.mcore`` for every queued config; never waited for."""
-    import json
-    import subprocess
-    import sys
-
     if not _QUEUED:
         return
     payload = json.dumps([{"key": k, "sections": v} for k, v in _QUEUED.items()])
@@ -332,7 +248,7 @@ def _start_worker() -> None:
             [sys.executable, "-m", "diagnose.explain.validate.mcore"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env=dict(os.environ, PYTHONWARNINGS="ignore"),
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+            cwd=PACKAGE_PARENT,
         )
         assert proc.stdin is not None
         proc.stdin.write(payload.encode())
@@ -378,9 +294,6 @@ def _post_init_error(cls: Any, kwargs: dict[str, Any]) -> str | None:
 
 
 if __name__ == "__main__":
-    import json
-    import sys
-
     try:
         reqs = json.loads(sys.stdin.read() or "[]")
     except ValueError:

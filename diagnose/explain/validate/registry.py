@@ -40,6 +40,22 @@ class CheckContext:
         """An integer setting (None or ``default`` when absent or not a whole number)."""
         return as_int(self.view.get(key), default)
 
+    def size(self, key: str) -> int:
+        """A parallel size: 1 when absent, zero or not a whole number."""
+        return self.number(key, 1) or 1
+
+    @property
+    def tp(self) -> int:
+        return self.size("model.tensor_model_parallel_size")
+
+    @property
+    def pp(self) -> int:
+        return self.size("model.pipeline_model_parallel_size")
+
+    @property
+    def cp(self) -> int:
+        return self.size("model.context_parallel_size")
+
     def env(self, name: str) -> str | None:
         value = self.view.get(f"env.{name}")
         return None if value is None else str(value)
@@ -53,6 +69,10 @@ class CheckContext:
         return self.flag("ddp.use_megatron_fsdp") or self.flag("dist.use_megatron_fsdp")
 
     @property
+    def saves_or_loads(self) -> bool:
+        return self.get("checkpoint.save") not in (None, "") or self.get("checkpoint.load") not in (None, "")
+
+    @property
     def mlm(self) -> bool:
         return self.framework == "megatron-lm"
 
@@ -63,6 +83,15 @@ class CheckContext:
     def surely_before(self, v: tuple[int, int, int]) -> bool:
         """The job's release is known to be older than ``v``."""
         return self.version is not None and self.version[1] < v
+
+    @property
+    def core(self) -> tuple[int, int, int] | None:
+        """The job's megatron-core version, when the log shows it."""
+        return version_tuple(self.view.mcore_version)
+
+    def core_before(self, v: tuple[int, int, int]) -> bool:
+        """The job's megatron-core is known to be older than ``v`` (unknown: the latest behaviour)."""
+        return self.core is not None and self.core < v
 
 
 CheckFn = Callable[[CheckContext], Iterable[Violation]]
@@ -90,6 +119,26 @@ def check(name: str, source: str, frameworks: tuple[str, ...] = ("megatron-bridg
         return fn
 
     return wrap
+
+
+Fixes = list[list[tuple[str, Any]]]  # alternatives, each a list of (key, value) pairs
+
+
+def simple_check(name: str, source: str, when: Callable[[CheckContext], bool],
+                 message: str | Callable[[CheckContext], str], keys: list[str],
+                 fixes: Fixes | Callable[[CheckContext], Fixes] | None = None,
+                 frameworks: tuple[str, ...] = ("megatron-bridge", "megatron-lm"), kind: str = "error") -> None:
+    """Register a check that is one condition and one message; the message and the fixes are fixed, or functions
+    of the context (worded per release, sized from the config)."""
+
+    def run(ctx: CheckContext) -> Iterable[Violation]:
+        if when(ctx):
+            text = message(ctx) if callable(message) else message
+            alternatives = fixes(ctx) if callable(fixes) else fixes or []
+            yield Violation(name, text, list(keys), fixes=[[ov(k, v) for k, v in alt] for alt in alternatives],
+                            kind=kind)
+
+    check(name, source, frameworks)(run)
 
 
 def make_context(view: ConfigView, bridge_version: str | None = None) -> CheckContext:

@@ -27,7 +27,6 @@ from diagnose.model import Block, Report
 __all__ = ["Check", "VerifyResult", "facts", "verify"]
 
 
-
 def verify(report: Report, blocks: dict[str, list[Block]] | None, view: ConfigView | None = None,
            strict: bool = False) -> VerifyResult:
     """Run every check on one scanned log (its report, captured blocks and config view)."""

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from diagnose.explain.config.releases import assumed_release
+from diagnose.explain.config.values import as_int
 from diagnose.explain.verify import Check
 from diagnose.explain.verify import facts as F
 from diagnose.model import Block, Evidence, LogLine, Report
@@ -38,7 +41,6 @@ class Facts:
     strategy: str | None = None
     dp_size: int | None = None
     dp_how: str = ""
-    first_iteration: LogLine | None = None
     last_iteration_line: LogLine | None = None
     last_iteration: int | None = None
     train_iters: int | None = None
@@ -56,8 +58,6 @@ class Facts:
         f._iterations()
         f._checkpoint()
         f._dp_size()
-        from diagnose.explain.config.releases import assumed_release
-
         f.release = assumed_release(getattr(view, "version", None), getattr(view, "framework", None))
         return f
 
@@ -75,13 +75,8 @@ class Facts:
             lineno = int(origin[4:].split()[0])
         except ValueError:
             return None
-        for bs in self.blocks.values():
-            for b in bs:
-                if b.start_line <= lineno < b.start_line + len(b.lines) + 1:
-                    for line in b.lines:
-                        if line.lineno == lineno:
-                            return line
-        return None
+        return next((line for bs in self.blocks.values() for b in bs for line in b.lines if line.lineno == lineno),
+                    None)
 
     def _requested_view(self) -> None:
         try:
@@ -98,8 +93,7 @@ class Facts:
             kind = F.wrapper_kind(line.text)
             if kind:
                 kinds.append((kind, line))
-        setup = self.lines("verify.fsdp_setup")
-        self.fsdp_setup_line = setup[0] if setup else None
+        self.fsdp_setup_line = next(iter(self.lines("verify.fsdp_setup")), None)
         if kinds:
             self.wrapper, self.wrapper_line = kinds[0]
             self.mixed_wrappers = len({k for k, _ in kinds}) > 1
@@ -113,22 +107,18 @@ class Facts:
     def _iterations(self) -> None:
         its = self.lines("verify.iteration")
         if its:
-            self.first_iteration = its[0]
             self.last_iteration_line = max(its, key=lambda line: (F.iteration(line.text) or (0, 0))[0])
             parsed = F.iteration(self.last_iteration_line.text)
             if parsed:
                 self.last_iteration, self.train_iters = parsed
-        bad = sorted(self.lines("verify.nonfinite"), key=lambda line: line.lineno)
-        self.nonfinite_line = bad[0] if bad else None
+        self.nonfinite_line = min(self.lines("verify.nonfinite"), key=lambda line: line.lineno, default=None)
         if self.nonfinite_line is None and self.last_iteration_line is not None:
             if any(not math.isfinite(v) for v in F.losses(self.last_iteration_line.text).values()):
                 self.nonfinite_line = self.last_iteration_line
 
     def _checkpoint(self) -> None:
-        saving = self.lines("verify.saving")
-        saved = self.lines("verify.saved")
-        self.saving_line = max(saving, key=lambda line: line.lineno) if saving else None
-        self.saved_line = max(saved, key=lambda line: line.lineno) if saved else None
+        self.saving_line = max(self.lines("verify.saving"), key=lambda line: line.lineno, default=None)
+        self.saved_line = max(self.lines("verify.saved"), key=lambda line: line.lineno, default=None)
         if self.saving_line is not None:
             m = F.SAVING_RE.search(self.saving_line.text)
             self.saved_format = m.group("format") if m else None
@@ -141,8 +131,6 @@ class Facts:
         v = self.view
         if v is None:
             return
-        from diagnose.explain.config.values import as_int
-
         gbs, mbs = as_int(v.get("train.global_batch_size")), as_int(v.get("train.micro_batch_size"))
         mb_lines = self.lines("verify.microbatches")
         m = F.MICROBATCHES_RE.search(mb_lines[0].text) if mb_lines else None
@@ -199,14 +187,15 @@ class Facts:
 
 
 def no_failure(f: Facts) -> Check:
+    say = partial(Check, "no_failure", "No failure in the log")
     root = f.report.root
     if root is None:
-        return Check("no_failure", "No failure in the log", "pass", "no error finding became a root cause")
-    return Check("no_failure", "No failure in the log", "fail", f"{root.rule}: {root.title}", list(root.evidence[:1]))
+        return say("pass", "no error finding became a root cause")
+    return say("fail", f"{root.rule}: {root.title}", list(root.evidence[:1]))
 
 
 def megatron_fsdp_active(f: Facts) -> Check:
-    title = "Megatron FSDP was active"
+    say = partial(Check, "megatron_fsdp_active", "Megatron FSDP was active")
     requested, req_line, why = f.fsdp_requested()
     facts = []
     if f.strategy:
@@ -216,138 +205,121 @@ def megatron_fsdp_active(f: Facts) -> Check:
     tail = f" ({'; '.join(facts)})" if facts else ""
     if f.wrapper == "megatron_fsdp":
         mixed = "; but another rank built DistributedDataParallel" if f.mixed_wrappers else ""
-        return Check("megatron_fsdp_active", title, "fail" if mixed else "pass",
-                     f"the model was wrapped by Megatron FSDP (FullyShardedDataParallel){tail}{mixed}",
-                     _ev(f.wrapper_line) + _ev(f.fsdp_setup_line))
+        return say("fail" if mixed else "pass",
+                   f"the model was wrapped by Megatron FSDP (FullyShardedDataParallel){tail}{mixed}",
+                   _ev(f.wrapper_line) + _ev(f.fsdp_setup_line))
     if f.wrapper == "ddp":
         built = "DistributedDataParallel"
         if requested:
-            return Check("megatron_fsdp_active", title, "fail",
-                         f"FSDP was requested in the config ({why}) but the model was wrapped by {built}{tail}",
-                         _ev(req_line) + _ev(f.wrapper_line))
-        return Check("megatron_fsdp_active", title, "fail",
-                     f"the model was wrapped by {built}: Megatron FSDP was not requested "
-                     f"(set ddp.use_megatron_fsdp=true){tail}", _ev(f.wrapper_line))
-    return Check("megatron_fsdp_active", title, "unknown",
-                 "no data-parallel wrapper line in the log (megatron-core logs 'Setting up DistributedDataParallel "
-                 "with config ...' at INFO level)" + (f"; FSDP was requested ({why})" if requested else ""),
-                 _ev(req_line))
+            return say("fail", f"FSDP was requested in the config ({why}) but the model was wrapped by {built}{tail}",
+                       _ev(req_line) + _ev(f.wrapper_line))
+        return say("fail", f"the model was wrapped by {built}: Megatron FSDP was not requested "
+                   f"(set ddp.use_megatron_fsdp=true){tail}", _ev(f.wrapper_line))
+    return say("unknown", "no data-parallel wrapper line in the log (megatron-core logs 'Setting up "
+               "DistributedDataParallel with config ...' at INFO level)"
+               + (f"; FSDP was requested ({why})" if requested else ""), _ev(req_line))
 
 
 def sharding_strategy(f: Facts) -> Check:
-    title = "Sharding strategy optim_grads_params"
+    say = partial(Check, "sharding_strategy", "Sharding strategy optim_grads_params")
     if not f.fsdp:
-        return Check("sharding_strategy", title, "skip", "Megatron FSDP was not active")
+        return say("skip", "Megatron FSDP was not active")
     if f.strategy is None:
-        return Check("sharding_strategy", title, "unknown", "the log does not show the sharding strategy")
+        return say("unknown", "the log does not show the sharding strategy")
     if f.strategy == "optim_grads_params":
-        return Check("sharding_strategy", title, "pass", "parameters, gradients and optimizer state are sharded",
-                     _ev(f.wrapper_line))
-    return Check("sharding_strategy", title, "warn",
-                 f"data_parallel_sharding_strategy is {f.strategy}: less is sharded than with optim_grads_params",
-                 _ev(f.wrapper_line))
+        return say("pass", "parameters, gradients and optimizer state are sharded", _ev(f.wrapper_line))
+    return say("warn", f"data_parallel_sharding_strategy is {f.strategy}: less is sharded than with "
+               "optim_grads_params", _ev(f.wrapper_line))
 
 
 def loss_finite(f: Facts) -> Check:
-    title = "Loss finite to the last iteration"
+    say = partial(Check, "loss_finite", "Loss finite to the last iteration")
     if f.nonfinite_line is not None:
         it = F.iteration(f.nonfinite_line.text)
         where = f" at iteration {it[0]}" if it else ""
-        return Check("loss_finite", title, "fail", f"a non-finite loss was logged{where}", _ev(f.nonfinite_line))
+        return say("fail", f"a non-finite loss was logged{where}", _ev(f.nonfinite_line))
     if f.last_iteration_line is None:
-        return Check("loss_finite", title, "fail", "no training iteration was logged")
+        return say("fail", "no training iteration was logged")
     if f.train_iters and f.last_iteration is not None and f.last_iteration < f.train_iters:
-        return Check("loss_finite", title, "fail",
-                     f"training stopped at iteration {f.last_iteration} of {f.train_iters}", _ev(f.last_iteration_line))
+        return say("fail", f"training stopped at iteration {f.last_iteration} of {f.train_iters}",
+                   _ev(f.last_iteration_line))
     loss = F.losses(f.last_iteration_line.text)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in loss.items()) or "no loss on the line"
-    verdict = "pass" if loss else "unknown"
-    return Check("loss_finite", title, verdict,
-                 f"iteration {f.last_iteration}/{f.train_iters}: {shown}", _ev(f.last_iteration_line))
+    return say("pass" if loss else "unknown", f"iteration {f.last_iteration}/{f.train_iters}: {shown}",
+               _ev(f.last_iteration_line))
 
 
 _FORMAT_FINDINGS = {"checkpoint_format"}
 
 
 def checkpoint_fsdp_dtensor(f: Facts) -> Check:
-    title = "Checkpoint written in fsdp_dtensor"
+    say = partial(Check, "checkpoint_fsdp_dtensor", "Checkpoint written in fsdp_dtensor")
     for finding in f.report.findings:
         if finding.category in _FORMAT_FINDINGS and finding.severity == "error":
-            return Check("checkpoint_fsdp_dtensor", title, "fail",
-                         f"checkpoint-format error {finding.rule}: {finding.title}", list(finding.evidence[:1]))
+            return say("fail", f"checkpoint-format error {finding.rule}: {finding.title}", list(finding.evidence[:1]))
     if f.saved_line is None:
         save = f.view.get("checkpoint.save") if f.view is not None else None
         why = " (checkpoint.save is not set)" if save in (None, "", "None", "null") else ""
         started = " a save started but never finished" if f.saving_line is not None else ""
-        return Check("checkpoint_fsdp_dtensor", title, "fail",
-                     f"no checkpoint was written{why}{';' + started if started else ''}", _ev(f.saving_line))
-    fmt = f.saved_format
+        return say("fail", f"no checkpoint was written{why}{';' + started if started else ''}", _ev(f.saving_line))
+    fmt, evidence = f.saved_format, _ev(f.saving_line) + _ev(f.saved_line)
     if fmt == "fsdp_dtensor":
-        return Check("checkpoint_fsdp_dtensor", title, "pass", "saved in fsdp_dtensor format",
-                     _ev(f.saving_line) + _ev(f.saved_line))
+        return say("pass", "saved in fsdp_dtensor format", evidence)
     if f.fsdp:
-        return Check("checkpoint_fsdp_dtensor", title, "fail",
-                     f"saved in {fmt or 'an unknown'} format under Megatron FSDP (it needs fsdp_dtensor: set "
-                     f"checkpoint.ckpt_format=fsdp_dtensor)", _ev(f.saving_line) + _ev(f.saved_line))
-    return Check("checkpoint_fsdp_dtensor", title, "fail", f"saved in {fmt or 'an unknown'} format, not fsdp_dtensor",
-                 _ev(f.saving_line) + _ev(f.saved_line))
+        return say("fail", f"saved in {fmt or 'an unknown'} format under Megatron FSDP (it needs fsdp_dtensor: set "
+                   "checkpoint.ckpt_format=fsdp_dtensor)", evidence)
+    return say("fail", f"saved in {fmt or 'an unknown'} format, not fsdp_dtensor", evidence)
 
 
 def te_apex(f: Facts) -> Check:
-    title = "Transformer Engine and Apex in use"
+    say = partial(Check, "te_apex", "Transformer Engine and Apex in use")
     missing = f.lines("config.te_missing") + f.lines("config.apex_missing")
     if missing:
-        return Check("te_apex", title, "warn",
-                     "megatron-core fell back to local implementations (Transformer Engine and/or Apex missing)",
-                     _ev(missing[0]))
-    return Check("te_apex", title, "pass", "no fallback warning in the log")
+        return say("warn", "megatron-core fell back to local implementations (Transformer Engine and/or Apex "
+                   "missing)", _ev(missing[0]))
+    return say("pass", "no fallback warning in the log")
 
 
 def cuda_device_max_connections(f: Facts) -> Check:
-    title = "CUDA_DEVICE_MAX_CONNECTIONS suits FSDP with TP/CP"
+    say = partial(Check, "cuda_device_max_connections", "CUDA_DEVICE_MAX_CONNECTIONS suits FSDP with TP/CP")
     v = f.view
-    from diagnose.explain.config.values import as_int
-
     tp = as_int(v.get("model.tensor_model_parallel_size"), 1) if v is not None else 1
     cp = as_int(v.get("model.context_parallel_size"), 1) if v is not None else 1
     if not f.fsdp or ((tp or 1) == 1 and (cp or 1) == 1):
-        return Check("cuda_device_max_connections", title, "skip", "not Megatron FSDP with TP/CP > 1")
+        return say("skip", "not Megatron FSDP with TP/CP > 1")
     env = v.get("env.CUDA_DEVICE_MAX_CONNECTIONS") if v is not None else None
     warn_lines = f.lines("verify.tp_cp_warning")
     gpus = " ".join(line.text for line in f.lines("verify.gpu_name"))
     if F.BLACKWELL.search(gpus) and not F.HOPPER_OR_OLDER.search(gpus):
-        return Check("cuda_device_max_connections", title, "pass", "Blackwell: one setting suits both")
-    return Check("cuda_device_max_connections", title, "warn",
-                 f"Megatron FSDP with TP={tp} CP={cp}: FSDP wants CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset, TP/CP "
-                 f"overlap wants 1 on Hopper and earlier (now {env if env is not None else 'unset'})",
-                 _ev(warn_lines[0] if warn_lines else f.wrapper_line))
+        return say("pass", "Blackwell: one setting suits both")
+    return say("warn", f"Megatron FSDP with TP={tp} CP={cp}: FSDP wants CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset, "
+               f"TP/CP overlap wants 1 on Hopper and earlier (now {env if env is not None else 'unset'})",
+               _ev(warn_lines[0] if warn_lines else f.wrapper_line))
 
 
 def keep_fp8_transpose_cache(f: Facts) -> Check:
-    title = "keep_fp8_transpose_cache off"
+    say = partial(Check, "keep_fp8_transpose_cache", "keep_fp8_transpose_cache off")
     if not f.fsdp:
-        return Check("keep_fp8_transpose_cache", title, "skip", "not Megatron FSDP")
+        return say("skip", "not Megatron FSDP")
     if _truthy(f.effective("ddp.keep_fp8_transpose_cache")):
-        return Check("keep_fp8_transpose_cache", title, "warn",
-                     "keep_fp8_transpose_cache=True keeps FP8 transposes in memory under FSDP (the skill sets it "
-                     "false)", _ev(f.wrapper_line))
-    return Check("keep_fp8_transpose_cache", title, "pass", "off", _ev(f.wrapper_line))
+        return say("warn", "keep_fp8_transpose_cache=True keeps FP8 transposes in memory under FSDP (the skill sets "
+                   "it false)", _ev(f.wrapper_line))
+    return say("pass", "off", _ev(f.wrapper_line))
 
 
 def average_in_collective(f: Facts) -> Check:
-    title = "average_in_collective off"
+    say = partial(Check, "average_in_collective", "average_in_collective off")
     if not f.fsdp:
-        return Check("average_in_collective", title, "skip", "not Megatron FSDP")
+        return say("skip", "not Megatron FSDP")
     adjusted = [e for finding in f.report.findings if finding.rule == "MB150" for e in finding.evidence
                 if "average_in_collective" in e.text]
     if _truthy(f.effective("ddp.average_in_collective")):
-        return Check("average_in_collective", title, "warn",
-                     "average_in_collective=True under Megatron FSDP (the skill sets it false)", _ev(f.wrapper_line))
+        return say("warn", "average_in_collective=True under Megatron FSDP (the skill sets it false)",
+                   _ev(f.wrapper_line))
     if adjusted:
-        return Check("average_in_collective", title, "warn",
-                     "the config set average_in_collective; Megatron-Bridge turned it off (set it false yourself)",
-                     adjusted[:1])
-    return Check("average_in_collective", title, "pass", "off", _ev(f.wrapper_line))
+        return say("warn", "the config set average_in_collective; Megatron-Bridge turned it off (set it false "
+                   "yourself)", adjusted[:1])
+    return say("pass", "off", _ev(f.wrapper_line))
 
 
 CHECKS: list[Callable[[Facts], Check]] = [

@@ -57,11 +57,8 @@ ITERATION_RE = re.compile(r"iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[Ee][-+]?\d+)?|nan|NAN|NaN|inf|INF|Inf)"
 LOSS_RE = re.compile(r"(?P<name>[\w ]*?loss): (?P<value>" + _NUMBER + r")\s*\|")
 SAVING_RE = re.compile(re.escape(SAVING_ANCHOR) + r"\s+(?P<it>\d+) to (?P<dir>\S+) in (?P<format>\w+) format")
-SAVED_RE = re.compile(re.escape(SAVED_ANCHOR) + r"\s+(?P<it>\d+) to (?P<dir>\S+)")
 MICROBATCHES_RE = re.compile(re.escape(MICROBATCHES_ANCHOR) + r"\s+(?P<n>\d+)")
 
-# CUDA_DEVICE_MAX_CONNECTIONS under FSDP with TP/CP: Megatron-LM's warning (arguments.py, pre-Blackwell)
-TP_CP_FSDP_WARNING = "Try not to using them together since they require different CUDA_MAX_CONNECTIONS settings"
 HOPPER_OR_OLDER = re.compile(r"\b(H100|H200|H800|H20|GH200|A100|A800|A10G?|A30|A40|L40S?|L4|V100|T4)\b")
 BLACKWELL = re.compile(r"\b(B200|B100|GB200|GB300|B300|RTX PRO 6000)\b")
 
