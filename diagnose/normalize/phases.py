@@ -273,7 +273,7 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|from_pretrained|"
             r"restore_from|from_config|"
-            r"build_model_and_optimizer|apply_model_infrastructure)$|"
+            r"build_model_and_optimizer|apply_model_infrastructure|_build_model_optimizer|parallelize_\w+)$|"
             r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
             r"embedding\w*)\.py:__init__$",
             re.M,
