@@ -41,3 +41,8 @@ def test_an_option_on_the_command_line_was_typed_by_the_user():
 def test_without_a_visible_command_line_nothing_is_concluded():
     buf = b"pretrain_gpt.py: error: unrecognized arguments: --foo\n"
     assert not options_not_typed(buf, 0, "pretrain_gpt.py", "--foo", {})
+
+
+def test_a_command_line_with_unexpanded_variables_proves_nothing():
+    buf = b"python pretrain_gpt.py --num-layers 2 $EXTRA_ARGS\npretrain_gpt.py: error: unrecognized arguments: --foo\n"
+    assert not options_not_typed(buf, _start_of_last_line(buf), "pretrain_gpt.py", "--foo", {})

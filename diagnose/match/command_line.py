@@ -36,7 +36,8 @@ def command_line_before(buf, start: int, prog: str) -> str | None:
         line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
         after = line[line.find(prog) + len(prog):]
         if after.startswith((" -", " \\")) and "error:" not in line and not line.lstrip().startswith("usage:"):
-            return line
+            # unexpanded shell variables ($GPT_ARGS) hide options: such a line cannot say what was typed
+            return None if "$" in after else line
         end = at
     return None
 
