@@ -118,7 +118,8 @@ _LAYER = re.compile(
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?  # 2024-07-25T06:36:18Z
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?  # [NeMo I 2024-.. f:12]
-    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
+      # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) ")
+    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?(?P<ray_end>\))\ ?      # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
         \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<vend>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "

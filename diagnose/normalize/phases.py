@@ -261,11 +261,13 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     ),
     # torchrun's elastic agent rendezvous (c10d/etcd store, handler registry): before any worker runs.
     ("init", re.compile(r"torch/distributed/elastic/rendezvous/\w+\.py:\w+$", re.M)),
-    # DeepSpeed inference builds (injects, shards) the model it is given.
+    # DeepSpeed inference builds (injects, shards) the model it is given; vLLM's model loader constructs its model.
     (
         "model_build",
         re.compile(
-            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$", re.M
+            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$|"
+            r"vllm/model_executor/model_loader/\w+\.py:(?:load_model|initialize_model)$",
+            re.M,
         ),
     ),
     (
