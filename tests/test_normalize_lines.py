@@ -279,3 +279,14 @@ def test_vllm_logger_header_inside_ray_prefix_keeps_the_traceback_frame():
     assert (line.level, line.text) == ("I", "vLLM is using nccl==2.20.5")
     # the words alone, without the date and the file:line], are message text
     assert normalize_line("ERROR 42 things went wrong").text == "ERROR 42 things went wrong"
+
+
+def test_vllm_v1_process_tag_with_its_tp_rank_is_peeled():
+    """vLLM V1's multiproc executor tags worker lines "(VllmWorker TP3 pid=N) ": the TP word belongs to the tag."""
+    raw = ('(VllmWorker TP0 pid=40622) ERROR 08-31 14:02:46 [multiproc_executor.py:559]   File '
+           '"/opt/venv/lib/python3.12/site-packages/vllm/distributed/utils.py", line 27, in ensure_divisibility')
+    line = normalize_line(raw)
+    assert line.host == "VllmWorker TP0" and line.level == "E"
+    assert line.text == '  File "/opt/venv/lib/python3.12/site-packages/vllm/distributed/utils.py", line 27, in ensure_divisibility'
+    # a parenthesised aside that is not a process tag stays text
+    assert normalize_line("(see TP0 docs) pid=3").text == "(see TP0 docs) pid=3"

@@ -58,6 +58,12 @@ def test_code_lines_do_not_decide_the_phase():
         (_frames(("m/training/train.py", "train"), ("m/training/eval.py", "evaluate"), ("m/x.py", "forward")), "eval"),
         (_frames(("m/training/setup.py", "setup"), ("m/models/model_provider.py", "get_model")), "model_build"),
         (_frames(("m/core/models/gpt/gpt_model.py", "__init__"),), "model_build"),
+        # torchtitan applies TP/FSDP to the built model; verl's worker builds model and optimizer under init_model
+        (_frames(("torchtitan/train.py", "__init__"), ("models/llama3/infra/parallelize.py", "parallelize_llama")),
+         "model_build"),
+        (_frames(("verl/workers/megatron_workers.py", "init_model"),
+                 ("verl/workers/megatron_workers.py", "_build_model_optimizer"), ("mbridge/core/bridge.py", "config")),
+         "model_build"),
         (["DistributedDataParallel.__init__"], "dp_wrap"),
         (_frames(("m/training/initialize.py", "initialize_megatron"),), "init"),
         (_frames(("a.py", "helper"),), None),

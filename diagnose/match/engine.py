@@ -21,6 +21,7 @@ from diagnose.coerce import as_int
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
+from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.frames import faulthandler_frames, traceback_frames
 from diagnose.match.inference import MAX_FRAMES
@@ -99,6 +100,8 @@ class _LineReader:
         self.before: dict[tuple, tuple[int, int, int | None]] = {}
         # traceback markers: (bytes searched up to, last occurrence of each marker below that)
         self.markers: tuple[int, list[int]] | None = None
+        # not_on_command_line answers: (program, refused options) -> answer (every rank prints the same error)
+        self.command_lines: dict[tuple[str, str], bool] = {}
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
@@ -289,6 +292,11 @@ class Matcher:
                         extra.append(hit_frames[-1])
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
+                    continue
+                if ctx.not_on_command_line and not options_not_typed(
+                    reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),
+                    reader.command_lines,
+                ):
                     continue
             if rule.phase != "auto":
                 phase = rule.phase

@@ -67,6 +67,9 @@ class Context:
     frames_none: list[str] = field(default_factory=list)  # ... and none containing these
     before_any: list[str] = field(default_factory=list)  # a line of the same input before it contains one
     before_window: int = 200  # how many lines back before_any looks
+    # the name of a capture listing options a parser refused: the rule applies when the log shows the command line
+    # that started the program (the ``prog`` capture followed by options) and none of those options is on it
+    not_on_command_line: str = ""
 
 
 @dataclass(slots=True)
@@ -405,6 +408,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         frames_none=_str_list(ctx_raw, "frames_none"),
         before_any=_str_list(ctx_raw, "before_any"),
         before_window=window,
+        not_on_command_line=_need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
     )
 
     implies = _implies(raw.get("implies"), len(patterns))

@@ -119,7 +119,8 @@ _LAYER = re.compile(
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?(?P<k_iso>)  # 2024-07-25T
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?(?P<k_nemo>)  # NeMo
-    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127})(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
+      # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) ")
+    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?\)\ ?(?P<k_ray>)          # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
         \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<k_vllm>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "

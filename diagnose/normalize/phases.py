@@ -261,11 +261,13 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
     ),
     # torchrun's elastic agent rendezvous (c10d/etcd store, handler registry): before any worker runs.
     ("init", re.compile(r"torch/distributed/elastic/rendezvous/\w+\.py:\w+$", re.M)),
-    # DeepSpeed inference builds (injects, shards) the model it is given.
+    # DeepSpeed inference builds (injects, shards) the model it is given; vLLM's model loader constructs its model.
     (
         "model_build",
         re.compile(
-            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$", re.M
+            r"deepspeed/(?:inference/engine|module_inject/\w+)\.py:\w+$|deepspeed/__init__\.py:init_inference$|"
+            r"vllm/model_executor/model_loader/\w+\.py:(?:load_model|initialize_model)$",
+            re.M,
         ),
     ),
     (
@@ -273,7 +275,7 @@ _FRAME_PHASES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r":(?:get_model|model_provider\w*|provide_distributed_model|provide|build_model|_build_layers|from_pretrained|"
             r"restore_from|from_config|"
-            r"build_model_and_optimizer|apply_model_infrastructure)$|"
+            r"build_model_and_optimizer|apply_model_infrastructure|_build_model_optimizer|parallelize_\w+)$|"
             r"(?:gpt_model|transformer_block|transformer_layer|mamba_model|language_model|attention|mlp|"
             r"embedding\w*)\.py:__init__$",
             re.M,

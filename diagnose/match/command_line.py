@@ -1,0 +1,57 @@
+"""Were the options a parser refused typed by the user, or added by the framework that built the command line?
+
+``<script>.py: error: unrecognized arguments: --x`` is a configuration mistake when the user wrote ``--x`` in the
+launch command (a typo, a flag an old README names). When the log shows the command that started the script and
+``--x`` is not on it, the user never wrote it: a wrapper (ms-swift's ``megatron sft``, a recipe launcher, the
+DeepSpeed launcher adding ``--local_rank``) generated it for the version of the library it was written against, and
+the installed library is another one: version skew, fixed by matching versions, not by editing the command.
+"""
+
+from __future__ import annotations
+
+import regex
+
+COMMAND_LOOKBACK_BYTES = 1 << 20  # how far back the launch command is looked for
+_OPTION = regex.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)")
+
+
+def refused_options(listed: str) -> list[str]:
+    """The option words (``--softmax-type``, ``--local_rank``) in an ``unrecognized arguments:`` list."""
+    return [m.group(1).rstrip(".") for m in _OPTION.finditer(listed)]
+
+
+def command_line_before(buf, start: int, prog: str) -> str | None:
+    """The latest line before ``start`` that runs ``prog`` with options (``... sft.py --load x``), or None."""
+    if not prog:
+        return None
+    needle = prog.encode("utf-8", "surrogatepass")
+    lo = max(0, start - COMMAND_LOOKBACK_BYTES)
+    end = start
+    while end > lo:
+        at = buf.rfind(needle, lo, end)
+        if at == -1:
+            return None
+        line_start = buf.rfind(b"\n", lo, at) + 1
+        line_end = buf.find(b"\n", at, start)
+        line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
+        after = line[line.find(prog) + len(prog):]
+        if after.startswith((" -", " \\")) and "error:" not in line and not line.lstrip().startswith("usage:"):
+            # unexpanded shell variables ($GPT_ARGS) hide options: such a line cannot say what was typed
+            return None if "$" in after else line
+        end = at
+    return None
+
+
+def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict[tuple[str, str], bool]) -> bool:
+    """True when the command line that ran ``prog`` is in the log before ``start`` and none of the options in
+    ``listed`` is on it (so the user did not write them); False when there is no such line or one of them is."""
+    key = (prog, listed)
+    if key in memo:
+        return memo[key]
+    options = refused_options(listed)
+    command = command_line_before(buf, start, prog) if options else None
+    answer = command is not None and not any(
+        regex.search(r"(?<![\w-])" + regex.escape(opt) + r"(?![\w-])", command) for opt in options
+    )
+    memo[key] = answer
+    return answer

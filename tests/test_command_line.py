@@ -1,0 +1,48 @@
+"""Options a parser refused: typed by the user (configuration) or added by a framework (version skew)."""
+
+from diagnose.match.command_line import command_line_before, options_not_typed, refused_options
+
+SWIFT = (
+    b"run sh: `python -m torch.distributed.run --nproc_per_node 8 /env/swift/cli/_megatron/sft.py --load m --bf16 true`\n"
+    b"usage: sft.py [-h] [--num-layers NUM_LAYERS]\n"
+    b"sft.py: error: unrecognized arguments: --softmax-type learnable --quick-geglu\n"
+)
+TYPED = (
+    b"+ torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --activations-checkpoint-method uniform\n"
+    b"pretrain_gpt.py: error: unrecognized arguments: --activations-checkpoint-method uniform\n"
+)
+
+
+def _start_of_last_line(buf: bytes) -> int:
+    return buf.rstrip(b"\n").rfind(b"\n") + 1
+
+
+def test_refused_options_are_the_option_words_only():
+    assert refused_options("--softmax-type learnable --window-size 128,0 --local_rank=1") == [
+        "--softmax-type", "--window-size", "--local_rank"]
+    assert refused_options("uniform 7") == []
+
+
+def test_the_launch_line_is_found_and_usage_or_error_lines_are_not_it():
+    assert command_line_before(SWIFT, _start_of_last_line(SWIFT), "sft.py").startswith("run sh:")
+    only_errors = b"usage: sft.py [-h]\nsft.py: error: unrecognized arguments: --x\n"
+    assert command_line_before(only_errors, _start_of_last_line(only_errors), "sft.py") is None
+
+
+def test_options_missing_from_the_command_line_were_not_typed():
+    assert options_not_typed(SWIFT, _start_of_last_line(SWIFT), "sft.py", "--softmax-type learnable --quick-geglu", {})
+
+
+def test_an_option_on_the_command_line_was_typed_by_the_user():
+    start = _start_of_last_line(TYPED)
+    assert not options_not_typed(TYPED, start, "pretrain_gpt.py", "--activations-checkpoint-method uniform", {})
+
+
+def test_without_a_visible_command_line_nothing_is_concluded():
+    buf = b"pretrain_gpt.py: error: unrecognized arguments: --foo\n"
+    assert not options_not_typed(buf, 0, "pretrain_gpt.py", "--foo", {})
+
+
+def test_a_command_line_with_unexpanded_variables_proves_nothing():
+    buf = b"python pretrain_gpt.py --num-layers 2 $EXTRA_ARGS\npretrain_gpt.py: error: unrecognized arguments: --foo\n"
+    assert not options_not_typed(buf, _start_of_last_line(buf), "pretrain_gpt.py", "--foo", {})
