@@ -572,7 +572,7 @@ def _launch_texts(report: Report, verbose: bool) -> list[Text]:
         return []
     commands = {name: render[name] for name in ("torchrun", "srun")
                 if isinstance(render.get(name), str) and render[name].strip()}
-    if verbose or not commands:  # the note, then each launcher's line
+    if verbose or "torchrun" not in commands:  # the note, then each launcher's line
         lines = [("    Launch      ", launch.lstrip("# "))]
         lines += [(f"    {name:<12}", cmd) for name, cmd in commands.items()]
     else:
