@@ -42,12 +42,9 @@ class FleetScreen(Screen[list[str] | None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Fleet store {inert(self.store_path)}: loading…"), id="fleet-status")
         with TabbedContent(id="fleet-tabs"):
-            with TabPane("Classes", id="tab-classes"):
-                yield DataTable(id="classes", cursor_type="row", zebra_stripes=True)
-            with TabPane("Nodes", id="tab-nodes"):
-                yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
-            with TabPane("Jobs", id="tab-jobs"):
-                yield DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+            for name in ("classes", "nodes", "jobs"):
+                with TabPane(name.capitalize(), id=f"tab-{name}"):
+                    yield DataTable(id=name, cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -157,7 +154,6 @@ def fleet_app(store_path: str, since: str, rules_dirs: list[str]):
         def __init__(self) -> None:
             # ``slurm`` set: the main screen's "j" binding is enabled, and comes back to this list (open_jobs)
             super().__init__([], slurm=(since, None), rules_dirs=rules_dirs)
-            self.fleet_store = store_path
 
         def open_jobs(self) -> None:
             self.push_screen(FleetScreen(store_path, since), self._open_fleet_job)
