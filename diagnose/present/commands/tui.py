@@ -124,15 +124,12 @@ def run(args) -> int:
                 raise DiagnoseError("--fleet opens a store: give no log paths and no --slurm with it")
             app = fleet_app(args.fleet, getattr(args, "since", None) or "7d", rules_dirs)
         elif getattr(args, "slurm", False):
-            from diagnose.present.tui.slurmjobs import slurm_app
-
             # --since/--user are read when the parser offers them for tui (as it does for `slurm --failed`)
-            app = slurm_app(rules_dirs, getattr(args, "since", None) or "1d", getattr(args, "user", None))
+            app = DiagnoseApp([], slurm=(getattr(args, "since", None) or "1d", getattr(args, "user", None)),
+                              rules_dirs=rules_dirs)
         else:
-            app = DiagnoseApp(
-                paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
-                rules_dirs=rules_dirs, follow=follow,
-            )
+            app = DiagnoseApp(paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
+                              rules_dirs=rules_dirs, follow=follow)
         app.run()
     finally:
         for path in temp:
