@@ -7,8 +7,6 @@ The store is read in a worker thread (``diagnose.fleet.report``); every value sh
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -17,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from diagnose.model import DiagnoseError
+from diagnose.present.fleet_render import day
 from diagnose.present.safe import inert
 
 
@@ -128,7 +127,7 @@ def _cell(value: object, style: str = "") -> Text:
 
 
 def class_row(c) -> tuple[Text, ...]:
-    return (_cell(c.signature), _cell(c.jobs), _cell(f"{c.gpu_hours:.1f}"), _cell(_day(c.last_seen)),
+    return (_cell(c.signature), _cell(c.jobs), _cell(f"{c.gpu_hours:.1f}"), _cell(day(c.last_seen)),
             _cell(c.trend, "bold" if c.trend in ("new", "rising") else ""), _cell(c.title[:80]))
 
 
@@ -139,11 +138,7 @@ def node_row(n) -> tuple[Text, ...]:
 
 def job_row(j) -> tuple[Text, ...]:
     return (_cell(j.job_id or j.job_key[:24]), _cell(j.name), _cell(j.user), _cell(j.state or j.status),
-            _cell(j.signature or ""), _cell(_day(j.end_ts)))
-
-
-def _day(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+            _cell(j.signature or ""), _cell(day(j.end_ts)))
 
 
 def fleet_app(store_path: str, since: str, rules_dirs: list[str]):
