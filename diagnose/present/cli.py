@@ -468,17 +468,13 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
     out = getattr(args, "output", None)
     if not out or not os.path.exists(out):
         return
+    from diagnose.ingest.errors import shown
     from diagnose.model import DiagnoseError
-
-    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
-        from diagnose.ingest.errors import shown
-
-        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     from diagnose.present.output import is_input
 
+    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
+        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     if is_input(out, _inputs(args)):
-        from diagnose.ingest.errors import shown
-
         raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 
