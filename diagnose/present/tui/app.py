@@ -360,10 +360,7 @@ class DiagnoseApp(BaseApp):
 
     def _pause_indexing(self, pause: bool) -> None:
         for index in self.indices.values():
-            if pause:
-                index.pause()
-            else:
-                index.resume()
+            (index.pause if pause else index.resume)()
 
     def show_report(self, report: Report) -> None:
         self._pause_indexing(False)
