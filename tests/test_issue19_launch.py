@@ -77,3 +77,16 @@ def test_slow_scanner_hint_through_the_cli(scanner: str, hinted: bool, monkeypat
     main(["analyze", str(SAMPLE), "--no-replay", "-f", "json"])
     warnings = json.loads(capsys.readouterr().out).get("warnings", [])
     assert any("pure-Python scanner" in w for w in warnings) is hinted
+
+
+def test_default_report_with_an_srun_line_but_no_torchrun_line() -> None:
+    """A fix rendered with only an srun line: the default report shows the note and that line (no KeyError)."""
+    from types import SimpleNamespace
+
+    from diagnose.present.text import _launch_texts
+
+    rendered = {"launch": "# needs >= 8 GPUs", "srun": "srun --nodes=1 --ntasks-per-node=8 TRAIN_SCRIPT [ARGS...]"}
+    report = SimpleNamespace(replay=SimpleNamespace(rendered=rendered))
+    lines = [t.plain for t in _launch_texts(report, verbose=False)]  # type: ignore[arg-type]
+    assert lines == ["    Launch      needs >= 8 GPUs",
+                     "    srun        srun --nodes=1 --ntasks-per-node=8 TRAIN_SCRIPT [ARGS...]"]

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from diagnose.present.safe import inert, inert_block, log_text, markup_escape, shorten
+from diagnose.present.safe import inert, inert_block, log_text, shorten
 
 
 def test_escape_sequences_are_shown_not_applied():
@@ -46,7 +46,6 @@ def test_rich_text_is_not_markup():
     rendered = console.file.getvalue()
     assert "[bold red]not markup[/]" in rendered
     assert "\x1b[2J" not in rendered
-    assert markup_escape("[b]x") == "\\[b]x"
 
 
 def test_shorten_marks_the_cut():

@@ -25,12 +25,8 @@ def _per_job(report: Report) -> list[tuple[str | None, Report]]:
 
 def _shown(report: Report) -> list[tuple[Finding, bool]]:
     """(finding, is_root) for the root cause and the non-cascade findings, root first."""
-    out: list[tuple[Finding, bool]] = []
-    root = report.root
-    if root is not None:
-        out.append((root, True))
-    out += [(f, False) for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
-    return out
+    first = [(report.root, True)] if report.root is not None else []
+    return first + [(f, False) for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
 
 
 def _message(f: Finding, is_root: bool) -> str:
@@ -63,7 +59,7 @@ def render_github(report: Report) -> str:
     for job, one in _per_job(report):
         prefix = f"{job}: " if job else ""
         for f, is_root in _shown(one):
-            level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
+            level = LEVELS.get(f.severity, "notice")
             path, line = _where(f)
             props = [f"title={_gh_property(inert(f.rule + ' ' + f.title))}"]
             if path and path != "-":

@@ -76,10 +76,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _format(p: argparse.ArgumentParser, choices=("text", "json", "markdown")) -> None:
     p.add_argument("--format", "-f", choices=choices, default="text", help="output format (default: text)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout (-: stdout)")
-    p.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto",
-        help="colour in text output (NO_COLOR is honoured)",
-    )
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour in text output (NO_COLOR is honoured)")
 
 
 def _detail(p: argparse.ArgumentParser) -> None:
@@ -91,9 +89,8 @@ def _detail(p: argparse.ArgumentParser) -> None:
 
 
 def _rules_opt(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--rules", action="append", default=[], metavar="DIR", help="add a folder (or file) of user rules; repeatable"
-    )
+    p.add_argument("--rules", action="append", default=[], metavar="DIR",
+                   help="add a folder (or file) of user rules; repeatable")
 
 
 def _gpu_opts(p: argparse.ArgumentParser, when: str = "") -> None:
@@ -103,18 +100,13 @@ def _gpu_opts(p: argparse.ArgumentParser, when: str = "") -> None:
 
 
 def _set_opt(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
-        help="override a config value, Megatron-Bridge path (e.g. ddp.use_megatron_fsdp=true); repeatable",
-    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="override a config value, Megatron-Bridge path (e.g. ddp.use_megatron_fsdp=true); repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="diagnose",
-        description="Diagnose failed Megatron-Bridge / Megatron-Core training jobs: root cause, evidence, and "
-        "config overrides proven to pass validation and fit in memory.",
-    )
+    parser = _Parser(prog="diagnose", description="Diagnose failed Megatron-Bridge / Megatron-Core training jobs: "
+                     "root cause, evidence, and config overrides proven to pass validation and fit in memory.")
     parser.add_argument("--version", "-V", action="version", version=f"diagnose {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -188,11 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="AGE", help="with --slurm: how far back (default 1d); with --fleet (7d)")
     p.add_argument("--fleet", metavar="STORE", help="start with the fleet screen of a store (diagnose fleet scan)")
     p.add_argument("--user", metavar="USER", help="with --slurm: whose jobs (default: you)")
-    p.add_argument(
-        "--check", metavar="CONFIG",
-        help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
-        "a Megatron-LM argument list) instead of logs",
-    )
+    p.add_argument("--check", metavar="CONFIG",
+                   help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
+                   "a Megatron-LM argument list) instead of logs")
     p.add_argument("--gpus", type=_positive, metavar="N",
                    help="with --check: number of GPUs (default: the config's world size)")
     _gpu_opts(p, "with --check: ")
@@ -388,10 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             # valid YAML``, found by tests/fuzz/fuzz_cli.py), and a name may hold control characters
             print(f"diagnose: error: {shown(str(e))}", file=sys.stderr)
         else:
-            print(
-                f"diagnose: internal error: {type(e).__name__}: {_one_line(str(e))} (rerun with --debug for details)",
-                file=sys.stderr,
-            )
+            print(f"diagnose: internal error: {type(e).__name__}: {_one_line(str(e))} (rerun with --debug for "
+                  "details)", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -468,17 +456,13 @@ def _refuse_output_over_input(args: argparse.Namespace) -> None:
     out = getattr(args, "output", None)
     if not out or not os.path.exists(out):
         return
+    from diagnose.ingest.errors import shown
     from diagnose.model import DiagnoseError
-
-    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
-        from diagnose.ingest.errors import shown
-
-        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     from diagnose.present.output import is_input
 
+    if "-" in (getattr(args, "paths", None) or []) and _stdin_is(out):
+        raise DiagnoseError(f"--output {shown(out)} is the file on standard input; write the report elsewhere")
     if is_input(out, _inputs(args)):
-        from diagnose.ingest.errors import shown
-
         raise DiagnoseError(f"--output {shown(out)} is one of the inputs; write the report elsewhere")
 
 

@@ -16,7 +16,8 @@ def render_json(report: FleetReport) -> str:
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=True) + "\n"
 
 
-def _day(ts: float) -> str:
+def day(ts: float) -> str:
+    """A store timestamp as "2026-11-29 12:00" (UTC): the fleet report's and the fleet screen's dates."""
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
 
@@ -33,7 +34,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _sections(r: FleetReport) -> list[tuple[str, list[str], list[list[str]]]]:
-    classes = [[c.signature, str(c.jobs), f"{c.gpu_hours:.1f}", _day(c.first_seen), _day(c.last_seen), c.trend,
+    classes = [[c.signature, str(c.jobs), f"{c.gpu_hours:.1f}", day(c.first_seen), day(c.last_seen), c.trend,
                 c.title[:70]] for c in r.classes[:MAX_ROWS]]
     nodes = [[n.node, str(n.jobs), str(n.failed), _pct(n.rate), f"{n.p_value:.2g}", "FLAG" if n.flagged else "",
               n.top_signature or ""] for n in r.nodes[:MAX_ROWS]]
@@ -55,7 +56,7 @@ def _sections(r: FleetReport) -> list[tuple[str, list[str], list[list[str]]]]:
 def _summary(r: FleetReport) -> list[str]:
     new = ", ".join(c.signature for c in r.new_signatures) or "none"
     return [
-        f"{r.jobs} jobs ended {_day(r.start)} .. {_day(r.end)} UTC (last {r.since}): {r.failed} failed "
+        f"{r.jobs} jobs ended {day(r.start)} .. {day(r.end)} UTC (last {r.since}): {r.failed} failed "
         f"({_pct(r.failed / r.jobs if r.jobs else 0)}), {r.unreadable} with unreadable logs, "
         f"{r.gpu_hours_lost:.1f} GPU-hours lost",
         f"New signatures (not seen before the window): {new}",

@@ -188,12 +188,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out += ["### Cascade (consequences)", ""]
         for f in cascades:
             text = collapsed_line(f, root if f.cause_of is not None else None)
-            silent = silent_line(f, root)
-            if silent:
-                text += f"; {silent}"
-            skew = skew_line(f)
-            if skew:
-                text += f"; {skew}"
+            text += "".join(f"; {odd}" for odd in (silent_line(f, root), skew_line(f)) if odd)
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
     if report.hang is not None:

@@ -17,7 +17,7 @@ from diagnose.inert import inert, inert_block, shorten
 if TYPE_CHECKING:  # rich is imported lazily: safe.py is used on fast paths too
     from rich.text import Text
 
-__all__ = ["block_text", "inert", "inert_block", "log_text", "markup_escape", "shorten"]
+__all__ = ["block_text", "inert", "inert_block", "log_text", "shorten"]
 
 
 def log_text(text: str, style: str = "", limit: int | None = None) -> Text:
@@ -35,10 +35,3 @@ def block_text(text: str, style: str = "") -> Text:
     from rich.text import Text
 
     return Text(inert_block(text), style=style)
-
-
-def markup_escape(text: str) -> str:
-    """Inert text escaped for a rich markup string, for the rare place that must build markup."""
-    from rich.markup import escape
-
-    return escape(inert(text))

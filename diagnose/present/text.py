@@ -398,14 +398,10 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
             initial_indent="  ", subsequent_indent="    "))
     # the odd ranks of an NCCL hang (silent, desynchronised, behind) are the headline: shown here even when the
     # explanation repeats them further down
-    silent = silent_line(f, root)
-    if silent:
+    silent, skew = silent_line(f, root), skew_line(f)
+    for odd in (x for x in (silent, skew) if x):
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
-            inert(silent[0].upper() + silent[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
-    skew = skew_line(f)
-    if skew:
-        parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
-            inert(skew[0].upper() + skew[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
+            inert(odd[0].upper() + odd[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
     if f.evidence:
         parts.extend(_evidence(f))
     if verbose:
@@ -518,12 +514,8 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         for f in cascades:
             line = Text("")
             line.append(inert(collapsed_line(f, root if f.cause_of is not None else None)))
-            silent = silent_line(f, root)
-            if silent:
-                line.append("; " + inert(silent), style="yellow")
-            skew = skew_line(f)
-            if skew:
-                line.append("; " + inert(skew), style="yellow")
+            for odd in (x for x in (silent_line(f, root), skew_line(f)) if x):
+                line.append("; " + inert(odd), style="yellow")
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
     if report.hang is not None:
@@ -572,7 +564,7 @@ def _launch_texts(report: Report, verbose: bool) -> list[Text]:
         return []
     commands = {name: render[name] for name in ("torchrun", "srun")
                 if isinstance(render.get(name), str) and render[name].strip()}
-    if verbose or not commands:  # the note, then each launcher's line
+    if verbose or "torchrun" not in commands:  # the note, then each launcher's line
         lines = [("    Launch      ", launch.lstrip("# "))]
         lines += [(f"    {name:<12}", cmd) for name, cmd in commands.items()]
     else:

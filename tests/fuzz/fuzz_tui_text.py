@@ -4,11 +4,11 @@ draws, without starting the TUI.
 The input is a log (and a file name, host names, rank numbers, a store row) from which the match engine builds a
 report; then each finding goes through the findings list label, the detail pane's header, evidence, fix and
 verdict texts, the memory panel; the fleet tables' rows and the rank formatting helpers get the fuzzed values
-directly; and the raw text goes through ``safe.log_text`` / ``block_text`` / ``markup_escape``.
+directly; and the raw text goes through ``safe.log_text`` / ``block_text``.
 
 Invariants: nothing raises (a ``MarkupError`` included); every ``Text`` holds no escape, control (newline aside in
 multi-line blocks), bidi or zero-width character; no ``@click`` action in a span's meta comes from the input (only
-the evidence links' own ``screen.open_evidence(n)``); ``markup_escape(t)`` read back as rich markup is ``inert(t)``;
+the evidence links' own ``screen.open_evidence(n)``);
 a fleet row, passed through DataTable's own cell formatter, shows the value as typed (markup not obeyed).
 
     python3 tests/fuzz/fuzz_tui_text.py --seconds 1800 --crash-dir /tmp/fuzz-tui-text
@@ -27,14 +27,13 @@ if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the harness be
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import Choices, encode  # noqa: E402
-from rich.markup import render as render_markup  # noqa: E402
 from rich.text import Text  # noqa: E402
 from textual.widgets._data_table import default_cell_formatter  # noqa: E402
 
 from diagnose.fleet.report import FailureClass, JobRow, NodeRow  # noqa: E402
 from diagnose.match import load_catalogue, match_text  # noqa: E402
 from diagnose.normalize import decode  # noqa: E402
-from diagnose.present.safe import block_text, inert, log_text, markup_escape  # noqa: E402
+from diagnose.present.safe import block_text, inert, log_text  # noqa: E402
 from diagnose.present.tui.detail import (  # noqa: E402
     evidence_text,
     fix_header,
@@ -82,8 +81,6 @@ def check(data: bytes) -> None:
     # the raw text through the safe helpers
     _safe(log_text(text), "log_text", multiline=False)
     _safe(block_text(text), "block_text")
-    escaped = markup_escape(text)
-    assert render_markup(escaped).plain == inert(text), "markup_escape: markup obeyed"
     _safe(block_text(reflow(text)), "block_text(reflow)")  # how the detail pane shows an explanation
     _safe(Text(inert_multiline(text)), "inert_multiline")
 

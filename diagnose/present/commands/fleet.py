@@ -104,28 +104,22 @@ def _scan(args: Any) -> int:
     with FleetStore(args.store) as store:
         summary = scan(store, items, options)
         total = store.count()
-    print(
-        f"fleet scan: {summary.listed} jobs listed, {summary.skipped} already stored, {summary.added} added "
-        f"({summary.unreadable} unreadable) in {summary.seconds:.1f} s; the store has {total} jobs",
-        file=sys.stderr,
-    )
+    print(f"fleet scan: {summary.listed} jobs listed, {summary.skipped} already stored, {summary.added} added "
+          f"({summary.unreadable} unreadable) in {summary.seconds:.1f} s; the store has {total} jobs", file=sys.stderr)
     return 0
 
 
 def _submit(args: Any) -> int:
     from diagnose.fleet import scan, submit
 
-    if args.sacct:
-        if args.paths:
-            raise DiagnoseError("give log paths or --sacct, not both")
-        plan = submit.write_array(args.run_dir, args.store, args.tasks, window=_window(args),
-                                  user=args.user, name=args.name, sbatch_args=args.sbatch_arg,
-                                  gpus_per_node=args.gpus_per_node)
-    else:
-        if not args.paths:
-            raise DiagnoseError("give log files or folders, or --sacct")
-        plan = submit.write_array(args.run_dir, args.store, args.tasks, files=scan.list_files(args.paths),
-                                  sbatch_args=args.sbatch_arg, gpus_per_node=args.gpus_per_node)
+    if args.sacct and args.paths:
+        raise DiagnoseError("give log paths or --sacct, not both")
+    if not args.sacct and not args.paths:
+        raise DiagnoseError("give log files or folders, or --sacct")
+    source = (dict(window=_window(args), user=args.user, name=args.name) if args.sacct
+              else dict(files=scan.list_files(args.paths)))
+    plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
+                              gpus_per_node=args.gpus_per_node, **source)
     print(f"wrote {plan.array_script} ({plan.tasks} tasks) and {plan.merge_script}")
     if args.dry_run:
         return 0

@@ -40,12 +40,8 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
     color = getattr(args, "color", "auto")
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
-        console = Console(
-            file=fh,
-            no_color=color == "never" or bool(out_path),
-            force_terminal=True if color == "always" else None,
-            highlight=False,
-        )
+        console = Console(file=fh, no_color=color == "never" or bool(out_path),
+                          force_terminal=True if color == "always" else None, highlight=False)
         if result.rule:
             console.print(Text("root cause: ", style="bold") + Text(inert(result.rule)))
         head = Text("config: ", style="bold")

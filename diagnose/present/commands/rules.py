@@ -43,19 +43,9 @@ def run(args: Any) -> int:
 
 def rule_summary(rule: Rule) -> dict[str, Any]:
     """One rule as a plain dict (the ``rules list --format json`` record)."""
-    return {
-        "code": rule.code,
-        "slug": rule.slug,
-        "title": rule.title,
-        "category": rule.category,
-        "phase": rule.phase,
-        "severity": rule.severity,
-        "role": rule.role,
-        "confidence": rule.confidence,
-        "fix_safety": rule.fix.safety,
-        "versions": rule.versions,
-        "source": _source_name(rule.source),
-    }
+    fields = ("code", "slug", "title", "category", "phase", "severity", "role", "confidence")
+    return {**{name: getattr(rule, name) for name in fields}, "fix_safety": rule.fix.safety,
+            "versions": rule.versions, "source": _source_name(rule.source)}
 
 
 def _source_name(source: str) -> str:
@@ -217,17 +207,10 @@ def _lint(user_dirs: list[str], only_user: bool) -> int:
     builtin = {r.source for r in catalogue.rules if Path(r.source).resolve().parent == default_rules_dir().resolve()}
     user_sources = {r.source for r in catalogue.rules} - builtin
     user_sources |= {p.source for p in load_problems if p.source not in builtin}
-    result = lint(
-        catalogue,
-        load_problems,
-        only_sources=user_sources if only_user else None,
-        strict_sources=builtin,
-    )
+    result = lint(catalogue, load_problems, only_sources=user_sources if only_user else None, strict_sources=builtin)
     checked = [r for r in catalogue.rules if not only_user or r.source in user_sources]
     for p in result.problems:
         print(inert(str(p)))
-    print(
-        f"{len(checked)} rules checked: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
-        file=sys.stderr,
-    )
+    print(f"{len(checked)} rules checked: {len(result.errors)} error(s), {len(result.warnings)} warning(s)",
+          file=sys.stderr)
     return EXIT_PROBLEMS if result.errors else EXIT_OK

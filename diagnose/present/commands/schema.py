@@ -14,14 +14,8 @@ from typing import Any
 from diagnose.model import DiagnoseError
 
 # command-line name -> (file, the "schema" value of the documents it describes)
-SCHEMAS = {
-    "report": ("report-1.schema.json", "diagnose/report@1"),
-    "check": ("check-1.schema.json", "diagnose/check@1"),
-    "replay": ("replay-1.schema.json", "diagnose/replay@1"),
-    "verify": ("verify-1.schema.json", "diagnose/verify@1"),
-    "fleet": ("fleet-1.schema.json", "diagnose/fleet@1"),
-    "failed": ("failed-1.schema.json", "diagnose/failed@1"),
-}
+SCHEMAS = {name: (f"{name}-1.schema.json", f"diagnose/{name}@1")
+           for name in ("report", "check", "replay", "verify", "fleet", "failed")}
 EXIT_OK = 0
 
 

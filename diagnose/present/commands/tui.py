@@ -43,8 +43,7 @@ def _need_terminal() -> None:
 
 def _run_check(args) -> int:
     """``--check CONFIG``: the config is read (and bad input refused, exit 2) before the terminal is taken."""
-    from diagnose.checking import load_view
-    from diagnose.explain.config import parse_set
+    from diagnose.explain.config import load_config, parse_set
     from diagnose.present.commands.check import capacity_from_args
     from diagnose.present.tui.plan import PlanApp, gpus_from_view
 
@@ -54,7 +53,7 @@ def _run_check(args) -> int:
     if getattr(args, "gpu", None) and getattr(args, "gpu_memory", None):
         raise DiagnoseError("give --gpu or --gpu-memory, not both")
     capacity, where = capacity_from_args(args)
-    view = load_view(config)
+    view = load_config(config)
     gpus = getattr(args, "gpus", None)
     if gpus is None:
         gpus = gpus_from_view(view, 0)
@@ -125,15 +124,12 @@ def run(args) -> int:
                 raise DiagnoseError("--fleet opens a store: give no log paths and no --slurm with it")
             app = fleet_app(args.fleet, getattr(args, "since", None) or "7d", rules_dirs)
         elif getattr(args, "slurm", False):
-            from diagnose.present.tui.slurmjobs import slurm_app
-
             # --since/--user are read when the parser offers them for tui (as it does for `slurm --failed`)
-            app = slurm_app(rules_dirs, getattr(args, "since", None) or "1d", getattr(args, "user", None))
+            app = DiagnoseApp([], slurm=(getattr(args, "since", None) or "1d", getattr(args, "user", None)),
+                              rules_dirs=rules_dirs)
         else:
-            app = DiagnoseApp(
-                paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
-                rules_dirs=rules_dirs, follow=follow,
-            )
+            app = DiagnoseApp(paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
+                              rules_dirs=rules_dirs, follow=follow)
         app.run()
     finally:
         for path in temp:

@@ -193,20 +193,11 @@ class DiagnoseApp(BaseApp):
         Binding("question_mark", "help", "Help"),
     ]
 
-    def __init__(
-        self,
-        inputs: list[str] | None = None,
-        *,
-        analyzer: Analyzer | None = None,
-        report: Report | None = None,
-        display_names: dict[str, str] | None = None,
-        paste: bool = False,
-        index_gate: threading.Event | None = None,
-        export_default: str = "diagnose-report.md",
-        slurm: tuple[str, str | None] | None = None,
-        rules_dirs: list[str] | None = None,
-        follow: bool = False,
-    ) -> None:
+    def __init__(self, inputs: list[str] | None = None, *, analyzer: Analyzer | None = None,
+                 report: Report | None = None, display_names: dict[str, str] | None = None, paste: bool = False,
+                 index_gate: threading.Event | None = None, export_default: str = "diagnose-report.md",
+                 slurm: tuple[str, str | None] | None = None, rules_dirs: list[str] | None = None,
+                 follow: bool = False) -> None:
         super().__init__()
         self.follow = follow  # ``tui --follow LOG``: the log view follows the file, the diagnosis is redone
         self.inputs = list(inputs or [])
@@ -360,10 +351,7 @@ class DiagnoseApp(BaseApp):
 
     def _pause_indexing(self, pause: bool) -> None:
         for index in self.indices.values():
-            if pause:
-                index.pause()
-            else:
-                index.resume()
+            (index.pause if pause else index.resume)()
 
     def show_report(self, report: Report) -> None:
         self._pause_indexing(False)

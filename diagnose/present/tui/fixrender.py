@@ -81,9 +81,8 @@ def _forms(overrides: list[Override], given: dict[str, Any] | None = None) -> di
     fresh = fixrender.render_fix(overrides, "megatron-lm")
     given = {k: v for k, v in (given or {}).items() if isinstance(v, str) and v}
     env = given.get("env") or fresh.get("env", "")
-    config = [o for o in overrides if not o.key.startswith(("env.", "launch."))]
     flags = [fixrender.mlm_flag(o) or f"# no Megatron-LM flag known for {fixrender.comment_safe(o.key)}"
-             for o in config]
+             for o in _config(overrides)]
     return {
         "cli": _lines(env, given.get("cli") or fresh["cli"]),
         "python": given.get("python") or fresh["python"],

@@ -7,8 +7,6 @@ The store is read in a worker thread (``diagnose.fleet.report``); every value sh
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -17,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from diagnose.model import DiagnoseError
+from diagnose.present.fleet_render import day
 from diagnose.present.safe import inert
 
 
@@ -42,12 +41,9 @@ class FleetScreen(Screen[list[str] | None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Fleet store {inert(self.store_path)}: loading…"), id="fleet-status")
         with TabbedContent(id="fleet-tabs"):
-            with TabPane("Classes", id="tab-classes"):
-                yield DataTable(id="classes", cursor_type="row", zebra_stripes=True)
-            with TabPane("Nodes", id="tab-nodes"):
-                yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
-            with TabPane("Jobs", id="tab-jobs"):
-                yield DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+            for name in ("classes", "nodes", "jobs"):
+                with TabPane(name.capitalize(), id=f"tab-{name}"):
+                    yield DataTable(id=name, cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -131,7 +127,7 @@ def _cell(value: object, style: str = "") -> Text:
 
 
 def class_row(c) -> tuple[Text, ...]:
-    return (_cell(c.signature), _cell(c.jobs), _cell(f"{c.gpu_hours:.1f}"), _cell(_day(c.last_seen)),
+    return (_cell(c.signature), _cell(c.jobs), _cell(f"{c.gpu_hours:.1f}"), _cell(day(c.last_seen)),
             _cell(c.trend, "bold" if c.trend in ("new", "rising") else ""), _cell(c.title[:80]))
 
 
@@ -142,11 +138,7 @@ def node_row(n) -> tuple[Text, ...]:
 
 def job_row(j) -> tuple[Text, ...]:
     return (_cell(j.job_id or j.job_key[:24]), _cell(j.name), _cell(j.user), _cell(j.state or j.status),
-            _cell(j.signature or ""), _cell(_day(j.end_ts)))
-
-
-def _day(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+            _cell(j.signature or ""), _cell(day(j.end_ts)))
 
 
 def fleet_app(store_path: str, since: str, rules_dirs: list[str]):
@@ -157,7 +149,6 @@ def fleet_app(store_path: str, since: str, rules_dirs: list[str]):
         def __init__(self) -> None:
             # ``slurm`` set: the main screen's "j" binding is enabled, and comes back to this list (open_jobs)
             super().__init__([], slurm=(since, None), rules_dirs=rules_dirs)
-            self.fleet_store = store_path
 
         def open_jobs(self) -> None:
             self.push_screen(FleetScreen(store_path, since), self._open_fleet_job)

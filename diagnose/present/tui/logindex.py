@@ -49,13 +49,8 @@ class LogIndex:
     the index. ``on_progress`` is called from the builder thread after each chunk.
     """
 
-    def __init__(
-        self,
-        path: str,
-        chunk_bytes: int = CHUNK_BYTES,
-        gate: threading.Event | None = None,
-        on_progress: Callable[[LogIndex], None] | None = None,
-    ) -> None:
+    def __init__(self, path: str, chunk_bytes: int = CHUNK_BYTES, gate: threading.Event | None = None,
+                 on_progress: Callable[[LogIndex], None] | None = None) -> None:
         self.path = path
         self._inputs = contextlib.ExitStack()  # ingest's open input (and temp file of a compressed one) until close()
         self.size = 0

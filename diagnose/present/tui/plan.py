@@ -358,9 +358,7 @@ class PlanScreen(Screen):
     def _selected_change(self) -> tuple[int, list[Override]]:
         plans = self.plan_rows()
         row = self.query_one("#plans", DataTable).cursor_row
-        if not (0 <= row < len(plans)):
-            return row, []
-        return row, list(plans[row].overrides)
+        return row, list(plans[row].overrides) if 0 <= row < len(plans) else []
 
     def action_copy_plan(self) -> None:
         """``c``: the highlighted plan's change (Bridge CLI words, export lines) to the clipboard, made inert."""

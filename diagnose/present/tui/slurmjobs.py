@@ -157,9 +157,3 @@ class JobsScreen(Screen[str | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
-
-
-def slurm_app(rules_dirs: list[str], since: str = "1d", user: str | None = None):
-    from diagnose.present.tui.app import DiagnoseApp
-
-    return DiagnoseApp([], slurm=(since, user), rules_dirs=rules_dirs)
