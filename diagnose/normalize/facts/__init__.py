@@ -9,8 +9,8 @@ follow it (the block the engine captured, e.g. the ChildFailedError summary or a
 possibly empty. It returns a plain dict (sizes as ints in bytes, times in ms as their names say) or None when the
 line is not in that parser's format. A parser never raises: bad input gives None.
 
-Renderers (``oom.format_cuda_oom`` ...) print a fact back in the program's own words; tests check that parsing a
-rendered fact gives the fact back.
+The renderers that print a fact back in the program's own words live in tests/fact_renderers.py (only the tests use
+them): parsing a rendered fact gives the fact back.
 """
 
 from __future__ import annotations
