@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.normalize.facts.oom import _DOCS_OLD, _HINT_SPLIT_NEW, _HINT_SPLIT_OLD
+from diagnose.normalize.facts.oom import _HINT_SPLIT_NEW, _HINT_SPLIT_OLD
+
+_DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"  # max_split_size_mb hints' tail
 
 
 def format_size(n: int) -> str:

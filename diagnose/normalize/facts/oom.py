@@ -64,9 +64,7 @@ _HINT_EXPANDABLE = re.compile(
 )
 _HINT_SPLIT_NEW = " If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation."
 _HINT_SPLIT_OLD = " If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
-_DOCS_URL_DEFAULT = "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables"
 _DOCS_NEW = re.compile(r"  See documentation for Memory Management  \((?P<url>[^()\s]+)\)")
-_DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
 
 KEYS = (
     "exception", "device", "template", "capacity_typo", "gpu", "requested_bytes", "total_bytes", "free_bytes",

@@ -39,10 +39,6 @@ _TITLE = re.compile(r"\s*(?P<script>.+) FAILED\s*$")
 ENTRY_KEYS = ("index", "time", "host", "rank", "local_rank", "exitcode", "pid", "signal", "error_file", "traceback")
 
 
-def _entry(index: int) -> dict[str, Any]:
-    return {**dict.fromkeys(ENTRY_KEYS), "index": index}
-
-
 def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
     """Facts of a ChildFailedError summary; ``lines`` may start anywhere before its ``====`` border."""
     out: dict[str, Any] = {"script": None, "failures": [], "root_cause": None, "no_other_failures": False}
@@ -76,7 +72,7 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
             continue
         index = _INDEX.match(text)
         if index is not None and section is not None:
-            current, last_key = _entry(int(index.group("i"))), None
+            current, last_key = {**dict.fromkeys(ENTRY_KEYS), "index": int(index.group("i"))}, None
             if section == "root":
                 out["root_cause"] = current
             else:
