@@ -36,9 +36,7 @@ _EXCEPTION = re.compile(r"\s{0,8}(?P<type>[A-Za-z_][\w.]{0,255}): ?(?P<msg>.*)$"
 
 
 def _text(item: LogLine | str | Any) -> str:
-    if isinstance(item, LogLine):
-        return item.text
-    return item if isinstance(item, str) else str(item)
+    return item.text if isinstance(item, LogLine) else str(item)
 
 
 def _safe(fn: Callable[[str, list[str]], dict[str, Any] | None]) -> Parser:
