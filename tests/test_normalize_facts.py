@@ -4,29 +4,27 @@ from __future__ import annotations
 
 import re
 
+from fact_renderers import (
+    format_cuda_error_oom,
+    format_cuda_oom,
+    format_nccl_error,
+    format_nccl_watchdog,
+    format_size,
+    format_torchrun_agent,
+    format_torchrun_failure,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.model import LogLine
 from diagnose.normalize import normalize_line
 from diagnose.normalize.facts import PARSERS
-from diagnose.normalize.facts.nccl import (
-    format_nccl_error,
-    format_nccl_watchdog,
-    parse_nccl_error,
-    parse_nccl_warn,
-    parse_nccl_watchdog,
-)
+from diagnose.normalize.facts.nccl import parse_nccl_error, parse_nccl_warn, parse_nccl_watchdog
 from diagnose.normalize.facts.oom import KEYS as OOM_KEYS
-from diagnose.normalize.facts.oom import format_cuda_error_oom, format_cuda_oom, parse_cuda_error_oom, parse_cuda_oom
-from diagnose.normalize.facts.sizes import format_size, parse_size
+from diagnose.normalize.facts.oom import parse_cuda_error_oom, parse_cuda_oom
+from diagnose.normalize.facts.sizes import parse_size
 from diagnose.normalize.facts.slurm import expand_task_list, parse_slurmstepd, parse_srun_error
-from diagnose.normalize.facts.torchrun import (
-    format_torchrun_agent,
-    format_torchrun_failure,
-    parse_torchrun_agent,
-    parse_torchrun_failure,
-)
+from diagnose.normalize.facts.torchrun import parse_torchrun_agent, parse_torchrun_failure
 
 GiB, MiB = 1 << 30, 1 << 20
 

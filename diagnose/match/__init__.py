@@ -41,9 +41,7 @@ def all_captures() -> list[CaptureSpec]:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a stage still being written must not break matching
             continue
-        for spec in getattr(module, "CAPTURES", None) or []:
-            if isinstance(spec, CaptureSpec):
-                specs.append(spec)
+        specs.extend(spec for spec in getattr(module, "CAPTURES", None) or [] if isinstance(spec, CaptureSpec))
     return specs
 
 
@@ -61,10 +59,12 @@ def scan_and_match(
     picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give the same answer.
     """
     from diagnose.match.attribution import attribute_ranks
+    from diagnose.match.collective_skew import mark_collective_skew
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
     from diagnose.match.ranking import rank
+    from diagnose.match.silent_ranks import mark_silent_ranks
 
     if captures is None:
         captures = all_captures()
@@ -73,10 +73,8 @@ def scan_and_match(
     hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
     findings, root = rank(group_hits(hits, catalogue.inferences))
     attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
-    from diagnose.match.silent_ranks import mark_silent_ranks  # noqa: PLC0415 - silent NCCL ranks (QA #13)
-    mark_silent_ranks(findings, root)
-    from diagnose.match.collective_skew import mark_collective_skew  # noqa: PLC0415 - desynced/straggling ranks
-    mark_collective_skew(findings, root)
+    mark_silent_ranks(findings, root)  # NCCL ranks that never reported (QA #13)
+    mark_collective_skew(findings, root)  # desynced and straggling ranks
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 

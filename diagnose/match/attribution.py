@@ -122,11 +122,9 @@ def _fill_from_facts(findings: list[Finding], tasks_are_ranks: bool) -> None:
 
 
 def _summary_for_root(findings: list[Finding], root_index: int | None) -> None:
-    if root_index is None:
+    if root_index is None or findings[root_index].ranks:
         return
     root = findings[root_index]
-    if root.ranks:
-        return
     rc = _summary_root(findings)
     if rc is None:
         return

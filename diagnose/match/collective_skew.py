@@ -29,6 +29,7 @@ from diagnose.coerce import as_int
 from diagnose.match.hang import ranks_phrase
 from diagnose.model import Finding, rank_runs
 from diagnose.normalize.facts.nccl import last_match
+from diagnose.normalize.facts.slurm import expand_task_list
 
 NCCL_TIMEOUT = "nccl_timeout"
 FACT = "collective_groups"  # kept on a finding only while ranks disagree; the summary as JSON
@@ -112,19 +113,6 @@ def summary_fact(summary: CollectiveSummary) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------- deciding
 
 
-def _expand(runs: Any) -> set[int]:
-    """"0-16,18" -> {0..16, 18}; anything malformed or past MAX_RANK is dropped."""
-    out: set[int] = set()
-    if not isinstance(runs, str):
-        return out
-    for part in runs.split(","):
-        lo, _, hi = part.partition("-")
-        a, b = _int(lo), _int(hi) if hi else _int(lo)
-        if a is not None and b is not None and 0 <= a <= b < MAX_RANK:
-            out.update(range(a, b + 1))
-    return out
-
-
 def _entries(findings: Iterable[Finding]) -> Iterator[dict[str, Any]]:
     """The summary entries the findings carry (malformed ones skipped)."""
     for f in findings:
@@ -144,7 +132,8 @@ def _pooled(findings: Iterable[Finding]) -> dict[Key, set[int]]:
         key = tuple(e.get(name) for name in FIELDS)
         if key[0] is None:
             key = (0, *key[1:])
-        pooled.setdefault(key, set()).update(_expand(e.get("ranks")))
+        # the ranks as summary_fact wrote them ("0-16,18"); a rank past MAX_RANK is not believed
+        pooled.setdefault(key, set()).update(r for r in expand_task_list(str(e.get("ranks", ""))) if r < MAX_RANK)
     return pooled
 
 

@@ -7,6 +7,7 @@ warning; it never stops the scan.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 
@@ -125,14 +126,10 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         loose = window_rx = None
         loosened = loosen(spec.regex) if spec.regex else None
         if loosened is not None:
-            try:
+            with contextlib.suppress(regex.error, TypeError, ValueError):
                 loose = regex.compile(loosened)
-            except (regex.error, TypeError, ValueError):
-                pass
-            try:
+            with contextlib.suppress(re.error, ValueError):
                 window_rx = re.compile(loosened.encode("ascii"))
-            except (re.error, ValueError):
-                pass
         compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8"), loose, window_rx))
 
     anchors = list(anchor_index)

@@ -141,11 +141,7 @@ def _groups(by_rank: dict[int, FrDump], world_size: int | None) -> dict[str, _Gr
                 groups[name].completed_upto[rank] = status.last_completed
             if name in groups and status.last_enqueued is not None:
                 groups[name].enqueued_upto[rank] = status.last_enqueued
-    widest: set[int] = set()
-    for d in by_rank.values():
-        for grp in d.groups.values():
-            if grp.ranks and len(grp.ranks) > len(widest):
-                widest = set(grp.ranks)
+    widest = max((set(grp.ranks or ()) for d in by_rank.values() for grp in d.groups.values()), key=len, default=set())
     # global ranks are 0..world-1: the default group holds every rank up to the highest one that dumped
     widest.update(range(max(by_rank) + 1))
     if world_size and 0 < world_size <= MAX_WORLD:
@@ -164,10 +160,7 @@ def _groups(by_rank: dict[int, FrDump], world_size: int | None) -> dict[str, _Gr
 
 
 def _world(by_rank: dict[int, FrDump], groups: dict[str, _Group]) -> int:
-    ranks = set(by_rank)
-    for g in groups.values():
-        ranks.update(g.members)
-    return max(ranks) + 1 if ranks else 0
+    return max(set(by_rank).union(*(g.members for g in groups.values())), default=-1) + 1
 
 
 # ---------------------------------------------------------------------------------------- divergence

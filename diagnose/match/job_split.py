@@ -123,10 +123,6 @@ def _split_one_input(units: list[Unit]) -> list[JobGroup]:
     return joined + rest
 
 
-def _rank_clash(a: JobGroup, b: JobGroup) -> bool:
-    return bool(a.failure_ranks & b.failure_ranks)
-
-
 def plan_jobs(units: list[Unit]) -> list[JobGroup] | None:
     """The jobs, in input order, or None when the inputs read as one job (today's single report)."""
     by_arg: dict[int, list[Unit]] = {}
@@ -139,7 +135,7 @@ def plan_jobs(units: list[Unit]) -> list[JobGroup] | None:
             if home is None:
                 # no shared job id: it joins the one job it can belong to (one side names no job id, nothing
                 # disagrees, no rank fails in both); with two or more candidates it cannot tell: its own job
-                fits = [t for t in groups if _fits(t, g.identity) and not _rank_clash(t, g)
+                fits = [t for t in groups if _fits(t, g.identity) and not t.failure_ranks & g.failure_ranks
                         and not (_has_join(t.identity) and _has_join(g.identity))]
                 home = fits[0] if len(fits) == 1 else None
             if home is None:

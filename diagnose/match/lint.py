@@ -29,6 +29,7 @@ from pathlib import Path
 
 import regex
 
+from diagnose.inert import shorten
 from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
 from diagnose.normalize.facts import PARSERS
@@ -325,7 +326,7 @@ def _lint_rule(rule: Rule, strict: bool) -> list[LintProblem]:
                 for m in matches:
                     used[i] = True
                     if p.anchor not in m.group(0):
-                        err(f"pattern {i + 1}: anchor {p.anchor!r} is not in its match {_short(m.group(0))!r}")
+                        err(f"pattern {i + 1}: anchor {p.anchor!r} is not in its match {shorten(m.group(0), 80)!r}")
     for i, was_used in enumerate(used):
         if compiled[i] is not None and rule.examples_match and not was_used:
             err(f"pattern {i + 1}: no 'match' example exercises it", "warning")
@@ -382,7 +383,3 @@ def _codes(rule: Rule, example: str, catalogue: Catalogue) -> list[str]:
     # The pure-Python phase-1 backend gives the same answers as hyperscan/re2 (the engine's own tests hold it to
     # that) without compiling a multi-pattern database per example.
     return [f.rule for f in match_text(example, catalogue, backend="python").findings]
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

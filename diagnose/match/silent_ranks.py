@@ -60,9 +60,7 @@ def mark_silent_ranks(findings: list[Finding], root_index: int | None) -> None:
         return
     reported = {r for i in timeouts for r in findings[i].ranks if isinstance(r, int)}
     world = world_size(findings)
-    if world is None:
-        return
-    missing = silent_ranks(reported, world)
+    missing = silent_ranks(reported, world) if world is not None else []
     if not missing:
         return
     lead = root_index if root_index in timeouts else timeouts[0]

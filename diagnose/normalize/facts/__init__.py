@@ -9,8 +9,8 @@ follow it (the block the engine captured, e.g. the ChildFailedError summary or a
 possibly empty. It returns a plain dict (sizes as ints in bytes, times in ms as their names say) or None when the
 line is not in that parser's format. A parser never raises: bad input gives None.
 
-Renderers (``oom.format_cuda_oom`` ...) print a fact back in the program's own words; tests check that parsing a
-rendered fact gives the fact back.
+The renderers that print a fact back in the program's own words live in tests/fact_renderers.py (only the tests use
+them): parsing a rendered fact gives the fact back.
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ _EXCEPTION = re.compile(r"\s{0,8}(?P<type>[A-Za-z_][\w.]{0,255}): ?(?P<msg>.*)$"
 
 
 def _text(item: LogLine | str | Any) -> str:
-    if isinstance(item, LogLine):
-        return item.text
-    return item if isinstance(item, str) else str(item)
+    return item.text if isinstance(item, LogLine) else str(item)
 
 
 def _safe(fn: Callable[[str, list[str]], dict[str, Any] | None]) -> Parser:

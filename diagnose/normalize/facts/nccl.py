@@ -26,7 +26,6 @@ _WORK = re.compile(
     r"Timeout\(ms\)=(?P<timeout>\d+)\)"
 )
 _RAN_FOR = re.compile(r" ran for (?P<ran>\d+) milliseconds before timing out\.")
-_WATCHDOG_TEXT = "Watchdog caught collective operation timeout: "
 
 WATCHDOG_KEYS = ("prefix_style", "rank", "pg", "pg_guid", "pg_desc", "seq_num", "op_type", "numel_in", "numel_out",
                  "timeout_ms", "ran_for_ms")
@@ -70,26 +69,6 @@ def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
     return out
 
 
-def format_nccl_watchdog(f: dict[str, Any]) -> str:
-    style = f.get("prefix_style")
-    if style == "pg_id":
-        desc = f"({f['pg_desc']})" if f.get("pg_desc") is not None else ""
-        prefix = f"[PG ID {f['pg']} PG GUID {f['pg_guid']}{desc} Rank {f['rank']}] "
-    elif style == "pg":
-        prefix = f"[PG {f['pg']} Rank {f['rank']}] "
-    elif style == "rank":
-        prefix = f"[Rank {f['rank']}] "
-    else:
-        prefix = ""
-    text = (
-        f"{prefix}{_WATCHDOG_TEXT}WorkNCCL(SeqNum={f['seq_num']}, OpType={f['op_type']}, "
-        f"NumelIn={f['numel_in']}, NumelOut={f['numel_out']}, Timeout(ms)={f['timeout_ms']})"
-    )
-    if f.get("ran_for_ms") is not None:
-        text += f" ran for {f['ran_for_ms']} milliseconds before timing out."
-    return text
-
-
 # ------------------------------------------------------------------------------------------- NCCL error
 
 _NCCL_ERROR = re.compile(
@@ -124,17 +103,6 @@ def parse_nccl_error(text: str, context: Iterable[str] = ()) -> dict[str, Any] |
             out["last_error"] = lines[i + 1]
             break
     return out
-
-
-def format_nccl_error(f: dict[str, Any]) -> list[str]:
-    """The lines an NCCL error prints (first line, detail, ``Last error:`` and its line)."""
-    exc = f"{f['exception']}: " if f.get("exception") else ""
-    lines = [f"{exc}NCCL error in: {f['file']}:{f['line']}, {f['reason']}, NCCL version {f['version']}"]
-    if f.get("code") is not None:
-        lines.append(f"{f['code']}: {f['detail']}" if f.get("detail") else f"{f['code']}: ")
-    if f.get("last_error") is not None:
-        lines += ["Last error:", f["last_error"]]
-    return lines
 
 
 # ------------------------------------------------------------------------------------------- NCCL WARN

@@ -12,8 +12,8 @@ Templates (see ../shared/knowledge/megatron-core.md section 5):
   [L allowed; ]R reserved in total by PyTorch) <hint>`` (before 1.4: ``R cached)``).
 * ROCm: ``HIP out of memory.`` in the same templates.
 
-The fact dict always has the same keys (None when the message does not say); ``format_cuda_oom`` renders it back
-to the exact message so that ``parse_cuda_oom(format_cuda_oom(f)) == f``.
+The fact dict always has the same keys (None when the message does not say); tests/fact_renderers.py renders it
+back to the exact message so that ``parse_cuda_oom(format_cuda_oom(f)) == f``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from diagnose.normalize.facts.sizes import SIZE_PATTERN, format_size, parse_size
+from diagnose.normalize.facts.sizes import SIZE_PATTERN, parse_size
 
 S = SIZE_PATTERN
 
@@ -64,9 +64,7 @@ _HINT_EXPANDABLE = re.compile(
 )
 _HINT_SPLIT_NEW = " If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation."
 _HINT_SPLIT_OLD = " If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
-_DOCS_URL_DEFAULT = "https://pytorch.org/docs/stable/notes/cuda.html#environment-variables"
 _DOCS_NEW = re.compile(r"  See documentation for Memory Management  \((?P<url>[^()\s]+)\)")
-_DOCS_OLD = "  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
 
 KEYS = (
     "exception", "device", "template", "capacity_typo", "gpu", "requested_bytes", "total_bytes", "free_bytes",
@@ -162,58 +160,6 @@ def _parse_old(out: dict[str, Any], m: re.Match, rest: str) -> None:
         out["hint"] = "max_split_size_mb"
 
 
-def format_cuda_oom(f: dict[str, Any]) -> str:
-    """The message PyTorch would print for these facts (the inverse of parse_cuda_oom)."""
-    parts = []
-    if f.get("exception"):
-        parts.append(f"{f['exception']}: ")
-    parts.append(f"{f.get('device') or 'CUDA'} out of memory. Tried to allocate {format_size(f['requested_bytes'])}")
-    if f.get("template") == "<=2.0":
-        allowed = f"{format_size(f['allowed_bytes'])} allowed; " if f.get("allowed_bytes") is not None else ""
-        word = "cached" if f.get("old_reserved_word") == "cached" else "reserved in total by PyTorch"
-        parts.append(
-            f" (GPU {f['gpu']}; {format_size(f['total_bytes'])} total capacity; "
-            f"{format_size(f['allocated_bytes'])} already allocated; {format_size(f['free_bytes'])} free; "
-            f"{allowed}{format_size(f['reserved_bytes'])} {word})"
-        )
-        if f.get("hint") == "max_split_size_mb":
-            parts.append(_HINT_SPLIT_OLD + _DOCS_OLD)
-        return "".join(parts)
-    if f.get("template") != "2.1+":
-        return "".join(parts)
-    cap = "capacty" if f.get("capacity_typo") else "capacity"
-    parts.append(
-        f". GPU {f['gpu']} has a total {cap} of {format_size(f['total_bytes'])} of which "
-        f"{format_size(f['free_bytes'])} is free. "
-    )
-    if f.get("process_in_use_bytes") is not None:
-        used = format_size(f["process_in_use_bytes"])
-        parts.append(f"Including non-PyTorch memory, this process has {used} memory in use. ")
-    for other in f.get("other_processes") or []:
-        parts.append(f"Process {other['pid']} has {format_size(other['bytes'])} memory in use. ")
-    if f.get("allowed_bytes") is not None:
-        parts.append(f"{format_size(f['allowed_bytes'])} allowed; ")
-    if f.get("allocated_bytes") is not None and f.get("reserved_unallocated_bytes") is not None:
-        pool = ""
-        if f.get("private_pool_bytes") is not None:
-            pool = f"with {format_size(f['private_pool_bytes'])} allocated in private pools (e.g., CUDA Graphs), "
-        parts.append(
-            f"Of the allocated memory {format_size(f['allocated_bytes'])} is allocated by PyTorch, {pool}"
-            f"and {format_size(f['reserved_unallocated_bytes'])} is reserved by PyTorch but unallocated."
-        )
-    if f.get("hint") == "expandable_segments":
-        env = f.get("alloc_conf_env") or "PYTORCH_CUDA_ALLOC_CONF"
-        parts.append(
-            f" If reserved but unallocated memory is large try setting {env}=expandable_segments:True to avoid "
-            "fragmentation."
-        )
-        if f.get("docs_url"):
-            parts.append(f"  See documentation for Memory Management  ({f['docs_url']})")
-    elif f.get("hint") == "max_split_size_mb":
-        parts.append(_HINT_SPLIT_NEW + _DOCS_OLD)
-    return "".join(parts)
-
-
 def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:
     """``RuntimeError: CUDA error: out of memory`` (a non-allocator OOM: cuBLAS/NCCL/kernel launch)."""
     at = text.find(" error: out of memory")
@@ -224,8 +170,3 @@ def parse_cuda_error_oom(text: str) -> dict[str, Any] | None:
             start = at - len(device)
             return {"exception": exception_before(text, start), "device": device, "kind": "cuda_error"}
     return None
-
-
-def format_cuda_error_oom(f: dict[str, Any]) -> str:
-    exc = f"{f['exception']}: " if f.get("exception") else ""
-    return f"{exc}{f.get('device') or 'CUDA'} error: out of memory"

@@ -1,4 +1,4 @@
-"""Memory sizes as PyTorch prints them (``c10::CachingAllocator::format_size``) and back, in bytes."""
+"""Memory sizes as PyTorch prints them (``c10::CachingAllocator::format_size``) read back in bytes."""
 
 from __future__ import annotations
 
@@ -30,14 +30,3 @@ def parse_size(text: str) -> int | None:
     if unit is None:
         return None
     return int(round(float(m.group(1)) * unit))
-
-
-def format_size(n: int) -> str:
-    """Exactly PyTorch's format_size: fixed two decimals, binary units, ``N bytes`` up to 1024."""
-    if n <= 1024:
-        return f"{n} bytes"
-    if n <= 1048576:
-        return f"{n / 1024:.2f} KiB"
-    if n <= 1073741824:
-        return f"{n / 1048576:.2f} MiB"
-    return f"{n / 1073741824:.2f} GiB"

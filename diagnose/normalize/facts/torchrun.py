@@ -39,10 +39,6 @@ _TITLE = re.compile(r"\s*(?P<script>.+) FAILED\s*$")
 ENTRY_KEYS = ("index", "time", "host", "rank", "local_rank", "exitcode", "pid", "signal", "error_file", "traceback")
 
 
-def _entry(index: int) -> dict[str, Any]:
-    return {**dict.fromkeys(ENTRY_KEYS), "index": index}
-
-
 def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
     """Facts of a ChildFailedError summary; ``lines`` may start anywhere before its ``====`` border."""
     out: dict[str, Any] = {"script": None, "failures": [], "root_cause": None, "no_other_failures": False}
@@ -76,7 +72,7 @@ def parse_torchrun_failure(lines: Iterable[str]) -> dict[str, Any] | None:
             continue
         index = _INDEX.match(text)
         if index is not None and section is not None:
-            current, last_key = _entry(int(index.group("i"))), None
+            current, last_key = {**dict.fromkeys(ENTRY_KEYS), "index": int(index.group("i"))}, None
             if section == "root":
                 out["root_cause"] = current
             else:
@@ -109,37 +105,6 @@ def _set_field(entry: dict[str, Any], key: str, value: str) -> None:
     entry[key] = value
 
 
-def _format_entry(e: dict[str, Any]) -> list[str]:
-    signal = f"  ({e['signal']})" if e.get("signal") else ""
-    return [
-        f"[{e['index']}]:",
-        f"  time      : {e['time']}",
-        f"  host      : {e['host']}",
-        f"  rank      : {e['rank']} (local_rank: {e['local_rank']})",
-        f"  exitcode  : {e['exitcode']} (pid: {e['pid']}){signal}",
-        f"  error_file: {e['error_file']}",
-    ] + _format_traceback(e["traceback"])
-
-
-def _format_traceback(value: Any) -> list[str]:
-    first, *rest = str(value).split("\n")
-    return [f"  traceback : {first}"] + [f"    {line}" for line in rest]
-
-
-def format_torchrun_failure(f: dict[str, Any]) -> list[str]:
-    """The summary block torch prints for these facts (border width fixed at 60)."""
-    out = ["=" * 60, f"{f['script']} FAILED", "-" * 60, "Failures:"]
-    if f.get("no_other_failures"):
-        out.append("  <NO_OTHER_FAILURES>")
-    for e in f.get("failures") or []:
-        out += _format_entry(e)
-    out += ["-" * 60, "Root Cause (first observed failure):"]
-    if f.get("root_cause") is not None:
-        out += _format_entry(f["root_cause"])
-    out.append("=" * 60)
-    return out
-
-
 _AGENT_FAILED = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>-?\d+) \(pid: (?P<pid>\d+)\) "
     r"of binary: (?P<binary>\S+)"
@@ -170,17 +135,3 @@ def parse_torchrun_agent(text: str) -> dict[str, Any] | None:
             "max_restarts": int(m.group("max")),
         }
     return None
-
-
-def format_torchrun_agent(f: dict[str, Any]) -> str:
-    if f["event"] == "worker_failed":
-        return (
-            f"failed (exitcode: {f['exitcode']}) local_rank: {f['local_rank']} (pid: {f['pid']}) "
-            f"of binary: {f['binary']}"
-        )
-    if f["event"] == "closing_signal":
-        return f"Sending process {f['pid']} closing signal {f['signal']}"
-    return (
-        f"[{f['role']}] Worker group FAILED. {f['attempts_left']}/{f['max_restarts']} attempts left; "
-        "will restart worker group"
-    )
