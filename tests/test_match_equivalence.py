@@ -14,6 +14,7 @@ import regex
 from conftest import make_catalogue, make_rule
 
 from diagnose.match import TextSource, all_captures, scan_and_match
+from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import faulthandler_frames
@@ -116,7 +117,8 @@ def generate_log(catalogue: Catalogue, seed: int, noise_lines: int = 3000) -> st
 
 def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str, int, str]]:
     """(rule code, line number, phase) for every line, by brute force."""
-    raw_lines = text.encode().split(b"\n")
+    raw = text.encode()
+    raw_lines = raw.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
     lines = [normalize_line(decode(b), path, i + 1) for i, b in enumerate(raw_lines)]
@@ -130,7 +132,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
         by_stream.setdefault(ll.stream, []).append(i)
         text_i = ll.text
         for rule, rxs in reversed(rules):
-            if not any(rx.search(text_i) for rx in rxs):
+            found = next((m for m in (rx.search(text_i) for rx in rxs) if m), None)
+            if found is None:
                 continue
             ctx = rule.context
             frames: list[str] | None = None
@@ -154,7 +157,15 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 window = raw_lines[max(0, i - ctx.before_window) : i]
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
+            if ctx.not_on_command_line:
+                groups = {k: v or "" for k, v in found.groupdict().items()}
+                start = sum(len(b) + 1 for b in raw_lines[:i])
+                if not options_not_typed(raw, start, groups.get("prog", ""), groups.get(ctx.not_on_command_line, ""),
+                                         {}):
+                    continue
             phase = rule.phase if rule.phase != "auto" else phases.phase_of(line=ll, frames=frames, markers=markers)
+            if phase in (None, "unknown") and rule.phase_when_unknown:
+                phase = rule.phase_when_unknown
             hits.append((rule.code, ll.lineno, phase))
             break
         for s in specs:
