@@ -77,12 +77,18 @@ class CheckResult:
         return {"schema": CHECK_SCHEMA, "replay": self.replay.to_dict(), "memory": self.memory.to_dict()}
 
 
+def load_view(path: str) -> ConfigView:
+    from diagnose.explain.config import load_config
+
+    return load_config(path)
+
+
 def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None) -> ConfigView:
     """The config as loaded, with the ``--set`` overrides, the GPU count and the release's defaults."""
-    from diagnose.explain.config import apply_defaults, apply_overrides, load_config, parse_set
+    from diagnose.explain.config import apply_defaults, apply_overrides, parse_set
     from diagnose.explain.config.keycheck import check_overrides
 
-    view = load_config(path)
+    view = load_view(path)
     overrides = [parse_set(s) for s in sets]
     check_overrides(overrides)
     if overrides:
@@ -375,4 +381,4 @@ def _from_log(path: str) -> tuple[Any, Report]:
 
 
 __all__ = ["CheckRequest", "CheckResult", "PlanRequest", "PlanResult", "ReplayOutcome", "ReplayRequest", "check",
-           "fix_text", "plan", "prepare_view", "replay_config"]
+           "fix_text", "load_view", "plan", "prepare_view", "replay_config"]

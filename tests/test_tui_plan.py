@@ -15,8 +15,8 @@ import pytest
 from test_tui_reports import copy_log, ddp_wrap_oom_report, run_async
 from textual.widgets import DataTable, Input, Static
 
-from diagnose.checking import Validation
-from diagnose.explain.config import ConfigView, load_config
+from diagnose.checking import Validation, load_view
+from diagnose.explain.config import ConfigView
 from diagnose.explain.render import cli_line, env_line, inline_fix
 from diagnose.explained import ReplayResult, ValidationResult, Violation
 from diagnose.memory_types import MemoryOption
@@ -46,7 +46,7 @@ def _analytic_counts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def plan_app(gpus: int = 8, capacity: int = 80 * GIB, **kw) -> PlanApp:
-    return PlanApp(load_config(str(CONFIG)), gpus, capacity, title="llama8b_bridge.yaml",
+    return PlanApp(load_view(str(CONFIG)), gpus, capacity, title="llama8b_bridge.yaml",
                    capacity_label="--gpu-memory 80GiB", real_mcore=False, **kw)
 
 
@@ -127,7 +127,7 @@ def test_shown_what_ifs_typed_back_give_the_same_overrides(typed: str) -> None:
 
 
 def test_compute_matches_diagnose_check_and_never_raises() -> None:
-    view = load_config(str(CONFIG))
+    view = load_view(str(CONFIG))
     result = compute(PlanRequest(view, 8, 80 * GIB, real_mcore=False))
     assert result.error is None and result.replay is not None and result.replay.passes
     given = result.memory.given
@@ -143,7 +143,7 @@ def test_the_plan_starts_from_a_copy_of_the_reports_typed_config() -> None:
     from diagnose.model import Report
     from diagnose.present.tui.app import DiagnoseApp
 
-    view = load_config(str(CONFIG))
+    view = load_view(str(CONFIG))
     app = DiagnoseApp(report=Report(config=view))
     got = app.plan_view()
     assert got is not None and got is not view and got.model_target == view.model_target
@@ -275,7 +275,7 @@ async def test_escape_leaves_the_standalone_plan() -> None:
 
 def report_with_config(log: Path) -> Report:
     report = ddp_wrap_oom_report(log)
-    view = load_config(str(CONFIG))
+    view = load_view(str(CONFIG))
     view.set("launch.world_size", 8, "log:3")
     report.config = view
     return report
@@ -416,7 +416,7 @@ def test_plan_fixture_mirrors_the_model() -> None:
     from test_tui_reports import llama8b_plan_result
 
     fixed = llama8b_plan_result()
-    live = compute(PlanRequest(load_config(str(CONFIG)), 8, 80 * GIB, parse_what_if("train.micro_batch_size=2"),
+    live = compute(PlanRequest(load_view(str(CONFIG)), 8, 80 * GIB, parse_what_if("train.micro_batch_size=2"),
                                real_mcore=False))
     assert live.memory is not None and fixed.memory is not None
     fixed_given, live_given = fixed.memory.given, live.memory.given

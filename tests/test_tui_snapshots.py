@@ -56,14 +56,15 @@ def test_memory_plan_with_a_what_if(snap_compare, monkeypatch: pytest.MonkeyPatc
     """``diagnose tui --check llama8b_bridge.yaml --gpus 8 --gpu-memory 80GiB --set train.micro_batch_size=2``."""
     from test_tui_reports import llama8b_plan_result
 
-    from diagnose.explain.config import load_config, parse_set
+    from diagnose.checking import load_view
+    from diagnose.explain.config import parse_set
     from diagnose.present.tui import plan as plan_module
     from diagnose.present.tui.plan import PlanApp
 
     # fixed numbers: the snapshot pins the screen; the live memory model is tested in test_tui_plan.py
     monkeypatch.setattr(plan_module, "compute", lambda req, on_memory=None: llama8b_plan_result())
     config = Path(__file__).parent / "data" / "configs" / "llama8b_bridge.yaml"
-    app = PlanApp(load_config(str(config)), 8, 80 * 2**30, title="llama8b_bridge.yaml",
+    app = PlanApp(load_view(str(config)), 8, 80 * 2**30, title="llama8b_bridge.yaml",
                   capacity_label="--gpu-memory 80GiB", sets=[parse_set("train.micro_batch_size=2")], real_mcore=False)
 
     async def planned(pilot) -> None:

@@ -43,7 +43,8 @@ def _need_terminal() -> None:
 
 def _run_check(args) -> int:
     """``--check CONFIG``: the config is read (and bad input refused, exit 2) before the terminal is taken."""
-    from diagnose.explain.config import load_config, parse_set
+    from diagnose.checking import load_view
+    from diagnose.explain.config import parse_set
     from diagnose.present.commands.check import capacity_from_args
     from diagnose.present.tui.plan import PlanApp, gpus_from_view
 
@@ -53,7 +54,7 @@ def _run_check(args) -> int:
     if getattr(args, "gpu", None) and getattr(args, "gpu_memory", None):
         raise DiagnoseError("give --gpu or --gpu-memory, not both")
     capacity, where = capacity_from_args(args)
-    view = load_config(config)
+    view = load_view(config)
     gpus = getattr(args, "gpus", None)
     if gpus is None:
         gpus = gpus_from_view(view, 0)
