@@ -155,12 +155,6 @@ def _shapes(value: Any) -> list[list[int]]:
     return [[d for d in dims if d is not None] for dims in shapes]
 
 
-def _strs(value: Any) -> list[str]:
-    if not isinstance(value, (list, tuple)):
-        return []
-    return [_str(v) for v in value[:MAX_SHAPES] if isinstance(v, str)]
-
-
 def _frames(value: Any) -> list[FrFrame]:
     if not isinstance(value, (list, tuple)):
         return []
@@ -202,12 +196,8 @@ def _entry(e: Any, with_frames: bool = True) -> FrEntry | None:
         is_p2p=bool(is_p2p) or op.split(":")[-1] in ("send", "recv"),
         op=op,
         input_sizes=_shapes(e.get("input_sizes")),
-        output_sizes=_shapes(e.get("output_sizes")),
-        input_dtypes=_strs(e.get("input_dtypes")),
-        output_dtypes=_strs(e.get("output_dtypes")),
         state=state,
         completed=state == "completed" or bool(done_ns),
-        timeout_ms=_int(e.get("timeout_ms")),
         frames=_frames(e.get("frames")) if with_frames else [],
     )
 
@@ -240,7 +230,6 @@ def _groups(raw: dict) -> dict[str, FrGroup]:
                 continue
             g = groups.setdefault(_str(key), FrGroup(name=_str(key), desc="", ranks=None))
             g.last_enqueued = _int(value.get("last_enqueued_collective"))
-            g.last_started = _int(value.get("last_started_collective"))
             g.last_completed = _int(value.get("last_completed_collective"))
     return groups
 
