@@ -165,9 +165,7 @@ def _one_per_rank(dumps: list[DumpFile], warnings: list[str]) -> list[DumpFile]:
     chosen: dict[int, DumpFile] = {}
     for d in dumps:
         have = chosen.get(d.rank)
-        if have is None:
-            chosen[d.rank] = d
-        elif have.format == "json" and d.format == "pickle":
+        if have is None or (have.format == "json" and d.format == "pickle"):
             chosen[d.rank] = d
         elif have.format == d.format and have.path != d.path:
             warnings.append(f"two flight-recorder dumps for rank {d.rank}: using {shown(have.path)}, "

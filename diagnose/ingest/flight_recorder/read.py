@@ -26,6 +26,7 @@ import stat
 import sys
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.ingest.errors import shown
 from diagnose.ingest.flight_recorder.discover import DumpFile
 from diagnose.ingest.flight_recorder.safe_pickle import RefusedPickle, load_plain
@@ -130,14 +131,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def _int(value: Any) -> int | None:
-    if type(value) is int:  # not bool: a dump holds plain types only (safe_pickle, json)
-        return value if -MAX_INT <= value <= MAX_INT else None
-    if isinstance(value, str) and 0 < len(value) <= 20:
-        try:
-            return _int(int(value))
-        except ValueError:
-            return None
-    return None
+    n = as_int(value, max_len=20)  # an int or a string of digits (JSON's pg_status), never a bool
+    return n if n is not None and -MAX_INT <= n <= MAX_INT else None
 
 
 def _str(value: Any) -> str:
