@@ -28,6 +28,7 @@ from diagnose.ingest.slurm.output_path import (
     resolve,
 )
 from diagnose.ingest.slurm.parse import parse_sacct, split_state
+from diagnose.ingest.slurm.usage import gpus_from_tres
 from diagnose.model import DiagnoseError
 
 ENDED = "CD,CA,F,TO,OOM,NF,PR,BF,DL"  # every state a job can end in: successes are the rates' denominator
@@ -36,7 +37,6 @@ FIELDS = (
     "JobID,JobIDRaw,Cluster,JobName,User,State,ExitCode,DerivedExitCode,Start,End,ElapsedRaw,NNodes,NodeList,"
     "AllocTRES,WorkDir,SubmitLine"
 )
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +108,9 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
-    m = _GPU_TRES.search(row.get("AllocTRES"))
-    if m and int(m.group(1)) > 0:
-        return int(m.group(1))
+    gpus = gpus_from_tres(row.get("AllocTRES"))
+    if gpus:
+        return gpus
     nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None
 
