@@ -20,13 +20,7 @@ from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
 from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
-from diagnose.ingest.slurm.output_path import (
-    OutputOptions,
-    default_output,
-    expand_pattern,
-    parse_sbatch_options,
-    resolve,
-)
+from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
 from diagnose.ingest.slurm.parse import parse_sacct, split_state
 from diagnose.ingest.slurm.usage import gpus_from_tres
 from diagnose.model import DiagnoseError
@@ -136,7 +130,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     job.user, job.state, job.cancelled_by = row.get("User"), state, cancelled_by
     job.elapsed_s = as_int(row.get("ElapsedRaw"))
     job.work_dir = row.get("WorkDir")
-    options = parse_sbatch_options(row.get("SubmitLine")) if row.get("SubmitLine") else OutputOptions()
+    options = parse_sbatch_options(row.get("SubmitLine"))
     if options.output or options.error:
         job.output_route = "sacct SubmitLine (fleet bulk)"
     elif job.work_dir:

@@ -419,9 +419,7 @@ def _outputs_from_sacct(
     if "StdOut" in fields and f.get("StdOut"):
         job.output_route = "sacct StdOut"
         return OutputOptions(f.get("StdOut"), f.get("StdErr") or None)
-    routes: list[tuple[str, OutputOptions]] = []
-    if f.get("SubmitLine"):
-        routes.append(("sacct SubmitLine", parse_sbatch_options(f["SubmitLine"])))
+    routes = [("sacct SubmitLine", parse_sbatch_options(f.get("SubmitLine", "")))]
     env = runner(["sacct", "-j", job.job_id, "--env-vars"])
     if env.ok:
         values = parse_env_outputs(env.stdout)
