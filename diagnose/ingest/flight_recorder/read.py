@@ -178,21 +178,18 @@ def _entry(e: Any, with_frames: bool = True) -> FrEntry | None:
     group, desc = _pg(e)
     group, desc = sys.intern(group), sys.intern(desc)  # the same few words in every entry of every rank
     state = sys.intern(_str(e.get("state")) or "scheduled")
-    p2p_seq = _int(e.get("p2p_seq_id")) or 0
-    is_p2p = e.get("is_p2p") if isinstance(e.get("is_p2p"), bool) else False
     op = sys.intern(_str(e.get("profiling_name")))
-    done_ns = _int(e.get("time_discovered_completed_ns"))
     return FrEntry(
         record_id=_int(e.get("record_id")) or 0,
         group=group,
         group_desc=desc,
         seq=seq,
-        p2p_seq=p2p_seq,
-        is_p2p=bool(is_p2p) or op.split(":")[-1] in ("send", "recv"),
+        p2p_seq=_int(e.get("p2p_seq_id")) or 0,
+        is_p2p=e.get("is_p2p") is True or op.split(":")[-1] in ("send", "recv"),
         op=op,
         input_sizes=_shapes(e.get("input_sizes")),
         state=state,
-        completed=state == "completed" or bool(done_ns),
+        completed=state == "completed" or bool(_int(e.get("time_discovered_completed_ns"))),
         frames=_frames(e.get("frames")) if with_frames else [],
     )
 
