@@ -107,8 +107,7 @@ def _hang(report: Report, found) -> None:
 
     dumps, warnings = read_dumps(found.dumps)
     warnings = [*found.warnings, *warnings]
-    hang = analyse_dumps(dumps, warnings, world_size=world_size(report.findings))
-    if hang is not None:
+    if (hang := analyse_dumps(dumps, warnings, world_size=world_size(report.findings))) is not None:
         merge_hang(report, hang)
     report.warnings.extend(warnings)
 

@@ -102,8 +102,7 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
-    gpus = gpus_from_tres(row.get("AllocTRES"))
-    if gpus:
+    if gpus := gpus_from_tres(row.get("AllocTRES")):
         return gpus
     nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None

@@ -90,8 +90,7 @@ def _walk(folder: str) -> list[DumpFile]:
         for name in sorted(files, key=natural_key):
             if len(found) >= MAX_DUMP_FILES:
                 return found
-            dump = _candidate(os.path.join(root, name), name)
-            if dump is not None:
+            if (dump := _candidate(os.path.join(root, name), name)) is not None:
                 found.append(dump)
     return found
 
@@ -118,8 +117,7 @@ def _by_prefix(prefix: str) -> list[DumpFile]:
         rest = name[len(start):] if name.startswith(start) else ""
         m = _RANKED_NAME.match(rest)
         if m is not None and m.group("prefix") == "":
-            dump = _candidate(os.path.join(folder, name), rest)
-            if dump is not None:
+            if (dump := _candidate(os.path.join(folder, name), rest)) is not None:
                 out.append(dump)
     return out[:MAX_DUMP_FILES]
 
@@ -141,8 +139,7 @@ def find_dumps(inputs: list[str]) -> Discovery:
                 out.log_inputs.append(raw)
             continue
         if os.path.isfile(raw):
-            dump = _candidate(raw, os.path.basename(raw))
-            if dump is not None:
+            if (dump := _candidate(raw, os.path.basename(raw))) is not None:
                 out.dumps.append(dump)
             elif not looks_like_log(os.path.basename(raw)) and sniff(raw) is not None:  # which rank wrote it?
                 out.warnings.append(f"{shown(raw)}: a flight-recorder dump without a rank number in its name; "

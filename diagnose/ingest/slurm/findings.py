@@ -49,8 +49,7 @@ def findings_of_scontrol(text: str) -> list[Finding]:
 def slurm_findings(job: SlurmJob) -> list[Finding]:
     """Findings for what Slurm says about ``job``; empty for a job that completed cleanly (and is not requeued)."""
     out: list[Finding] = []
-    primary = _primary(job)
-    if primary is not None:
+    if (primary := _primary(job)) is not None:
         out.append(primary)
     if job.restarts > 0:
         out.append(_finding(job, _rule("REQUEUED"), f"Slurm requeued the job {job.restarts} time(s)"))
