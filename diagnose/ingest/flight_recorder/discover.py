@@ -63,16 +63,11 @@ def sniff(path: str) -> str | None:
     return None
 
 
-def rank_from_name(name: str) -> int | None:
-    m = _RANKED_NAME.match(name)
-    return int(m.group("rank")) if m is not None else None
-
-
 def _candidate(path: str, name: str) -> DumpFile | None:
     if name.startswith(".") or looks_like_log(name):
         return None
-    rank = rank_from_name(name)
-    if rank is None:
+    ranked = _RANKED_NAME.match(name)
+    if ranked is None:
         return None
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -80,7 +75,7 @@ def _candidate(path: str, name: str) -> DumpFile | None:
     except OSError:
         return None
     kind = sniff(path)
-    return DumpFile(path, rank, kind) if kind else None
+    return DumpFile(path, int(ranked.group("rank")), kind) if kind else None
 
 
 def _walk(folder: str) -> list[DumpFile]:
