@@ -160,8 +160,7 @@ class ReplayResult:
             out["fit"] = self.fit.to_dict()
         if self.added:
             out["extended"] = [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.added]
-        notes = [v.message for v in self.after.notes]
-        if notes:
+        if notes := [v.message for v in self.after.notes]:
             out["notes"] = notes
         out["summary"] = self.summary
         return out

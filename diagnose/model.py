@@ -436,12 +436,8 @@ class FrEntry:
     is_p2p: bool
     op: str  # profiling_name: "nccl:all_reduce", "gloo:broadcast"...
     input_sizes: list[list[int]]
-    output_sizes: list[list[int]]
-    input_dtypes: list[str]
-    output_dtypes: list[str]
     state: str  # scheduled | started | completed
     completed: bool  # state completed, or a completion time recorded
-    timeout_ms: int | None
     frames: list[FrFrame]
 
 
@@ -451,7 +447,6 @@ class FrGroup:
     desc: str
     ranks: list[int] | None  # global ranks, from pg_config; None when the dump does not say
     last_enqueued: int | None = None
-    last_started: int | None = None
     last_completed: int | None = None
 
 

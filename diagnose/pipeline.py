@@ -78,8 +78,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     report = result.report
     report.warnings[:0] = catalogue.errors
     report.warnings.extend(source_warnings)
-    hint = slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs))
-    if hint:
+    if hint := slow_scanner_hint(options.backend, sum(i.bytes for i in report.inputs)):
         report.warnings.append(hint)
     if groups and len(groups) > MAX_JOBS:
         report.warnings.append(f"these inputs hold {len(groups)} jobs (by their job ids and failing ranks): too many "
@@ -87,8 +86,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
                                "at a time")
     elif groups:
         return _per_job(groups, report, catalogue, options)
-    mixed = different_jobs_warning(report)
-    if mixed:
+    if mixed := different_jobs_warning(report):
         report.warnings.append(mixed)
     if empty:
         report.warnings.append(f"{len(empty)} of {n_sources} inputs are empty (0 bytes), e.g. "
@@ -109,8 +107,7 @@ def _hang(report: Report, found) -> None:
 
     dumps, warnings = read_dumps(found.dumps)
     warnings = [*found.warnings, *warnings]
-    hang = analyse_dumps(dumps, warnings, world_size=world_size(report.findings))
-    if hang is not None:
+    if (hang := analyse_dumps(dumps, warnings, world_size=world_size(report.findings))) is not None:
         merge_hang(report, hang)
     report.warnings.extend(warnings)
 

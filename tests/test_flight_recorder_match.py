@@ -11,9 +11,8 @@ from diagnose.model import Evidence, Finding, FrDump, FrEntry, FrFrame, FrGroup,
 def _e(seq: int, group: str = "0", desc: str = "default_pg", op: str = "nccl:all_reduce", done: bool = True,
        sizes=((8,),), frames=None) -> FrEntry:
     return FrEntry(record_id=seq * 10 + int(group or 0), group=group, group_desc=desc, seq=seq, p2p_seq=0,
-                   is_p2p=False, op=op, input_sizes=[list(s) for s in sizes], output_sizes=[list(s) for s in sizes],
-                   input_dtypes=["Float"], output_dtypes=["Float"], state="completed" if done else "scheduled",
-                   completed=done, timeout_ms=600000, frames=frames or [])
+                   is_p2p=False, op=op, input_sizes=[list(s) for s in sizes],
+                   state="completed" if done else "scheduled", completed=done, frames=frames or [])
 
 
 def _dump(rank: int, entries: list[FrEntry], groups: dict | None = None) -> FrDump:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from test_hostile_cli import ROOT
 
-from diagnose.ingest.slurm.usage import gpus_from_tres, parse_cpu_time, parse_rss
+from diagnose.ingest.slurm.parse import parse_seconds
+from diagnose.ingest.slurm.usage import gpus_from_tres, parse_rss
 
 SCHEMAS = ROOT / "schemas"
 FAKE_SACCT = """\
@@ -140,7 +141,7 @@ def test_job_view_shows_seff_figures(fake_slurm) -> None:
 def test_sacct_value_readers() -> None:
     assert parse_rss("123456K") == 123456 * 1024 and parse_rss("0") == 0 and parse_rss("") is None
     assert parse_rss("1.5G") == 3 * 2**29 and parse_rss("junk") is None
-    assert parse_cpu_time("00:00.003") == pytest.approx(0.003) and parse_cpu_time("1-02:00:00") == 93600
+    assert parse_seconds("00:00.003") == pytest.approx(0.003) and parse_seconds("1-02:00:00") == 93600
     assert gpus_from_tres("billing=8,cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1") == 8
     assert gpus_from_tres("cpu=8,gres/gpu:a100=4,gres/gpu:h100=2") == 6
     assert gpus_from_tres("cpu=8,mem=1G,node=1") == 0 and gpus_from_tres("") is None

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
-from diagnose.ingest.slurm.job import SlurmJob, SlurmRecordLine, SlurmStep
+from diagnose.ingest.slurm.job import SlurmJob, SlurmStep
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.merge import merge_slurm_findings
@@ -245,7 +245,7 @@ def test_node_lists_and_resolution():
 def _job(state: str, exit_text: str = "0:0", derived: str = "0:0", **kw) -> SlurmJob:
     job = SlurmJob(ref=JobRef(77), job_id="77", state=state, exit=parse_exit_code(exit_text),
                    derived_exit=parse_exit_code(derived), nodes="gpu01", elapsed_s=3600, time_limit_s=3600, **kw)
-    job.record = SlurmRecordLine("scontrol:77", 1, f"JobId=77 JobState={state} ExitCode={exit_text}")
+    job.record = Evidence("scontrol:77", 1, f"JobId=77 JobState={state} ExitCode={exit_text}")
     return job
 
 
@@ -271,8 +271,8 @@ def test_slurm_finding_codes_per_state():
 def test_step_failure_names_the_step():
     job = _job("COMPLETED", derived="1:0")
     job.steps = [
-        SlurmStep("77.batch", "batch", "COMPLETED", ExitStatus(0, 0), "gpu01", SlurmRecordLine("sacct:77", 3, "b")),
-        SlurmStep("77.0", "python", "FAILED", ExitStatus(1, 0), "gpu01", SlurmRecordLine("sacct:77", 4, "s")),
+        SlurmStep("77.batch", "batch", "COMPLETED", ExitStatus(0, 0), "gpu01", Evidence("sacct:77", 3, "b")),
+        SlurmStep("77.0", "python", "FAILED", ExitStatus(1, 0), "gpu01", Evidence("sacct:77", 4, "s")),
     ]
     (f,) = slurm_findings(job)
     assert f.rule == "SJ008" and f.facts["failed_step"] == "77.0" and "step 0 (python)" in f.title

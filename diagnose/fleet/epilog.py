@@ -85,11 +85,11 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
         added = store.add([record]) == 1
     line = verdict(report)
     comment_problem = None
-    if comment and report.root is not None:
+    commenting = comment and report.root is not None
+    if commenting:
         done = runner(["scontrol", "update", f"job={job.job_id}", f"comment={safe_comment(line)}"])
         comment_problem = None if done.ok else done.first_error_line()
-    return EpilogResult(job.job_id, added, line, comment and report.root is not None and comment_problem is None,
-                        comment_problem)
+    return EpilogResult(job.job_id, added, line, commenting and comment_problem is None, comment_problem)
 
 
 # While EpilogSlurmctld runs, slurmctld shows the job as COMPLETING: its final state is not recorded yet. Slurm's

@@ -53,8 +53,7 @@ def signature(report: Report) -> str | None:
     if root is None:
         return None
     if root.category == "other" and root.evidence:
-        m = _EXCEPTION.search(root.evidence[0].text)
-        if m:
+        if m := _EXCEPTION.search(root.evidence[0].text):
             return f"{root.rule}:{m.group(1)}"
     return root.rule
 

@@ -10,6 +10,7 @@ transaction.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -187,13 +188,9 @@ def _results(todo: list[Item], options: ScanOptions) -> Iterator[tuple[JobRecord
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
+    one = functools.partial(diagnose_item, rules_dirs=options.rules_dirs, replay=options.replay)
     with ctx.Pool(workers, maxtasksperchild=MAX_TASKS_PER_CHILD) as pool:
-        args = ((item, options.rules_dirs, options.replay) for item in todo)
-        yield from pool.imap_unordered(_diagnose_star, args, chunksize=1)
-
-
-def _diagnose_star(args: tuple[Item, list[str], bool]) -> tuple[JobRecord, SeenFile | None]:
-    return diagnose_item(*args)
+        yield from pool.imap_unordered(one, todo, chunksize=1)
 
 
 # ------------------------------------------------------------------------------------------ one job (worker)

@@ -20,14 +20,9 @@ from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
 from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
-from diagnose.ingest.slurm.output_path import (
-    OutputOptions,
-    default_output,
-    expand_pattern,
-    parse_sbatch_options,
-    resolve,
-)
+from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
 from diagnose.ingest.slurm.parse import parse_sacct, split_state
+from diagnose.ingest.slurm.usage import gpus_from_tres
 from diagnose.model import DiagnoseError
 
 ENDED = "CD,CA,F,TO,OOM,NF,PR,BF,DL"  # every state a job can end in: successes are the rates' denominator
@@ -36,7 +31,6 @@ FIELDS = (
     "JobID,JobIDRaw,Cluster,JobName,User,State,ExitCode,DerivedExitCode,Start,End,ElapsedRaw,NNodes,NodeList,"
     "AllocTRES,WorkDir,SubmitLine"
 )
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +102,8 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
-    m = _GPU_TRES.search(row.get("AllocTRES"))
-    if m and int(m.group(1)) > 0:
-        return int(m.group(1))
+    if gpus := gpus_from_tres(row.get("AllocTRES")):
+        return gpus
     nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None
 
@@ -136,7 +129,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     job.user, job.state, job.cancelled_by = row.get("User"), state, cancelled_by
     job.elapsed_s = as_int(row.get("ElapsedRaw"))
     job.work_dir = row.get("WorkDir")
-    options = parse_sbatch_options(row.get("SubmitLine")) if row.get("SubmitLine") else OutputOptions()
+    options = parse_sbatch_options(row.get("SubmitLine"))
     if options.output or options.error:
         job.output_route = "sacct SubmitLine (fleet bulk)"
     elif job.work_dir:

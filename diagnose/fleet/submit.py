@@ -93,17 +93,15 @@ def _write_script(path: str, sbatch_options: list[str], body: str) -> None:
 
 def submit(plan: ArrayPlan, then_merge: bool, runner: Runner = run_slurm) -> tuple[str, str | None]:
     """sbatch the array (and the dependent merge); return their job ids."""
-    done = runner(["sbatch", "--parsable", "-D", plan.run_dir, plan.array_script])
-    if not done.ok:
-        raise SlurmUnavailable(f"sbatch: {done.first_error_line()}")
-    array_id = done.stdout.strip().split(";")[0]
-    merge_id = None
-    if then_merge:
-        done = runner(["sbatch", "--parsable", "-D", plan.run_dir, f"--dependency=afterany:{array_id}",
-                       plan.merge_script])
+
+    def sbatch(what: str, *args: str) -> str:
+        done = runner(["sbatch", "--parsable", "-D", plan.run_dir, *args])
         if not done.ok:
-            raise SlurmUnavailable(f"sbatch (merge): {done.first_error_line()}")
-        merge_id = done.stdout.strip().split(";")[0]
+            raise SlurmUnavailable(f"{what}: {done.first_error_line()}")
+        return done.stdout.strip().split(";")[0]
+
+    array_id = sbatch("sbatch", plan.array_script)
+    merge_id = sbatch("sbatch (merge)", f"--dependency=afterany:{array_id}", plan.merge_script) if then_merge else None
     return array_id, merge_id
 
 

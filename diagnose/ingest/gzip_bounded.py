@@ -85,7 +85,8 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None 
         with fin, open(dst, "wb") as fout:
             return _copy(fin, fout, src, name, magic, make, limits)
     except BaseException as e:
-        _remove(dst)  # never leave half a file behind, whatever stopped the copy
+        with contextlib.suppress(OSError):  # never leave half a file behind, whatever stopped the copy
+            os.unlink(dst)
         if isinstance(e, errors):
             raise input_error(src, f"corrupt {name} data ({e})") from None
         if isinstance(e, EOFError):
@@ -127,11 +128,6 @@ def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make
     if started and not decompressor.eof:
         raise EOFError
     return written
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def _check(src: str, name: str, written: int, read: int, limits: GzipLimits) -> None:

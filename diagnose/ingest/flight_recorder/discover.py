@@ -63,16 +63,11 @@ def sniff(path: str) -> str | None:
     return None
 
 
-def rank_from_name(name: str) -> int | None:
-    m = _RANKED_NAME.match(name)
-    return int(m.group("rank")) if m is not None else None
-
-
 def _candidate(path: str, name: str) -> DumpFile | None:
     if name.startswith(".") or looks_like_log(name):
         return None
-    rank = rank_from_name(name)
-    if rank is None:
+    ranked = _RANKED_NAME.match(name)
+    if ranked is None:
         return None
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -80,7 +75,7 @@ def _candidate(path: str, name: str) -> DumpFile | None:
     except OSError:
         return None
     kind = sniff(path)
-    return DumpFile(path, rank, kind) if kind else None
+    return DumpFile(path, int(ranked.group("rank")), kind) if kind else None
 
 
 def _walk(folder: str) -> list[DumpFile]:
@@ -90,8 +85,7 @@ def _walk(folder: str) -> list[DumpFile]:
         for name in sorted(files, key=natural_key):
             if len(found) >= MAX_DUMP_FILES:
                 return found
-            dump = _candidate(os.path.join(root, name), name)
-            if dump is not None:
+            if (dump := _candidate(os.path.join(root, name), name)) is not None:
                 found.append(dump)
     return found
 
@@ -118,8 +112,7 @@ def _by_prefix(prefix: str) -> list[DumpFile]:
         rest = name[len(start):] if name.startswith(start) else ""
         m = _RANKED_NAME.match(rest)
         if m is not None and m.group("prefix") == "":
-            dump = _candidate(os.path.join(folder, name), rest)
-            if dump is not None:
+            if (dump := _candidate(os.path.join(folder, name), rest)) is not None:
                 out.append(dump)
     return out[:MAX_DUMP_FILES]
 
@@ -141,8 +134,7 @@ def find_dumps(inputs: list[str]) -> Discovery:
                 out.log_inputs.append(raw)
             continue
         if os.path.isfile(raw):
-            dump = _candidate(raw, os.path.basename(raw))
-            if dump is not None:
+            if (dump := _candidate(raw, os.path.basename(raw))) is not None:
                 out.dumps.append(dump)
             elif not looks_like_log(os.path.basename(raw)) and sniff(raw) is not None:  # which rank wrote it?
                 out.warnings.append(f"{shown(raw)}: a flight-recorder dump without a rank number in its name; "
@@ -165,9 +157,7 @@ def _one_per_rank(dumps: list[DumpFile], warnings: list[str]) -> list[DumpFile]:
     chosen: dict[int, DumpFile] = {}
     for d in dumps:
         have = chosen.get(d.rank)
-        if have is None:
-            chosen[d.rank] = d
-        elif have.format == "json" and d.format == "pickle":
+        if have is None or (have.format == "json" and d.format == "pickle"):
             chosen[d.rank] = d
         elif have.format == d.format and have.path != d.path:
             warnings.append(f"two flight-recorder dumps for rank {d.rank}: using {shown(have.path)}, "

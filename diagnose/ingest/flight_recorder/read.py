@@ -26,6 +26,7 @@ import stat
 import sys
 from typing import Any
 
+from diagnose.coerce import as_int
 from diagnose.ingest.errors import shown
 from diagnose.ingest.flight_recorder.discover import DumpFile
 from diagnose.ingest.flight_recorder.safe_pickle import RefusedPickle, load_plain
@@ -130,14 +131,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def _int(value: Any) -> int | None:
-    if type(value) is int:  # not bool: a dump holds plain types only (safe_pickle, json)
-        return value if -MAX_INT <= value <= MAX_INT else None
-    if isinstance(value, str) and 0 < len(value) <= 20:
-        try:
-            return _int(int(value))
-        except ValueError:
-            return None
-    return None
+    n = as_int(value, max_len=20)  # an int or a string of digits (JSON's pg_status), never a bool
+    return n if n is not None and -MAX_INT <= n <= MAX_INT else None
 
 
 def _str(value: Any) -> str:
@@ -153,12 +148,6 @@ def _shapes(value: Any) -> list[list[int]]:
         return []
     shapes = [[_int(d) for d in shape[:MAX_DIMS]] for shape in value[:MAX_SHAPES] if isinstance(shape, (list, tuple))]
     return [[d for d in dims if d is not None] for dims in shapes]
-
-
-def _strs(value: Any) -> list[str]:
-    if not isinstance(value, (list, tuple)):
-        return []
-    return [_str(v) for v in value[:MAX_SHAPES] if isinstance(v, str)]
 
 
 def _frames(value: Any) -> list[FrFrame]:
@@ -189,25 +178,18 @@ def _entry(e: Any, with_frames: bool = True) -> FrEntry | None:
     group, desc = _pg(e)
     group, desc = sys.intern(group), sys.intern(desc)  # the same few words in every entry of every rank
     state = sys.intern(_str(e.get("state")) or "scheduled")
-    p2p_seq = _int(e.get("p2p_seq_id")) or 0
-    is_p2p = e.get("is_p2p") if isinstance(e.get("is_p2p"), bool) else False
     op = sys.intern(_str(e.get("profiling_name")))
-    done_ns = _int(e.get("time_discovered_completed_ns"))
     return FrEntry(
         record_id=_int(e.get("record_id")) or 0,
         group=group,
         group_desc=desc,
         seq=seq,
-        p2p_seq=p2p_seq,
-        is_p2p=bool(is_p2p) or op.split(":")[-1] in ("send", "recv"),
+        p2p_seq=_int(e.get("p2p_seq_id")) or 0,
+        is_p2p=e.get("is_p2p") is True or op.split(":")[-1] in ("send", "recv"),
         op=op,
         input_sizes=_shapes(e.get("input_sizes")),
-        output_sizes=_shapes(e.get("output_sizes")),
-        input_dtypes=_strs(e.get("input_dtypes")),
-        output_dtypes=_strs(e.get("output_dtypes")),
         state=state,
-        completed=state == "completed" or bool(done_ns),
-        timeout_ms=_int(e.get("timeout_ms")),
+        completed=state == "completed" or bool(_int(e.get("time_discovered_completed_ns"))),
         frames=_frames(e.get("frames")) if with_frames else [],
     )
 
@@ -240,7 +222,6 @@ def _groups(raw: dict) -> dict[str, FrGroup]:
                 continue
             g = groups.setdefault(_str(key), FrGroup(name=_str(key), desc="", ranks=None))
             g.last_enqueued = _int(value.get("last_enqueued_collective"))
-            g.last_started = _int(value.get("last_started_collective"))
             g.last_completed = _int(value.get("last_completed_collective"))
     return groups
 

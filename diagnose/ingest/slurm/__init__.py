@@ -19,14 +19,13 @@ Slurm commands run with argument lists (never a shell) and timeouts; a missing s
 """
 
 from diagnose.ingest.slurm.commands import SlurmUnavailable
-from diagnose.ingest.slurm.job import OutputFile, SlurmJob, SlurmStep, lookup_job
+from diagnose.ingest.slurm.job import SlurmJob, SlurmStep, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
 from diagnose.ingest.slurm.listing import JobSummary, list_failed_jobs
 
 __all__ = [
     "JobRef",
     "JobSummary",
-    "OutputFile",
     "SlurmJob",
     "SlurmStep",
     "SlurmUnavailable",

@@ -48,22 +48,11 @@ def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandRes
     env["LC_ALL"] = "C"  # Slurm's own messages and dates in one fixed form
     env.pop("SLURM_TIME_FORMAT", None)  # sacct/scontrol dates stay ISO 8601
     try:
-        done = subprocess.run(
-            [program, *argv[1:]],
-            capture_output=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        done = subprocess.run([program, *argv[1:]], capture_output=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL, check=False, encoding="utf-8", errors="replace")
     except subprocess.TimeoutExpired:
         what = f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s (is slurmctld up?)"
         raise SlurmUnavailable(what) from None
     except OSError as e:
         raise SlurmUnavailable(f"cannot run {argv[0]}: {e.strerror or e}") from None
-    return CommandResult(
-        argv=list(argv),
-        returncode=done.returncode,
-        stdout=done.stdout.decode("utf-8", "replace"),
-        stderr=done.stderr.decode("utf-8", "replace"),
-    )
+    return CommandResult(list(argv), done.returncode, done.stdout, done.stderr)

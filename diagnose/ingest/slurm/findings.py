@@ -49,8 +49,7 @@ def findings_of_scontrol(text: str) -> list[Finding]:
 def slurm_findings(job: SlurmJob) -> list[Finding]:
     """Findings for what Slurm says about ``job``; empty for a job that completed cleanly (and is not requeued)."""
     out: list[Finding] = []
-    primary = _primary(job)
-    if primary is not None:
+    if (primary := _primary(job)) is not None:
         out.append(primary)
     if job.restarts > 0:
         out.append(_finding(job, _rule("REQUEUED"), f"Slurm requeued the job {job.restarts} time(s)"))
@@ -82,12 +81,9 @@ def _primary(job: SlurmJob) -> Finding | None:
         return _finding(job, rule, f"Slurm job state {state}: {exit_text} {elapsed}".strip())
     if state == "COMPLETED" and job.derived_exit.failed:
         step = job.failed_step
-        if step is not None:
-            where = f"step {step.short_id} ({step.name}) {step.state} {step.exit}"
-        else:
-            where = f"DerivedExitCode {job.derived_exit}"
-        title = f"Slurm job COMPLETED but a step failed: {where}"
-        return _finding(job, _rule("STEP_FAILED"), title)
+        where = (f"step {step.short_id} ({step.name}) {step.state} {step.exit}" if step is not None
+                 else f"DerivedExitCode {job.derived_exit}")
+        return _finding(job, _rule("STEP_FAILED"), f"Slurm job COMPLETED but a step failed: {where}")
     return None
 
 
@@ -101,10 +97,10 @@ def _exit_text(job: SlurmJob) -> str:
 
 def _finding(job: SlurmJob, rule: Rule, title: str) -> Finding:
     step = job.failed_step
-    records = [r for r in (job.record, job.state_record, step.record if step else None) if r is not None]
     unique: dict[tuple[str, int], Evidence] = {}  # a copy of each record line: the finding's evidence is its own
-    for r in records:
-        unique.setdefault((r.path, r.line), Evidence(r.path, r.line, r.text))
+    for r in (job.record, job.state_record, step.record if step else None):
+        if r is not None:
+            unique.setdefault((r.path, r.line), Evidence(r.path, r.line, r.text))
     evidence = list(unique.values())
     facts = {
         "job_id": job.job_id,

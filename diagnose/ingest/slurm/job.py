@@ -61,10 +61,6 @@ BAD_END_STATES = frozenset(
 )
 
 
-# One line of Slurm output that a finding can cite: its path is ``scontrol:123`` or ``sacct:123``.
-SlurmRecordLine = Evidence
-
-
 @dataclass(slots=True)
 class SlurmStep:
     step_id: str  # "123.batch", "123.0", "123_7.0"
@@ -72,7 +68,7 @@ class SlurmStep:
     state: str
     exit: ExitStatus
     nodes: str
-    record: SlurmRecordLine
+    record: Evidence
     ntasks: int | None = None  # sacct NTasks: the %t range of the step's output files
     submit_line: str = ""  # the srun command line (sacct SubmitLine of a step, Slurm 23.02+)
 
@@ -81,7 +77,6 @@ class SlurmStep:
         return self.step_id.rsplit(".", 1)[-1]
 
 
-OutputFile = SlurmOutputFacts  # a job's output file as found (path, stream, exists, readable, size, problem)
 
 
 @dataclass(slots=True)
@@ -111,11 +106,11 @@ class SlurmJob:
     end: str = ""
     batch: bool = True  # False for srun/salloc jobs: their output went to a terminal
     steps: list[SlurmStep] = field(default_factory=list)
-    outputs: list[OutputFile] = field(default_factory=list)
+    outputs: list[SlurmOutputFacts] = field(default_factory=list)
     output_route: str = ""  # "scontrol", "sacct StdOut", "sacct SubmitLine", "sacct --env-vars", ...
     source: str = ""  # "scontrol" or "sacct": where the job's state came from
-    record: SlurmRecordLine | None = None  # the job's own line, for evidence
-    state_record: SlurmRecordLine | None = None  # the sacct job line (CANCELLED by ...), when it was read
+    record: Evidence | None = None  # the job's own line, for evidence
+    state_record: Evidence | None = None  # the sacct job line (CANCELLED by ...), when it was read
     notes: list[str] = field(default_factory=list)  # what the user should know (file gone, record incomplete)
     num_tasks: int | None = None  # scontrol NumTasks: what srun runs when not told -n
     task_outputs: list[TaskFile] = field(default_factory=list)  # srun -o per-task/node files (capped)
@@ -265,7 +260,7 @@ def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
     job.num_tasks = as_int(f.get("NumTasks"))
     keys = ("JobState", "Reason", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "Restarts", "NodeList")
     text = " ".join(f"JobId={f.get('JobId', '')}".split() + [f"{k}={f[k]}" for k in keys if k in f])
-    job.record = SlurmRecordLine(f"scontrol:{job.job_id}", rec.line, text)
+    job.record = Evidence(f"scontrol:{job.job_id}", rec.line, text)
 
 
 # ---------------------------------------------------------------------------------------------- sacct
@@ -322,7 +317,7 @@ def _fill_from_sacct(
     f = row.fields
     job.job_id = chosen
     state, by = split_state(f.get("State"))
-    job.state_record = SlurmRecordLine(f"sacct:{chosen}", row.line, row.text)
+    job.state_record = Evidence(f"sacct:{chosen}", row.line, row.text)
     if by is not None:
         job.cancelled_by = _user_name(by)
     if not scontrol_known:
@@ -355,7 +350,7 @@ def _fill_from_sacct(
                     state=step_state,
                     exit=parse_exit_code(r.fields.get("ExitCode")),
                     nodes=_none_to_empty(r.fields.get("NodeList")),
-                    record=SlurmRecordLine(f"sacct:{chosen}", r.line, r.text),
+                    record=Evidence(f"sacct:{chosen}", r.line, r.text),
                     ntasks=as_int(r.fields.get("NTasks")),
                     submit_line=r.fields.get("SubmitLine", ""),
                 )
@@ -363,8 +358,7 @@ def _fill_from_sacct(
     # DerivedExitCode is the worst exit of the job's steps, but 22.05's accounting sometimes stores 0:0 although
     # an srun step failed (seen on the local cluster): derive it from the steps then
     if not job.derived_exit.failed:
-        worst = worst_step_exit(job.steps)
-        if worst is not None:
+        if (worst := worst_step_exit(job.steps)) is not None:
             job.derived_exit = worst
     # a TIMEOUT job line says 0:0; the signal that ended it is on the batch step
     if job.source == "sacct" and not job.exit.failed:
@@ -424,9 +418,7 @@ def _outputs_from_sacct(
     if "StdOut" in fields and f.get("StdOut"):
         job.output_route = "sacct StdOut"
         return OutputOptions(f.get("StdOut"), f.get("StdErr") or None)
-    routes: list[tuple[str, OutputOptions]] = []
-    if f.get("SubmitLine"):
-        routes.append(("sacct SubmitLine", parse_sbatch_options(f["SubmitLine"])))
+    routes = [("sacct SubmitLine", parse_sbatch_options(f.get("SubmitLine", "")))]
     env = runner(["sacct", "-j", job.job_id, "--env-vars"])
     if env.ok:
         values = parse_env_outputs(env.stdout)
@@ -540,15 +532,15 @@ def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
     return resolve(expand_pattern(pattern, f), work_dir)
 
 
-def probe_outputs(out: str, err: str | None) -> list[OutputFile]:
+def probe_outputs(out: str, err: str | None) -> list[SlurmOutputFacts]:
     """The job's output file(s): one for both streams unless stderr goes to a file of its own."""
     if err is None or err == out:
         return [probe(out, "stdout+stderr")]
     return [probe(out, "stdout"), probe(err, "stderr")]
 
 
-def probe(path: str, stream: str) -> OutputFile:
-    out = OutputFile(path=path, stream=stream)
+def probe(path: str, stream: str) -> SlurmOutputFacts:
+    out = SlurmOutputFacts(path=path, stream=stream)
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -67,7 +67,7 @@ def command_options(words: list[str], short_flags: set[str], long_flags: set[str
             yield None, word
 
 
-def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOptions:
+def parse_sbatch_options(text: str) -> OutputOptions:
     """Find ``-o/--output/-e/--error`` in an sbatch command line (or the options of one ``#SBATCH`` line).
 
     Options after the batch script's name belong to the script, so scanning stops at the first bare word that is
@@ -80,7 +80,7 @@ def parse_sbatch_options(text: str, stop_at_script: bool = True) -> OutputOption
         words = words[1:]
     wrapped = False
     for name, value in command_options(words, _SHORT_FLAGS, _LONG_FLAGS):
-        if name is None and stop_at_script and not wrapped:
+        if name is None and not wrapped:
             break  # the script; what follows are its own arguments
         wrapped = wrapped or name == "--wrap"
         if name in _OUTPUT_NAMES and value:
@@ -104,7 +104,7 @@ def parse_batch_script_options(script: str) -> OutputOptions:
         if not body[:1].isspace():
             continue  # "#SBATCHX" is a comment
         body = body.split(" #", 1)[0]  # a trailing comment
-        this = parse_sbatch_options(body, stop_at_script=True)
+        this = parse_sbatch_options(body)
         merged = OutputOptions(this.output or merged.output, this.error or merged.error)  # later lines win
     return merged
 

@@ -67,7 +67,7 @@ class SacctRow:
     text: str
 
 
-def parse_sacct(text: str, last_field_may_contain_bars: bool = True) -> list[SacctRow]:
+def parse_sacct(text: str) -> list[SacctRow]:
     """Parse ``sacct --parsable2`` output with its header line.
 
     A SubmitLine can contain ``|`` itself (``--wrap 'a | b'``); put such a free-text field last and the surplus
@@ -82,7 +82,7 @@ def parse_sacct(text: str, last_field_may_contain_bars: bool = True) -> list[Sac
         if not line.strip():
             continue
         cells = line.split("|")
-        if len(cells) > len(header) and last_field_may_contain_bars:
+        if len(cells) > len(header):
             cells = cells[: len(header) - 1] + ["|".join(cells[len(header) - 1 :])]
         cells += [""] * (len(header) - len(cells))
         rows.append(SacctRow(dict(zip(header, cells)), lineno, line))

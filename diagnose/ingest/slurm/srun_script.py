@@ -154,10 +154,6 @@ def parse_srun_words(words: list[str], line: int, variables: dict[str, str]) -> 
     )
 
 
-def _is_srun(word: str) -> bool:
-    return word == "srun" or word.endswith("/srun")
-
-
 def find_srun_calls(script: str, variables: dict[str, str] | None = None) -> list[SrunCall]:
     """Every srun invocation of a batch script (or of a single submit line), in the script's order."""
     known = dict(variables or {})
@@ -182,7 +178,7 @@ def _scan_command(command: list[str], number: int, known: dict[str, str], calls:
         if word in _PREFIXES or word in ("export", "declare", "local", "readonly"):
             i += 1
             continue
-        if _is_srun(word):
+        if word == "srun" or word.endswith("/srun"):
             calls.append(parse_srun_words(command[i + 1 :], number, known))
         return
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from diagnose import units
 from diagnose.coerce import as_int
-from diagnose.ingest.slurm.parse import parse_seconds as parse_cpu_time  # sacct's TotalCPU
+from diagnose.ingest.slurm.parse import parse_seconds
 
 USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
 
@@ -74,7 +74,7 @@ def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]
         nnodes=as_int(job_fields.get("NNodes"), negative=False),
         gpus=gpus_from_tres(job_fields.get("AllocTRES")),
         cpus=as_int(job_fields.get("AllocCPUS"), negative=False),
-        total_cpu_s=parse_cpu_time(job_fields.get("TotalCPU")),
+        total_cpu_s=parse_seconds(job_fields.get("TotalCPU")),
         max_rss_bytes=max(rss) if rss else None,
     )
 
