@@ -7,7 +7,9 @@ missing, read-only or damaged folder only costs time.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 
 
 def cache_dir() -> str | None:
@@ -23,3 +25,22 @@ def cache_dir() -> str | None:
             base = os.path.join(home, ".cache")
         d = os.path.join(base, "diagnose")
     return d or None
+
+
+def write_atomic(path: str, data: bytes) -> bool:
+    """Write a cache file atomically (two runs at once never see half a file); False, and no temporary file left
+    behind, when it cannot be written (a read-only home: the entry is rebuilt next time)."""
+    folder = os.path.dirname(path)
+    tmp = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False

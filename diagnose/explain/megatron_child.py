@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import tempfile
 from typing import Any
 
 # the folder holding the ``diagnose`` package: the children run ``python -m diagnose...`` from it
@@ -61,18 +60,13 @@ class JsonCache:
         return data if isinstance(data, dict) else {}
 
     def write(self, key: str, value: Any) -> None:
+        from diagnose.cache import write_atomic
+
         path = self.path()
         if path is None:
             return
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            data = self.read()
-            if self.max_entries is not None and len(data) >= self.max_entries:
-                data.clear()
-            data[key] = value
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{self.name}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, path)  # atomic: two runs at once never leave half a file
-        except OSError:
-            pass  # a read-only home: no cache, same answers
+        data = self.read()
+        if self.max_entries is not None and len(data) >= self.max_entries:
+            data.clear()
+        data[key] = value
+        write_atomic(path, json.dumps(data).encode("utf-8"))  # a read-only home: no cache, same answers

@@ -12,11 +12,10 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any
 
 from diagnose import __version__
-from diagnose.cache import cache_dir
+from diagnose.cache import cache_dir, write_atomic
 
 FORMAT = 1
 KEEP = 64  # cached files kept; the oldest go first
@@ -57,21 +56,14 @@ def put(text: str, data: dict[str, Any]) -> None:
 
 
 def write_file(path: str, data: bytes, prefix: str, keep: int) -> None:
-    """Write a cache entry atomically (two runs at once never see half a file), then keep only the ``keep`` newest
-    entries named ``prefix*`` with ``path``'s extension. A read-only home is fine: it is rebuilt next time."""
+    """Write a cache entry atomically, then keep only the ``keep`` newest entries named ``prefix*`` with ``path``'s
+    extension. A read-only home is fine: it is rebuilt next time."""
     folder = os.path.dirname(path)
-    tmp = None
+    if not write_atomic(path, data):
+        return
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + prefix)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
         names = os.listdir(folder)
     except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return
     suffix = os.path.splitext(path)[1]
     entries = []
