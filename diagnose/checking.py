@@ -161,8 +161,8 @@ def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigV
     """A config that fails validation is never a working plan (its given row is for reference: ``valid=False``),
     and a validator fix that changes train.global_batch_size, a training hyper-parameter, says so."""
     for o in replay.result.fix:
-        if o.key == "train.global_batch_size" and view.get(o.key) != o.value:
-            replay.changes_global_batch_size = (view.get(o.key), o.value)
+        if o.key == "train.global_batch_size" and (was := view.get(o.key)) != o.value:
+            replay.changes_global_batch_size = (was, o.value)
     if memory is not None and memory.plans:
         if not replay.passes:
             memory.given.valid = False
