@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.model import PHASES, Block, CaptureSpec, LogLine
+from diagnose.match.lint import lint_phase_file
+from diagnose.model import PHASES, Block, CaptureSpec, DiagnoseError, LogLine
 from diagnose.normalize import normalize_line
+from diagnose.normalize.phase_file import load_phase_file
 from diagnose.normalize.phases import CAPTURES, parse_iteration, phase_from_frames, phase_of
 
 SITE = "/opt/venv/lib/python3.12/site-packages"
@@ -271,7 +273,7 @@ OTHER_RUNS = [
     ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
 ]
 NOT_PROGRESS = [
-    # a bar without a description is not read (its only literals are on every progress bar: see phases._TRAIN_BAR)
+    # a bar without a description is not read (its only literals are on every progress bar: see step_progress_bar in rules/phases)
     "  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]",
     "Processed prompts:  40%|████      | 205/512 [00:03<00:10, 35.2it/s, est. speed input: 1200 toks/s]",
     "Steps:   0%|          | 0/20000 [00:00<?, ?it/s]",
@@ -397,3 +399,72 @@ def test_a_driver_function_named_train_is_not_the_training_step():
     assert phase_from_frames(setup) != "training"
     step = ['File "/w/train.py", line 90, in train', 'File "/w/megatron/training/training.py", line 700, in train_step']
     assert phase_from_frames(step) == "training"
+
+
+# ------------------------------------------------------------------ rules/phases/phases.toml: examples and loader
+
+PHASE_FILE = load_phase_file()
+
+
+@pytest.mark.parametrize("marker", PHASE_FILE.markers, ids=lambda m: m.spec.name)
+def test_marker_examples(marker):
+    assert marker.examples.match, "every marker carries a line it must match"
+    for line in marker.examples.match:
+        found = re.search(marker.spec.regex or re.escape(marker.spec.anchor), normalize_line(line).text)
+        assert found is not None and marker.spec.anchor in found.group(0), line
+        assert marker.spec.name in [name for name, _ in _marker_lines(line)]
+        assert phase_of(2, "job.log", [(marker.spec.name, LogLine("job.log", 1, line, line))], []) == marker.phase
+    for line in marker.examples.no_match:
+        assert marker.spec.name not in [name for name, _ in _marker_lines(line)], line
+
+
+@pytest.mark.parametrize("frame", PHASE_FILE.frames, ids=lambda f: f"{f.phase}-{f.pattern.pattern[:24]}")
+def test_frame_examples(frame):
+    assert frame.examples.match
+    for key in frame.examples.match:
+        assert phase_from_frames([key]) == frame.phase, key
+    for key in frame.examples.no_match:
+        assert phase_from_frames([key]) != frame.phase, key
+
+
+def test_the_built_in_phase_file_lints_clean_and_a_broken_example_is_reported(tmp_path):
+    assert lint_phase_file() == []
+    broken = tmp_path / "phases.toml"
+    broken.write_text(
+        '[[marker]]\nname = "x"\nanchor = "Starting"\nregex = "Starting (?=run)"\nphase = "init"\n'
+        'examples.match = ["Starting run"]\nexamples.no_match = ["Starting run now"]\n'
+        '[[frame]]\nphase = "eval"\nregex = ":evaluate$"\nexamples.match = ["m.py:evaluate_model"]\n',
+        encoding="utf-8",
+    )
+    messages = [p.message for p in lint_phase_file(broken)]
+    assert any(m.startswith("marker x: regex is not RE2-compatible") for m in messages)
+    assert "marker x: no_match example 'Starting run now' is captured" in messages
+    assert any(m.startswith("frame 1 (eval): match example 'm.py:evaluate_model' gives") for m in messages)
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("[[marker]]\nname = 'x'\nanchor = 'a'\nphase = 'lunch'\n", "marker 1 (x): phase 'lunch' is not one of"),
+        ("[[marker]]\nname = 'x'\nanchor = 'a'\nphase = 'init'\nprogess = true\n", "unknown key(s) progess"),
+        ("[[marker]]\nname = 'x'\nanchor = 'a'\nphase = 'init'\nregex = '('\n", "marker 1 (x): missing ),"),
+        ("[[marker]]\nname = 'x'\nanchor = 'a'\nphase = 'init'\nkeep = 'most'\n", "keep 'most' is not one of"),
+        ("[[frame]]\nphase = 'init'\nregex = []\n", "frame 1: 'regex' must be a string or a list of strings"),
+        ("[[marker]]\nname = 'x'\nanchor = 'a'\nphase = 'init'\n" * 2, "marker x is defined twice"),
+        ("[[marker]\n", "invalid TOML"),
+    ],
+)
+def test_a_malformed_phase_file_is_one_clear_error(tmp_path, text, error):
+    path = tmp_path / "phases.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DiagnoseError) as raised:
+        load_phase_file(path)
+    message = str(raised.value)
+    assert message.startswith(f"phase markers file {path}: ") and error in message and "\n" not in message
+
+
+def test_frame_regex_lists_are_one_alternation():
+    # a list of alternatives is the same regex as the alternatives joined by "|" (what the file used to spell out)
+    save = PHASE_FILE.frames[0]
+    assert save.phase == "checkpoint_save" and save.pattern.flags & re.M
+    assert save.pattern.pattern.startswith(r":_?(?:save_checkpoint\w*|") and "|dist_checkpointing/" in save.pattern.pattern

@@ -12,6 +12,9 @@ What is checked, per rule (``rules/README.md`` documents the schema):
 * every example runs through the real pipeline (``diagnose.match.match_text``): a ``match`` example must produce a
   finding of the rule, a ``no_match`` example must not; a ``slurm_job`` rule's examples are ``scontrol show job``
   records, run through ``diagnose.ingest.slurm.findings``;
+* the phase markers file (``rules/phases/phases.toml``): it loads, its regexes are RE2-compatible, each marker's
+  ``match`` lines are captured with the anchor inside the regex's match and its ``no_match`` lines are not, each
+  frame example gives (or, ``no_match``, does not give) its entry's phase;
 * codes: never one listed in ``rules/RETIRED`` (codes are never reused); codes beginning with ``U`` are reserved for
   users' rules (an error in the built-in catalogue, and a user rule outside that range is warned that a later
   release may take its code); one ``slurm_job`` rule per outcome; ``during_training`` names a log rule.
@@ -33,6 +36,7 @@ from diagnose.inert import shorten
 from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
 from diagnose.normalize.facts import PARSERS
+from diagnose.normalize.phase_file import load_phase_file
 
 REGEX_TIMEOUT_S = 1.0  # a user's catastrophic regex must not hang the linter
 USER_CODE_PREFIX = "U"  # codes reserved for users' own rules: the built-in catalogue never uses them
@@ -131,6 +135,7 @@ def lint(
         problems += _lint_rule(rule, strict)
     if run_examples:
         problems += _run_examples(catalogue, only_sources)
+    problems += lint_phase_file()
     if only_sources is not None:
         problems = [p for p in problems if p.source in only_sources]
     return LintResult(catalogue, problems)
@@ -183,6 +188,52 @@ def _code_ranges(catalogue: Catalogue, retired: dict[str, str]) -> list[LintProb
                 "warning", r.source, r.code,
                 "user rules should use codes beginning with U (U001, USR100...): a later release may take this one",
             ))
+    return out
+
+
+def lint_phase_file(path: Path | None = None) -> list[LintProblem]:
+    """The phase markers and frame patterns (the built-in file unless ``path``): loaded, RE2, examples."""
+    from diagnose.normalize.lines import normalize_line
+    from diagnose.normalize.phases import phase_from_frames
+
+    try:
+        phase_file = load_phase_file(path)
+    except DiagnoseError as e:
+        return [LintProblem("error", str(path or "rules/phases/phases.toml"), None, str(e))]
+    out: list[LintProblem] = []
+
+    def err(what: str, message: str) -> None:
+        out.append(LintProblem("error", str(phase_file.path), None, f"{what}: {message}"))
+
+    for marker in phase_file.markers:
+        spec, what = marker.spec, f"marker {marker.spec.name}"
+        regex = spec.regex or re.escape(spec.anchor)
+        complaint = _compile_re2(regex)
+        if complaint is not None:
+            err(what, f"regex is not RE2-compatible (linear time): {complaint}")
+        if not marker.examples.match:
+            err(what, "no 'match' example")
+        for line in marker.examples.match:
+            found = re.search(regex, normalize_line(line).text)
+            if found is None or spec.anchor not in found.group(0):
+                err(what, f"match example {shorten(line, 80)!r} is not captured with the anchor in the regex's match")
+        for line in marker.examples.no_match:
+            text = normalize_line(line).text
+            if spec.anchor in text and re.search(regex, text):
+                err(what, f"no_match example {shorten(line, 80)!r} is captured")
+    for i, frame in enumerate(phase_file.frames, 1):
+        what = f"frame {i} ({frame.phase})"
+        complaint = _compile_re2(frame.pattern.pattern)
+        if complaint is not None:
+            err(what, f"regex is not RE2-compatible (linear time): {complaint}")
+        if not frame.examples.match:
+            err(what, "no 'match' example")
+        for key in frame.examples.match:
+            if (got := phase_from_frames([key], phase_file)) != frame.phase:
+                err(what, f"match example {key!r} gives {got}")
+        for key in frame.examples.no_match:
+            if phase_from_frames([key], phase_file) == frame.phase:
+                err(what, f"no_match example {key!r} gives {frame.phase}")
     return out
 
 
