@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.match.lint import lint_phase_file
-from diagnose.model import PHASES, Block, CaptureSpec, DiagnoseError, LogLine
+from diagnose.model import PHASES, CaptureSpec, DiagnoseError, LogLine
 from diagnose.normalize import normalize_line
 from diagnose.normalize.phase_file import load_phase_file
 from diagnose.normalize.phases import CAPTURES, parse_iteration, phase_from_frames, phase_of
@@ -116,13 +116,11 @@ def test_marker_sequence(after_line, phase):
     assert phase_of(after_line + 1, "job.log", markers, []) == phase
 
 
-def test_markers_as_blocks_and_other_files_ignored():
-    blocks = {}
-    for name, line in _marker_lines(RUN):
-        blocks.setdefault(name, []).append(Block(name, line.path, line.lineno, [line]))
-    assert phase_of(12, "job.log", blocks, []) == "training"
-    assert phase_of(12, "rank1.log", blocks, []) == "unknown"  # line numbers of another file mean nothing here
-    assert phase_of(line=LogLine("job.log", 11, "x", "x"), markers=blocks) == "checkpoint_save"
+def test_markers_of_other_files_are_ignored_and_order_does_not_matter():
+    markers = list(reversed(_marker_lines(RUN)))
+    assert phase_of(12, "job.log", markers, []) == "training"
+    assert phase_of(12, "rank1.log", markers, []) == "unknown"  # line numbers of another file mean nothing here
+    assert phase_of(line=LogLine("job.log", 11, "x", "x"), markers=markers) == "checkpoint_save"
 
 
 def test_frames_win_over_markers_and_training_frames_split_on_progress():

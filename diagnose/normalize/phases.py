@@ -10,10 +10,10 @@ without telling frames, the last marker seen before the failure line in the same
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from diagnose.model import Block, CaptureSpec, LogLine
+from diagnose.model import CaptureSpec, LogLine
 from diagnose.normalize.phase_file import PhaseFile, load_phase_file
 
 _PHASE_FILE = load_phase_file()
@@ -27,19 +27,18 @@ _WEAK_AFTER_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.mark
 _FRAME_HEAD = re.compile(r'\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>[\w.<>]+)')
 
 
-def _frame_key(frame: Any) -> str:
+def _frame_key(frame: str) -> str:
     """``path/file.py:function`` for a ``File "...", line N, in function`` line; other text stripped, with a ``:``
     put before it when it has none (``DDP.__init__`` becomes ``:DDP.__init__``)."""
-    text = frame if isinstance(frame, str) else getattr(frame, "text", str(frame))
-    m = _FRAME_HEAD.match(text)
+    m = _FRAME_HEAD.match(frame)
     if m is not None:
         return f"{m.group('file')}:{m.group('func')}"
-    text = text.strip()
+    text = frame.strip()
     return text if ":" in text else f":{text}"
 
 
-def phase_from_frames(frames: Iterable[Any], phase_file: PhaseFile = _PHASE_FILE) -> str | None:
-    """The phase named by traceback frames (``File "..."`` lines, Frame objects or function names), or None.
+def phase_from_frames(frames: Iterable[str], phase_file: PhaseFile = _PHASE_FILE) -> str | None:
+    """The phase named by traceback frames (``File "..."`` lines or function names), or None.
 
     ``phase_file``: whose frame patterns decide (the built-in file; lint passes the file it checks)."""
     keys = [_frame_key(f) for f in frames or ()]
@@ -54,58 +53,30 @@ def phase_from_frames(frames: Iterable[Any], phase_file: PhaseFile = _PHASE_FILE
     return None
 
 
-def _marker_events(markers: Any, path: str | None, line_no: int | None) -> list[tuple[int, str]]:
-    """(line, marker name) of markers before the failure line in the same file, oldest first."""
-    events: list[tuple[int, str]] = []
-
-    def add(name: str, where_path: str, where_line: int) -> None:
-        if name not in _PHASE_AFTER_MARKER:
-            return
-        if path is not None and where_path != path:
-            return
-        if line_no is not None and where_line >= line_no:
-            return
-        events.append((where_line, name))
-
-    if isinstance(markers, Mapping):
-        for name, blocks in markers.items():
-            for block in blocks or ():
-                if isinstance(block, Block):
-                    add(name, block.path, block.start_line)
-                elif isinstance(block, LogLine):
-                    add(name, block.path, block.lineno)
-    elif markers:
-        for item in markers:
-            try:
-                name, where = item
-            except (TypeError, ValueError):
-                continue
-            if isinstance(where, LogLine):
-                add(name, where.path, where.lineno)
-            elif isinstance(where, Block):
-                add(name, where.path, where.start_line)
-    events.sort()
-    return events
-
-
 def phase_of(
     line_no: int | None = None,
     path: str | None = None,
-    markers: Any = None,
+    markers: Iterable[tuple[str, LogLine]] | None = None,
     frames: Iterable[str] | None = None,
     *,
     line: LogLine | None = None,
 ) -> str:
     """Phase of a failure at ``line_no`` of ``path`` (or at ``line``). Never raises; "unknown" when unsure.
 
-    ``markers``: ``{capture name: [Block, ...]}`` (what the scanner collected for ``CAPTURES``) or a list of
-    ``(capture name, LogLine)`` in scan order. ``frames``: the failure's traceback frames, outermost first.
+    ``markers``: ``(capture name, LogLine)`` of the ``CAPTURES`` the scanner met, in any order (those of other
+    files and at or after the failure line are left out). ``frames``: the failure's traceback frames, outermost
+    first.
     """
     try:
         if line is not None:
             line_no = line.lineno if line_no is None else line_no
             path = line.path if path is None else path
-        events = _marker_events(markers, path, line_no)
+        events = sorted(
+            (where.lineno, name)
+            for name, where in markers or ()
+            if name in _PHASE_AFTER_MARKER and path in (None, where.path)
+            and (line_no is None or where.lineno < line_no)
+        )
         seen_progress = any(name in TRAINING_PROGRESS for _, name in events)
         from_frames = phase_from_frames(frames or ())
         if from_frames == "training":
