@@ -51,6 +51,9 @@ SLURM_OUTCOMES = (
     "BOOT_FAIL", "DEADLINE", "REQUEUED",
 )
 LAUNCHERS = ("torchrun",)
+# Anchors are at least 3 characters (a shorter literal is on most lines and defeats the fast scan), except the
+# terminal's echo of Ctrl-C, which is on a line only where someone interrupted the run.
+SHORT_ANCHORS = frozenset({"^C"})
 
 
 @dataclass(slots=True)
@@ -364,7 +367,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
-        if len(p["anchor"]) < 3:
+        if len(p["anchor"]) < 3 and p["anchor"] not in SHORT_ANCHORS:
             raise ValueError(f"anchor {p['anchor']!r} is shorter than 3 characters")
         try:
             if check_regex:  # off only for a file cached after this very check passed (rule_cache)
