@@ -164,3 +164,18 @@ def test_an_engine_built_for_two_processes_run_as_one_is_the_launch():
     root = match_text(ENGINE_WORLD, CATALOGUE).root
     assert root is not None and root.category == "launcher"
     assert root.basis_detail.startswith("IF123")
+
+BARE_ASSERT_ON_SETTINGS = """\
+Traceback (most recent call last):
+  File "/home/u1/proj/train.py", line 88, in main
+    assert args.global_batch_size % (args.micro_batch_size * dp) == 0
+AssertionError
+"""
+
+
+def test_a_bare_assertion_on_the_jobs_settings_is_config_validation_but_one_on_tensors_is_not():
+    root = match_text(BARE_ASSERT_ON_SETTINGS, CATALOGUE).root
+    assert root is not None and root.category == "config_validation" and root.basis_detail.startswith("IF127")
+    on_tensors = BARE_ASSERT_ON_SETTINGS.replace("args.global_batch_size % (args.micro_batch_size * dp) == 0", "x.shape[0] == y.shape[0]")
+    other = match_text(on_tensors, CATALOGUE).root
+    assert other is not None and other.category != "config_validation"
