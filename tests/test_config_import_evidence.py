@@ -179,3 +179,32 @@ def test_a_bare_assertion_on_the_jobs_settings_is_config_validation_but_one_on_t
     on_tensors = BARE_ASSERT_ON_SETTINGS.replace("args.global_batch_size % (args.micro_batch_size * dp) == 0", "x.shape[0] == y.shape[0]")
     other = match_text(on_tensors, CATALOGUE).root
     assert other is not None and other.category != "config_validation"
+
+TORCHRUN_SUMMARY_ONLY = """\
+E1205 10:00:09.000000 100 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 201) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-12-05_10:00:08
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 201)
+  error_file: /tmp/torchelastic_ab12/none_cd34/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper
+      return f(*args, **kwargs)
+    File "/usr/local/lib/python3.10/dist-packages/mylib/config.py", line 212, in _verify_parallelism
+      raise ValueError(
+  ValueError: bad layout 3 for 8
+
+============================================================
+"""
+
+
+def test_an_exception_relayed_only_by_torchruns_summary_is_the_root_not_the_agent_exit():
+    root = match_text(TORCHRUN_SUMMARY_ONLY, CATALOGUE).root
+    assert root is not None and root.rule == "PY011"
+    assert root.category == "config_validation" and root.basis_detail.startswith("IF121")  # the relayed frames count
