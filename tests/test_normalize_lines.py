@@ -124,6 +124,18 @@ def test_iso_timestamp_and_level():
     assert (line.timestamp, line.level, line.text) == ("2024-07-25T06:36:18.293Z", "ERROR", "something broke")
 
 
+def test_fastchat_worker_fields_are_peeled_and_frame_indentation_kept():
+    # FastChat's build_logger: "<date> <time> | <LEVEL> | <logger name> | <message>", stderr relayed line by line
+    frame = normalize_line('2024-02-20 21:46:23 | ERROR | stderr |   File "/w/vllm/worker/worker.py", line 71, in init_model')
+    assert (frame.timestamp, frame.level) == ("2024-02-20 21:46:23", "ERROR")
+    assert frame.text == '  File "/w/vllm/worker/worker.py", line 71, in init_model'
+    info = normalize_line("2024-02-20 21:45:51 | INFO | model_worker | args: Namespace(port=7801)")
+    assert (info.level, info.text) == ("INFO", "args: Namespace(port=7801)")
+    # a loguru-style "| module:function:line - " field is not a logger name: only the bar goes
+    loguru = normalize_line("2023-12-14 11:04:06.118 | INFO     | __main__:main:378 - Model args: x")
+    assert (loguru.level, loguru.text) == ("INFO", "__main__:main:378 - Model args: x")
+
+
 def test_megatron_iteration_timestamp():
     raw = " [2025-01-02 03:04:05.678901] iteration       10/  500000 | consumed samples:         5120 |"
     line = normalize_line(raw)

@@ -320,3 +320,41 @@ def test_a_rich_box_cut_off_by_other_output_is_not_swallowed():
                                     "[rank1]: ValueError: boom"]
     tbs = rebuild(_lines("\n".join(text)))
     assert any(t.exc_type == "ValueError" and t.frames and t.frames[0].file == "/w/x.py" for t in tbs)
+
+
+# torchrun's ChildFailedError summary with the worker's error file (@record): the traceback is a field of the block.
+TORCHRUN_SUMMARY = """\
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-12-05_10:00:08
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 201)
+  error_file: /tmp/torchelastic_ab12/none_cd34/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper
+      return f(*args, **kwargs)
+    File "/workspace/train.py", line 61, in main
+      trainer = build_trainer(cfg)
+  ValueError: expert_model_parallel_size (3) must divide num_experts (8)
+
+============================================================
+"""
+
+
+def test_the_traceback_inside_torchruns_summary_is_rebuilt_with_its_frames():
+    tbs = rebuild(_lines(TORCHRUN_SUMMARY))
+    assert len(tbs) == 1
+    tb = tbs[0]
+    assert tb.exc_type == "ValueError" and tb.message == "expert_model_parallel_size (3) must divide num_experts (8)"
+    assert [f.function for f in tb.frames] == ["wrapper", "main"]
+    assert tb.frames[1].code == "trainer = build_trainer(cfg)"
+    assert tb.exc_line.lineno == 13
+    owned = {ln.lineno for tb in tbs for ln in tb.lines}
+    assert 15 not in owned  # the summary's closing rule is not part of the message
+
+
+def test_a_two_space_line_in_an_ordinary_traceback_stays_code():
+    text = TORCHRUN_SUMMARY.replace("  traceback : Traceback (most recent call last):", "Traceback (most recent call last):")
+    tb = rebuild(_lines(text))[0]
+    assert tb.exc_type != "ValueError"  # only torchrun's field shifts the exception line by two spaces

@@ -117,7 +117,8 @@ _LAYER = re.compile(
         (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?(?P<k_logging>)  # [2024-07-25 06:36:18,2]
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
-        (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)(?:\ +-\ +|:\ |\ +|$))?(?P<k_iso>)  # 2024-07-25T
+        (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
+           (?:\ +-\ +|:\ |\ +\|\ (?:[\w.<>-]{1,64}\ \|\ )?|\ +|$))?(?P<k_iso>)  # 2024-07-25T, FastChat
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?(?P<k_nemo>)  # NeMo
       # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) ")
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}

@@ -74,6 +74,10 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<ty
 _WHAT = re.compile(r"\s*what\(\):\s+(?P<msg>.*)$")
 _WARNING_RECORD = re.compile(r"\S+\.py:\d+: \w*(?:Warning|Error):")
 _REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]\s*$")
+# torchrun's failure summary prints a child's error file as a field: "  traceback : Traceback (most recent call
+# last):", its frames indented two more spaces than Python prints them and the exception line at two spaces.
+_SUMMARY_HEADER = re.compile(r"traceback\s*: Traceback \(most recent call last\):$")
+_SUMMARY_EXCEPTION = re.compile(r"  (?=[A-Za-z_])")
 # rich.traceback's box: header, rows, bottom; a frame's location is "path:line in function" (wrapped over rows)
 _RICH_HEADER = re.compile(r"╭─+ Traceback \(most recent call last\) ─+╮$")
 _RICH_ROW = re.compile(r"│(?P<body>.*)│$")
@@ -175,6 +179,7 @@ class _StreamParser:
         self.in_group = in_group
         self.group: _GroupPrintout | None = None  # an exception group being printed in this stream
         self.rich_location = ""  # rows of a rich frame location read so far (it may wrap)
+        self.summary_block = False  # inside torchrun's summary: the exception line is indented two spaces
 
     # -- helpers
     def _start(self, line: LogLine, headless: bool) -> Traceback:
@@ -191,6 +196,7 @@ class _StreamParser:
         return tb
 
     def _finish(self) -> None:
+        self.summary_block = False
         if self.tb is not None:
             self.out.append(self.tb)
             self.last = self.tb
@@ -273,6 +279,10 @@ class _StreamParser:
         if stripped.startswith(_HEADERS):
             self._start(line, headless=False)
             return
+        if stripped.startswith("traceback") and _SUMMARY_HEADER.match(stripped):
+            self._start(line, headless=False)
+            self.summary_block = True
+            return
         if stripped.startswith("╭") and _RICH_HEADER.match(stripped):
             self._start(line, headless=False)
             self.state = _RICH
@@ -329,6 +339,9 @@ class _StreamParser:
         self.blank_run = 0
         if _CARET.match(text) or _REPEATED.match(text):
             tb.lines.append(line)
+            return
+        if self.summary_block and tb.frames and _SUMMARY_EXCEPTION.match(text) and _EXCEPTION.match(text[2:]):
+            self._set_exception(line, text[2:])
             return
         if text[:1] in (" ", "\t"):
             if self.state == _CODE and tb.frames and not tb.frames[-1].code:
