@@ -46,3 +46,19 @@ def test_without_a_visible_command_line_nothing_is_concluded():
 def test_a_command_line_with_unexpanded_variables_proves_nothing():
     buf = b"python pretrain_gpt.py --num-layers 2 $EXTRA_ARGS\npretrain_gpt.py: error: unrecognized arguments: --foo\n"
     assert not options_not_typed(buf, _start_of_last_line(buf), "pretrain_gpt.py", "--foo", {})
+
+
+def test_a_remembered_answer_never_hides_a_later_command_line():
+    """The answer per (program, options) is remembered across ranks' identical errors, but a command line printed
+    after an earlier error counts for the errors after it (as a fresh search from each error would say)."""
+    error = b"sft.py: error: unrecognized arguments: --softmax-type learnable\n"
+    buf = error + SWIFT.splitlines(keepends=True)[0] + error
+    first, second = 0, len(buf) - len(error)
+    memo: dict = {}
+    answers = [options_not_typed(buf, s, "sft.py", "--softmax-type learnable", memo) for s in (first, second)]
+    assert answers == [False, True]
+    assert answers == [options_not_typed(buf, s, "sft.py", "--softmax-type learnable", {}) for s in (first, second)]
+    typed_later = error + b"python sft.py --softmax-type learnable\n" + error
+    memo = {}
+    assert [options_not_typed(typed_later, s, "sft.py", "--softmax-type learnable", memo)
+            for s in (0, len(typed_later) - len(error))] == [False, False]

@@ -20,38 +20,62 @@ def refused_options(listed: str) -> list[str]:
     return [m.group(1).rstrip(".") for m in _OPTION.finditer(listed)]
 
 
-def command_line_before(buf, start: int, prog: str) -> str | None:
-    """The latest line before ``start`` that runs ``prog`` with options (``... sft.py --load x``), or None."""
+def _latest_command(buf, start: int, prog: str, floor: int = 0) -> tuple[int, str] | None:
+    """The latest line before ``start`` that runs ``prog`` with options, as (offset of ``prog`` in it, the line);
+    only occurrences of ``prog`` at or after ``floor`` are considered (and none further back than the look-back)."""
     if not prog:
         return None
     needle = prog.encode("utf-8", "surrogatepass")
-    lo = max(0, start - COMMAND_LOOKBACK_BYTES)
+    lo = max(0, start - COMMAND_LOOKBACK_BYTES, floor)
     end = start
     while end > lo:
         at = buf.rfind(needle, lo, end)
         if at == -1:
             return None
-        line_start = buf.rfind(b"\n", lo, at) + 1
+        line_start = buf.rfind(b"\n", 0, at) + 1
         line_end = buf.find(b"\n", at, start)
         line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
         after = line[line.find(prog) + len(prog):]
         if after.startswith((" -", " \\")) and "error:" not in line and not line.lstrip().startswith("usage:"):
             # unexpanded shell variables ($GPT_ARGS) hide options: such a line cannot say what was typed
-            return None if "$" in after else line
+            return None if "$" in after else (at, line)
         end = at
     return None
 
 
-def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict[tuple[str, str], bool]) -> bool:
-    """True when the command line that ran ``prog`` is in the log before ``start`` and none of the options in
-    ``listed`` is on it (so the user did not write them); False when there is no such line or one of them is."""
-    key = (prog, listed)
-    if key in memo:
-        return memo[key]
-    options = refused_options(listed)
-    command = command_line_before(buf, start, prog) if options else None
-    answer = command is not None and not any(
+def command_line_before(buf, start: int, prog: str) -> str | None:
+    """The latest line before ``start`` that runs ``prog`` with options (``... sft.py --load x``), or None."""
+    found = _latest_command(buf, start, prog)
+    return found[1] if found else None
+
+
+def _typed(command: str | None, options: list[str]) -> bool:
+    return command is not None and not any(
         regex.search(r"(?<![\w-])" + regex.escape(opt) + r"(?![\w-])", command) for opt in options
     )
-    memo[key] = answer
-    return answer
+
+
+def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict) -> bool:
+    """True when the command line that ran ``prog`` is in the log before ``start`` and none of the options in
+    ``listed`` is on it (so the user did not write them); False when there is no such line or one of them is.
+
+    Every rank prints the same error, so ``memo`` keeps, per (program, options), where the last question was asked
+    and what was found; a later question searches only the bytes since then for a newer command line (the answer is
+    the one a fresh search from ``start`` gives: a command line printed between two error lines counts for the
+    second)."""
+    options = refused_options(listed)
+    if not options or not prog:
+        return False
+    key = (prog, listed)
+    state = memo.get(key)
+    found: tuple[int, str] | None
+    if state is not None and state[0] <= start:
+        asked, previous = state
+        newer = _latest_command(buf, start, prog, floor=asked)
+        found = newer if newer is not None else previous
+        if newer is None and previous is not None and previous[0] < start - COMMAND_LOOKBACK_BYTES:
+            found = _latest_command(buf, start, prog)  # the old line fell out of the look-back: search afresh
+    else:
+        found = _latest_command(buf, start, prog)
+    memo[key] = (start, found)
+    return _typed(found[1] if found else None, options)
