@@ -157,7 +157,7 @@ def test_raised_in_a_settings_module_is_config_validation():
 def test_a_model_type_missing_from_the_auto_registry_is_version_skew_not_a_checkpoint():
     root = match_text(REGISTRY, CATALOGUE).root
     assert root is not None and root.category == "import_version"
-    assert root.basis_detail.startswith("IF120")
+    assert root.rule == "IM093"  # taught once, in rules/15_import_version.toml
 
 
 def test_an_engine_built_for_two_processes_run_as_one_is_the_launch():
