@@ -117,3 +117,28 @@ def test_a_generic_hardware_symptom_after_watchdog_timeouts_is_not_swallowed_by_
     # and it leads a specific NCCL error too, while the driver's own Xid line, when present, is the one cited
     assert match_text(f"{_NCCL_ERR}\n{_SMI}\n", SMI_CAT).root.rule == "HW8"
     assert match_text(f"{_NCCL_ERR}\n{_SMI}\n{_XID}\n", SMI_CAT).root.rule == "HW9"
+
+
+OOMKILL = make_rule("OOM9", "Out of memory: Killed process", r"Out of memory: Killed process \d+", category="host_oom",
+                    confidence=0.9, title="The kernel OOM killer killed a process")
+ALLOC = make_rule("OOM8", "Cannot allocate memory", r"Cannot allocate memory", category="host_oom", confidence=0.7,
+                  title="Host memory allocation failed")
+KILL_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, NCCLERR, XID, OOMKILL, ALLOC)
+_OOMKILL = "[Fri Apr 18 02:31:44 2025] Out of memory: Killed process 4242 (python) total-vm:900000000kB"
+
+
+def test_a_host_oom_kill_leads_the_nccl_failures_of_its_peers_wherever_its_line_is():
+    # the killed rank never joins its next collective: its peers' NCCL error (or watchdog timeouts) come after
+    for text in (f"{_NCCL_ERR}\n$ dmesg -T\n{_OOMKILL}\n", f"{_OOMKILL}\n{_NCCL_ERR}\n"):
+        report = match_text(text, KILL_CAT)
+        assert report.root is not None and report.root.rule == "OOM9" and report.root.category == "host_oom"
+        assert next(f for f in report.findings if f.rule == "NC9").role == "context"
+    # a hardware fault, when both are present, is named first (it also explains the kill's pressure on peers)
+    assert match_text(f"{_NCCL_ERR}\n{_OOMKILL}\n{_XID}\n", KILL_CAT).root.rule == "HW9"
+
+
+def test_a_failed_host_allocation_is_not_a_kill_and_does_not_jump_ahead_of_an_nccl_error():
+    # "Cannot allocate memory" can be NCCL's own memory registration failing: the order decides as usual
+    assert match_text(f"{_NCCL_ERR}\nRuntimeError: Cannot allocate memory\n", KILL_CAT).root.rule == "NC9"
+    # nor does a host OOM kill jump ahead of an earlier error that is not a communication failure
+    assert match_text(f"checkpoint format mismatch\n{_OOMKILL}\n", KILL_CAT).root.rule == "CK1"

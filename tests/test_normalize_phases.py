@@ -12,7 +12,7 @@ from diagnose.match.lint import lint_phase_file
 from diagnose.model import PHASES, CaptureSpec, DiagnoseError, LogLine
 from diagnose.normalize import normalize_line
 from diagnose.normalize.phase_file import load_phase_file
-from diagnose.normalize.phases import CAPTURES, parse_iteration, phase_from_frames, phase_of
+from diagnose.normalize.phases import CAPTURES, TRAINING_PROGRESS, parse_iteration, phase_from_frames, phase_of
 
 SITE = "/opt/venv/lib/python3.12/site-packages"
 
@@ -290,9 +290,25 @@ def test_other_frameworks_progress_and_save_lines(line, phase):
         assert phase_of(2, "job.log", _marker_lines(line), frames) == "training"
 
 
+# bars that name a phase without being training progress: the marker they give, if any
+PHASE_BARS = {"Loading checkpoint shards:": "hf_loading_shards"}  # transformers' from_pretrained: model_build
+
+
 @pytest.mark.parametrize("line", NOT_PROGRESS)
 def test_loading_and_tokenising_bars_are_not_progress(line):
-    assert _marker_lines(line) == []
+    names = [name for name, _ in _marker_lines(line)]
+    assert not any(name in TRAINING_PROGRESS for name in names)
+    assert names == [marker for prefix, marker in PHASE_BARS.items() if line.startswith(prefix)]
+
+
+def test_a_process_killed_right_after_the_checkpoint_shard_bar_died_building_the_model():
+    bar = "Loading checkpoint shards:  56%|█████     | 21/37 [02:37<02:15, 1.84s/it]"
+    assert phase_of(2, "job.log", _marker_lines(bar), []) == "model_build"
+    # weak: once training progress was seen (a reference model loaded later), the bar says nothing
+    step = " [2026-01-02 10:04:00] iteration       10/   10000 | consumed samples:        10240 | lm loss: 2.404998E+00 |"
+    markers = _marker_lines(f"{step}\n{bar}")
+    assert "iteration" in [name for name, _ in markers] and markers[-1][0] == "hf_loading_shards"
+    assert phase_of(3, "job.log", markers, []) == "training"
 
 
 def test_torch_save_and_private_save_checkpoint_frames_are_checkpoint_save():

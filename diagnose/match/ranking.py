@@ -4,8 +4,9 @@
   a generic one (an exception's shape, its category inferred from the evidence) only when no specific error
   matched.
 * Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
-* Except that a hardware finding (Xid, ECC, NIC port error, lost GPU) leads when the earliest specific finding is an
-  NCCL error or timeout: the fault on one device explains the communication failures across the ranks.
+* Except that a finding that kills ranks leads when the earliest specific finding is an NCCL error or timeout: a
+  hardware fault (Xid, ECC, NIC port error, lost GPU) or a host-memory kill (the kernel's OOM killer, Slurm's cgroup,
+  Ray's memory monitor) on one node explains the communication failures its peers report across the ranks.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
   A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade.
@@ -26,8 +27,14 @@ from diagnose.model import Finding
 
 CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
 CONTESTED_FACTOR = 0.9  # another distinct specific error came later: slightly less sure
-# categories whose failures a hardware fault on one device causes across the ranks (see hardware_first)
-EXPLAINED_BY_HARDWARE = frozenset({"nccl_error", "nccl_timeout"})
+# categories whose failures a rank killed by a fault on its device or node causes across its peers (see killers_first)
+EXPLAINED_BY_KILLED_RANKS = frozenset({"nccl_error", "nccl_timeout"})
+# causes that take a rank away, in the order they lead when both are present: a device fault, then a host-memory kill
+RANK_KILLERS = ("hardware", "host_oom")
+# A host_oom finding kills a rank when the killer reports it (kernel OOM killer 0.9, Slurm cgroup 0.95, Ray's memory
+# monitor 0.85, a data loader worker killed by a signal 0.75); a bare "Cannot allocate memory" (0.7) or a generic
+# error whose words say memory ran out (inferred, 0.6) can be NCCL's own registration failing, not a kill.
+KILL_REPORT_CONFIDENCE = 0.75
 
 _TS = regex.compile(
     r"(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})|(?P<gmo>\d{2})(?P<gd>\d{2}))[ T]"
@@ -73,24 +80,36 @@ def _tier(g: Group) -> str:
     return g.first_hit.rule.rule.tier
 
 
-def hardware_first(specific: list[Group], candidates: list[Group]) -> list[Group]:
-    """A hardware fault explains the communication failures it causes, wherever its line is.
+def _kills_ranks(g: Group, category: str) -> bool:
+    f = g.finding
+    if f.category != category:
+        return False
+    return category != "host_oom" or (f.basis != "inferred" and f.confidence >= KILL_REPORT_CONFIDENCE)
 
-    An Xid, an ECC error, a NIC port error or a lost GPU makes NCCL fail on every rank that talks to that device, and
-    the NCCL error is often printed first (the kernel log, dmesg or nvidia-smi output comes after the training log, or
-    the peer ranks notice before the faulty one reports). So when the earliest specific finding is a communication
-    error and a hardware finding exists among the root candidates (a specific one, or a generic symptom such as
-    nvidia-smi no longer reaching the GPU), the earliest hardware finding leads; the order is kept otherwise.
+
+def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]:
+    """A cause that kills ranks explains the communication failures it causes, wherever its line is.
+
+    An Xid, an ECC error, a NIC port error or a lost GPU makes NCCL fail on every rank that talks to that device; a
+    rank the kernel's OOM killer, Slurm's cgroup or Ray's memory monitor killed never joins its next collective, and
+    its peers' watchdogs time out. The NCCL error is often printed first (the kernel log, dmesg or nvidia-smi output
+    comes after the training log, or the peer ranks notice before the faulty one reports), and a timeout printed
+    minutes after the kill is no less its consequence. So when the earliest specific finding is a communication error
+    and a rank killer exists among the root candidates (a specific one, or a generic symptom such as nvidia-smi no
+    longer reaching the GPU), the earliest killer leads, hardware before host memory; the order is kept otherwise.
     """
-    if not specific or specific[0].finding.category not in EXPLAINED_BY_HARDWARE:
+    if not specific or specific[0].finding.category not in EXPLAINED_BY_KILLED_RANKS:
         return specific
-    # a specific hardware rule (the driver's Xid line) before a generic symptom (nvidia-smi's view of it)
-    hardware = [g for g in specific if g.finding.category == "hardware"]
-    seen = {id(g) for g in hardware}
-    hardware += [g for g in candidates if g.finding.category == "hardware" and id(g) not in seen]
-    if not hardware:
-        return specific
-    return hardware + [g for g in specific if g.finding.category != "hardware"]
+    for category in RANK_KILLERS:
+        # a specific rule (the driver's Xid line) before a generic symptom (nvidia-smi's view of it)
+        killers = [g for g in specific if _kills_ranks(g, category)]
+        seen = {id(g) for g in killers}
+        killers += [g for g in candidates if _kills_ranks(g, category) and id(g) not in seen]
+        if killers:
+            chosen = {id(g) for g in killers}
+            return killers + [g for g in specific if id(g) not in chosen]
+    return specific
+
 
 
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
@@ -109,8 +128,9 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     # communicator and every rank's pending call raises): the timeout, and not what it raised, leads.
     timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]
     if not specific and root_role and timeouts and by_time(timeouts[0]) < by_time(root_role[0]):
-        root_role = [g for g in root_role if g.finding.category == "hardware"]  # a lost GPU is not the timeout's doing
-    specific = hardware_first(specific, root_role)
+        # a lost GPU or a killed rank is not the timeout's doing
+        root_role = [g for g in root_role if any(_kills_ranks(g, c) for c in RANK_KILLERS)]
+    specific = killers_first(specific, root_role)
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]
