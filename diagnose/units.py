@@ -54,6 +54,11 @@ def format_bytes(n: int | float | None) -> str:
     return f"{value:.2f} TiB"
 
 
+def fmt_gib(n: int | float | None, places: int = 2) -> str:
+    """GiB with ``places`` decimals, for sentences: ``"135.33 GiB"``; ``"?"`` for None."""
+    return "?" if n is None else f"{n / GIB:.{places}f} GiB"
+
+
 def format_gib_short(n: int | float | None) -> str:
     """GiB with one decimal and no space, for table columns: ``"135.3G"``; ``"?"`` for None."""
     return "?" if n is None else f"{n / GIB:.1f}G"

@@ -8,7 +8,6 @@ from typing import Any
 
 from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory import from_config as fc
-from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
@@ -17,6 +16,7 @@ from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larg
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
+from diagnose.units import fmt_gib
 
 View = ConfigView | None  # the job's config as read, or None when the log showed none
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from diagnose.model import DiagnoseError
-from diagnose.units import GIB, MIB
+from diagnose.units import GIB, MIB, fmt_gib
 from diagnose.units import parse_size as _parse_size
 
 
@@ -111,6 +111,3 @@ def gpu_by_name(name: str) -> GpuModel:
         raise DiagnoseError(f"unknown GPU {name[:40]!r}; known: {', '.join(sorted(GPUS))} (or use --gpu-memory 80GiB)")
     return GPUS[key]
 
-
-def fmt_gib(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / GIB:.2f} GiB"
