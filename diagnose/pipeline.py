@@ -230,10 +230,8 @@ def shown(path: str) -> str:
 
 def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:
     """Config, replay and memory sections; the explain stage reports its own partial failures as warnings."""
-    try:
-        from diagnose.explain import enrich
-    except ImportError:
-        return  # the explain stage is not installed in this build
+    from diagnose.explain import enrich
+
     try:
         enrich(report, blocks, options)
     except Exception as e:  # noqa: BLE001 - a broken explanation must never lose the diagnosis
