@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+# the memory benchmark's record readers (predict_state, predict_activations), which the calibration tests share
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration"))
 
 
 @pytest.fixture(scope="session")
