@@ -68,6 +68,17 @@ def config_view(values: dict, framework: str = "megatron-bridge"):
     return apply_defaults(view)
 
 
+def render_to_string(report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
+    """The text report as ``diagnose analyze`` prints it, at ``width`` columns."""
+    import io
+
+    from diagnose.present.text import make_console, render
+
+    buf = io.StringIO()
+    render(report, make_console(buf, color, width), detail)
+    return buf.getvalue()
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests on the one local Slurm cluster share its queue and accounting: run them on one xdist worker, one after
     the other (scripts/test.sh passes --dist loadgroup). Run side by side, the fleet tests' 320-job arrays held the

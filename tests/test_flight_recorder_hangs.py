@@ -170,8 +170,9 @@ def test_agreeing_dumps_say_so_and_add_no_finding(dumps_root):
 
 
 def test_text_and_markdown_show_the_hang_and_its_grid(dumps_root):
+    from conftest import render_to_string
+
     from diagnose.present.markdown import render_markdown
-    from diagnose.present.text import render_to_string
 
     report, _ = _analyze(dumps_root / "stall4")
     text = render_to_string(report, width=120)

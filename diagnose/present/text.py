@@ -687,11 +687,3 @@ def make_console(file, color: str = "auto", width: int | None = None) -> Console
                        emoji=False, force_terminal=False)
     is_tty = hasattr(file, "isatty") and file.isatty()
     return _Console(file=file, width=width if width or is_tty else piped_width, highlight=False, emoji=False)
-
-
-def render_to_string(report: Report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
-    import io
-
-    buf = io.StringIO()
-    render(report, make_console(buf, color, width), detail)
-    return buf.getvalue()
