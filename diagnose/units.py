@@ -30,13 +30,13 @@ _UNITS = {
     "tb": 1000**4,
     "tib": 1 << 40,
 }
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")  # a number and its unit
 
 
 def parse_size(text: str) -> int | None:
     """``"80GiB"``, ``"80G"`` (binary), ``"141GB"`` (decimal), ``"20.00 MiB"``, ``"1024"`` -> bytes (rounded to the
     nearest byte); None when it is not a size."""
-    m = _SIZE.match(text)
+    m = SIZE.match(text)
     if m is None or m.group(2).lower() not in _UNITS:
         return None
     return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))

@@ -8,11 +8,10 @@ the board's memory in GiB minus the same ~0.85 % the driver keeps on an H200/H10
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from diagnose.model import DiagnoseError
-from diagnose.units import GIB, MIB, fmt_gib, parse_size
+from diagnose.units import GIB, MIB, SIZE, fmt_gib, parse_size
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,6 @@ ALIASES = {
 }
 
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
 def parse_gpu_memory(text: str) -> tuple[int, str | None]:
     """``--gpu-memory``: bytes and a note for the user (or None).
 
@@ -75,7 +71,7 @@ def parse_gpu_memory(text: str) -> tuple[int, str | None]:
         raise DiagnoseError(f"--gpu-memory: not a memory size: {raw[:60]!r} (try e.g. 80GiB, 79.15GiB, 141GB)")
     if value <= 0:
         raise DiagnoseError(f"--gpu-memory {raw[:40]!r}: must be more than 0")
-    m = _SIZE.match(raw)
+    m = SIZE.match(raw)
     unit = m.group(2).lower() if m else ""
     if unit in ("", "b", "bytes") and value < MIB:
         raise DiagnoseError(f"--gpu-memory {raw[:40]!r} has no unit (that is {value} bytes): write e.g. "
