@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-_MISSING = object()
-
 
 @dataclass(frozen=True, slots=True)
 class ConfigValue:

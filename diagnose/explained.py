@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.model import Evidence, Finding, Override, is_delete
+from diagnose.units import fmt_gib
 
 # failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
 CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
 VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
-GIB = 1024 ** 3
 @dataclass
 class Violation:
     check: str
@@ -122,12 +122,13 @@ class ReplayResult:
         if self.fits is True and fit is not None:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
-            peak = (f"predicted peak {_gib(fit.peak_bytes)} per GPU of {_gib(fit.capacity_bytes)}" if fit.peak_bytes
-                    else "the reserved-but-unallocated memory would have served the request")
+            peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
+                    if fit.peak_bytes else "the reserved-but-unallocated memory would have served the request")
             return f"{valid} and fits: {gpus}{peak}"
         if self.fits is False and fit is not None:
-            need = f"{_gib(fit.peak_bytes)} per GPU" if fit.peak_bytes else "the memory model finds nothing that fits"
-            return f"{valid} but does not fit: {need} (GPU holds {_gib(fit.capacity_bytes)})"
+            need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
+                    else "the memory model finds nothing that fits")
+            return f"{valid} but does not fit: {need} (GPU holds {fmt_gib(fit.capacity_bytes, 1)})"
         verdict = "proven to pass validation" if ok and self.reproduced is not None else (
             "passes validation" if ok else "still fails validation")
         return f"{verdict}; memory: {fit.notes[0]}" if self.fits is None and fit is not None and fit.notes else verdict
@@ -164,10 +165,6 @@ class ReplayResult:
             out["notes"] = notes
         out["summary"] = self.summary
         return out
-
-
-def _gib(n: Any) -> str:
-    return f"{n / 1024 ** 3:.1f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "?"
 
 
 @dataclass

@@ -52,7 +52,7 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     catalogue = options.catalogue or load_catalogue(options.rules_dirs, strict=True)
     if options.select or options.ignore:
         catalogue.rules = select_rules(catalogue.rules, options.select, options.ignore)
-    found = find_dumps(list(inputs)) if not isinstance(inputs, (str, bytes)) else find_dumps([inputs])
+    found = find_dumps(list(inputs))
     log_inputs = found.log_inputs if found.dumps else inputs
     empty: list[str] = []
     source_warnings: list[str] = []
@@ -230,10 +230,8 @@ def shown(path: str) -> str:
 
 def _enrich(report: Report, blocks: dict, options: AnalyzeOptions) -> None:
     """Config, replay and memory sections; the explain stage reports its own partial failures as warnings."""
-    try:
-        from diagnose.explain import enrich
-    except ImportError:
-        return  # the explain stage is not installed in this build
+    from diagnose.explain import enrich
+
     try:
         enrich(report, blocks, options)
     except Exception as e:  # noqa: BLE001 - a broken explanation must never lose the diagnosis

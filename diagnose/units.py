@@ -30,13 +30,13 @@ _UNITS = {
     "tb": 1000**4,
     "tib": 1 << 40,
 }
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")  # a number and its unit
 
 
 def parse_size(text: str) -> int | None:
     """``"80GiB"``, ``"80G"`` (binary), ``"141GB"`` (decimal), ``"20.00 MiB"``, ``"1024"`` -> bytes (rounded to the
     nearest byte); None when it is not a size."""
-    m = _SIZE.match(text)
+    m = SIZE.match(text)
     if m is None or m.group(2).lower() not in _UNITS:
         return None
     return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
@@ -52,6 +52,11 @@ def format_bytes(n: int | float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     return f"{value:.2f} TiB"
+
+
+def fmt_gib(n: int | float | None, places: int = 2) -> str:
+    """GiB with ``places`` decimals, for sentences: ``"135.33 GiB"``; ``"?"`` for None."""
+    return "?" if n is None else f"{n / GIB:.{places}f} GiB"
 
 
 def format_gib_short(n: int | float | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+# the memory benchmark's record readers (predict_state, predict_activations), which the calibration tests share
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration"))
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +66,17 @@ def config_view(values: dict, framework: str = "megatron-bridge"):
     for k, v in values.items():
         view.set(k, v, "file:cfg")
     return apply_defaults(view)
+
+
+def render_to_string(report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
+    """The text report as ``diagnose analyze`` prints it, at ``width`` columns."""
+    import io
+
+    from diagnose.present.text import make_console, render
+
+    buf = io.StringIO()
+    render(report, make_console(buf, color, width), detail)
+    return buf.getvalue()
 
 
 def pytest_collection_modifyitems(config, items):

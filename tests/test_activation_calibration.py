@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import config_view
+from predict_activations import compare, shape_of, state_bytes, workload_of
 
-from diagnose.explain.memory.activation_calibration import compare, shape_of, state_bytes, workload_of
 from diagnose.explain.memory.activations import Workload, activation_bytes, attention_kind
 from diagnose.explain.memory.from_config import layer_implementation, workload_from_config
 from diagnose.explain.memory.state import Layout

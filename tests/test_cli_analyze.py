@@ -139,7 +139,7 @@ def test_one_size_parser_for_every_command():
     from diagnose.explain.memory import gpus
 
     for text in ("80GiB", "80G", "141GB", "79.15 GiB", "2t"):
-        assert gpus.parse_gpu_memory(text)[0] == gpus.parse_size(text) == units.parse_size(text)
-    assert gpus.parse_size("1024") == units.parse_size("1024") == 1024  # --gpu-memory refuses it (issue 19 #5)
+        assert gpus.parse_gpu_memory(text)[0] == units.parse_size(text)
+    assert units.parse_size("1024") == 1024  # --gpu-memory refuses it (issue 19 #5)
     assert units.parse_size("80 parsecs") is None and units.format_bytes(145309481042) == "135.33 GiB"
     assert units.format_gib_short(None) == "?" and units.format_gib_short(3 << 30) == "3.0G"

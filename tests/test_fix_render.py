@@ -274,8 +274,9 @@ def test_non_finite_floats() -> None:
 
 def test_every_presenter_prints_the_same_lines() -> None:
     """Replay's render section, the text report, the markdown report and the TUI tabs: one renderer."""
+    from conftest import render_to_string
+
     from diagnose.present.markdown import render_markdown
-    from diagnose.present.text import render_to_string
     from diagnose.present.tui.fixrender import render_fix as tui_render
 
     overrides = [Override("checkpoint.save", "/ckpt dir/it's"), Override("model.name", "null"),

@@ -170,8 +170,9 @@ def test_agreeing_dumps_say_so_and_add_no_finding(dumps_root):
 
 
 def test_text_and_markdown_show_the_hang_and_its_grid(dumps_root):
+    from conftest import render_to_string
+
     from diagnose.present.markdown import render_markdown
-    from diagnose.present.text import render_to_string
 
     report, _ = _analyze(dumps_root / "stall4")
     text = render_to_string(report, width=120)
@@ -272,6 +273,9 @@ def test_nccl_json_dump_from_an_h200_reads_like_its_pickle():
 def test_tui_hang_grid_marks_the_stalled_rank(dumps_root):
     import asyncio
 
+    from rich.text import Text
+    from textual.widgets import DataTable
+
     from diagnose.present.tui.app import DiagnoseApp
     from diagnose.present.tui.hangview import HangScreen
 
@@ -283,6 +287,10 @@ def test_tui_hang_grid_marks_the_stalled_rank(dumps_root):
     rank1 = ["▶ rank 1"] + [words.get(c.state, c.state) for col in hang.grid for c in col.cells if c.rank == 1]
     assert rank1[-1] == "- NEVER" and rank1[1] == ". done"
 
+    def row_of(screen: HangScreen, rank: int) -> list[str]:
+        """The plain text of one rank's row of the grid."""
+        return [c.plain if isinstance(c, Text) else str(c) for c in screen.query_one(DataTable).get_row(str(rank))]
+
     async def run() -> None:
         app = DiagnoseApp([log], report=report)
         async with app.run_test(size=(140, 40)) as pilot:
@@ -291,8 +299,8 @@ def test_tui_hang_grid_marks_the_stalled_rank(dumps_root):
             await pilot.pause()
             screen = app.screen
             assert isinstance(screen, HangScreen)
-            assert screen.row_of(1) == rank1
-            assert screen.row_of(0)[0] == "  rank 0" and screen.row_of(0)[-1] == "W waiting"
+            assert row_of(screen, 1) == rank1
+            assert row_of(screen, 0)[0] == "  rank 0" and row_of(screen, 0)[-1] == "W waiting"
             summary = str(screen.query_one("#hang-summary").content)
             assert "Rank 1 never entered all_reduce #4" in summary and "train_step" in summary
             await pilot.press("escape")

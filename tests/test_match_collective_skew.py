@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import render_to_string
 from test_tui_reports import run_async
 
 from diagnose.match import TextSource, load_catalogue, match_text
@@ -24,7 +25,6 @@ from diagnose.match.findings import group_hits
 from diagnose.pipeline import AnalyzeOptions, analyze
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import render_markdown
-from diagnose.present.text import render_to_string
 
 # The line formats of torch's ProcessGroupNCCL (../shared/knowledge/megatron-core.md section 6).
 PG = "[PG ID 0 PG GUID 0(default_pg) Rank {r}]"

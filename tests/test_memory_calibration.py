@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from diagnose.explain.memory.calibration import compare
+from predict_state import compare
 
 TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration" / "h200_measurements.json"
 TOL_ALLOCATED = 0.03

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import render_to_string
 
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Override, Report
 from diagnose.present.markdown import render_markdown
 from diagnose.present.memory_text import memory_lines
-from diagnose.present.text import render_to_string
 
 GIB = 1 << 30
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.explain.memory.gpus import GIB, gpu_by_name, parse_size
+from diagnose.explain.memory.gpus import GIB, gpu_by_name, parse_gpu_memory
 from diagnose.explain.memory.verdict import OomNumbers, decide, fragmented, from_facts, from_text
 from diagnose.model import DiagnoseError
+from diagnose.units import parse_size
 
 # the OOM line of ../shared/real_logs/ddp_wrap_oom.log (torch 2.11, H200), without its "[rank0]: " prefix
 REAL_OOM = (
@@ -103,8 +104,9 @@ def test_sizes(text, expected):
 
 @pytest.mark.parametrize("bad", ["", "eighty", "80 parsecs", "-5GiB"])
 def test_bad_sizes_are_one_line_errors(bad):
-    with pytest.raises(DiagnoseError):
-        parse_size(bad)
+    assert parse_size(bad) is None
+    with pytest.raises(DiagnoseError, match="^--gpu-memory: not a memory size: "):
+        parse_gpu_memory(bad)
 
 
 def test_gpu_table():

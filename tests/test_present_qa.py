@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+from conftest import render_to_string
+
 from diagnose.explained import ReplayResult, ValidationResult
 from diagnose.model import EnvVar, Evidence, Finding, FindingReplay, Fix, Override, Report
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import render_markdown
-from diagnose.present.text import render_to_string, shown_facts
+from diagnose.present.text import shown_facts
 
 LONG_OVERRIDES = [
     Override("ddp.use_megatron_fsdp", True),
@@ -202,9 +204,10 @@ def test_meta_line_wraps_indented_on_a_narrow_terminal():
 
 
 def test_report_sections_open_with_their_one_sentence_summary():
+    from conftest import render_to_string
+
     from diagnose.memory_types import MemoryAnalysis
     from diagnose.model import Report
-    from diagnose.present.text import render_to_string
 
     report = Report(
         replay=_replayed(True),

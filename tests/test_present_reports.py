@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_catalogue, make_rule
+from conftest import make_catalogue, make_rule, render_to_string
 
 from diagnose.match import match_text
 from diagnose.model import CATEGORIES, PHASES, REPORT_SCHEMA
 from diagnose.present.json_report import render_json
 from diagnose.present.markdown import fenced, render_markdown
-from diagnose.present.text import compact_ranks, render_to_string, yaml_text
+from diagnose.present.text import compact_ranks, yaml_text
 
 OOM = make_rule(
     "OOM9", "CUDA out of memory", r"CUDA out of memory\. Tried to allocate (?P<requested>[\d.]+ GiB)",
@@ -163,9 +163,10 @@ def test_slurm_lines_nest_steps_and_say_sizes():
 
 def test_text_sections_leave_out_empty_fields_and_say_when_nothing_was_recovered():
     """QA2 #12: `source: []`, `framework: null`, `values: {}` are noise in the text report (JSON keeps them)."""
+    from conftest import render_to_string
+
     from diagnose.configview import ConfigView
     from diagnose.model import Report
-    from diagnose.present.text import render_to_string
 
     report = Report(config=ConfigView())
     text = render_to_string(report)

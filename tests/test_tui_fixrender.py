@@ -101,7 +101,7 @@ def test_mlm_flag_names() -> None:
 
 def test_tabs_show_what_the_text_report_prints() -> None:
     """One renderer: the TUI's CLI and Python tabs carry the exact lines the text report prints for the fix."""
-    from diagnose.present.text import render_to_string
+    from conftest import render_to_string
 
     fix = Fix(summary="s", safety="safe",
               overrides=[Override("checkpoint.save", "/ckpt dir/it's"), Override("model.name", "true"),

@@ -9,6 +9,8 @@ line). Each variant changes only what its case is about.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -18,7 +20,6 @@ import pytest
 
 from diagnose.present.cli import main
 from diagnose.present.commands.schema import schema_text
-from diagnose.present.commands.verify import verify_payload
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURED = ROOT / "sample_logs" / "captured"
@@ -81,10 +82,18 @@ def ddp_built_although_requested() -> str:
     return "\n".join(out) + "\n"
 
 
-def _verify(tmp_path: Path, text: str, name: str = "run.log", **kw) -> dict:
+def verify_payload(paths: list[str], strict: bool = False) -> dict:
+    """What ``diagnose verify PATHS --format json`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["verify", *paths, "--format", "json", *(["--strict"] if strict else [])])
+    return json.loads(out.getvalue())
+
+
+def _verify(tmp_path: Path, text: str, name: str = "run.log", strict: bool = False) -> dict:
     path = tmp_path / name
     path.write_text(text)
-    payload = verify_payload([str(path)], **kw)
+    payload = verify_payload([str(path)], strict)
     jsonschema.validate(payload, json.loads(schema_text("verify")))
     return payload
 

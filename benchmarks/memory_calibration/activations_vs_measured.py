@@ -10,9 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from diagnose.explain.memory.activation_calibration import compare  # noqa: E402
+from predict_activations import compare  # this folder's
 
 HERE = Path(__file__).resolve().parent
 GIB = 2**30

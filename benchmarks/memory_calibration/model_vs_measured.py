@@ -9,9 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from diagnose.explain.memory.calibration import compare  # noqa: E402
+from predict_state import compare  # this folder's
 
 HERE = Path(__file__).resolve().parent
 GIB = 2**30

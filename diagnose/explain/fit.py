@@ -16,13 +16,10 @@ from diagnose.explain.config.overrides import apply_overrides
 from diagnose.explain.memory import analyze_oom
 from diagnose.explain.memory.from_config import set_in_job
 from diagnose.explain.render import inline_fix
-from diagnose.explained import GIB, CapacityFit, ReplayResult
+from diagnose.explained import CapacityFit, ReplayResult
 from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import EnvVar, Finding, Fix, Override, Report
-
-
-def gib(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
+from diagnose.units import GIB, fmt_gib
 
 
 def _positive(v: int | None) -> int | None:
@@ -128,7 +125,7 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
     else:
         head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                 f"{fit.job_gpus}): " if fit.more_gpus else "")
-        peak = f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
+        peak = f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
         proven.summary = f"{head}{fit.label} ({peak})"
         if fit.cost and f"cost: {fit.cost}" not in proven.steps:
             proven.steps.insert(0, f"cost: {fit.cost}")

@@ -124,10 +124,6 @@ def pack_report(report_json: str) -> bytes:
     return zlib.compress(report_json.encode("utf-8"), 6)
 
 
-def unpack_report(blob: bytes | None) -> str | None:
-    return None if blob is None else zlib.decompress(blob).decode("utf-8")
-
-
 class FleetStore:
     """A fleet store file. ``FleetStore(path)`` creates it (and its schema) when missing."""
 
@@ -243,7 +239,3 @@ class FleetStore:
 
     def count(self) -> int:
         return self.db.execute("SELECT count(*) FROM jobs").fetchone()[0]
-
-    def report_json(self, job_key: str) -> str | None:
-        row = self.db.execute("SELECT report FROM jobs WHERE job_key = ?", (job_key,)).fetchone()
-        return unpack_report(row[0]) if row else None

@@ -72,8 +72,6 @@ class Sources(list):
 def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None, include: list[str] | None = None,
                 exclude: list[str] | None = None) -> Iterator[list[Source]]:
     """Open every input; close them (and delete temporary files) on exit. Raises DiagnoseError, one line."""
-    if isinstance(inputs, (str, bytes)):
-        inputs = [inputs]
     if not inputs:
         raise DiagnoseError("no input given: name a log file, a folder of logs, or - for stdin")
     limits = gzip_limits or GzipLimits()

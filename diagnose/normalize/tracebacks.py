@@ -136,10 +136,6 @@ class Traceback:
         return _walk_up(self, "group")
 
     @property
-    def functions(self) -> list[str]:
-        return [f.function for f in self.frames]
-
-    @property
     def chain(self) -> list[Traceback]:
         """Earlier exceptions this one is chained to, oldest first (not including self)."""
         return _walk_up(self, "cause")

@@ -10,7 +10,7 @@ import re
 
 from diagnose.explain.render import cli_line, env_line, python_lines
 from diagnose.explained import VerifyResult
-from diagnose.model import Finding, Report
+from diagnose.model import Finding, HangReport, Report
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block
@@ -122,12 +122,9 @@ def _section(title: str, lines: list[str], lead: str = "", lang: str = "text") -
                                                    ["", fenced(inert_block("\n".join(lines)), lang), ""])
 
 
-def _hang(report: Report) -> list[str]:
+def _hang(hang: HangReport) -> list[str]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
-    hang = report.hang
-    if hang is None:
-        return []
     lines = hang_lines(hang)
     out = ["### Hang (flight recorder)", "", md_inline(lines[0]), ""]
     out += [f"- {md_inline(line)}" for line in lines[1:]]
@@ -192,7 +189,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             out.append(f"- {md_inline(text)} (`{inert(f.rule)}`, first at line {f.first_line})")
         out.append("")
     if report.hang is not None:
-        out += _hang(report)
+        out += _hang(report.hang)
     if report.config is not None:
         out += _section("Config", config_lines(report.config), lang="yaml")
     if report.replay is not None:

@@ -5,9 +5,9 @@ caller (labels and notes may carry config values).
 
 from __future__ import annotations
 
-from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction
+from diagnose.units import fmt_gib
 
 VERDICTS = {
     "capacity": "the model state alone cannot fit on this GPU",

@@ -6,9 +6,9 @@ inert by the caller (messages and notes may carry config values).
 
 from __future__ import annotations
 
-from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explained import CapacityFit, ReplayResult, Violation
 from diagnose.model import Override, is_delete
+from diagnose.units import fmt_gib
 
 REPRODUCED = {True: "yes: the validator fails on the job's config as the job did",
               False: "no: the job's config passes the mirrored checks",

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
-from diagnose.model import Finding, Fix, Override, Report, rank_runs
+from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
 from diagnose.present.safe import inert, inert_block, log_text, shorten
@@ -195,8 +195,6 @@ def _evidence(f: Finding) -> list[Any]:
 
     When every line comes from one file its path goes in the heading and the grid shows line numbers only.
     """
-    if not f.evidence:
-        return []
     paths = {e.path for e in f.evidence}
     one_path = len(paths) == 1
     heading = Text("  Evidence", style="bold")
@@ -519,7 +517,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             line.append(f"  [{inert(f.rule)}, first at line {f.first_line}]", style="dim")
             parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented under its first line
     if report.hang is not None:
-        parts.extend(_hang_section(report))
+        parts.extend(_hang_section(report.hang))
     if verbose:
         parts.extend(_sections(report, width))
     else:
@@ -537,13 +535,10 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     return parts
 
 
-def _hang_section(report: Report) -> list[Any]:
+def _hang_section(hang: HangReport) -> list[Any]:
     """HANG (flight recorder): the sentences, then the grid unwrapped (it is a table)."""
     from diagnose.present.hang_view import grid_rows, hang_lines
 
-    hang = report.hang
-    if hang is None:
-        return []
     parts: list[Any] = [Text(""), Text("HANG (flight recorder)", style="bold underline")]
     for line in hang_lines(hang):
         parts.append(Padding(Text(inert(line)), (0, 0, 0, 2)))
@@ -687,11 +682,3 @@ def make_console(file, color: str = "auto", width: int | None = None) -> Console
                        emoji=False, force_terminal=False)
     is_tty = hasattr(file, "isatty") and file.isatty()
     return _Console(file=file, width=width if width or is_tty else piped_width, highlight=False, emoji=False)
-
-
-def render_to_string(report: Report, color: str = "never", width: int = 100, detail: str = "verbose") -> str:
-    import io
-
-    buf = io.StringIO()
-    render(report, make_console(buf, color, width), detail)
-    return buf.getvalue()

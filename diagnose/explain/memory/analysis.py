@@ -8,7 +8,6 @@ from typing import Any
 
 from diagnose.explain.config import ConfigView, apply_defaults
 from diagnose.explain.memory import from_config as fc
-from diagnose.explain.memory.gpus import fmt_gib
 from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of, search
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
@@ -17,6 +16,7 @@ from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larg
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
+from diagnose.units import fmt_gib
 
 View = ConfigView | None  # the job's config as read, or None when the log showed none
 
@@ -178,7 +178,7 @@ def _params_from_grad_buffer(n: OomNumbers, phase: str, texts: list[str], layout
                     f"{'fp32' if g == 4 else 'bf16'} gradient per parameter ({params / 1e9:.2f}B)")
 
 
-def _which_buffer(n: OomNumbers, plan: Plan, params: int, texts: Sequence[str] = ()) -> str | None:
+def _which_buffer(n: OomNumbers, plan: Plan, texts: Sequence[str] = ()) -> str | None:
     """Name the allocation that failed when its size is one of the model-state buffers; the traceback's code line
     decides between buffers of equal size (Megatron FSDP allocates weight, main-weight, then grad buffers)."""
     req = n.requested
@@ -243,7 +243,7 @@ def _too_big(n: OomNumbers, capacity: int) -> str:
             "max_position_embeddings, micro batch, vocabulary or a shape read from the wrong field.")
 
 
-def _explain_trained(verdict: str, phase: str, n: OomNumbers, plan: Plan, params: int, capacity: int,
+def _explain_trained(verdict: str, phase: str, n: OomNumbers, params: int, capacity: int,
                      world_known: bool) -> str:
     """The job trained (or reached a checkpoint save), so its model state fitted, although the config read from
     the log predicts more than the GPU: say what the numbers show without presenting the assumed layout as fact."""
@@ -432,9 +432,9 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     state_for_verdict = None if state_unexplained else current.state.persistent
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out.verdict = verdict
-    buffer = _which_buffer(n, current, params, texts)
+    buffer = _which_buffer(n, current, texts)
     if state_unexplained:
-        out.explanation = _explain_trained(verdict, phase, n, current, params, capacity, world_known)
+        out.explanation = _explain_trained(verdict, phase, n, params, capacity, world_known)
     else:
         out.explanation = _explain(verdict, phase, n, current, params, capacity, buffer)
     out.request_is = buffer

@@ -1,5 +1,5 @@
-"""Read a model shape, a layout and a workload from a job's config (a ConfigView, or a flat dict of dotted
-Megatron-Bridge paths), with the defaults that changed across releases.
+"""Read a model shape, a layout and a workload from a job's config (a ConfigView of dotted Megatron-Bridge paths),
+with the defaults that changed across releases.
 
 Release-dependent defaults (../shared/knowledge/megatron-core.md §2b):
 - Megatron-FSDP's default ``data_parallel_sharding_strategy`` is ``no_shard`` up to megatron-core 0.17 and
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from diagnose.configview import ConfigView
 from diagnose.explain.config.defaults import version_tuple
 from diagnose.explain.config.mlm_args import moe_freq_value
 from diagnose.explain.config.tokenizers import VOCAB_KEYS
@@ -25,27 +26,20 @@ from diagnose.explain.memory.shape import ModelShape
 from diagnose.explain.memory.state import STRATEGIES, Layout
 from diagnose.model import DiagnoseError
 
+View = ConfigView | None  # the job's config as read, or None when there is none
 _FALSE = FALSE_WORDS | NULL_WORDS | {"0"}  # what as_bool reads as False
 
 
-def _get(view: Any, key: str, default: Any = None) -> Any:
-    if view is None:
-        return default
-    try:
-        value = view.get(key, None)
-    except TypeError:
-        value = view.get(key)
-    if value is not None and hasattr(value, "value") and hasattr(value, "origin"):
-        value = value.value
+def _get(view: View, key: str, default: Any = None) -> Any:
+    value = view.get(key) if view is not None else None
     return default if value is None else value
 
 
-def _origin(view: Any, key: str) -> str | None:
-    fn = getattr(view, "origin", None)
-    return fn(key) if callable(fn) else ("set" if view is not None and _get(view, key) is not None else None)
+def _origin(view: View, key: str) -> str | None:
+    return view.origin(key) if view is not None else None
 
 
-def set_in_job(view: Any, key: str) -> bool:
+def set_in_job(view: View, key: str) -> bool:
     """The job's config sets ``key`` (not a release default)."""
     origin = _origin(view, key)
     return origin is not None and origin != "default"
@@ -75,11 +69,11 @@ def _float(v: Any, default: float = 0.0) -> float:
         return default
 
 
-def mcore_version(view: Any) -> tuple[int, ...] | None:
-    return version_tuple(getattr(view, "mcore_version", None) or _get(view, "versions.megatron_core"))
+def mcore_version(view: View) -> tuple[int, ...] | None:
+    return version_tuple((view.mcore_version if view is not None else None) or _get(view, "versions.megatron_core"))
 
 
-def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) -> Any:
+def _model(view: View, name: str, default: Any = None, mlm: str | None = None) -> Any:
     """``model.<name>``, else the Megatron-LM argument kept as ``mlm.<name>`` (or ``mlm.<mlm>``)."""
     value = _get(view, f"model.{name}")
     if value is None:
@@ -92,7 +86,7 @@ def _model(view: Any, name: str, default: Any = None, mlm: str | None = None) ->
 MAX_LAYERS = 100_000
 
 
-def shape_from_config(view: Any) -> ModelShape | None:
+def shape_from_config(view: View) -> ModelShape | None:
     """The model's shape, or None when the config lacks the sizes (layers, hidden, heads) or they are absurd."""
     hybrid = hybrid_pattern(view)
     layers = len(hybrid) if hybrid else _int(_get(view, "model.num_layers"))
@@ -162,7 +156,7 @@ _COUNT_KEYS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def count_assumptions(view: Any) -> list[str]:
+def count_assumptions(view: View) -> list[str]:
     """What the parameter count assumed because the config does not say (one phrase each): the vocabulary
     (32,000) when neither a size nor a known tokenizer is given, and for a Bridge config, the keys that move the
     count and were filled by megatron-core's defaults (a provider's or the file's values are not assumptions).
@@ -170,7 +164,7 @@ def count_assumptions(view: Any) -> list[str]:
     out = []
     if not any(_get(view, k) is not None for k in VOCAB_KEYS):
         out.append("vocab_size 32,000 (no vocab_size and no known tokenizer in the config)")
-    if getattr(view, "framework", None) == "megatron-lm":
+    if view is not None and view.framework == "megatron-lm":
         return out
     return out + [f"{name} = {default} (megatron-core's default: not in the config)"
                   for key, default, name in _COUNT_KEYS if _origin(view, key) in (None, "default")]
@@ -179,7 +173,7 @@ def count_assumptions(view: Any) -> list[str]:
 _HYBRID_SYMBOLS = set("M*-E")
 
 
-def hybrid_pattern(view: Any) -> str | None:
+def hybrid_pattern(view: View) -> str | None:
     """The hybrid model's layer pattern (``hybrid_override_pattern``, Bridge's newer ``hybrid_layer_pattern``,
     Megatron-LM ``--hybrid-override-pattern``), or None. Megatron-core's MTP separator ``/`` ends the decoder part.
     A pattern with symbols megatron-core does not build is refused (DiagnoseError), never miscounted."""
@@ -194,7 +188,7 @@ def hybrid_pattern(view: Any) -> str | None:
     return None
 
 
-def _mamba_fields(view: Any, pattern: str | None) -> dict[str, Any]:
+def _mamba_fields(view: View, pattern: str | None) -> dict[str, Any]:
     if not pattern:
         return {}
     return {
@@ -206,13 +200,13 @@ def _mamba_fields(view: Any, pattern: str | None) -> dict[str, Any]:
     }
 
 
-def _layout_problems(view: Any, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:
+def _layout_problems(view: View, shape: ModelShape, stages: tuple[str, ...]) -> list[str]:
     pp = _int(_get(view, "model.pipeline_model_parallel_size"), 1) or 1
     vpp = _int(_get(view, "model.virtual_pipeline_model_parallel_size"))
     return pp_layout.layout_problems(stages, pp, shape.num_layers, shape.mtp_num_layers, vpp)
 
 
-def _pipeline_layout(view: Any) -> tuple[tuple[str, ...] | None, str | None]:
+def _pipeline_layout(view: View) -> tuple[tuple[str, ...] | None, str | None]:
     """``pipeline_model_parallel_layout`` parsed, or (None, why it cannot be read); (None, None) when unset."""
     value = _model(view, "pipeline_model_parallel_layout")
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
@@ -223,7 +217,7 @@ def _pipeline_layout(view: Any) -> tuple[tuple[str, ...] | None, str | None]:
         return None, str(e)
 
 
-def pipeline_layout_problem(view: Any, shape: ModelShape) -> str | None:
+def pipeline_layout_problem(view: View, shape: ModelShape) -> str | None:
     """Why the config's custom pipeline layout is not used for the memory model (None: unset, or used)."""
     stages, error = _pipeline_layout(view)
     if error:
@@ -234,12 +228,12 @@ def pipeline_layout_problem(view: Any, shape: ModelShape) -> str | None:
     return "pipeline_model_parallel_layout: " + "; ".join(problems) if problems else None
 
 
-def _present(view: Any, name: str) -> bool:
+def _present(view: View, name: str) -> bool:
     """The job sets ``model.<name>`` (or ``mlm.<name>``), possibly to null."""
     return any(_origin(view, f"{ns}.{name}") is not None for ns in ("model", "mlm"))
 
 
-def _mla_fields(view: Any) -> dict[str, Any]:
+def _mla_fields(view: View) -> dict[str, Any]:
     """Multi-latent attention: on with ``multi_latent_attention`` (or, when that is not shown, a ``kv_lora_rank``:
     Bridge's DeepSeek providers subclass MLATransformerConfig, whose flag defaults to True). Unset sizes take
     MLATransformerConfig's defaults; ``q_lora_rank: null`` (DeepSeek-V2-Lite) means no query compression."""
@@ -260,7 +254,7 @@ def _mla_fields(view: Any) -> dict[str, Any]:
     }
 
 
-def fp8_from_config(view: Any) -> tuple[bool, bool]:
+def fp8_from_config(view: View) -> tuple[bool, bool]:
     """(FP8 GEMMs, FP8 parameters). FP8 is on when ``fp8`` names a format (Megatron-LM ``--fp8-format``: ``fp8``
     in the arguments dump, ``fp8_format`` on a command line), directly or in Bridge's ``mixed_precision``, or
     when the ``mixed_precision`` preset's name says fp8.
@@ -278,7 +272,7 @@ def fp8_from_config(view: Any) -> tuple[bool, bool]:
     return fp8 or params, params
 
 
-def cuda_graphs_from_config(view: Any) -> str | None:
+def cuda_graphs_from_config(view: View) -> str | None:
     """``cuda_graph_impl`` ("local" | "transformer_engine"); older ``enable_cuda_graph`` means "local" and
     Megatron-LM's ``--external-cuda-graph`` "transformer_engine"."""
     impl = str(_model(view, "cuda_graph_impl", "none") or "none").lower()
@@ -291,7 +285,7 @@ def cuda_graphs_from_config(view: Any) -> str | None:
     return None
 
 
-def strategy_from_config(view: Any) -> str:
+def strategy_from_config(view: View) -> str:
     fsdp = _bool(_get(view, "ddp.use_megatron_fsdp")) or _bool(_get(view, "dist.use_megatron_fsdp"))
     if fsdp:
         key = "ddp.data_parallel_sharding_strategy"
@@ -307,13 +301,13 @@ def strategy_from_config(view: Any) -> str:
     return "ddp"
 
 
-def grad_bytes_from_config(view: Any, strategy: str) -> int:
+def grad_bytes_from_config(view: View, strategy: str) -> int:
     ver = mcore_version(view)
     if strategy.startswith("fsdp:") and ver is not None and ver >= (0, 19):
         dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
         return 4 if ("32" in dtype or "float" == dtype) else 2
     value = _get(view, "ddp.grad_reduce_in_fp32")
-    if getattr(view, "framework", None) == "megatron-lm" and not set_in_job(view, "ddp.grad_reduce_in_fp32"):
+    if view is not None and view.framework == "megatron-lm" and not set_in_job(view, "ddp.grad_reduce_in_fp32"):
         # Megatron-LM: --bf16 turns accumulate_allreduce_grads_in_fp32 on unless --grad-reduce-in-bf16
         if _bool(_get(view, "mlm.grad_reduce_in_bf16")):
             return 2
@@ -327,7 +321,7 @@ def grad_bytes_from_config(view: Any, strategy: str) -> int:
     return 4 if _bool(value) else 2
 
 
-def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
+def layout_from_config(view: View, gpus: int | None = None) -> Layout:
     strategy = strategy_from_config(view)
     tp = _int(_get(view, "model.tensor_model_parallel_size"), 1) or 1
     pp = _int(_get(view, "model.pipeline_model_parallel_size"), 1) or 1
@@ -363,7 +357,7 @@ def layout_from_config(view: Any, gpus: int | None = None) -> Layout:
     )
 
 
-def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) -> Workload:
+def workload_from_config(view: View, shape: ModelShape | None, layout: Layout) -> Workload:
     mbs = _int(_get(view, "train.micro_batch_size"), 1) or 1
     gbs = _int(_get(view, "train.global_batch_size"))
     granularity = _get(view, "model.recompute_granularity")
@@ -385,7 +379,7 @@ def workload_from_config(view: Any, shape: ModelShape | None, layout: Layout) ->
     )
 
 
-def attention_note(view: Any, work: Workload | None) -> str | None:
+def attention_note(view: View, work: Workload | None) -> str | None:
     """Say so when the activations are sized for an attention that keeps the ``a*s^2`` scores."""
     if work is None or work.attention == "flash":
         return None
@@ -401,7 +395,7 @@ def attention_note(view: Any, work: Workload | None) -> str | None:
             "softmax); flash attention or selective recompute does not")
 
 
-def layer_implementation(view: Any) -> dict[str, Any]:
+def layer_implementation(view: View) -> dict[str, Any]:
     """How the job's layers are built, for the activation model (``Workload`` fields).
 
     The attention comes from ``model.transformer_impl`` / ``model.attention_backend`` (Megatron-LM
@@ -409,7 +403,7 @@ def layer_implementation(view: Any) -> dict[str, Any]:
     (``launch.transformer_engine`` false) means the local spec, whose norms are torch's unless apex is there.
     Unset values take megatron-core's defaults (fp32 softmax, no activation or RoPE fusion, dropout 0.1);
     Megatron-LM's arguments default to the fused SwiGLU and RoPE and a bf16 softmax."""
-    mlm = getattr(view, "framework", None) == "megatron-lm"
+    mlm = view is not None and view.framework == "megatron-lm"
     impl = _get(view, "model.transformer_impl")
     if impl is None and _get(view, "launch.transformer_engine") is False:
         impl = "local"
@@ -425,7 +419,7 @@ def layer_implementation(view: Any) -> dict[str, Any]:
     }
 
 
-def scenario(view: Any, shape: ModelShape | None, layout: Layout, work: Workload | None, capacity: int,
+def scenario(view: View, shape: ModelShape | None, layout: Layout, work: Workload | None, capacity: int,
              **known: Any) -> Scenario:
     """The search's starting point for a job read from its config (``known``: what the log adds)."""
     return Scenario(shape, layout, work, capacity, view=view,

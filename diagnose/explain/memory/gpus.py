@@ -8,12 +8,10 @@ the board's memory in GiB minus the same ~0.85 % the driver keeps on an H200/H10
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from diagnose.model import DiagnoseError
-from diagnose.units import GIB, MIB
-from diagnose.units import parse_size as _parse_size
+from diagnose.units import GIB, MIB, SIZE, fmt_gib, parse_size
 
 
 @dataclass(frozen=True)
@@ -60,21 +58,6 @@ ALIASES = {
 }
 
 
-def parse_size(text: str | int | float) -> int:
-    """'80GiB', '80G' (binary), '141GB' (decimal), '20.00 MiB', '0 bytes' or a number of bytes -> bytes."""
-    if isinstance(text, bool):
-        raise DiagnoseError(f"not a memory size: {text!r}")
-    if isinstance(text, (int, float)):
-        return int(text)
-    size = _parse_size(str(text))
-    if size is None:
-        raise DiagnoseError(f"not a memory size: {str(text)[:60]!r} (try e.g. 80GiB, 79.15GiB, 141GB)")
-    return size
-
-
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
 def parse_gpu_memory(text: str) -> tuple[int, str | None]:
     """``--gpu-memory``: bytes and a note for the user (or None).
 
@@ -83,13 +66,12 @@ def parse_gpu_memory(text: str) -> tuple[int, str | None]:
     GiB to torch) is taken as written, with a note naming the ``--gpu`` that has the real capacity.
     """
     raw = str(text).strip()
-    try:
-        value = parse_size(raw)
-    except DiagnoseError as e:
-        raise DiagnoseError(f"--gpu-memory: {e}") from None
+    value = parse_size(raw)
+    if value is None:
+        raise DiagnoseError(f"--gpu-memory: not a memory size: {raw[:60]!r} (try e.g. 80GiB, 79.15GiB, 141GB)")
     if value <= 0:
         raise DiagnoseError(f"--gpu-memory {raw[:40]!r}: must be more than 0")
-    m = _SIZE.match(raw)
+    m = SIZE.match(raw)
     unit = m.group(2).lower() if m else ""
     if unit in ("", "b", "bytes") and value < MIB:
         raise DiagnoseError(f"--gpu-memory {raw[:40]!r} has no unit (that is {value} bytes): write e.g. "
@@ -111,6 +93,3 @@ def gpu_by_name(name: str) -> GpuModel:
         raise DiagnoseError(f"unknown GPU {name[:40]!r}; known: {', '.join(sorted(GPUS))} (or use --gpu-memory 80GiB)")
     return GPUS[key]
 
-
-def fmt_gib(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / GIB:.2f} GiB"

@@ -9,9 +9,8 @@ most. Violations the job already had before the change are not blamed on the opt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from diagnose.explain.config import apply_overrides
+from diagnose.explain.config import ConfigView, apply_overrides
 from diagnose.explain.validate import Violation, validate
 from diagnose.model import Override
 
@@ -28,9 +27,9 @@ def _sig(v: Violation) -> tuple[str, str]:
     return v.check, v.message
 
 
-def prove(view: Any, overrides: list[Override], bridge_version: str | None = None, rounds: int = 3,
+def prove(view: ConfigView | None, overrides: list[Override], bridge_version: str | None = None, rounds: int = 3,
           real_mcore: bool = False) -> Proof:
-    if view is None or not hasattr(view, "copy"):
+    if view is None:
         return Proof(list(overrides), None)
     try:
         baseline = {_sig(v) for v in validate(view, bridge_version, real_mcore=real_mcore)}

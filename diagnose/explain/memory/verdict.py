@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose.explain.memory.gpus import parse_size
 from diagnose.normalize.facts.oom import parse_cuda_oom
+from diagnose.units import parse_size
 
 VERDICTS = ("capacity", "fragmentation", "transient_peak", "activations", "unknown")
 
@@ -56,10 +56,7 @@ def _size(value: Any) -> int | None:
         return None
     if isinstance(value, (int, float)):
         return int(value)
-    try:
-        return parse_size(str(value))
-    except Exception:  # noqa: BLE001 - a fact we cannot read is a fact we do not have
-        return None
+    return parse_size(str(value))  # None: a fact we cannot read is a fact we do not have
 
 
 def from_text(text: str) -> OomNumbers:

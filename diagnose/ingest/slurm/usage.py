@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from diagnose import units
 from diagnose.coerce import as_int
 from diagnose.ingest.slurm.parse import parse_seconds
 
@@ -77,8 +76,3 @@ def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]
         total_cpu_s=parse_seconds(job_fields.get("TotalCPU")),
         max_rss_bytes=max(rss) if rss else None,
     )
-
-
-def format_bytes(n: int | None) -> str:
-    """MaxRSS for the Slurm views: ``units.format_bytes``, empty when sacct recorded none."""
-    return "" if n is None else units.format_bytes(n)

@@ -14,9 +14,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from diagnose.checking import CheckRequest, CheckResult, check, fix_text
-from diagnose.explain.memory.gpus import fmt_gib, gpu_by_name, parse_gpu_memory
+from diagnose.explain.memory.gpus import gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError
-from diagnose.units import format_gib_short
+from diagnose.units import fmt_gib, format_gib_short
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod

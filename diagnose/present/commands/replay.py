@@ -90,17 +90,17 @@ def fix_lines(render: dict[str, str]) -> list[str]:
 
 
 def _fit_line(fit: Any) -> str:
-    from diagnose.explain.fit import gib
+    from diagnose.units import fmt_gib
 
     if fit.fits:
         need = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp}'}; the job ran on {fit.job_gpus}), "
                 if fit.more_gpus else "")
-        peak = (f"predicted peak {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}" if fit.peak_bytes
-                else "the reserved-but-unallocated memory would have served the request")
+        peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
+                if fit.peak_bytes else "the reserved-but-unallocated memory would have served the request")
         return f"fits: {need}{peak}"
     if fit.peak_bytes:
-        return f"does not fit: {gib(fit.peak_bytes)} per GPU of {gib(fit.capacity_bytes)}"
-    return f"does not fit: the memory model finds nothing that fits in {gib(fit.capacity_bytes)}"
+        return f"does not fit: {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
+    return f"does not fit: the memory model finds nothing that fits in {fmt_gib(fit.capacity_bytes, 1)}"
 
 
 def _verdict(result: Any, given: list) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from diagnose.model import DiagnoseError, Report, SlurmFacts
 from diagnose.present.output import output_stream
 from diagnose.present.text import make_console
+from diagnose.units import format_bytes
 
 MAX_LISTED = 50  # --failed diagnoses at most this many jobs (newest first)
 
@@ -133,8 +134,6 @@ def _state_words(s: SlurmFacts) -> str:
 def usage_line(s: SlurmFacts) -> str:
     """seff's figures in one line: "usage: 2 nodes, 16 GPUs, MaxRSS 12.50 GiB, CPU efficiency 8.3 %, 4.27
     GPU-hours lost"; what sacct did not record is left out ("" when nothing is)."""
-    from diagnose.ingest.slurm.usage import format_bytes
-
     parts = []
     if s.nnodes is not None:
         parts.append(f"{s.nnodes} node{'s' if s.nnodes != 1 else ''}")
@@ -292,7 +291,6 @@ def failed_markdown(rows: list[dict[str, Any]], fields: list[tuple[str, str, int
 def _failed_extras(summary: Any, root: Any, outputs: list[str]) -> dict[str, Any]:
     """The sacct and seff figures of a --failed row, and the root cause's code and category (``--fields``)."""
     from diagnose.ingest.slurm.parse import format_duration
-    from diagnose.ingest.slurm.usage import format_bytes
 
     usage = summary.usage
     efficiency, lost = summary.cpu_efficiency, summary.gpu_hours_lost
@@ -302,7 +300,7 @@ def _failed_extras(summary: Any, root: Any, outputs: list[str]) -> dict[str, Any
         "elapsed": format_duration(summary.elapsed_s) if summary.elapsed_s is not None else None,
         "time_limit": format_duration(summary.time_limit_s), "nodes": summary.nodes, "work_dir": summary.work_dir,
         "nnodes": usage.nnodes, "gpus": usage.gpus, "max_rss_bytes": usage.max_rss_bytes,
-        "max_rss": format_bytes(usage.max_rss_bytes) or None,
+        "max_rss": None if usage.max_rss_bytes is None else format_bytes(usage.max_rss_bytes),
         "cpu_efficiency": None if efficiency is None else round(efficiency, 4),
         "gpu_hours_lost": None if lost is None else round(lost, 3),
         "root_cause": root.rule if root is not None else None, "category": root.category if root is not None else None,

@@ -18,12 +18,6 @@ SCHEMA = "diagnose/verify@1"
 EXIT_OK, EXIT_FAIL = 0, 1
 
 
-def verify_payload(paths: list[str], config: str | None = None, bridge_version: str | None = None,
-                   strict: bool = False, rules: list[str] | None = None) -> dict[str, Any]:
-    """The verify JSON for ``paths`` (one job: several files are its ranks). Bad input: DiagnoseError."""
-    return _payload(paths, _verified(paths, config, bridge_version, strict, rules))
-
-
 def _verified(paths: list[str], config: str | None, bridge_version: str | None, strict: bool,
               rules: list[str] | None) -> Report:
     from diagnose.pipeline import AnalyzeOptions, analyze

@@ -64,8 +64,3 @@ class HangScreen(Screen):
             label = Text(f"{'▶ ' if r in named else '  '}rank {r}", style="bold red" if r in named else "")
             table.add_row(label, *(cell_text(s.get(r, "")) for s in states), key=str(r))
         table.focus()
-
-    def row_of(self, rank: int) -> list[str]:
-        """The plain text of one rank's row (tests)."""
-        table = self.query_one(DataTable)
-        return [c.plain if isinstance(c, Text) else str(c) for c in table.get_row(str(rank))]

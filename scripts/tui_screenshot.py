@@ -1,5 +1,5 @@
 """Make the README screenshot: the real TUI (real pipeline) on a log, saved as SVG and, if rsvg-convert is on
-PATH, as PNG.  ``python3 -m diagnose.present.tui.screenshot LOG docs/tui.svg [--png docs/tui.png] [KEY ...]``
+PATH, as PNG.  ``python3 scripts/tui_screenshot.py LOG docs/tui.svg [--png docs/tui.png] [KEY ...]``
 """
 
 from __future__ import annotations
@@ -9,10 +9,13 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from diagnose.present.tui.app import DiagnoseApp, pipeline_analyzer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's diagnose, not an installed one
+
+from diagnose.present.tui.app import DiagnoseApp, pipeline_analyzer  # noqa: E402
 
 
 async def capture(log: str, keys: list[str], size: tuple[int, int]) -> str:

@@ -1,4 +1,4 @@
-"""Predict what ``benchmarks/memory_calibration/measure.py`` measures on a real GPU, record by record.
+"""Predict what ``measure.py`` (this folder) measures on a real GPU, record by record.
 
 A record is one model x strategy x phase run by real megatron-core (see docs/memory.md for the keys). The model
 predicts ``allocated_bytes`` and ``max_allocated_bytes`` (peak since just before the model build) at:
@@ -11,12 +11,16 @@ predicts ``allocated_bytes`` and ``max_allocated_bytes`` (peak since just before
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from diagnose.explain.memory.activations import Workload, activation_bytes
-from diagnose.explain.memory.shape import ModelShape, count_params
-from diagnose.explain.memory.state import Layout, layer_params_max, model_state, phases
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's diagnose
+
+from diagnose.explain.memory.activations import Workload, activation_bytes  # noqa: E402
+from diagnose.explain.memory.shape import ModelShape, count_params  # noqa: E402
+from diagnose.explain.memory.state import Layout, layer_params_max, model_state, phases  # noqa: E402
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Predict what ``benchmarks/memory_calibration/measure_activations.py`` measures on a real GPU, record by record.
+"""Predict what ``measure_activations.py`` (this folder) measures on a real GPU, record by record.
 
 A record is one model x attention backend x recompute x micro batch x sequence run by real megatron-core (keys:
 docs/memory.md). ``activation_peak_bytes`` is the forward+backward peak of ``max_memory_allocated`` above the
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from predict_state import shape_of  # this folder's; it puts the checkout's diagnose on the path
+
 from diagnose.explain.memory.activations import Workload, activation_bytes
-from diagnose.explain.memory.calibration import shape_of
 from diagnose.explain.memory.options import headroom
 from diagnose.explain.memory.shape import ModelShape, count_params
 from diagnose.explain.memory.state import Layout, layer_params_max, model_state
