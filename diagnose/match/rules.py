@@ -16,7 +16,6 @@ turns into a finding, and their examples are ``scontrol show job`` records.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +36,7 @@ from diagnose.model import (
     Implies,
     Override,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from diagnose.toml_data import need, one_of, parse, read_text, str_list
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 INPUTS = ("log", "slurm_job")
@@ -210,14 +205,9 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
     """The rules, the problems found, and the ``[[infer]]`` tables of one catalogue file."""
     from diagnose.match import rule_cache
 
-    try:
-        text = path.read_text(encoding="utf-8")
-        cached = rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
-        data = cached if cached is not None else tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as e:
-        raise DiagnoseError(f"rules file {path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise DiagnoseError(f"rules file {path}: invalid TOML: {e}") from None
+    text = read_text(path, "rules file")
+    cached = rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
+    data = cached if cached is not None else parse(text, path, "rules file")
     rules, errors = [], []
     for i, raw in enumerate(data.get("rule", [])):
         try:
@@ -237,7 +227,7 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
 
 def _code(raw: dict) -> str:
     """A rule's or an [[infer]] table's code: 2-8 upper-case letters and digits, starting with a letter."""
-    code = _need(raw, "code", str)
+    code = need(raw, "code", str)
     if not (2 <= len(code) <= 8 and code[0].isalpha() and all(c in CODE_CHARS for c in code)):
         raise ValueError(f"code {code!r} must be 2-8 upper-case letters and digits, starting with a letter")
     return code
@@ -259,14 +249,14 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     if not isinstance(raw, dict):
         raise ValueError("an [[infer]] entry must be a table")
     code = _code(raw)
-    category = _need(raw, "category", str)
+    category = need(raw, "category", str)
     if category not in CATEGORIES or category == "other":
         raise ValueError(f"category {category!r} must be one of {', '.join(CATEGORIES)} but 'other'")
     confidence = _confidence(raw, 0.5)
     library = raw.get("library_frame")
     if library is not None and not isinstance(library, bool):
         raise ValueError("'library_frame' must be true or false")
-    text_any, text_none = _str_list(raw, "text_any"), _str_list(raw, "text_none")
+    text_any, text_none = str_list(raw, "text_any"), str_list(raw, "text_none")
     for key, patterns in (("text_any", text_any), ("text_none", text_none)):
         for t in patterns:
             try:
@@ -274,15 +264,15 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
                     regex.compile(t)
             except regex.error as e:
                 raise ValueError(f"{key} {t!r}: regex does not compile: {e}") from None
-    phases = _str_list(raw, "phases")
+    phases = str_list(raw, "phases")
     bad = [p for p in phases if p not in PHASES]
     if bad:
         raise ValueError(f"phases {bad} are not among {', '.join(PHASES)}")
     fallback = raw.get("phase_when_unknown", "")
     if not isinstance(fallback, str) or (fallback and (fallback not in PHASES or fallback == "unknown")):
         raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
-    frames_any, exc_types = _str_list(raw, "frames_any"), _str_list(raw, "exc_types")
-    raised_in = _str_list(raw, "raised_in")
+    frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
+    raised_in = str_list(raw, "raised_in")
     if not (frames_any or text_any or exc_types or raised_in or library is not None):
         raise ValueError("no condition: give frames_any, raised_in, text_any, exc_types or library_frame")
     examples = raw.get("examples", [])
@@ -291,7 +281,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     return Inference(
         code=code,
         category=category,
-        why=_need(raw, "why", str).strip(),
+        why=need(raw, "why", str).strip(),
         confidence=confidence,
         frames_any=frames_any,
         text_any=text_any,
@@ -300,45 +290,22 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         library_frame=library,
         raised_in=raised_in,
         phases=phases,
-        rules=_str_list(raw, "rules"),
+        rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
         examples=list(examples),
         source=source,
     )
 
 
-def _need(raw: dict, key: str, kind: type) -> Any:
-    if key not in raw:
-        raise ValueError(f"missing '{key}'")
-    v = raw[key]
-    if not isinstance(v, kind):
-        raise ValueError(f"'{key}' must be {kind.__name__}")
-    return v
-
-
-def _one_of(raw: dict, key: str, default: str, allowed: Sequence[str], name: str = "") -> Any:
-    value = raw.get(key, default)
-    if value not in allowed:
-        raise ValueError(f"{name or key} {value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _str_list(raw: dict, key: str) -> list[str]:
-    v = raw.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ValueError(f"'{key}' must be a list of strings")
-    return list(v)
-
-
 def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError("a rule must be a table")
     code = _code(raw)
-    category = _need(raw, "category", str)
+    category = need(raw, "category", str)
     if category not in CATEGORIES:
         raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
-    severity = _one_of(raw, "severity", "error", SEVERITIES)
-    role = _one_of(raw, "role", "root", ROLES)
+    severity = one_of(raw, "severity", "error", SEVERITIES)
+    role = one_of(raw, "role", "root", ROLES)
     phase = raw.get("phase", "auto")
     if phase != "auto" and phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not 'auto' or one of {', '.join(PHASES)}")
@@ -347,7 +314,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         raise ValueError("phase_when_unknown needs phase = \"auto\" and one of " + ", ".join(PHASES) + " but 'unknown'")
     confidence = _confidence(raw, 0.8)
 
-    kind = _one_of(raw, "input", "log", INPUTS)
+    kind = one_of(raw, "input", "log", INPUTS)
     outcome = raw.get("slurm_outcome", "")
     if kind == "slurm_job":
         if outcome not in SLURM_OUTCOMES:
@@ -364,7 +331,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         raise ValueError("'during_training' must be a rule code")
 
     patterns: list[Pattern] = []
-    for p in raw.get("patterns", []) if kind == "slurm_job" else _need(raw, "patterns", list):
+    for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
         if len(p["anchor"]) < 3 and p["anchor"] not in SHORT_ANCHORS:
@@ -381,7 +348,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):
         raise ValueError("'fix' must be a table")
-    safety = _one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
+    safety = one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
     overrides = []
     for o in fix_raw.get("overrides", []):
         if not isinstance(o, dict) or not isinstance(o.get("key"), str) or "value" not in o:
@@ -397,7 +364,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         safety=safety,
         overrides=overrides,
         env=env,
-        steps=_str_list(fix_raw, "steps"),
+        steps=str_list(fix_raw, "steps"),
     )
 
     ctx_raw = raw.get("context", {})
@@ -407,11 +374,11 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(window, int) or not 1 <= window <= 5000:
         raise ValueError("context.before_window must be an integer in [1, 5000]")
     context = Context(
-        frames_any=_str_list(ctx_raw, "frames_any"),
-        frames_none=_str_list(ctx_raw, "frames_none"),
-        before_any=_str_list(ctx_raw, "before_any"),
+        frames_any=str_list(ctx_raw, "frames_any"),
+        frames_none=str_list(ctx_raw, "frames_none"),
+        before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
-        not_on_command_line=_need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
+        not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
@@ -422,12 +389,12 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     parser = raw.get("parser")
     if parser is not None and not isinstance(parser, str):
         raise ValueError("'parser' must be a string")
-    tier = _one_of(raw, "tier", "generic" if category == "other" else "specific", TIERS)
+    tier = one_of(raw, "tier", "generic" if category == "other" else "specific", TIERS)
 
     return Rule(
         code=code,
-        slug=_need(raw, "slug", str),
-        title=_need(raw, "title", str),
+        slug=need(raw, "slug", str),
+        title=need(raw, "title", str),
         category=category,
         severity=severity,
         role=role,
@@ -435,15 +402,15 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         phase_when_unknown=phase_fallback,
         confidence=confidence,
         patterns=patterns,
-        explanation=_need(raw, "explanation", str).strip(),
+        explanation=need(raw, "explanation", str).strip(),
         fix=fix,
         context=context,
         parser=parser,
         versions=str(raw.get("versions", "")),
-        links=_str_list(raw, "links"),
+        links=str_list(raw, "links"),
         doc=str(raw.get("doc", "")).strip(),
-        examples_match=_str_list(ex, "match"),
-        examples_no_match=_str_list(ex, "no_match"),
+        examples_match=str_list(ex, "match"),
+        examples_no_match=str_list(ex, "no_match"),
         source=source,
         tier=tier,
         input=kind,

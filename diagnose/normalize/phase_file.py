@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from typing import TypeVar
 
 from diagnose.model import PHASES, CaptureSpec, DiagnoseError
+from diagnose.toml_data import known_keys, need, one_of, optional, parse, read_text
 
 KEEPS = ("first", "last", "first_last", "all")
 T = TypeVar("T")
@@ -70,13 +65,9 @@ def phase_file_path() -> Path:
 def load_phase_file(path: Path | None = None) -> PhaseFile:
     """The markers and frame patterns of ``path`` (the built-in file by default), checked."""
     path = path or phase_file_path()
+    data = parse(read_text(path, "phase markers file"), path, "phase markers file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
         markers, frames = tuple(_entries(data, "marker", _marker)), tuple(_entries(data, "frame", _frame))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DiagnoseError(f"phase markers file {path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise DiagnoseError(f"phase markers file {path}: invalid TOML: {e}") from None
     except ValueError as e:
         raise DiagnoseError(f"phase markers file {path}: {e}") from None
     names = [m.spec.name for m in markers]
@@ -87,7 +78,7 @@ def load_phase_file(path: Path | None = None) -> PhaseFile:
 
 
 def _entries(data: dict, kind: str, parse: Callable[[dict], T]) -> Iterator[T]:
-    for i, raw in enumerate(_get(data, kind, list, []), 1):
+    for i, raw in enumerate(optional(data, kind, list, []), 1):
         try:
             if not isinstance(raw, dict):
                 raise ValueError("not a table")
@@ -98,43 +89,26 @@ def _entries(data: dict, kind: str, parse: Callable[[dict], T]) -> Iterator[T]:
 
 
 def _marker(raw: dict) -> Marker:
-    _known_keys(raw, {"name", "anchor", "regex", "keep", "phase", "progress", "weak", "note", "examples"})
+    known_keys(raw, {"name", "anchor", "regex", "keep", "phase", "progress", "weak", "note", "examples"})
     regex = _regex(raw) if "regex" in raw else None
-    keep = _get(raw, "keep", str, "first")
-    if keep not in KEEPS:
-        raise ValueError(f"keep {keep!r} is not one of {', '.join(KEEPS)}")
-    spec = CaptureSpec(_get(raw, "name", str), anchor=_get(raw, "anchor", str), regex=regex, keep=keep)
+    keep = one_of(raw, "keep", "first", KEEPS)
+    spec = CaptureSpec(need(raw, "name", str), anchor=need(raw, "anchor", str), regex=regex, keep=keep)
     if not spec.name or not spec.anchor:
         raise ValueError("empty name or anchor")
     if regex is not None:
         re.compile(regex)
-    flags = _get(raw, "progress", bool, False), _get(raw, "weak", bool, False)
-    return Marker(spec, _phase(raw), *flags, _get(raw, "note", str, "").strip(), _examples(raw))
+    flags = optional(raw, "progress", bool, False), optional(raw, "weak", bool, False)
+    return Marker(spec, _phase(raw), *flags, optional(raw, "note", str, "").strip(), _examples(raw))
 
 
 def _frame(raw: dict) -> FramePattern:
-    _known_keys(raw, {"phase", "regex", "note", "examples"})
+    known_keys(raw, {"phase", "regex", "note", "examples"})
     pattern = re.compile(_regex(raw), re.M)
-    return FramePattern(_phase(raw), pattern, _get(raw, "note", str, "").strip(), _examples(raw))
-
-
-def _known_keys(raw: dict, known: set[str]) -> None:
-    if unknown := sorted(set(raw) - known):
-        raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-
-
-def _get(raw: dict, key: str, kind: type, default: Any = None) -> Any:
-    value = raw.get(key, default)
-    if not isinstance(value, kind):
-        raise ValueError(f"{key!r} must be a {kind.__name__}" if key in raw else f"no {key!r}")
-    return value
+    return FramePattern(_phase(raw), pattern, optional(raw, "note", str, "").strip(), _examples(raw))
 
 
 def _phase(raw: dict) -> str:
-    phase = _get(raw, "phase", str)
-    if phase not in PHASES:
-        raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
-    return phase
+    return one_of(raw, "phase", need(raw, "phase", str), PHASES)
 
 
 def _regex(raw: dict) -> str:
@@ -148,7 +122,7 @@ def _regex(raw: dict) -> str:
 
 
 def _examples(raw: dict) -> Examples:
-    examples = _get(raw, "examples", dict, {})
+    examples = optional(raw, "examples", dict, {})
     lists = [examples.get(key, []) for key in ("match", "no_match")]
     if set(examples) - {"match", "no_match"} or not all(
         isinstance(v, list) and all(isinstance(s, str) for s in v) for v in lists

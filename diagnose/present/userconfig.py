@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.model import DiagnoseError
+from diagnose.toml_data import tomllib
 
 # key -> (argparse dest, type, commands it applies to)
 KEYS: dict[str, tuple[str, type, tuple[str, ...]]] = {
@@ -31,26 +32,22 @@ def find_config(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None
     """The file and its ``[tool.diagnose]`` table (or the user config's top level), or None."""
     if os.environ.get("DIAGNOSE_NO_CONFIG") == "1":
         return None
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
-            data = _read(candidate, tomllib)
+            data = _read(candidate)
             table = data.get("tool", {}).get("diagnose") if isinstance(data.get("tool"), dict) else None
             if isinstance(table, dict):
                 return candidate, table
             break  # the project's own pyproject.toml without our table: the user config may still apply
     home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "diagnose" / "config.toml"
     if home.is_file():
-        return home, _read(home, tomllib)
+        return home, _read(home)
     return None
 
 
-def _read(path: Path, tomllib) -> dict[str, Any]:
+def _read(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
