@@ -22,7 +22,7 @@ _INVISIBLE_LAYOUT = (
 
 def _build_table(keep_newlines: bool) -> dict[int, str]:
     table: dict[int, str] = {}
-    for code in list(range(0x00, 0x20)) + [0x7F] + list(range(0x80, 0xA0)):
+    for code in list(range(0x20)) + [0x7F] + list(range(0x80, 0xA0)):
         table[code] = f"\\x{code:02x}"
     table[0x09] = "    " if not keep_newlines else "\t"
     if keep_newlines:

@@ -10,6 +10,7 @@ transaction.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import multiprocessing
@@ -164,13 +165,11 @@ def scan(store: FleetStore, items: list[Item], options: ScanOptions) -> ScanSumm
             batch.clear()
         last_commit = time.monotonic()
 
-    done = 0
     if options.progress:
         options.progress(0, len(todo))
-    for record, seen in _results(todo, options):
+    for done, (record, seen) in enumerate(_results(todo, options), 1):
         batch.append((record, seen))
         summary.unreadable += record.status == "unreadable"
-        done += 1
         if len(batch) >= options.batch_size or time.monotonic() - last_commit >= options.commit_s:
             flush()
         if options.progress:
@@ -255,10 +254,8 @@ def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:
     try:
         job = job_from_row(row)
         if not placed(job):  # the bulk row could not place the output: ask Slurm about this job alone
-            try:
+            with contextlib.suppress(DiagnoseError):
                 job = lookup_job(job.ref, settle_s=1.0, max_task_files=16)
-            except DiagnoseError:
-                pass
         facts.state, facts.exit_code = job.state, job.exit.code
         facts.derived_exit_code = job.derived_exit.code
         facts.elapsed_s = job.elapsed_s

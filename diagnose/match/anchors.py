@@ -26,6 +26,7 @@ differs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -198,12 +199,12 @@ class _Locator:
 
         def on_match(_i, _f, to, _fl, _c):
             if to <= state[0]:
-                return None
+                return
             s = rfind(b"\n", 0, to) + 1
             e = find(b"\n", s)
             state[0] = e if e != -1 else len(window)
             starts.add(s)
-            return None
+            return
 
         (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
 
@@ -320,7 +321,7 @@ class _CombinedScanner:
             if i < n and located[i]:
                 fired.add(i)
                 if last[0] <= to <= last[1]:
-                    return None
+                    return
                 s = rfind(b"\n", 0, to) + 1
                 e = find(b"\n", s)
                 last[0] = s
@@ -328,7 +329,7 @@ class _CombinedScanner:
                 starts.add(s)
             else:
                 others.append(i)
-            return None
+            return
 
         db.scan(window, match_event_handler=on_match)
         return starts, others
@@ -348,10 +349,8 @@ class Phase1:
         self.combined: _CombinedScanner | None = None
         backend = resolve_backend(backend)
         if combined and backend in ("auto", "hyperscan"):
-            try:
+            with contextlib.suppress(Exception):  # no Hyperscan, or it refused the database: the two passes
                 self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
-            except Exception:  # noqa: BLE001 - no Hyperscan, or it refused the database: the two passes
-                pass
         if self.combined is not None:
             self.engine = None
             self.name = self.combined.name

@@ -181,9 +181,10 @@ class BlockCollector:
         keep = self.captures[ci].spec.keep
         if keep == "last":
             return [last] if last is not None else []
-        if keep == "first_last" and last is not None:
-            if not kept or (kept[0].source_index, kept[0].start) != (last.source_index, last.start):
-                kept.append(last)
+        if keep == "first_last" and last is not None and (
+            not kept or (kept[0].source_index, kept[0].start) != (last.source_index, last.start)
+        ):
+            kept.append(last)
         return kept
 
 

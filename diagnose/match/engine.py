@@ -429,11 +429,8 @@ class Matcher:
                 if p > best:
                     best = p
             chunk = buf[lo:hi]
-            if best != -1:
-                if best >= hi:  # straddles hi: the newlines in [hi, best) are counted in ``newlines``
-                    k = newlines - buf[hi:best].count(b"\n")
-                else:
-                    k = newlines + chunk.count(b"\n", best - lo)
+            if best != -1:  # straddling hi, the newlines in [hi, best) are already counted in ``newlines``
+                k = newlines - buf[hi:best].count(b"\n") if best >= hi else newlines + chunk.count(b"\n", best - lo)
                 break
             newlines += chunk.count(b"\n")
             if newlines > window:

@@ -224,9 +224,8 @@ class _StreamParser:
         if stripped.startswith((*_HEADERS, CHAIN_CAUSE, CHAIN_CONTEXT)) or _FRAME.match(text):
             return True
         exc = tb.exc_line if tb is not None else None
-        if exc is not None and (line.level, line.timestamp) != (exc.level, exc.timestamp):
-            if line.level is not None or line.timestamp is not None:
-                return True  # a new log record
+        if exc is not None and (line.level, line.timestamp) not in ((exc.level, exc.timestamp), (None, None)):
+            return True  # a new log record
         if _WARNING_RECORD.match(stripped) or _TERMINATE.match(stripped):
             return True
         return self.message_lines >= MAX_MESSAGE_LINES
@@ -284,7 +283,7 @@ class _StreamParser:
             self.state = _RICH
             self.rich_location = ""
             return
-        if stripped == CHAIN_CONTEXT or stripped == CHAIN_CAUSE:
+        if stripped in (CHAIN_CONTEXT, CHAIN_CAUSE):
             if self.last is not None:
                 self.pending_chain = "context" if stripped == CHAIN_CONTEXT else "cause"
                 self.last.lines.append(line)

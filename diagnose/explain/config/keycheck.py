@@ -49,7 +49,7 @@ _MCORE_SOURCES = {
 
 
 def _typed_fields() -> dict[str, type]:
-    out: dict[str, type] = {key: int for key in INT_FIELDS}
+    out: dict[str, type] = dict.fromkeys(INT_FIELDS, int)
     for key, value in COMMON_DEFAULTS.items():
         if isinstance(value, bool):
             out[key] = bool

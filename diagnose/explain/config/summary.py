@@ -47,7 +47,7 @@ def parse_summary(lines: list[LogLine], view: ConfigView | None = None) -> Confi
         m = _ITEM.match(text.rstrip())
         if m:
             view.set(f"{section}.{m.group(1)}", parse_scalar(m.group(2)), f"log:{line.lineno}")
-        elif stripped and not stripped.startswith("-") and stripped != "Other Configuration Values:":
-            if not text.startswith(" "):
-                break  # a log line from something else: the block is over
+        elif (stripped and not stripped.startswith("-") and stripped != "Other Configuration Values:"
+              and not text.startswith(" ")):
+            break  # a log line from something else: the block is over
     return view

@@ -56,9 +56,7 @@ def as_bool(value: Any) -> bool:
     """Truthiness of a config value as the real code would see it (``"false"`` strings are False)."""
     if isinstance(value, str):
         low = value.strip().lower()
-        if low in FALSE_WORDS or low in NULL_WORDS or low == "0":
-            return False
-        return True
+        return not (low in FALSE_WORDS or low in NULL_WORDS or low == "0")
     return bool(value)
 
 

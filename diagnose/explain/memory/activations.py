@@ -192,10 +192,7 @@ def in_flight(work: Workload, pp: int, stage: int, vpp: int | None = None) -> fl
     if pp <= 1:
         return 1.0
     vpp = vpp or work.virtual_pp
-    if vpp and vpp > 1:
-        n = ((pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
-    else:
-        n = float(pp - stage)
+    n = ((pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp if vpp and vpp > 1 else float(pp - stage)
     if work.num_microbatches:
         n = min(n, work.num_microbatches)
     return n

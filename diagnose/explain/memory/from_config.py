@@ -99,10 +99,7 @@ def shape_from_config(view: View) -> ModelShape | None:
     freq = _model(view, "moe_layer_freq", 1)
     if isinstance(freq, str):  # "([0]*3+[1]*58)", as MoE model-zoo YAMLs over Bridge write it
         freq = moe_freq_value(freq)
-    if isinstance(freq, (list, tuple)):
-        freq = tuple(int(x) for x in freq)
-    else:
-        freq = _int(freq, 1) or 1
+    freq = tuple(int(x) for x in freq) if isinstance(freq, (list, tuple)) else _int(freq, 1) or 1
     shape = ModelShape(
         num_layers=layers,
         hidden_size=hidden,
@@ -305,7 +302,7 @@ def grad_bytes_from_config(view: View, strategy: str) -> int:
     ver = mcore_version(view)
     if strategy.startswith("fsdp:") and ver is not None and ver >= (0, 19):
         dtype = str(_get(view, "ddp.megatron_fsdp_main_grads_dtype", "auto")).lower()
-        return 4 if ("32" in dtype or "float" == dtype) else 2
+        return 4 if ("32" in dtype or dtype == "float") else 2
     value = _get(view, "ddp.grad_reduce_in_fp32")
     if view is not None and view.framework == "megatron-lm" and not set_in_job(view, "ddp.grad_reduce_in_fp32"):
         # Megatron-LM: --bf16 turns accumulate_allreduce_grads_in_fp32 on unless --grad-reduce-in-bf16

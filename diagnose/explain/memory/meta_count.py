@@ -145,16 +145,16 @@ def _build_and_count(shape: ModelShape) -> int:  # runs in the child process
     norm = "LayerNorm" if shape.layernorm else "RMSNorm"
     moe = {}
     if shape.num_moe_experts:
-        moe = dict(
-            num_moe_experts=shape.num_moe_experts,
-            moe_ffn_hidden_size=shape.moe_ffn_hidden_size or shape.ffn,
-            moe_shared_expert_intermediate_size=shape.moe_shared_expert_intermediate_size,
-            moe_shared_expert_gate=shape.moe_shared_expert_gate,
-            moe_layer_freq=(
+        moe = {
+            "num_moe_experts": shape.num_moe_experts,
+            "moe_ffn_hidden_size": shape.moe_ffn_hidden_size or shape.ffn,
+            "moe_shared_expert_intermediate_size": shape.moe_shared_expert_intermediate_size,
+            "moe_shared_expert_gate": shape.moe_shared_expert_gate,
+            "moe_layer_freq": (
                 shape.moe_layer_freq if isinstance(shape.moe_layer_freq, int) else list(shape.moe_layer_freq)
             ),
-            moe_router_dtype="fp32",
-        )
+            "moe_router_dtype": "fp32",
+        }
     cfg = TransformerConfig(
         num_layers=shape.num_layers,
         hidden_size=shape.hidden_size,

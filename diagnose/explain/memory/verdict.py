@@ -64,10 +64,8 @@ def from_text(text: str) -> OomNumbers:
     f = parse_cuda_oom(text)
     if f is None or f["template"] not in ("2.1+", "<=2.0") or f["total_bytes"] is None:
         return OomNumbers()
-    if f["template"] == "<=2.0":  # no per-process figure then: what PyTorch reserved is what it held
-        in_use = f["reserved_bytes"]
-    else:
-        in_use = f["process_in_use_bytes"]
+    # PyTorch <= 2.0 prints no per-process figure: what it reserved is what it held
+    in_use = f["reserved_bytes"] if f["template"] == "<=2.0" else f["process_in_use_bytes"]
     return OomNumbers(
         f["requested_bytes"], f["total_bytes"], f["free_bytes"], in_use, f["allocated_bytes"],
         f["reserved_unallocated_bytes"],

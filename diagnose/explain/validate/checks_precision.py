@@ -192,15 +192,15 @@ def cp_comm_type_hierarchical(ctx: CheckContext) -> Iterable[Violation]:
             "artificially high throughput but broken training. Example: for cp=16 across 4 nodes of 8 GPUs, set "
             "hierarchical_context_parallel_sizes=[8, 2].", keys, fixes=[[ov("model.cp_comm_type", "p2p")]])
         return
-    if isinstance(sizes, list) and sizes and all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
-        if prod(sizes) != cp:
-            fix = [ov("model.hierarchical_context_parallel_sizes", None)]
-            if a2a_p2p:
-                fix.append(ov("model.cp_comm_type", "p2p"))
-            yield Violation(
-                "cp_comm_type_hierarchical",
-                f"Product of hierarchical_context_parallel_sizes {sizes} (={prod(sizes)}) must equal "
-                f"context_parallel_size (={cp}).", keys, fixes=[fix])
+    ints = isinstance(sizes, list) and sizes and all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)
+    if ints and prod(sizes) != cp:
+        fix = [ov("model.hierarchical_context_parallel_sizes", None)]
+        if a2a_p2p:
+            fix.append(ov("model.cp_comm_type", "p2p"))
+        yield Violation(
+            "cp_comm_type_hierarchical",
+            f"Product of hierarchical_context_parallel_sizes {sizes} (={prod(sizes)}) must equal "
+            f"context_parallel_size (={cp}).", keys, fixes=[fix])
 
 
 @check("context_parallel_needs_te", "megatron-core transformer/dot_product_attention.py DotProductAttention.__init__ "

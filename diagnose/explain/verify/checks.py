@@ -112,9 +112,9 @@ class Facts:
             if parsed:
                 self.last_iteration, self.train_iters = parsed
         self.nonfinite_line = min(self.lines("verify.nonfinite"), key=lambda line: line.lineno, default=None)
-        if self.nonfinite_line is None and self.last_iteration_line is not None:
-            if any(not math.isfinite(v) for v in F.losses(self.last_iteration_line.text).values()):
-                self.nonfinite_line = self.last_iteration_line
+        last = self.last_iteration_line
+        if self.nonfinite_line is None and last and not all(map(math.isfinite, F.losses(last.text).values())):
+            self.nonfinite_line = last
 
     def _checkpoint(self) -> None:
         self.saving_line = max(self.lines("verify.saving"), key=lambda line: line.lineno, default=None)

@@ -111,9 +111,8 @@ def _by_prefix(prefix: str) -> list[DumpFile]:
     for name in names:
         rest = name[len(start):] if name.startswith(start) else ""
         m = _RANKED_NAME.match(rest)
-        if m is not None and m.group("prefix") == "":
-            if (dump := _candidate(os.path.join(folder, name), rest)) is not None:
-                out.append(dump)
+        if m is not None and m.group("prefix") == "" and (dump := _candidate(os.path.join(folder, name), rest)):
+            out.append(dump)
     return out[:MAX_DUMP_FILES]
 
 

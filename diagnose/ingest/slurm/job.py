@@ -357,9 +357,8 @@ def _fill_from_sacct(
             )
     # DerivedExitCode is the worst exit of the job's steps, but 22.05's accounting sometimes stores 0:0 although
     # an srun step failed (seen on the local cluster): derive it from the steps then
-    if not job.derived_exit.failed:
-        if (worst := worst_step_exit(job.steps)) is not None:
-            job.derived_exit = worst
+    if not job.derived_exit.failed and (worst := worst_step_exit(job.steps)) is not None:
+        job.derived_exit = worst
     # a TIMEOUT job line says 0:0; the signal that ended it is on the batch step
     if job.source == "sacct" and not job.exit.failed:
         batch = next((s for s in job.steps if s.short_id == "batch"), None)

@@ -42,7 +42,7 @@ def parse_nccl_watchdog(text: str) -> dict[str, Any] | None:
     work = _WORK.search(text)
     if work is None:
         return None
-    out: dict[str, Any] = {k: None for k in WATCHDOG_KEYS}
+    out: dict[str, Any] = dict.fromkeys(WATCHDOG_KEYS)
     out.update(
         seq_num=int(work.group("seq")),
         op_type=work.group("op"),
@@ -85,7 +85,7 @@ def parse_nccl_error(text: str, context: Iterable[str] = ()) -> dict[str, Any] |
     m = _NCCL_ERROR.search(text)
     if m is None:
         return None
-    out: dict[str, Any] = {k: None for k in NCCL_ERROR_KEYS}
+    out: dict[str, Any] = dict.fromkeys(NCCL_ERROR_KEYS)
     head = _EXCEPTION_HEAD.match(text)
     if head is not None and head.end() == m.start():
         out["exception"] = head.group("exc")

@@ -116,8 +116,8 @@ def _submit(args: Any) -> int:
         raise DiagnoseError("give log paths or --sacct, not both")
     if not args.sacct and not args.paths:
         raise DiagnoseError("give log files or folders, or --sacct")
-    source = (dict(window=_window(args), user=args.user, name=args.name) if args.sacct
-              else dict(files=scan.list_files(args.paths)))
+    source = ({"window": _window(args), "user": args.user, "name": args.name} if args.sacct
+              else {"files": scan.list_files(args.paths)})
     plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
                               gpus_per_node=args.gpus_per_node, **source)
     print(f"wrote {plan.array_script} ({plan.tasks} tasks) and {plan.merge_script}")

@@ -52,7 +52,7 @@ class HangScreen(Screen):
         table = self.query_one(DataTable)
         hang = self.hang
         named = {c.rank: c.role for c in hang.culprits}
-        named.update({r: "no_dump" for r in hang.missing_dumps})
+        named.update(dict.fromkeys(hang.missing_dumps, "no_dump"))
         table.add_column(Text("rank"), key="rank")
         for i, col in enumerate(hang.grid):
             table.add_column(Text(inert(f"#{col.seq} {col.op}")), key=f"c{i}")
