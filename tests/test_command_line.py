@@ -1,6 +1,6 @@
 """Options a parser refused: typed by the user (configuration) or added by a framework (version skew)."""
 
-from diagnose.match.command_line import command_line_before, options_not_typed, refused_options
+from diagnose.match.command_line import _latest_command, options_not_typed, refused_options
 
 SWIFT = (
     b"run sh: `python -m torch.distributed.run --nproc_per_node 8 /env/swift/cli/_megatron/sft.py --load m --bf16 true`\n"
@@ -15,6 +15,12 @@ TYPED = (
 
 def _start_of_last_line(buf: bytes) -> int:
     return buf.rstrip(b"\n").rfind(b"\n") + 1
+
+
+def command_line_before(buf: bytes, start: int, prog: str) -> str | None:
+    """The latest line before ``start`` that runs ``prog`` with options, as the engine finds it."""
+    found = _latest_command(buf, start, prog)
+    return found[1] if found else None
 
 
 def test_refused_options_are_the_option_words_only():

@@ -387,8 +387,7 @@ class Phase1:
         if n in present:
             _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
-            for m in _CR_REWRITE.finditer(window):
-                starts.add(window.rfind(b"\n", 0, m.start()) + 1)
+            starts.update(window.rfind(b"\n", 0, m.start()) + 1 for m in _CR_REWRITE.finditer(window))
         captures = [i - n - 1 for i in present if i > n]
         return sorted(starts), captures
 

@@ -43,12 +43,6 @@ def _latest_command(buf, start: int, prog: str, floor: int = 0) -> tuple[int, st
     return None
 
 
-def command_line_before(buf, start: int, prog: str) -> str | None:
-    """The latest line before ``start`` that runs ``prog`` with options (``... sft.py --load x``), or None."""
-    found = _latest_command(buf, start, prog)
-    return found[1] if found else None
-
-
 def _typed(command: str | None, options: list[str]) -> bool:
     return command is not None and not any(
         regex.search(r"(?<![\w-])" + regex.escape(opt) + r"(?![\w-])", command) for opt in options

@@ -23,10 +23,9 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
 def _frames_of(tb: Traceback, path: str) -> list[LogLine]:
     out: list[LogLine] = []
     for t in [*tb.groups, *tb.chain, tb]:
-        for fr in t.frames:
-            out.append(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text))
-        for cpp in t.cpp_frames:
-            out.append(LogLine(path=path, lineno=0, raw=cpp, text=cpp))
+        out.extend(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text)
+                   for fr in t.frames)
+        out.extend(LogLine(path=path, lineno=0, raw=cpp, text=cpp) for cpp in t.cpp_frames)
     return out
 
 

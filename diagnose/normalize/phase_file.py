@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from diagnose.model import PHASES, CaptureSpec, DiagnoseError
-from diagnose.toml_data import known_keys, need, one_of, optional, parse, read_text
+from diagnose.toml_data import known_keys, need, one_of, optional, parse, read_text, str_list
 
 KEEPS = ("first", "last", "first_last", "all")
 T = TypeVar("T")
@@ -123,9 +123,5 @@ def _regex(raw: dict) -> str:
 
 def _examples(raw: dict) -> Examples:
     examples = optional(raw, "examples", dict, {})
-    lists = [examples.get(key, []) for key in ("match", "no_match")]
-    if set(examples) - {"match", "no_match"} or not all(
-        isinstance(v, list) and all(isinstance(s, str) for s in v) for v in lists
-    ):
-        raise ValueError("'examples' takes 'match' and 'no_match', lists of strings")
-    return Examples(tuple(lists[0]), tuple(lists[1]))
+    known_keys(examples, {"match", "no_match"})
+    return Examples(tuple(str_list(examples, "match")), tuple(str_list(examples, "no_match")))

@@ -548,9 +548,7 @@ def rebuild(lines: list[LogLine]) -> list[Traceback]:
             parser._finish()
     except Exception:  # noqa: BLE001  # pragma: no cover - defensive: never break the scan
         listed = {id(tb) for tb in out}
-        for parser in parsers.values():
-            if parser.tb is not None and id(parser.tb) not in listed:
-                out.append(parser.tb)
+        out.extend(p.tb for p in parsers.values() if p.tb is not None and id(p.tb) not in listed)
     out.sort(key=lambda tb: (tb.lines[0].path, tb.lines[0].lineno) if tb.lines else ("", 0))
     return out
 

@@ -368,10 +368,8 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = 
             out.append(command_text(f"{indent}{label}", inert(line)))
         if verbose:
             out.append(Text(f"{indent}YAML", style="dim"))
-            for line in yaml_text(fix.overrides).splitlines():
-                out.append(command_text(f"{indent}  ", inert(line)))
-    for e in fix.env:
-        out.append(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold"))
+            out.extend(command_text(f"{indent}  ", inert(line)) for line in yaml_text(fix.overrides).splitlines())
+    out.extend(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold") for e in fix.env)
     for step in fix.steps:
         out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
                                                         initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))
@@ -540,8 +538,7 @@ def _hang_section(hang: HangReport) -> list[Any]:
     from diagnose.present.hang_view import grid_rows, hang_lines
 
     parts: list[Any] = [Text(""), Text("HANG (flight recorder)", style="bold underline")]
-    for line in hang_lines(hang):
-        parts.append(Padding(Text(inert(line)), (0, 0, 0, 2)))
+    parts.extend(Padding(Text(inert(line)), (0, 0, 0, 2)) for line in hang_lines(hang))
     rows = grid_rows(hang)
     if rows:
         parts.append(Text(""))
@@ -616,8 +613,7 @@ def _quiet(report: Report) -> list[Any]:
     fix = root.shown_fix
     if fix.overrides:
         out.append(command_text("  fix: ", inert(cli_line(fix.overrides)), style="bold"))
-    for var in fix.env:
-        out.append(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold"))
+    out.extend(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold") for var in fix.env)
     if fix.empty and fix.steps:
         out.append(Text("  fix: " + inert(fix.steps[0])))
     elif not fix.overrides and not fix.env and fix.summary:

@@ -131,12 +131,9 @@ def render_show(rule: Rule) -> list[Any]:
     if fix.summary:
         out.append(Text(inert_block(fix.summary)))
     out.append(Text(f"safety: {SAFETY_MEANING.get(fix.safety, fix.safety)}", style="italic"))
-    for o in fix.overrides:
-        out.append(Text(f"  {inert(cli_token(o))}", style="green"))
-    for e in fix.env:
-        out.append(Text(f"  {inert(env_line(e.name, e.value))}", style="green"))
-    for s in fix.steps:
-        out.append(Text(f"  - {inert(s)}"))
+    out.extend(Text(f"  {inert(cli_token(o))}", style="green") for o in fix.overrides)
+    out.extend(Text(f"  {inert(env_line(e.name, e.value))}", style="green") for e in fix.env)
+    out.extend(Text(f"  - {inert(s)}") for s in fix.steps)
 
     if rule.input == "slurm_job":
         out.append(Text("\nReads", style="bold underline"))
@@ -167,8 +164,7 @@ def render_show(rule: Rule) -> list[Any]:
         out.extend(_example(ex))
     if rule.links:
         out.append(Text("\nLinks", style="bold underline"))
-        for link in rule.links:
-            out.append(Text(f"  {inert(link)}"))
+        out.extend(Text(f"  {inert(link)}") for link in rule.links)
     return out
 
 

@@ -169,9 +169,8 @@ def slurm_markdown(s: SlurmFacts | None) -> str:
         lines.append(f"- {inert(usage_line(s))}")
     if s.failed_step:
         lines.append(f"- failed step: {md_code(s.failed_step)}")
-    for o in s.outputs:
-        lines.append(f"- output ({o.stream}): {md_code(o.path)} via {inert(str(s.output_route))}"
-                     + (f" ({inert(o.problem)})" if o.problem else ""))
+    lines.extend(f"- output ({o.stream}): {md_code(o.path)} via {inert(str(s.output_route))}"
+                 + (f" ({inert(o.problem)})" if o.problem else "") for o in s.outputs)
     tasks = task_outputs_line(s)
     if tasks:
         lines.append(f"- {inert(tasks)}")

@@ -67,6 +67,5 @@ def _print_text(fh: Any, paths: list[str], report: Report, color: str) -> None:
     console = make_console(fh, color)
     parts: list[Any] = [Text("diagnose verify: ", style="bold") + Text(inert(", ".join(paths)))]
     parts.extend(verify_renderables(report.verify))
-    for w in report.warnings:
-        parts.append(Text("warning: ", style="yellow") + Text(inert(w)))
+    parts.extend(Text("warning: ", style="yellow") + Text(inert(w)) for w in report.warnings)
     console.print(Group(*parts), soft_wrap=False, highlight=False, markup=False, crop=False)

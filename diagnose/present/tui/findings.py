@@ -92,8 +92,8 @@ class FindingsList(OptionList):
             if options:
                 options.append(None)
             options.append(Option(Text(section.title.upper(), style="bold dim"), disabled=True))
-            for i in section.indices:
-                options.append(Option(finding_label(report.findings[i], i == report.root_cause), id=f"finding-{i}"))
+            options.extend(Option(finding_label(report.findings[i], i == report.root_cause), id=f"finding-{i}")
+                           for i in section.indices)
         if not report.findings:
             options.append(Option(Text("No failure found in this log.", style="green"), disabled=True))
         self.add_options(options)
