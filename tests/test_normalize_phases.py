@@ -291,7 +291,10 @@ def test_other_frameworks_progress_and_save_lines(line, phase):
 
 
 # bars that name a phase without being training progress: the marker they give, if any
-PHASE_BARS = {"Loading checkpoint shards:": "hf_loading_shards"}  # transformers' from_pretrained: model_build
+PHASE_BARS = {
+    "Loading checkpoint shards:": "hf_loading_shards",  # transformers' from_pretrained: model_build
+    "Running tokenizer on dataset:": "hf_datasets_map",  # datasets' map: data prepared, the Trainer's set-up next (init)
+}
 
 
 @pytest.mark.parametrize("line", NOT_PROGRESS)
@@ -299,6 +302,13 @@ def test_loading_and_tokenising_bars_are_not_progress(line):
     names = [name for name, _ in _marker_lines(line)]
     assert not any(name in TRAINING_PROGRESS for name in names)
     assert names == [marker for prefix, marker in PHASE_BARS.items() if line.startswith(prefix)]
+
+
+def test_a_failure_after_the_datasets_map_bar_is_in_the_trainer_set_up_not_the_model_build():
+    shards = "Loading checkpoint shards: 100%|██████████| 2/2 [00:04<00:00,  2.11s/it]"
+    mapped = "Map: 100%|██████████| 100000/100000 [00:09<00:00, 10841.25 examples/s]"
+    assert phase_of(3, "job.log", _marker_lines(f"{shards}\n{mapped}"), []) == "init"
+    assert phase_of(3, "job.log", _marker_lines(f"{mapped}\n{shards}"), []) == "model_build"
 
 
 def test_a_process_killed_right_after_the_checkpoint_shard_bar_died_building_the_model():
