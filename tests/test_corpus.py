@@ -89,8 +89,15 @@ def test_no_failed_log_is_silent_and_no_clean_log_alarms(scored, part):
     _, outcomes = scored
     silent = [o.id for o in outcomes if o.part == part and o.silent]
     alarms = [f"{o.id}: {o.rule}" for o in outcomes if o.part == part and o.false_alarm]
-    assert not silent, f"failed logs with no finding: {silent}"
-    assert not alarms, f"clean logs given a failure: {alarms}"
+    assert not silent, f"failed logs with no finding: {_named(silent, part)}"
+    assert not alarms, f"clean logs given a failure: {_named(alarms, part)}"
+
+
+def _named(items: list[str], part: str) -> object:
+    """What a failure message may show: dev cases by name; the frozen test part only as a count, so that whoever
+    runs this test while tuning rules never learns which test case moved (the lead measures the test part with
+    benchmarks/accuracy.py)."""
+    return items if part == "dev" else f"{len(items)} test-part case(s), names withheld"
 
 
 @pytest.mark.parametrize("part", ["dev", "test"])
@@ -104,11 +111,12 @@ def test_accuracy_holds_its_recorded_figures(scored, recorded, part):
 
 def test_every_case_keeps_its_recorded_answer(scored, recorded):
     _, outcomes = scored
-    changed = [
-        f"{o.id}: {recorded['answers'].get(o.id)} -> {o.category}/{o.phase}/{o.rule}"
-        for o in outcomes
-        if recorded["answers"].get(o.id) != {"category": o.category, "phase": o.phase, "rule": o.rule}
-    ]
+    moved = [o for o in outcomes if recorded["answers"].get(o.id) != {"category": o.category, "phase": o.phase,
+                                                                     "rule": o.rule}]
+    changed = [f"{o.id}: {recorded['answers'].get(o.id)} -> {o.category}/{o.phase}/{o.rule}"
+               for o in moved if o.part == "dev"]
+    if hidden := sum(o.part != "dev" for o in moved):
+        changed.append(f"{hidden} answer(s) of the frozen test part (names withheld)")
     assert not changed, "answers changed; if better, re-record with benchmarks/accuracy.py --record:\n" + "\n".join(
         changed
     )
