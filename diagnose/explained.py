@@ -16,6 +16,8 @@ from diagnose.units import fmt_gib
 # failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
 CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
 VERDICTS = ("pass", "fail", "warn", "unknown", "skip")
+
+
 @dataclass
 class Violation:
     check: str

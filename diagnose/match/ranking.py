@@ -111,7 +111,6 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     return specific
 
 
-
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)

@@ -77,8 +77,6 @@ class SlurmStep:
         return self.step_id.rsplit(".", 1)[-1]
 
 
-
-
 @dataclass(slots=True)
 class SlurmJob:
     ref: JobRef
@@ -118,7 +116,6 @@ class SlurmJob:
     task_patterns: list[str] = field(default_factory=list)  # the srun patterns looked up, with their step
     task_route: str = ""  # where the srun patterns came from
     usage: Usage | None = None  # seff's figures from sacct (nodes, GPUs, MaxRSS, CPU time); None without sacct
-
 
     @property
     def ended(self) -> bool:
