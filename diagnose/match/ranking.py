@@ -116,14 +116,14 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     return specific
 
 
-def _stalled_rank(ordered: list[Group], first_cascade: Group) -> Group | None:
+def _stalled_rank(ordered: list[Group], cascades: list[Group]) -> Group | None:
     """The earliest warning that a rank's data stream stalled, when the failure is only a collective timeout.
 
     A streamed dataset that loses its remote host retries (a warning per attempt) and meanwhile holds its rank short
     of the next collective; the peers time out. Alone such a warning is no failure (the retry may succeed), so it
     leads only a timeout cascade that nothing else explains.
     """
-    if first_cascade.finding.category != "nccl_timeout":
+    if not any(g.finding.category == "nccl_timeout" for g in cascades):
         return None
     return next(
         (g for g in ordered
@@ -160,7 +160,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         confidence = root.finding.confidence
         if len({g.first_hit.rule.rule.code for g in pool}) > 1:
             confidence *= CONTESTED_FACTOR
-    elif cascades and (stalled := _stalled_rank(ordered, cascades[0])) is not None:
+    elif cascades and (stalled := _stalled_rank(ordered, cascades)) is not None:
         # nothing but the timeout cascade failed: a rank's stalled data stream (a warning while it retried) is why
         root = stalled
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
