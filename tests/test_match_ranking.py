@@ -166,6 +166,12 @@ def test_a_data_loading_error_printed_after_the_timeouts_is_not_their_consequenc
 def test_a_stalled_data_stream_leads_a_timeout_cascade_that_nothing_else_explains():
     report = match_text("\n".join([_nccl(r) for r in (2, 5)] + [_STREAM]), DATA_CAT)
     assert report.root.rule == "DA8" and report.root.severity == "error" and report.root.confidence <= 0.6
+    # the launcher's summary printed before the timeouts (its agent's log first) does not hide it
+    text = "\n".join(["torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", _nccl(2), _STREAM])
+    assert match_text(text, DATA_CAT).root.rule == "DA8"
+    # a failure that is no timeout (the launcher's line alone) is not blamed on a retrying stream
+    text = "\n".join([_STREAM, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"])
+    assert match_text(text, DATA_CAT).root.rule == "LA1"
     # alone the retry warning is no failure (the retry may succeed)
     report = match_text(f"{_STREAM}\n", DATA_CAT)
     assert report.root_cause is None
