@@ -142,3 +142,38 @@ def test_a_failed_host_allocation_is_not_a_kill_and_does_not_jump_ahead_of_an_nc
     assert match_text(f"{_NCCL_ERR}\nRuntimeError: Cannot allocate memory\n", KILL_CAT).root.rule == "NC9"
     # nor does a host OOM kill jump ahead of an earlier error that is not a communication failure
     assert match_text(f"checkpoint format mismatch\n{_OOMKILL}\n", KILL_CAT).root.rule == "CK1"
+
+
+DATAERR = make_rule("DA9", "Server Disconnected", r"ConnectionError: Server Disconnected", category="data", tier="generic",
+                    title="The data stream failed")
+STREAM = make_rule("DA8", "Got disconnected from remote data host", r"Got disconnected from remote data host", category="data",
+                   severity="warning", title="A streamed dataset lost its host")
+DATA_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, DATAERR, STREAM)
+_STREAM = "datasets.iterable_dataset - WARNING - Got disconnected from remote data host. Retrying in 5sec [3/20]"
+
+
+def test_a_data_loading_error_printed_after_the_timeouts_is_not_their_consequence():
+    # the stalled rank's traceback flushes after its peers' watchdogs fired: it was reading data, not in the collective
+    text = "\n".join([_nccl(r) for r in (2, 5)] + ["[rank3]: ConnectionError: Server Disconnected"])
+    report = match_text(text, DATA_CAT)
+    assert report.root.rule == "DA9" and report.root.category == "data" and report.root.ranks == [3]
+    assert next(f for f in report.findings if f.rule == "NC1").role == "cascade"
+    # any other generic error after the first timeout stays part of the cascade
+    text = "\n".join([_nccl(r) for r in (2, 5)] + ["[rank3]: ValueError: something generic"])
+    assert match_text(text, DATA_CAT).root.rule == "NC1"
+
+
+def test_a_stalled_data_stream_leads_a_timeout_cascade_that_nothing_else_explains():
+    report = match_text("\n".join([_nccl(r) for r in (2, 5)] + [_STREAM]), DATA_CAT)
+    assert report.root.rule == "DA8" and report.root.severity == "error" and report.root.confidence <= 0.6
+    # the launcher's summary printed before the timeouts (its agent's log first) does not hide it
+    text = "\n".join(["torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", _nccl(2), _STREAM])
+    assert match_text(text, DATA_CAT).root.rule == "DA8"
+    # a failure that is no timeout (the launcher's line alone) is not blamed on a retrying stream
+    text = "\n".join([_STREAM, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"])
+    assert match_text(text, DATA_CAT).root.rule == "LA1"
+    # alone the retry warning is no failure (the retry may succeed)
+    report = match_text(f"{_STREAM}\n", DATA_CAT)
+    assert report.root_cause is None
+    # and a real error still leads it
+    assert match_text(f"{_STREAM}\nCUDA out of memory\n" + _nccl(1), DATA_CAT).root.rule == "OOM1"

@@ -9,7 +9,9 @@
   Ray's memory monitor) on one node explains the communication failures its peers report across the ranks.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
-  A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade.
+  A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade, unless it kills
+  ranks or was raised in data loading (a rank stuck reading data never reached the collective). When only the
+  timeout cascade failed, a warning that a rank's data stream stalled (a streamed dataset retrying its host) leads.
 * Catch-all rules (``tier = "catchall"``: an NCCL WARN, an ``srun: error:``, a non-zero exit...) speak last, only
   when nothing above did: a failed log is never silent, and its finding says it was a catch-all.
 * The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
@@ -31,6 +33,9 @@ CONTESTED_FACTOR = 0.9  # another distinct specific error came later: slightly l
 EXPLAINED_BY_KILLED_RANKS = frozenset({"nccl_error", "nccl_timeout"})
 # causes that take a rank away, in the order they lead when both are present: a device fault, then a host-memory kill
 RANK_KILLERS = ("hardware", "host_oom")
+# causes that hold a rank short of its next collective without killing it (its data stream stalled or failed): its
+# peers' watchdogs time out waiting for it, and the rank's own error is printed whenever its stream flushes
+RANK_STALLERS = frozenset({"data"})
 # A host_oom finding kills a rank when the killer reports it (kernel OOM killer 0.9, Slurm cgroup 0.95, Ray's memory
 # monitor 0.85, a data loader worker killed by a signal 0.75); a bare "Cannot allocate memory" (0.7) or a generic
 # error whose words say memory ran out (inferred, 0.6) can be NCCL's own registration failing, not a kill.
@@ -111,6 +116,23 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     return specific
 
 
+def _stalled_rank(ordered: list[Group], cascades: list[Group]) -> Group | None:
+    """The earliest warning that a rank's data stream stalled, when the failure is only a collective timeout.
+
+    A streamed dataset that loses its remote host retries (a warning per attempt) and meanwhile holds its rank short
+    of the next collective; the peers time out. Alone such a warning is no failure (the retry may succeed), so it
+    leads only a timeout cascade that nothing else explains.
+    """
+    if not any(g.finding.category == "nccl_timeout" for g in cascades):
+        return None
+    return next(
+        (g for g in ordered
+         if g.finding.severity == "warning" and g.first_hit.rule.rule.role == "root" and _tier(g) != "catchall"
+         and g.finding.category in RANK_STALLERS),
+        None,
+    )
+
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
@@ -127,8 +149,10 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     # communicator and every rank's pending call raises): the timeout, and not what it raised, leads.
     timeouts = [g for g in cascades if g.finding.category == "nccl_timeout"]
     if not specific and root_role and timeouts and by_time(timeouts[0]) < by_time(root_role[0]):
-        # a lost GPU or a killed rank is not the timeout's doing
-        root_role = [g for g in root_role if any(_kills_ranks(g, c) for c in RANK_KILLERS)]
+        # a lost GPU or a killed rank is not the timeout's doing, nor an error raised in data loading (an aborted
+        # communicator raises in the collective's call, not in the data reader of a rank that never reached it)
+        root_role = [g for g in root_role
+                     if any(_kills_ranks(g, c) for c in RANK_KILLERS) or g.finding.category in RANK_STALLERS]
     specific = killers_first(specific, root_role)
     if specific or root_role:
         pool = specific or root_role
@@ -136,6 +160,11 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         confidence = root.finding.confidence
         if len({g.first_hit.rule.rule.code for g in pool}) > 1:
             confidence *= CONTESTED_FACTOR
+    elif cascades and (stalled := _stalled_rank(ordered, cascades)) is not None:
+        # nothing but the timeout cascade failed: a rank's stalled data stream (a warning while it retried) is why
+        root = stalled
+        confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
+        root.finding.severity = "error"  # the job failed on it: it is no longer only a warning
     elif cascades:
         root = cascades[0]
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
