@@ -280,6 +280,8 @@ class Matcher:
             extra: list[LogLine] = []
             if cr.has_context:
                 ctx = rule.context
+                if ctx.levels_any and (ll.level or "").upper() not in ctx.levels_any:
+                    continue
                 if ctx.frames_any or ctx.frames_none:
                     if frames is None:
                         frames = self._frames(reader, start, ll)
