@@ -223,3 +223,65 @@ def test_phase_when_unknown_gives_set_up_failures_a_phase_but_never_overrides_a_
 def test_a_bad_phase_when_unknown_is_refused():
     with pytest.raises(ValueError, match="phase_when_unknown"):
         parse_inference({"code": "IF999", "category": "data", "why": "x", "text_any": ["x"], "phase_when_unknown": "later"}, "t")
+
+
+PYTEST_LOG = """\
+=================================== FAILURES ===================================
+_____________________ test_save_load_layout[2-1] ______________________
+
+    def test_save_load_layout(tmp_path_dist_ckpt, tp, pp):
+>       loaded = dist_checkpointing.load(sharded_state_dict, ckpt_dir)
+
+tests/unit_tests/pipeline_parallel/test_pipeline_layout.py:212:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+megatron/core/dist_checkpointing/serialization.py:148: in load
+    loaded_state_dict = sharded_strategy.load(sharded_state_dict, checkpoint_dir)
+megatron/core/dist_checkpointing/strategies/torch.py:890: in load
+    checkpoint.load(
+>           return func(args[0], **kwargs)
+E           TypeError: load() got an unexpected keyword argument 'no_dist'
+
+/usr/local/lib/python3.12/dist-packages/torch/distributed/checkpoint/utils.py:438: TypeError
+=========================== short test summary info ============================
+FAILED tests/unit_tests/pipeline_parallel/test_pipeline_layout.py::test_save_load_layout[2-1] - TypeError: load() got an unexpected keyword argument 'no_dist'
+"""
+
+
+def test_a_pytest_failure_report_is_read_like_a_traceback():
+    # the E line is the exception; the report's call locations (innermost: the raise site in torch) are its frames
+    report = match_text(PYTEST_LOG, CATALOGUE)
+    root = report.root
+    assert root is not None and root.rule == "PY140"
+    assert root.category == "import_version" and root.basis_detail.startswith("IF112")
+    assert root.phase == "checkpoint_load"  # from the dist_checkpointing frames of the report
+
+
+def test_a_pytest_line_without_its_report_header_has_no_frames():
+    lone = "E           TypeError: load() got an unexpected keyword argument 'no_dist'\n"
+    root = match_text(lone, CATALOGUE).root
+    assert root is not None and root.rule == "PY140" and root.category != "import_version"
+
+
+RAY_LOG = """\
+Traceback (most recent call last):
+  File "/opt/nemo-rl/examples/run_dpo.py", line 294, in main
+    ) = setup(master_config, tokenizer, train_dataset, val_dataset)
+  File "/opt/nemo-rl/nemo_rl/distributed/worker_groups.py", line 648, in _create_workers_from_bundle_indices
+    workers = ray.get(worker_refs)
+  File "/opt/venv/lib/python3.12/site-packages/ray/_private/worker.py", line 970, in get_objects
+    raise value
+ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, ray::lm_policy-1-0:MegatronPolicyWorker.__init__() (pid=1081, ip=10.0.3.22, actor_id=7c1e, repr=MegatronPolicyWorker[rank=8])
+  File "/opt/nemo-rl/nemo_rl/models/megatron/setup.py", line 188, in setup_megatron_model
+    raise FileNotFoundError(
+FileNotFoundError: Pretrained run config not found at /cache/nemo_rl/model_x/iter_0000000/run_config.yaml on rank=8.
+"""
+
+
+def test_ray_relay_header_leaves_the_category_to_the_remote_exception():
+    # the driver's frames (a tokenizer argument in a call) would file the relay header as data; the remote
+    # exception after it says what failed
+    report = match_text(RAY_LOG, CATALOGUE)
+    root = report.root
+    assert root is not None and root.rule == "PY001"
+    assert root.category == "checkpoint_io" and root.basis_detail.startswith("IF280")
+    assert any(f.rule == "EC140" and f.role == "context" for f in report.findings)

@@ -302,3 +302,13 @@ def test_vllm_v1_process_tag_with_its_tp_rank_is_peeled():
     assert line.text == '  File "/opt/venv/lib/python3.12/site-packages/vllm/distributed/utils.py", line 27, in ensure_divisibility'
     # a parenthesised aside that is not a process tag stays text
     assert normalize_line("(see TP0 docs) pid=3").text == "(see TP0 docs) pid=3"
+
+
+def test_ray_actor_tag_with_a_rank_nemo_rl():
+    """NeMo-RL names its Ray actors with their rank ("(MegatronPolicyWorker[rank=8] pid=N, ip=...) "): the tag is
+    peeled and the rank kept, as for torch's own "[rankN]:"."""
+    line = normalize_line("(MegatronPolicyWorker[rank=8] pid=1081, ip=10.0.3.22) FileNotFoundError: x")
+    assert (line.text, line.rank, line.host) == ("FileNotFoundError: x", 8, "10.0.3.22")
+    plain = normalize_line("(MegatronPolicyWorker pid=1081, ip=10.0.3.22) y")
+    assert (plain.text, plain.rank) == ("y", None)
+    assert normalize_line("(Worker[rank=x] pid=3) z").text == "(Worker[rank=x] pid=3) z"

@@ -23,7 +23,13 @@ from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_b
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
 from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
-from diagnose.match.frames import faulthandler_frames, traceback_frames
+from diagnose.match.frames import (
+    PYTEST_ERROR,
+    PYTEST_REPORT_LINES,
+    faulthandler_frames,
+    pytest_frames,
+    traceback_frames,
+)
 from diagnose.match.inference import MAX_FRAMES
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
@@ -329,7 +335,8 @@ class Matcher:
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
-        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one)."""
+        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one); for a
+        pytest ``E   `` line, the call locations of its failure report."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
             after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, FAULT_DUMP_LINES, PARSER_CONTEXT_BYTES)
@@ -337,6 +344,14 @@ class Matcher:
             dumped = faulthandler_frames(after)
             if dumped:
                 return dumped
+        if PYTEST_ERROR.match(ll.text):
+            before = [prev for _s, prev in reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES)
+                      if prev.stream == stream]
+            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES)
+                     if nxt.stream == stream]
+            reported = pytest_frames(before, after)
+            if reported:
+                return reported
         if not _stream_has_traceback_before(reader, start, stream):
             return []
         same: list[LogLine] = []

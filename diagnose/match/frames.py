@@ -59,3 +59,49 @@ def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
         frames.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
     frames.reverse()
     return frames
+
+
+# pytest's failure report (the default long/auto traceback style): under the failing test's header, each call of the
+# traceback shows its source and then its location `path:NNN: in func` (innermost last; the test's own frame is
+# `path:NNN: ` with no function); the exception's lines start with `E   `, and the place it was raised follows them
+# as `path:NNN: ExcType`:
+#     ____________________________ test_save_load[2-1] ____________________________
+#     tests/unit_tests/test_layout.py:212:
+#     megatron/core/dist_checkpointing/serialization.py:148: in load
+#     E           TypeError: load() got an unexpected keyword argument 'no_dist'
+#     /env/lib/python3.12/site-packages/torch/distributed/checkpoint/utils.py:438: TypeError
+PYTEST_ERROR = re.compile(r"^E {2,}\S")
+_PYTEST_HEADER = re.compile(r"^_{3,} .+ _{3,}\s*$")
+_PYTEST_CALL = re.compile(r"^(?P<file>[^\s:]+\.py):(?P<line>\d+):(?: in (?P<func>\S+))?\s*$")
+_PYTEST_RAISE = re.compile(r"^(?P<file>[^\s:]+\.py):(?P<line>\d+): (?P<exc>[A-Za-z_][\w.]*)\s*$")
+PYTEST_REPORT_LINES = 400  # a failure's report is a page or two: look no further for its header
+
+
+def pytest_frames(before: list[LogLine], after: list[LogLine]) -> list[LogLine]:
+    """The call locations of a pytest failure report whose `E   ` line is the evidence, written like a traceback's
+    frames (innermost last) so that frame rules, the inferred category and the phase read them as they read a
+    traceback. ``before``: the same stream's lines before the `E` line, nearest first (up to the test's header);
+    ``after``: the lines after it, where pytest names the raise site. [] when no test header is found above."""
+    calls: list[LogLine] = []
+    for ll in before:
+        text = ll.text.rstrip()
+        if _PYTEST_HEADER.match(text):
+            break
+        m = _PYTEST_CALL.match(text)
+        if m is not None:
+            func = m.group("func") or "<test>"
+            shown = f'  File "{m.group("file")}", line {m.group("line")}, in {func}'
+            calls.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+    else:
+        return []  # no header: not a pytest report
+    calls.reverse()
+    for ll in after:
+        text = ll.text.rstrip()
+        if not text or PYTEST_ERROR.match(text):
+            continue
+        m = _PYTEST_RAISE.match(text)
+        if m is not None:
+            shown = f'  File "{m.group("file")}", line {m.group("line")}, in <raised {m.group("exc")}>'
+            calls.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+        break
+    return calls

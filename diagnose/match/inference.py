@@ -18,7 +18,10 @@ import regex
 
 from diagnose.match.rules import Inference
 
-_EXC_TYPE = regex.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b")
+# pytest shows the exception on lines starting with "E   " (its failure report): the type follows that margin
+_EXC_TYPE = regex.compile(
+    r"^(?:E {2,})?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
+)
 _LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
 # framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/...): library code too
 _LIBRARY_DIRS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",

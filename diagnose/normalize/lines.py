@@ -120,8 +120,9 @@ _LAYER = re.compile(
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
            (?:\ +-\ +|:\ |\ +\|\ (?:[\w.<>-]{1,64}\ \|\ )?|\ +|$))?(?P<k_iso>)  # 2024-07-25T, FastChat
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?(?P<k_nemo>)  # NeMo
-      # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) ")
-    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?(?:rank=\d{1,9},\ )?pid=\d{1,9}
+      # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) "; NeMo-RL: "(Worker[rank=3] pid=12) ")
+    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\[rank=(?P<ray_rank>\d{1,9})\])?(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?
+        (?:rank=\d{1,9},\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?\)\ ?(?P<k_ray>)          # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
         \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<k_vllm>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
@@ -242,6 +243,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         elif kind == "ray":
             # Ray's log_to_driver (and launchers built on it) tag each actor's lines; the actor is the stream
             line.host = g("ray_ip") or g("ray_actor") or line.host
+            if g("ray_rank"):  # NeMo-RL names its actors with their rank: "(MegatronPolicyWorker[rank=3] pid=12) "
+                line.rank = int(g("ray_rank"))
+                saw_rank = True
         elif kind == "bhost":
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
