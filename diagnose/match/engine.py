@@ -293,6 +293,12 @@ class Matcher:
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
                     continue
+                if ctx.after_progress:  # the line's phase from its markers and frames: "training" after progress
+                    if frames is None:
+                        frames = self._frames(reader, start, ll)
+                    markers = self.markers.markers_before(pos_in_window)
+                    if phase_of(line=ll, frames=[f.text for f in frames], markers=markers) != "training":
+                        continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),
                     reader.command_lines,

@@ -68,6 +68,9 @@ class Context:
     # the name of a capture listing options a parser refused: the rule applies when the log shows the command line
     # that started the program (the ``prog`` capture followed by options) and none of those options is on it
     not_on_command_line: str = ""
+    # the job showed training progress (an iteration/step line with a loss, in this input) before the line: the same
+    # words after hours of training mean something else than at start-up (a link that failed, not a set-up mistake)
+    after_progress: bool = False
 
 
 @dataclass(slots=True)
@@ -379,6 +382,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
         not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
+        after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
