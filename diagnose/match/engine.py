@@ -599,7 +599,8 @@ def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compi
     for hit in hits:
         if hit.source_index in trained or getattr(sources[hit.source_index], "attempt", None) not in attempts:
             continue
-        if hit.phase == "first_iteration" and hit.rule.rule.phase == "auto":
+        # no marker or frame of its own said more than that: the ranks step in lockstep with the file that trained
+        if hit.phase in ("first_iteration", "unknown") and hit.rule.rule.phase == "auto":
             hit.phase = "training"
         _in_training_rule(hit, by_code)
 
