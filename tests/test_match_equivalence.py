@@ -142,7 +142,7 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             if ctx.levels_any and (ll.level or "").upper() not in ctx.levels_any:
                 continue
             frames: list[str] | None = None
-            if ctx.frames_any or ctx.frames_none or rule.phase == "auto":
+            if ctx.frames_any or ctx.frames_none or ctx.after_progress or rule.phase == "auto":
                 same = [lines[j] for j in by_stream[ll.stream]]
                 tb = traceback_ending_at(same, len(same) - 1)
                 frames = []
@@ -169,6 +169,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 window = raw_lines[max(0, i - ctx.before_window) : i]
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
+            if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":
+                continue
             if ctx.not_on_command_line:
                 groups = {k: v or "" for k, v in found.groupdict().items()}
                 start = sum(len(b) + 1 for b in raw_lines[:i])

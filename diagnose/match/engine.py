@@ -301,6 +301,12 @@ class Matcher:
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
                     continue
+                if ctx.after_progress:  # the line's phase from its markers and frames: "training" after progress
+                    if frames is None:
+                        frames = self._frames(reader, start, ll)
+                    markers = self.markers.markers_before(pos_in_window)
+                    if phase_of(line=ll, frames=[f.text for f in frames], markers=markers) != "training":
+                        continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),
                     reader.command_lines,
@@ -610,7 +616,8 @@ def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compi
     for hit in hits:
         if hit.source_index in trained or getattr(sources[hit.source_index], "attempt", None) not in attempts:
             continue
-        if hit.phase == "first_iteration" and hit.rule.rule.phase == "auto":
+        # no marker or frame of its own said more than that: the ranks step in lockstep with the file that trained
+        if hit.phase in ("first_iteration", "unknown") and hit.rule.rule.phase == "auto":
             hit.phase = "training"
         _in_training_rule(hit, by_code)
 

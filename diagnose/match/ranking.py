@@ -87,7 +87,9 @@ def _tier(g: Group) -> str:
 
 def _kills_ranks(g: Group, category: str) -> bool:
     f = g.finding
-    if f.category != category:
+    if f.category != category or g.first_hit.rule.rule.context.after_progress:
+        # a rule that reads hardware into an NCCL message because of when it came (HW131) reports no device fault:
+        # an NCCL error printed before it still explains it
         return False
     return category != "host_oom" or (f.basis != "inferred" and f.confidence >= KILL_REPORT_CONFIDENCE)
 

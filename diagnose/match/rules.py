@@ -71,6 +71,9 @@ class Context:
     # the log level the normaliser read off the line's prefix (loguru, DeepSpeed, glog, NeMo: ERROR, E, ...) is one
     # of these: the level word is not in the normalised text the patterns see
     levels_any: list[str] = field(default_factory=list)
+    # the job showed training progress (an iteration/step line with a loss, in this input) before the line: the same
+    # words after hours of training mean something else than at start-up (a link that failed, not a set-up mistake)
+    after_progress: bool = False
 
 
 @dataclass(slots=True)
@@ -383,6 +386,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_window=window,
         not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
+        after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
     )
 
     implies = _implies(raw.get("implies"), len(patterns))

@@ -108,9 +108,9 @@ _LAYER = re.compile(
     | \[rank:\ (?P<lrank>\d{1,9})\]\ ?(?P<k_lightning>)                                # Lightning "[rank: 3] "
     | \[(?P<bhost>[A-Za-z0-9][A-Za-z0-9._-]{0,252}):(?P<bhost_n>\d{1,9})\]:\ ?(?P<k_bhost>)     # [host:3]:
     | \[(?P<cglevel>[IWEF])(?P<cgdate>\d{4})\ (?P<cgtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        (?:\ {1,8}\d{1,12})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?(?P<k_c10_glog>)  # [E1129 15:25:31.123 file.cpp:683]
+        (?:\ {1,8}\d{1,20})?(?:\ {1,8}[^\]\s]{1,255}:\d{1,9})?\]\ ?(?P<k_c10_glog>)  # [E1129 15:25:31.123 file.cpp:683]
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
-        \ {1,8}\d{1,12}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
+        \ {1,8}\d{1,20}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
     | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?(?P<k_old_glog>)             # [E ProcessGroupNCCL.cpp:475]
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)(?P<k_srun>)                                 # srun --label "  3: "
     | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
