@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.match import load_catalogue, match_text
-from diagnose.match.inference import exception_type, infer, raised_in_library
+from diagnose.match.inference import exception_type, infer, raised_in_library, refused_unlike_listed
 from diagnose.match.rules import parse_inference
 
 CATALOGUE = load_catalogue()
@@ -47,11 +47,35 @@ def test_helpers():
     assert not raised_in_library(['File "/usr/lib/python3/dist-packages/x.py", line 1, in f', 'File "train.py", line 2'])
 
 
+def test_a_windows_traceback_is_read_as_library_code_too():
+    assert raised_in_library([r'File "C:\Users\u\envs\yolo\lib\site-packages\ultralytics\cfg\__init__.py", line 4, in f'])
+    assert not raised_in_library([r'File "D:\work\proj\train.py", line 2, in main'])
+
+
+@pytest.mark.parametrize(("line", "unlike"), [
+    ("SyntaxError: 'save_period' is not a valid YOLO argument. Similar arguments are ['save_hybrid', 'save_crop'].", True),
+    ("SyntaxError: 'copy_paste_mode' is not a valid YOLO argument. Similar arguments are i.e. ['copy_paste=0.0'].", True),
+    ("SyntaxError: 'compile' is not a valid YOLO argument. ", True),
+    ("ValueError: adalomo is not a valid OptimizerNames, please select one of ['adamw_hf', 'adamw_torch', 'sgd']", True),
+    # typos of a listed name (case, spaces, a default after '=', up to two edits) are configuration
+    ("SyntaxError: 'momentum ' is not a valid YOLO argument. Similar arguments are i.e. ['momentum=0.937'].", False),
+    ("SyntaxError: 'imgsize' is not a valid YOLO argument. Similar arguments are i.e. ['imgsz=640'].", False),
+    ("ValueError: COSINE_WITH_MIN_LR is not a valid SchedulerType, please select one of ['linear', 'cosine_with_min_lr']", False),
+    ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'cosin'", False),
+    ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'onecycle'", True),
+    ("RuntimeError: something failed", False),  # no refused name to read
+])
+def test_a_refused_name_unlike_every_listed_one_is_not_a_typo(line, unlike):
+    assert refused_unlike_listed(line) is unlike
+
+
 def test_a_table_without_a_condition_or_with_other_as_category_is_refused():
     with pytest.raises(ValueError, match="no condition"):
         parse_inference({"code": "IF999", "category": "data", "why": "x"}, "t")
     with pytest.raises(ValueError, match="but 'other'"):
         parse_inference({"code": "IF999", "category": "other", "why": "x", "text_any": ["x"]}, "t")
+    with pytest.raises(ValueError, match="refused_unlike_listed"):
+        parse_inference({"code": "IF999", "category": "data", "why": "x", "text_any": ["x"], "refused_unlike_listed": 1}, "t")
 
 
 LOG = """\

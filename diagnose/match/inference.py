@@ -49,6 +49,50 @@ _LIBRARY_CALL = regex.compile(
 )
 
 
+_REFUSED_LEADING = regex.compile(
+    r"""^[\w.]*(?:Error|Exception):\s*['"`]?([^\s'"`]{1,80})['"`]?\s+is not (?:a )?valid\b"""
+)
+_QUOTED = regex.compile(r"""['"`]([^'"`\n]{1,80})['"`]""")
+_LISTED = regex.compile(r"\[([^\[\]]{0,4000})\][^\[\]]*$")  # the message's last bracketed list
+TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it is known to exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) > limit:
+            return limit + 1
+    return row[-1]
+
+
+def refused_unlike_listed(text: str) -> bool:
+    """Is the name this message refused unlike every name it lists as accepted or similar (not a typo of one)?
+
+    A check that refuses a name and lists what it accepts ("'save_period' is not a valid YOLO argument. Similar
+    arguments are [...]", "adalomo is not a valid OptimizerNames, please select one of [...]") reads two ways: a
+    misspelt setting ("imgsize" for "imgsz", "cosin" for "cosine") is configuration, while a well-formed name that
+    resembles nothing listed is usually one the program's other release has (the docs of a newer release, a
+    config of an older one). A listed ``name=default`` counts as ``name``; case, spaces, ``-`` and ``_`` are
+    ignored. False when no refused name can be read."""
+    line = text.strip()
+    listed = _LISTED.search(line)
+    outside = line[: listed.start()] + line[listed.end(1) + 1 :] if listed else line  # the list's names aside
+    lead = _REFUSED_LEADING.match(outside)
+    quoted = _QUOTED.search(outside)
+    name = lead.group(1) if lead else (quoted.group(1) if quoted else "")
+    key = name.strip().lower().replace("-", "_")
+    if not key:
+        return False
+    names = [q.split("=", 1)[0] for q in _QUOTED.findall(listed.group(1))] if listed else []
+    return all(_edits(key, n.strip().lower().replace("-", "_"), TYPO_EDITS) > TYPO_EDITS for n in names)
+
+
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
     return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
@@ -63,7 +107,7 @@ def raised_in_library(frames: Sequence[str]) -> bool:
     for text in reversed(frames):
         m = _FRAME_FILE.match(text)
         if m:
-            path = m.group(1)
+            path = m.group(1).replace("\\", "/")  # a Windows traceback: C:\Users\u\...\site-packages\pkg
             if any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS):
                 return True
             code = text[m.end():]  # the frame's source line, when the traceback printed it
@@ -113,5 +157,7 @@ def infer(
             if library != inf.library_frame:
                 continue
             detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
+        if inf.refused_unlike_listed is not None and refused_unlike_listed(text) != inf.refused_unlike_listed:
+            continue
         return Inferred(inf, detail[:200])
     return None

@@ -115,6 +115,8 @@ class Inference:
     ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``phases``: the
     finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
+    it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -132,6 +134,7 @@ class Inference:
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
+    refused_unlike_listed: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -271,6 +274,9 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     fallback = raw.get("phase_when_unknown", "")
     if not isinstance(fallback, str) or (fallback and (fallback not in PHASES or fallback == "unknown")):
         raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
+    unlike = raw.get("refused_unlike_listed")
+    if unlike is not None and not isinstance(unlike, bool):
+        raise ValueError("'refused_unlike_listed' must be true or false")
     frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
     raised_in = str_list(raw, "raised_in")
     if not (frames_any or text_any or exc_types or raised_in or library is not None):
@@ -292,6 +298,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         phases=phases,
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
+        refused_unlike_listed=unlike,
         examples=list(examples),
         source=source,
     )
