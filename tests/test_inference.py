@@ -63,6 +63,10 @@ def test_a_windows_traceback_is_read_as_library_code_too():
     ("ValueError: COSINE_WITH_MIN_LR is not a valid SchedulerType, please select one of ['linear', 'cosine_with_min_lr']", False),
     ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'cosin'", False),
     ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'onecycle'", True),
+    ("vllm: error: argument --reasoning-parser: invalid choice: 'qwen3' (choose from 'deepseek_r1', 'granite')", True),
+    ("vllm: error: argument --dtype: invalid choice: 'bfloat' (choose from 'auto', 'half', 'bfloat16')", False),
+    ("x: error: argument --algo: invalid choice: 'gkd' (choose from 'dpo', 'kto')", True),  # short: one edit at most
+    ("x: error: argument --algo: invalid choice: 'ppo' (choose from 'dpo', 'kto')", False),
     ("RuntimeError: something failed", False),  # no refused name to read
 ])
 def test_a_refused_name_unlike_every_listed_one_is_not_a_typo(line, unlike):

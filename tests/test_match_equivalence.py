@@ -18,6 +18,7 @@ from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import faulthandler_frames
+from diagnose.match.inference import refused_unlike_listed
 from diagnose.match.rules import Catalogue
 from diagnose.normalize import decode, normalize_line, phases
 from diagnose.normalize.tracebacks import traceback_ending_at
@@ -157,6 +158,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 window = raw_lines[max(0, i - ctx.before_window) : i]
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
+            if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:
+                continue
             if ctx.not_on_command_line:
                 groups = {k: v or "" for k, v in found.groupdict().items()}
                 start = sum(len(b) + 1 for b in raw_lines[:i])

@@ -101,7 +101,8 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             index=len(compiled_rules),
             rule=rule,
             patterns=patterns,
-            has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.not_on_command_line),
+            has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.not_on_command_line
+                             or ctx.refused_unlike_listed is not None),
         )
         compiled_rules.append(cr)
         for p in patterns:

@@ -24,7 +24,7 @@ from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex,
 from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.frames import faulthandler_frames, traceback_frames
-from diagnose.match.inference import MAX_FRAMES
+from diagnose.match.inference import MAX_FRAMES, refused_unlike_listed
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
@@ -292,6 +292,9 @@ class Matcher:
                         extra.append(hit_frames[-1])
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
+                    continue
+                unlike = ctx.refused_unlike_listed
+                if unlike is not None and refused_unlike_listed(ll.text) != unlike:
                     continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),

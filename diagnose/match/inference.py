@@ -53,8 +53,10 @@ _REFUSED_LEADING = regex.compile(
     r"""^[\w.]*(?:Error|Exception):\s*['"`]?([^\s'"`]{1,80})['"`]?\s+is not (?:a )?valid\b"""
 )
 _QUOTED = regex.compile(r"""['"`]([^'"`\n]{1,80})['"`]""")
-_LISTED = regex.compile(r"\[([^\[\]]{0,4000})\][^\[\]]*$")  # the message's last bracketed list
-TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release
+# the message's last list of names: [...] (Python reprs) or argparse's "(choose from ...)"
+_LISTED = regex.compile(r"(?:\[([^\[\]]{0,4000})\]|\(choose from ([^()]{0,4000})\))[^\[\]()]*$")
+TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release ...
+SHORT_NAME = 4  # ... one edit only where either name is this short ("grpo" is no typo of "dpo")
 
 
 def _edits(a: str, b: str, limit: int) -> int:
@@ -82,15 +84,22 @@ def refused_unlike_listed(text: str) -> bool:
     ignored. False when no refused name can be read."""
     line = text.strip()
     listed = _LISTED.search(line)
-    outside = line[: listed.start()] + line[listed.end(1) + 1 :] if listed else line  # the list's names aside
+    which = (1 if listed.group(1) is not None else 2) if listed else 0
+    items = listed.group(which) if listed else ""
+    outside = line[: listed.start()] + line[listed.end(which) + 1 :] if listed else line  # the list's names aside
     lead = _REFUSED_LEADING.match(outside)
     quoted = _QUOTED.search(outside)
     name = lead.group(1) if lead else (quoted.group(1) if quoted else "")
     key = name.strip().lower().replace("-", "_")
     if not key:
         return False
-    names = [q.split("=", 1)[0] for q in _QUOTED.findall(listed.group(1))] if listed else []
-    return all(_edits(key, n.strip().lower().replace("-", "_"), TYPO_EDITS) > TYPO_EDITS for n in names)
+    names = [q.split("=", 1)[0] for q in _QUOTED.findall(items)]
+    for n in names:
+        other = n.strip().lower().replace("-", "_")
+        limit = 1 if min(len(key), len(other)) <= SHORT_NAME else TYPO_EDITS
+        if _edits(key, other, limit) <= limit:
+            return False
+    return True
 
 
 def innermost_frame(frames: Sequence[str]) -> str:

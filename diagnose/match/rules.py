@@ -68,6 +68,8 @@ class Context:
     # the name of a capture listing options a parser refused: the rule applies when the log shows the command line
     # that started the program (the ``prog`` capture followed by options) and none of those options is on it
     not_on_command_line: str = ""
+    # the name the line says was refused is (true) or is not (false) unlike every name it lists: not a typo of one
+    refused_unlike_listed: bool | None = None
 
 
 @dataclass(slots=True)
@@ -248,6 +250,13 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
+def _optional_bool(raw: dict, key: str) -> bool | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"'{key}' must be true or false")
+    return value
+
+
 def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inference:
     if not isinstance(raw, dict):
         raise ValueError("an [[infer]] entry must be a table")
@@ -274,9 +283,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     fallback = raw.get("phase_when_unknown", "")
     if not isinstance(fallback, str) or (fallback and (fallback not in PHASES or fallback == "unknown")):
         raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
-    unlike = raw.get("refused_unlike_listed")
-    if unlike is not None and not isinstance(unlike, bool):
-        raise ValueError("'refused_unlike_listed' must be true or false")
+    unlike = _optional_bool(raw, "refused_unlike_listed")
     frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
     raised_in = str_list(raw, "raised_in")
     if not (frames_any or text_any or exc_types or raised_in or library is not None):
@@ -386,6 +393,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
         not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
+        refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
