@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.match import load_catalogue, match_text
-from diagnose.match.inference import exception_type, infer, raised_in_library, refused_unlike_listed
+from diagnose.match import inference, load_catalogue, match_text
+from diagnose.match.inference import (
+    exception_type,
+    infer,
+    raised_in_library,
+    raising_package,
+    refused_unlike_listed,
+    release_named_before,
+)
 from diagnose.match.rules import parse_inference
 
 CATALOGUE = load_catalogue()
@@ -24,7 +31,8 @@ def test_the_catalogue_has_inference_tables_with_examples():
 @pytest.mark.parametrize(("code", "example"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
 def test_every_inference_example(code, example):
     rule = example.get("rule", "PY001")  # a table limited to some generic rules names one in its examples
-    got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"))
+    got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"),
+                example.get("release", ""))
     expected = example["category"]
     if expected == "none":
         assert got is None or got.inference.code != code, f"{code} should not decide {example['line']!r}"
@@ -71,6 +79,29 @@ def test_a_windows_traceback_is_read_as_library_code_too():
 ])
 def test_a_refused_name_unlike_every_listed_one_is_not_a_typo(line, unlike):
     assert refused_unlike_listed(line) is unlike
+
+
+def test_the_release_of_the_package_that_raised_is_read_from_earlier_lines():
+    assert raising_package(['File "/env/lib/python3.10/site-packages/datasets/builder.py", line 5, in f']) == "datasets"
+    assert raising_package(['File "/home/u/train.py", line 5, in f']) == ""
+    log = (b"2024-07-18 | INFO | dspy 2.4.12, datasets 2.14.6, python 3.10\n"
+           b"Successfully installed thop-0.1.1 ultralytics-8.0.20\n"
+           b"Requirement already satisfied: transformers<5.0.0,>=4.34.0 in ./venv (from x) (4.35.2)\n"
+           b"INFO: PyTorch version 2.2.0 available.\n  File \"/env/site-packages/datasets/load.py\", line 2\n")
+    assert release_named_before(log, len(log), "datasets") == "datasets 2.14.6"
+    assert release_named_before(log, len(log), "ultralytics") == "ultralytics 8.0.20"
+    assert release_named_before(log, len(log), "transformers") == ""  # a requirement range is no installed release
+    assert release_named_before(log, len(log), "torch") == ""  # "PyTorch version" is not the torch package's name
+    assert release_named_before(log, 10, "datasets") == ""  # only lines before the error count
+
+
+def test_the_release_memo_gives_the_answers_of_a_fresh_search(monkeypatch):
+    monkeypatch.setattr(inference, "RELEASE_LOOKBACK_BYTES", 100)
+    log = b"x" * 50 + b" datasets 2.14.6 " + b"y" * 200 + b" datasets==2.19.0 " + b"z" * 30
+    memo: dict = {}
+    for start in (80, 200, 300, len(log), 80):
+        assert release_named_before(log, start, "datasets", memo) == release_named_before(log, start, "datasets")
+    assert release_named_before(log, 200, "datasets") == ""  # the 2.14.6 mention is too far back
 
 
 def test_a_table_without_a_condition_or_with_other_as_category_is_refused():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import regex
 
@@ -102,6 +103,44 @@ def refused_unlike_listed(text: str) -> bool:
     return True
 
 
+_PACKAGE_DIR = regex.compile(r"(?:site|dist)-packages/([A-Za-z_]\w{1,60})/")
+RELEASE_LOOKBACK_BYTES = 1 << 20  # how far before the error a release of the raising package is looked for
+
+
+def raising_package(frames: Sequence[str]) -> str:
+    """The installed package whose code raised (the innermost frame's ``site-packages/<package>/``), or ""."""
+    m = _PACKAGE_DIR.search(innermost_frame(frames).replace("\\", "/"))
+    return m.group(1) if m else ""
+
+
+@lru_cache(maxsize=256)
+def _release_pattern(package: str) -> regex.Pattern:
+    name = regex.escape(package).replace("_", "[-_]").encode()
+    after = rb"(?:[ _-]?version)?(?:==|=|: ?| v?|-v?|/v?)(\d+\.\d+(?:\.\d+)?)\b"  # ==4.41.2, 2.14.6, -8.0.20
+    return regex.compile(rb"(?i)(?<![\w/.\\-])" + name + after)
+
+
+def release_named_before(buffer, start: int, package: str, cache: dict | None = None) -> str:
+    """``"<package> <version>"`` when the log names a release of ``package`` in the RELEASE_LOOKBACK_BYTES before
+    offset ``start`` (pip's ``Successfully installed datasets-2.14.6``, a header's ``transformers=4.41.2``,
+    ``ultralytics 8.0.20``), else "". The latest mention counts.
+
+    A human who sees which release of the library that raised is installed reads a refused argument or key as that
+    release's API, not as the user's setting. ``cache`` (one per input, calls in increasing ``start``) remembers per
+    package how far the input was searched and the latest mention, so that many errors cost one pass."""
+    if not package or start <= 0:
+        return ""
+    lo = max(0, start - RELEASE_LOOKBACK_BYTES)
+    done, pos, value = (cache or {}).get(package, (0, -1, ""))
+    if done > start:  # out of order: search afresh
+        done, pos, value = 0, -1, ""
+    for m in _release_pattern(package).finditer(bytes(buffer[max(lo, done) : start])):
+        pos, value = max(lo, done) + m.start(), m.group(1).decode()
+    if cache is not None:
+        cache[package] = (start, pos, value)
+    return f"{package} {value}" if value and pos >= lo else ""
+
+
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
     return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
@@ -125,9 +164,11 @@ def raised_in_library(frames: Sequence[str]) -> bool:
 
 
 def infer(
-    inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str
+    inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str,
+    release: str = "",
 ) -> Inferred | None:
-    """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None."""
+    """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None. ``release``: the release
+    of the raising package that the log named before the line (``release_named_before``), or ""."""
     exc = exception_type(text)
     library: bool | None = None
     for inf in inferences:
@@ -168,5 +209,9 @@ def infer(
             detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
         if inf.refused_unlike_listed is not None and refused_unlike_listed(text) != inf.refused_unlike_listed:
             continue
+        if inf.release_named is not None:
+            if bool(release) != inf.release_named:
+                continue
+            detail = f"{detail}; the log names {release}" if release else detail
         return Inferred(inf, detail[:200])
     return None

@@ -118,7 +118,8 @@ class Inference:
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``phases``: the
     finding's phase is one of these; ``rules``: the generic rule's code is one of these.
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
-    it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed).
+    it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
+    log names (or does not name) a release of the installed package that raised, before the line.
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -137,6 +138,7 @@ class Inference:
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
     refused_unlike_listed: bool | None = None
+    release_named: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -306,6 +308,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
         refused_unlike_listed=unlike,
+        release_named=_optional_bool(raw, "release_named"),
         examples=list(examples),
         source=source,
     )
