@@ -75,6 +75,10 @@ def test_a_windows_traceback_is_read_as_library_code_too():
     ("vllm: error: argument --dtype: invalid choice: 'bfloat' (choose from 'auto', 'half', 'bfloat16')", False),
     ("x: error: argument --algo: invalid choice: 'gkd' (choose from 'dpo', 'kto')", True),  # short: one edit at most
     ("x: error: argument --algo: invalid choice: 'ppo' (choose from 'dpo', 'kto')", False),
+    # an unquoted refused value after "got" / "method:" is read too
+    ("ValueError: Unknown quantization type, got fp8 - supported types are: ['awq', 'gptq', 'fbgemm_fp8']", True),
+    ("ValueError: Unknown quantization type, got gptqq - supported types are: ['awq', 'gptq']", False),
+    ("ValueError: Unknown quantization method: fp8. Must be one of ['aqlm', 'awq', 'fbgemm_fp8']", True),
     ("RuntimeError: something failed", False),  # no refused name to read
 ])
 def test_a_refused_name_unlike_every_listed_one_is_not_a_typo(line, unlike):

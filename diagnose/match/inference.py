@@ -54,6 +54,10 @@ _REFUSED_LEADING = regex.compile(
     r"""^[\w.]*(?:Error|Exception):\s*['"`]?([^\s'"`]{1,80})['"`]?\s+is not (?:a )?valid\b"""
 )
 _QUOTED = regex.compile(r"""['"`]([^'"`\n]{1,80})['"`]""")
+# an unquoted refused value: "got fp8 - supported types are [...]", "Unknown quantization method: fp8. Must be one of"
+_NAMED_VALUE = regex.compile(
+    r"""\b(?:got|type|method|name|value|mode|choice):?\s+['"`]?([\w.\-/]{1,80}?)['"`]?(?:[\s.,;]|$)"""
+)
 # the message's last list of names: [...] (Python reprs) or argparse's "(choose from ...)"
 _LISTED = regex.compile(r"(?:\[([^\[\]]{0,4000})\]|\(choose from ([^()]{0,4000})\))[^\[\]()]*$")
 TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release ...
@@ -90,7 +94,8 @@ def refused_unlike_listed(text: str) -> bool:
     outside = line[: listed.start()] + line[listed.end(which) + 1 :] if listed else line  # the list's names aside
     lead = _REFUSED_LEADING.match(outside)
     quoted = _QUOTED.search(outside)
-    name = lead.group(1) if lead else (quoted.group(1) if quoted else "")
+    named = None if lead or quoted else _NAMED_VALUE.search(outside)
+    name = lead.group(1) if lead else (quoted.group(1) if quoted else (named.group(1) if named else ""))
     key = name.strip().lower().replace("-", "_")
     if not key:
         return False
