@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.match import load_catalogue, match_text
-from diagnose.match.inference import exception_type, infer, raised_in_library
+from diagnose.match import inference, load_catalogue, match_text
+from diagnose.match.inference import (
+    exception_type,
+    infer,
+    raised_in_library,
+    raising_package,
+    refused_unlike_listed,
+    release_named_before,
+)
 from diagnose.match.rules import parse_inference
 
 CATALOGUE = load_catalogue()
@@ -24,7 +31,8 @@ def test_the_catalogue_has_inference_tables_with_examples():
 @pytest.mark.parametrize(("code", "example"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
 def test_every_inference_example(code, example):
     rule = example.get("rule", "PY001")  # a table limited to some generic rules names one in its examples
-    got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"))
+    got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"),
+                example.get("release", ""))
     expected = example["category"]
     if expected == "none":
         assert got is None or got.inference.code != code, f"{code} should not decide {example['line']!r}"
@@ -47,11 +55,66 @@ def test_helpers():
     assert not raised_in_library(['File "/usr/lib/python3/dist-packages/x.py", line 1, in f', 'File "train.py", line 2'])
 
 
+def test_a_windows_traceback_is_read_as_library_code_too():
+    assert raised_in_library([r'File "C:\Users\u\envs\yolo\lib\site-packages\ultralytics\cfg\__init__.py", line 4, in f'])
+    assert not raised_in_library([r'File "D:\work\proj\train.py", line 2, in main'])
+
+
+@pytest.mark.parametrize(("line", "unlike"), [
+    ("SyntaxError: 'save_period' is not a valid YOLO argument. Similar arguments are ['save_hybrid', 'save_crop'].", True),
+    ("SyntaxError: 'copy_paste_mode' is not a valid YOLO argument. Similar arguments are i.e. ['copy_paste=0.0'].", True),
+    ("SyntaxError: 'compile' is not a valid YOLO argument. ", True),
+    ("ValueError: adalomo is not a valid OptimizerNames, please select one of ['adamw_hf', 'adamw_torch', 'sgd']", True),
+    # typos of a listed name (case, spaces, a default after '=', up to two edits) are configuration
+    ("SyntaxError: 'momentum ' is not a valid YOLO argument. Similar arguments are i.e. ['momentum=0.937'].", False),
+    ("SyntaxError: 'imgsize' is not a valid YOLO argument. Similar arguments are i.e. ['imgsz=640'].", False),
+    ("ValueError: COSINE_WITH_MIN_LR is not a valid SchedulerType, please select one of ['linear', 'cosine_with_min_lr']", False),
+    ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'cosin'", False),
+    ("ValueError: lr_scheduler_type must be one of ['linear', 'cosine', 'constant'], got 'onecycle'", True),
+    ("vllm: error: argument --reasoning-parser: invalid choice: 'qwen3' (choose from 'deepseek_r1', 'granite')", True),
+    ("vllm: error: argument --dtype: invalid choice: 'bfloat' (choose from 'auto', 'half', 'bfloat16')", False),
+    ("x: error: argument --algo: invalid choice: 'gkd' (choose from 'dpo', 'kto')", True),  # short: one edit at most
+    ("x: error: argument --algo: invalid choice: 'ppo' (choose from 'dpo', 'kto')", False),
+    # an unquoted refused value after "got" / "method:" is read too
+    ("ValueError: Unknown quantization type, got fp8 - supported types are: ['awq', 'gptq', 'fbgemm_fp8']", True),
+    ("ValueError: Unknown quantization type, got gptqq - supported types are: ['awq', 'gptq']", False),
+    ("ValueError: Unknown quantization method: fp8. Must be one of ['aqlm', 'awq', 'fbgemm_fp8']", True),
+    ("RuntimeError: something failed", False),  # no refused name to read
+])
+def test_a_refused_name_unlike_every_listed_one_is_not_a_typo(line, unlike):
+    assert refused_unlike_listed(line) is unlike
+
+
+def test_the_release_of_the_package_that_raised_is_read_from_earlier_lines():
+    assert raising_package(['File "/env/lib/python3.10/site-packages/datasets/builder.py", line 5, in f']) == "datasets"
+    assert raising_package(['File "/home/u/train.py", line 5, in f']) == ""
+    log = (b"2024-07-18 | INFO | dspy 2.4.12, datasets 2.14.6, python 3.10\n"
+           b"Successfully installed thop-0.1.1 ultralytics-8.0.20\n"
+           b"Requirement already satisfied: transformers<5.0.0,>=4.34.0 in ./venv (from x) (4.35.2)\n"
+           b"INFO: PyTorch version 2.2.0 available.\n  File \"/env/site-packages/datasets/load.py\", line 2\n")
+    assert release_named_before(log, len(log), "datasets") == "datasets 2.14.6"
+    assert release_named_before(log, len(log), "ultralytics") == "ultralytics 8.0.20"
+    assert release_named_before(log, len(log), "transformers") == ""  # a requirement range is no installed release
+    assert release_named_before(log, len(log), "torch") == ""  # "PyTorch version" is not the torch package's name
+    assert release_named_before(log, 10, "datasets") == ""  # only lines before the error count
+
+
+def test_the_release_memo_gives_the_answers_of_a_fresh_search(monkeypatch):
+    monkeypatch.setattr(inference, "RELEASE_LOOKBACK_BYTES", 100)
+    log = b"x" * 50 + b" datasets 2.14.6 " + b"y" * 200 + b" datasets==2.19.0 " + b"z" * 30
+    memo: dict = {}
+    for start in (80, 200, 300, len(log), 80):
+        assert release_named_before(log, start, "datasets", memo) == release_named_before(log, start, "datasets")
+    assert release_named_before(log, 200, "datasets") == ""  # the 2.14.6 mention is too far back
+
+
 def test_a_table_without_a_condition_or_with_other_as_category_is_refused():
     with pytest.raises(ValueError, match="no condition"):
         parse_inference({"code": "IF999", "category": "data", "why": "x"}, "t")
     with pytest.raises(ValueError, match="but 'other'"):
         parse_inference({"code": "IF999", "category": "other", "why": "x", "text_any": ["x"]}, "t")
+    with pytest.raises(ValueError, match="refused_unlike_listed"):
+        parse_inference({"code": "IF999", "category": "data", "why": "x", "text_any": ["x"], "refused_unlike_listed": 1}, "t")
 
 
 LOG = """\

@@ -18,6 +18,7 @@ from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import PYTEST_ERROR, PYTEST_REPORT_LINES, faulthandler_frames, pytest_frames
+from diagnose.match.inference import refused_unlike_listed
 from diagnose.match.rules import Catalogue
 from diagnose.normalize import decode, normalize_line, phases
 from diagnose.normalize.tracebacks import traceback_ending_at
@@ -170,6 +171,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
             if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":
+                continue
+            if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:
                 continue
             if ctx.not_on_command_line:
                 groups = {k: v or "" for k, v in found.groupdict().items()}

@@ -30,7 +30,7 @@ from diagnose.match.frames import (
     pytest_frames,
     traceback_frames,
 )
-from diagnose.match.inference import MAX_FRAMES
+from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
@@ -83,6 +83,7 @@ class Hit:
     extra_evidence: list[LogLine] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)  # generic and catch-all rules: traceback frames, innermost last
     pattern: int = 1  # which of the rule's patterns matched (1-based)
+    release: str = ""  # generic rules: a release of the raising package the log named before the line
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -104,6 +105,7 @@ class _LineReader:
         # before_any look-backs: (needles, window) -> (line start, its number, number of the line holding the
         # latest needle occurrence before it, or None when there is none within ``window`` lines)
         self.before: dict[tuple, tuple[int, int, int | None]] = {}
+        self.releases: dict[str, tuple[int, int, str]] = {}  # inference.release_named_before's per-package memo
         # traceback markers: (bytes searched up to, last occurrence of each marker below that)
         self.markers: tuple[int, list[int]] | None = None
         # not_on_command_line answers: (program, refused options) -> answer (every rank prints the same error)
@@ -307,6 +309,9 @@ class Matcher:
                     markers = self.markers.markers_before(pos_in_window)
                     if phase_of(line=ll, frames=[f.text for f in frames], markers=markers) != "training":
                         continue
+                unlike = ctx.refused_unlike_listed
+                if unlike is not None and refused_unlike_listed(ll.text) != unlike:
+                    continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),
                     reader.command_lines,
@@ -335,8 +340,9 @@ class Matcher:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
+            release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases) if kept else ""
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
-                                 pattern=number))
+                                 pattern=number, release=release))
             return  # last match wins: one rule per line
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:

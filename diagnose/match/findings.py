@@ -112,7 +112,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     if rule.tier == "catchall":
         finding.basis = "catchall"
     if rule.tier == "generic":
-        inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase)
+        inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release)
         if inferred is not None:
             finding.category = inferred.inference.category
             finding.confidence = max(finding.confidence, inferred.inference.confidence)

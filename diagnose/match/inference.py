@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import regex
 
@@ -52,6 +53,102 @@ _LIBRARY_CALL = regex.compile(
 )
 
 
+_REFUSED_LEADING = regex.compile(
+    r"""^[\w.]*(?:Error|Exception):\s*['"`]?([^\s'"`]{1,80})['"`]?\s+is not (?:a )?valid\b"""
+)
+_QUOTED = regex.compile(r"""['"`]([^'"`\n]{1,80})['"`]""")
+# an unquoted refused value: "got fp8 - supported types are [...]", "Unknown quantization method: fp8. Must be one of"
+_NAMED_VALUE = regex.compile(
+    r"""\b(?:got|type|method|name|value|mode|choice):?\s+['"`]?([\w.\-/]{1,80}?)['"`]?(?:[\s.,;]|$)"""
+)
+# the message's last list of names: [...] (Python reprs) or argparse's "(choose from ...)"
+_LISTED = regex.compile(r"(?:\[([^\[\]]{0,4000})\]|\(choose from ([^()]{0,4000})\))[^\[\]()]*$")
+TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release ...
+SHORT_NAME = 4  # ... one edit only where either name is this short ("grpo" is no typo of "dpo")
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it is known to exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) > limit:
+            return limit + 1
+    return row[-1]
+
+
+def refused_unlike_listed(text: str) -> bool:
+    """Is the name this message refused unlike every name it lists as accepted or similar (not a typo of one)?
+
+    A check that refuses a name and lists what it accepts ("'save_period' is not a valid YOLO argument. Similar
+    arguments are [...]", "adalomo is not a valid OptimizerNames, please select one of [...]") reads two ways: a
+    misspelt setting ("imgsize" for "imgsz", "cosin" for "cosine") is configuration, while a well-formed name that
+    resembles nothing listed is usually one the program's other release has (the docs of a newer release, a
+    config of an older one). A listed ``name=default`` counts as ``name``; case, spaces, ``-`` and ``_`` are
+    ignored. False when no refused name can be read."""
+    line = text.strip()
+    listed = _LISTED.search(line)
+    which = (1 if listed.group(1) is not None else 2) if listed else 0
+    items = listed.group(which) if listed else ""
+    outside = line[: listed.start()] + line[listed.end(which) + 1 :] if listed else line  # the list's names aside
+    lead = _REFUSED_LEADING.match(outside)
+    quoted = _QUOTED.search(outside)
+    named = None if lead or quoted else _NAMED_VALUE.search(outside)
+    name = lead.group(1) if lead else (quoted.group(1) if quoted else (named.group(1) if named else ""))
+    key = name.strip().lower().replace("-", "_")
+    if not key:
+        return False
+    names = [q.split("=", 1)[0] for q in _QUOTED.findall(items)]
+    for n in names:
+        other = n.strip().lower().replace("-", "_")
+        limit = 1 if min(len(key), len(other)) <= SHORT_NAME else TYPO_EDITS
+        if _edits(key, other, limit) <= limit:
+            return False
+    return True
+
+
+_PACKAGE_DIR = regex.compile(r"(?:site|dist)-packages/([A-Za-z_]\w{1,60})/")
+RELEASE_LOOKBACK_BYTES = 1 << 20  # how far before the error a release of the raising package is looked for
+
+
+def raising_package(frames: Sequence[str]) -> str:
+    """The installed package whose code raised (the innermost frame's ``site-packages/<package>/``), or ""."""
+    m = _PACKAGE_DIR.search(innermost_frame(frames).replace("\\", "/"))
+    return m.group(1) if m else ""
+
+
+@lru_cache(maxsize=256)
+def _release_pattern(package: str) -> regex.Pattern:
+    name = regex.escape(package).replace("_", "[-_]").encode()
+    after = rb"(?:[ _-]?version)?(?:==|=|: ?| v?|-v?|/v?)(\d+\.\d+(?:\.\d+)?)\b"  # ==4.41.2, 2.14.6, -8.0.20
+    return regex.compile(rb"(?i)(?<![\w/.\\-])" + name + after)
+
+
+def release_named_before(buffer, start: int, package: str, cache: dict | None = None) -> str:
+    """``"<package> <version>"`` when the log names a release of ``package`` in the RELEASE_LOOKBACK_BYTES before
+    offset ``start`` (pip's ``Successfully installed datasets-2.14.6``, a header's ``transformers=4.41.2``,
+    ``ultralytics 8.0.20``), else "". The latest mention counts.
+
+    A human who sees which release of the library that raised is installed reads a refused argument or key as that
+    release's API, not as the user's setting. ``cache`` (one per input, calls in increasing ``start``) remembers per
+    package how far the input was searched and the latest mention, so that many errors cost one pass."""
+    if not package or start <= 0:
+        return ""
+    lo = max(0, start - RELEASE_LOOKBACK_BYTES)
+    done, pos, value = (cache or {}).get(package, (0, -1, ""))
+    if done > start:  # out of order: search afresh
+        done, pos, value = 0, -1, ""
+    for m in _release_pattern(package).finditer(bytes(buffer[max(lo, done) : start])):
+        pos, value = max(lo, done) + m.start(), m.group(1).decode()
+    if cache is not None:
+        cache[package] = (start, pos, value)
+    return f"{package} {value}" if value and pos >= lo else ""
+
+
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
     return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
@@ -66,7 +163,7 @@ def raised_in_library(frames: Sequence[str]) -> bool:
     for text in reversed(frames):
         m = _FRAME_FILE.match(text)
         if m:
-            path = m.group(1)
+            path = m.group(1).replace("\\", "/")  # a Windows traceback: C:\Users\u\...\site-packages\pkg
             if any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS):
                 return True
             code = text[m.end():]  # the frame's source line, when the traceback printed it
@@ -75,9 +172,11 @@ def raised_in_library(frames: Sequence[str]) -> bool:
 
 
 def infer(
-    inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str
+    inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str,
+    release: str = "",
 ) -> Inferred | None:
-    """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None."""
+    """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None. ``release``: the release
+    of the raising package that the log named before the line (``release_named_before``), or ""."""
     exc = exception_type(text)
     library: bool | None = None
     for inf in inferences:
@@ -116,5 +215,11 @@ def infer(
             if library != inf.library_frame:
                 continue
             detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
+        if inf.refused_unlike_listed is not None and refused_unlike_listed(text) != inf.refused_unlike_listed:
+            continue
+        if inf.release_named is not None:
+            if bool(release) != inf.release_named:
+                continue
+            detail = f"{detail}; the log names {release}" if release else detail
         return Inferred(inf, detail[:200])
     return None

@@ -74,6 +74,8 @@ class Context:
     # the job showed training progress (an iteration/step line with a loss, in this input) before the line: the same
     # words after hours of training mean something else than at start-up (a link that failed, not a set-up mistake)
     after_progress: bool = False
+    # the name the line says was refused is (true) or is not (false) unlike every name it lists: not a typo of one
+    refused_unlike_listed: bool | None = None
 
 
 @dataclass(slots=True)
@@ -121,6 +123,9 @@ class Inference:
     ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``phases``: the
     finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
+    it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
+    log names (or does not name) a release of the installed package that raised, before the line.
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -138,6 +143,8 @@ class Inference:
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
+    refused_unlike_listed: bool | None = None
+    release_named: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -251,6 +258,13 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
+def _optional_bool(raw: dict, key: str) -> bool | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"'{key}' must be true or false")
+    return value
+
+
 def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inference:
     if not isinstance(raw, dict):
         raise ValueError("an [[infer]] entry must be a table")
@@ -277,6 +291,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     fallback = raw.get("phase_when_unknown", "")
     if not isinstance(fallback, str) or (fallback and (fallback not in PHASES or fallback == "unknown")):
         raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
+    unlike = _optional_bool(raw, "refused_unlike_listed")
     frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
     raised_in = str_list(raw, "raised_in")
     if not (frames_any or text_any or exc_types or raised_in or library is not None):
@@ -298,6 +313,8 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         phases=phases,
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
+        refused_unlike_listed=unlike,
+        release_named=_optional_bool(raw, "release_named"),
         examples=list(examples),
         source=source,
     )
@@ -387,6 +404,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
         after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
+        refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
