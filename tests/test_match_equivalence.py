@@ -17,7 +17,15 @@ from diagnose.match import TextSource, all_captures, scan_and_match
 from diagnose.match.command_line import options_not_typed
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
-from diagnose.match.frames import PYTEST_ERROR, PYTEST_REPORT_LINES, faulthandler_frames, pytest_frames
+from diagnose.match.frames import (
+    PYTEST_ERROR,
+    PYTEST_REPORT_LINES,
+    UCX_BACKTRACE_LINES,
+    UCX_SIGNAL,
+    faulthandler_frames,
+    pytest_frames,
+    ucx_backtrace_frames,
+)
 from diagnose.match.inference import refused_unlike_listed
 from diagnose.match.rules import Catalogue
 from diagnose.normalize import decode, normalize_line, phases
@@ -152,6 +160,11 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                     after = [lines[j] for j in range(i + 1, min(len(lines), i + 1 + FAULT_DUMP_LINES))
                              if lines[j].stream == ll.stream]
                     frames = [f.text for f in faulthandler_frames(after)]
+                if not frames and UCX_SIGNAL.match(text_i):
+                    # UCX's native backtrace follows its Caught signal line
+                    after = [lines[j] for j in range(i + 1, min(len(lines), i + 1 + UCX_BACKTRACE_LINES))
+                             if lines[j].stream == ll.stream]
+                    frames = [f.text for f in ucx_backtrace_frames(after)]
                 if not frames and PYTEST_ERROR.match(text_i):
                     # pytest's failure report: the call locations above the E line, the raise site below it
                     before = [lines[j] for j in range(i - 1, max(-1, i - 1 - PYTEST_REPORT_LINES), -1)

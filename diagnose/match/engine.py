@@ -26,9 +26,12 @@ from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, 
 from diagnose.match.frames import (
     PYTEST_ERROR,
     PYTEST_REPORT_LINES,
+    UCX_BACKTRACE_LINES,
+    UCX_SIGNAL,
     faulthandler_frames,
     pytest_frames,
     traceback_frames,
+    ucx_backtrace_frames,
 )
 from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
 from diagnose.model import Block, InputInfo, LogLine
@@ -347,8 +350,9 @@ class Matcher:
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
-        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one); for a
-        pytest ``E   `` line, the call locations of its failure report."""
+        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one); for UCX's
+        ``Caught signal`` line, the native backtrace it prints after it; for a pytest ``E   `` line, the call
+        locations of its failure report."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
             after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, FAULT_DUMP_LINES, PARSER_CONTEXT_BYTES)
@@ -356,6 +360,12 @@ class Matcher:
             dumped = faulthandler_frames(after)
             if dumped:
                 return dumped
+        if UCX_SIGNAL.match(ll.text):
+            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES, PARSER_CONTEXT_BYTES)
+                     if nxt.stream == stream]
+            native = ucx_backtrace_frames(after)
+            if native:
+                return native
         if PYTEST_ERROR.match(ll.text):
             before = [prev for _s, prev in reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES)
                       if prev.stream == stream]

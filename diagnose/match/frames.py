@@ -61,6 +61,55 @@ def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
     return frames
 
 
+# UCX's signal handler (in any program that loads UCX: NVSHMEM, UCC, Open MPI, NIXL) reports a crash as one line and
+# the native stack, innermost FIRST, starting with the handler's own frames:
+#     [node1:4242:0:4242] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x10)
+#     ==== backtrace (tid:   4242) ====
+#      0  /usr/lib/x86_64-linux-gnu/libucs.so.0(ucs_handle_error+0x2e4) [0x7f3c1a2e1fd4]
+#      4  /opt/nvshmem/lib/nvshmem_transport_ibgda.so.3(nvshmemt_init+0x8c1) [0x7f3b8e613e11]
+#     =================================
+UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:\d+:\d+:\d+\] Caught signal \d+ \(")
+UCX_BACKTRACE_LINES = 80  # UCX prints up to ~60 frames
+_UCX_HEAD = re.compile(r"^==== backtrace \(tid:\s*\d+\) ====\s*$")
+# a frame is `N  /path/lib.so(symbol+0xoff) [0xaddr]`, or with debug info `N 0xaddr symbol()  file:line`
+_UCX_FRAME = re.compile(
+    r"^\s*\d+\s+(?:(?P<lib>/\S+?)\((?P<sym>[^)+]*)(?:\+0x[0-9a-fA-F]+)?\)\s+\[0x[0-9a-fA-F]+\]"
+    r"|0x[0-9a-fA-F]+\s+(?P<dsym>[^\s(]+)\(\)\s+(?P<src>\S+?):\d+)\s*$"
+)
+# the handler and the signal trampoline at the top of the stack, not where the crash happened
+_SIGNAL_PLUMBING = ("/libucs.so", "/libc.so", "ucs_handle_error", "ucs_debug_", "__sigaction", "__restore_rt")
+
+
+def ucx_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
+    """The native frames UCX printed after its ``Caught signal`` line (``after``: the next lines of the same stream),
+    innermost last and written like a traceback's frames (``File "lib.so", line 0, in symbol``) so that frame tables
+    and the phase read them; the handler's own frames and unnamed offsets are left out. [] when no backtrace
+    follows."""
+    frames: list[LogLine] = []
+    started = False
+    for i, ll in enumerate(after):
+        text = ll.text.strip()
+        if not started:
+            if _UCX_HEAD.match(text):
+                started = True
+            elif text and i >= FAULT_HEADER_LINES:
+                return []
+            continue
+        m = _UCX_FRAME.match(ll.text)
+        if m is None:
+            break
+        lib = m.group("lib") or m.group("src")
+        sym = (m.group("sym") if m.group("lib") else m.group("dsym")) or ""
+        if not sym:
+            continue  # an unnamed offset says nothing a reader can use
+        if not frames and any(p in lib or p in sym for p in _SIGNAL_PLUMBING):
+            continue  # the handler's frames come first (innermost); a crash in libc itself stays
+        shown = f'  File "{lib}", line 0, in {sym}'
+        frames.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+    frames.reverse()
+    return frames
+
+
 # pytest's failure report (the default long/auto traceback style): under the failing test's header, each call of the
 # traceback shows its source and then its location `path:NNN: in func` (innermost last; the test's own frame is
 # `path:NNN: ` with no function); the exception's lines start with `E   `, and the place it was raised follows them

@@ -1,0 +1,62 @@
+"""A native crash that UCX's signal handler reported (``Caught signal`` and its backtrace) is read like a traceback:
+its frames decide the inferred category and the phase (diagnose/match/frames.py, engine._frames, IF310)."""
+
+from __future__ import annotations
+
+from diagnose.match import load_catalogue, match_text
+from diagnose.match.frames import ucx_backtrace_frames
+from diagnose.model import LogLine
+
+CATALOGUE = load_catalogue()
+
+CRASH = "[node-7:4242:0:4242] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x10)"
+INIT_BACKTRACE = [
+    "==== backtrace (tid:   4242) ====",
+    " 0  /usr/lib/x86_64-linux-gnu/libucs.so.0(ucs_handle_error+0x2e4) [0x7f3c1a2e1fd4]",
+    " 1  /usr/lib/x86_64-linux-gnu/libucs.so.0(+0x24fb7) [0x7f3c1a2e4fb7]",
+    " 2  /lib/x86_64-linux-gnu/libc.so.6(+0x42520) [0x7f3f0cd9e520]",
+    " 3  /opt/nvshmem/lib/nvshmem_transport_ibgda.so.3(+0x1b2c4) [0x7f3b8e61b2c4]",
+    " 4  /opt/nvshmem/lib/nvshmem_transport_ibgda.so.3(nvshmemt_init+0x8c1) [0x7f3b8e613e11]",
+    " 5  /opt/nvshmem/lib/libnvshmem_host.so.3(nvshmemi_transport_init+0x3aa) [0x7f3b9a2a51ca]",
+    "==================================",
+]
+DEBUG_BACKTRACE = [
+    "==== backtrace (tid:  57187) ====",
+    " 0 0x0000000000042520 __sigaction()  ???:0",
+    " 1 0x000000000007e6d1 ncclGroupEnd()  ???:0",
+    " 2 0x0000000000125bb4 clone()  ???:0",
+    "=================================",
+]
+
+
+def _lines(texts: list[str]) -> list[LogLine]:
+    return [LogLine(path="x.log", lineno=i + 2, raw=t, text=t) for i, t in enumerate(texts)]
+
+
+def test_native_frames_innermost_last_without_the_handler_and_unnamed_offsets():
+    frames = ucx_backtrace_frames(_lines(INIT_BACKTRACE))
+    assert [f.text.strip() for f in frames] == [
+        'File "/opt/nvshmem/lib/libnvshmem_host.so.3", line 0, in nvshmemi_transport_init',
+        'File "/opt/nvshmem/lib/nvshmem_transport_ibgda.so.3", line 0, in nvshmemt_init',
+    ]
+    assert frames[-1].lineno == 7  # the frame keeps its own log line
+
+
+def test_the_debug_info_form_is_read_too():
+    frames = ucx_backtrace_frames(_lines(DEBUG_BACKTRACE))
+    assert [f.text.strip() for f in frames] == ['File "???", line 0, in clone', 'File "???", line 0, in ncclGroupEnd']
+
+
+def test_no_backtrace_no_frames():
+    assert ucx_backtrace_frames(_lines(["", "some other output", "more", "and more", "still more"])) == []
+
+
+def test_a_crash_inside_a_librarys_init_reads_as_a_mismatched_build():
+    root = match_text("\n".join(["python tests/test_internode.py", CRASH, *INIT_BACKTRACE]), CATALOGUE).root
+    assert root is not None and root.rule == "PY180"
+    assert root.category == "import_version" and root.phase == "init"
+
+
+def test_a_crash_while_communicating_stays_undecided():
+    root = match_text("\n".join([CRASH, *DEBUG_BACKTRACE]), CATALOGUE).root
+    assert root is not None and root.rule == "PY180" and root.category == "other"
