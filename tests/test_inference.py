@@ -348,3 +348,19 @@ def test_ray_relay_header_leaves_the_category_to_the_remote_exception():
     assert root is not None and root.rule == "PY001"
     assert root.category == "checkpoint_io" and root.basis_detail.startswith("IF280")
     assert any(f.rule == "EC140" and f.role == "context" for f in report.findings)
+
+
+def test_raised_none_leaves_a_frame_to_other_tables():
+    """``raised_none``: a table does not decide when the innermost frame contains one of these substrings."""
+    table = parse_inference({
+        "code": "IF999", "category": "import_version", "why": "w", "exc_types": ["TypeError"],
+        "raised_none": ["instantiate"],
+        "examples": [{"line": "TypeError: x", "category": "import_version"}],
+    }, "t")
+    line = "TypeError: __init__() missing 1 required positional argument: 'optimizer'"
+    built = ['File "/home/u/proj/utils/config.py", line 12, in instantiate_from_config return cls(cfg)']
+    called = ['File "/home/u/proj/tools/convert.py", line 40, in main model = model_provider(']
+    assert infer([table], "PY001", line, built, "unknown") is None
+    got = infer([table], "PY001", line, called, "unknown")
+    assert got is not None and got.inference.code == "IF999"
+    assert table.raised_none == ["instantiate"]

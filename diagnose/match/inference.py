@@ -209,6 +209,8 @@ def infer(
                 continue
             head = _FRAME_HEAD.search(where)
             detail = head.group(0) if head else where.strip()
+        if inf.raised_none and any(needle in innermost_frame(frames) for needle in inf.raised_none):
+            continue
         if inf.library_frame is not None:
             if library is None:
                 library = raised_in_library(frames)

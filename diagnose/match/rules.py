@@ -121,8 +121,9 @@ class Inference:
     found in the matched line; ``text_none``: a regex that must NOT be in it (a more specific table's words, e.g.
     an FSDP class named in a signature error); ``exc_types``: the exception's type name ends with one;
     ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
-    script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``phases``: the
-    finding's phase is one of these; ``rules``: the generic rule's code is one of these.
+    script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``raised_none``: it
+    contains none of these (a call made by configuration-instantiating code, a package's ``__init__.py``);
+    ``phases``: the finding's phase is one of these; ``rules``: the generic rule's code is one of these.
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
     it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
     log names (or does not name) a release of the installed package that raised, before the line.
@@ -140,6 +141,7 @@ class Inference:
     exc_types: list[str] = field(default_factory=list)
     library_frame: bool | None = None
     raised_in: list[str] = field(default_factory=list)
+    raised_none: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
@@ -310,6 +312,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         exc_types=exc_types,
         library_frame=library,
         raised_in=raised_in,
+        raised_none=str_list(raw, "raised_none"),
         phases=phases,
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
