@@ -348,3 +348,15 @@ def test_ray_relay_header_leaves_the_category_to_the_remote_exception():
     assert root is not None and root.rule == "PY001"
     assert root.category == "checkpoint_io" and root.basis_detail.startswith("IF280")
     assert any(f.rule == "EC140" and f.role == "context" for f in report.findings)
+
+
+def test_a_windows_tracebacks_frames_match_the_same_path_needles():
+    # the frames of a traceback printed on Windows use backslashes: the tables' path needles ("datasets/builder.py")
+    # must read them as they read a Linux traceback
+    frames = [r'File "C:\Users\u\envs\lf\lib\site-packages\datasets\builder.py", line 1985, in _prepare_split_single']
+    got = infer(CATALOGUE.inferences, "PY001", "json.decoder.JSONDecodeError: Expecting ',' delimiter", frames, "unknown")
+    linux = [f.replace("\\", "/") for f in frames]
+    want = infer(CATALOGUE.inferences, "PY001", "json.decoder.JSONDecodeError: Expecting ',' delimiter", linux, "unknown")
+    assert got is not None and want is not None
+    assert got.inference.code == want.inference.code
+    assert got.inference.category == "data"
