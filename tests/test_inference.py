@@ -364,3 +364,15 @@ def test_raised_none_leaves_a_frame_to_other_tables():
     got = infer([table], "PY001", line, called, "unknown")
     assert got is not None and got.inference.code == "IF999"
     assert table.raised_none == ["instantiate"]
+
+
+def test_a_windows_tracebacks_frames_match_the_same_path_needles():
+    # the frames of a traceback printed on Windows use backslashes: the tables' path needles ("datasets/builder.py")
+    # must read them as they read a Linux traceback
+    frames = [r'File "C:\Users\u\envs\lf\lib\site-packages\datasets\builder.py", line 1985, in _prepare_split_single']
+    got = infer(CATALOGUE.inferences, "PY001", "json.decoder.JSONDecodeError: Expecting ',' delimiter", frames, "unknown")
+    linux = [f.replace("\\", "/") for f in frames]
+    want = infer(CATALOGUE.inferences, "PY001", "json.decoder.JSONDecodeError: Expecting ',' delimiter", linux, "unknown")
+    assert got is not None and want is not None
+    assert got.inference.code == want.inference.code
+    assert got.inference.category == "data"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_catalogue, make_rule
 
 from diagnose.match import TextSource, match_text, scan_and_match
@@ -177,3 +178,22 @@ def test_a_stalled_data_stream_leads_a_timeout_cascade_that_nothing_else_explain
     assert report.root_cause is None
     # and a real error still leads it
     assert match_text(f"{_STREAM}\nCUDA out of memory\n" + _nccl(1), DATA_CAT).root.rule == "OOM1"
+
+
+def test_a_catch_all_before_the_programs_completion_line_does_not_speak():
+    warn = make_rule("CA1", "NCCL WARN ", r"NCCL WARN .+", category="nccl_error", tier="catchall", severity="warning",
+                     role="context")
+    done = make_rule("PYD", "0 OK", r"^# Out of bounds values : 0 OK", severity="info", role="context", completes=True)
+    cat = make_catalogue(warn, done)
+    before = "host1:1:2 [0] misc/x.cc:1 NCCL WARN something odd\n# Out of bounds values : 0 OK\n"
+    assert match_text(before, cat).root is None  # the run completed: the warning ended nothing
+    after = "# Out of bounds values : 0 OK\nhost1:1:2 [0] misc/x.cc:1 NCCL WARN something odd\n"
+    report = match_text(after, cat)
+    assert report.root is not None and report.root.rule == "CA1"  # after the completion it still speaks
+    alone = "host1:1:2 [0] misc/x.cc:1 NCCL WARN something odd\n"
+    assert match_text(alone, cat).root.rule == "CA1"
+
+
+def test_completes_is_only_for_information_lines():
+    with pytest.raises(ValueError, match="completes"):
+        make_rule("PYX", "0 OK", r"0 OK", completes=True)  # an error rule cannot say the program completed

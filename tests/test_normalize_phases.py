@@ -492,3 +492,11 @@ def test_frame_regex_lists_are_one_alternation():
     save = PHASE_FILE.frames[0]
     assert save.phase == "checkpoint_save" and save.pattern.flags & re.M
     assert save.pattern.pattern.startswith(r":_?(?:save_checkpoint\w*|") and "|dist_checkpointing/" in save.pattern.pattern
+
+
+def test_a_windows_tracebacks_frames_name_the_same_phase():
+    # a traceback printed on Windows has backslashes in its paths: the frame patterns (written with '/') still read it
+    windows = [r'File "C:\env\lib\site-packages\torch\distributed\checkpoint\filesystem.py", line 3, in read_data']
+    posix = ['File "/env/lib/site-packages/torch/distributed/checkpoint/filesystem.py", line 3, in read_data']
+    assert phase_from_frames(posix) == "checkpoint_load"
+    assert phase_from_frames(windows) == "checkpoint_load"

@@ -179,6 +179,8 @@ def infer(
     of the raising package that the log named before the line (``release_named_before``), or ""."""
     exc = exception_type(text)
     library: bool | None = None
+    # a Windows traceback (File "C:\...\site-packages\datasets\builder.py") is read with the same path needles
+    frames = [f.replace("\\", "/") if "\\" in f else f for f in frames]
     for inf in inferences:
         if inf.rules and rule_code not in inf.rules:
             continue

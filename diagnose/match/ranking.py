@@ -13,7 +13,8 @@
   ranks or was raised in data loading (a rank stuck reading data never reached the collective). When only the
   timeout cascade failed, a warning that a rank's data stream stalled (a streamed dataset retrying its host) leads.
 * Catch-all rules (``tier = "catchall"``: an NCCL WARN, an ``srun: error:``, a non-zero exit...) speak last, only
-  when nothing above did: a failed log is never silent, and its finding says it was a catch-all.
+  when nothing above did: a failed log is never silent, and its finding says it was a catch-all. A catch-all printed
+  before a line that says the program completed its work (a ``completes = true`` rule) does not speak.
 * The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
   everything else is ``context``. Findings are ordered root first, then the rest by time, then cascades.
 """
@@ -141,6 +142,12 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     errors = [g for g in ordered if g.finding.severity == "error"]
     # a catch-all may be a warning (an NCCL WARN line is context next to an error): it still speaks when alone
     catchall = [g for g in ordered if _tier(g) == "catchall" and g.finding.severity != "info"]
+    # the program said it finished its work (a test's verified summary, the trainer's end of fit) after a catch-all's
+    # line: that line (an NCCL WARN, a stray error word) did not end the job, so it does not speak for it
+    done = [g for g in ordered if g.first_hit.rule.rule.completes]
+    if done:
+        last_done = by_time(done[-1])
+        catchall = [g for g in catchall if by_time(g) > last_done]
     root_role = [g for g in errors if g.first_hit.rule.rule.role == "root" and _tier(g) != "catchall"]
     specific = [g for g in root_role if _tier(g) == "specific"]
     cascades = [g for g in errors if g.first_hit.rule.rule.role == "cascade" and _tier(g) != "catchall"]

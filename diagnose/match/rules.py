@@ -107,6 +107,7 @@ class Rule:
     implies: Implies | None = None  # config facts the message states, and the validator check that prints it
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
     phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
+    completes: bool = False  # the line says the program finished its work: catch-alls printed before it ended nothing
 
 
 TIERS = ("specific", "generic", "catchall")
@@ -355,6 +356,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     during_training = raw.get("during_training", "")
     if not isinstance(during_training, str):
         raise ValueError("'during_training' must be a rule code")
+    completes = raw.get("completes", False)
+    if not isinstance(completes, bool) or (completes and (severity != "info" or role != "context")):
+        raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
 
     patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
@@ -447,6 +451,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         launcher=launcher,
         during_training=during_training,
         implies=implies,
+        completes=completes,
     )
 
 

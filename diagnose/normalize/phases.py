@@ -32,7 +32,7 @@ def _frame_key(frame: str) -> str:
     put before it when it has none (``DDP.__init__`` becomes ``:DDP.__init__``)."""
     m = _FRAME_HEAD.match(frame)
     if m is not None:
-        return f"{m.group('file')}:{m.group('func')}"
+        return f"{m.group('file').replace(chr(92), '/')}:{m.group('func')}"  # a Windows path reads as a POSIX one
     text = frame.strip()
     return text if ":" in text else f":{text}"
 
