@@ -55,3 +55,21 @@ def test_a_graceful_stop_on_sigterm_is_no_crash(tmp_path):
     crash = "worker 3 received signal 11, exiting"
     root = _root(_report(tmp_path, [STEP.format(n=10, s=640), crash]))
     assert root is not None and root.rule == "CA004"
+
+
+def test_a_link_that_came_back_is_not_the_root_cause(tmp_path):
+    down = "[ 1234.567890] mlx5_core 0000:3b:00.0 ib0: Link down"
+    up = "[ 1236.112233] mlx5_core 0000:3b:00.0 ib0: Link up"
+    assert _root(_report(tmp_path, [STEP.format(n=10, s=640), down, up, STEP.format(n=20, s=1280)])) is None
+    root = _root(_report(tmp_path, [STEP.format(n=10, s=640), down]))
+    assert root is not None and (root.rule, root.category) == ("HW130", "hardware")
+
+
+def test_an_error_line_that_says_it_carried_on_is_context(tmp_path):
+    recovered = ("2026-03-01 10:00:01,456 - trainer - ERROR - Invalid value for optimizer.lr_scheduler 'cosin', "
+                 "using default 'cosine'")
+    report = _report(tmp_path, [recovered, STEP.format(n=10, s=640)])
+    assert _root(report) is None and [f.rule for f in report.findings] == ["PY170"]
+    refused = "2026-03-01 10:00:01,456 - trainer - ERROR - Invalid value for optimizer.lr_scheduler 'cosin'"
+    root = _root(_report(tmp_path, [refused]))
+    assert root is not None and (root.rule, root.category) == ("PY030", "config_validation")
