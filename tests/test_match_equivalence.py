@@ -94,8 +94,7 @@ def generate_log(catalogue: Catalogue, seed: int, noise_lines: int = 3000) -> st
     rng = random.Random(seed)
     blocks: list[list[str]] = []
     for rule in catalogue.rules:
-        for ex in rule.examples_match + rule.examples_no_match:
-            blocks.append(ex.splitlines() or [""])
+        blocks.extend(ex.splitlines() or [""] for ex in rule.examples_match + rule.examples_no_match)
     blocks += [OOM_TB, CHAINED_TB, ["NCCL WARN Cuda failure 'out of memory'"], ["Watchdog caught collective operation timeout"],
                ["NCCL WARN Cuda failure", "Watchdog caught collective operation timeout"],
                ["2025-03-01 10:00:01.456 | ERROR    | train:main:41 - settings refused"],
@@ -144,11 +143,12 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
         by_stream.setdefault(ll.stream, []).append(i)
         text_i = ll.text
         for rule, rxs in reversed(rules):
-            found = next((m for m in (rx.search(text_i) for rx in rxs) if m), None)
+            number, found = next(((j, m) for j, m in enumerate(rx.search(text_i) for rx in rxs) if m), (-1, None))
             if found is None:
                 continue
             ctx = rule.context
-            if ctx.levels_any and (ll.level or "").upper() not in ctx.levels_any:
+            levels = rule.patterns[number].levels_any or ctx.levels_any
+            if levels and (ll.level or "").upper() not in levels:
                 continue
             frames: list[str] | None = None
             if ctx.frames_any or ctx.frames_none or ctx.after_progress or rule.phase == "auto":
@@ -183,6 +183,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 window = raw_lines[max(0, i - ctx.before_window) : i]
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
+            if ctx.after_none and any(n.encode() in b for b in raw_lines[i + 1 :] for n in ctx.after_none):
+                continue
             if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":
                 continue
             if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:
@@ -203,7 +205,7 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             if s.anchor.encode() in raw_lines[i] and s.anchor in text_i and (
                 spec_rx[s.name] is None or spec_rx[s.name].search(text_i)
             ):
-                markers.append((s.name, ll))
+                markers.append((s.name, ll))  # noqa: PERF401 (one line's captures, in catalogue order)
     return hits
 
 

@@ -113,6 +113,8 @@ class _LineReader:
         self.markers: tuple[int, list[int]] | None = None
         # not_on_command_line answers: (program, refused options) -> answer (every rank prints the same error)
         self.command_lines: dict[tuple[str, str], bool] = {}
+        # after_none look-aheads: needles -> offset of the last occurrence of any of them in the input (-1: none)
+        self.after: dict[tuple[str, ...], int] = {}
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
@@ -291,7 +293,8 @@ class Matcher:
             extra: list[LogLine] = []
             if cr.has_context:
                 ctx = rule.context
-                if ctx.levels_any and (ll.level or "").upper() not in ctx.levels_any:
+                levels = rule.patterns[number - 1].levels_any or ctx.levels_any
+                if levels and (ll.level or "").upper() not in levels:
                     continue
                 if ctx.frames_any or ctx.frames_none:
                     if frames is None:
@@ -305,6 +308,8 @@ class Matcher:
                         extra.append(hit_frames[-1])
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
+                    continue
+                if ctx.after_none and self._after_any(reader, start, ctx.after_none):
                     continue
                 if ctx.after_progress:  # the line's phase from its markers and frames: "training" after progress
                     if frames is None:
@@ -423,6 +428,19 @@ class Matcher:
                 if len(out) >= PARSER_CONTEXT_LINES:
                     break
         return out
+
+    @staticmethod
+    def _after_any(reader: _LineReader, start: int, needles: list[str]) -> bool:
+        """Does a line after the one at ``start`` contain a needle? The last occurrence of any needle in the whole
+        input is searched once (from the end, C speed) and remembered: every later call is a comparison."""
+        key = tuple(needles)
+        last = reader.after.get(key)
+        buf = reader.buffer
+        if last is None:
+            last = max((buf.rfind(n.encode("utf-8")) for n in needles if "\n" not in n), default=-1)
+            reader.after[key] = last
+        end = buf.find(b"\n", start)
+        return end != -1 and last > end
 
     @staticmethod
     def _before_any(reader: _LineReader, start: int, needles: list[str], window: int,

@@ -55,6 +55,10 @@ SHORT_ANCHORS = frozenset({"^C"})
 class Pattern:
     anchor: str  # literal that occurs in every match (fast prefilter); case-sensitive
     regex: str  # matched against the normalised line text with search semantics
+    # this pattern applies only at these log levels (read off the line's prefix by the normaliser), as
+    # [rule.context] levels_any does for a whole rule: one rule can read its message with the level word in the text
+    # (logging's " - ERROR - ") and, by another pattern, with the level in a prefix the normaliser took off (loguru)
+    levels_any: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -76,6 +80,9 @@ class Context:
     after_progress: bool = False
     # the name the line says was refused is (true) or is not (false) unlike every name it lists: not a typo of one
     refused_unlike_listed: bool | None = None
+    # no later line of the same input contains one of these: what the line reports was overcome afterwards (a job
+    # preempted, requeued and resumed from its checkpoint in the same output file)
+    after_none: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -371,7 +378,10 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
                 regex.compile(p["regex"])  # compiled again (from regex's cache) by the engine
         except regex.error as e:
             raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None
-        patterns.append(Pattern(p["anchor"], p["regex"]))
+        levels = p.get("levels_any", [])
+        if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
+            raise ValueError(f"pattern {len(patterns) + 1}: levels_any must be a list of level names")
+        patterns.append(Pattern(p["anchor"], p["regex"], tuple(v.upper() for v in levels)))
     if not patterns and kind == "log":
         raise ValueError("no patterns")
 
@@ -412,6 +422,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
         after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
+        after_none=str_list(ctx_raw, "after_none"),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))

@@ -144,7 +144,7 @@ def render_show(rule: Rule) -> list[Any]:
         out.append(Text(f"  {i}. anchor {inert(repr(p.anchor))}"))
         out.append(Text(f"     regex  {inert(p.regex)}", style="dim"))
     ctx = rule.context
-    if ctx.frames_any or ctx.frames_none or ctx.before_any:
+    if ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.after_none:
         out.append(Text("\nContext", style="bold underline"))
         if ctx.frames_any:
             out.append(Text(f"  traceback has a frame with one of: {inert(', '.join(ctx.frames_any))}"))
@@ -153,6 +153,8 @@ def render_show(rule: Rule) -> list[Any]:
         if ctx.before_any:
             before = inert(", ".join(ctx.before_any))
             out.append(Text(f"  an earlier line (within {ctx.before_window}) contains: {before}"))
+        if ctx.after_none:
+            out.append(Text(f"  no later line contains: {inert(', '.join(ctx.after_none))}"))
     if rule.parser:
         out.append(Text(f"facts parser: {inert(rule.parser)}", style="dim"))
 
