@@ -60,3 +60,12 @@ def test_a_crash_inside_a_librarys_init_reads_as_a_mismatched_build():
 def test_a_crash_while_communicating_stays_undecided():
     root = match_text("\n".join([CRASH, *DEBUG_BACKTRACE]), CATALOGUE).root
     assert root is not None and root.rule == "PY180" and root.category == "other"
+
+
+def test_a_short_pid_padded_by_ucx_still_reads_as_its_signal_line():
+    # UCX left-justifies the pid in five columns: "[host:2714 :0:2803]"; the line and its native stack are read the same
+    from diagnose.match.frames import UCX_SIGNAL
+    padded = "[3c9d01f7aa52:2714 :0:2803] Caught signal 7 (Bus error: nonexistent physical address)"
+    assert UCX_SIGNAL.match(padded) is not None
+    report = match_text("\n".join([padded, *DEBUG_BACKTRACE]) + "\n", CATALOGUE)
+    assert any(f.rule == "NC210" for f in report.findings)  # a bus error whose native frames are NCCL's own
