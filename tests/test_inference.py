@@ -366,6 +366,34 @@ def test_raised_none_leaves_a_frame_to_other_tables():
     assert table.raised_none == ["instantiate"]
 
 
+def test_frames_none_leaves_any_frame_on_that_path_to_other_tables():
+    """``frames_none``: a table does not decide when ANY frame (not only the innermost) contains one of these."""
+    table = parse_inference({
+        "code": "IF999", "category": "checkpoint_io", "why": "w", "text_any": ["Input/output error"],
+        "frames_none": ["build_train_dataloader"],
+        "examples": [{"line": "OSError: [Errno 5] Input/output error", "category": "checkpoint_io"}],
+    }, "t")
+    line = "OSError: [Errno 5] Input/output error"
+    data = ['File "/code/proj/data/__init__.py", line 99, in build_train_dataloader',
+            'File "/env/lib/python3.10/site-packages/numpy/core/memmap.py", line 230, in __new__']
+    ckpt = ['File "/code/proj/checkpointing.py", line 40, in save_checkpoint']
+    assert infer([table], "PY001", line, data, "unknown") is None
+    got = infer([table], "PY001", line, ckpt, "unknown")
+    assert got is not None and got.inference.code == "IF999"
+    assert table.frames_none == ["build_train_dataloader"]
+
+
+def test_an_io_error_while_building_the_dataloader_is_the_data_paths_not_a_checkpoints():
+    # IF004 (file system -> checkpoint_io) steps aside for data frames; IF357 names the data path
+    line = "OSError: [Errno 5] Input/output error"
+    data = ['File "/code/OLMo/olmo/data/__init__.py", line 99, in build_train_dataloader',
+            'File "/env/lib/python3.10/site-packages/numpy/core/memmap.py", line 230, in __new__']
+    got = infer(CATALOGUE.inferences, "PY001", line, data, "unknown")
+    assert got is not None and got.inference.code == "IF357" and got.inference.category == "data"
+    plain = infer(CATALOGUE.inferences, "PY001", line, [], "unknown")
+    assert plain is not None and plain.inference.code == "IF004"
+
+
 def test_a_windows_tracebacks_frames_match_the_same_path_needles():
     # the frames of a traceback printed on Windows use backslashes: the tables' path needles ("datasets/builder.py")
     # must read them as they read a Linux traceback

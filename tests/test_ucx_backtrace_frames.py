@@ -60,3 +60,35 @@ def test_a_crash_inside_a_librarys_init_reads_as_a_mismatched_build():
 def test_a_crash_while_communicating_stays_undecided():
     root = match_text("\n".join([CRASH, *DEBUG_BACKTRACE]), CATALOGUE).root
     assert root is not None and root.rule == "PY180" and root.category == "other"
+
+
+def test_a_short_pid_padded_by_ucx_still_reads_as_its_signal_line():
+    # UCX left-justifies the pid in five columns: "[host:2714 :0:2803]"; the line and its native stack are read the same
+    from diagnose.match.frames import UCX_SIGNAL
+    padded = "[3c9d01f7aa52:2714 :0:2803] Caught signal 7 (Bus error: nonexistent physical address)"
+    assert UCX_SIGNAL.match(padded) is not None
+    report = match_text("\n".join([padded, *DEBUG_BACKTRACE]) + "\n", CATALOGUE)
+    assert any(f.rule == "NC210" for f in report.findings)  # a bus error whose native frames are NCCL's own
+
+
+NCCL_BUS_ERROR_LOG = "\n".join([
+    "[node-2:2714 :0:2803] Caught signal 7 (Bus error: nonexistent physical address)",
+    "==== backtrace (tid:   2803) ====",
+    " 0 0x0000000000014420 __funlockfile()  ???:0",
+    " 1 0x000000000006929c ncclGroupEnd()  ???:0",
+    " 2 0x0000000000050853 ncclGetUniqueId()  ???:0",
+    "=================================",
+    "Fatal Python error: Bus error",
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 3 (pid: 2714) of binary: "
+    "/opt/conda/bin/python",
+]) + "\n"
+
+
+def test_a_bus_error_inside_nccl_leads_over_the_launchers_report_of_the_same_signal():
+    # the launcher's exitcode -7 (OOM191, a rank killer) reports the death NCCL's own SIGBUS caused: NCCL leads
+    report = match_text(NCCL_BUS_ERROR_LOG, CATALOGUE)
+    assert report.root is not None and report.root.rule == "NC210" and report.root.category == "nccl_error"
+    assert any(f.rule == "OOM191" and f.role != "root" for f in report.findings)
+    # without NCCL's frames the signal is the shared-memory kill OOM191 names
+    plain = match_text(NCCL_BUS_ERROR_LOG.replace("nccl", "libc_"), CATALOGUE)
+    assert plain.root is not None and plain.root.category == "host_oom"

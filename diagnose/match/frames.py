@@ -68,7 +68,8 @@ def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
 #      0  /usr/lib/x86_64-linux-gnu/libucs.so.0(ucs_handle_error+0x2e4) [0x7f3c1a2e1fd4]
 #      4  /opt/nvshmem/lib/nvshmem_transport_ibgda.so.3(nvshmemt_init+0x8c1) [0x7f3b8e613e11]
 #     =================================
-UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:\d+:\d+:\d+\] Caught signal \d+ \(")
+# UCX prints the pid left-justified in five columns ("[host:2714 :0:2803]"): a short pid is followed by spaces
+UCX_SIGNAL = re.compile(r"^\[[^\]\s:]+:\d+ *:\d+:\d+\] Caught signal \d+ \(")
 UCX_BACKTRACE_LINES = 80  # UCX prints up to ~60 frames
 _UCX_HEAD = re.compile(r"^==== backtrace \(tid:\s*\d+\) ====\s*$")
 # a frame is `N  /path/lib.so(symbol+0xoff) [0xaddr]`, or with debug info `N 0xaddr symbol()  file:line`

@@ -205,6 +205,8 @@ def infer(
                 continue
             head = _FRAME_HEAD.search(frame)
             detail = head.group(0) if head else frame.strip()
+        if inf.frames_none and any(needle in f for f in frames for needle in inf.frames_none):
+            continue
         if inf.raised_in:
             where = innermost_frame(frames)
             if not any(needle in where for needle in inf.raised_in):

@@ -26,6 +26,7 @@ import functools
 import regex
 
 from diagnose.match.findings import Group
+from diagnose.match.frames import UCX_SIGNAL
 from diagnose.model import Finding
 
 CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
@@ -108,7 +109,13 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     """
     if not specific or specific[0].finding.category not in EXPLAINED_BY_KILLED_RANKS:
         return specific
+    # the communication finding is itself the process's fatal signal, caught inside the library (UCX's "Caught
+    # signal" line with NCCL's native stack): the launcher's report of that signal (exitcode -7) is the same death,
+    # not a host-memory kill that explains it; a device fault still leads
+    own_death = UCX_SIGNAL.match(specific[0].first_hit.line.text) is not None
     for category in RANK_KILLERS:
+        if own_death and category == "host_oom":
+            continue
         # a specific rule (the driver's Xid line) before a generic symptom (nvidia-smi's view of it)
         killers = [g for g in specific if _kills_ranks(g, category)]
         seen = {id(g) for g in killers}

@@ -125,7 +125,9 @@ class Inference:
     """How a generic finding's category is read from its evidence (an ``[[infer]]`` table; first match wins).
 
     Every condition given must hold; inside one condition any entry may. ``frames_any``: a frame of the line's
-    traceback contains one (a library path such as ``megatron/core/dist_checkpointing/``); ``text_any``: a regex
+    traceback contains one (a library path such as ``megatron/core/dist_checkpointing/``); ``frames_none``: no frame
+    contains one (the same words mean another thing on another path: a file-system error while the data pipeline
+    reads is the data's, not a checkpoint's); ``text_any``: a regex
     found in the matched line; ``text_none``: a regex that must NOT be in it (a more specific table's words, e.g.
     an FSDP class named in a signature error); ``exc_types``: the exception's type name ends with one;
     ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
@@ -144,6 +146,7 @@ class Inference:
     why: str
     confidence: float
     frames_any: list[str] = field(default_factory=list)
+    frames_none: list[str] = field(default_factory=list)
     text_any: list[str] = field(default_factory=list)
     text_none: list[str] = field(default_factory=list)
     exc_types: list[str] = field(default_factory=list)
@@ -315,6 +318,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         why=need(raw, "why", str).strip(),
         confidence=confidence,
         frames_any=frames_any,
+        frames_none=str_list(raw, "frames_none"),
         text_any=text_any,
         text_none=text_none,
         exc_types=exc_types,
