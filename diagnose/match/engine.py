@@ -288,6 +288,18 @@ class Matcher:
         if not matches:
             return
         frames: list[LogLine] | None = None
+        line_phase: str | None = None
+
+        def phase_here() -> str:
+            """The line's phase from its frames and the markers before it: one reading for all of its rules."""
+            nonlocal frames, line_phase
+            if line_phase is None:
+                if frames is None:
+                    frames = self._frames(reader, start, ll)
+                markers = self.markers.markers_before(pos_in_window)
+                line_phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
+            return line_phase
+
         for cr, facts, key, number in matches:
             rule = cr.rule
             extra: list[LogLine] = []
@@ -311,12 +323,8 @@ class Matcher:
                     continue
                 if ctx.after_none and self._after_any(reader, start, ctx.after_none):
                     continue
-                if ctx.after_progress:  # the line's phase from its markers and frames: "training" after progress
-                    if frames is None:
-                        frames = self._frames(reader, start, ll)
-                    markers = self.markers.markers_before(pos_in_window)
-                    if phase_of(line=ll, frames=[f.text for f in frames], markers=markers) != "training":
-                        continue
+                if ctx.after_progress and phase_here() != "training":  # "training": after progress
+                    continue
                 unlike = ctx.refused_unlike_listed
                 if unlike is not None and refused_unlike_listed(ll.text) != unlike:
                     continue
@@ -328,10 +336,7 @@ class Matcher:
             if rule.phase != "auto":
                 phase = rule.phase
             else:
-                if frames is None:
-                    frames = self._frames(reader, start, ll)
-                markers = self.markers.markers_before(pos_in_window)
-                phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
+                phase = phase_here()
                 if phase == "unknown" and rule.phase_when_unknown:
                     phase = rule.phase_when_unknown  # the rule knows when its failure usually happens
             all_facts = dict(facts)
@@ -360,23 +365,20 @@ class Matcher:
         locations of its failure report."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
-            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, FAULT_DUMP_LINES, PARSER_CONTEXT_BYTES)
-                     if nxt.stream == stream]
-            dumped = faulthandler_frames(after)
+            dumped = faulthandler_frames(_on_stream(reader.forwards(start, ll.lineno, FAULT_DUMP_LINES,
+                                                                    PARSER_CONTEXT_BYTES), stream))
             if dumped:
                 return dumped
         if UCX_SIGNAL.match(ll.text):
-            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES, PARSER_CONTEXT_BYTES)
-                     if nxt.stream == stream]
-            native = ucx_backtrace_frames(after)
+            native = ucx_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES,
+                                                                     PARSER_CONTEXT_BYTES), stream))
             if native:
                 return native
         if PYTEST_ERROR.match(ll.text):
-            before = [prev for _s, prev in reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES)
-                      if prev.stream == stream]
-            after = [nxt for _s, nxt in reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES)
-                     if nxt.stream == stream]
-            reported = pytest_frames(before, after)
+            reported = pytest_frames(
+                _on_stream(reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
+                _on_stream(reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
+            )
             if reported:
                 return reported
         if not _stream_has_traceback_before(reader, start, stream):
@@ -669,6 +671,11 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     hit.rule = new
     hit.phase = new.rule.phase if new.rule.phase != "auto" else "training"
     hit.key = new.rule.code + hit.key[len(old):]
+
+
+def _on_stream(neighbours, stream: tuple) -> list[LogLine]:
+    """The lines of ``stream`` among a reader's (start, line) neighbours: another rank's interleaved lines aside."""
+    return [line for _start, line in neighbours if line.stream == stream]
 
 
 def _release(buf, released: int, upto: int) -> int:

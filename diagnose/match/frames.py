@@ -43,22 +43,31 @@ def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
     in f``) so that frame rules, the inferred category and the phase read them as they read a traceback; [] when no
     dump follows. Only the "Current thread" block (the one that crashed) is kept when several threads are dumped."""
     frames: list[LogLine] = []
-    started = False
-    for i, ll in enumerate(after):
-        text = ll.text
-        if not started:
-            if _FAULT_THREAD.match(text.strip()) and text.strip().startswith("Current thread"):
-                started = True
-            elif text.strip() and i >= FAULT_HEADER_LINES:
-                return []
-            continue
-        m = _FAULT_FRAME.match(text)
+    for ll in _after_header(after, lambda text: text.startswith("Current thread") and bool(_FAULT_THREAD.match(text))):
+        m = _FAULT_FRAME.match(ll.text)
         if m is None:
             break
-        shown = f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}'
-        frames.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+        frames.append(_as_frame(ll, m.group("file"), m.group("line"), m.group("func")))
     frames.reverse()
     return frames
+
+
+def _after_header(after: list[LogLine], is_header) -> list[LogLine]:
+    """The lines after the block's header (``is_header`` of a line's stripped text), which a crash handler prints
+    within FAULT_HEADER_LINES of its error line (blank lines and other text may come first); [] when none does."""
+    for i, ll in enumerate(after):
+        text = ll.text.strip()
+        if is_header(text):
+            return after[i + 1:]
+        if text and i >= FAULT_HEADER_LINES:
+            return []
+    return []
+
+
+def _as_frame(ll: LogLine, file: str, line: str | int, func: str) -> LogLine:
+    """A frame another format printed, written on its own log line as a traceback's frame (``File "x", line N, in
+    f``), so that frame rules, the inferred category and the phase read it as they read a traceback."""
+    return LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=f'  File "{file}", line {line}, in {func}')
 
 
 # UCX's signal handler (in any program that loads UCX: NVSHMEM, UCC, Open MPI, NIXL) reports a crash as one line and
@@ -87,15 +96,7 @@ def ucx_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
     and the phase read them; the handler's own frames and unnamed offsets are left out. [] when no backtrace
     follows."""
     frames: list[LogLine] = []
-    started = False
-    for i, ll in enumerate(after):
-        text = ll.text.strip()
-        if not started:
-            if _UCX_HEAD.match(text):
-                started = True
-            elif text and i >= FAULT_HEADER_LINES:
-                return []
-            continue
+    for ll in _after_header(after, lambda text: bool(_UCX_HEAD.match(text))):
         m = _UCX_FRAME.match(ll.text)
         if m is None:
             break
@@ -105,8 +106,7 @@ def ucx_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
             continue  # an unnamed offset says nothing a reader can use
         if not frames and any(p in lib or p in sym for p in _SIGNAL_PLUMBING):
             continue  # the handler's frames come first (innermost); a crash in libc itself stays
-        shown = f'  File "{lib}", line 0, in {sym}'
-        frames.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+        frames.append(_as_frame(ll, lib, 0, sym))
     frames.reverse()
     return frames
 
@@ -139,9 +139,7 @@ def pytest_frames(before: list[LogLine], after: list[LogLine]) -> list[LogLine]:
             break
         m = _PYTEST_CALL.match(text)
         if m is not None:
-            func = m.group("func") or "<test>"
-            shown = f'  File "{m.group("file")}", line {m.group("line")}, in {func}'
-            calls.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+            calls.append(_as_frame(ll, m.group("file"), m.group("line"), m.group("func") or "<test>"))
     else:
         return []  # no header: not a pytest report
     calls.reverse()
@@ -151,7 +149,6 @@ def pytest_frames(before: list[LogLine], after: list[LogLine]) -> list[LogLine]:
             continue
         m = _PYTEST_RAISE.match(text)
         if m is not None:
-            shown = f'  File "{m.group("file")}", line {m.group("line")}, in <raised {m.group("exc")}>'
-            calls.append(LogLine(path=ll.path, lineno=ll.lineno, raw=ll.raw, text=shown))
+            calls.append(_as_frame(ll, m.group("file"), m.group("line"), f"<raised {m.group('exc')}>"))
         break
     return calls

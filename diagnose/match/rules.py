@@ -286,9 +286,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     if category not in CATEGORIES or category == "other":
         raise ValueError(f"category {category!r} must be one of {', '.join(CATEGORIES)} but 'other'")
     confidence = _confidence(raw, 0.5)
-    library = raw.get("library_frame")
-    if library is not None and not isinstance(library, bool):
-        raise ValueError("'library_frame' must be true or false")
+    library = _optional_bool(raw, "library_frame")
     text_any, text_none = str_list(raw, "text_any"), str_list(raw, "text_none")
     for key, patterns in (("text_any", text_any), ("text_none", text_none)):
         for t in patterns:
