@@ -115,9 +115,19 @@ class Rule:
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
     phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
     completes: bool = False  # the line says the program finished its work: catch-alls printed before it ended nothing
+    reports: str = "failure"  # what the finding reports for the ranking, beyond its category (one of REPORTS)
 
 
 TIERS = ("specific", "generic", "catchall")
+# What a rule's finding reports, as the ranking (match/ranking.py killers_first) reads it:
+# - "failure": the failure its category names; a ``hardware`` finding is a device fault that kills ranks (the NCCL
+#   errors and timeouts of its peers are its consequences), a ``host_oom`` finding the killer reports is a killed rank;
+# - "own_death": the line is the process's own fatal signal, caught and printed inside a library (UCX's ``Caught
+#   signal`` line): the launcher's report of that signal (``exitcode: -7``) is the same death, not a host-memory kill
+#   that explains it (a device fault still does);
+# - "link_failure": a link or network path that failed mid-run, read as hardware because of when it came: no device
+#   fault on a rank, so an NCCL error printed before it still explains it.
+REPORTS = ("failure", "own_death", "link_failure")
 
 
 @dataclass(slots=True)
@@ -368,6 +378,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     completes = raw.get("completes", False)
     if not isinstance(completes, bool) or (completes and (severity != "info" or role != "context")):
         raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
+    reports = one_of(raw, "reports", "failure", REPORTS)
 
     patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
@@ -465,6 +476,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         during_training=during_training,
         implies=implies,
         completes=completes,
+        reports=reports,
     )
 
 
