@@ -74,6 +74,9 @@ class Compiled:
     anchor_patterns: list[list[str]]  # anchor index -> the regexes of the patterns having that anchor
     rules_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of rules having a pattern with that anchor
     warnings: list[str] = field(default_factory=list)
+    # an [[infer]] table reads ``release_named``: only then does a generic hit look up the release the log named
+    # before it (inference.release_named_before searches back up to RELEASE_LOOKBACK_BYTES)
+    reads_releases: bool = False
 
 
 def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None) -> Compiled:
@@ -144,4 +147,5 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         anchor_patterns=anchor_patterns,
         rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
         warnings=warnings,
+        reads_releases=any(inf.release_named is not None for inf in catalogue.inferences),
     )

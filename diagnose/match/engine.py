@@ -353,7 +353,9 @@ class Matcher:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
-            release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases) if kept else ""
+            release = ""
+            if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
+                release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
                                  pattern=number, release=release))
             return  # last match wins: one rule per line
