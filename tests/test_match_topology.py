@@ -114,3 +114,25 @@ def test_interrupted_first_test_over_pcie_p2p(catalogue):
 
 def test_no_topology_lines_no_reading(catalogue):
     assert _root(catalogue, ["NCCL version 2.18.1+cuda12.1"] + _watchdog(2)).category == "nccl_timeout"
+
+
+_MATRIX_PCIE = ["\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity", "GPU0\t X \tPHB\t0-15\t0", "GPU1\tPHB\t X \t0-15\t0"]
+_MATRIX_NVLINK = ["\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity", "GPU0\t X \tNV4\t0-15\t0", "GPU1\tNV4\t X \t0-15\t0"]
+
+
+@pytest.mark.parametrize("hardware", [
+    _MATRIX_PCIE,
+    ["| 0  NVIDIA GeForce RTX 4090        Off |   00000000:01:00.0 Off |                  Off |"],
+])
+def test_pcie_only_hardware_without_nccl_info_lines(catalogue, hardware):
+    # NCCL_DEBUG unset: no transport lines, but the machine's own description says PCIe only
+    assert _root(catalogue, hardware + _watchdog(1, "ALLREDUCE")).category == "hardware"
+
+
+def test_nvlink_matrix_without_nccl_info_lines_is_not_pcie(catalogue):
+    assert _root(catalogue, _MATRIX_NVLINK + _watchdog(1, "ALLREDUCE")).category == "nccl_timeout"
+
+
+def test_a_single_gpu_matrix_says_nothing(catalogue):
+    lines = ["\tGPU0\tCPU Affinity\tNUMA Affinity", "GPU0\t X \t0-15\t0"] + _watchdog(1, "ALLREDUCE")
+    assert _root(catalogue, lines).category == "nccl_timeout"

@@ -23,10 +23,19 @@ from diagnose.model import Block, CaptureSpec, EnvVar, Evidence, Finding, Fix
 P2P = "topology.p2p"
 NETWORK = "topology.network"
 NVLINK = "topology.nvlink"
+PCIE = "topology.pcie"
+
+_PCIE = r"(?:PIX|PXB|PHB|NODE|SYS)"
+# a matrix row of one GPU: its own "X", at least one PCIe path to another device, then CPU/NUMA affinity columns
+_PCIE_ROW = (rf"^\s*GPU\d+(?:\s+(?:X|{_PCIE}))*\s+{_PCIE}(?:\s+(?:X|{_PCIE}))*(?:\s+(?:[\d,-]+|N/A))*\s*$")
 
 CAPTURES: list[CaptureSpec] = [
     # NCCL's channel set-up line: "Channel 00/0 : 0[1000] -> 1[21000] via P2P/IPC" (older: "Channel 00 : 0[31000]")
     CaptureSpec(P2P, "via P2P/", regex=r"NCCL INFO Channel \d+(?:/\d+)? ?: \d+\[\w+\] -> \d+\[\w+\].* via P2P/"),
+    # PCIe-only paths without NCCL's INFO lines: nvidia-smi's matrix with only PCIe entries between GPUs, or consumer
+    # cards (GeForce: no NVLink on the card's bus, P2P carried by PCIe alone)
+    CaptureSpec(PCIE + ".matrix", " X ", regex=_PCIE_ROW),
+    CaptureSpec(PCIE + ".consumer", "GeForce", regex=r"\bNVIDIA GeForce (?:RTX|GTX) \d{3,4}"),
     # a peer reached over the network (IB, RoCE, sockets): more than one host, the hang may be the fabric's
     CaptureSpec(NETWORK, "via NET/", regex=r"NCCL INFO Channel .* via NET/"),
     # NVLink between the GPUs: NVLS (NVLink SHARP) lines, nvidia-smi's matrix entries (NV4, NV12), NVLink status
@@ -79,7 +88,8 @@ def pcie_p2p_hang(findings: list[Finding], root_index: int | None, blocks: dict[
         return
     if f.facts.get("desync") or f.facts.get("stragglers"):
         return  # a rank called another collective or never reached it: the code or that rank, not the link
-    p2p = _first(blocks, P2P)
+    # NCCL's own word that it joined the GPUs peer-to-peer, else the hardware's: only PCIe paths between them
+    p2p = _first(blocks, P2P) or _first(blocks, PCIE + ".matrix") or _first(blocks, PCIE + ".consumer")
     if p2p is None or _first(blocks, NETWORK) is not None:
         return
     if any(name.startswith(NVLINK) and got for name, got in blocks.items()):
