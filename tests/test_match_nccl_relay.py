@@ -53,3 +53,16 @@ def test_the_devices_own_report_leads_over_the_relay(catalogue):
 def test_nvls_setup_failure_keeps_its_own_rule(catalogue):
     line = "node07:3121:3188 [2] transport/nvls.cc:223 NCCL WARN Cuda failure 999 'unknown error'"
     assert _root(catalogue, [line]).rule == "HW008"
+
+
+def test_torch_driver_check_unknown_error_is_the_device(catalogue):
+    f = _root(catalogue, ["[rank1]: RuntimeError: CUDA driver error: unknown error"])
+    assert (f.rule, f.category) == ("HW220", "hardware")
+
+
+def test_nvidia_smi_without_driver_is_the_node_unless_the_driver_said_more(catalogue):
+    smi = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+           "NVIDIA driver is installed and running.")
+    assert _root(catalogue, [smi]).rule == "HW221"
+    xid = "[ 812.004411] NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, name=python, GPU has fallen off the bus."
+    assert _root(catalogue, [smi, xid]).rule == "HW004"
