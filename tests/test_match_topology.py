@@ -59,6 +59,12 @@ def test_every_p2p_flavour_counts(catalogue, transport):
     assert _root(catalogue, _init(transport) + _watchdog(1)).category == "hardware"
 
 
+def test_old_nccl_ring_lines_count(catalogue):
+    lines = ["NCCL version 2.4.8+cuda10.1", "ws7:4101:4180 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
+             "ws7:4101:4180 [0] NCCL INFO Ring 00 : 1[1] -> 0[0] via P2P/IPC"] + _watchdog(1, "ALLREDUCE")
+    assert _root(catalogue, lines).category == "hardware"
+
+
 def test_shared_memory_transport_is_not_p2p(catalogue):
     # NCCL fell back to SHM (P2P unavailable or disabled): the P2P path is not what hung
     assert _root(catalogue, _init("SHM/direct/direct") + _watchdog(2)).category == "nccl_timeout"

@@ -31,13 +31,15 @@ _PCIE_ROW = (rf"^\s*GPU\d+(?:\s+(?:X|{_PCIE}))*\s+{_PCIE}(?:\s+(?:X|{_PCIE}))*(?
 
 CAPTURES: list[CaptureSpec] = [
     # NCCL's channel set-up line: "Channel 00/0 : 0[1000] -> 1[21000] via P2P/IPC" (older: "Channel 00 : 0[31000]")
-    CaptureSpec(P2P, "via P2P/", regex=r"NCCL INFO Channel \d+(?:/\d+)? ?: \d+\[\w+\] -> \d+\[\w+\].* via P2P/"),
+    # (NCCL before 2.7: "Ring 00 : 0[0] -> 1[1] via P2P/IPC")
+    CaptureSpec(P2P, "via P2P/",
+                regex=r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? ?: \d+\[\w+\] -> \d+\[\w+\].* via P2P/"),
     # PCIe-only paths without NCCL's INFO lines: nvidia-smi's matrix with only PCIe entries between GPUs, or consumer
     # cards (GeForce: no NVLink on the card's bus, P2P carried by PCIe alone)
     CaptureSpec(PCIE + ".matrix", " X ", regex=_PCIE_ROW),
     CaptureSpec(PCIE + ".consumer", "GeForce", regex=r"\bNVIDIA GeForce (?:RTX|GTX) \d{3,4}"),
     # a peer reached over the network (IB, RoCE, sockets): more than one host, the hang may be the fabric's
-    CaptureSpec(NETWORK, "via NET/", regex=r"NCCL INFO Channel .* via NET/"),
+    CaptureSpec(NETWORK, "via NET/", regex=r"NCCL INFO (?:Channel|Ring) .* via NET/"),
     # NVLink between the GPUs: NVLS (NVLink SHARP) lines, nvidia-smi's matrix entries (NV4, NV12), NVLink status
     CaptureSpec(NVLINK + ".nvls", "NVLS", regex=r"NCCL INFO .*\bNVLS\b"),
     CaptureSpec(NVLINK + ".matrix", "\tNV", regex=r"^\s*GPU\d+\s.*\bNV\d+\b"),
