@@ -142,3 +142,12 @@ def test_nvlink_matrix_without_nccl_info_lines_is_not_pcie(catalogue):
 def test_a_single_gpu_matrix_says_nothing(catalogue):
     lines = ["\tGPU0\tCPU Affinity\tNUMA Affinity", "GPU0\t X \t0-15\t0"] + _watchdog(1, "ALLREDUCE")
     assert _root(catalogue, lines).category == "nccl_timeout"
+
+
+def test_a_rank_that_never_reported_is_not_the_link(catalogue):
+    # ranks 1-7 wait in the first barrier, rank 0 says nothing: it was elsewhere (preparing data), not in the collective
+    assert _root(catalogue, _init() + _watchdog(1, "BARRIER", ranks=range(1, 8))).category == "nccl_timeout"
+
+
+def test_one_waiting_rank_says_nothing_of_its_peers(catalogue):
+    assert _root(catalogue, _init() + _watchdog(1, "BARRIER", ranks=(1,))).category == "nccl_timeout"

@@ -88,8 +88,10 @@ def pcie_p2p_hang(findings: list[Finding], root_index: int | None, blocks: dict[
     f = findings[root_index]
     if f.category != "nccl_timeout" or not _first_collectives(f):
         return
-    if f.facts.get("desync") or f.facts.get("stragglers"):
+    if f.facts.get("desync") or f.facts.get("stragglers") or f.facts.get("silent_ranks"):
         return  # a rank called another collective or never reached it: the code or that rank, not the link
+    if len(f.ranks) == 1:
+        return  # one rank waited; whether its peers were in the collective at all, the log does not say
     # NCCL's own word that it joined the GPUs peer-to-peer, else the hardware's: only PCIe paths between them
     p2p = _first(blocks, P2P) or _first(blocks, PCIE + ".matrix") or _first(blocks, PCIE + ".consumer")
     if p2p is None or _first(blocks, NETWORK) is not None:
