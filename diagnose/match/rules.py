@@ -137,6 +137,8 @@ class Inference:
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
     it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
     log names (or does not name) a release of the installed package that raised, before the line.
+    ``name_written_by_other_package``: the name the message refused is (or is not) written in the source line of a
+    frame of another installed package than the one that raised (inference.name_written_by_other_package).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -158,6 +160,7 @@ class Inference:
     phase_when_unknown: str = ""
     refused_unlike_listed: bool | None = None
     release_named: bool | None = None
+    name_written_by_other_package: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -328,6 +331,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         phase_when_unknown=fallback,
         refused_unlike_listed=unlike,
         release_named=_optional_bool(raw, "release_named"),
+        name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
         examples=list(examples),
         source=source,
     )
