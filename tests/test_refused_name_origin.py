@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.match import load_catalogue, match_text
+from diagnose.match.command_line import pinned_release
 from diagnose.match.inference import infer, name_written_by_other_package, refused_name
 
 CATALOGUE = load_catalogue()
@@ -85,3 +86,28 @@ def test_an_unknown_subcommand_is_another_release_of_the_program(text, code):
         assert report.root is not None and report.root.rule == code and report.root.category == "import_version"
     else:
         assert "CV220" not in codes
+
+
+@pytest.mark.parametrize(("log", "pinned"), [
+    ("$ docker run --gpus all -v /data/hf:/root/.cache -p 8000:8000 vllm/vllm-openai:v0.8.5 --model m --reasoning-parser qwen3\n"
+     "usage: api_server.py [--reasoning-parser {deepseek_r1,granite}]\n", "vllm/vllm-openai:v0.8.5"),
+    ("srun --container-image=nvcr.io/nvidia/pytorch:24.01-py3 python train.py --optim=lion\n", "nvcr.io/nvidia/pytorch:24.01-py3"),
+    # no image pinned to a release: a tag that is no version, a port mapping, a volume
+    ("$ docker run -p 8000:8000 -v /a:/b vllm/vllm-openai:latest --model m --reasoning-parser qwen3\n", ""),
+    # the option only in the usage text or another option that contains it: no command line typed it
+    ("usage: api_server.py [--reasoning-parser {deepseek_r1,granite}]\n", ""),
+    ("$ docker run org/img:1.2.3 --reasoning-parser-plugin x\n", ""),
+])
+def test_pinned_release_on_the_command_line_that_typed_the_option(log, pinned):
+    buf = log.encode()
+    assert pinned_release(buf, len(buf), "--reasoning-parser" if "reasoning" in log else "--optim", {}) == pinned
+
+
+def test_pinned_release_memo_gives_the_answer_of_a_fresh_search():
+    first = b"$ docker run org/tool:v1.0 --mode fast\nerror one\n"
+    second = b"$ docker run org/tool:latest --mode fast\nerror two\n"
+    buf = first + second
+    memo: dict = {}
+    assert pinned_release(buf, len(first), "--mode", memo) == "org/tool:v1.0"
+    assert pinned_release(buf, len(buf), "--mode", memo) == ""  # the newer command runs no pinned release
+    assert pinned_release(buf, len(buf), "--mode", {}) == ""
