@@ -111,3 +111,16 @@ def test_pinned_release_memo_gives_the_answer_of_a_fresh_search():
     assert pinned_release(buf, len(first), "--mode", memo) == "org/tool:v1.0"
     assert pinned_release(buf, len(buf), "--mode", memo) == ""  # the newer command runs no pinned release
     assert pinned_release(buf, len(buf), "--mode", {}) == ""
+
+
+def test_a_framework_checkout_counts_as_a_package():
+    frames = [
+        frame("/workspace/Megatron-LM/megatron/core/transformer/attention.py", "forward",
+              "out = te_attention(q, k, v, window_size=self.window)"),
+        frame(f"{SITE}/transformer_engine/pytorch/attention.py", "forward", "raise KeyError(name)"),
+    ]
+    assert name_written_by_other_package("KeyError: 'window_size'", frames) == "megatron"
+    # two files of one checkout are one package
+    same = [frame("/opt/Megatron-Bridge/src/megatron/bridge/data/builders/x.py", "build", "make(window_size=3)"),
+            frame("/opt/Megatron-Bridge/src/megatron/bridge/data/datasets/y.py", "make", "raise KeyError(k)")]
+    assert name_written_by_other_package("KeyError: 'window_size'", same) == ""

@@ -177,20 +177,34 @@ def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
     the call was doing (loading data, a checkpoint, a model), two installed releases that do not fit together are
     the cause. A name the user's own script or command line wrote is left to the other tables."""
     name = refused_name(text)
-    raiser = raising_package(frames)
+    raiser = package_of(innermost_frame(frames))
     if not name or not raiser:
         return ""
     quoted = regex.escape(name)
     written = regex.compile(r"(?<![\w.])" + quoted + r"""\s*=(?!=)|['"]""" + quoted + r"""['"]""")
     for frame in frames:
-        m = _PACKAGE_DIR.search(frame)
-        if m is None or m.group(1) == raiser:
+        caller = package_of(frame)
+        if not caller or caller == raiser:
             continue
         head = _FRAME_HEAD.search(frame)
         code = frame[head.end():] if head else ""
         if written.search(code):
-            return m.group(1)
+            return caller
     return ""
+
+
+def package_of(frame: str) -> str:
+    """The package a frame's file belongs to: ``site-packages/<package>/``, else a framework's checkout
+    (``/opt/Megatron-LM/megatron/...``: ``megatron``); "" for the user's own files."""
+    m = _FRAME_FILE.match(frame)
+    if m is None:
+        return ""
+    path = m.group(1)
+    installed = _PACKAGE_DIR.search(path)
+    if installed:
+        return installed.group(1)
+    at = min(((path.find(d), d) for d in _LIBRARY_DIRS if d in path), default=None)
+    return at[1].strip("/") if at else ""
 
 
 def innermost_frame(frames: Sequence[str]) -> str:
@@ -272,7 +286,8 @@ def infer(
             if bool(caller) != inf.name_written_by_other_package:
                 continue
             if caller:
-                detail = f"{detail}; the name is written in {caller}'s code, refused by {raising_package(frames)}"
+                refuser = package_of(innermost_frame(frames))
+                detail = f"{detail}; the name is written in {caller}'s code, refused by {refuser}"
         if inf.release_named is not None:
             if bool(release) != inf.release_named:
                 continue
