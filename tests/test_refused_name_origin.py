@@ -92,6 +92,7 @@ def test_an_unknown_subcommand_is_another_release_of_the_program(text, code):
     ("$ docker run --gpus all -v /data/hf:/root/.cache -p 8000:8000 vllm/vllm-openai:v0.8.5 --model m --reasoning-parser qwen3\n"
      "usage: api_server.py [--reasoning-parser {deepseek_r1,granite}]\n", "vllm/vllm-openai:v0.8.5"),
     ("srun --container-image=nvcr.io/nvidia/pytorch:24.01-py3 python train.py --optim=lion\n", "nvcr.io/nvidia/pytorch:24.01-py3"),
+    ("$ uvx --from vllm==0.8.5 python -m vllm.entrypoints.openai.api_server --reasoning-parser qwen3\n", "vllm==0.8.5"),
     # no image pinned to a release: a tag that is no version, a port mapping, a volume
     ("$ docker run -p 8000:8000 -v /a:/b vllm/vllm-openai:latest --model m --reasoning-parser qwen3\n", ""),
     # the option only in the usage text or another option that contains it: no command line typed it

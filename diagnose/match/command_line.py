@@ -75,9 +75,13 @@ def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict) -> bo
     return _typed(found[1] if found else None, options)
 
 
-# a version-tagged container image on a command line: ``vllm/vllm-openai:v0.8.5``, ``nvcr.io/nvidia/pytorch:24.01-py3``
-# (a registry path with a tag that starts with a release number; ``host:port`` and ``-v /a:/b`` have no such tag)
-_PINNED_IMAGE = regex.compile(r"(?<![\w./:-])(?:[\w.-]+/)+[\w.-]+:v?\d+\.\d+(?:\.\d+)?[\w.+-]*(?![\w/:])")
+# a release pinned on a command line: a version-tagged container image (``vllm/vllm-openai:v0.8.5``,
+# ``nvcr.io/nvidia/pytorch:24.01-py3``: a registry path with a tag that starts with a release number; ``host:port`` and
+# ``-v /a:/b`` have no such tag) or a package pinned for the run (``uvx --from vllm==0.8.5``, ``--with vllm==0.8.5``)
+_PINNED_IMAGE = regex.compile(
+    r"(?<![\w./:-])(?:[\w.-]+/)+[\w.-]+:v?\d+\.\d+(?:\.\d+)?[\w.+-]*(?![\w/:])"
+    r"|(?<![\w.-])[A-Za-z][\w.-]*==\d+\.\d+(?:\.\d+)?[\w.+-]*"
+)
 PINNED_SCAN_HITS = 256  # occurrences of the option looked at per question (usage lines repeat it on every rank)
 
 
