@@ -109,10 +109,10 @@ def _typing_command(buf, start: int, option: str, floor: int = 0) -> tuple[int, 
 
 
 def pinned_release(buf, start: int, option: str, memo: dict) -> str:
-    """The version-tagged release (a container image with a version tag) on the command line that typed ``option``
-    before ``start``, or "" (no such command line in the log, or it runs no pinned release).
+    """The release pinned on the command line that typed ``option`` before ``start`` (a container image whose tag is
+    a version, a package pinned with ``==``), or "" (no such command line in the log, or it pins no release).
 
-    A parser that refuses a well-formed value of an option, in a program run from an image pinned to one release,
+    A parser that refuses a well-formed value of an option, in a program run from one pinned release,
     is that release's parser: the value is one another release offers (the documentation of the newest one), not a
     setting the user misspelt. ``memo`` keeps per option where the last question was asked and its answer; a later
     question searches only the bytes since then for a newer command line."""
