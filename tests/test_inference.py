@@ -404,3 +404,37 @@ def test_a_windows_tracebacks_frames_match_the_same_path_needles():
     assert got is not None and want is not None
     assert got.inference.code == want.inference.code
     assert got.inference.category == "data"
+
+
+RELEASE_LOG = """\
+Successfully installed datasets-2.14.6
+Traceback (most recent call last):
+  File "/home/u/train.py", line 3, in <module>
+    load_dataset("hotpot_qa", "fullwiki", trust_remote_code=True)
+  File "/env/lib/python3.10/site-packages/datasets/builder.py", line 539, in _create_builder_config
+    raise ValueError(msg)
+ValueError: BuilderConfig BuilderConfig(name='fullwiki', version=1.0.0) doesn't have a 'trust_remote_code' key.
+"""
+
+
+def test_the_release_before_a_generic_error_is_looked_up_only_when_a_table_reads_it(monkeypatch):
+    from conftest import make_rule
+
+    from diagnose.match import engine
+    from diagnose.match.compiled import compile_catalogue
+    from diagnose.match.rules import Catalogue
+
+    generic = make_rule("PY1", "Error: ", r"\w+Error: .*")
+    named = parse_inference({"code": "IF1", "category": "import_version", "why": "a release is named",
+                             "library_frame": True, "release_named": True}, "t")
+    data = parse_inference({"code": "IF2", "category": "data", "why": "datasets raised",
+                            "frames_any": ["site-packages/datasets/"]}, "t")
+    reads, ignores = Catalogue([generic], inferences=[named, data]), Catalogue([generic], inferences=[data])
+    assert compile_catalogue(reads).reads_releases and not compile_catalogue(ignores).reads_releases
+    root = match_text(RELEASE_LOG, reads).root
+    assert root.category == "import_version" and "the log names datasets 2.14.6" in root.basis_detail
+
+    calls: list = []
+    monkeypatch.setattr(engine, "release_named_before", lambda *args: calls.append(args) or "")
+    assert match_text(RELEASE_LOG, ignores).root.category == "data" and calls == []  # no table asks: no search
+    assert match_text(RELEASE_LOG, reads).root.category == "data" and len(calls) == 1  # a table asks: searched

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import make_catalogue, make_rule
 
-from diagnose.match import TextSource, match_text, scan_and_match
+from diagnose.match import TextSource, load_catalogue, match_text, scan_and_match
 from diagnose.present.text import collapsed_line
 
 OOM = make_rule("OOM1", "CUDA out of memory", r"CUDA out of memory", category="cuda_oom", confidence=0.9)
@@ -151,6 +151,61 @@ STREAM = make_rule("DA8", "Got disconnected from remote data host", r"Got discon
                    severity="warning", title="A streamed dataset lost its host")
 DATA_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, DATAERR, STREAM)
 _STREAM = "datasets.iterable_dataset - WARNING - Got disconnected from remote data host. Retrying in 5sec [3/20]"
+
+
+# What a finding reports beyond its category is its rule's `reports` attribute: the ranking reads only that
+_UCX = "[node-3:120443:0:120443] Caught signal 7 (Bus error: nonexistent physical address)"
+_LINK = "n03:1:2 [2] NCCL WARN NET/IB : Got completion from peer 10.42.6.14<51337> with status=5 opcode=1"
+
+
+def _sigbus(**fields):
+    return make_rule("NC8", "] Caught signal 7 (Bus error", r"^\[[^\]\s:]+:\d+ *:\d+:\d+\] Caught signal 7 \(Bus error",
+                     category="nccl_error", title="SIGBUS inside NCCL", **fields)
+
+
+def _link(**fields):
+    return make_rule("HW7", "Got completion from peer", r"Got completion from peer \S+ with status=5", category="hardware",
+                     title="IB work requests flushed mid-run", **fields)
+
+
+def test_a_host_oom_kill_does_not_lead_a_finding_that_reports_the_process_own_death():
+    # the launcher's report of the signal that killed the process is that same death, not a kill that explains it
+    own = make_catalogue(GENERIC, NCCLERR, XID, OOMKILL, _sigbus(reports="own_death"))
+    assert match_text(f"{_UCX}\n{_OOMKILL}\n", own).root.rule == "NC8"
+    # a device fault still leads it
+    assert match_text(f"{_UCX}\n{_OOMKILL}\n{_XID}\n", own).root.rule == "HW9"
+    # without the attribute the same line is an NCCL failure like any other: the kill leads it
+    plain = make_catalogue(GENERIC, NCCLERR, XID, OOMKILL, _sigbus())
+    assert match_text(f"{_UCX}\n{_OOMKILL}\n", plain).root.rule == "OOM9"
+    # the attribute, not the line's shape, decides: an NCCL error rule that says so keeps the lead too
+    said = make_rule("NC9", "NCCL error in:", r"NCCL error in: .*unhandled (?:cuda|system) error", category="nccl_error",
+                     reports="own_death")
+    assert match_text(f"{_NCCL_ERR}\n{_OOMKILL}\n", make_catalogue(GENERIC, said, OOMKILL)).root.rule == "NC9"
+
+
+def test_a_link_failure_read_as_hardware_does_not_lead_the_nccl_error_before_it():
+    text = f"{_NCCL_ERR}\n{_LINK}\n"
+    linked = make_catalogue(GENERIC, NCCLERR, _link(reports="link_failure"))
+    report = match_text(text, linked)
+    assert report.root.rule == "NC9" and next(f for f in report.findings if f.rule == "HW7").category == "hardware"
+    # the same hardware finding without the attribute is a device fault: it explains the NCCL error printed before it
+    assert match_text(text, make_catalogue(GENERIC, NCCLERR, _link())).root.rule == "HW7"
+    # nor does it leave a timeout cascade when it is the only error after it
+    timeouts = "\n".join([_nccl(1), _nccl(2), _LINK])
+    assert match_text(timeouts, make_catalogue(GENERIC, NCCL, _link(reports="link_failure"))).root.rule == "HW7"
+
+
+def test_reports_is_one_of_its_values_and_a_bad_one_is_a_one_line_catalogue_error(tmp_path):
+    assert _sigbus().reports == "failure"  # the default: what the category says
+    with pytest.raises(ValueError, match="reports 'device' is not one of failure, own_death, link_failure"):
+        _sigbus(reports="device")
+    (tmp_path / "user.toml").write_text(
+        '[[rule]]\ncode = "USR001"\nslug = "x"\ntitle = "x"\ncategory = "hardware"\nreports = 1\n'
+        'explanation = "x"\npatterns = [{ anchor = "xyz", regex = "xyz" }]\n'
+    )
+    catalogue = load_catalogue([tmp_path], include_default=False)
+    assert catalogue.rules == [] and len(catalogue.errors) == 1 and "\n" not in catalogue.errors[0]
+    assert "rule USR001: reports 1 is not one of failure, own_death, link_failure" in catalogue.errors[0]
 
 
 def test_a_data_loading_error_printed_after_the_timeouts_is_not_their_consequence():

@@ -15,7 +15,8 @@ from diagnose.model import Block, CaptureSpec, Report
 
 __all__ = ["MatchResult", "TextSource", "all_captures", "load_catalogue", "match_text", "scan_and_match"]
 
-_CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts")
+_CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts",
+                    "diagnose.match.topology")
 
 
 @dataclass
@@ -57,8 +58,10 @@ def scan_and_match(
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
+    from diagnose.match.one_host import node_confined_origin
     from diagnose.match.ranking import rank
     from diagnose.match.silent_ranks import mark_silent_ranks
+    from diagnose.match.topology import pcie_p2p_hang
 
     if captures is None:
         captures = all_captures()
@@ -69,6 +72,8 @@ def scan_and_match(
     attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
     mark_silent_ranks(findings, root)  # NCCL ranks that never reported (QA #13)
     mark_collective_skew(findings, root)  # desynced and straggling ranks
+    pcie_p2p_hang(findings, root, blocks)  # an early hang over PCIe peer-to-peer only: the link
+    node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 

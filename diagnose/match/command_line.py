@@ -73,3 +73,59 @@ def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict) -> bo
         found = _latest_command(buf, start, prog)
     memo[key] = (start, found)
     return _typed(found[1] if found else None, options)
+
+
+# a release pinned on a command line: a version-tagged container image (``vllm/vllm-openai:v0.8.5``,
+# ``nvcr.io/nvidia/pytorch:24.01-py3``: a registry path with a tag that starts with a release number; ``host:port`` and
+# ``-v /a:/b`` have no such tag) or a package pinned for the run (``uvx --from vllm==0.8.5``, ``--with vllm==0.8.5``)
+_PINNED_IMAGE = regex.compile(
+    r"(?<![\w./:-])(?:[\w.-]+/)+[\w.-]+:v?\d+\.\d+(?:\.\d+)?[\w.+-]*(?![\w/:])"
+    r"|(?<![\w.-])[A-Za-z][\w.-]*==\d+\.\d+(?:\.\d+)?[\w.+-]*"
+)
+PINNED_SCAN_HITS = 256  # occurrences of the option looked at per question (usage lines repeat it on every rank)
+
+
+def _typing_command(buf, start: int, option: str, floor: int = 0) -> tuple[int, str] | None:
+    """The latest line before ``start`` (and at or after ``floor``) that types ``option`` with a value: not argparse's
+    usage text (``[--opt {a,b}]``) nor an error line; as (its offset, the line)."""
+    needle = option.encode("utf-8", "surrogatepass")
+    lo = max(0, start - COMMAND_LOOKBACK_BYTES, floor)
+    end = start
+    for _ in range(PINNED_SCAN_HITS):
+        at = buf.rfind(needle, lo, end) if end > lo else -1
+        if at == -1:
+            return None
+        end = at
+        line_start = buf.rfind(b"\n", 0, at) + 1
+        line_end = buf.find(b"\n", at, start)
+        line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
+        after = bytes(buf[at + len(needle):at + len(needle) + 2])
+        if (at > 0 and buf[at - 1:at] in (b"[", b"-", b"_")) or after[:1] not in (b" ", b"="):
+            continue  # usage text, a longer option, or the word inside another
+        if "error:" in line or line.lstrip().startswith("usage:") or after[1:2] == b"{":
+            continue
+        return at, line
+    return None
+
+
+def pinned_release(buf, start: int, option: str, memo: dict) -> str:
+    """The release pinned on the command line that typed ``option`` before ``start`` (a container image whose tag is
+    a version, a package pinned with ``==``), or "" (no such command line in the log, or it pins no release).
+
+    A parser that refuses a well-formed value of an option, in a program run from one pinned release,
+    is that release's parser: the value is one another release offers (the documentation of the newest one), not a
+    setting the user misspelt. ``memo`` keeps per option where the last question was asked and its answer; a later
+    question searches only the bytes since then for a newer command line."""
+    if not option:
+        return ""
+    state = memo.get(option)
+    if state is not None and state[0] <= start:
+        newer = _typing_command(buf, start, option, floor=state[0])
+        found = newer if newer is not None else state[1]
+        if newer is None and found is not None and found[0] < start - COMMAND_LOOKBACK_BYTES:
+            found = _typing_command(buf, start, option)
+    else:
+        found = _typing_command(buf, start, option)
+    memo[option] = (start, found)
+    m = _PINNED_IMAGE.search(found[1]) if found else None
+    return m.group(0) if m else ""

@@ -74,6 +74,9 @@ class Compiled:
     anchor_patterns: list[list[str]]  # anchor index -> the regexes of the patterns having that anchor
     rules_by_anchor: list[tuple[int, ...]]  # anchor index -> indices of rules having a pattern with that anchor
     warnings: list[str] = field(default_factory=list)
+    # an [[infer]] table reads ``release_named``: only then does a generic hit look up the release the log named
+    # before it (inference.release_named_before searches back up to RELEASE_LOOKBACK_BYTES)
+    reads_releases: bool = False
 
 
 def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None = None) -> Compiled:
@@ -102,6 +105,7 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             rule=rule,
             patterns=patterns,
             has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.not_on_command_line
+                             or ctx.pinned_on_command_line
                              or ctx.levels_any or ctx.after_progress or ctx.after_none
                              or ctx.refused_unlike_listed is not None
                              or any(rp.levels_any for rp in rule.patterns)),
@@ -144,4 +148,5 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         anchor_patterns=anchor_patterns,
         rules_by_anchor=[tuple(sorted(x, reverse=True)) for x in rules_by_anchor],
         warnings=warnings,
+        reads_releases=any(inf.release_named is not None for inf in catalogue.inferences),
     )

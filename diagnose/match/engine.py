@@ -21,7 +21,7 @@ from diagnose.coerce import as_int
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
-from diagnose.match.command_line import options_not_typed
+from diagnose.match.command_line import options_not_typed, pinned_release
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.frames import (
     PYTEST_ERROR,
@@ -113,6 +113,8 @@ class _LineReader:
         self.markers: tuple[int, list[int]] | None = None
         # not_on_command_line answers: (program, refused options) -> answer (every rank prints the same error)
         self.command_lines: dict[tuple[str, str], bool] = {}
+        # pinned_on_command_line answers: option -> (offset asked at, the command line that typed it, or None)
+        self.pinned_commands: dict[str, tuple[int, tuple[int, str] | None]] = {}
         # after_none look-aheads: needles -> offset of the last occurrence of any of them in the input (-1: none)
         self.after: dict[tuple[str, ...], int] = {}
 
@@ -328,6 +330,10 @@ class Matcher:
                 unlike = ctx.refused_unlike_listed
                 if unlike is not None and refused_unlike_listed(ll.text) != unlike:
                     continue
+                if ctx.pinned_on_command_line and not pinned_release(
+                    reader.buffer, start, facts.get(ctx.pinned_on_command_line, ""), reader.pinned_commands
+                ):
+                    continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),
                     reader.command_lines,
@@ -353,7 +359,9 @@ class Matcher:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
-            release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases) if kept else ""
+            release = ""
+            if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
+                release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
                                  pattern=number, release=release))
             return  # last match wins: one rule per line

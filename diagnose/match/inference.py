@@ -149,6 +149,64 @@ def release_named_before(buffer, start: int, package: str, cache: dict | None = 
     return f"{package} {value}" if value and pos >= lo else ""
 
 
+# the name a refusal names: a keyword, key, field, attribute or option the raising code did not accept
+_REFUSED_NAME = regex.compile(
+    r"""unexpected keyword argument '(\w+)'|doesn't have an? '(\w+)' (?:key|field|attribute|argument)"""
+    r"""|has no (?:key|field|argument|parameter|option) '(\w+)'|^[\w.]*KeyError: '(\w+)'$"""
+    r"""|(?i:unknown|unrecogni[sz]ed|unsupported|unexpected) """
+    r"""(?:key|field|argument|parameter|option|kwarg)s?:? '(\w+)'"""
+)
+MIN_NAME = 3  # shorter names ("x", "id") are written everywhere: no evidence of who passed them
+
+
+def refused_name(text: str) -> str:
+    """The keyword, key or option the message says was refused (``trust_remote_code`` in ``... doesn't have a
+    'trust_remote_code' key``), or ""."""
+    m = _REFUSED_NAME.search(text.strip())
+    name = next((g for g in m.groups() if g), "") if m else ""
+    return name if len(name) >= MIN_NAME else ""
+
+
+def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
+    """The installed package whose own source line (a frame's code, printed in the traceback) writes the name that
+    another installed package refused (raised deeper in the stack), or "".
+
+    ``load_dataset(..., trust_remote_code=True)`` in ``site-packages/dspy/`` reaching ``site-packages/datasets/``,
+    which says its config "doesn't have a 'trust_remote_code' key": neither the user's script nor the user's config
+    wrote the name; one package's release passes it to another package's release that does not know it. Whatever
+    the call was doing (loading data, a checkpoint, a model), two installed releases that do not fit together are
+    the cause. A name the user's own script or command line wrote is left to the other tables."""
+    name = refused_name(text)
+    raiser = package_of(innermost_frame(frames))
+    if not name or not raiser:
+        return ""
+    quoted = regex.escape(name)
+    written = regex.compile(r"(?<![\w.])" + quoted + r"""\s*=(?!=)|['"]""" + quoted + r"""['"]""")
+    for frame in frames:
+        caller = package_of(frame)
+        if not caller or caller == raiser:
+            continue
+        head = _FRAME_HEAD.search(frame)
+        code = frame[head.end():] if head else ""
+        if written.search(code):
+            return caller
+    return ""
+
+
+def package_of(frame: str) -> str:
+    """The package a frame's file belongs to: ``site-packages/<package>/``, else a framework's checkout
+    (``/opt/Megatron-LM/megatron/...``: ``megatron``); "" for the user's own files."""
+    m = _FRAME_FILE.match(frame)
+    if m is None:
+        return ""
+    path = m.group(1)
+    installed = _PACKAGE_DIR.search(path)
+    if installed:
+        return installed.group(1)
+    at = min(((path.find(d), d) for d in _LIBRARY_DIRS if d in path), default=None)
+    return at[1].strip("/") if at else ""
+
+
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
     return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
@@ -223,6 +281,13 @@ def infer(
             detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
         if inf.refused_unlike_listed is not None and refused_unlike_listed(text) != inf.refused_unlike_listed:
             continue
+        if inf.name_written_by_other_package is not None:
+            caller = name_written_by_other_package(text, frames)
+            if bool(caller) != inf.name_written_by_other_package:
+                continue
+            if caller:
+                refuser = package_of(innermost_frame(frames))
+                detail = f"{detail}; the name is written in {caller}'s code, refused by {refuser}"
         if inf.release_named is not None:
             if bool(release) != inf.release_named:
                 continue

@@ -6,7 +6,9 @@
 * Among candidates the earliest wins: by timestamp when both lines carry one, else by input and line.
 * Except that a finding that kills ranks leads when the earliest specific finding is an NCCL error or timeout: a
   hardware fault (Xid, ECC, NIC port error, lost GPU) or a host-memory kill (the kernel's OOM killer, Slurm's cgroup,
-  Ray's memory monitor) on one node explains the communication failures its peers report across the ranks.
+  Ray's memory monitor) on one node explains the communication failures its peers report across the ranks. What a
+  finding reports beyond its category is its rule's ``reports`` attribute (``rules.REPORTS``): a link that failed
+  mid-run kills no rank, and a host-memory kill does not lead the process's own fatal signal.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
   win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
   A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade, unless it kills
@@ -26,7 +28,6 @@ import functools
 import regex
 
 from diagnose.match.findings import Group
-from diagnose.match.frames import UCX_SIGNAL
 from diagnose.model import Finding
 
 CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
@@ -89,9 +90,9 @@ def _tier(g: Group) -> str:
 
 def _kills_ranks(g: Group, category: str) -> bool:
     f = g.finding
-    if f.category != category or g.first_hit.rule.rule.context.after_progress:
-        # a rule that reads hardware into an NCCL message because of when it came (HW131) reports no device fault:
-        # an NCCL error printed before it still explains it
+    if f.category != category or g.first_hit.rule.rule.reports == "link_failure":
+        # a link that failed mid-run, read as hardware because of when it came (HW062, HW131), is no device fault
+        # on a rank: an NCCL error printed before it still explains it
         return False
     return category != "host_oom" or (f.basis != "inferred" and f.confidence >= KILL_REPORT_CONFIDENCE)
 
@@ -109,10 +110,10 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     """
     if not specific or specific[0].finding.category not in EXPLAINED_BY_KILLED_RANKS:
         return specific
-    # the communication finding is itself the process's fatal signal, caught inside the library (UCX's "Caught
-    # signal" line with NCCL's native stack): the launcher's report of that signal (exitcode -7) is the same death,
-    # not a host-memory kill that explains it; a device fault still leads
-    own_death = UCX_SIGNAL.match(specific[0].first_hit.line.text) is not None
+    # the communication finding is itself the process's fatal signal, caught inside the library (reports =
+    # "own_death": UCX's "Caught signal" line with NCCL's native stack, NC210): the launcher's report of that signal
+    # (exitcode -7) is the same death, not a host-memory kill that explains it; a device fault still leads
+    own_death = specific[0].first_hit.rule.rule.reports == "own_death"
     for category in RANK_KILLERS:
         if own_death and category == "host_oom":
             continue

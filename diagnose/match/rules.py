@@ -72,6 +72,9 @@ class Context:
     # the name of a capture listing options a parser refused: the rule applies when the log shows the command line
     # that started the program (the ``prog`` capture followed by options) and none of those options is on it
     not_on_command_line: str = ""
+    # the name of a capture holding the option a parser refused a value of: the rule applies when the command line
+    # that typed that option runs a version-tagged release (an image ``name:v0.8.5``: command_line.pinned_release)
+    pinned_on_command_line: str = ""
     # the log level the normaliser read off the line's prefix (loguru, DeepSpeed, glog, NeMo: ERROR, E, ...) is one
     # of these: the level word is not in the normalised text the patterns see
     levels_any: list[str] = field(default_factory=list)
@@ -115,9 +118,19 @@ class Rule:
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
     phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
     completes: bool = False  # the line says the program finished its work: catch-alls printed before it ended nothing
+    reports: str = "failure"  # what the finding reports for the ranking, beyond its category (one of REPORTS)
 
 
 TIERS = ("specific", "generic", "catchall")
+# What a rule's finding reports, as the ranking (match/ranking.py killers_first) reads it:
+# - "failure": the failure its category names; a ``hardware`` finding is a device fault that kills ranks (the NCCL
+#   errors and timeouts of its peers are its consequences), a ``host_oom`` finding the killer reports is a killed rank;
+# - "own_death": the line is the process's own fatal signal, caught and printed inside a library (UCX's ``Caught
+#   signal`` line): the launcher's report of that signal (``exitcode: -7``) is the same death, not a host-memory kill
+#   that explains it (a device fault still does);
+# - "link_failure": a link or network path that failed mid-run, read as hardware because of when it came: no device
+#   fault on a rank, so an NCCL error printed before it still explains it.
+REPORTS = ("failure", "own_death", "link_failure")
 
 
 @dataclass(slots=True)
@@ -137,6 +150,8 @@ class Inference:
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
     it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
     log names (or does not name) a release of the installed package that raised, before the line.
+    ``name_written_by_other_package``: the name the message refused is (or is not) written in the source line of a
+    frame of another installed package than the one that raised (inference.name_written_by_other_package).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -158,6 +173,7 @@ class Inference:
     phase_when_unknown: str = ""
     refused_unlike_listed: bool | None = None
     release_named: bool | None = None
+    name_written_by_other_package: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -328,6 +344,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         phase_when_unknown=fallback,
         refused_unlike_listed=unlike,
         release_named=_optional_bool(raw, "release_named"),
+        name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
         examples=list(examples),
         source=source,
     )
@@ -368,6 +385,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     completes = raw.get("completes", False)
     if not isinstance(completes, bool) or (completes and (severity != "info" or role != "context")):
         raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
+    reports = one_of(raw, "reports", "failure", REPORTS)
 
     patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
@@ -421,6 +439,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
         not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
+        pinned_on_command_line=(
+            need(ctx_raw, "pinned_on_command_line", str) if "pinned_on_command_line" in ctx_raw else ""
+        ),
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
         after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
@@ -465,6 +486,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         during_training=during_training,
         implies=implies,
         completes=completes,
+        reports=reports,
     )
 
 
