@@ -14,7 +14,7 @@ import regex
 from conftest import make_catalogue, make_rule
 
 from diagnose.match import TextSource, all_captures, scan_and_match
-from diagnose.match.command_line import options_not_typed
+from diagnose.match.command_line import config_hidden_by_launcher, options_not_typed
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import (
@@ -189,6 +189,10 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 continue
             if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:
                 continue
+            if ctx.config_hidden_by_launcher is not None:
+                start = sum(len(b) + 1 for b in raw_lines[:i])
+                if config_hidden_by_launcher(raw, start, found.groupdict().get("prog") or "") != ctx.config_hidden_by_launcher:
+                    continue
             if ctx.not_on_command_line:
                 groups = {k: v or "" for k, v in found.groupdict().items()}
                 start = sum(len(b) + 1 for b in raw_lines[:i])
