@@ -140,3 +140,16 @@ def test_a_missing_checkpoint_index_is_storage_and_a_missing_layout_shard_is_for
     # a file named by its rank only says nothing of a layout: a failed open stays the file system's (IF080)
     root = match_text(_load_traceback("/o/ckpt/ep0-ba50-rank0.pt", TORCH_LOAD), CATALOGUE).root
     assert root is not None and root.category == "checkpoint_io" and root.basis_detail.startswith("IF080")
+
+
+def test_a_conversion_tool_reading_its_source_checkpoint_is_checkpoint_load():
+    from diagnose.normalize.phases import phase_from_frames
+
+    convert = ['File "/w/Megatron-Bridge/examples/models/checkpoint_conversion.py", line 251, in main',
+               'File "/w/Megatron-Bridge/examples/models/checkpoint_conversion.py", line 170, in export_megatron_to_hf']
+    assert phase_from_frames(convert) == "checkpoint_load"
+    # a save frame below it says the target was being written
+    saving = convert + ['File "/env/lib/python3.12/site-packages/transformers/modeling_utils.py", line 9, in save_pretrained']
+    assert phase_from_frames(saving) == "checkpoint_save"
+    # a dataset converter is no checkpoint conversion
+    assert phase_from_frames(['File "/w/tools/convert_dataset.py", line 3, in convert_records']) != "checkpoint_load"
