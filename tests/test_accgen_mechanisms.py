@@ -153,3 +153,13 @@ def test_a_conversion_tool_reading_its_source_checkpoint_is_checkpoint_load():
     assert phase_from_frames(saving) == "checkpoint_save"
     # a dataset converter is no checkpoint conversion
     assert phase_from_frames(['File "/w/tools/convert_dataset.py", line 3, in convert_records']) != "checkpoint_load"
+
+
+def test_a_kill_printed_onto_the_weight_loading_bar_died_building_the_model():
+    bar_killed = "Loading checkpoint shards:  38%|###8      | 3/8 [00:02<00:03,  1.28it/s]Killed\n"
+    root = match_text(bar_killed, CATALOGUE).root
+    assert root is not None and root.rule == "PY231"
+    assert root.category == "host_oom" and root.phase == "model_build"
+    # another bar the kill landed on says nothing of the model build: the plain kill rule, its phase from elsewhere
+    root = match_text("Map:  38%|###8      | 3/8 [00:02<00:03,  1.28it/s]Killed\n", CATALOGUE).root
+    assert root is not None and root.rule == "PY003" and root.phase != "model_build"
