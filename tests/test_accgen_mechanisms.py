@@ -163,3 +163,11 @@ def test_a_kill_printed_onto_the_weight_loading_bar_died_building_the_model():
     # another bar the kill landed on says nothing of the model build: the plain kill rule, its phase from elsewhere
     root = match_text("Map:  38%|###8      | 3/8 [00:02<00:03,  1.28it/s]Killed\n", CATALOGUE).root
     assert root is not None and root.rule == "PY003" and root.phase != "model_build"
+
+
+def test_a_torchtune_bar_past_its_first_step_is_training_progress():
+    bar = "1|2262|Loss: 0.576000:   10%|#         | 2262/20901 [113:06<17:17:42,  2.92s/it]\n"
+    root = match_text(bar + OOM, CATALOGUE).root
+    assert root is not None and root.phase == "training"
+    root = match_text("1|0|Loss: 11.02:   0%|          | 0/20901 [00:00<?, ?it/s]\n" + OOM, CATALOGUE).root
+    assert root is not None and root.phase != "training"
