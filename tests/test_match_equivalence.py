@@ -14,7 +14,7 @@ import regex
 from conftest import make_catalogue, make_rule
 
 from diagnose.match import TextSource, all_captures, scan_and_match
-from diagnose.match.command_line import options_not_typed, pinned_release
+from diagnose.match.command_line import config_hidden_by_launcher, options_not_typed, pinned_release
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import (
@@ -193,6 +193,10 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 groups = {k: v or "" for k, v in found.groupdict().items()}
                 start = sum(len(b) + 1 for b in raw_lines[:i])
                 if not pinned_release(raw, start, groups.get(ctx.pinned_on_command_line, ""), {}):
+                    continue
+            if ctx.config_hidden_by_launcher is not None:
+                start = sum(len(b) + 1 for b in raw_lines[:i])
+                if config_hidden_by_launcher(raw, start, found.groupdict().get("prog") or "") != ctx.config_hidden_by_launcher:
                     continue
             if ctx.not_on_command_line:
                 groups = {k: v or "" for k, v in found.groupdict().items()}

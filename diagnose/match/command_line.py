@@ -9,6 +9,8 @@ the installed library is another one: version skew, fixed by matching versions, 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import regex
 
 COMMAND_LOOKBACK_BYTES = 1 << 20  # how far back the launch command is looked for
@@ -129,3 +131,26 @@ def pinned_release(buf, start: int, option: str, memo: dict) -> str:
     memo[option] = (start, found)
     m = _PINNED_IMAGE.search(found[1]) if found else None
     return m.group(0) if m else ""
+
+
+# the argv a launcher prints for a worker (a Python list: DeepSpeed's "spawned with command: [...]" and its
+# sigkill_handler report): the script, the launcher's own rank option, then one config file and nothing else
+_LONE_CONFIG_AFTER_RANK = rb"', '--local[_-]rank=\d+', '[^'\n]{1,400}\.ya?ml'\]"
+
+
+def config_hidden_by_launcher(buf, start: int, prog: str) -> bool:
+    """Did a launcher, before ``start``, print the argv it gave ``prog`` as [..., prog, --local_rank=N, one .yaml]?
+
+    Scripts built on HfArgumentParser read their settings from a config file only when it is their sole argument
+    (``len(sys.argv) == 2``); a launcher that inserts its own ``--local_rank=N`` (the DeepSpeed launcher) turns
+    ``train.py config.yaml`` into three arguments, so the script parses the command line instead and reports every
+    required option missing: how it was launched is at fault, not the config. False without such a record."""
+    if not prog or start <= 0:
+        return False
+    lo = max(0, start - COMMAND_LOOKBACK_BYTES)
+    return _lone_config_argv(prog).search(bytes(buf[lo:start])) is not None
+
+
+@lru_cache(maxsize=64)
+def _lone_config_argv(prog: str) -> regex.Pattern:
+    return regex.compile(rb"[/']" + regex.escape(prog.encode("utf-8", "surrogatepass")) + _LONE_CONFIG_AFTER_RANK)

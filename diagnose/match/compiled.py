@@ -106,6 +106,7 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             patterns=patterns,
             has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.not_on_command_line
                              or ctx.pinned_on_command_line
+                             or ctx.config_hidden_by_launcher is not None
                              or ctx.levels_any or ctx.after_progress or ctx.after_none
                              or ctx.refused_unlike_listed is not None
                              or any(rp.levels_any for rp in rule.patterns)),

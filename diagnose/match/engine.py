@@ -21,7 +21,7 @@ from diagnose.coerce import as_int
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
-from diagnose.match.command_line import options_not_typed, pinned_release
+from diagnose.match.command_line import config_hidden_by_launcher, options_not_typed, pinned_release
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.frames import (
     PYTEST_ERROR,
@@ -333,6 +333,11 @@ class Matcher:
                 if ctx.pinned_on_command_line and not pinned_release(
                     reader.buffer, start, facts.get(ctx.pinned_on_command_line, ""), reader.pinned_commands
                 ):
+                    continue
+                hidden = ctx.config_hidden_by_launcher
+                if hidden is not None and config_hidden_by_launcher(
+                    reader.buffer, start, facts.get("prog", "")
+                ) != hidden:
                     continue
                 if ctx.not_on_command_line and not options_not_typed(
                     reader.buffer, start, facts.get("prog", ""), facts.get(ctx.not_on_command_line, ""),

@@ -75,6 +75,10 @@ class Context:
     # the name of a capture holding the option a parser refused a value of: the rule applies when the command line
     # that typed that option runs a version-tagged release (an image ``name:v0.8.5``: command_line.pinned_release)
     pinned_on_command_line: str = ""
+    # the launcher's record of the argv it gave the ``prog`` capture's script holds its own injected rank option
+    # and then one config file (.yaml/.yml) only: a script that reads a lone config file never read it (true: the
+    # rule applies only then, false: only otherwise, None: either way)
+    config_hidden_by_launcher: bool | None = None
     # the log level the normaliser read off the line's prefix (loguru, DeepSpeed, glog, NeMo: ERROR, E, ...) is one
     # of these: the level word is not in the normalised text the patterns see
     levels_any: list[str] = field(default_factory=list)
@@ -442,6 +446,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         pinned_on_command_line=(
             need(ctx_raw, "pinned_on_command_line", str) if "pinned_on_command_line" in ctx_raw else ""
         ),
+        config_hidden_by_launcher=_optional_bool(ctx_raw, "config_hidden_by_launcher"),
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
         after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
