@@ -55,3 +55,21 @@ def test_a_segfault_in_the_checkpoint_writer_is_checkpoint_io_at_save():
 def test_a_segfault_without_a_dump_stays_uncategorised():
     root = match_text("Fatal Python error: Segmentation fault\n\nprocess exited\n", CATALOGUE).root
     assert root is not None and root.rule == "PY004" and root.category == "other"
+
+
+def test_a_stack_block_without_a_thread_header_is_read_too():
+    """faulthandler heads the dump "Stack (most recent call first):" when it prints one thread without its id."""
+    stack = ["", "Stack (most recent call first):",
+             '  File "/usr/lib/python3.10/site-packages/torch/cuda/__init__.py", line 372 in _lazy_init',
+             '  File "/usr/lib/python3.10/site-packages/vllm/worker/worker_base.py", line 604 in init_device', ""]
+    frames = faulthandler_frames(_lines(stack))
+    assert [f.text.strip().rsplit(" in ", 1)[1] for f in frames] == ["init_device", "_lazy_init"]
+
+
+def test_a_segfault_while_cuda_initialises_is_version_skew():
+    log = "\n".join(["Fatal Python error: Segmentation fault", "", "Stack (most recent call first):",
+                     '  File "/usr/lib/python3.10/site-packages/torch/cuda/__init__.py", line 372 in _lazy_init',
+                     '  File "/w/train.py", line 12 in main', ""]) + "\n"
+    root = match_text(log, CATALOGUE).root
+    assert root is not None and root.rule == "PY004"
+    assert root.category == "import_version" and root.basis_detail.startswith("IF390")

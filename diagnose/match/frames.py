@@ -32,7 +32,10 @@ def _frames_of(tb: Traceback, path: str) -> list[LogLine]:
 # faulthandler's dump after "Fatal Python error: Segmentation fault" (Python's own format, most recent call FIRST):
 #     Current thread 0x00007f40... (most recent call first):
 #       File "/usr/lib/python3.12/site-packages/torch/serialization.py", line 1268 in _save
-_FAULT_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):\s*$")
+# (faulthandler.dump_traceback(all_threads=False), and a fatal error with no thread state, head the block "Stack")
+_FAULT_THREAD = re.compile(
+    r"^(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?|Stack )\(most recent call first\):\s*$"
+)
 _FAULT_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)\s*$')
 FAULT_HEADER_LINES = 4  # blank lines / the thread header may follow the error line after a line or two
 
@@ -43,7 +46,10 @@ def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
     in f``) so that frame rules, the inferred category and the phase read them as they read a traceback; [] when no
     dump follows. Only the "Current thread" block (the one that crashed) is kept when several threads are dumped."""
     frames: list[LogLine] = []
-    for ll in _after_header(after, lambda text: text.startswith("Current thread") and bool(_FAULT_THREAD.match(text))):
+    def is_header(text: str) -> bool:
+        return text.startswith(("Current thread", "Stack (")) and bool(_FAULT_THREAD.match(text))
+
+    for ll in _after_header(after, is_header):
         m = _FAULT_FRAME.match(ll.text)
         if m is None:
             break
