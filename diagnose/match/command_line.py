@@ -155,4 +155,5 @@ def config_hidden_by_launcher(buf, start: int, prog: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _lone_config_argv(prog: str) -> regex.Pattern:
+    """The launcher's argv record for ``prog`` (a quoted list item or a path ending in it), compiled once a program."""
     return regex.compile(rb"[/']" + regex.escape(prog.encode("utf-8", "surrogatepass")) + _LONE_CONFIG_AFTER_RANK)
