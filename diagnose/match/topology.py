@@ -77,7 +77,7 @@ def _first(blocks: dict[str, list[Block]], name: str) -> LogLine | None:
 
 def _first_collectives(f: Finding) -> bool:
     """Did ``f`` hang in one of the job's first collectives: before training, at a small watchdog SeqNum or at one
-    the log does not give (a hang caught before the watchdog printed one)?"""
+    the log does not give (early by its phase alone)?"""
     if f.phase not in EARLY_PHASES:
         return False
     seq = f.facts.get("seq_num")
