@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.match import match_text
 from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
+from diagnose.model import Finding
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 # the memory benchmark's record readers (predict_state, predict_activations), which the calibration tests share
@@ -17,6 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "mem
 @pytest.fixture(scope="session")
 def builtin_catalogue() -> Catalogue:
     return load_catalogue()
+
+
+def root_finding(catalogue: Catalogue, lines: list[str]) -> Finding:
+    """The finding ``match_text`` picks as the root cause of one log made of ``lines`` (there must be one)."""
+    report = match_text("\n".join(lines) + "\n", catalogue)
+    assert report.root_cause is not None
+    return report.findings[report.root_cause]
 
 
 def make_rule(code: str, anchor: str, regex: str, **fields):

@@ -27,6 +27,7 @@ from typing import Any
 
 from diagnose.coerce import as_int
 from diagnose.match.hang import ranks_phrase
+from diagnose.match.rereading import add_paragraph
 from diagnose.model import Finding, rank_runs
 from diagnose.normalize.facts.nccl import last_match
 from diagnose.normalize.facts.slurm import expand_task_list
@@ -281,5 +282,5 @@ def mark_collective_skew(findings: list[Finding], root_index: int | None) -> Non
         f.facts[FACT_DESYNC] = desyncs
     if lead == root_index:
         text = " ".join(s[0].upper() + s[1:] + "." for s in skew_sentences(f.facts))
-        f.explanation = f"{f.explanation.rstrip()}\n\n{text}" if f.explanation else text
+        add_paragraph(f, text)
 

@@ -34,15 +34,40 @@ def _latest_command(buf, start: int, prog: str, floor: int = 0) -> tuple[int, st
         at = buf.rfind(needle, lo, end)
         if at == -1:
             return None
-        line_start = buf.rfind(b"\n", 0, at) + 1
-        line_end = buf.find(b"\n", at, start)
-        line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
+        line = _line_at(buf, at, start)
         after = line[line.find(prog) + len(prog):]
         if after.startswith((" -", " \\")) and "error:" not in line and not line.lstrip().startswith("usage:"):
             # unexpanded shell variables ($GPT_ARGS) hide options: such a line cannot say what was typed
             return None if "$" in after else (at, line)
         end = at
     return None
+
+
+def _line_at(buf, at: int, start: int) -> str:
+    """The line holding offset ``at`` (cut at ``start``, where the question was asked), decoded."""
+    line_start = buf.rfind(b"\n", 0, at) + 1
+    line_end = buf.find(b"\n", at, start)
+    return bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
+
+
+def _latest_remembered(memo: dict, key, start: int, search) -> tuple[int, str] | None:
+    """``search(start, floor)``'s answer (the latest command line before ``start`` whose occurrence is at or after
+    ``floor``), asked once per error line of many ranks: ``memo[key]`` keeps where the last question was asked and
+    what was found, so a later question searches only the bytes since then for a newer command line. The answer is
+    the one a fresh search from ``start`` gives: a command line printed between two error lines counts for the
+    second, and a remembered one that fell out of the look-back is searched for afresh."""
+    state = memo.get(key)
+    found: tuple[int, str] | None
+    if state is not None and state[0] <= start:
+        asked, previous = state
+        newer = search(start, asked)
+        found = newer if newer is not None else previous
+        if newer is None and previous is not None and previous[0] < start - COMMAND_LOOKBACK_BYTES:
+            found = search(start, 0)
+    else:
+        found = search(start, 0)
+    memo[key] = (start, found)
+    return found
 
 
 def _typed(command: str | None, options: list[str]) -> bool:
@@ -54,26 +79,13 @@ def _typed(command: str | None, options: list[str]) -> bool:
 def options_not_typed(buf, start: int, prog: str, listed: str, memo: dict) -> bool:
     """True when the command line that ran ``prog`` is in the log before ``start`` and none of the options in
     ``listed`` is on it (so the user did not write them); False when there is no such line or one of them is.
-
-    Every rank prints the same error, so ``memo`` keeps, per (program, options), where the last question was asked
-    and what was found; a later question searches only the bytes since then for a newer command line (the answer is
-    the one a fresh search from ``start`` gives: a command line printed between two error lines counts for the
-    second)."""
+    Every rank prints the same error: ``memo`` remembers, per (program, options), the last answer
+    (``_latest_remembered``)."""
     options = refused_options(listed)
     if not options or not prog:
         return False
-    key = (prog, listed)
-    state = memo.get(key)
-    found: tuple[int, str] | None
-    if state is not None and state[0] <= start:
-        asked, previous = state
-        newer = _latest_command(buf, start, prog, floor=asked)
-        found = newer if newer is not None else previous
-        if newer is None and previous is not None and previous[0] < start - COMMAND_LOOKBACK_BYTES:
-            found = _latest_command(buf, start, prog)  # the old line fell out of the look-back: search afresh
-    else:
-        found = _latest_command(buf, start, prog)
-    memo[key] = (start, found)
+    found = _latest_remembered(memo, (prog, listed), start,
+                               lambda at, floor: _latest_command(buf, at, prog, floor=floor))
     return _typed(found[1] if found else None, options)
 
 
@@ -98,9 +110,7 @@ def _typing_command(buf, start: int, option: str, floor: int = 0) -> tuple[int, 
         if at == -1:
             return None
         end = at
-        line_start = buf.rfind(b"\n", 0, at) + 1
-        line_end = buf.find(b"\n", at, start)
-        line = bytes(buf[line_start:line_end if line_end != -1 else start]).decode("utf-8", "replace")
+        line = _line_at(buf, at, start)
         after = bytes(buf[at + len(needle):at + len(needle) + 2])
         if (at > 0 and buf[at - 1:at] in (b"[", b"-", b"_")) or after[:1] not in (b" ", b"="):
             continue  # usage text, a longer option, or the word inside another
@@ -116,19 +126,11 @@ def pinned_release(buf, start: int, option: str, memo: dict) -> str:
 
     A parser that refuses a well-formed value of an option, in a program run from one pinned release,
     is that release's parser: the value is one another release offers (the documentation of the newest one), not a
-    setting the user misspelt. ``memo`` keeps per option where the last question was asked and its answer; a later
-    question searches only the bytes since then for a newer command line."""
+    setting the user misspelt. ``memo`` remembers, per option, the last answer (``_latest_remembered``)."""
     if not option:
         return ""
-    state = memo.get(option)
-    if state is not None and state[0] <= start:
-        newer = _typing_command(buf, start, option, floor=state[0])
-        found = newer if newer is not None else state[1]
-        if newer is None and found is not None and found[0] < start - COMMAND_LOOKBACK_BYTES:
-            found = _typing_command(buf, start, option)
-    else:
-        found = _typing_command(buf, start, option)
-    memo[option] = (start, found)
+    found = _latest_remembered(memo, option, start,
+                               lambda at, floor: _typing_command(buf, at, option, floor=floor))
     m = _PINNED_IMAGE.search(found[1]) if found else None
     return m.group(0) if m else ""
 
@@ -153,4 +155,5 @@ def config_hidden_by_launcher(buf, start: int, prog: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _lone_config_argv(prog: str) -> regex.Pattern:
+    """The launcher's argv record for ``prog`` (a quoted list item or a path ending in it), compiled once a program."""
     return regex.compile(rb"[/']" + regex.escape(prog.encode("utf-8", "surrogatepass")) + _LONE_CONFIG_AFTER_RANK)

@@ -40,16 +40,19 @@ _FAULT_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?
 FAULT_HEADER_LINES = 4  # blank lines / the thread header may follow the error line after a line or two
 
 
+def _is_crashed_thread_header(text: str) -> bool:
+    """The header of the crashed thread's block: "Current thread 0x...", or "Stack" where faulthandler dumps one
+    thread only; other threads' blocks ("Thread 0x...") are not the crash."""
+    return text.startswith(("Current thread", "Stack (")) and bool(_FAULT_THREAD.match(text))
+
+
 def faulthandler_frames(after: list[LogLine]) -> list[LogLine]:
     """The crashing thread's Python frames that faulthandler printed after a ``Fatal Python error`` line (``after``:
     the next lines of the same stream), innermost last and written like a traceback's frames (``File "x", line N,
     in f``) so that frame rules, the inferred category and the phase read them as they read a traceback; [] when no
     dump follows. Only the "Current thread" block (the one that crashed) is kept when several threads are dumped."""
     frames: list[LogLine] = []
-    def is_header(text: str) -> bool:
-        return text.startswith(("Current thread", "Stack (")) and bool(_FAULT_THREAD.match(text))
-
-    for ll in _after_header(after, is_header):
+    for ll in _after_header(after, _is_crashed_thread_header):
         m = _FAULT_FRAME.match(ll.text)
         if m is None:
             break

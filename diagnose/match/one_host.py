@@ -16,6 +16,7 @@ from __future__ import annotations
 import regex
 
 from diagnose.inert import inert, shorten
+from diagnose.match.rereading import read_as_hardware
 from diagnose.model import Finding
 
 NCCL_ERROR = "nccl_error"
@@ -60,12 +61,8 @@ def node_confined_origin(findings: list[Finding], root_index: int | None) -> Non
                  for h in f.hosts if _node_like(h)} - hosts
     if not elsewhere:
         return
-    root.category = "hardware"
-    root.basis = "inferred"
     others = ", ".join(shorten(inert(h), 80) for h in sorted(elsewhere)[:4])
-    root.basis_detail = f"one host: {WHY} ({host}; consequences on {others})"
-    root.confidence = min(root.confidence, CONFIDENCE)
-    root.explanation = (f"{root.explanation.rstrip()}\n\nRead across the hosts: {WHY} ({host})."
-                        if root.explanation else f"Read across the hosts: {WHY} ({host}).")
+    read_as_hardware(root, f"one host: {WHY} ({host}; consequences on {others})",
+                     f"Read across the hosts: {WHY} ({host}).", CONFIDENCE)
     root.fix.steps = [f"take {host} out of the job (srun --exclude={host}) and check its GPUs and NICs "
                       "(nvidia-smi, dmesg Xid lines, ibstat, nccl-tests on it alone)"] + list(root.fix.steps)

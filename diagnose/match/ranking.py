@@ -91,8 +91,7 @@ def _tier(g: Group) -> str:
 def _kills_ranks(g: Group, category: str) -> bool:
     f = g.finding
     if f.category != category or g.first_hit.rule.rule.reports == "link_failure":
-        # a link that failed mid-run, read as hardware because of when it came (HW062, HW131), is no device fault
-        # on a rank: an NCCL error printed before it still explains it
+        # no device fault on a rank: an NCCL error printed before it still explains it (rules.REPORTS)
         return False
     return category != "host_oom" or (f.basis != "inferred" and f.confidence >= KILL_REPORT_CONFIDENCE)
 
@@ -110,9 +109,7 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     """
     if not specific or specific[0].finding.category not in EXPLAINED_BY_KILLED_RANKS:
         return specific
-    # the communication finding is itself the process's fatal signal, caught inside the library (reports =
-    # "own_death": UCX's "Caught signal" line with NCCL's native stack, NC210): the launcher's report of that signal
-    # (exitcode -7) is the same death, not a host-memory kill that explains it; a device fault still leads
+    # the communication finding is the process's own fatal signal: no host-memory kill leads it (rules.REPORTS)
     own_death = specific[0].first_hit.rule.rule.reports == "own_death"
     for category in RANK_KILLERS:
         if own_death and category == "host_oom":

@@ -36,7 +36,7 @@ from diagnose.model import (
     Implies,
     Override,
 )
-from diagnose.toml_data import need, one_of, parse, read_text, str_list
+from diagnose.toml_data import need, one_of, optional, parse, read_text, str_list
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 INPUTS = ("log", "slurm_job")
@@ -442,13 +442,11 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         frames_none=str_list(ctx_raw, "frames_none"),
         before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
-        not_on_command_line=need(ctx_raw, "not_on_command_line", str) if "not_on_command_line" in ctx_raw else "",
-        pinned_on_command_line=(
-            need(ctx_raw, "pinned_on_command_line", str) if "pinned_on_command_line" in ctx_raw else ""
-        ),
+        not_on_command_line=optional(ctx_raw, "not_on_command_line", str, ""),
+        pinned_on_command_line=optional(ctx_raw, "pinned_on_command_line", str, ""),
         config_hidden_by_launcher=_optional_bool(ctx_raw, "config_hidden_by_launcher"),
         levels_any=[level.upper() for level in str_list(ctx_raw, "levels_any")],
-        after_progress=need(ctx_raw, "after_progress", bool) if "after_progress" in ctx_raw else False,
+        after_progress=optional(ctx_raw, "after_progress", bool, False),
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
         after_none=str_list(ctx_raw, "after_none"),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from diagnose.coerce import as_int
 from diagnose.match.hang import ranks_phrase
+from diagnose.match.rereading import add_paragraph
 from diagnose.model import Finding
 
 NCCL_TIMEOUT = "nccl_timeout"
@@ -70,4 +71,4 @@ def mark_silent_ranks(findings: list[Finding], root_index: int | None) -> None:
         sentence = silent_sentence(missing)
         sentence = sentence[0].upper() + sentence[1:] + ("; look at its log first." if len(missing) == 1
                                                          else "; look at their logs first.")
-        f.explanation = f"{f.explanation.rstrip()}\n\n{sentence}" if f.explanation else sentence
+        add_paragraph(f, sentence)

@@ -18,7 +18,10 @@ straggler), so every other answer is untouched.
 from __future__ import annotations
 
 from diagnose.inert import inert, shorten
-from diagnose.model import Block, CaptureSpec, EnvVar, Evidence, Finding, Fix
+from diagnose.match.collective_skew import FACT_DESYNC, FACT_STRAGGLERS
+from diagnose.match.rereading import read_as_hardware
+from diagnose.match.silent_ranks import FACT as SILENT_RANKS
+from diagnose.model import Block, CaptureSpec, EnvVar, Evidence, Finding, Fix, LogLine
 
 P2P = "topology.p2p"
 NETWORK = "topology.network"
@@ -66,12 +69,15 @@ FIX = Fix(
 )
 
 
-def _first(blocks: dict[str, list[Block]], name: str):
+def _first(blocks: dict[str, list[Block]], name: str) -> LogLine | None:
+    """The first line the scanner captured under ``name`` (a capture keeps its first occurrence only)."""
     got = blocks.get(name) or []
     return got[0].lines[0] if got and got[0].lines else None
 
 
 def _first_collectives(f: Finding) -> bool:
+    """Did ``f`` hang in one of the job's first collectives: before training, at a small watchdog SeqNum or at one
+    the log does not give (early by its phase alone)?"""
     if f.phase not in EARLY_PHASES:
         return False
     seq = f.facts.get("seq_num")
@@ -88,7 +94,7 @@ def pcie_p2p_hang(findings: list[Finding], root_index: int | None, blocks: dict[
     f = findings[root_index]
     if f.category != "nccl_timeout" or not _first_collectives(f):
         return
-    if f.facts.get("desync") or f.facts.get("stragglers") or f.facts.get("silent_ranks"):
+    if any(f.facts.get(fact) for fact in (FACT_DESYNC, FACT_STRAGGLERS, SILENT_RANKS)):
         return  # a rank called another collective or never reached it: the code or that rank, not the link
     if len(f.ranks) == 1:
         return  # one rank waited; whether its peers were in the collective at all, the log does not say
@@ -98,11 +104,6 @@ def pcie_p2p_hang(findings: list[Finding], root_index: int | None, blocks: dict[
         return
     if any(name.startswith(NVLINK) and got for name, got in blocks.items()):
         return
-    f.category = "hardware"
-    f.basis = "inferred"
-    f.basis_detail = f"topology: {WHY} ({p2p.text.strip()[:200]})"
-    f.confidence = min(f.confidence, CONFIDENCE)
+    read_as_hardware(f, f"topology: {WHY} ({p2p.text.strip()[:200]})", f"Read with the topology: {WHY}.", CONFIDENCE)
     f.fix = Fix(FIX.summary, FIX.safety, list(FIX.overrides), list(FIX.env), list(FIX.steps))
     f.evidence.insert(0, Evidence(p2p.path, p2p.lineno, shorten(inert(p2p.raw), 500)))
-    f.explanation = (f"{f.explanation.rstrip()}\n\nRead with the topology: {WHY}." if f.explanation
-                     else f"Read with the topology: {WHY}.")
