@@ -140,17 +140,26 @@ def pinned_release(buf, start: int, option: str, memo: dict) -> str:
 _LONE_CONFIG_AFTER_RANK = rb"', '--local[_-]rank=\d+', '[^'\n]{1,400}\.ya?ml'\]"
 
 
-def config_hidden_by_launcher(buf, start: int, prog: str) -> bool:
+def config_hidden_by_launcher(buf, start: int, prog: str, memo: dict | None = None) -> bool:
     """Did a launcher, before ``start``, print the argv it gave ``prog`` as [..., prog, --local_rank=N, one .yaml]?
 
     Scripts built on HfArgumentParser read their settings from a config file only when it is their sole argument
     (``len(sys.argv) == 2``); a launcher that inserts its own ``--local_rank=N`` (the DeepSpeed launcher) turns
     ``train.py config.yaml`` into three arguments, so the script parses the command line instead and reports every
-    required option missing: how it was launched is at fault, not the config. False without such a record."""
+    required option missing: how it was launched is at fault, not the config. False without such a record.
+    ``memo`` (one per input) remembers the last answer, so that every rank's copy of the error line searches only
+    the bytes since the previous one, not the whole look-back again (each search was up to 1 MiB per line)."""
     if not prog or start <= 0:
         return False
-    lo = max(0, start - COMMAND_LOOKBACK_BYTES)
-    return _lone_config_argv(prog).search(bytes(buf[lo:start])) is not None
+    rx = _lone_config_argv(prog)
+
+    def latest_record(at: int, floor: int) -> tuple[int, str] | None:
+        last = None
+        for m in rx.finditer(buf, max(0, at - COMMAND_LOOKBACK_BYTES, floor), at):
+            last = m
+        return None if last is None else (last.start(), "")
+
+    return _latest_remembered({} if memo is None else memo, ("launcher argv", prog), start, latest_record) is not None
 
 
 @lru_cache(maxsize=64)

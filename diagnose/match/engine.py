@@ -115,6 +115,8 @@ class _LineReader:
         self.command_lines: dict[tuple[str, str], bool] = {}
         # pinned_on_command_line answers: option -> (offset asked at, the command line that typed it, or None)
         self.pinned_commands: dict[str, tuple[int, tuple[int, str] | None]] = {}
+        # config_hidden_by_launcher answers: (kind, program) -> (offset asked at, the launcher's argv record or None)
+        self.launcher_argv: dict[tuple[str, str], tuple[int, tuple[int, str] | None]] = {}
         # after_none look-aheads: needles -> offset of the last occurrence of any of them in the input (-1: none)
         self.after: dict[tuple[str, ...], int] = {}
 
@@ -336,7 +338,7 @@ class Matcher:
                     continue
                 hidden = ctx.config_hidden_by_launcher
                 if hidden is not None and config_hidden_by_launcher(
-                    reader.buffer, start, facts.get("prog", "")
+                    reader.buffer, start, facts.get("prog", ""), reader.launcher_argv
                 ) != hidden:
                     continue
                 if ctx.not_on_command_line and not options_not_typed(
