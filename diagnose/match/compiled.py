@@ -15,8 +15,10 @@ import regex
 from regex import Pattern as RegexPattern  # a class field below is named `regex`
 
 from diagnose.match.anchors import loosen
-from diagnose.match.rules import Catalogue, Rule
+from diagnose.match.rules import Catalogue, Context, Rule
 from diagnose.model import CaptureSpec
+
+NO_CONTEXT = Context()  # a rule with no [rule.context] conditions
 
 REGEX_TIMEOUT_S = 1.0  # per search; only a pathological pattern comes near it
 
@@ -99,17 +101,12 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         if rule.input != "log":  # a slurm_job rule reads a job's Slurm record, never a line
             continue
         patterns = [CompiledPattern(rp.anchor, rp.regex) for rp in rule.patterns]
-        ctx = rule.context
         cr = CompiledRule(
             index=len(compiled_rules),
             rule=rule,
             patterns=patterns,
-            has_context=bool(ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.not_on_command_line
-                             or ctx.pinned_on_command_line
-                             or ctx.config_hidden_by_launcher is not None
-                             or ctx.levels_any or ctx.after_progress or ctx.after_none
-                             or ctx.refused_unlike_listed is not None
-                             or any(rp.levels_any for rp in rule.patterns)),
+            # any condition set (a Context unlike the default one), so a new condition needs no entry here
+            has_context=rule.context != NO_CONTEXT or any(rp.levels_any for rp in rule.patterns),
         )
         compiled_rules.append(cr)
         for p in patterns:
