@@ -238,6 +238,9 @@ class Finding:
     task_nodes: dict[int, str] = field(default_factory=dict)
     implies: Implies | None = None  # the rule's [rule.implies] when the pattern that matched states it
     implied_lines: list[int] = field(default_factory=list)  # evidence lines (hits) whose message states ``implies``
+    # where the failure its first line reports is, as its rule (or the pattern that matched) says: "own_node" (the
+    # node's own NCCL failure), "other_node" (what another's did to it) or "" (not told); read by match/one_host.py
+    fault_on: str = ""
     replay: FindingReplay | None = None  # what replaying ``fix`` (or ``proven_fix``) showed
     # the fix replay proved in place of the rule's (a capacity OOM: the memory model's fitting option); ``fix``
     # stays the rule's. Shown (and in the JSON as "fix") instead of it.
@@ -398,7 +401,7 @@ class JobReport:
                 "report": self.report.to_dict()}
 
 
-_NOT_IN_JSON = ("cause_of", "task_nodes", "implies", "implied_lines", "replay", "proven_fix")
+_NOT_IN_JSON = ("cause_of", "task_nodes", "implies", "implied_lines", "fault_on", "replay", "proven_fix")
 
 
 def _finding_dict(f: Finding) -> dict[str, Any]:

@@ -125,3 +125,66 @@ def test_a_framework_checkout_counts_as_a_package():
     same = [frame("/opt/Megatron-Bridge/src/megatron/bridge/data/builders/x.py", "build", "make(window_size=3)"),
             frame("/opt/Megatron-Bridge/src/megatron/bridge/data/datasets/y.py", "make", "raise KeyError(k)")]
     assert name_written_by_other_package("KeyError: 'window_size'", same) == ""
+
+
+# The refusal wordings are written twice: inference._REFUSED_NAME (which name a refusal names, for IF370 and
+# refused_unlike_listed) and IF261's text_any (a refusal by a package whose release the log names). They cannot be
+# one list without changing what either reads, so every wording of either side has a witness line here, with the
+# sides that read it; a wording added to one side only fails below until its witness says so.
+BOTH, NAME_ONLY, TABLE_ONLY = "both", "refused_name only", "IF261 only"
+REFUSAL_WITNESSES = [
+    ("TypeError: f() got an unexpected keyword argument 'use_cache'", BOTH),
+    ("ValueError: BuilderConfig(name='x') doesn't have a 'trust_remote_code' key.", BOTH),
+    ("ValueError: Unknown argument 'foo_bar'", BOTH),
+    ("ValueError: unrecognized key 'foo_bar'", BOTH),
+    # a field or an attribute that a config class does not have; IF261 reads only a missing key
+    ("ValueError: KernelConfig doesn't have a 'use_fast_path' field.", NAME_ONLY),
+    ("ValueError: KernelConfig has no option 'use_fast_path'", NAME_ONLY),
+    # a bare KeyError names the key but not who refused it
+    ("KeyError: 'rope_scaling'", NAME_ONLY),
+    ("ValueError: unsupported option 'fast_mode'", NAME_ONLY),
+    # IF261 also reads refusals that name no single refused key: an attribute, a value, a model name
+    ("AttributeError: 'Config' object has no attribute 'use_fp8'", TABLE_ONLY),
+    ("ValueError: 'llama9' is not a valid ModelType", TABLE_ONLY),
+    ("ValueError: Unknown model 'llama9'", TABLE_ONLY),
+]
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """A regex's alternatives at depth 0 (escapes and character classes skipped)."""
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, pattern[start:]]
+
+
+def test_every_refusal_wording_is_read_by_both_or_says_which_side():
+    import regex
+
+    from diagnose.match.inference import _REFUSED_NAME
+
+    names = [regex.compile(a) for a in _top_level_alternatives(_REFUSED_NAME.pattern)]
+    table = [regex.compile(t) for t in next(i for i in CATALOGUE.inferences if i.code == "IF261").text_any]
+    assert len(names) >= 5 and len(table) >= 6
+    for side, wordings in (("refused_name", names), ("IF261", table)):
+        for w in wordings:
+            assert any(w.search(line) for line, _ in REFUSAL_WITNESSES), f"{side} wording {w.pattern!r}: no witness"
+    for line, sides in REFUSAL_WITNESSES:
+        by_name, by_table = bool(_REFUSED_NAME.search(line)), any(t.search(line) for t in table)
+        got = BOTH if by_name and by_table else NAME_ONLY if by_name else TABLE_ONLY if by_table else "neither"
+        assert got == sides, line

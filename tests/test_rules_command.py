@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from diagnose.match.rules import Context, Pattern, load_catalogue
 from diagnose.present.cli import main
+from diagnose.present.commands.rules import CONTEXT_MEANING, PATTERN_MEANING
 
 
 def test_list_text(capsys):
@@ -65,3 +68,45 @@ def test_show_a_slurm_job_rule(capsys):
     assert "SJ006" in out and "slurm-nonzero-exit" in out and "75_slurm_job.toml" in out
     assert "Reads" in out and "outcome FAILED" in out and "Patterns" not in out
     assert "JobState=FAILED" in out  # its examples are scontrol records
+
+
+def _first_rule_setting_each_field(cls, default, values_of) -> dict[str, str]:
+    """For every field of ``cls``, the code of the first catalogue rule on which it differs from ``default``."""
+    found: dict[str, str] = {}
+    for rule in load_catalogue().rules:
+        for obj in values_of(rule):
+            for f in dataclasses.fields(cls):
+                if getattr(obj, f.name) != getattr(default(obj), f.name):
+                    found.setdefault(f.name, rule.code)
+    return found
+
+
+def test_show_names_every_context_condition_a_rule_sets(capsys):
+    # no hand-kept list: every Context field that some built-in rule sets, shown on that rule's page
+    found = _first_rule_setting_each_field(Context, lambda _: Context(), lambda r: [r.context])
+    assert len(found) >= 2  # the catalogue uses conditions, or this test would check nothing
+    for name, code in found.items():
+        assert main(["rules", "show", code]) == 0
+        out = capsys.readouterr().out
+        assert f"{name} = " in out.split("\nContext\n", 1)[-1], (name, code)
+
+
+def test_show_names_every_pattern_condition_a_rule_sets(capsys):
+    found = _first_rule_setting_each_field(Pattern, lambda p: Pattern(p.anchor, p.regex), lambda r: r.patterns)
+    assert {"levels_any", "fault_on"} <= set(found)
+    for name, code in found.items():
+        assert main(["rules", "show", code]) == 0
+        assert f"{name} = " in capsys.readouterr().out, (name, code)
+
+
+def test_every_condition_has_its_meaning():
+    assert set(CONTEXT_MEANING) == {f.name for f in dataclasses.fields(Context)}
+    assert set(PATTERN_MEANING) == {f.name for f in dataclasses.fields(Pattern)} - {"anchor", "regex"}
+
+
+def test_show_the_rule_attributes_that_change_the_reading(capsys):
+    assert main(["rules", "show", "HW131"]) == 0
+    out = capsys.readouterr().out
+    assert "reports = link_failure" in out and "fault_on = other_node" in out
+    assert main(["rules", "show", "NC015"]) == 0
+    assert "fault_on = own_node" in capsys.readouterr().out

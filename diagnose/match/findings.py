@@ -108,6 +108,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
         facts=dict(hit.facts),
         implies=implies,
         implied_lines=[hit.line.lineno] if implies is not None else [],
+        fault_on=rule.fault_on_of(hit.pattern),
     )
     if rule.tier == "catchall":
         finding.basis = "catchall"

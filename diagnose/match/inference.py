@@ -149,7 +149,9 @@ def release_named_before(buffer, start: int, package: str, cache: dict | None = 
     return f"{package} {value}" if value and pos >= lo else ""
 
 
-# the name a refusal names: a keyword, key, field, attribute or option the raising code did not accept
+# the name a refusal names: a keyword, key, field, attribute or option the raising code did not accept. IF261's
+# text_any (rules/05_inference.toml) lists refusal wordings too: tests/test_refused_name_origin.py names, for every
+# wording of either, which of the two reads it, so one added to one side only is a decision, not an oversight
 _REFUSED_NAME = regex.compile(
     r"""unexpected keyword argument '(\w+)'|doesn't have an? '(\w+)' (?:key|field|attribute|argument)"""
     r"""|has no (?:key|field|argument|parameter|option) '(\w+)'|^[\w.]*KeyError: '(\w+)'$"""

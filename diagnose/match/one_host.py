@@ -7,25 +7,23 @@ did to them (the remote peer went away, the connection was reset, the collective
 aborted), the fault sits on that host: its GPU, its NIC, its driver. A job-wide misconfiguration (a wrong
 interface name, a library mismatch) fails on every node alike, so the origin errors would name several hosts.
 
+Which findings are a node's own failure and which report another's is not decided here from their words: the rule
+that matched says it (``fault_on = "own_node"`` / ``"other_node"``, on the rule or on one of its patterns; see
+rules/README.md), and the finding carries it (``Finding.fault_on``).
+
 Runs after ranking, on the chosen root only; it needs the hosts the findings carry (from NCCL's ``host:pid:tid``
 prefix, Ray's ``ip=``, pdsh, srun and torchrun's summary), so a log of one node says nothing here.
 """
 
 from __future__ import annotations
 
-import regex
-
 from diagnose.inert import inert, shorten
 from diagnose.match.rereading import read_as_hardware
+from diagnose.match.rules import FAULT_ON
 from diagnose.model import Finding
 
 NCCL_ERROR = "nccl_error"
-# the node's own NCCL failure (the error names no peer)
-ORIGIN = regex.compile(r"unhandled (?:cuda|system) error|\binternal error\b|ncclUnhandledCudaError|ncclSystemError|"
-                       r"ncclInternalError")
-# what the other nodes report of it
-CONSEQUENCE = regex.compile(r"remote process exited|ncclRemoteError|Connection reset by peer|Connection closed by|"
-                            r"Watchdog caught collective operation timeout|communicator was aborted|Broken pipe")
+OWN_NODE, OTHER_NODE = FAULT_ON
 CONFIDENCE = 0.55
 WHY = ("every NCCL error of a node's own came from one host while the other hosts only reported its consequence "
        "(a peer gone, a connection reset, a timeout): the fault is on that host")
@@ -37,19 +35,15 @@ def _node_like(host: str) -> bool:
     return any(c.isdigit() for c in host)
 
 
-def _says(f: Finding, pattern: regex.Pattern) -> bool:
-    return any(pattern.search(e.text) for e in f.evidence)
-
-
 def node_confined_origin(findings: list[Finding], root_index: int | None) -> None:
     """Read a root NCCL error whose origin errors all come from one host, the others' consequences from other
     hosts, as that host's fault (hardware)."""
     if root_index is None:
         return
     root = findings[root_index]
-    if root.category != NCCL_ERROR or not _says(root, ORIGIN):
+    if root.category != NCCL_ERROR or root.fault_on != OWN_NODE:
         return
-    origins = [f for f in findings if f.severity == "error" and f.category == NCCL_ERROR and _says(f, ORIGIN)]
+    origins = [f for f in findings if f.severity == "error" and f.category == NCCL_ERROR and f.fault_on == OWN_NODE]
     if any(not f.hosts for f in origins):
         return  # an origin error whose host is unknown may be another node's
     hosts = {h for f in origins for h in f.hosts}
@@ -57,7 +51,7 @@ def node_confined_origin(findings: list[Finding], root_index: int | None) -> Non
         return
     host = shorten(inert(next(iter(hosts))), 80)
     own = {id(f) for f in origins}
-    elsewhere = {h for f in findings if id(f) not in own and _says(f, CONSEQUENCE)
+    elsewhere = {h for f in findings if id(f) not in own and f.fault_on == OTHER_NODE
                  for h in f.hosts if _node_like(h)} - hosts
     if not elsewhere:
         return

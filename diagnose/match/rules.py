@@ -59,6 +59,9 @@ class Pattern:
     # [rule.context] levels_any does for a whole rule: one rule can read its message with the level word in the text
     # (logging's " - ERROR - ") and, by another pattern, with the level in a prefix the normaliser took off (loguru)
     levels_any: tuple[str, ...] = ()
+    # where the fault this wording reports is, when it differs from the rule's ``fault_on`` (one of FAULT_ON, or ""):
+    # a rule that quotes any NCCL error string (nccl-tests' ``Test NCCL failure``) reads some as its node's own
+    fault_on: str = ""
 
 
 @dataclass(slots=True)
@@ -123,6 +126,12 @@ class Rule:
     phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
     completes: bool = False  # the line says the program finished its work: catch-alls printed before it ended nothing
     reports: str = "failure"  # what the finding reports for the ranking, beyond its category (one of REPORTS)
+    fault_on: str = ""  # where the failure it reports is (one of FAULT_ON; "" not told), for match/one_host.py
+
+    def fault_on_of(self, pattern: int) -> str:
+        """Where the failure that the rule's ``pattern`` (1-based) matched is: the pattern's word, else the rule's."""
+        own = self.patterns[pattern - 1].fault_on if 0 < pattern <= len(self.patterns) else ""
+        return own or self.fault_on
 
 
 TIERS = ("specific", "generic", "catchall")
@@ -135,6 +144,13 @@ TIERS = ("specific", "generic", "catchall")
 # - "link_failure": a link or network path that failed mid-run, read as hardware because of when it came: no device
 #   fault on a rank, so an NCCL error printed before it still explains it.
 REPORTS = ("failure", "own_death", "link_failure")
+# Where the failure a finding reports is, as match/one_host.py reads it (a rule or one of its patterns says it):
+# - "own_node": the node's own failure; NCCL's error names no peer (``unhandled cuda error``, ``unhandled system
+#   error``, ``internal error``): a call on this node failed, and the fault is where it is raised;
+# - "other_node": what another node's failure did to this one: the remote peer went away, a connection was reset or
+#   closed, a collective timed out, the communicator was aborted.
+# "" (the default): neither is told, and the reading leaves the finding out.
+FAULT_ON = ("own_node", "other_node")
 
 
 @dataclass(slots=True)
@@ -390,6 +406,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(completes, bool) or (completes and (severity != "info" or role != "context")):
         raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
     reports = one_of(raw, "reports", "failure", REPORTS)
+    fault_on = _fault_on(raw, "fault_on")
 
     patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
@@ -405,7 +422,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         levels = p.get("levels_any", [])
         if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
             raise ValueError(f"pattern {len(patterns) + 1}: levels_any must be a list of level names")
-        patterns.append(Pattern(p["anchor"], p["regex"], tuple(v.upper() for v in levels)))
+        where = _fault_on(p, f"pattern {len(patterns) + 1}: fault_on")
+        patterns.append(Pattern(p["anchor"], p["regex"], tuple(v.upper() for v in levels), where))
     if not patterns and kind == "log":
         raise ValueError("no patterns")
 
@@ -490,7 +508,15 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         implies=implies,
         completes=completes,
         reports=reports,
+        fault_on=fault_on,
     )
+
+
+def _fault_on(raw: dict, name: str) -> str:
+    value = raw.get("fault_on", "")
+    if value != "" and value not in FAULT_ON:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(FAULT_ON)}")
+    return value
 
 
 def _implies(raw: Any, n_patterns: int) -> Implies | None:

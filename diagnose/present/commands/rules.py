@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_catalogue
+from diagnose.match.rules import Catalogue, Context, Pattern, Rule, default_rules_dir, load_catalogue
 from diagnose.model import DiagnoseError
 from diagnose.present.safe import inert, inert_block
 
@@ -23,6 +24,36 @@ SAFETY_MEANING = {
     "safe": "safe: no change to numerics or speed",
     "unsafe": "unsafe: changes numerics, speed or the checkpoint format; review before applying",
     "manual": "manual: needs a person (an environment, a node, a path); nothing to apply automatically",
+}
+
+
+# What each [rule.context] condition asks, for `rules show` (a condition missing here is still shown, by its name)
+CONTEXT_MEANING = {
+    "frames_any": "the line's traceback has a frame containing one of these",
+    "frames_none": "and no frame containing one of these",
+    "before_any": "a line of the same input before it contains one of these",
+    "before_window": "how many lines back before_any looks",
+    "not_on_command_line": "the command line that ran the program has none of the options in this capture",
+    "pinned_on_command_line": "the command line that typed the option in this capture runs a version-tagged image",
+    "config_hidden_by_launcher": "the launcher's own rank option hid the lone config file from the script (true), "
+                                 "or did not (false)",
+    "levels_any": "the log level taken off the line's prefix is one of these",
+    "after_progress": "only once the job showed training progress before the line",
+    "refused_unlike_listed": "the name the line refused is unlike every name it lists (true), or is not (false)",
+    "after_none": "no later line of the same input contains one of these",
+}
+PATTERN_MEANING = {
+    "levels_any": CONTEXT_MEANING["levels_any"],
+    "fault_on": "where the failure this wording reports is, over the rule's fault_on",
+}
+REPORTS_MEANING = {
+    "own_death": "the line is the process's own fatal signal, caught by a library: the launcher's report of it is "
+                 "the same death",
+    "link_failure": "a link that failed mid-run: no device fault, an NCCL error before it stays the root cause",
+}
+FAULT_ON_MEANING = {
+    "own_node": "the node's own failure (the error names no peer)",
+    "other_node": "what another node's failure did to this one (a peer gone, a reset, a timeout)",
 }
 
 
@@ -119,6 +150,10 @@ def render_show(rule: Rule) -> list[Any]:
     if rule.versions:
         out.append(Text(f"versions: {inert(rule.versions)}", style="dim"))
     out.append(Text(f"file: {inert(_source_name(rule.source))}", style="dim"))
+    for name, meaning in (("reports", REPORTS_MEANING), ("fault_on", FAULT_ON_MEANING)):
+        value = getattr(rule, name)
+        if value in meaning:
+            out.append(Text(f"{name} = {inert(value)}: {meaning[value]}", style="dim"))
 
     out.append(Text("\nIn short", style="bold underline"))
     out.append(Text(inert_block(reflow(rule.explanation))))
@@ -143,18 +178,12 @@ def render_show(rule: Rule) -> list[Any]:
     for i, p in enumerate(rule.patterns, 1):
         out.append(Text(f"  {i}. anchor {inert(repr(p.anchor))}"))
         out.append(Text(f"     regex  {inert(p.regex)}", style="dim"))
-    ctx = rule.context
-    if ctx.frames_any or ctx.frames_none or ctx.before_any or ctx.after_none:
+        own = _set_fields(p, Pattern(p.anchor, p.regex), PATTERN_MEANING)  # its own conditions (levels, fault_on)
+        out.extend(Text(f"     {inert(line)}", style="dim") for line in own)
+    conditions = context_lines(rule.context)
+    if conditions:
         out.append(Text("\nContext", style="bold underline"))
-        if ctx.frames_any:
-            out.append(Text(f"  traceback has a frame with one of: {inert(', '.join(ctx.frames_any))}"))
-        if ctx.frames_none:
-            out.append(Text(f"  and none with: {inert(', '.join(ctx.frames_none))}"))
-        if ctx.before_any:
-            before = inert(", ".join(ctx.before_any))
-            out.append(Text(f"  an earlier line (within {ctx.before_window}) contains: {before}"))
-        if ctx.after_none:
-            out.append(Text(f"  no later line contains: {inert(', '.join(ctx.after_none))}"))
+        out.extend(Text(f"  {inert(line)}") for line in conditions)
     if rule.parser:
         out.append(Text(f"facts parser: {inert(rule.parser)}", style="dim"))
 
@@ -168,6 +197,26 @@ def render_show(rule: Rule) -> list[Any]:
         out.append(Text("\nLinks", style="bold underline"))
         out.extend(Text(f"  {inert(link)}") for link in rule.links)
     return out
+
+
+def context_lines(ctx: Context) -> list[str]:
+    """One line for every condition of ``ctx`` that is set (differs from its default), in the dataclass's order:
+    derived from Context's fields, so a new condition is shown the day it is added."""
+    return _set_fields(ctx, Context(), CONTEXT_MEANING)
+
+
+def _set_fields(obj: Any, default: Any, meanings: dict[str, str]) -> list[str]:
+    """``name = value: meaning`` for each field of ``obj`` whose value differs from the one in ``default``."""
+    lines = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value == getattr(default, f.name):
+            continue
+        shown = ", ".join(value) if isinstance(value, (list, tuple)) else str(value).lower() if isinstance(
+            value, bool) else str(value)
+        meaning = meanings.get(f.name, "")
+        lines.append(f"{f.name} = {shown}" + (f": {meaning}" if meaning else ""))
+    return lines
 
 
 def reflow(text: str) -> str:
