@@ -314,3 +314,48 @@ def test_hostile_reason_never_reaches_the_terminal_raw():
     longest = max(len(line) for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines())
     assert longest <= 100
     assert len(report.root.title) < 400 and len(report.root.evidence[0].text) <= 600
+
+
+def test_rules_show_a_node_rule(capsys):
+    """The node rules are catalogue rules: `rules show SN005` reads the states and the Reason patterns."""
+    from diagnose.present.cli import main
+
+    assert main(["rules", "show", "SN005"]) == 0
+    out = capsys.readouterr().out
+    assert "slurm-node-kill-task-failed" in out and "76_slurm_node.toml" in out
+    assert "Reads" in out and "kill task failed" in out and "Patterns" not in out
+    assert "State=MIXED+DRAIN" in out  # its examples are scontrol show node records
+
+
+def test_node_rule_keys_are_validated():
+    from diagnose.match.rules import parse_rule
+
+    base = {"code": "U900", "slug": "u", "title": "t", "category": "hardware", "explanation": "e"}
+    with pytest.raises(ValueError, match="only for input"):
+        parse_rule({**base, "patterns": [{"anchor": "abc", "regex": "abc"}], "node_reason_any": ["x"]}, "test")
+    with pytest.raises(ValueError, match="not among"):
+        parse_rule({**base, "input": "slurm_node", "node_states_any": ["DRAINED"]}, "test")
+    with pytest.raises(ValueError, match="does not compile"):
+        parse_rule({**base, "input": "slurm_node", "node_reason_any": ["("]}, "test")
+    rule = parse_rule({**base, "input": "slurm_node", "node_states_any": ["DOWN"], "node_reason_any": ["x"]}, "test")
+    assert (rule.node_states_any, rule.node_reason_any, rule.patterns) == (("DOWN",), ("x",), [])
+
+
+def test_a_user_node_rule_is_refused_by_lint(tmp_path, capsys):
+    from diagnose.present.cli import main
+
+    (tmp_path / "50_mine.toml").write_text("""
+[[rule]]
+code = "US901"
+slug = "my-node-rule"
+title = "My node rule"
+category = "hardware"
+input = "slurm_node"
+node_reason_any = ['(?i)psu']
+explanation = "A power supply failed."
+[rule.examples]
+match = ["NodeName=n1 State=DOWN Reason=PSU failed [root@2026-12-05T10:00:00]"]
+no_match = ["NodeName=n1 State=IDLE"]
+""")
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
+    assert "slurm_node rules are built in" in capsys.readouterr().out

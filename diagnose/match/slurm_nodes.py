@@ -52,14 +52,15 @@ class NodeTiming:
     when: str  # "during", "after", "later", "before" or "unknown"
     seconds: int | None = None  # from the job's start (during, before) or end (after, later), always >= 0
 
-    def phrase(self) -> str:
+    def phrase(self, reason_time: str = "") -> str:
+        """When the Reason was set, in words: ``during the job, 01:02:03 after it started``."""
         span = format_duration(self.seconds) if self.seconds is not None else ""
         return {
             "during": f"during the job, {span} after it started",
             "after": f"{span} after the job ended",
-            "later": f"{span} after the job ended (the node may have failed after the job)",
-            "before": f"{span} before the job started (a weaker clue: the node was already flagged)",
-        }.get(self.when, "")
+            "later": f"{span} after the job ended; the node may have failed after the job",
+            "before": f"{span} before the job started; a weaker clue, the node was already out of service",
+        }.get(self.when, f"at {reason_time}" if reason_time else "")
 
 
 def _time(text: str | None) -> datetime | None:
@@ -129,7 +130,7 @@ def _finding(record: NodeRecord, rule: Rule, timing: NodeTiming) -> Finding:
     name = record.name
     stamp = f" [{record.reason_user}@{record.reason_time}]" if record.reason_time else ""
     who = f"set by {record.reason_user} " if record.reason_user else "set "
-    when = timing.phrase()
+    when = timing.phrase(record.reason_time)
     title = f"Node {name} {record.state.text}: {shorten(record.reason, MAX_TITLE_REASON)}"
     if when:
         title += f" ({who}{when})"
