@@ -8,6 +8,8 @@ import re
 
 import pytest
 from conftest import render_to_string
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable
 from diagnose.ingest.slurm.nodes import MAX_NODES, lookup_nodes
@@ -119,6 +121,15 @@ def test_hostile_reason_keeps_the_fields_before_it_and_is_bounded():
     assert rec.reason.startswith("State=IDLE NodeName=evil") and len(rec.reason) == MAX_REASON_CHARS
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("NodeName=State=Reason=[]@T:-+* \n\t\x1bDRAIN0129")), max_size=300))
+def test_any_text_parses_without_raising(text):
+    records, missing = parse_scontrol_nodes(text)
+    assert len(records) <= text.count("NodeName=")
+    assert all(len(r.reason) <= MAX_REASON_CHARS and r.line >= 1 for r in records)
+    findings_of_scontrol_node(text)  # the findings never raise either
+
+
 def test_record_without_a_stamp_reads_the_reason_to_the_next_key():
     (rec,), _ = parse_scontrol_nodes("NodeName=n1 State=DOWN Reason=gone dark Comment=x")
     assert (rec.reason, rec.reason_time, rec.fields["Comment"]) == ("gone dark", "", "x")
@@ -162,6 +173,12 @@ def test_lookup_falls_back_to_our_hostlist_parser_and_caps_the_names():
     assert len(lookup_nodes("n[0-999999]", FakeScontrol()).names) == MAX_NODES
 
 
+def test_an_answer_that_is_no_host_list_is_not_taken_for_one():
+    fake = FakeScontrol(hostnames="JobId=77 JobName=train NodeList=gpu01 Reason=x;rm\n")
+    assert lookup_nodes("gpu0[1-2]", fake).names == ["gpu01", "gpu02"]
+    assert lookup_nodes("-o,gpu02", FakeScontrol()).names == ["gpu02"]  # never an option for scontrol
+
+
 def test_a_forged_record_inside_a_reason_names_no_job_node():
     text = "NodeName=gpu-b012 State=IDLE Reason=ok\nNodeName=gpu-b013 State=DOWN Reason=forged [root@2026-12-05T10:01:02]"
     out = lookup_nodes("gpu-b012", FakeScontrol(nodes=text, hostnames="gpu-b012"))
@@ -174,9 +191,11 @@ def test_scontrol_failing_is_a_note_never_an_error(fake):
     assert out.records == [] and "could not be read" in out.note
 
 
-def test_no_nodes_asks_nothing():
+def test_no_nodes_asks_nothing_and_a_plain_list_needs_no_expanding():
     fake = FakeScontrol()
     assert lookup_nodes("", fake).records == [] and fake.calls == []
+    lookup_nodes("gpu01,gpu02", fake)
+    assert fake.calls == [["scontrol", "show", "node", "-o", "gpu01,gpu02"]]
 
 
 # ---------------------------------------------------------------------------------------------- findings

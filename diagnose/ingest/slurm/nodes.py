@@ -7,6 +7,7 @@ scontrol failing or not answering gives no records and one note, never an error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from diagnose.ingest.slurm.parse import NodeRecord, parse_scontrol_nodes
 MAX_NODES = 4096  # one scontrol call names them all; a larger job's nodes past this are not looked at
 NODE_TIMEOUT_S = 15.0  # with the default runner: a controller that does not answer costs this much, once per call
 Runner = Callable[[list[str]], CommandResult]
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
 
 
 @dataclass(slots=True)
@@ -37,9 +39,13 @@ def _run(argv: list[str], runner: Runner) -> CommandResult | None:
 
 def expand_nodes(node_list: str, runner: Runner = run_slurm) -> list[str]:
     """The job's NodeList as host names: ``scontrol show hostnames`` (Slurm's own expansion), else our parser."""
-    result = _run(["scontrol", "show", "hostnames", node_list], runner)
-    names = result.stdout.split() if result is not None and result.ok else []
-    return (names or expand_hostlist(node_list, limit=MAX_NODES))[:MAX_NODES]
+    names: list[str] = []
+    if "[" in node_list:  # a plain "a,b" needs no expanding
+        result = _run(["scontrol", "show", "hostnames", node_list], runner)
+        names = result.stdout.split() if result is not None and result.ok else []
+    if not names or not all(_HOST_NAME.fullmatch(n) for n in names):  # not a list of host names: ours instead
+        names = expand_hostlist(node_list, limit=MAX_NODES)
+    return [n for n in names if _HOST_NAME.fullmatch(n)][:MAX_NODES]
 
 
 def lookup_nodes(node_list: str, runner: Runner = run_slurm) -> NodeLookup:
