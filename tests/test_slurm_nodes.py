@@ -378,3 +378,16 @@ no_match = ["NodeName=n1 State=IDLE"]
 """)
     assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
     assert "slurm_node rules are built in" in capsys.readouterr().out
+
+
+def test_hostile_reason_in_markdown_is_escaped():
+    from diagnose.present.markdown import render_markdown
+
+    report = _report(NCCL_TIMEOUT)
+    reason = "GPU <img src=x onerror=alert(1)> [click](javascript:alert(1)) **bold** `tick`"
+    merge_node_findings(report, node_findings(_records(node_line("gpu-b012", "IDLE+DRAIN", reason)),
+                                              JOB_START, JOB_END))
+    md = render_markdown(report, verbose=True)
+    prose = re.sub(r"(?ms)^```.*?^```", "", md)  # the evidence and facts are in code blocks, shown as written
+    assert "Root cause: Node gpu-b012" in prose
+    assert not re.search(r"(?<!\\)<img", prose) and not re.search(r"(?<!\\)\]\(javascript", prose)
