@@ -12,7 +12,9 @@ from diagnose.ingest.slurm.findings import slurm_findings
 from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.merge import merge_slurm_findings
+from diagnose.ingest.slurm.nodes import lookup_nodes
 from diagnose.ingest.slurm.parse import format_duration
+from diagnose.match.slurm_nodes import merge_node_findings, node_findings
 from diagnose.model import Report, SlurmFacts, SlurmStepFacts, SlurmTaskFacts
 
 if TYPE_CHECKING:  # the pipeline imports the stages this module wires; it is imported when a job is diagnosed
@@ -34,7 +36,8 @@ def diagnose_job(
     """Diagnose a Slurm job with ``options`` (None: the defaults).
 
     When the output file is gone or unreadable the report still carries what Slurm knows, with a warning saying
-    why the log could not be read.
+    why the log could not be read. The state of the job's nodes is read here, not in ``lookup_job`` (whose other
+    callers have no use for it), unless ``job.node_states`` is already filled.
     """
     from diagnose.pipeline import AnalyzeOptions, analyze
 
@@ -46,6 +49,13 @@ def diagnose_job(
         report.warnings.append(f"no readable output file for job {job.job_id}: reporting what Slurm knows only")
     report.warnings.extend(job.notes)
     merge_slurm_findings(report, slurm_findings(job), job.state)
+    # the nodes' state now (a health check's DRAIN, slurmd's "Kill task failed"): a node that went bad during the
+    # job may be the root cause of the NCCL errors and rank deaths in its log
+    if job.node_states is None:
+        job.node_states = lookup_nodes(job.nodes, runner)
+    if job.node_states.note:
+        report.warnings.append(job.node_states.note)
+    merge_node_findings(report, node_findings(job.node_states.records, job.start, job.end))
     report.slurm = slurm_section(job)
     fill_job_id(report, job.job_id)
     return SlurmDiagnosis(job, report)

@@ -16,7 +16,7 @@ RULES = CATALOGUE.rules
 PREFIX_FILE = {
     "PY": "00_generic", "CA": "00_generic", "LA": "10_launcher", "IM": "15_import_version",
     "CV": "20_config_validation", "MB": "30_megatron_fsdp", "OOM": "40_oom", "NC": "50_nccl", "CK": "60_checkpoint",
-    "SL": "70_slurm", "SJ": "75_slurm_job",
+    "SL": "70_slurm", "SJ": "75_slurm_job", "SN": "76_slurm_node",
     "HW": "80_hardware", "NU": "85_numerics", "DA": "90_data", "EC": "99_echoes",
 }
 # Top-level ConfigContainer fields of Megatron-Bridge (megatron-bridge.md §1.5) a fix may override.

@@ -11,6 +11,7 @@ import pytest
 from diagnose.ingest.slurm.findings import findings_of_scontrol
 from diagnose.match import match_text
 from diagnose.match.rules import Rule, load_catalogue
+from diagnose.match.slurm_nodes import findings_of_scontrol_node
 
 CATALOGUE = load_catalogue()
 RULES = CATALOGUE.rules
@@ -19,6 +20,8 @@ RULES = CATALOGUE.rules
 def _codes(text: str, backend: str = "python", rule: Rule | None = None) -> list[str]:
     if rule is not None and rule.input == "slurm_job":
         return [f.rule for f in findings_of_scontrol(text)]
+    if rule is not None and rule.input == "slurm_node":
+        return [f.rule for f in findings_of_scontrol_node(text)]
     return [f.rule for f in match_text(text, CATALOGUE, backend=backend).findings]
 
 

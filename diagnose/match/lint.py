@@ -248,6 +248,8 @@ def _rule_references(catalogue: Catalogue) -> list[LintProblem]:
             if target is None or target.input != "log":
                 what = f"during_training {r.during_training!r} is not a log rule"
                 out.append(LintProblem("error", r.source, r.code, what))
+        if r.input == "slurm_node" and not is_builtin(r):
+            out.append(LintProblem("error", r.source, r.code, "slurm_node rules are built in; users' never run"))
         if r.input == "slurm_job":
             if not is_builtin(r):
                 out.append(LintProblem("error", r.source, r.code, "slurm_job rules are built in; users' never run"))
@@ -424,11 +426,16 @@ def _run_examples(catalogue: Catalogue, only_sources: set[str] | None) -> list[L
 
 def _codes(rule: Rule, example: str, catalogue: Catalogue) -> list[str]:
     """The codes an example produces: a slurm_job rule's examples are ``scontrol show job`` records, run through the
-    Slurm findings; a log rule's go through ``match_text`` with the whole catalogue."""
+    Slurm findings, a slurm_node rule's are ``scontrol show node`` records, run through the node findings; a log
+    rule's go through ``match_text`` with the whole catalogue."""
     if rule.input == "slurm_job":
         from diagnose.ingest.slurm.findings import findings_of_scontrol
 
         return [f.rule for f in findings_of_scontrol(example)]
+    if rule.input == "slurm_node":
+        from diagnose.match.slurm_nodes import findings_of_scontrol_node
+
+        return [f.rule for f in findings_of_scontrol_node(example)]
     from diagnose.match import match_text
 
     # The pure-Python phase-1 backend gives the same answers as hyperscan/re2 (the engine's own tests hold it to

@@ -39,11 +39,17 @@ from diagnose.model import (
 from diagnose.toml_data import need, one_of, optional, parse, read_text, str_list
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-INPUTS = ("log", "slurm_job")
+INPUTS = ("log", "slurm_job", "slurm_node")
 # What Slurm's record of a job can say, as ingest/slurm/findings.py decides it; one slurm_job rule per outcome.
 SLURM_OUTCOMES = (
     "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "FAILED", "SIGNALED", "STEP_FAILED",
     "BOOT_FAIL", "DEADLINE", "REQUEUED",
+)
+# The State words a slurm_node rule may name (ingest/slurm/parse.py parse_node_state): the base states and flags
+# of a node Slurm took out of service or lost, and REBOOT for any REBOOT_* flag.
+NODE_STATE_WORDS = (
+    "DOWN", "DRAIN", "FAIL", "FAILING", "NOT_RESPONDING", "INVAL", "INVALID_REG", "REBOOT", "REBOOT_REQUESTED",
+    "REBOOT_ISSUED", "MAINTENANCE",
 )
 LAUNCHERS = ("torchrun",)
 # Anchors are at least 3 characters (a shorter literal is on most lines and defeats the fast scan), except the
@@ -119,6 +125,10 @@ class Rule:
     order: int = 0  # global position in the catalogue
     input: str = "log"  # "log": patterns over log lines; "slurm_job": a job's Slurm record (no patterns)
     slurm_outcome: str = ""  # input "slurm_job": which outcome of the record (one of SLURM_OUTCOMES)
+    # input "slurm_node": the node's State has one of these words (empty: any state that took it out of service)
+    node_states_any: tuple[str, ...] = ()
+    # input "slurm_node": the node's Reason matches one of these regexes (searched; empty: any Reason)
+    node_reason_any: tuple[str, ...] = ()
     launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
     implies: Implies | None = None  # config facts the message states, and the validator check that prints it
@@ -396,6 +406,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
             raise ValueError("a slurm_job rule reads Slurm's record, not log lines: no patterns")
     elif outcome:
         raise ValueError("slurm_outcome is only for input = \"slurm_job\"")
+    node_states, node_reasons = _node_conditions(raw, kind, check_regex)
     launcher = raw.get("launcher", "")
     if launcher and launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -409,7 +420,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fault_on = _fault_on(raw, "fault_on")
 
     patterns: list[Pattern] = []
-    for p in raw.get("patterns", []) if kind == "slurm_job" else need(raw, "patterns", list):
+    for p in raw.get("patterns", []) if kind != "log" else need(raw, "patterns", list):
         if not isinstance(p, dict) or not isinstance(p.get("anchor"), str) or not isinstance(p.get("regex"), str):
             raise ValueError("each pattern needs string 'anchor' and 'regex'")
         if len(p["anchor"]) < 3 and p["anchor"] not in SHORT_ANCHORS:
@@ -503,6 +514,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         tier=tier,
         input=kind,
         slurm_outcome=outcome,
+        node_states_any=node_states,
+        node_reason_any=node_reasons,
         launcher=launcher,
         during_training=during_training,
         implies=implies,
@@ -517,6 +530,28 @@ def _fault_on(raw: dict, name: str) -> str:
     if value != "" and value not in FAULT_ON:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(FAULT_ON)}")
     return value
+
+
+def _node_conditions(raw: dict, kind: str, check_regex: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A slurm_node rule's ``node_states_any`` (State words) and ``node_reason_any`` (regexes over the Reason)."""
+    states = str_list(raw, "node_states_any")
+    reasons = str_list(raw, "node_reason_any")
+    if kind != "slurm_node":
+        if states or reasons:
+            raise ValueError("node_states_any and node_reason_any are only for input = \"slurm_node\"")
+        return (), ()
+    if raw.get("patterns"):
+        raise ValueError("a slurm_node rule reads a node's Slurm record, not log lines: no patterns")
+    bad = [s for s in states if s not in NODE_STATE_WORDS]
+    if bad:
+        raise ValueError(f"node_states_any {bad} not among {', '.join(NODE_STATE_WORDS)}")
+    for n, r in enumerate(reasons, 1):
+        try:
+            if check_regex:
+                regex.compile(r)
+        except regex.error as e:
+            raise ValueError(f"node_reason_any {n}: regex does not compile: {e}") from None
+    return tuple(states), tuple(reasons)
 
 
 def _implies(raw: Any, n_patterns: int) -> Implies | None:

@@ -17,6 +17,7 @@ from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
+from diagnose.ingest.slurm.nodes import NodeLookup
 from diagnose.ingest.slurm.output_path import (
     OutputOptions,
     PatternFields,
@@ -116,6 +117,7 @@ class SlurmJob:
     task_patterns: list[str] = field(default_factory=list)  # the srun patterns looked up, with their step
     task_route: str = ""  # where the srun patterns came from
     usage: Usage | None = None  # seff's figures from sacct (nodes, GPUs, MaxRSS, CPU time); None without sacct
+    node_states: NodeLookup | None = None  # scontrol show node for its nodes, read by diagnose_job; None: not read
 
     @property
     def ended(self) -> bool:

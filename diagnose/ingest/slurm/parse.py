@@ -175,3 +175,135 @@ def parse_env_outputs(env_text: str) -> dict[str, str]:
             if line.startswith(name + "="):
                 out[name] = line[len(name) + 1 :].strip()
     return out
+
+
+# ------------------------------------------------------------------------------------------------- nodes
+
+# The ``[user@time]`` Slurm appends to a node's Reason when it is set (by an admin, a health check, slurmctld itself)
+_REASON_STAMP = re.compile(r"\s*\[(?P<user>[^\[\]@\s]{1,64})@(?P<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\]")
+_NOT_FOUND = re.compile(r"Node (\S+) not found")
+# sinfo's long names and one-character suffixes, for a State written that way
+_STATE_ALIASES = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN")}
+_STATE_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWERING_DOWN",
+                       "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
+                       "-": "PLANNED"}
+MAX_REASON_CHARS = 2000  # a Reason is free text an admin or a script typed: keep a bounded part of it
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node's ``State`` split into its base state and its flags: ``IDLE+DRAIN`` -> IDLE, {DRAIN}.
+
+    ``DOWN*`` (sinfo's not-responding mark) gives the NOT_RESPONDING flag, ``DRAINED``/``DRAINING`` the DRAIN flag,
+    and any ``REBOOT_*`` flag the word REBOOT too, so a rule can name the family.
+    """
+
+    text: str
+    base: str
+    flags: frozenset[str]
+
+    @property
+    def words(self) -> frozenset[str]:
+        return self.flags | {self.base}
+
+
+def parse_node_state(text: str | None) -> NodeState:
+    words = [w for w in (text or "").strip().upper().split("+") if w]
+    flags: set[str] = set()
+    base = ""
+    for i, word in enumerate(words):
+        while word and word[-1] in _STATE_SUFFIX_FLAGS:
+            flags.add(_STATE_SUFFIX_FLAGS[word[-1]])
+            word = word[:-1]
+        if word in _STATE_ALIASES:
+            alias_base, alias_flag = _STATE_ALIASES[word]
+            flags.add(alias_flag)
+            word = alias_base if i == 0 else ""
+        if not word:
+            continue
+        if i == 0:
+            base = word
+        else:
+            flags.add(word)
+    if any(f.startswith("REBOOT_") for f in flags):
+        flags.add("REBOOT")
+    return NodeState((text or "").strip(), base, frozenset(flags))
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    """One node as ``scontrol show node`` prints it: name, state, and the Reason with who set it and when."""
+
+    name: str
+    state: NodeState
+    reason: str  # without the "[user@time]" stamp; at most MAX_REASON_CHARS
+    reason_user: str
+    reason_time: str  # ISO 8601 as Slurm prints it (local time, no zone), "" when not stamped
+    line: int  # 1-based line of the record in scontrol's output
+    fields: dict[str, str]
+
+
+def parse_scontrol_nodes(text: str) -> tuple[list[NodeRecord], list[str]]:
+    """``scontrol show node`` output (``-o`` one line per node, or the indented multi-line form) -> the records,
+    and the names scontrol said it does not know (``Node X not found``).
+
+    A record starts at ``NodeName=``; its continuation lines are indented. The Reason is free text: it may contain
+    ``Key=`` words, brackets, quotes and markup, so it is read as everything from ``Reason=`` to Slurm's own
+    ``[user@time]`` stamp (the last one), and the fields before it are read without it.
+    """
+    records: list[NodeRecord] = []
+    missing: list[str] = []
+    current: list[str] = []
+    start = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("NodeName="):
+            if current:
+                records.append(_node_record(current, start))
+            current, start = [line], lineno
+        elif line and current and raw[:1].isspace():
+            current.append(line)
+        else:
+            if current:
+                records.append(_node_record(current, start))
+                current = []
+            if m := _NOT_FOUND.fullmatch(line):
+                missing.append(m.group(1))
+    if current:
+        records.append(_node_record(current, start))
+    return records, missing
+
+
+def _node_record(lines: list[str], start: int) -> NodeRecord:
+    joined = " ".join(lines)
+    reason_key = next((m for m in _KEY.finditer(joined) if m.group(1) == "Reason"), None)
+    reason, user, when = "", "", ""
+    if reason_key is None:
+        fields = parse_key_values(joined)
+    else:
+        fields = parse_key_values(joined[: reason_key.start()])
+        rest = joined[reason_key.end() :]
+        stamps = list(_REASON_STAMP.finditer(rest))
+        if stamps:
+            stamp = stamps[-1]
+            reason, user, when = rest[: stamp.start()], stamp.group("user"), stamp.group("time")
+            for key, value in parse_key_values(rest[stamp.end() :]).items():
+                fields.setdefault(key, value)
+        else:  # no stamp (another Slurm version, or cut): the Reason runs to the next key
+            after = parse_key_values("Reason=" + rest)
+            reason = after.pop("Reason", "")
+            for key, value in after.items():
+                fields.setdefault(key, value)
+        reason = reason.strip()
+        if reason in ("(null)", "None"):
+            reason = ""
+    fields["Reason"] = reason[:MAX_REASON_CHARS]
+    return NodeRecord(
+        name=fields.get("NodeName", ""),
+        state=parse_node_state(fields.get("State")),
+        reason=reason[:MAX_REASON_CHARS],
+        reason_user=user,
+        reason_time=when,
+        line=start,
+        fields=fields,
+    )

@@ -173,6 +173,11 @@ def render_show(rule: Rule) -> list[Any]:
     if rule.input == "slurm_job":
         out.append(Text("\nReads", style="bold underline"))
         out.append(Text(f"  the job's Slurm record (scontrol, sacct): outcome {inert(rule.slurm_outcome)}"))
+    elif rule.input == "slurm_node":
+        out.append(Text("\nReads", style="bold underline"))
+        states = ", ".join(rule.node_states_any) or "any out-of-service state (DOWN, DRAIN, FAIL, ...)"
+        out.append(Text(f"  the State and Reason of the job's nodes (scontrol show node): state {inert(states)}"))
+        out.extend(Text(f"  reason   {inert(r)}", style="dim") for r in rule.node_reason_any)
     else:
         out.append(Text("\nPatterns", style="bold underline"))
     for i, p in enumerate(rule.patterns, 1):
