@@ -60,7 +60,7 @@ def results(buf, phase1, window_size: int, jobs: int, count=None) -> Iterator:
             for p in parts:
                 yield from _scan_chunk(p)
             return
-        with ctx.Pool(jobs) as pool:
+        with ctx.Pool(min(jobs, len(parts))) as pool:  # -j 100000 forked 100,000 workers for 2 chunks
             for chunk_results in pool.imap(_scan_chunk, parts):
                 yield from chunk_results
     finally:

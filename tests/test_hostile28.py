@@ -1,0 +1,170 @@
+"""Round 28 of hostile input, through the real command line (docs/qa-report-4.md).
+
+Each test failed before its fix: an internal error on a 5000-digit integer in a config, a misleading message and a
+5000-character echo for a ``--gpus`` too long to be a GPU count, ``-j N`` forking N workers for a file of two
+chunks, a UTF-16 BOM in front of UTF-8 text read as UTF-16 ("No failure found", exit 0), the temporary files of a
+run killed by SIGTERM (12 GB of a spooled pipe) left behind, and ``diagnose tui -`` spooling ``/dev/zero`` until the
+disk was full.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
+TIMEOUT = 60
+
+
+def cli(*args: str, env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120", "DIAGNOSE_SKIP_SLURM": "1"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, timeout=TIMEOUT, cwd=ROOT,
+                          env=env, stdin=kw.pop("stdin", subprocess.DEVNULL), **kw)
+
+
+def one_line_error(res: subprocess.CompletedProcess, *words: str) -> str:
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 2, (res.returncode, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("diagnose: error: "), err
+    assert "internal error" not in err and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+    return lines[0]
+
+
+def test_a_5000_digit_integer_in_a_config_is_a_one_line_error(tmp_path):
+    """PyYAML's int() raised CPython's "Exceeds the limit (4300 digits)" ValueError: an internal error."""
+    config = tmp_path / "huge.yaml"
+    config.write_text("model:\n  num_layers: " + "9" * 5000 + "\n  hidden_size: 4096\n  num_attention_heads: 32\n")
+    for command in (["check", str(config), "--gpus", "8"], ["replay", str(config)]):
+        line = one_line_error(cli(*command), "huge.yaml", "line 2")
+        assert len(line) < 300, line
+    month = tmp_path / "month.yaml"  # datetime's ValueError from PyYAML's timestamp constructor: the same path
+    month.write_text("model:\n  num_layers: 32\n  started: 2026-13-41\n")
+    one_line_error(cli("check", str(month), "--gpus", "8"), "month.yaml", "month must be in 1..12")
+
+
+def test_gpus_too_large_to_be_a_gpu_count_is_refused_in_one_short_line():
+    """``--gpus 10**30`` planned 10**30-way data parallelism; 5000 digits were called "not a whole number" and
+    echoed whole."""
+    for value in ("1" + "0" * 30, "9" * 5000):
+        line = one_line_error(cli("check", "examples/run_config.yaml", "--gpus", value), "--gpus")
+        assert "not a whole number" not in line and len(line) < 300, line
+    assert cli("check", "examples/run_config.yaml", "--gpus", "65536").returncode in (0, 1)
+
+
+def test_jobs_never_forks_more_workers_than_the_log_has_chunks(tmp_path, monkeypatch, capsys):
+    """``-j 40`` on a 33 MiB log (two 32 MiB chunks) forked 40 workers; ``-j 100000`` would fork that many."""
+    import multiprocessing
+
+    from diagnose.match import engine
+    from diagnose.present import cli as cli_module
+
+    log = tmp_path / "big.log"
+    line = b"[rank3]: iteration 10/100 | lm loss 2.3 | consumed samples 1024 | padding padding padding\n"
+    with open(log, "wb") as fh:
+        fh.write(line * ((33 << 20) // len(line)))
+        fh.write(SAMPLE.read_bytes())
+    sizes: list[int] = []
+    real_get_context = multiprocessing.get_context
+
+    def spying_get_context(method=None):
+        ctx = real_get_context(method)
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(ctx, name)
+
+            def Pool(self, processes=None, *args, **kwargs):  # noqa: N802 - multiprocessing's name
+                sizes.append(processes)
+                return ctx.Pool(processes, *args, **kwargs)
+
+        return Spy()
+
+    monkeypatch.setattr(multiprocessing, "get_context", spying_get_context)
+    monkeypatch.setattr(engine, "PARALLEL_MIN_BYTES", 1 << 20)  # 64 MiB in use: keep the test's log at 33 MiB
+    monkeypatch.setenv("DIAGNOSE_NO_CONFIG", "1")
+    rc = cli_module.main(["analyze", "-q", "--no-replay", "-j", "40", str(log)])
+    assert rc == 1, capsys.readouterr()
+    assert sizes == [2], sizes
+
+
+def test_a_utf16_bom_in_front_of_utf8_text_does_not_hide_the_failure(tmp_path):
+    """Bytes FF FE followed by a UTF-8 log were decoded as UTF-16: CJK garbage, "No failure found", exit 0."""
+    log = tmp_path / "bom.log"
+    log.write_bytes(b"\xff\xfe" + SAMPLE.read_bytes())
+    res = cli("analyze", "-q", str(log))
+    assert res.returncode == 1, res.stdout.decode()
+    assert "OOM102" in res.stdout.decode()
+    real = tmp_path / "real16.log"  # a real UTF-16 log with its BOM is still decoded
+    real.write_bytes(b"\xff\xfe" + SAMPLE.read_text().encode("utf-16-le"))
+    assert "OOM102" in cli("analyze", "-q", str(real)).stdout.decode()
+
+
+def _wait_for_file(folder: Path, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if any(p.is_file() and p.stat().st_size > 0 for p in folder.rglob("*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing was spooled into {folder}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_run_killed_by_a_signal_leaves_no_temporary_files(tmp_path, signum):
+    """``yes | diagnose analyze -`` stopped by ``timeout`` (SIGTERM) left its 12 GB spool in /tmp: the worker died
+    of the signal before its TemporaryDirectory was removed."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmpdir), "DIAGNOSE_NO_CACHE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "analyze", "-q", "-"], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(SAMPLE.read_bytes() * 800)  # 4.5 MB, more than one read; the pipe stays open
+        proc.stdin.flush()
+        _wait_for_file(tmpdir)
+        proc.send_signal(signum)
+        proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signum  # it still dies the way it was told to
+    assert list(tmpdir.iterdir()) == []
+
+
+def test_tui_refuses_binary_on_stdin_instead_of_spooling_it_forever(tmp_path):
+    """``diagnose tui - < /dev/zero`` copied zeros into the temporary folder until the disk was full (2 GB in 5 s),
+    with no size bound and no binary check; ``analyze -`` refuses the same input after 64 KiB."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    primary, secondary = pty.openpty()  # the TUI wants a terminal on stdout before it reads stdin
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmpdir), "NO_COLOR": "1"}
+    try:
+        with open("/dev/zero", "rb") as zero:
+            proc = subprocess.Popen([sys.executable, "-m", "diagnose", "tui", "-"], cwd=ROOT, env=env,
+                                    stdin=zero, stdout=secondary, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    text = err.decode("utf-8", "replace")
+    assert proc.returncode == 2, text
+    assert "binary data" in text and len(text.strip().splitlines()) == 1, text
+    assert list(tmpdir.iterdir()) == []
