@@ -24,11 +24,11 @@ SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
 TIMEOUT = 60
 
 
-def cli(*args: str, env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
+def cli(*args: str, env_extra: dict | None = None, timeout_s: float = TIMEOUT) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120", "DIAGNOSE_SKIP_SLURM": "1"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, timeout=TIMEOUT, cwd=ROOT,
-                          env=env, stdin=kw.pop("stdin", subprocess.DEVNULL), **kw)
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, timeout=timeout_s,
+                          cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
 
 
 def one_line_error(res: subprocess.CompletedProcess, *words: str) -> str:
@@ -168,3 +168,19 @@ def test_tui_refuses_binary_on_stdin_instead_of_spooling_it_forever(tmp_path):
     assert proc.returncode == 2, text
     assert "binary data" in text and len(text.strip().splitlines()) == 1, text
     assert list(tmpdir.iterdir()) == []
+
+
+def test_a_gpu_memory_too_large_for_a_float_is_a_one_line_error():
+    """``--gpu-memory`` of 5000 nines: float() gives inf, int(round(inf)) raised OverflowError (internal error)."""
+    huge = "9" * 5000 + "GiB"
+    one_line_error(cli("analyze", "-q", "--gpu-memory", huge, str(SAMPLE)), "--gpu-memory", "not a memory size")
+    one_line_error(cli("check", "examples/run_config.yaml", "--gpus", "8", "--gpu-memory", huge), "--gpu-memory")
+
+
+@pytest.mark.parametrize("command", [["rules", "show", "OOM102"], ["analyze", str(SAMPLE)]])
+def test_a_huge_columns_value_neither_hangs_nor_eats_memory(command):
+    """COLUMNS=999999999: rich laid the report out a billion columns wide; ``analyze`` took 51 s and 1 GiB of
+    memory, ``rules show`` did not end within a minute. The width is capped."""
+    res = cli(*command, env_extra={"COLUMNS": "999999999"}, timeout_s=30)
+    assert res.returncode in (0, 1), res.stderr.decode()
+    assert max(len(line) for line in res.stdout.decode().splitlines()) <= 10_000
