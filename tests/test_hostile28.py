@@ -184,3 +184,14 @@ def test_a_huge_columns_value_neither_hangs_nor_eats_memory(command):
     res = cli(*command, env_extra={"COLUMNS": "999999999"}, timeout_s=30)
     assert res.returncode in (0, 1), res.stderr.decode()
     assert max(len(line) for line in res.stdout.decode().splitlines()) <= 10_000
+
+
+def test_a_config_file_that_is_not_utf8_is_named_in_the_error(tmp_path):
+    """A pyproject.toml starting with a UTF-16 BOM: "'utf-8' codec can't decode byte 0xff in position 0", no file
+    named (tomllib raises UnicodeDecodeError, which is not a TOMLDecodeError)."""
+    (tmp_path / "pyproject.toml").write_bytes(b"\xff\xfe[tool.diagnose]\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env.pop("DIAGNOSE_NO_CONFIG", None)
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "-q", str(SAMPLE)], capture_output=True,
+                         timeout=TIMEOUT, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    one_line_error(res, "pyproject.toml", "not UTF-8")
