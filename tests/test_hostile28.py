@@ -195,3 +195,68 @@ def test_a_config_file_that_is_not_utf8_is_named_in_the_error(tmp_path):
     res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "-q", str(SAMPLE)], capture_output=True,
                          timeout=TIMEOUT, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
     one_line_error(res, "pyproject.toml", "not UTF-8")
+
+
+def _limited_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # before the fix /dev/zero grew to 24 GB
+
+
+@pytest.mark.parametrize("command", [["check", "/dev/zero", "--gpus", "8"], ["replay", "/dev/zero"]])
+def test_a_device_as_the_config_is_refused_not_read_forever(command):
+    """``check /dev/zero`` read the device whole: 24 GB of memory in 55 s, then the OOM killer."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    res = subprocess.run([sys.executable, "-m", "diagnose", *command], capture_output=True, timeout=TIMEOUT,
+                         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, preexec_fn=_limited_memory)
+    one_line_error(res, "/dev/zero", "device")
+
+
+def test_a_fifo_config_without_a_writer_is_a_one_line_error(tmp_path):
+    """``check FIFO`` with nobody writing blocked in open() for ever."""
+    fifo = tmp_path / "run_config.yaml"
+    os.mkfifo(fifo)
+    one_line_error(cli("check", str(fifo), "--gpus", "8", timeout_s=40), "FIFO", "no writer")
+
+
+def test_replay_reads_a_config_from_process_substitution(tmp_path):
+    """``diagnose replay <(cat run_config.yaml)``: the log sniffing read the pipe first, so the config was empty
+    ("63 is not a Megatron-Bridge config"); ``check`` read it once and worked."""
+    import threading
+
+    fifo = tmp_path / "63"
+    os.mkfifo(fifo)
+    text = (ROOT / "examples" / "run_config.yaml").read_bytes()
+
+    def writer():
+        with open(fifo, "wb") as fh:
+            fh.write(text)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    res = cli("replay", str(fifo))
+    thread.join(timeout=5)
+    assert res.returncode == 0, res.stderr.decode()
+    assert "passes validation" in res.stdout.decode()
+
+
+def test_a_worker_killed_by_sigkill_ends_without_a_traceback():
+    """The OOM killer's SIGKILL of the worker made the supervising parent print a traceback (``signal.signal`` on
+    SIGKILL raises OSError) instead of dying of the same signal."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "analyze", "-q", "-"], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        end = time.monotonic() + 30
+        while not children.read_text().split() and time.monotonic() < end:
+            time.sleep(0.05)
+        worker = int(children.read_text().split()[0])
+        os.kill(worker, signal.SIGKILL)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert b"Traceback" not in err, err.decode()

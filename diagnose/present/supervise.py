@@ -90,7 +90,8 @@ def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None) -
         _restore_tty(saved_tty)
         print(TRUNCATED, file=sys.stderr)
         return EXIT_USAGE
-    signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL (the OOM killer's) takes no handler and needs none
+        signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
     os.kill(os.getpid(), sig)
     return 128 + sig
 
