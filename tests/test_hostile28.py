@@ -260,3 +260,24 @@ def test_a_worker_killed_by_sigkill_ends_without_a_traceback():
             proc.communicate()
     assert proc.returncode == -signal.SIGKILL
     assert b"Traceback" not in err, err.decode()
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "huge"])
+def test_a_rules_file_that_is_not_a_plain_small_file_is_refused(tmp_path, kind):
+    """A ``--rules`` folder whose ``x.toml`` links to /dev/zero was read until memory ran out (MemoryError under a
+    3 GiB limit, the machine's memory without one); a FIFO named ``x.toml`` blocked for ever; a 300 MB one took
+    25 s and 1.2 GiB."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    target = rules / "x.toml"
+    if kind == "device":
+        target.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_text('x = "' + "a" * (17 << 20) + '"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "DIAGNOSE_NO_CONFIG": "1"}
+    res = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "-q", "--rules", str(rules), str(SAMPLE)],
+                         capture_output=True, timeout=40, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                         preexec_fn=_limited_memory)
+    one_line_error(res, "x.toml", "cannot read")
