@@ -281,3 +281,11 @@ def test_a_rules_file_that_is_not_a_plain_small_file_is_refused(tmp_path, kind):
                          capture_output=True, timeout=40, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                          preexec_fn=_limited_memory)
     one_line_error(res, "x.toml", "cannot read")
+
+
+def test_verify_refuses_an_empty_log_as_analyze_does(tmp_path):
+    """``verify empty.log`` printed a full verdict ("No failure in the log: PASS", then FAIL for no iteration),
+    exit 1; ``analyze`` and the TUI call the same input a usage error (exit 2)."""
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    one_line_error(cli("verify", str(empty)), "empty.log", "0 bytes")
