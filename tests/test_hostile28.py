@@ -289,3 +289,16 @@ def test_verify_refuses_an_empty_log_as_analyze_does(tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     one_line_error(cli("verify", str(empty)), "empty.log", "0 bytes")
+
+
+@pytest.mark.parametrize("name", ["run_config.yaml", "mlm_args.txt"])
+def test_a_utf16_config_is_read_like_a_utf16_log(tmp_path, name):
+    """A config Notepad saved as "Unicode" (UTF-16 with a BOM) or PowerShell's ``>`` wrote: "not valid YAML:
+    special characters are not allowed", exit 2, while the same encoding of a log is decoded."""
+    text = (ROOT / "examples" / name).read_text()
+    config = tmp_path / name
+    config.write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    plain = cli("check", str(ROOT / "examples" / name), "--gpus", "8")
+    res = cli("check", str(config), "--gpus", "8")
+    assert res.returncode == plain.returncode, res.stderr.decode()
+    assert res.stdout.decode().splitlines()[-1] == plain.stdout.decode().splitlines()[-1]

@@ -236,7 +236,20 @@ def _read(path: str) -> str:
         raise DiagnoseError(f"cannot read config {path}: {e.strerror or e}") from None
     if len(data) > MAX_CONFIG_FILE_BYTES:
         raise DiagnoseError(f"config {path} is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
-    return data.decode("utf-8", errors="replace")
+    return _decode(data)
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16/32 when a BOM or the NUL pattern says so (a config saved by Notepad as "Unicode" or written
+    by PowerShell's ``>`` was refused as "not valid YAML: special characters are not allowed"), as logs are read."""
+    from diagnose.ingest import sniff
+
+    sample = data[: sniff.SAMPLE_BYTES]
+    encoding = sniff.bom_encoding(sample) or sniff.bomless_utf16(sample)
+    if encoding is None:
+        return data.decode("utf-8", errors="replace")
+    bom = next((len(b) for b, enc in sniff.BOMS if enc == encoding and data.startswith(b)), 0)
+    return data[bom:].decode(encoding, errors="replace")
 
 
 PIPE_FIRST_DATA_S = 10.0  # as ingest waits for a FIFO's writer
@@ -275,7 +288,7 @@ def looks_like_log_file(path: str) -> bool:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False  # a pipe read here would be empty for load_config; a FIFO or a device would block or never end
         with open(path, "rb") as fh:
-            head = fh.read(1024 * 1024).decode("utf-8", errors="replace")
+            head = _decode(fh.read(1024 * 1024))
     except OSError:
         return False  # load_config reports the problem
     return _looks_like_log(head)
