@@ -61,6 +61,8 @@ def test_gpus_too_large_to_be_a_gpu_count_is_refused_in_one_short_line():
         line = one_line_error(cli("check", "examples/run_config.yaml", "--gpus", value), "--gpus")
         assert "not a whole number" not in line and len(line) < 300, line
     assert cli("check", "examples/run_config.yaml", "--gpus", "65536").returncode in (0, 1)
+    line = one_line_error(cli("analyze", "-j", "9" * 5000, str(SAMPLE)), "--jobs", "too large")
+    assert len(line) < 300, line
 
 
 def test_jobs_never_forks_more_workers_than_the_log_has_chunks(tmp_path, monkeypatch, capsys):

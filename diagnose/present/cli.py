@@ -51,6 +51,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive(text: str) -> int:
     """A whole number from 1 (``--jobs 0`` and ``--gpus 0`` used to pass)."""
+    if text.strip().isdigit() and len(text.strip().lstrip("0")) > 18:  # past int()'s 4300 digits it is no number
+        raise argparse.ArgumentTypeError(f"{_short_arg(text)}: too large")
     try:
         value = int(text)
     except ValueError:
