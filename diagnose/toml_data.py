@@ -3,6 +3,7 @@ checking their fields, with one wording for every file. Below every stage: anyth
 
 from __future__ import annotations
 
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,10 +19,24 @@ else:  # pragma: no cover - exercised on 3.10 only
 __all__ = ["tomllib", "read_text", "parse", "need", "optional", "one_of", "str_list", "known_keys"]
 
 
+MAX_TOML_BYTES = 16 << 20  # the built-in catalogue's largest file is 0.2 MiB
+
+
 def read_text(path: Path, what: str) -> str:
-    """The file's text; DiagnoseError ``<what> <path>: cannot read: ...``."""
+    """The file's text; DiagnoseError ``<what> <path>: cannot read: ...``. Only a regular file of at most
+    MAX_TOML_BYTES: a ``--rules`` folder's ``x.toml`` linked to /dev/zero was read until memory ran out, a FIFO
+    named ``x.toml`` blocked for ever."""
     try:
-        return path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise DiagnoseError(f"{what} {path}: cannot read: not a regular file")
+        if st.st_size > MAX_TOML_BYTES:
+            raise DiagnoseError(f"{what} {path}: cannot read: larger than {MAX_TOML_BYTES >> 20} MiB")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_TOML_BYTES + 1)
+        if len(data) > MAX_TOML_BYTES:
+            raise DiagnoseError(f"{what} {path}: cannot read: larger than {MAX_TOML_BYTES >> 20} MiB")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DiagnoseError(f"{what} {path}: cannot read: {e}") from None
 

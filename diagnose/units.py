@@ -8,6 +8,7 @@ decimal, a bare number is bytes). PyTorch's own message format (``N bytes`` up t
 
 from __future__ import annotations
 
+import math
 import re
 
 MIB = 1 << 20
@@ -39,7 +40,8 @@ def parse_size(text: str) -> int | None:
     m = SIZE.match(text)
     if m is None or m.group(2).lower() not in _UNITS:
         return None
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    return int(round(value)) if math.isfinite(value) else None  # 400 digits are float("inf"): not a size
 
 
 def format_bytes(n: int | float | None) -> str:

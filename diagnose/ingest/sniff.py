@@ -53,7 +53,25 @@ def compressed_by_magic(sample: bytes) -> tuple[str, str] | None:
 
 
 def bom_encoding(sample: bytes) -> str | None:
-    return next((encoding for bom, encoding in BOMS if sample.startswith(bom)), None)
+    """The UTF-16/32 encoding a BOM names, unless what follows it is plainly UTF-8: no NUL at all (UTF-16 of any
+    ASCII holds one in every other byte) and valid UTF-8 (UTF-16 of CJK text is not). A stray FF FE in front of a
+    UTF-8 log (a Windows tool's first write, then Linux appends) was decoded as UTF-16: CJK garbage in which no rule
+    matched, "No failure found", exit 0."""
+    found = next(((bom, encoding) for bom, encoding in BOMS if sample.startswith(bom)), None)
+    if found is None:
+        return None
+    rest = sample[len(found[0]):4096]
+    if rest and b"\x00" not in rest and _valid_utf8(rest):
+        return None
+    return found[1]
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        codecs.getincrementaldecoder("utf-8")("strict").decode(data, final=False)  # a character cut at the end is fine
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def bomless_utf16(sample: bytes) -> str | None:

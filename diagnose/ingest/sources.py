@@ -258,6 +258,12 @@ def _copy_with_deadline(reader: IO[bytes], out_path: str, what: str, timeout_s: 
             _check_spool(out, written, what)
 
 
+def spool_pipe(reader: IO[bytes], out_path: str, what: str = "-") -> None:
+    """Copy a pipe (the TUI's ``-``) into ``out_path`` with ``analyze -``'s bounds: size, the disk's free space,
+    and binary data refused after its first 64 KiB (``diagnose tui - < /dev/zero`` filled the disk)."""
+    _copy_with_deadline(reader, out_path, what, None)
+
+
 def _check_spool(out: IO[bytes], written: int, what: str) -> None:
     if written > SPOOL_MAX_BYTES:
         raise input_error(what, f"more than {SPOOL_MAX_BYTES >> 30} GiB on a pipe: not spooling more (save it to "

@@ -51,6 +51,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive(text: str) -> int:
     """A whole number from 1 (``--jobs 0`` and ``--gpus 0`` used to pass)."""
+    if text.strip().isdigit() and len(text.strip().lstrip("0")) > 18:  # past int()'s 4300 digits it is no number
+        raise argparse.ArgumentTypeError(f"{_short_arg(text)}: too large")
     try:
         value = int(text)
     except ValueError:
@@ -58,6 +60,25 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
     return value
+
+
+MAX_GPUS = 1_000_000  # as the TUI's what-if editor and the MCP tools: more is a typo, not a cluster
+
+
+def _gpu_count(text: str) -> int:
+    """A GPU count from 1 to MAX_GPUS (``--gpus 10**30`` planned 10**30-way data parallelism; 5000 digits, past
+    int()'s limit, were called "not a whole number" and echoed whole)."""
+    digits = text.strip()
+    if digits.isdigit() and len(digits.lstrip("0")) > len(str(MAX_GPUS)):
+        raise argparse.ArgumentTypeError(f"{_short_arg(text)}: more than {MAX_GPUS:,} GPUs")
+    value = _positive(text)
+    if value > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"{value}: more than {MAX_GPUS:,} GPUs")
+    return value
+
+
+def _short_arg(text: str, limit: int = 24) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def _release(text: str) -> str:
@@ -156,14 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     _set_opt(p)
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
                    help="validate as this Megatron-Bridge release (default: latest)")
-    p.add_argument("--gpus", type=_positive, metavar="N", help="world size (default: from the config or 1)")
+    p.add_argument("--gpus", type=_gpu_count, metavar="N", help="world size (default: from the config or 1)")
     _format(p, ("text", "json"))
     _common(p)
 
     p = sub.add_parser("check", help="pre-flight: will this config fail validation or run out of memory?")
     p.add_argument("config", metavar="CONFIG",
                    help="run_config.yaml, a recipe YAML dump, or a Megatron-LM argument list")
-    p.add_argument("--gpus", type=_positive, required=True, metavar="N", help="number of GPUs the job will use")
+    p.add_argument("--gpus", type=_gpu_count, required=True, metavar="N", help="number of GPUs the job will use")
     _gpu_opts(p)
     _set_opt(p)
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
@@ -183,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", metavar="CONFIG",
                    help="open the memory plan and what-if editor for a config (run_config.yaml, a recipe YAML dump, "
                    "a Megatron-LM argument list) instead of logs")
-    p.add_argument("--gpus", type=_positive, metavar="N",
+    p.add_argument("--gpus", type=_gpu_count, metavar="N",
                    help="with --check: number of GPUs (default: the config's world size)")
     _gpu_opts(p, "with --check: ")
     _set_opt(p)
@@ -331,8 +352,20 @@ def _never_fail_to_encode() -> None:
                 stream.reconfigure(errors="backslashreplace")
 
 
+MAX_COLUMNS = 10_000
+
+
+def _sane_columns() -> None:
+    """Cap $COLUMNS, which rich lays every console out at: COLUMNS=999999999 made ``analyze`` take 51 s and 1 GiB
+    and ``rules show`` never end (5000 digits would not even convert)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and (len(columns) > len(str(MAX_COLUMNS)) or int(columns) > MAX_COLUMNS):
+        os.environ["COLUMNS"] = str(MAX_COLUMNS)
+
+
 def main(argv: list[str] | None = None) -> int:
     _never_fail_to_encode()
+    _sane_columns()
     parser = build_parser()
     try:
         args = _parse(parser, argv)

@@ -161,7 +161,7 @@ def tool_verify(paths: list[str], bridge_version: str | None = None, config: str
 def tool_check(config: str, gpus: int, gpu: str | None = None, gpu_memory: str | None = None,
                sets: list[str] | None = None, bridge_version: str | None = None) -> dict[str, Any]:
     if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= 1_000_000:
-        raise DiagnoseError("gpus: a whole number from 1")
+        raise DiagnoseError("gpus: a whole number from 1 to 1,000,000")
     return run_command(["check", "--gpus", str(gpus), *_opt("--gpu", gpu), *_opt("--gpu-memory", gpu_memory),
                         *_sets(sets), *_opt("--bridge-version", bridge_version), "--",
                         checked_paths([config], "config")[0]])
@@ -169,8 +169,8 @@ def tool_check(config: str, gpus: int, gpu: str | None = None, gpu_memory: str |
 
 def tool_replay(config: str, sets: list[str] | None = None, bridge_version: str | None = None,
                 gpus: int | None = None) -> dict[str, Any]:
-    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
-        raise DiagnoseError("gpus: a whole number from 1")
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= 1_000_000):
+        raise DiagnoseError("gpus: a whole number from 1 to 1,000,000")
     return run_command(["replay", *_sets(sets), *_opt("--bridge-version", bridge_version),
                         *_opt("--gpus", gpus), "--", checked_paths([config], "config")[0]])
 

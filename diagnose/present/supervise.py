@@ -7,14 +7,21 @@ script and ``python -m diagnose`` therefore fork: the child does the work, the p
 of SIGBUS, restores the terminal and says what happened in one line (exit 2). Any other way the child ends is
 passed on unchanged (its exit code, or the same signal). ``main()`` called in-process (tests, embedding) does not
 fork.
+
+The parent also owns the child's temporary folder. A child killed by a signal (``timeout``'s SIGTERM, a closed
+terminal's SIGHUP, the kernel's OOM killer) runs no ``finally``: ``yes | diagnose analyze -`` stopped by ``timeout``
+left its 12 GB spool in /tmp. The child's ``tempfile`` root is a folder the parent made and removes once the child
+has ended, however it ended.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 
 EXIT_USAGE = 2
@@ -29,18 +36,37 @@ def supervised(main: Callable[[], int]) -> int:
         return main()
     saved_tty = _save_tty()
     parent = os.getpid()
+    scratch = _scratch_folder()
     try:
         pid = os.fork()
     except OSError:
+        _remove(scratch)
         return main()
     if pid == 0:  # the child: do the work, exit through the normal interpreter shutdown (flushes, atexit)
         os.environ["DIAGNOSE_NO_FORK"] = "1"
+        if scratch is not None:  # this process and its forks only: a detached worker keeps the usual TMPDIR
+            tempfile.tempdir = scratch
         _die_with(parent)
         sys.exit(main())
-    return _wait_for(pid, saved_tty)
+    try:
+        return _wait_for(pid, saved_tty, lambda: _remove(scratch))
+    finally:
+        _remove(scratch)
 
 
-def _wait_for(pid: int, saved_tty) -> int:
+def _scratch_folder() -> str | None:
+    try:
+        return tempfile.mkdtemp(prefix="diagnose-")
+    except OSError:  # no writable temporary folder: the child meets the same error where it needs one
+        return None
+
+
+def _remove(folder: str | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None) -> int:
     previous = {sig: signal.signal(sig, lambda s, _f: _forward(pid, s)) for sig in _FORWARDED}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child has the same ^C and says so
     try:
@@ -56,6 +82,7 @@ def _wait_for(pid: int, saved_tty) -> int:
         for signum, handler in previous.items():
             with contextlib.suppress(OSError, ValueError, TypeError):
                 signal.signal(signum, handler)
+    cleanup()  # before this process may die of the child's signal below
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     sig = os.WTERMSIG(status)
@@ -63,7 +90,8 @@ def _wait_for(pid: int, saved_tty) -> int:
         _restore_tty(saved_tty)
         print(TRUNCATED, file=sys.stderr)
         return EXIT_USAGE
-    signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL (the OOM killer's) takes no handler and needs none
+        signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
     os.kill(os.getpid(), sig)
     return 128 + sig
 

@@ -53,6 +53,8 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise DiagnoseError(f"config file {path}: {e}") from None
+    except UnicodeDecodeError as e:  # tomllib reads UTF-8 only; the error alone did not say which file
+        raise DiagnoseError(f"config file {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
 def defaults_for(command: str, found: tuple[Path, dict[str, Any]] | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 
 from diagnose.configview import ConfigView
@@ -210,12 +211,21 @@ def resolve_config_path(path: str) -> str:
 
 
 def _read(path: str) -> str:
+    """The config file's text, bounded. A device is refused (``check /dev/zero`` read until it held 24 GB) and a
+    FIFO read with a deadline (``check FIFO`` with no writer waited forever); ``<(...)`` still works."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_CONFIG_FILE_BYTES:
-            raise DiagnoseError(f"config {path} is too large ({size} bytes)")
-        with open(path, "rb") as fh:
-            data = fh.read()
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            raise DiagnoseError(f"config {path}: a device or socket, not a config file")
+        if st.st_size > MAX_CONFIG_FILE_BYTES:
+            raise DiagnoseError(f"config {path} is too large ({st.st_size} bytes)")
+        if stat.S_ISFIFO(st.st_mode):
+            data = _read_pipe(path)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_CONFIG_FILE_BYTES + 1)
     except FileNotFoundError:
         raise DiagnoseError(f"config file not found: {path}") from None
     except IsADirectoryError:
@@ -224,15 +234,61 @@ def _read(path: str) -> str:
         raise DiagnoseError(f"permission denied reading config: {path}") from None
     except OSError as e:
         raise DiagnoseError(f"cannot read config {path}: {e.strerror or e}") from None
-    return data.decode("utf-8", errors="replace")
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise DiagnoseError(f"config {path} is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
+    return _decode(data)
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16/32 when a BOM or the NUL pattern says so (a config saved by Notepad as "Unicode" or written
+    by PowerShell's ``>`` was refused as "not valid YAML: special characters are not allowed"), as logs are read."""
+    from diagnose.ingest import sniff
+
+    sample = data[: sniff.SAMPLE_BYTES]
+    encoding = sniff.bom_encoding(sample) or sniff.bomless_utf16(sample)
+    if encoding is None:
+        return data.decode("utf-8", errors="replace")
+    bom = next((len(b) for b, enc in sniff.BOMS if enc == encoding and data.startswith(b)), 0)
+    return data[bom:].decode(encoding, errors="replace")
+
+
+PIPE_FIRST_DATA_S = 10.0  # as ingest waits for a FIFO's writer
+PIPE_QUIET_S = 60.0  # once data came, a writer this quiet has said all it will
+
+
+def _read_pipe(path: str) -> bytes:
+    """A FIFO to its end (``diagnose check <(ssh host cat run_config.yaml)``), at most the size limit plus a byte;
+    one line when no writer shows up."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a plain open blocks until a writer opens the other end
+    try:
+        os.set_blocking(fd, True)
+        data = bytearray()
+        while len(data) <= MAX_CONFIG_FILE_BYTES:
+            ready, _, _ = select.select([fd], [], [], PIPE_QUIET_S if data else PIPE_FIRST_DATA_S)
+            if not ready:
+                if not data:
+                    raise DiagnoseError(f"config {path} (a FIFO): nothing to read after {PIPE_FIRST_DATA_S:.0f} s "
+                                        "(no writer?)")
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        return bytes(data)
+    finally:
+        os.close(fd)
 
 
 def looks_like_log_file(path: str) -> bool:
     """A log (scan it with the engine) rather than a config file: judged from its first 1 MiB."""
     path = resolve_config_path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # a pipe read here would be empty for load_config; a FIFO or a device would block or never end
         with open(path, "rb") as fh:
-            head = fh.read(1024 * 1024).decode("utf-8", errors="replace")
+            head = _decode(fh.read(1024 * 1024))
     except OSError:
         return False  # load_config reports the problem
     return _looks_like_log(head)

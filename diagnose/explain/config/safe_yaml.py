@@ -8,6 +8,8 @@ one-line ``DiagnoseError``.
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any, cast
 
 import yaml
@@ -106,9 +108,22 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
         raise DiagnoseError(f"{what} is not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise DiagnoseError(f"{what} refused: nested too deeply") from None
+    except ValueError as e:  # a scalar its constructor cannot build: int() of 5000 digits, a 13th month
+        raise DiagnoseError(_bad_value(what, text, e)) from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _bad_value(what: str, text: str, error: ValueError) -> str:
+    """The one line for a value PyYAML's constructors raise ValueError on (the error carries no line): CPython's
+    int() refuses more than ``sys.get_int_max_str_digits()`` digits (4300), ``datetime`` a 13th month."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+    long_int = re.search(rf"\d{{{limit + 1}}}", text) if limit else None
+    if long_int is not None:
+        line = text.count("\n", 0, long_int.start()) + 1
+        return f"{what} refused at line {line}: an integer of more than {limit} digits"
+    return f"{what} is not valid YAML: {_short(str(error), 120)}"
 
 
 def _expanded(root: yaml.Node) -> tuple[int, int]:

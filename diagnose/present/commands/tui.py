@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 import tempfile
 
@@ -20,9 +19,16 @@ def _spool_stdin() -> str:
     """Copy a piped log to a temp file and give the TUI the terminal back as its keyboard."""
     if sys.stdin is None or sys.stdin.isatty():
         raise DiagnoseError("'-' reads a log from a pipe, but stdin is a terminal (run `diagnose tui` to paste one)")
+    from diagnose.ingest.sources import spool_pipe
+
     fd, path = tempfile.mkstemp(prefix="diagnose-stdin-", suffix=".log")
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    os.close(fd)
+    try:
+        spool_pipe(sys.stdin.buffer, path)
+    except BaseException:  # refused (binary, too large, disk full) or interrupted: nothing left behind
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     try:
         tty = os.open("/dev/tty", os.O_RDONLY)
     except OSError:

@@ -23,7 +23,8 @@ def _verified(paths: list[str], config: str | None, bridge_version: str | None, 
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     options = AnalyzeOptions(rules_dirs=list(rules or []), config_path=config, bridge_version=bridge_version,
-                             verify=True, strict=strict, split_jobs=False)  # one run, whatever its files hold
+                             verify=True, strict=strict, split_jobs=False,  # one run, whatever its files hold
+                             refuse_empty=True)  # as analyze: an empty log is an input error, not a failed run
     return analyze(list(paths), options)
 
 

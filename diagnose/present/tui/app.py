@@ -545,6 +545,10 @@ class DiagnoseApp(BaseApp):
             self.notify(f"{inert(path)} is one of the logs being read: choose another name.",
                         title="Not exported", severity="error", markup=False)
             return
+        if os.path.exists(target) and not os.path.isfile(target):  # writing a FIFO froze the TUI in open()
+            self.notify(f"{inert(path)} is not a regular file (a folder, a FIFO or a device): choose another name.",
+                        title="Not exported", severity="error", markup=False)
+            return
         if os.path.exists(target):
             def answered(yes: bool | None) -> None:
                 if yes:
