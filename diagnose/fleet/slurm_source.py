@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.coerce import as_int
-from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import CommandResult, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
 from diagnose.ingest.slurm.jobid import parse_job_id
@@ -86,7 +86,7 @@ def list_ended_jobs(start: str, end: str, user: str | None = None, name: str | N
         argv.append("--allusers")
     result = runner(argv, timeout=300)
     if not result.ok:
-        raise SlurmUnavailable(f"sacct: {result.first_error_line()}")
+        raise result.failure("sacct")
     rows = []
     for row in parse_sacct(result.stdout):
         job_id = row.fields.get("JobID", "")

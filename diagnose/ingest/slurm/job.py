@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from diagnose.coerce import as_int
-from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import CommandResult, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.nodes import NodeLookup
@@ -227,7 +227,7 @@ def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
         message = result.first_error_line()
         if "Invalid job id" in message:
             return []
-        raise SlurmUnavailable(f"scontrol show job {ref.slurm_id}: {message}")
+        raise result.failure(f"scontrol show job {ref.slurm_id}")
     return parse_scontrol_jobs(result.stdout)
 
 
@@ -291,7 +291,7 @@ def _sacct_rows(ref: JobRef, runner: Runner) -> tuple[list[SacctRow], list[str]]
         message = result.first_error_line()
         if "accounting storage is disabled" in message or "Problem talking to" in message:
             return [], fields  # no accounting: scontrol is all we have
-        raise SlurmUnavailable(f"sacct -j {ref.slurm_id}: {message}")
+        raise result.failure(f"sacct -j {ref.slurm_id}")
     return parse_sacct(result.stdout), fields
 
 
