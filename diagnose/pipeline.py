@@ -40,6 +40,8 @@ class AnalyzeOptions:
     exclude: list[str] = field(default_factory=list)  # globs: the files of a folder to skip
     # inputs of several jobs get one report each (Report.jobs); False: one report whatever the inputs hold
     split_jobs: bool = True
+    # the path to show for an input opened under another name (a checked descriptor's /proc/self/fd/N, Slurm jobs)
+    shown_as: dict[str, str] = field(default_factory=dict)
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -61,11 +63,12 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     if log_inputs:
         with open_inputs(log_inputs, include=options.include, exclude=options.exclude) as sources:
             n_sources = len(sources)
-            empty = [s.path for s in sources if s.size == 0]
+            empty = [options.shown_as.get(s.path, s.path) for s in sources if s.size == 0]
             source_warnings = list(getattr(sources, "warnings", []))
             if options.refuse_empty and empty and len(empty) == len(sources) and not found.dumps:
                 raise _empty_error(empty)
             for source in sources:
+                source.path = options.shown_as.get(source.path, source.path)
                 if source.path in options.rank_hints:
                     source.rank_hint = options.rank_hints[source.path]
             result = scan_and_match(

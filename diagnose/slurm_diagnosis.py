@@ -13,6 +13,7 @@ from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.merge import merge_slurm_findings
 from diagnose.ingest.slurm.nodes import lookup_nodes
+from diagnose.ingest.slurm.owner import pinned
 from diagnose.ingest.slurm.parse import format_duration
 from diagnose.match.slurm_nodes import merge_node_findings, node_findings
 from diagnose.model import Report, SlurmFacts, SlurmStepFacts, SlurmTaskFacts
@@ -44,7 +45,15 @@ def diagnose_job(
     job = job or lookup_job(ref, runner=runner)
     inputs = job.analysis_inputs
     paths = [path for path, _ in inputs]
-    report = analyze(paths, _with_ranks(options or AnalyzeOptions(), inputs)) if paths else Report()
+    report = Report()
+    if paths:
+        # as root (or for another user's job) each file is read through the descriptor that passed the owner check
+        with pinned(paths, job.owner) as (names, refused):
+            job.notes.extend(refused)  # swapped since lookup_job probed it
+            paths = list(names)
+            if paths:
+                opts = dataclasses.replace(_with_ranks(options or AnalyzeOptions(), inputs), shown_as=names)
+                report = analyze(paths, opts)
     if not paths:
         report.warnings.append(f"no readable output file for job {job.job_id}: reporting what Slurm knows only")
     report.warnings.extend(job.notes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,8 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
     (work / "slurm-501.out").write_text((ROOT / "sample_logs" / "ddp_wrap_oom.log").read_text())
     (work / "slurm-502.out").write_text("step 10 loss 2.1\nslurmstepd: error: *** JOB 502 ON gpu-node-03 CANCELLED "
                                         "AT 2026-12-01T09:00:00 DUE TO TIME LIMIT ***\n")
-    common = {"User": "alice", "WorkDir": str(work), "Start": "2026-12-01T07:30:00", "JobIDRaw": ""}
+    common = {"User": pwd.getpwuid(os.geteuid()).pw_name,  # the job is ours: its files are read (owner.py)
+              "WorkDir": str(work), "Start": "2026-12-01T07:30:00", "JobIDRaw": ""}
     rows = [
         {**common, "JobID": "501", "JobName": "pretrain", "State": "FAILED", "ExitCode": "1:0",
          "DerivedExitCode": "1:0", "End": "2026-12-01T09:00:00", "Elapsed": "01:30:00", "Timelimit": "04:00:00",

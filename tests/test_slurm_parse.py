@@ -746,7 +746,8 @@ def test_an_interactive_srun_job_with_per_task_files(tmp_path):
         {"JobID": "12.0", "JobIDRaw": "12.0", "JobName": "bash", "State": "COMPLETED", "ExitCode": "0:0",
          "NodeList": "vm", "NTasks": "2"},
     ]  # fmt: skip
-    scontrol = f"JobId=12 JobName=bash UserId=u(1) JobState=COMPLETED ExitCode=0:0 BatchFlag=0 WorkDir={tmp_path}"
+    scontrol = (f"JobId=12 JobName=bash UserId=me({os.geteuid()}) JobState=COMPLETED ExitCode=0:0 BatchFlag=0 "
+                f"WorkDir={tmp_path}")  # the job is ours: its files are read (owner.py)
     job = lookup_job(parse_job_id("12"), _runner_for(scontrol, rows, None), settle_s=0, sleep=lambda s: None)
     assert job.task_route == "sacct SubmitLine" and [t.rank for t in job.task_outputs] == [0, 1]
     assert not any(n.startswith("not a batch job") for n in job.notes)

@@ -65,6 +65,14 @@ CASES = [
          {OLD: "async_save is only supported with ckpt_format='torch_dist'"}),
     Case("async_save_requires_save", {"checkpoint.async_save": True},
          {m: "async_save is enabled, but save is not set. Set save to a valid path." for m in (OLD, NEW)}),
+    # qa-report-4 L2: upstream divides by these sizes (ZeroDivisionError for 0); no upstream message of its own
+    Case("sizes_positive", {"launch.world_size": 8, "train.micro_batch_size": 0},
+         dict.fromkeys((OLD, NEW), "train.micro_batch_size is 0: it must be 1 or more (megatron-core "
+                       "num_microbatches_calculator.py divides the global batch size by micro_batch_size * "
+                       "data_parallel_size)")),
+    Case("sizes_positive", {"launch.world_size": 8, "model.pipeline_model_parallel_size": -1},
+         dict.fromkeys((OLD, NEW), "model.pipeline_model_parallel_size is -1: it must be 1 or more "
+                       "(get_data_parallel_size divides the world size by TP * PP * CP)")),
     Case("world_size_divisible", {"launch.world_size": 12, "model.tensor_model_parallel_size": 8},
          {m: "world size (12) is not divisible by total_model_size (model_cfg.tensor_model_parallel_size=8 * "
              "model_cfg.pipeline_model_parallel_size=1 * model_cfg.context_parallel_size=1)" for m in (OLD, NEW)}),

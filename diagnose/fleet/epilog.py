@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnose.fleet.record import JobFacts, build_record
 from diagnose.fleet.scan import log_hosts
@@ -22,6 +22,7 @@ from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import Runner, SlurmJob
 from diagnose.ingest.slurm.jobid import JobRef, parse_job_id
+from diagnose.ingest.slurm.owner import REFUSED
 from diagnose.ingest.slurm.parse import parse_exit_code
 from diagnose.model import DiagnoseError, Report
 
@@ -36,6 +37,7 @@ class EpilogResult:
     verdict: str
     comment_set: bool
     comment_problem: str | None = None
+    skipped: list[str] = field(default_factory=list)  # output files refused as not the job user's own (owner.py)
 
 
 def job_ref_from_env(env: Mapping[str, str]) -> JobRef:
@@ -89,7 +91,8 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
     if commenting:
         done = runner(["scontrol", "update", f"job={job.job_id}", f"comment={safe_comment(line)}"])
         comment_problem = None if done.ok else done.first_error_line()
-    return EpilogResult(job.job_id, added, line, commenting and comment_problem is None, comment_problem)
+    skipped = [n for n in job.notes if f": {REFUSED} " in n]
+    return EpilogResult(job.job_id, added, line, commenting and comment_problem is None, comment_problem, skipped)
 
 
 # While EpilogSlurmctld runs, slurmctld shows the job as COMPLETING: its final state is not recorded yet. Slurm's

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.coerce import as_int
-from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import CommandResult, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs
 from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
+from diagnose.ingest.slurm.owner import owner_from_name
 from diagnose.ingest.slurm.parse import parse_sacct, split_state
 from diagnose.ingest.slurm.usage import gpus_from_tres
 from diagnose.model import DiagnoseError
@@ -85,7 +86,7 @@ def list_ended_jobs(start: str, end: str, user: str | None = None, name: str | N
         argv.append("--allusers")
     result = runner(argv, timeout=300)
     if not result.ok:
-        raise SlurmUnavailable(f"sacct: {result.first_error_line()}")
+        raise result.failure("sacct")
     rows = []
     for row in parse_sacct(result.stdout):
         job_id = row.fields.get("JobID", "")
@@ -127,6 +128,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     job.array_job_id = ref.job if ref.array_task is not None else None
     job.array_task_id = ref.array_task
     job.user, job.state, job.cancelled_by = row.get("User"), state, cancelled_by
+    job.owner = owner_from_name(job.user)
     job.elapsed_s = as_int(row.get("ElapsedRaw"))
     job.work_dir = row.get("WorkDir")
     options = parse_sbatch_options(row.get("SubmitLine"))
@@ -139,7 +141,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
         out = resolve(expand_pattern(options.output or default_output(ref.array_task is not None), fields),
                       job.work_dir)
         err = resolve(expand_pattern(options.error, fields), job.work_dir) if options.error else None
-        job.outputs = probe_outputs(out, err)
+        job.outputs = probe_outputs(out, err, job.owner)
     return job
 
 

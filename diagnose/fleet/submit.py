@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import diagnose
 from diagnose.fleet.scan import FileItem
 from diagnose.fleet.store import FleetStore
-from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.job import Runner
 from diagnose.model import DiagnoseError
 
@@ -97,7 +97,7 @@ def submit(plan: ArrayPlan, then_merge: bool, runner: Runner = run_slurm) -> tup
     def sbatch(what: str, *args: str) -> str:
         done = runner(["sbatch", "--parsable", "-D", plan.run_dir, *args])
         if not done.ok:
-            raise SlurmUnavailable(f"{what}: {done.first_error_line()}")
+            raise done.failure(what)
         return done.stdout.strip().split(";")[0]
 
     array_id = sbatch("sbatch", plan.array_script)

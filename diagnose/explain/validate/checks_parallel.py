@@ -55,6 +55,34 @@ def smaller_tp(ctx: CheckContext, below: int) -> int | None:
     return None
 
 
+# Where upstream divides by each size (or asserts on the quotient): 0 raises ZeroDivisionError there, a negative size
+# gives a negative data-parallel size or micro-batch count further on.
+_DIVIDES = {
+    "train.micro_batch_size": "megatron-core num_microbatches_calculator.py divides the global batch size by "
+                              "micro_batch_size * data_parallel_size",
+    "train.global_batch_size": "megatron-core num_microbatches_calculator.py asserts 'number of microbatches should be "
+                               "at least 1'",
+    "model.tensor_model_parallel_size": "get_data_parallel_size divides the world size by TP * PP * CP",
+    "model.pipeline_model_parallel_size": "get_data_parallel_size divides the world size by TP * PP * CP",
+    "model.context_parallel_size": "get_data_parallel_size divides the world size by TP * PP * CP",
+}
+
+
+@check("sizes_positive", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013 (world_size % "
+       "total_model_size); Megatron-LM arguments.py L316; megatron-core num_microbatches_calculator.py "
+       "ConstantNumMicroBatchesCalculator (0.16.1 ~L324-350)")
+def sizes_positive(ctx: CheckContext) -> Iterable[Violation]:
+    """A batch or parallel size of 0 or less: upstream takes it as given and fails (or miscounts) where it divides
+    by it; the other checks read such a size as 1 (``CheckContext.size``), so it is refused here first."""
+    for key, where in _DIVIDES.items():
+        value = ctx.number(key)
+        if value is not None and value < 1:
+            if ctx.mlm:
+                where = where.replace("get_data_parallel_size", "Megatron-LM arguments.py")
+            yield Violation("sizes_positive", f"{key} is {value}: it must be 1 or more ({where})", [key],
+                            fixes=[] if key == "train.global_batch_size" else [[ov(key, 1)]])
+
+
 @check("world_size_divisible", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013; "
        "Megatron-LM arguments.py L316")
 def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:

@@ -31,6 +31,28 @@ class CommandResult:
         lines = (line.strip() for line in (self.stderr or self.stdout).splitlines())
         return next((line[:300] for line in lines if line), f"exit status {self.returncode}")
 
+    def failure(self, what: str) -> SlurmUnavailable:
+        """The one-line error for a failed command: what to do when no controller answers, else ``what: <Slurm's
+        first line>`` (without repeating the program's name when Slurm's line starts with it)."""
+        line = self.first_error_line()
+        if any(sign in (self.stderr or self.stdout) for sign in _NO_CONTROLLER):
+            return no_controller(line)
+        program = what.split(None, 1)[0]
+        if line.startswith(f"{program}: "):  # "sacct: error: ..." under "sacct": said once
+            line = line[len(program) + 2 :]
+        return SlurmUnavailable(f"{what}: {line}")
+
+
+# What Slurm says (any line) when it has no configuration or no controller answers (seen with 22.05): the DNS SRV
+# lookup of a configless cluster, a missing or empty slurm.conf, a controller that refuses or does not answer.
+_NO_CONTROLLER = ("resolve_ctls_from_dns_srv", "Could not establish a configuration source",
+                  "Unable to process configuration file", "s_p_parse_file: ", "Unable to contact slurm controller")
+
+
+def no_controller(slurm_line: str) -> SlurmUnavailable:
+    return SlurmUnavailable(f"cannot reach the Slurm controller: {slurm_line}; is SLURM_CONF set / slurm.conf "
+                            "present? (scripts/slurm-local.sh up for a local cluster)")
+
 
 def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
     """Run one Slurm client command (``argv[0]`` looked up on PATH) and capture its output as text.
@@ -44,6 +66,9 @@ def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandRes
             f"{argv[0]} not found on PATH: run this on a Slurm login node (or start a local cluster with "
             "scripts/slurm-local.sh up and source its slurm.env)"
         )
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # Slurm itself would retry for 60 s before saying so
+        raise no_controller(f"SLURM_CONF={conf[:200]} is not a file")
     env = dict(os.environ)
     env["LC_ALL"] = "C"  # Slurm's own messages and dates in one fixed form
     env.pop("SLURM_TIME_FORMAT", None)  # sacct/scontrol dates stay ISO 8601

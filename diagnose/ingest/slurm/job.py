@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from diagnose.coerce import as_int
-from diagnose.ingest.slurm.commands import CommandResult, SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import CommandResult, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.ingest.slurm.nodes import NodeLookup
@@ -28,6 +28,7 @@ from diagnose.ingest.slurm.output_path import (
     parse_sbatch_options,
     resolve,
 )
+from diagnose.ingest.slurm.owner import JobOwner, owner_from_name, owner_from_scontrol, refusal
 from diagnose.ingest.slurm.parse import (
     ExitStatus,
     SacctRow,
@@ -118,6 +119,7 @@ class SlurmJob:
     task_route: str = ""  # where the srun patterns came from
     usage: Usage | None = None  # seff's figures from sacct (nodes, GPUs, MaxRSS, CPU time); None without sacct
     node_states: NodeLookup | None = None  # scontrol show node for its nodes, read by diagnose_job; None: not read
+    owner: JobOwner = field(default_factory=JobOwner)  # whose files the outputs must be (owner.py) when we are root
 
     @property
     def ended(self) -> bool:
@@ -225,7 +227,7 @@ def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
         message = result.first_error_line()
         if "Invalid job id" in message:
             return []
-        raise SlurmUnavailable(f"scontrol show job {ref.slurm_id}: {message}")
+        raise result.failure(f"scontrol show job {ref.slurm_id}")
     return parse_scontrol_jobs(result.stdout)
 
 
@@ -251,6 +253,7 @@ def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
         job.job_id = f"{job.het_job_id}+{job.het_offset}"
     fill_shared(job, f, sacct=False)
     job.user = f.get("UserId", "").split("(", 1)[0]
+    job.owner = owner_from_scontrol(f.get("UserId"))
     job.state, _ = split_state(f.get("JobState"))
     job.batch_host = _none_to_empty(f.get("BatchHost"))
     job.restarts = as_int(f.get("Restarts")) or 0
@@ -288,7 +291,7 @@ def _sacct_rows(ref: JobRef, runner: Runner) -> tuple[list[SacctRow], list[str]]
         message = result.first_error_line()
         if "accounting storage is disabled" in message or "Problem talking to" in message:
             return [], fields  # no accounting: scontrol is all we have
-        raise SlurmUnavailable(f"sacct -j {ref.slurm_id}: {message}")
+        raise result.failure(f"sacct -j {ref.slurm_id}")
     return parse_sacct(result.stdout), fields
 
 
@@ -330,6 +333,7 @@ def _fill_from_sacct(
             job.het_job_id, job.het_offset = as_int(h), as_int(o)
         fill_shared(job, f, sacct=True)
         job.user = f.get("User", "")
+        job.owner = owner_from_name(job.user)
         job.state = state
         job.restarts = len(runs) - 1
         job.work_dir = f.get("WorkDir", "")
@@ -399,7 +403,7 @@ def _find_outputs(
         job.output_route = f"{job.output_route} + default" if job.output_route else "default"
     out_path = _expanded(options.output or "", fields_for_patterns, job.work_dir)
     err_path = _expanded(options.error, fields_for_patterns, job.work_dir) if options.error else None
-    job.outputs += probe_outputs(out_path, err_path)
+    job.outputs += probe_outputs(out_path, err_path, job.owner)
     for o in job.outputs:
         if not o.exists and job.state and not job.ended:
             o.problem = f"not written yet (the job is {job.state})"
@@ -511,7 +515,7 @@ def _find_task_outputs(
     default = StepShape(None, job.num_tasks, expand_hostlist(job.nodes))
     found = collect(calls, shapes, pattern_fields(job), job.work_dir, default, cap=cap,
                     exclude={o.path for o in job.outputs})
-    job.task_outputs = found.files
+    job.task_outputs = _owned(found.files, job)
     job.task_outputs_found = found.found
     job.task_patterns = found.patterns
     if found.files:  # the header lists the batch output only; say where the other inputs came from
@@ -530,14 +534,26 @@ def _expanded(pattern: str, f: PatternFields, work_dir: str) -> str:
     return resolve(expand_pattern(pattern, f), work_dir)
 
 
-def probe_outputs(out: str, err: str | None) -> list[SlurmOutputFacts]:
+def _owned(files: list[TaskFile], job: SlurmJob) -> list[TaskFile]:
+    """The per-task files that may be read for this job (owner.py); a note for each one refused."""
+    kept = []
+    for t in files:
+        if (why := refusal(t.path, job.owner)) is None:
+            kept.append(t)
+        else:
+            job.notes.append(f"{t.stream} file {t.path}: {why}")
+    return kept
+
+
+def probe_outputs(out: str, err: str | None, owner: JobOwner | None = None) -> list[SlurmOutputFacts]:
     """The job's output file(s): one for both streams unless stderr goes to a file of its own."""
     if err is None or err == out:
-        return [probe(out, "stdout+stderr")]
-    return [probe(out, "stdout"), probe(err, "stderr")]
+        return [probe(out, "stdout+stderr", owner)]
+    return [probe(out, "stdout", owner), probe(err, "stderr", owner)]
 
 
-def probe(path: str, stream: str) -> SlurmOutputFacts:
+def probe(path: str, stream: str, owner: JobOwner | None = None) -> SlurmOutputFacts:
+    """What is known of one output file; with ``owner``, a file that is not the job user's own is not readable."""
     out = SlurmOutputFacts(path=path, stream=stream)
     try:
         st = os.stat(path)
@@ -552,6 +568,8 @@ def probe(path: str, stream: str) -> SlurmOutputFacts:
         out.problem = "is not a regular file"
     elif not os.access(path, os.R_OK):
         out.problem = "exists but is not readable by you (permission denied)"
+    elif owner is not None and (why := refusal(path, owner)) is not None:
+        out.problem = why
     else:
         out.readable = True
     return out

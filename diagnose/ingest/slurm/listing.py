@@ -7,7 +7,7 @@ import getpass
 import re
 from dataclasses import dataclass, field
 
-from diagnose.ingest.slurm.commands import SlurmUnavailable, run_slurm
+from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.job import Runner, _user_name
 from diagnose.ingest.slurm.parse import parse_duration, parse_exit_code, parse_sacct, signal_name, split_state
 from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
@@ -94,7 +94,7 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
     ]  # fmt: skip
     result = runner(argv)
     if not result.ok:
-        raise SlurmUnavailable(f"sacct: {result.first_error_line()}")
+        raise result.failure("sacct")
     rows = parse_sacct(result.stdout)
     steps_of: dict[str, list[dict[str, str]]] = {}
     for row in rows:

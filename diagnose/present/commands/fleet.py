@@ -168,6 +168,8 @@ def _epilog(args: Any) -> int:
     except Exception as e:  # noqa: BLE001 - an epilog must never fail the job's node; say why and exit 0
         print(f"diagnose fleet epilog: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
         return 0
+    for note in result.skipped:  # the epilog's own log only: the job's comment never names a refused file
+        print(f"diagnose fleet epilog: job {result.job_id}: skipped {note}", file=sys.stderr)
     print(f"diagnose fleet epilog: job {result.job_id}: {result.verdict}"
           + ("" if result.added else " (already stored)") + (" [comment set]" if result.comment_set else "")
           + (f" [comment not set: {result.comment_problem}]" if result.comment_problem else ""),
