@@ -120,3 +120,47 @@ def test_background_markers_show_progress_and_are_checked_when_loaded(tmp_path):
 
     with pytest.raises(DiagnoseError, match="background marker shows progress"):
         load_phase_file(bad)
+
+
+# ------------------------------------------------------------------ what the frames say
+
+
+def _stack(*path_funcs: tuple[str, str]) -> list[str]:
+    return [f'  File "{path}", line 1, in {func}' for path, func in path_funcs]
+
+
+SITE = "/env/lib/python3.11/site-packages"
+
+
+@pytest.mark.parametrize(
+    "frames, phase",
+    [
+        # an HF Trainer (a subclass from any library) being constructed: its Accelerator's plugin checks are set-up
+        (_stack(("/w/run.py", "main"), ("/w/my_trainer.py", "__init__"), (f"{SITE}/transformers/trainer.py", "__init__"),
+                (f"{SITE}/transformers/trainer.py", "create_accelerator_and_postprocess"),
+                (f"{SITE}/accelerate/accelerator.py", "__init__"), (f"{SITE}/accelerate/state.py", "__init__"),
+                (f"{SITE}/accelerate/utils/dataclasses.py", "set_mixed_precision")), "init"),
+        # ... but a Trainer moving its model to the device is still building the model
+        (_stack(("/w/run.py", "<module>"), (f"{SITE}/transformers/trainer.py", "__init__"),
+                (f"{SITE}/transformers/trainer.py", "_move_model_to_device"),
+                (f"{SITE}/torch/nn/modules/module.py", "to"), (f"{SITE}/torch/nn/modules/module.py", "_apply")),
+         "model_build"),
+        # ... and accelerate's prepare wraps it for data parallelism
+        (_stack(("/w/run.py", "main"), (f"{SITE}/accelerate/accelerator.py", "prepare"),
+                (f"{SITE}/accelerate/accelerator.py", "prepare_model"),
+                (f"{SITE}/accelerate/utils/dataclasses.py", "set_auto_wrap_policy")), "dp_wrap"),
+        # composer's FSDP preparation, even when what fails there is an import
+        (_stack(("/w/train.py", "main"), (f"{SITE}/composer/trainer/trainer.py", "__init__"),
+                (f"{SITE}/composer/trainer/dist_strategy.py", "prepare_fsdp_module"),
+                (f"{SITE}/composer/trainer/mosaic_fsdp.py", "<module>")), "dp_wrap"),
+        # NeMo's strategy setting up model parallelism (its first barrier)
+        (_stack(("/w/pretrain.py", "<module>"), (f"{SITE}/lightning/pytorch/trainer/trainer.py", "_run"),
+                ("/opt/NeMo/nemo/lightning/megatron_parallel.py", "init_model_parallel"),
+                (f"{SITE}/torch/distributed/distributed_c10d.py", "barrier")), "init"),
+        # vLLM's warm-up runs at engine start-up, before it serves
+        (_stack(("/w/offline.py", "<module>"), (f"{SITE}/vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"),
+                (f"{SITE}/vllm/v1/sample/ops/topk_topp_sampler.py", "forward_native")), "init"),
+    ],
+)
+def test_frames_name_the_phase(frames, phase):
+    assert phase_of(line=LogLine("job.log", 50, "RuntimeError: boom", "RuntimeError: boom"), frames=frames) == phase
