@@ -88,6 +88,8 @@ def test_a_high_sequence_number_turns_training_frames_into_training_not_the_firs
         # a tqdm bar with "loss: v" in its postfix, slower and faster than a step a second
         "lora_run:   7%|▋         | 210/3000 [06:13<1:22:40,  1.78s/it, lr: 1.0e-04 loss: 3.991e-01]",
         "train:  40%|####      | 400/1000 [01:40<02:30,  4.00it/s, loss: 0.71]",
+        # a step out of the run's total with its loss, fields between "|"
+        "[2026-05-18 22:40:13] INFO trainer: step 630/5000 | loss 1.1802 | lr 1.94e-04 | 3.40 s/step",
         # a step out of the run's total heading a metrics block
         "2025-01-07 10:00:00.000\tnode-1:0\tolmo.train:889\tINFO\t[step=120/739328]",
     ],
@@ -101,6 +103,7 @@ def test_counters_that_advanced_are_training(line):
     [
         "[03/02 11:20:41 d2.utils.events]:  eta: 2:10:07  iter: 1  total_loss: 0.912",  # first value
         "SOLVER: max_iter: 90000 base_lr: 0.02 loss_type: smooth_l1",  # a config dump
+        "[2026-05-18 22:20:13] INFO trainer: step 0/5000 | loss 11.02",  # first value
         "2025-01-07 10:00:00.000\tnode-1:0\tolmo.train:889\tINFO\t[step=1/739328]",  # first value
         "Epoch: [0][ 440/1563]\tTime  3.615 ( 4.464)\tData  0.068 ( 0.095)",  # no loss: a data or eval meter
         "Loading checkpoint shards: 100%|##########| 2/2 [00:09<00:00,  4.61s/it]",
