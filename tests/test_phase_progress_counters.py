@@ -167,3 +167,18 @@ SITE = "/env/lib/python3.11/site-packages"
 )
 def test_frames_name_the_phase(frames, phase):
     assert phase_of(line=LogLine("job.log", 50, "RuntimeError: boom", "RuntimeError: boom"), frames=frames) == phase
+
+
+@pytest.mark.parametrize("step_frame", [
+    ("/x/transformers/trainer.py", "training_step"),
+    ("/x/composer/trainer/trainer.py", "_train_batch"),
+    ("/x/detectron2/engine/train_loop.py", "run_step"),
+])
+def test_other_trainers_step_frames_say_a_step_was_running(step_frame):
+    frames = _stack(("/w/train.py", "main"), step_frame, ("/x/lib/ops.py", "kernel"))
+    failure = LogLine("job.log", 50, "RuntimeError: boom", "RuntimeError: boom")
+    assert phase_of(line=failure, frames=frames) == "first_iteration"  # no progress seen yet
+    progress = _markers("step 630/5000 | loss 1.1802 | lr 1.94e-04")
+    assert phase_of(line=failure, frames=frames, markers=progress) == "training"
+    # the driver around the whole run is not a step
+    assert phase_of(line=failure, frames=_stack(("/w/train.py", "train"), ("/x/lib/ops.py", "kernel"))) == "unknown"
