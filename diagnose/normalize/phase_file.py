@@ -33,6 +33,7 @@ class Marker:
     phase: str  # the phase a failure right after this marker is in
     progress: bool  # the job got past its first iteration
     weak: bool  # says nothing once progress was seen (NCCL's start-up for a communicator created later)
+    background: bool  # progress, not what the job was doing: never the last marker; read on the failure line too
     note: str
     examples: Examples
 
@@ -89,7 +90,7 @@ def _entries(data: dict, kind: str, parse: Callable[[dict], T]) -> Iterator[T]:
 
 
 def _marker(raw: dict) -> Marker:
-    known_keys(raw, {"name", "anchor", "regex", "keep", "phase", "progress", "weak", "note", "examples"})
+    known_keys(raw, {"name", "anchor", "regex", "keep", "phase", "progress", "weak", "background", "note", "examples"})
     regex = _regex(raw) if "regex" in raw else None
     keep = one_of(raw, "keep", "first", KEEPS)
     spec = CaptureSpec(need(raw, "name", str), anchor=need(raw, "anchor", str), regex=regex, keep=keep)
@@ -98,7 +99,10 @@ def _marker(raw: dict) -> Marker:
     if regex is not None:
         re.compile(regex)
     flags = optional(raw, "progress", bool, False), optional(raw, "weak", bool, False)
-    return Marker(spec, _phase(raw), *flags, optional(raw, "note", str, "").strip(), _examples(raw))
+    background = optional(raw, "background", bool, False)
+    if background and not flags[0]:
+        raise ValueError("a background marker shows progress: it needs progress = true")
+    return Marker(spec, _phase(raw), *flags, background, optional(raw, "note", str, "").strip(), _examples(raw))
 
 
 def _frame(raw: dict) -> FramePattern:

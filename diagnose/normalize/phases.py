@@ -24,6 +24,13 @@ _PHASE_AFTER_MARKER = {marker.spec.name: marker.phase for marker in _PHASE_FILE.
 TRAINING_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.progress)
 # markers that say nothing about the phase after training progress
 _WEAK_AFTER_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.weak)
+# progress counters that do not say what the job was doing when printed (a collective's sequence number): they
+# show progress, are never the last marker, and the failure line's own counter counts too
+_BACKGROUND = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.background)
+_BACKGROUND_ON_LINE = tuple(
+    (marker.spec.anchor, re.compile(marker.spec.regex or re.escape(marker.spec.anchor)))
+    for marker in _PHASE_FILE.markers if marker.background
+)
 _FRAME_HEAD = re.compile(r'\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>[\w.<>]+)')
 
 
@@ -53,6 +60,11 @@ def phase_from_frames(frames: Iterable[str], phase_file: PhaseFile = _PHASE_FILE
     return None
 
 
+def _counts_progress(text: str) -> bool:
+    """The failure line itself carries a background progress counter (a watchdog's ``SeqNum=48213``)."""
+    return any(anchor in text and pattern.search(text) for anchor, pattern in _BACKGROUND_ON_LINE)
+
+
 def phase_of(
     line_no: int | None = None,
     path: str | None = None,
@@ -65,7 +77,8 @@ def phase_of(
 
     ``markers``: ``(capture name, LogLine)`` of the ``CAPTURES`` the scanner met, in any order (those of other
     files and at or after the failure line are left out). ``frames``: the failure's traceback frames, outermost
-    first.
+    first. Background progress markers (``background = true``) count as progress, on the failure line too, but
+    never name the phase: alone they say "training".
     """
     try:
         if line is not None:
@@ -77,14 +90,17 @@ def phase_of(
             if name in _PHASE_AFTER_MARKER and path in (None, where.path)
             and (line_no is None or where.lineno < line_no)
         )
-        seen_progress = any(name in TRAINING_PROGRESS for _, name in events)
+        seen_progress = any(name in TRAINING_PROGRESS for _, name in events) or (
+            line is not None and _counts_progress(line.text)
+        )
+        events = [event for event in events if event[1] not in _BACKGROUND]
         from_frames = phase_from_frames(frames or ())
         if from_frames == "training":
             return "training" if seen_progress else "first_iteration"
         if from_frames is not None:
             return from_frames
         if not events:
-            return "unknown"
+            return "training" if seen_progress else "unknown"
         last = events[-1][1]
         if last in _WEAK_AFTER_PROGRESS and seen_progress:
             return "training"
