@@ -657,9 +657,12 @@ def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compi
     lockstep, so another file's iteration lines (same torchrun attempt) date the failure. Within one file the
     order of lines decides, as before.
     """
-    from diagnose.normalize.phases import TRAINING_PROGRESS
+    from diagnose.normalize.phases import BACKGROUND_PROGRESS, TRAINING_PROGRESS
 
-    trained = {si for (si, ci) in markers.latest if compiled.captures[ci].spec.name in TRAINING_PROGRESS}
+    # a file trained when it printed progress of its own; a collective's sequence number (background progress, often
+    # on the failing rank's watchdog line itself) does not make a per-rank file one that shows the run's iterations
+    own_progress = TRAINING_PROGRESS - BACKGROUND_PROGRESS
+    trained = {si for (si, ci) in markers.latest if compiled.captures[ci].spec.name in own_progress}
     if not trained:
         return
     attempts = {getattr(sources[si], "attempt", None) for si in trained}

@@ -26,7 +26,8 @@ TRAINING_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers
 _WEAK_AFTER_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.weak)
 # progress counters that do not say what the job was doing when printed (a collective's sequence number): they
 # show progress, are never the last marker, and the failure line's own counter counts too
-_BACKGROUND = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.background)
+BACKGROUND_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.background)
+_BACKGROUND = BACKGROUND_PROGRESS
 _BACKGROUND_ON_LINE = tuple(
     (marker.spec.anchor, re.compile(marker.spec.regex or re.escape(marker.spec.anchor)))
     for marker in _PHASE_FILE.markers if marker.background
