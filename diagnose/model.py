@@ -361,6 +361,21 @@ class Report:
     def root(self) -> Finding | None:
         return None if self.root_cause is None else self.findings[self.root_cause]
 
+    def lead_with(self, finding: Finding, trailing: list[Finding] | None = None) -> None:
+        """Make ``finding`` the root cause, first in the list: every ``cause_of`` index shifts by one, and the old
+        root becomes its cascade. ``trailing`` findings (context) go at the end. Evidence from outside the log (a
+        flight-recorder hang, Slurm's job state, a node's record) explaining the log's own root is merged this way."""
+        for f in self.findings:
+            if f.cause_of is not None:
+                f.cause_of += 1
+        if (old_root := self.root) is not None:
+            old_root.role = "cascade"
+            old_root.cause_of = 0
+        finding.role = "root"
+        finding.cause_of = None
+        self.findings = [finding, *self.findings, *(trailing or [])]
+        self.root_cause = 0
+
     def to_dict(self) -> dict[str, Any]:
         findings = [_finding_dict(f) for f in self.findings]
         out: dict[str, Any] = {

@@ -154,11 +154,8 @@ def merge_hang(report: Report, hang: HangReport | None) -> None:
         finding.cause_of = report.root_cause
         report.findings.append(finding)
         return
-    for f in report.findings:
-        if f.cause_of is not None:
-            f.cause_of += 1
-        if f.category == "nccl_timeout" or f is log_root:
+    report.lead_with(finding)
+    for f in report.findings[1:]:
+        if f.category == "nccl_timeout":  # the timeouts the hang explains, wherever they were ranked
             f.role = "cascade"
             f.cause_of = 0
-    report.findings = [finding, *report.findings]
-    report.root_cause = 0

@@ -190,13 +190,4 @@ def merge_node_findings(report: Report, findings: list[Finding]) -> None:
     if lead is None:
         report.findings.extend(others)
         return
-    for f in report.findings:
-        if f.cause_of is not None:
-            f.cause_of += 1
-    if (old_root := report.root) is not None:
-        old_root.role = "cascade"
-        old_root.cause_of = 0
-    lead.role = "root"
-    lead.cause_of = None
-    report.findings = [lead, *report.findings, *others]
-    report.root_cause = 0
+    report.lead_with(lead, others)

@@ -51,14 +51,4 @@ def merge_slurm_findings(report: Report, slurm: list[Finding], state: str) -> No
         primary.cause_of = report.root_cause
         report.findings.extend([primary, *others])
         return
-    # Slurm's state is the root cause: put it first and shift every index by one
-    for f in report.findings:
-        if f.cause_of is not None:
-            f.cause_of += 1
-    if log_root is not None:
-        log_root.role = "cascade"
-        log_root.cause_of = 0
-    primary.role = "root"
-    primary.cause_of = None
-    report.findings = [primary, *report.findings, *others]
-    report.root_cause = 0
+    report.lead_with(primary, others)  # Slurm's state is the root cause
