@@ -1,7 +1,10 @@
-"""Shared fixtures: the built-in catalogue (loaded once) and a factory for small in-test rules."""
+"""Shared fixtures: the built-in catalogue (loaded once), a factory for small in-test rules, the local Slurm cluster."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +14,9 @@ from diagnose.match import match_text
 from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
 from diagnose.model import Finding
 
+REPO = Path(__file__).resolve().parents[1]
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+SLURM_LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
 # the memory benchmark's record readers (predict_state, predict_activations), which the calibration tests share
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "memory_calibration"))
 
@@ -95,3 +100,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+
+
+def slurm_unavailable(reason: str):
+    """Skip a test that needs the local Slurm cluster, except in CI (CI=1), where it must run: fail."""
+    if os.environ.get("CI"):
+        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def local_slurm_env() -> dict[str, str]:
+    """The environment for Slurm commands and ``python -m diagnose`` on the project's local cluster, after
+    ``scripts/slurm-local.sh up`` (idempotent; the cluster is left running: .ci/run or the user stops it)."""
+    if os.environ.get("DIAGNOSE_SKIP_SLURM") == "1":
+        pytest.skip("DIAGNOSE_SKIP_SLURM=1")
+    if os.geteuid() != 0:
+        slurm_unavailable("scripts/slurm-local.sh needs root")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        slurm_unavailable("no apt-get to install Slurm and Slurm is not installed")
+    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE="60")
+    up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-local.sh"), "up"], env=env, capture_output=True,
+                        text=True, timeout=900)
+    if up.returncode != 0:
+        slurm_unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
+    env["SLURM_CONF"] = str(SLURM_LOCAL_DIR / "etc" / "slurm.conf")
+    env["PYTHONPATH"] = str(REPO)
+    for name in ("SBATCH_OUTPUT", "SBATCH_ERROR", "DIAGNOSE_SKIP_SLURM"):
+        env.pop(name, None)
+    return env

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -26,15 +25,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import local_slurm_env
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_logs"
-SCRIPT = REPO / "scripts" / "slurm-local.sh"
 JOB = REPO / "tests" / "slurm_jobs" / "fleet_job.sh"
 EPILOG = REPO / "diagnose" / "fleet" / "epilog.sh"
-LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
 NAME = f"fleet-mix-{os.getpid()}"  # a cluster kept between runs (its queue restored) holds older arrays
 HOSTS = [f"gpu{i:02d}" for i in range(1, 9)]
 BAD = "gpu05"
@@ -53,33 +51,13 @@ MIX = [
 ]
 
 
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
-    pytest.skip(reason)
-
-
 def _run(argv: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=kw.pop("timeout", 120), **kw)
 
 
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
-    if os.environ.get("DIAGNOSE_SKIP_SLURM") == "1":
-        pytest.skip("DIAGNOSE_SKIP_SLURM=1")
-    if os.geteuid() != 0:
-        _unavailable("scripts/slurm-local.sh needs root")
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        _unavailable("no apt-get to install Slurm and Slurm is not installed")
-    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE="60")
-    up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=900)
-    if up.returncode != 0:
-        _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
-    env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
-    env["PYTHONPATH"] = str(REPO)
-    for name in ("SBATCH_OUTPUT", "SBATCH_ERROR", "DIAGNOSE_SKIP_SLURM"):
-        env.pop(name, None)
-    return env
+    return local_slurm_env()
 
 
 def _expected_rule(sample: str | None, code: int) -> str | None:

@@ -10,8 +10,6 @@ Skipped without root or Slurm (failed in CI, as test_slurm_cluster.py does), and
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import local_slurm_env
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
-LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
 REASON = "NHC: check_nv_healthmon: GPU 3 has uncorrectable ECC errors (diagnose test)"
 # The job waits for the test to drain its node (a file appears), then fails as an NCCL job whose peer's GPU died.
 JOB = """\
@@ -37,33 +35,13 @@ exit 1
 """
 
 
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
-    pytest.skip(reason)
-
-
 def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
-    if os.environ.get("DIAGNOSE_SKIP_SLURM") == "1":
-        pytest.skip("DIAGNOSE_SKIP_SLURM=1")
-    if os.geteuid() != 0:
-        _unavailable("scripts/slurm-local.sh needs root")
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        _unavailable("no apt-get to install Slurm and Slurm is not installed")
-    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE="60")
-    for name in ("SBATCH_OUTPUT", "SBATCH_ERROR"):
-        env.pop(name, None)
-    up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-local.sh"), "up"], env=env, capture_output=True,
-                        text=True, timeout=900)
-    if up.returncode != 0:
-        _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
-    env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
-    return env
+    return local_slurm_env()
 
 
 def submit(env: dict[str, str], workdir: Path) -> tuple[str, Path]:

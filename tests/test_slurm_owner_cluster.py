@@ -16,20 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import local_slurm_env, slurm_unavailable
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
 EPILOG = REPO / "diagnose" / "fleet" / "epilog.sh"
-LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
 SECRET = "ValueError: root-only words 5e1c"
 OWN = "ValueError: the job's own words"
-
-
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
-    pytest.skip(reason)
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -38,24 +32,11 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 120) -> subproce
 
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
-    if os.environ.get("DIAGNOSE_SKIP_SLURM") == "1":
-        pytest.skip("DIAGNOSE_SKIP_SLURM=1")
-    if os.geteuid() != 0:
-        _unavailable("scripts/slurm-local.sh and sbatch --uid need root")
     try:
         pwd.getpwnam("nobody")
     except KeyError:
-        _unavailable("no user 'nobody' to run the job as")
-    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE="60")
-    up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-local.sh"), "up"], env=env, capture_output=True,
-                        text=True, timeout=900)
-    if up.returncode != 0:
-        _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
-    env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
-    env["PYTHONPATH"] = str(REPO)
-    for name in ("SBATCH_OUTPUT", "SBATCH_ERROR", "DIAGNOSE_SKIP_SLURM"):
-        env.pop(name, None)
-    return env
+        slurm_unavailable("no user 'nobody' to run the job as")
+    return local_slurm_env()  # root: sbatch --uid too
 
 
 @pytest.fixture
@@ -71,7 +52,7 @@ def _job_as_nobody(env: dict[str, str], work: Path, script: str) -> str:
     done = _run(["sbatch", "--parsable", "--uid=nobody", f"--gid={pwd.getpwnam('nobody').pw_gid}", "-D", str(work),
                  "-o", str(work / "job.out"), "--wrap", script], env)
     if done.returncode != 0:
-        _unavailable(f"sbatch --uid=nobody refused: {done.stderr.strip()[:200]}")
+        slurm_unavailable(f"sbatch --uid=nobody refused: {done.stderr.strip()[:200]}")
     job = done.stdout.strip().split(";")[0]
     end = time.monotonic() + 120
     while _run(["squeue", "-h", "-j", job], env).stdout.strip():
