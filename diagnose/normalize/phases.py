@@ -27,7 +27,6 @@ _WEAK_AFTER_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.mark
 # progress counters that do not say what the job was doing when printed (a collective's sequence number): they
 # show progress, are never the last marker, and the failure line's own counter counts too
 BACKGROUND_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.background)
-_BACKGROUND = BACKGROUND_PROGRESS
 _BACKGROUND_ON_LINE = tuple(
     (marker.spec.anchor, re.compile(marker.spec.regex or re.escape(marker.spec.anchor)))
     for marker in _PHASE_FILE.markers if marker.background
@@ -94,7 +93,7 @@ def phase_of(
         seen_progress = any(name in TRAINING_PROGRESS for _, name in events) or (
             line is not None and _counts_progress(line.text)
         )
-        events = [event for event in events if event[1] not in _BACKGROUND]
+        events = [event for event in events if event[1] not in BACKGROUND_PROGRESS]
         from_frames = phase_from_frames(frames or ())
         if from_frames == "training":
             return "training" if seen_progress else "first_iteration"
