@@ -132,8 +132,8 @@ def slow_scanner_hint(backend: str, total_bytes: int) -> str | None:
         chosen = "python" if not any(importlib.util.find_spec(m) for m in ("hyperscan", "re2")) else "fast"
     if chosen != "python":
         return None
-    return (f"read {total_bytes >> 20} MiB with the pure-Python scanner: pip install 'diagnose[fast]' (Hyperscan or "
-            "RE2) makes large logs several times faster")
+    return (f"read {total_bytes >> 20} MiB with the pure-Python scanner: pip install google-re2 numpy (the "
+            "checkout's [fast] extra: RE2; or Hyperscan where it has a wheel) makes large logs several times faster")
 
 
 def select_rules(rules: list, select: list[str], ignore: list[str]) -> list:

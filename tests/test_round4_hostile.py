@@ -127,6 +127,10 @@ def test_a_file_named_twice_is_read_once(tmp_path, capsys):
     (["analyze", "job.log", "--formta", "json"], "(did you mean --format?)"),
     (["analyze", "job.log", "--format", "JSON"], "(did you mean json?)"),
     (["rules", "shwo", "MB101"], "(did you mean show?)"),
+    # a word for a command that has another name here (qa-report-4 L7: "explain" was "did you mean replay?")
+    (["explain", "OOM102"], "(did you mean rules show CODE?)"),
+    (["rules", "explain", "OOM102"], "(did you mean show CODE?)"),
+    (["lint"], "(did you mean rules lint?)"),
 ])
 def test_a_misspelt_command_choice_or_option_gets_a_did_you_mean(argv, hint, capsys):
     assert main(argv) == 2

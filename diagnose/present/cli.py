@@ -45,8 +45,17 @@ class _Parser(argparse.ArgumentParser):
                 return ""
             word = m.group(1)
             choices = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        words = _COMMAND_ELSEWHERE.get(word.lower(), "").split()
+        at = next((i for i, w in enumerate(words) if w in choices), None)
+        if at is not None:  # at the top: "rules show CODE"; under ``rules``: "show CODE"
+            return f" (did you mean {' '.join(words[at:])}?)"
         close = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
         return f" (did you mean {close[0]}?)" if close and close[0] != word else ""
+
+
+# words a user types for a command that has another name here ("explain OOM102": a rule's doc is ``rules show``)
+_COMMAND_ELSEWHERE = {"explain": "rules show CODE", "describe": "rules show CODE", "doc": "rules show CODE",
+                      "lint": "rules lint", "diagnose": "analyze", "triage": "tui"}
 
 
 def _positive(text: str) -> int:
@@ -246,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="serve the diagnose tools to a coding agent (Model Context Protocol, stdio)",
                        description="Run an MCP server on stdin/stdout with the tools analyze, verify, check, replay "
-                       "and slurm, each returning the command's JSON. Read-only. Needs: pip install 'diagnose[agent]'.")
+                       "and slurm, each returning the command's JSON. Read-only. Needs: pip install mcp.")
     _common(p)
 
     _fleet_parser(sub)

@@ -45,8 +45,8 @@ def _import_server_class():
         try:
             from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[attr-defined,no-redef]  # mcp 1.x
         except ImportError as e:
-            raise DiagnoseError("'diagnose mcp' needs the MCP Python SDK: pip install 'diagnose[agent]' "
-                                "(or pip install mcp)") from e
+            raise DiagnoseError("'diagnose mcp' needs the MCP Python SDK: pip install mcp "
+                                "(the checkout's [agent] extra)") from e
     return MCPServer
 
 

@@ -1,6 +1,7 @@
 """``diagnose mcp``: serve the diagnose tools to a coding agent over the Model Context Protocol (stdio).
 
-Needs the ``mcp`` package (``pip install 'diagnose[agent]'``); without it: one line on stderr, exit 2.
+Needs the ``mcp`` package (``pip install mcp``, the checkout's ``[agent]`` extra); without it: one line on stderr,
+exit 2.
 The tools and their bounds: ``diagnose.present.mcp_server``.
 """
 
