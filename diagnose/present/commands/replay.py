@@ -32,16 +32,17 @@ def run(args: Any) -> int:
 
 
 def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
-    from rich.console import Console
     from rich.text import Text
 
     from diagnose.present.safe import inert, inert_block
+    from diagnose.present.text import make_console
 
     color = getattr(args, "color", "auto")
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
-        console = Console(file=fh, no_color=color == "never" or bool(out_path),
-                          force_terminal=True if color == "always" else None, highlight=False)
+        # the text report's console: a pipe or a file is never broken mid-phrase (qa-report-4 L11)
+        console = make_console(fh, "never" if out_path else color)
+        console.soft_wrap = True  # each line whole ("validated as: Megatron-Bridge ..." was broken mid-phrase)
         if result.rule:
             console.print(Text("root cause: ", style="bold") + Text(inert(result.rule)))
         head = Text("config: ", style="bold")
