@@ -239,6 +239,51 @@ def test_two_scans_at_once_store_each_job_once(tmp_path):
     con.close()
 
 
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """The lock a scan holds on a new store's file while it switches it to WAL (a write transaction)."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    return holder
+
+
+def test_a_new_store_waits_for_another_processs_lock_to_switch_to_wal(tmp_path, monkeypatch):
+    """SQLite fails `PRAGMA journal_mode = WAL` at once ("database is locked", busy_timeout not consulted) while
+    another connection holds the write lock it takes for the same switch: two scans creating one store at the same
+    moment failed that way (54 and 94 rounds of 300 in stress loops of two processes). The store retries until its
+    timeout; here the lock is let go at the store's first pause, so the store must have retried to open."""
+    import diagnose.fleet.store as store_module
+
+    path = tmp_path / "f.db"
+    holder = _hold_write_lock(path)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        if not pauses:
+            holder.execute("COMMIT")
+        pauses.append(seconds)
+
+    monkeypatch.setattr(store_module, "time", type("Clock", (), {"monotonic": time.monotonic, "sleep": pause}), raising=False)
+    try:
+        store = FleetStore(str(path), timeout_s=30)
+    finally:
+        holder.close()
+    assert pauses, "the store opened without meeting the lock"
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.count() == 0 and store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    store.close()
+
+
+def test_a_store_locked_past_its_timeout_is_one_error(tmp_path):
+    path = tmp_path / "f.db"
+    holder = _hold_write_lock(path)
+    try:
+        with pytest.raises(DiagnoseError, match=r"is not a usable fleet store: database is locked$"):
+            FleetStore(str(path), timeout_s=0.2)
+    finally:
+        holder.close()
+
+
 # ----------------------------------------------------------------------------------------------- report
 
 
@@ -270,10 +315,11 @@ def test_report_classes_trend_new_nodes_users_configs(tmp_path):
         for _ in range(10):  # healthy jobs everywhere
             records.append(_record(f"k:{i}", now - d * day - 60, None, f"n{i % 10}"))
             i += 1
-    for j in range(12):  # a bad node: 12 HW002 failures
-        records.append(_record(f"k:hw{j}", now - (j % 7) * day - 30, "HW002", "n7", user="bob", name="pretrain-70b"))
-    for j in range(6):  # a rising OOM class: all in the last days
-        records.append(_record(f"k:oom{j}", now - 3600 * (j + 1), "OOM102", f"n{j}", gpu_hours=2.5))
+    # a bad node: 12 HW002 failures
+    records.extend(_record(f"k:hw{j}", now - (j % 7) * day - 30, "HW002", "n7", user="bob", name="pretrain-70b")
+                   for j in range(12))
+    # a rising OOM class: all in the last days
+    records.extend(_record(f"k:oom{j}", now - 3600 * (j + 1), "OOM102", f"n{j}", gpu_hours=2.5) for j in range(6))
     records.append(_record("k:nc", now - 2 * day, "NC001", "n2"))
     with FleetStore(str(tmp_path / "f.db")) as store:
         store.add(records)

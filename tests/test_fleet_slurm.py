@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_logs"
 JOB = REPO / "tests" / "slurm_jobs" / "fleet_job.sh"
 EPILOG = REPO / "diagnose" / "fleet" / "epilog.sh"
-NAME = f"fleet-mix-{os.getpid()}"  # a cluster kept between runs (its queue restored) holds older arrays
+# The array's own name: every sacct scan below lists jobs by it, so only this run's jobs are counted. The cluster's
+# accounting keeps every earlier run's arrays, and a pid alone repeats (pid_max 32768 wraps within the hour here).
+NAME = f"fleet-mix-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 HOSTS = [f"gpu{i:02d}" for i in range(1, 9)]
 BAD = "gpu05"
 EPILOG_EVERY = 13  # the epilog is run (by hand) on tasks 0, 13, 26, ...: healthy and failed ones
@@ -117,6 +120,9 @@ def fleet(slurm_env, tmp_path_factory) -> dict:
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
     part = _run(["scontrol", "show", "partition", "debug", "-o"], slurm_env).stdout
     old = next((w.split("=", 1)[1] for w in part.split() if w.startswith("OverSubscribe=")), "NO")
+    nodes = _run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"], slurm_env).stdout.splitlines()
+    # the epilog verdicts read the nodes' Reasons: one left on by another test would be read into them
+    assert all(line.endswith("|none") for line in nodes), f"a node is out of service before the fleet runs: {nodes}"
     _run(["scontrol", "update", "PartitionName=debug", "OverSubscribe=FORCE:8"], slurm_env)
     try:
         done = _run(["sbatch", "--parsable", "-J", NAME, "-D", str(workdir), "-o", f"{workdir}/out/%x-%A_%a.out",
@@ -125,7 +131,7 @@ def fleet(slurm_env, tmp_path_factory) -> dict:
         array = done.stdout.strip().split(";")[0]
         _wait_gone(slurm_env, array)
     finally:
-        _run(["scontrol", "update", "PartitionName=debug", f"OverSubscribe={old.split(':')[0]}"], slurm_env)
+        _run(["scontrol", "update", "PartitionName=debug", f"OverSubscribe={old}"], slurm_env)  # as found
     for i, j in enumerate(jobs):
         if j["kind"] == "deleted":
             (workdir / "out" / f"{NAME}-{array}_{i}.out").unlink()

@@ -179,6 +179,8 @@ def test_real_cluster_failed_fields_and_job_view(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     script = tmp_path / "seff.sh"
     script.write_text(MEMORY_JOB.format(python=sys.executable, log=ROOT / "tests" / "slurm_jobs" / "ddp_wrap_oom.log"))
+    # the list from just before this job: one of minutes would hold (and diagnose) the earlier Slurm tests' jobs
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
     job = sbatch(env, "-D", str(tmp_path), str(script), cwd=tmp_path)
     wait_ended(env, job, limit=120)
     deadline = time.monotonic() + 30  # sacct's record (MaxRSS of the steps) lands a moment after the end
@@ -189,7 +191,7 @@ def test_real_cluster_failed_fields_and_job_view(tmp_path: Path) -> None:
             break
         time.sleep(1)
     env = {**env, "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
-    res = _run(env, "--failed", "--since", "10m", "--fields", "JobID,JobName,State,NNodes,GPUs,MaxRSS,RootCause",
+    res = _run(env, "--failed", "--since", since, "--fields", "JobID,JobName,State,NNodes,GPUs,MaxRSS,RootCause",
                "-p", "-n")
     assert res.returncode == 1, res.stderr
     row = next(line.split("|") for line in res.stdout.splitlines() if line.startswith(job + "|"))

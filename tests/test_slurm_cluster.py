@@ -9,9 +9,7 @@ The fixture starts the cluster when it is not up; without root or apt it skips, 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -19,43 +17,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import local_slurm_env
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "slurm_jobs"
-SCRIPT = REPO / "scripts" / "slurm-local.sh"
-LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
-MIN_JOB_AGE = "60"  # seconds slurmctld keeps a finished job; short so the sacct route can be tested
 
 
 # ------------------------------------------------------------------------------------------ fixtures
 
 
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"the local Slurm cluster is required in CI: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def slurm_env() -> dict[str, str]:
-    """The environment for Slurm commands (SLURM_CONF), after starting the cluster if it is not up."""
-    if os.geteuid() != 0:
-        _unavailable("scripts/slurm-local.sh needs root")
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        _unavailable("no apt-get to install Slurm and Slurm is not installed")
-    env = dict(os.environ, SLURM_LOCAL_MIN_JOB_AGE=MIN_JOB_AGE)
-    env.pop("SBATCH_OUTPUT", None)
-    env.pop("SBATCH_ERROR", None)
-    LOCAL_DIR.mkdir(parents=True, exist_ok=True)
-    # `up` is idempotent and serialised by the script's own lock. The cluster is left running afterwards: other
-    # test sessions may be using it; .ci/run (or the user) stops it with `slurm-local.sh down`.
-    up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=900)
-    if up.returncode != 0:
-        _unavailable(f"slurm-local.sh up failed: {up.stderr.strip().splitlines()[-1:]}")
-    env["SLURM_CONF"] = str(LOCAL_DIR / "etc" / "slurm.conf")
-    return env
+    """The environment for Slurm commands (SLURM_CONF), after starting the cluster if it is not up. These tests run
+    even with DIAGNOSE_SKIP_SLURM=1, as they always have (conftest's other users skip)."""
+    return local_slurm_env(honour_skip=False)
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +99,14 @@ def diagnose(env: dict[str, str], *args: str) -> tuple[int, dict, str]:
 
 
 @pytest.fixture(scope="session")
-def jobs(slurm_env, workdir) -> dict[str, str]:
+def jobs_start(slurm_env) -> str:
+    """A moment before the jobs below were submitted: the start of a window of sacct's that holds them and not the
+    earlier tests' jobs (the fleet test's 80 failed ones, say)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
+
+
+@pytest.fixture(scope="session")
+def jobs(slurm_env, workdir, jobs_start) -> dict[str, str]:
     """Submit every short job at once, wait for them, and diagnose each at once (while scontrol knows them)."""
     log = str(JOBS / "ddp_wrap_oom.log")
     ids = {
@@ -395,14 +379,16 @@ def test_sacct_route_srun_label(sacct_reports, jobs):
 # ---------------------------------------------------------------------------------- --failed, --follow
 
 
-def test_failed_list(slurm_env, jobs, scontrol_reports):
+def test_failed_list(slurm_env, jobs, jobs_start, scontrol_reports):
+    """The list since this file's jobs were submitted: it diagnoses at most 50 jobs, newest first, and a window of
+    minutes would hold (and spend its time on) the jobs of the Slurm tests run before."""
     done = subprocess.run(
-        [sys.executable, "-m", "diagnose", "slurm", "--failed", "--since", "20m", "--format", "json"],
+        [sys.executable, "-m", "diagnose", "slurm", "--failed", "--since", jobs_start, "--format", "json"],
         env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 1, done.stderr
     listed = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
-    assert "FAILED exit 1" == listed[jobs["script_output"]]["state"]
+    assert listed[jobs["script_output"]]["state"] == "FAILED exit 1"
     assert re.search(r"out of memory|\boom", listed[jobs["script_output"]]["diagnosis"], re.IGNORECASE)
     assert listed[jobs["srun_label"]]["state"].startswith("COMPLETED (a step exited 1")
     assert f"{jobs['array']}_1" in listed and f"{jobs['array']}_0" not in listed

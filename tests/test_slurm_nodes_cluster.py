@@ -2,8 +2,11 @@
 
 A job prints an NCCL watchdog timeout and exits 1; while it runs, the test drains its node the way NHC does
 (``scontrol update nodename=N state=drain reason="NHC: ..."``); `diagnose slurm JOBID --format json` must then name
-the node as the root cause, with the log's timeout and Slurm's FAILED as its consequences. The node is resumed in a
-``finally`` so the other Slurm tests keep a working cluster. A job on a healthy node gets no node finding.
+the node as the root cause, with the log's timeout and Slurm's FAILED as its consequences. A job on a healthy node
+gets no node finding. The node is left as the test found it: the ``drain`` fixture resumes every node it drained in
+its finalizer, whether the test passed or failed, and checks that the node is back in service with no Reason (the
+other Slurm tests' jobs run on that node, and a Reason left on it is read into their verdicts: the fleet epilog's,
+the owner test's).
 Skipped without root or Slurm (failed in CI, as test_slurm_cluster.py does), and with DIAGNOSE_SKIP_SLURM=1.
 """
 
@@ -42,6 +45,43 @@ def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
     return local_slurm_env()
+
+
+def node_state(env: dict[str, str], node: str) -> tuple[str, str]:
+    """(State, Reason) of the node as ``scontrol show node -o`` says them; Reason is '' when it has none."""
+    shown = run(env, "scontrol", "show", "node", "-o", node).stdout
+    state = next((w.split("=", 1)[1] for w in shown.split() if w.startswith("State=")), "")
+    reason = shown.split(" Reason=", 1)[1].strip() if " Reason=" in shown else ""  # the line's last field
+    return state, reason
+
+
+def out_of_service(state: str) -> bool:
+    return any(flag in state.split("+") for flag in ("DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"))
+
+
+@pytest.fixture
+def drain(slurm_env):
+    """``drain(node)`` drains the node the way a health check does; after the test, passed or failed, every node it
+    drained is resumed and must be back in service with no Reason, as the test found it."""
+    drained: list[str] = []
+
+    def drain_node(node: str) -> None:
+        state, reason = node_state(slurm_env, node)
+        assert not out_of_service(state) and not reason, f"node {node} was {state} ({reason}) before the test"
+        drained.append(node)  # before the command: a drain that half-happened is undone too
+        done = run(slurm_env, "scontrol", "update", f"nodename={node}", "state=drain", f"reason={REASON}")
+        assert done.returncode == 0, done.stderr
+
+    yield drain_node
+    for node in drained:
+        resumed = run(slurm_env, "scontrol", "update", f"nodename={node}", "state=resume")
+        end = time.monotonic() + 30
+        while True:
+            state, reason = node_state(slurm_env, node)
+            if not out_of_service(state) and not reason:
+                break
+            assert time.monotonic() < end, f"node {node} is {state} ({reason}) after resume: {resumed.stderr}"
+            time.sleep(0.2)
 
 
 def submit(env: dict[str, str], workdir: Path) -> tuple[str, Path]:
@@ -84,22 +124,20 @@ def node_findings(report: dict) -> list[dict]:
     return [f for f in report["findings"] if any(e["path"].startswith("scontrol-node:") for e in f["evidence"])]
 
 
-def test_node_drained_by_a_health_check_during_the_job_is_the_root_cause(slurm_env, tmp_path):
+def test_node_drained_by_a_health_check_during_the_job_is_the_root_cause(slurm_env, drain, tmp_path):
     tmp_path.chmod(0o755)
     job, go = submit(slurm_env, tmp_path)
     wait_state(slurm_env, job, ("RUNNING",))
     node = node_of(slurm_env, job)
     assert node
     try:
-        drained = run(slurm_env, "scontrol", "update", f"nodename={node}", "state=drain", f"reason={REASON}")
-        assert drained.returncode == 0, drained.stderr
+        drain(node)  # resumed by the fixture after the test, whatever happens here
         go.touch()
         wait_ended(slurm_env, job)
         with ThreadPoolExecutor(max_workers=2) as pool:  # both while the node is still drained
             as_json, as_text = pool.map(lambda fmt: diagnose(slurm_env, job, fmt), ("json", "text"))
     finally:
-        go.touch()
-        run(slurm_env, "scontrol", "update", f"nodename={node}", "state=resume")
+        go.touch()  # the job ends even when the drain failed
     assert as_json.returncode == 1, as_json.stderr
     report = json.loads(as_json.stdout)
     root = report["findings"][report["root_cause"]]

@@ -56,9 +56,10 @@ async def test_job_list_then_diagnosis(slurm_conf: str, tmp_path_factory: pytest
     workdir.chmod(0o755)
     log = workdir / "job.log"
     log.write_bytes(source.read_bytes())
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))  # this job's, not the earlier tests'
     job = submit_failing_job(workdir, log)
 
-    app = DiagnoseApp([], slurm=("1h", None))
+    app = DiagnoseApp([], slurm=(since, None))
     async with app.run_test(size=(140, 45)) as pilot:
         jobs = app.screen
         assert isinstance(jobs, JobsScreen)

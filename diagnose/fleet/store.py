@@ -5,6 +5,8 @@ Why it is safe to kill and to share:
 
 - WAL journal, ``busy_timeout`` 60 s, and every write in a ``BEGIN IMMEDIATE`` transaction: two scans (or a scan and
   a merge, or an epilog) on one store take turns per batch instead of failing or corrupting it; readers never block.
+  Switching a new file to WAL is retried up to the same timeout: SQLite answers "database is locked" at once there,
+  without waiting, while another process is switching it too (two scans creating one store at the same moment).
 - A job's key is ``slurm:<cluster>:<job id>`` or ``sha256:<content hash>``; rows are written with ``INSERT OR
   IGNORE``, so a job seen twice (a rerun, two scans racing, the same shard merged twice) is stored once.
 - A batch of jobs and the ``seen_files`` marks that let the next scan skip them are committed together: ``kill -9``
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
@@ -25,6 +28,7 @@ from dataclasses import astuple, dataclass, field, fields
 from diagnose.model import DiagnoseError
 
 SCHEMA_VERSION = 1
+_SQLITE_BUSY = 5  # sqlite3.h's SQLITE_BUSY, the primary code of "database is locked"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -138,11 +142,11 @@ class FleetStore:
             target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro" if readonly else path
             self.db = sqlite3.connect(target, uri=readonly, timeout=timeout_s, isolation_level=None)
             self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._setup(readonly)
+            self._setup(readonly, timeout_s)
         except sqlite3.DatabaseError as e:
             raise DiagnoseError(f"{path} is not a usable fleet store: {e}") from None
 
-    def _setup(self, readonly: bool) -> None:
+    def _setup(self, readonly: bool, timeout_s: float) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise DiagnoseError(
@@ -152,7 +156,7 @@ class FleetStore:
             if version != SCHEMA_VERSION:
                 raise DiagnoseError(f"{self.path} is not a fleet store (schema version {version})")
             return
-        if self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+        if self._journal_mode_wal(timeout_s).lower() != "wal":
             raise DiagnoseError(f"{self.path}: SQLite refused WAL mode (a network file system?)")
         self.db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a commit survives a killed process
         if version == 0:
@@ -165,6 +169,21 @@ class FleetStore:
                         if statement.strip():
                             self.db.execute(statement)
                     self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _journal_mode_wal(self, timeout_s: float) -> str:
+        """``PRAGMA journal_mode = WAL``, retried while another connection's lock makes it fail. Two processes
+        creating one store both switch the new file: the one that finds the other holding the write lock gets
+        "database is locked" at once (waiting could deadlock, so SQLite does not consult busy_timeout there)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return str(self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as e:
+                code = getattr(e, "sqlite_errorcode", None)
+                busy = (code & 0xFF) == _SQLITE_BUSY if isinstance(code, int) else "locked" in str(e)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
 
     def close(self) -> None:
         self.db.close()
