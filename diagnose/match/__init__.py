@@ -16,7 +16,7 @@ from diagnose.model import Block, CaptureSpec, Report
 __all__ = ["MatchResult", "TextSource", "all_captures", "load_catalogue", "match_text", "scan_and_match"]
 
 _CAPTURE_MODULES = ("diagnose.normalize.phases", "diagnose.explain.config", "diagnose.explain.verify.facts",
-                    "diagnose.match.topology")
+                    "diagnose.match.topology", "diagnose.normalize.loss_series")
 
 
 @dataclass
@@ -58,6 +58,7 @@ def scan_and_match(
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
+    from diagnose.match.flat_loss import flat_loss
     from diagnose.match.one_host import node_confined_origin
     from diagnose.match.ranking import rank
     from diagnose.match.silent_ranks import mark_silent_ranks
@@ -74,6 +75,7 @@ def scan_and_match(
     mark_collective_skew(findings, root)  # desynced and straggling ranks
     pcie_p2p_hang(findings, root, blocks)  # an early hang over PCIe peer-to-peer only: the link
     node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
+    root = flat_loss(findings, root, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     return MatchResult(report, blocks)
 

@@ -248,8 +248,13 @@ def _rule_references(catalogue: Catalogue) -> list[LintProblem]:
             if target is None or target.input != "log":
                 what = f"during_training {r.during_training!r} is not a log rule"
                 out.append(LintProblem("error", r.source, r.code, what))
-        if r.input == "slurm_node" and not is_builtin(r):
-            out.append(LintProblem("error", r.source, r.code, "slurm_node rules are built in; users' never run"))
+        for code in r.explains:
+            target = by_code.get(code)
+            if target is None or target.input != "loss_series":
+                out.append(LintProblem("error", r.source, r.code, f"explains {code!r}: not a loss_series rule"))
+        if r.input in ("slurm_node", "loss_series") and not is_builtin(r):
+            out.append(LintProblem("error", r.source, r.code, f"{r.input} rules are built in; users' never run"))
+            continue
         if r.input == "slurm_job":
             if not is_builtin(r):
                 out.append(LintProblem("error", r.source, r.code, "slurm_job rules are built in; users' never run"))

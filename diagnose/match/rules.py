@@ -11,7 +11,9 @@ line). ``[[infer]]`` tables teach how a generic finding's category is read from 
 
 Most rules read log lines (``input = "log"``, with patterns). ``input = "slurm_job"`` rules have no patterns: they
 name the ``slurm_outcome`` of a job's Slurm record (state, exit, requeues) that ``diagnose.ingest.slurm.findings``
-turns into a finding, and their examples are ``scontrol show job`` records.
+turns into a finding, and their examples are ``scontrol show job`` records. ``input = "loss_series"`` rules have no
+patterns either: they name what the log's own loss series shows (``match/flat_loss.py``: a loss that did not move
+while the steps advanced), and their examples are logs.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from diagnose.model import (
 from diagnose.toml_data import need, one_of, optional, parse, read_text, str_list
 
 CODE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-INPUTS = ("log", "slurm_job", "slurm_node")
+INPUTS = ("log", "slurm_job", "slurm_node", "loss_series")
 # What Slurm's record of a job can say, as ingest/slurm/findings.py decides it; one slurm_job rule per outcome.
 SLURM_OUTCOMES = (
     "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "FAILED", "SIGNALED", "STEP_FAILED",
@@ -137,6 +139,10 @@ class Rule:
     completes: bool = False  # the line says the program finished its work: catch-alls printed before it ended nothing
     reports: str = "failure"  # what the finding reports for the ranking, beyond its category (one of REPORTS)
     fault_on: str = ""  # where the failure it reports is (one of FAULT_ON; "" not told), for match/one_host.py
+    # codes of loss_series rules whose finding this (context) line explains: the finding takes this rule's category,
+    # explanation and fix (accelerate's warning that the optimizer was made before FSDP wrapped the model explains
+    # a loss that never moved); the line alone fails nothing
+    explains: tuple[str, ...] = ()
 
     def fault_on_of(self, pattern: int) -> str:
         """Where the failure that the rule's ``pattern`` (1-based) matched is: the pattern's word, else the rule's."""
@@ -404,6 +410,8 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
             raise ValueError(f"slurm_outcome {outcome!r} is not one of {', '.join(SLURM_OUTCOMES)}")
         if raw.get("patterns"):
             raise ValueError("a slurm_job rule reads Slurm's record, not log lines: no patterns")
+    elif kind == "loss_series" and raw.get("patterns"):
+        raise ValueError("a loss_series rule reads the log's loss series, not a line: no patterns")
     elif outcome:
         raise ValueError("slurm_outcome is only for input = \"slurm_job\"")
     node_states, node_reasons = _node_conditions(raw, kind, check_regex)
@@ -418,6 +426,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
     reports = one_of(raw, "reports", "failure", REPORTS)
     fault_on = _fault_on(raw, "fault_on")
+    explains = str_list(raw, "explains")
+    if explains and (role != "context" or kind != "log"):
+        raise ValueError("'explains' is only for a log rule with role \"context\"")
 
     patterns: list[Pattern] = []
     for p in raw.get("patterns", []) if kind != "log" else need(raw, "patterns", list):
@@ -522,6 +533,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         completes=completes,
         reports=reports,
         fault_on=fault_on,
+        explains=tuple(explains),
     )
 
 

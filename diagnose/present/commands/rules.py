@@ -178,8 +178,15 @@ def render_show(rule: Rule) -> list[Any]:
         states = ", ".join(rule.node_states_any) or "any out-of-service state (DOWN, DRAIN, FAIL, ...)"
         out.append(Text(f"  the State and Reason of the job's nodes (scontrol show node): state {inert(states)}"))
         out.extend(Text(f"  reason   {inert(r)}", style="dim") for r in rule.node_reason_any)
+    elif rule.input == "loss_series":
+        out.append(Text("\nReads", style="bold underline"))
+        out.append(Text("  the loss series the log prints (train and eval losses by step); made only when nothing else"
+                        " is the root cause"))
     else:
         out.append(Text("\nPatterns", style="bold underline"))
+    if rule.explains:
+        out.append(Text(f"explains {inert(', '.join(rule.explains))}: when that finding is made, this line is its"
+                        " cause (its category, explanation and fix)", style="dim"))
     for i, p in enumerate(rule.patterns, 1):
         out.append(Text(f"  {i}. anchor {inert(repr(p.anchor))}"))
         out.append(Text(f"     regex  {inert(p.regex)}", style="dim"))

@@ -1,0 +1,160 @@
+"""A job that ran to the end and learned nothing: its loss did not move while its steps advanced.
+
+How a person reads it: the log has no error, the trainer printed its loss step after step and epoch after epoch,
+and the numbers do not change beyond noise (11.847, 11.852, 11.847, ... over three epochs), or every evaluation
+prints the same loss to the last digit. Training that learns moves the loss; noise alone stays within a hair of the
+same level. The optimizer is not updating the weights the forward pass uses (it holds other tensors than the model
+does: created before FSDP flattened the parameters; frozen or detached parameters; a learning rate of 0), and the
+run's exit status says nothing about it.
+
+Two readings, either fires (thresholds from dev's clean logs, none of which fires, and its flat-loss failures):
+
+* the train loss: at least ``MIN_TRAIN_POINTS`` distinct logged lines, the range of the values at most
+  ``MAX_TRAIN_RANGE`` of their level (median), the level at least ``MIN_LEVEL`` (a loss near 0 has no relative noise
+  and a reinforcement-learning objective legitimately sits at 0), with noise in it (``MIN_DISTINCT`` values: a loss
+  printed identically at every step is a template or a cached number, and then the file's losses say nothing);
+* the eval loss: at least ``MIN_EVAL_POINTS`` distinct evaluation lines printing the same value, printed to at least
+  ``MIN_EVAL_DIGITS`` significant digits (a coarse print can repeat by rounding), and no train series that falls.
+
+The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
+the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
+says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
+prepared for FSDP) gives the finding its category, explanation and fix: the warning alone is only a recommendation
+and fails nothing, the flat loss alone is numerics with a low confidence.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+from diagnose.inert import inert, shorten
+from diagnose.match.rules import Catalogue, Rule
+from diagnose.model import Block, Evidence, Finding
+from diagnose.normalize import collapse_carriage_returns
+from diagnose.normalize.loss_series import LossSeries, series_of
+
+FLAT_RULE = "NU020"
+MIN_TRAIN_POINTS = 10
+MAX_TRAIN_RANGE = 0.005  # (max - min) / median of the train loss; dev's clean logs: 0.038 and up
+MIN_DISTINCT = 3  # a train loss printed identically at every step is no measurement (a template, a cached value)
+MIN_LEVEL = 0.05
+MIN_EVAL_POINTS = 3
+MIN_EVAL_DIGITS = 4
+FALLING = 0.05  # a train series whose last value is this much (relative) below its first fell: it learned
+EVIDENCE_POINTS = 3
+
+
+def _digits(printed: str) -> int:
+    """Significant digits of a printed number ("11.8421" -> 6, "0.0213" -> 3, "2.404998E+00" -> 7)."""
+    mantissa = printed.lstrip("+-").split("e")[0].split("E")[0]
+    return len(mantissa.replace(".", "").lstrip("0"))
+
+
+def train_flat(s: LossSeries) -> bool:
+    """Did this train series stay within noise of one level over many logged steps?"""
+    values = s.values
+    if len(values) < MIN_TRAIN_POINTS:
+        return False
+    level = statistics.median(values)
+    if level < MIN_LEVEL or len(set(values)) < MIN_DISTINCT:
+        return False
+    return (max(values) - min(values)) / level <= MAX_TRAIN_RANGE
+
+
+def eval_flat(s: LossSeries) -> bool:
+    """Did every evaluation print the same loss, precisely enough that rounding cannot explain it?"""
+    points = s.points
+    if len(points) < MIN_EVAL_POINTS or points[0].value < MIN_LEVEL:
+        return False
+    return len({p.value for p in points}) == 1 and min(_digits(p.text) for p in points) >= MIN_EVAL_DIGITS
+
+
+def _fell(s: LossSeries) -> bool:
+    values = s.values
+    return len(values) >= 2 and values[0] > 0 and (values[0] - values[-1]) / values[0] >= FALLING
+
+
+def _constant(s: LossSeries) -> bool:
+    """Many logged steps, one value to the last printed digit: not a measured loss (batches differ, so does their
+    loss, even when nothing learns) but a template or a cached number; the file's losses say nothing then."""
+    return len(s.points) >= MIN_TRAIN_POINTS and len(set(s.values)) == 1
+
+
+def flat_series(series: list[LossSeries]) -> list[LossSeries]:
+    """The series that show a run that did not learn, train first; [] when any train series of the same file fell."""
+    by_path: dict[str, list[LossSeries]] = {}
+    for s in series:
+        by_path.setdefault(s.path, []).append(s)
+    for group in by_path.values():
+        train = [s for s in group if s.kind == "train"]
+        if any(_fell(s) or _constant(s) for s in train):
+            continue
+        flat = [s for s in train if train_flat(s)] + [s for s in group if s.kind == "eval" and eval_flat(s)]
+        if flat:
+            return flat
+    return []
+
+
+def _summary(s: LossSeries) -> str:
+    values = s.values
+    if s.kind == "eval":
+        return f"{len(values)} evaluations all printed eval loss {s.points[0].text}"
+    return (f"{len(values)} logged train losses stayed between {min(values):g} and {max(values):g} "
+            f"(range {100 * (max(values) - min(values)) / statistics.median(values):.2f} % of the level)")
+
+
+def _evidence(s: LossSeries) -> list[Evidence]:
+    pts = s.points
+    chosen = [pts[0], pts[len(pts) // 2], pts[-1]][:EVIDENCE_POINTS] if len(pts) >= 3 else pts
+    return [Evidence(p.line.path, p.line.lineno, shorten(inert(collapse_carriage_returns(p.line.raw)), 500))
+            for p in chosen]
+
+
+def _explainer(findings: list[Finding], catalogue: Catalogue) -> tuple[Finding, Rule] | None:
+    """The first context finding whose rule says it explains a flat loss."""
+    for f in findings:
+        rule = catalogue.by_code(f.rule)
+        if rule is not None and FLAT_RULE in rule.explains:
+            return f, rule
+    return None
+
+
+def flat_loss(findings: list[Finding], root_index: int | None, blocks: dict[str, list[Block]],
+              catalogue: Catalogue) -> int | None:
+    """Add the flat-loss finding as the root cause when nothing else is one; returns the (new) root index."""
+    if root_index is not None:
+        return root_index
+    rule = catalogue.by_code(FLAT_RULE)
+    if rule is None or rule.input != "loss_series":
+        return root_index
+    flat = flat_series(series_of(blocks))
+    if not flat:
+        return root_index
+    lead = flat[0]
+    finding = Finding(
+        rule=rule.code, name=rule.slug, title=rule.title, category=rule.category, phase="training",
+        severity="error", role="root", confidence=rule.confidence, count=len(lead.points),
+        first_line=lead.points[0].line.lineno, evidence=_evidence(lead), explanation=rule.explanation,
+        fix=copy.deepcopy(rule.fix),
+        facts={"series": lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
+               "loss_max": max(lead.values)},
+    )
+    finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s) for s in flat) + "."
+    explained = _explainer(findings, catalogue)
+    if explained is not None:
+        why, why_rule = explained
+        finding.category = why_rule.category
+        finding.confidence = why_rule.confidence
+        finding.title = f"{rule.title}: {why_rule.title}"
+        finding.explanation = f"{why_rule.explanation}\n\n{finding.explanation}"
+        finding.fix = copy.deepcopy(why_rule.fix)
+        finding.basis = "inferred"
+        finding.basis_detail = f"{why_rule.code}: {why_rule.title} ({why.evidence[0].text if why.evidence else ''})"
+        finding.evidence = list(why.evidence[:1]) + finding.evidence
+        finding.facts["explained_by"] = why_rule.code
+    for f in findings:  # the root is put first (ranking's order): indices of cascades move by one
+        if f.cause_of is not None:
+            f.cause_of += 1
+    findings.insert(0, finding)
+    return 0

@@ -1,0 +1,108 @@
+"""The loss series a log prints as training goes: the training loss of each logged step, the loss of each evaluation.
+
+Trainers print their loss in many shapes (Megatron's ``lm loss: 2.40E+00 |``, torchtitan's ``loss:  2.31``, the
+Hugging Face Trainer's ``{'loss': 1.87, ...}`` and ``{'eval_loss': 1.2, ...}``, Lightning's ``loss=0.5``, a custom
+loop's ``train loss 11.8473`` or ``| eval loss 11.8421 |``). Only the loss itself is read, by its usual names
+(``loss``, ``lm loss``, ``train loss``, ``train_loss``, ``train/loss``; ``eval loss``, ``eval_loss``, ``val_loss``,
+``validation loss``, Megatron's validation ``lm loss value``): a component (``pg_loss``, ``aux_loss``, ``z_loss``,
+``actor/loss``) or a setting (``loss_scale``, ``loss scale: 1.0``) is not the training objective and may rightly stay
+constant.
+
+``CAPTURES`` asks the scanner for the loss lines: the earliest ``SERIES_LINES`` of them, and the last one (the end of
+a long run, where a loss that fell late shows it fell). ``series_of`` turns the captured lines into one series per
+input file and kind (train, eval), each point a distinct line: a line repeated by every rank is one point.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from diagnose.model import Block, CaptureSpec, LogLine
+
+SERIES_LINES = 256  # the earliest loss lines kept (across ranks: repeated lines are one point)
+CAPTURE_PREFIX = "loss_series."
+
+_NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
+# the loss's own names; longest first so that "lm loss value" is not read as "lm loss"
+_EVAL_NAMES = r"lm loss value|validation loss|valid(?:ation)?_loss|eval(?:uation)?[ _/]loss|val[ _/]loss"
+_TRAIN_NAMES = r"train(?:ing)?[ _/]loss|lm loss|loss"
+# the name starts the line or follows a separator (not a letter, "_" or "/": pg_loss, actor/loss are components),
+# ends at a word boundary (loss_scale is a setting), then an optional quote and ":" or "=", then the number
+_LOSS = re.compile(
+    rf"""(?:^|(?<=[\s'"{{(\[,;|]))(?P<name>{_EVAL_NAMES}|{_TRAIN_NAMES})['"]?(?![\w/])\s*[:=]?\s*(?P<value>{_NUMBER})"""
+    rf"""(?![\w.])""",
+    re.IGNORECASE,
+)
+_EVAL = re.compile(rf"^(?:{_EVAL_NAMES})$", re.IGNORECASE)
+# Megatron's validation line names the loss "lm loss value" after "validation loss at iteration N |": the train-loss
+# name inside it is the eval's
+_VALIDATION_LINE = re.compile(r"validation loss at", re.IGNORECASE)
+
+_REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|])(?:{_EVAL_NAMES}|{_TRAIN_NAMES})['"]?\s*[:=]?\s*{_NUMBER}"""
+
+CAPTURES: list[CaptureSpec] = [
+    spec
+    for anchor in ("loss", "Loss", "LOSS")
+    for spec in (
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.all", anchor, regex=_REGEX, keep="all", max_blocks=SERIES_LINES),
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.last", anchor, regex=_REGEX, keep="last"),
+    )
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LossPoint:
+    value: float
+    text: str  # the value as printed (its digits say how precisely it was printed)
+    line: LogLine
+
+
+@dataclass(slots=True)
+class LossSeries:
+    path: str
+    kind: str  # "train" or "eval"
+    points: list[LossPoint] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        return [p.value for p in self.points]
+
+
+def losses_of(text: str) -> list[tuple[str, float, str]]:
+    """``(kind, value, value as printed)`` of each loss on a line, kind "train" or "eval"."""
+    out = []
+    validation = _VALIDATION_LINE.search(text) is not None
+    for m in _LOSS.finditer(text):
+        name = m.group("name")
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if value != value or value in (float("inf"), float("-inf")):
+            continue
+        kind = "eval" if validation or _EVAL.match(name) else "train"
+        out.append((kind, value, m.group("value")))
+    return out
+
+
+def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
+    """One series per (input file, kind), in line order; each distinct line is one point (a line that every rank
+    printed the same is counted once)."""
+    lines: dict[tuple[str, int], LogLine] = {}
+    for name, got in blocks.items():
+        if not name.startswith(CAPTURE_PREFIX):
+            continue
+        for block in got:
+            for line in block.lines[:1]:
+                lines.setdefault((line.path, line.lineno), line)
+    series: dict[tuple[str, str], LossSeries] = {}
+    seen: set[tuple[str, str]] = set()
+    for (path, _lineno), line in sorted(lines.items()):
+        if (path, line.text) in seen:
+            continue
+        seen.add((path, line.text))
+        for kind, value, printed in losses_of(line.text):
+            s = series.setdefault((path, kind), LossSeries(path, kind))
+            s.points.append(LossPoint(value, printed, line))
+    return list(series.values())

@@ -1,0 +1,176 @@
+"""A job that ran to the end with a loss that never moved is a failure (NU020), not a clean run.
+
+Synthetic logs in the shapes trainers print (a custom loop's ``train loss 7.21 | lr``, the Hugging Face Trainer's
+``{'loss': ..}`` dicts, Megatron's iteration line); every value invented. Each test changes one property of the
+series (how many points, how much it moves, where it falls) and checks that the reading follows it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from diagnose.match import match_text
+from diagnose.match.flat_loss import MAX_TRAIN_RANGE, flat_series
+from diagnose.match.rules import parse_rule
+from diagnose.normalize.loss_series import losses_of
+
+WARNING = ("/opt/conda/lib/python3.10/site-packages/accelerate/accelerator.py:1279: UserWarning: FSDP Warning: When "
+           "using FSDP, it is efficient and recommended to call prepare for the model before creating the optimizer")
+NOISE = [0.0011, -0.0007, 0.0014, -0.0012, 0.0003, -0.0009, 0.0012, -0.0004, 0.0008, -0.0013, 0.0005, -0.0002]
+
+
+def _loop(values: list[float], evals: list[float] | None = None, every: int = 4) -> list[str]:
+    """A custom loop's lines: ``values`` as logged train losses, an eval line after every ``every`` of them."""
+    lines, evals = [], list(evals or [])
+    lr = 5e-5
+    for i, v in enumerate(values):
+        lr *= 0.97
+        lines.append(f"Epoch {i // every} | step {100 * (i % every + 1)} | train loss {v:.4f} | lr {lr:.2e}")
+        if (i + 1) % every == 0 and evals:
+            lines.append(f"Epoch {i // every} | eval loss {evals.pop(0):.4f} | rouge1 0.0213")
+    return lines + ["Saving model to ./out ...", "Training Finished"]
+
+
+def _report(lines: list[str]):
+    from diagnose.match.rules import load_catalogue
+
+    return match_text("\n".join(lines) + "\n", load_catalogue())
+
+
+def _root(lines: list[str]):
+    report = _report(lines)
+    return None if report.root_cause is None else report.findings[report.root_cause]
+
+
+def test_flat_train_loss_is_a_numerics_failure():
+    f = _root(_loop([7.2118 + NOISE[i % len(NOISE)] for i in range(12)]))
+    assert f is not None and f.rule == "NU020"
+    assert f.category == "numerics" and f.phase == "training" and f.severity == "error"
+    assert f.confidence <= 0.5
+    assert f.evidence and "train loss" in f.evidence[0].text
+
+
+def test_identical_eval_losses_alone_fire():
+    # few train points (not enough for the train reading) but three evaluations to the last digit
+    f = _root(_loop([7.21, 7.25, 7.18, 7.3, 7.22, 7.19], evals=[7.2043, 7.2043, 7.2043], every=2))
+    assert f is not None and f.rule == "NU020" and f.facts["series"] == "eval"
+
+
+def test_decreasing_series_does_not_fire():
+    assert _root(_loop([7.2 * 0.93 ** i for i in range(15)], evals=[6.1, 5.2, 4.4])) is None
+
+
+def test_noisy_but_decreasing_series_does_not_fire():
+    values = [3.0 - 0.05 * i + (0.2 if i % 2 else -0.2) for i in range(20)]
+    assert _root(_loop(values)) is None
+
+
+def test_noisy_series_around_one_level_beyond_noise_threshold_does_not_fire():
+    # a converged fine-tune: flat on average, but batch noise of a few percent, as dev's clean runs show
+    assert _root(_loop([1.20 + (0.03 if i % 3 else -0.02) for i in range(30)])) is None
+
+
+def test_warm_up_plateau_then_fall_does_not_fire():
+    plateau = [9.8012 + NOISE[i % len(NOISE)] for i in range(14)]
+    assert _root(_loop(plateau + [9.1, 8.2, 7.0, 6.1])) is None
+
+
+def test_plateau_followed_by_a_late_fall_past_the_captured_lines_does_not_fire():
+    # more loss lines than the scanner keeps from the start: the last line, kept apart, shows the fall
+    plateau = [9.8012 + NOISE[i % len(NOISE)] for i in range(300)]
+    assert _root(_loop(plateau + [8.0])) is None
+
+
+def test_short_run_does_not_fire():
+    assert _root(_loop([7.2118 + NOISE[i] for i in range(5)], evals=[7.2043], every=5)) is None
+
+
+def test_two_identical_evals_are_not_enough():
+    assert _root(_loop([7.21, 7.25, 7.18, 7.3], evals=[7.2043, 7.2043], every=2)) is None
+
+
+def test_identical_evals_printed_coarsely_do_not_fire():
+    lines = [f"epoch {i} | eval loss 2.3 | acc 0.{i}1" for i in range(4)]
+    assert _root(lines) is None
+
+
+def test_templated_constant_series_says_nothing():
+    # every logged step prints the same number to the last digit: a template, not a measured loss
+    lines = [f" iteration {10 * i:8d}/     100 | consumed samples: {10240 * i:12d} | learning rate: 1.500000E-04 | "
+             "global batch size:  1024 | lm loss: 2.404998E+00 | loss scale: 1.0 | grad norm: 1.234 | "
+             "number of skipped iterations:   0 | number of nan iterations:   0 |" for i in range(1, 11)]
+    assert _root(lines) is None
+
+
+def test_loss_near_zero_does_not_fire():
+    # a policy-gradient objective sits near 0 whatever happens: no relative noise to compare with
+    assert _root([f"step:{i} - actor/pg_loss:0.000 - loss: 0.00{i % 3} - lr 1e-06" for i in range(20)]) is None
+
+
+def test_rank_repeats_are_one_point():
+    # eight ranks printing the same two steps are two points, not sixteen
+    lines = [f"[rank{r}]: step {s} | train loss {2.3011 - 0.001 * s:.4f}" for s in (1, 2) for r in range(8)]
+    assert _root(lines) is None
+
+
+def test_warning_alone_does_not_fail_a_clean_log():
+    report = _report([WARNING] + _loop([7.2 * 0.93 ** i for i in range(15)], evals=[6.1, 5.2, 4.4]))
+    assert report.root_cause is None
+    assert [f.rule for f in report.findings] == ["MB220"] and report.findings[0].role == "context"
+
+
+def test_warning_explains_a_flat_loss_as_fsdp_config():
+    f = _root([WARNING] * 4 + _loop([11.8473 + NOISE[i % len(NOISE)] for i in range(15)],
+                                    evals=[11.8421] * 3, every=5))
+    assert f.rule == "NU020" and f.category == "fsdp_config"
+    assert f.facts["explained_by"] == "MB220"
+    assert "FSDP Warning" in f.evidence[0].text
+    assert any("use_orig_params" in step for step in f.fix.steps)
+
+
+def test_an_error_keeps_its_root_cause():
+    lines = _loop([7.2118 + NOISE[i % len(NOISE)] for i in range(12)]) + [
+        "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.15 GiB of which 1.02 GiB is free."]
+    f = _root(lines)
+    assert f is not None and f.rule != "NU020"
+
+
+def test_loss_names_read_and_components_left_out():
+    assert losses_of("{'loss': 1.87, 'grad_norm': 3.21, 'learning_rate': 1.9e-05, 'epoch': 0.02}") == [
+        ("train", 1.87, "1.87")]
+    assert [k for k, _v, _t in losses_of("{'eval_loss': 1.2, 'eval_runtime': 3.4}")] == ["eval"]
+    assert [k for k, _v, _t in losses_of(" validation loss at iteration 300 | lm loss value: 3.411532E+00 | ")] == [
+        "eval"]
+    assert losses_of(" iteration 10/ 100 | lm loss: 2.404998E+00 | loss scale: 1.0 |") == [
+        ("train", 2.404998, "2.404998E+00")]
+    for line in ("actor/pg_loss:0.41", "aux_loss: 0.01", "loss_scale: 65536", "z_loss=0.3", "loss scale: 1.0",
+                 "loss: nan", "loss: cross_entropy"):
+        assert losses_of(line) == [], line
+
+
+def test_threshold_is_relative_to_the_level():
+    from diagnose.model import LogLine
+    from diagnose.normalize.loss_series import LossPoint, LossSeries
+
+    def series(level: float, spread: float) -> LossSeries:
+        pts = [LossPoint(level + spread * ((-1) ** i) * (i % 3) / 2, "x.xxxx", LogLine("f", i, "", ""))
+               for i in range(12)]
+        return LossSeries("f", "train", pts)
+
+    assert flat_series([series(10.0, 10.0 * MAX_TRAIN_RANGE * 0.4)])
+    assert not flat_series([series(10.0, 10.0 * MAX_TRAIN_RANGE * 1.5)])
+    assert math.isclose(MAX_TRAIN_RANGE, 0.005)
+
+
+def test_explains_is_only_for_context_log_rules():
+    raw = {"code": "U001", "slug": "u", "title": "t", "category": "fsdp_config", "role": "root",
+           "explanation": "e", "explains": ["NU020"],
+           "patterns": [{"anchor": "abc", "regex": "abc"}]}
+    try:
+        parse_rule(raw, "x.toml")
+    except ValueError as e:
+        assert "explains" in str(e)
+    else:
+        raise AssertionError("a root rule with 'explains' was accepted")
