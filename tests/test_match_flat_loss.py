@@ -81,6 +81,14 @@ def test_plateau_followed_by_a_late_fall_past_the_captured_lines_does_not_fire()
     assert _root(_loop(plateau + [8.0])) is None
 
 
+def test_a_late_pretraining_window_as_flat_but_low_does_not_fire():
+    # a clean run resumed late, its loss averaged over a long log interval: within 0.5 % for twelve lines at 2.1;
+    # that is a model that learned (an untrained one prints ~ln(vocabulary)), so the clean run stays clean
+    values = [2.1043 + NOISE[i % len(NOISE)] * 0.2 for i in range(12)]
+    assert (max(values) - min(values)) / 2.1 <= MAX_TRAIN_RANGE
+    assert _root(_loop(values)) is None
+
+
 def test_short_run_does_not_fire():
     assert _root(_loop([7.2118 + NOISE[i] for i in range(5)], evals=[7.2043], every=5)) is None
 
