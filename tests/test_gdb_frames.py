@@ -65,8 +65,16 @@ def test_a_bus_error_in_ncclshmopen_is_nccl_shared_memory():
     assert "--shm-size" in root.fix.summary
 
 
-def test_a_segfault_in_nccl_own_frames_is_an_nccl_crash():
+def test_a_segfault_in_ncclshmopen_is_nccl_shared_memory_too():
     root = match_text(_log("Program received signal SIGSEGV, Segmentation fault.", SESSION), CATALOGUE).root
+    assert root is not None and root.rule == "NC505" and root.category == "nccl_error"
+    assert "--shm-size" in root.fix.summary
+
+
+def test_a_segfault_in_nccl_own_frames_is_an_nccl_crash():
+    proxy = ["(gdb) bt", f"#0  0x00007f11a0c3f5c1 in ncclProxyProgress(void*) () from {NCCL}",
+             "#1  0x00007f11b43a2ac3 in start_thread (arg=<optimized out>) at ./nptl/pthread_create.c:442"]
+    root = match_text(_log("Program received signal SIGSEGV, Segmentation fault.", proxy), CATALOGUE).root
     assert root is not None and root.rule == "PY505"
     assert root.category == "nccl_error" and root.basis_detail.startswith("IF505")
 
