@@ -18,11 +18,14 @@ from diagnose.match.command_line import config_hidden_by_launcher, options_not_t
 from diagnose.match.compiled import compile_catalogue
 from diagnose.match.engine import FAULT_DUMP_LINES, scan
 from diagnose.match.frames import (
+    GDB_BACKTRACE_LINES,
+    GDB_SIGNAL,
     PYTEST_ERROR,
     PYTEST_REPORT_LINES,
     UCX_BACKTRACE_LINES,
     UCX_SIGNAL,
     faulthandler_frames,
+    gdb_backtrace_frames,
     pytest_frames,
     ucx_backtrace_frames,
 )
@@ -165,6 +168,11 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                     after = [lines[j] for j in range(i + 1, min(len(lines), i + 1 + UCX_BACKTRACE_LINES))
                              if lines[j].stream == ll.stream]
                     frames = [f.text for f in ucx_backtrace_frames(after)]
+                if not frames and GDB_SIGNAL.match(text_i):
+                    # gdb's stop location and `bt` stack follow its received signal line
+                    after = [lines[j] for j in range(i + 1, min(len(lines), i + 1 + GDB_BACKTRACE_LINES))
+                             if lines[j].stream == ll.stream]
+                    frames = [f.text for f in gdb_backtrace_frames(after)]
                 if not frames and PYTEST_ERROR.match(text_i):
                     # pytest's failure report: the call locations above the E line, the raise site below it
                     before = [lines[j] for j in range(i - 1, max(-1, i - 1 - PYTEST_REPORT_LINES), -1)

@@ -24,11 +24,14 @@ from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex,
 from diagnose.match.command_line import config_hidden_by_launcher, options_not_typed, pinned_release
 from diagnose.match.compiled import REGEX_TIMEOUT_S, Compiled, CompiledPattern, CompiledRule
 from diagnose.match.frames import (
+    GDB_BACKTRACE_LINES,
+    GDB_SIGNAL,
     PYTEST_ERROR,
     PYTEST_REPORT_LINES,
     UCX_BACKTRACE_LINES,
     UCX_SIGNAL,
     faulthandler_frames,
+    gdb_backtrace_frames,
     pytest_frames,
     traceback_frames,
     ucx_backtrace_frames,
@@ -376,8 +379,8 @@ class Matcher:
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
         ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one); for UCX's
-        ``Caught signal`` line, the native backtrace it prints after it; for a pytest ``E   `` line, the call
-        locations of its failure report."""
+        ``Caught signal`` line, the native backtrace it prints after it; for gdb's ``received signal`` line, the stack
+        it printed; for a pytest ``E   `` line, the call locations of its failure report."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
             dumped = faulthandler_frames(_on_stream(reader.forwards(start, ll.lineno, FAULT_DUMP_LINES,
@@ -389,6 +392,11 @@ class Matcher:
                                                                      PARSER_CONTEXT_BYTES), stream))
             if native:
                 return native
+        if GDB_SIGNAL.match(ll.text):
+            stopped = gdb_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, GDB_BACKTRACE_LINES,
+                                                                      PARSER_CONTEXT_BYTES), stream))
+            if stopped:
+                return stopped
         if PYTEST_ERROR.match(ll.text):
             reported = pytest_frames(
                 _on_stream(reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),

@@ -120,6 +120,71 @@ def ucx_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
     return frames
 
 
+
+# gdb reports a signal that stopped the program it runs, then where it stopped and, after `bt`, the stack, innermost
+# FIRST (gdb's own templates; a long frame continues on the next line with its library or source file):
+#     Thread 787 "python" received signal SIGBUS, Bus error.          (or "Program received signal SIGSEGV, ...")
+#     [Switching to Thread 0x7f45d7dff640 (LWP 3925)]
+#     0x00007f6b59544f3b in ncclShmOpen(char*, unsigned long, ...) () from /usr/lib/libnccl.so.2
+#     (gdb) bt
+#     #0  0x00007f6b59544f3b in ncclShmOpen(char*, unsigned long, ...) ()
+#        from /usr/lib/libnccl.so.2
+#     #1  0x00007f6b595436d7 in ncclProxyService(void*) () from /usr/lib/libnccl.so.2
+# Only the crash signals: gdb stops on SIGINT, SIGPIPE or SIGUSR1 too, which are no crash.
+GDB_SIGNAL = re.compile(
+    r'^(?:Program|Thread \d+(?: "[^"]*")?) received signal (?P<signal>SIG(?:SEGV|BUS|ABRT|ILL|FPE)), [^.]+\.\s*$'
+)
+GDB_BACKTRACE_LINES = 80
+_GDB_FRAME = re.compile(r"^#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+\s+in\s+)?(?P<func>[^\s(]+)")
+_GDB_STOP = re.compile(r"^0x[0-9a-fA-F]+\s+in\s+(?P<func>[^\s(]+)")  # where it stopped, printed before any `bt`
+_GDB_WHERE = re.compile(r"(?:^|\s)(?:from|at) (?P<where>\S+?)(?::\d+)?\s*$")
+_GDB_CHATTER = re.compile(r"^(?:\(gdb\)|\[(?:Switching to|New Thread|Thread 0x|Current thread)|\d+\s)")
+_GDB_LEAD_LINES = 6  # the switch, the stop location, the prompt and a source line may come before the stack
+
+
+def gdb_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
+    """The native frames gdb printed after its ``received signal`` line (``after``: the next lines of the same
+    stream): the `bt` stack when one was asked for, else the location it stopped at; innermost last and written
+    like a traceback's frames (``File "lib.so", line 0, in func``) so that frame rules and tables read them.
+    Unnamed frames (``??``) are left out; [] when gdb printed neither."""
+    found: list[tuple[str, str, LogLine]] = []  # (function, library or source, line), innermost first
+    stop: tuple[str, str, LogLine] | None = None
+    lead = 0
+    for ll in after:
+        text = ll.text.strip()
+        m = _GDB_FRAME.match(text)
+        if m is not None:
+            where = _GDB_WHERE.search(text)
+            found.append((m.group("func"), where.group("where") if where else "", ll))
+            continue
+        if found or stop is not None:
+            where = _GDB_WHERE.match(text)
+            if where is not None and text.startswith(("from ", "at ")):
+                last = found[-1] if found else stop
+                if not last[1]:  # the frame's library, on the next line
+                    entry = (last[0], where.group("where"), last[2])
+                    if found:
+                        found[-1] = entry
+                    else:
+                        stop = entry
+                continue
+        if found:
+            break
+        m = _GDB_STOP.match(text)
+        if m is not None and stop is None:
+            where = _GDB_WHERE.search(text)
+            stop = (m.group("func"), where.group("where") if where else "", ll)
+            continue
+        if text and not _GDB_CHATTER.match(text):
+            lead += 1
+        if lead > _GDB_LEAD_LINES:
+            break
+    chosen = found or ([stop] if stop is not None else [])
+    frames = [_as_frame(ll, where or "???", 0, func) for func, where, ll in chosen if func != "??"]
+    frames.reverse()
+    return frames
+
+
 # pytest's failure report (the default long/auto traceback style): under the failing test's header, each call of the
 # traceback shows its source and then its location `path:NNN: in func` (innermost last; the test's own frame is
 # `path:NNN: ` with no function); the exception's lines start with `E   `, and the place it was raised follows them
