@@ -453,10 +453,14 @@ class Matcher:
     @staticmethod
     def _chained_after(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
         """The stream's lines after ``ll`` when a chain phrase follows it within CHAIN_GAP_LINES of the stream
-        (its exception caused another: the outer frames are printed there), up to CHAINED_AFTER_LINES; else []."""
+        (its exception caused another: the outer frames are printed there), up to CHAINED_AFTER_LINES; else []. The
+        phrase is looked for over at most CHAIN_GAP_LINES * 4 lines of the input (other streams interleave)."""
         out: list[LogLine] = []
         chained = False
-        for _s, nxt in reader.forwards(start, ll.lineno, CHAINED_AFTER_LINES * 4, PARSER_CONTEXT_BYTES):
+        for read, (_s, nxt) in enumerate(reader.forwards(start, ll.lineno, CHAINED_AFTER_LINES * 4,
+                                                         PARSER_CONTEXT_BYTES)):
+            if not chained and read >= CHAIN_GAP_LINES * 4:
+                return []
             if nxt.stream != ll.stream:
                 continue
             out.append(nxt)
