@@ -30,6 +30,7 @@ from diagnose.match.frames import (
     PYTEST_REPORT_LINES,
     UCX_BACKTRACE_LINES,
     UCX_SIGNAL,
+    caused_frames,
     faulthandler_frames,
     gdb_backtrace_frames,
     pytest_frames,
@@ -48,6 +49,7 @@ LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
 CHAIN_GAP_LINES = 64  # stray lines of the same stream tolerated between a chain phrase and the next header
+CHAINED_AFTER_LINES = 800  # lines read after an exception that caused others, for the outer exceptions' frames
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
 # a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
@@ -90,6 +92,9 @@ class Hit:
     frames: list[str] = field(default_factory=list)  # generic and catch-all rules: traceback frames, innermost last
     pattern: int = 1  # which of the rule's patterns matched (1-based)
     release: str = ""  # generic rules: a release of the raising package the log named before the line
+    # generic rules: how many of ``frames`` (at their start) belong to the exceptions this one caused (a chain printed
+    # after it): the category is read from its own frames first, from all of them when those tell none (findings.py)
+    outer_frames: int = 0
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -295,14 +300,20 @@ class Matcher:
         if not matches:
             return
         frames: list[LogLine] | None = None
+        outer_n = 0  # how many of ``frames`` are those of the exceptions this one caused (_frames)
         line_phase: str | None = None
+
+        def frames_here() -> list[LogLine]:
+            nonlocal outer_n
+            found, outer_n = self._frames(reader, start, ll)
+            return found
 
         def phase_here() -> str:
             """The line's phase from its frames and the markers before it: one reading for all of its rules."""
             nonlocal frames, line_phase
             if line_phase is None:
                 if frames is None:
-                    frames = self._frames(reader, start, ll)
+                    frames = frames_here()
                 markers = self.markers.markers_before(pos_in_window)
                 line_phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
             return line_phase
@@ -317,7 +328,7 @@ class Matcher:
                     continue
                 if ctx.frames_any or ctx.frames_none:
                     if frames is None:
-                        frames = self._frames(reader, start, ll)
+                        frames = frames_here()
                     if ctx.frames_none and any(n in f.text for f in frames for n in ctx.frames_none):
                         continue
                     if ctx.frames_any:
@@ -365,47 +376,51 @@ class Matcher:
                     all_facts.setdefault(k, v)
             rank = ll.rank if ll.rank is not None else rank_hint
             kept: list[str] = []
+            outer_kept = 0
             if rule.tier != "specific" and seen < PARSED_HITS_PER_GROUP:
                 if frames is None:
-                    frames = self._frames(reader, start, ll)
+                    frames = frames_here()
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
+                outer_kept = max(0, len(kept) - (len(frames) - outer_n))
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
-                                 pattern=number, release=release))
+                                 pattern=number, release=release, outer_frames=outer_kept))
             return  # last match wins: one rule per line
 
-    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
-        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too); for a
-        ``Fatal Python error`` line, the Python stack faulthandler prints after it (when it printed one); for UCX's
-        ``Caught signal`` line, the native backtrace it prints after it; for gdb's ``received signal`` line, the stack
-        it printed; for a pytest ``E   `` line, the call locations of its failure report."""
+    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int]:
+        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), and
+        how many of them (at the start) are those of the exceptions it caused, printed after it (where the work
+        that failed was done: frames.caused_frames); for a ``Fatal Python error`` line, the Python stack
+        faulthandler prints after it (when it printed one); for UCX's ``Caught signal`` line, the native backtrace
+        it prints after it; for gdb's ``received signal`` line, the stack it printed; for a pytest ``E   `` line,
+        the call locations of its failure report."""
         stream = ll.stream
         if ll.text.startswith(_FATAL_PYTHON):
             dumped = faulthandler_frames(_on_stream(reader.forwards(start, ll.lineno, FAULT_DUMP_LINES,
                                                                     PARSER_CONTEXT_BYTES), stream))
             if dumped:
-                return dumped
+                return dumped, 0
         if UCX_SIGNAL.match(ll.text):
             native = ucx_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES,
                                                                      PARSER_CONTEXT_BYTES), stream))
             if native:
-                return native
+                return native, 0
         if GDB_SIGNAL.match(ll.text):
             stopped = gdb_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, GDB_BACKTRACE_LINES,
                                                                       PARSER_CONTEXT_BYTES), stream))
             if stopped:
-                return stopped
+                return stopped, 0
         if PYTEST_ERROR.match(ll.text):
             reported = pytest_frames(
                 _on_stream(reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
                 _on_stream(reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
             )
             if reported:
-                return reported
+                return reported, 0
         if not _stream_has_traceback_before(reader, start, stream):
-            return []
+            return [], 0
         same: list[LogLine] = []
         header_at: int | None = None  # index in ``same`` of the last header passed
         gap = 0  # other lines passed since that header, looking for a chain phrase above it
@@ -440,7 +455,33 @@ class Matcher:
             del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
-        return traceback_frames(same)
+        own = traceback_frames(same)
+        outer = caused_frames(same, self._chained_after(reader, start, ll)) if own else []
+        return outer + own, len(outer)
+
+    @staticmethod
+    def _chained_after(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
+        """The stream's lines after ``ll`` when a chain phrase follows it within CHAIN_GAP_LINES of the stream
+        (its exception caused another: the outer frames are printed there), up to CHAINED_AFTER_LINES; else []. The
+        phrase is looked for over at most CHAIN_GAP_LINES * 4 lines of the input (other streams interleave)."""
+        out: list[LogLine] = []
+        chained = False
+        for read, (_s, nxt) in enumerate(reader.forwards(start, ll.lineno, CHAINED_AFTER_LINES * 4,
+                                                         PARSER_CONTEXT_BYTES)):
+            if not chained and read >= CHAIN_GAP_LINES * 4:
+                return []
+            if nxt.stream != ll.stream:
+                continue
+            out.append(nxt)
+            if not chained:
+                stripped = nxt.text.strip()
+                if stripped.startswith(_CHAIN_PHRASES):
+                    chained = True
+                elif len(out) > CHAIN_GAP_LINES or stripped.startswith((_HEADER, _GROUP_HEADER)):
+                    return []
+            elif len(out) >= CHAINED_AFTER_LINES:
+                break
+        return out if chained else []
 
     @staticmethod
     def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:

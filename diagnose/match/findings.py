@@ -113,7 +113,11 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     if rule.tier == "catchall":
         finding.basis = "catchall"
     if rule.tier == "generic":
-        inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release)
+        # its own frames first (what raised it, and where); those of the exceptions it caused when they tell nothing
+        own = hit.frames[hit.outer_frames:]
+        inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release)
+        if inferred is None and hit.outer_frames:
+            inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release)
         if inferred is not None:
             finding.category = inferred.inference.category
             finding.confidence = max(finding.confidence, inferred.inference.confidence)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from diagnose.model import LogLine
-from diagnose.normalize.tracebacks import Traceback, traceback_ending_at
+from diagnose.normalize.tracebacks import Traceback, rebuild, traceback_ending_at
 
 
 def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
@@ -18,6 +18,33 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
     not part of a traceback."""
     tb = traceback_ending_at(lines, len(lines) - 1)
     return [] if tb is None else _frames_of(tb, lines[-1].path)
+
+
+def caused_frames(lines: list[LogLine], later: list[LogLine]) -> list[LogLine]:
+    """The frames of the exceptions that the one ending at ``lines[-1]`` caused, outermost first; ``later``: the
+    stream's lines after it. [] when it caused none.
+
+    An exception that caused others ("During handling of the above exception", "The above exception was the direct
+    cause") shows only the frames from where it was caught down to where it was raised; the exceptions it led to
+    show the frames above (the save, the training step that called the code that failed)."""
+    if not later:
+        return []
+    target = lines[-1]
+    rebuilt = rebuild(lines + later)
+    tb = next((t for t in rebuilt if any(ln is target for ln in t.lines)), None)
+    if tb is None:
+        return []
+    caused = [t for t in rebuilt if any(c is tb for c in t.chain)]
+    if not caused:
+        return []
+    outermost = max(caused, key=lambda t: len(t.chain))
+    links = [t for t in outermost.chain if any(c is tb for c in t.chain)] + [outermost]
+    out: list[LogLine] = []
+    for t in reversed(links):  # the outermost exception's frames first
+        out.extend(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text)
+                   for fr in t.frames)
+        out.extend(LogLine(path=target.path, lineno=0, raw=cpp, text=cpp) for cpp in t.cpp_frames)
+    return out
 
 
 def _frames_of(tb: Traceback, path: str) -> list[LogLine]:
@@ -161,7 +188,7 @@ def gdb_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
             where = _GDB_WHERE.match(text)
             if where is not None and text.startswith(("from ", "at ")):
                 last = found[-1] if found else stop
-                if not last[1]:  # the frame's library, on the next line
+                if last is not None and not last[1]:  # the frame's library, on the next line
                     entry = (last[0], where.group("where"), last[2])
                     if found:
                         found[-1] = entry
