@@ -65,6 +65,23 @@ def _counts_progress(text: str) -> bool:
     return any(anchor in text and pattern.search(text) for anchor, pattern in _BACKGROUND_ON_LINE)
 
 
+def progress_before(line: LogLine, markers: Iterable[tuple[str, LogLine]] | None) -> bool:
+    """The file of ``line`` shows the job got past its first iteration before ``line``: a progress marker of the
+    same file before it, or a background progress counter on the line itself (a watchdog's ``SeqNum=48213``).
+
+    What a rule that says "before training started" from the failure line's shape alone (a one-element collective)
+    must yield to: the rank's own log shows training ran."""
+    try:
+        if _counts_progress(line.text):
+            return True
+        return any(
+            name in TRAINING_PROGRESS and where.path == line.path and where.lineno < line.lineno
+            for name, where in markers or ()
+        )
+    except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
+        return False
+
+
 def phase_of(
     line_no: int | None = None,
     path: str | None = None,
