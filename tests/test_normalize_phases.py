@@ -267,12 +267,17 @@ OTHER_RUNS = [
     ("[rank0]:[titan] 2026-04-02 06:13:01,117 - root - INFO - step: 10  loss:  7.1234  memory: 57.42GiB", "training"),
     ("(TaskRunner pid=3120) step:3 - global_seqlen/mean:180291 - actor/pg_loss:0.0098", "training"),
     ("Steps:   1%|          | 371/20000 [02:33<122:17,  2.71it/s, loss=0.138, lr=1e-5]", "training"),
+    # (accphase5) a bar without a description past its first step: HF Trainer's (or a script's) step bar
+    ("  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]", "training"),
+    ("Actor Train epoch [1/1]: 100%|██████████| 8/8 [02:11<00:00, 16.44s/it, pg=0.0118, cfrac=0.00152]", "training"),
+    ("[2022-11-19 09:48:55,610 INFO] Step 500/ 20000; acc:  11.42; ppl: 2871.30; xent: 7.96; lr: 0.00062;", "training"),
+    ("INFO:train:Training finished; saving final checkpoint to outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
+    ("INFO:train:Training finished; writing final checkpoint outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
+    ("`Trainer.fit` stopped: `max_epochs=60` reached.", "shutdown"),
     ("[INFO|trainer.py:3503] 2024-08-12 03:18:09,324 >> Saving model checkpoint to saves/q/checkpoint-100", "checkpoint_save"),
     ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
 ]
 NOT_PROGRESS = [
-    # a bar without a description is not read (its only literals are on every progress bar: see step_progress_bar in rules/phases)
-    "  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]",
     "Processed prompts:  40%|████      | 205/512 [00:03<00:10, 35.2it/s, est. speed input: 1200 toks/s]",
     "Steps:   0%|          | 0/20000 [00:00<?, ?it/s]",
     "Loading checkpoint shards: 100%|██████████| 2/2 [00:09<00:00,  4.61s/it]",

@@ -38,12 +38,13 @@ from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
-from diagnose.normalize.phases import phase_of, progress_before
+from diagnose.normalize.phases import phase_from_frames, phase_of, progress_before
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
 TRACEBACK_LOOKBACK_LINES = 4000
 TRACEBACK_LOOKBACK_BYTES = 1 << 20
+CHAIN_FORWARD_LINES = 800  # lines read after an exception line for the rest of its chain (the outer traceback)
 CHAIN_GAP_LINES = 64  # stray lines of the same stream tolerated between a chain phrase and the next header
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
@@ -304,7 +305,10 @@ class Matcher:
                 if frames is None:
                     frames = self._frames(reader, start, ll)
                 markers = self.markers.markers_before(pos_in_window)
-                line_phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
+                texts = [f.text for f in frames]
+                if texts and phase_from_frames(texts) is None:
+                    texts = [f.text for f in self._chain_end_frames(reader, start, ll)] or texts
+                line_phase = phase_of(line=ll, frames=texts, markers=markers) or "unknown"
             return line_phase
 
         for cr, facts, key, number in matches:
@@ -450,6 +454,36 @@ class Matcher:
         same.reverse()
         same.append(ll)
         return traceback_frames(same)
+
+    @staticmethod
+    def _chain_end_frames(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
+        """Frames of the last traceback of the chain that ``ll`` (an exception line) opens, or [] when no
+        "During handling of the above exception" / "The above exception was the direct cause" follows it.
+
+        An exception handled and re-raised prints its own traceback first, with the frames below the ``try`` only
+        (``__getattr__`` of a model); the outer frames, which say what the job was doing (``_save_checkpoint``),
+        are in the traceback printed after the chain phrase. That last traceback's frames include the chain's."""
+        stream = ll.stream
+        lines = [ll]
+        end = 0  # lines[:end] ends at the exception line of the last chained traceback
+        chained = in_traceback = False
+        for _s, nxt in reader.forwards(start, ll.lineno, CHAIN_FORWARD_LINES, TRACEBACK_LOOKBACK_BYTES):
+            if nxt.stream != stream:
+                continue
+            lines.append(nxt)
+            text = nxt.text
+            stripped = text.strip()
+            if not stripped:
+                continue
+            if stripped.startswith(_CHAIN_PHRASES):
+                chained, in_traceback = True, False
+            elif not chained:
+                break  # not (or no longer) a chain: the last traceback was the one before
+            elif stripped.startswith(_HEADER):
+                in_traceback = True
+            elif in_traceback and not text[:1].isspace():
+                end, chained, in_traceback = len(lines), False, False  # that traceback's exception line
+        return traceback_frames(lines[:end]) if end else []
 
     @staticmethod
     def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
