@@ -83,3 +83,12 @@ def test_an_unchained_exception_keeps_the_phase_of_its_markers(tmp_path):
     report = analyze([str(path)], AnalyzeOptions(replay=False))
     inner = [f for f in report.findings if any("PeftModelForCausalLM" in e.text for e in f.evidence)]
     assert inner and all(f.phase == "training" for f in inner)
+
+
+def test_a_barrier_thousands_of_collectives_into_the_run_is_not_before_training(tmp_path):
+    """The watchdog line's own sequence number (2000 and more: the collective_seqnum marker) shows the job ran."""
+    line = WATCHDOG.format(seq=5012).replace("OpType=ALLREDUCE, NumelIn=1, NumelOut=1", "OpType=BARRIER, NumelIn=0, NumelOut=0")
+    root = _root(tmp_path, line + "\n")
+    assert (root.rule, root.phase) == ("NC007", "training")
+    low = _root(tmp_path, line.replace("SeqNum=5012", "SeqNum=512") + "\n")
+    assert (low.rule, low.phase) == ("NC002", "init")

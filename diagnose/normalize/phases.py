@@ -66,13 +66,15 @@ def _counts_progress(text: str) -> bool:
 
 
 def progress_before(line: LogLine, markers: Iterable[tuple[str, LogLine]] | None) -> bool:
-    """The file of ``line`` printed progress of its own before ``line`` (an iteration, a loss, a step bar): the job
-    got past its first iteration.
+    """The file of ``line`` shows the job got past its first iteration before ``line``: a progress marker of its
+    own before it (an iteration, a loss, a step bar), or a background counter on the line itself (a watchdog's
+    ``SeqNum=187203``: thousands of collectives completed before this one).
 
     What a rule that says "before training started" from the failure line's shape alone (a one-element collective)
-    must yield to. A collective's sequence number (a background counter, often on the failing line itself) is not
-    read here: the rule's own reading of that line already weighed it."""
+    must yield to."""
     try:
+        if _counts_progress(line.text):
+            return True
         return any(
             name in TRAINING_PROGRESS and name not in BACKGROUND_PROGRESS
             and where.path == line.path and where.lineno < line.lineno
