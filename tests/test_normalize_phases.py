@@ -80,9 +80,8 @@ def _marker_lines(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]
     out = []
     for i, raw in enumerate(text.splitlines()):
         line = normalize_line(raw, path, i + 1)
-        for spec in CAPTURES:
-            if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)):
-                out.append((spec.name, line))
+        out.extend((spec.name, line) for spec in CAPTURES
+                   if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)))
     return out
 
 
@@ -274,6 +273,9 @@ OTHER_RUNS = [
     ("INFO:train:Training finished; saving final checkpoint to outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
     ("INFO:train:Training finished; writing final checkpoint outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
     ("`Trainer.fit` stopped: `max_epochs=60` reached.", "shutdown"),
+    ("[INFO|trainer.py:1721] 2024-02-08 14:04:59,418 >> ***** Running training *****", "first_iteration"),
+    ("[INFO|trainer.py:3158] 2024-02-08 15:10:02,001 >> ***** Running Evaluation *****", "eval"),
+    ("{'eval_loss': 1.4437, 'eval_runtime': 61.2208, 'eval_samples_per_second': 16.335, 'epoch': 0.05}", "training"),
     ("[INFO|trainer.py:3503] 2024-08-12 03:18:09,324 >> Saving model checkpoint to saves/q/checkpoint-100", "checkpoint_save"),
     ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
 ]
@@ -505,3 +507,15 @@ def test_a_windows_tracebacks_frames_name_the_same_phase():
     posix = ['File "/env/lib/site-packages/torch/distributed/checkpoint/filesystem.py", line 3, in read_data']
     assert phase_from_frames(posix) == "checkpoint_load"
     assert phase_from_frames(windows) == "checkpoint_load"
+
+
+def test_lightning_strategy_set_up_is_the_dp_wrap():
+    """(accphase5) Lightning's strategy wraps the model and sets up its optimizers before the fit loop."""
+    frames = [
+        'File "/w/train.py", line 81, in main',
+        'File "/v/lightning/pytorch/trainer/trainer.py", line 1083, in _run',
+        'File "/v/lightning/pytorch/strategies/fully_sharded_native.py", line 281, in setup',
+        'File "/v/lightning/pytorch/strategies/fully_sharded_native.py", line 299, in setup_optimizers',
+    ]
+    assert phase_of(9, "job.log", [], frames) == "dp_wrap"
+
