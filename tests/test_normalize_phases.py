@@ -301,6 +301,7 @@ def test_other_frameworks_progress_and_save_lines(line, phase):
 PHASE_BARS = {
     "Loading checkpoint shards:": "hf_loading_shards",  # transformers' from_pretrained: model_build
     "Running tokenizer on dataset:": "hf_datasets_map",  # datasets' map: data prepared, the Trainer's set-up next (init)
+    "  0%|          | 0/": "bare_bar_start",  # a bar without a description opening: HF Trainer's step bar (first_iteration)
 }
 
 
@@ -519,3 +520,34 @@ def test_lightning_strategy_set_up_is_the_dp_wrap():
     ]
     assert phase_of(9, "job.log", [], frames) == "dp_wrap"
 
+
+
+HF_TRAIN = """  0%|          | 0/39063 [00:00<?, ?it/s]
+{'loss': 6.8312, 'grad_norm': 3.0625, 'learning_rate': 7.68e-06, 'epoch': 0.0}
+  0%|          | 50/39063 [04:31<58:51:12,  5.43s/it]
+"""
+EVAL_BAR = """  0%|          | 0/313 [00:00<?, ?it/s]
+  3%|▎         | 9/313 [00:08<04:40,  1.08it/s]
+"""
+
+
+def _phase_after(text: str) -> str:
+    return phase_of(text.count("\n") + 1, "job.log", _marker_lines(text), [])
+
+
+def test_a_bar_opened_after_hf_trainer_loss_lines_is_its_evaluation():
+    """(accphase5) HF Trainer's one step bar, its loss lines, then a new bar: the evaluation inside the loop."""
+    assert _phase_after(HF_TRAIN + EVAL_BAR) == "eval"
+    assert _phase_after(HF_TRAIN + EVAL_BAR.splitlines()[0] + "\n") == "eval"
+
+
+def test_the_training_bar_resuming_after_evaluation_is_training():
+    resumed = "  0%|          | 51/39063 [05:40<58:51:12,  5.43s/it]\n"
+    assert _phase_after(HF_TRAIN + EVAL_BAR + resumed) == "training"
+    assert _phase_after(HF_TRAIN + EVAL_BAR + "{'loss': 5.44, 'learning_rate': 1.5e-05, 'epoch': 0.01}\n") == "training"
+
+
+def test_a_scripts_epoch_bars_without_hf_loss_lines_are_training():
+    epochs = "  0%|          | 0/1000 [00:00<?, ?it/s]\n 50%|█████     | 500/1000 [01:00<01:00,  8.3it/s]\n"
+    assert _phase_after(epochs + epochs) == "training"
+    assert _phase_after("  0%|          | 0/2439 [00:00<?, ?it/s]\n") == "first_iteration"
