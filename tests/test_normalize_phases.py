@@ -80,9 +80,8 @@ def _marker_lines(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]
     out = []
     for i, raw in enumerate(text.splitlines()):
         line = normalize_line(raw, path, i + 1)
-        for spec in CAPTURES:
-            if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)):
-                out.append((spec.name, line))
+        out.extend((spec.name, line) for spec in CAPTURES
+                   if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)))
     return out
 
 
@@ -267,12 +266,20 @@ OTHER_RUNS = [
     ("[rank0]:[titan] 2026-04-02 06:13:01,117 - root - INFO - step: 10  loss:  7.1234  memory: 57.42GiB", "training"),
     ("(TaskRunner pid=3120) step:3 - global_seqlen/mean:180291 - actor/pg_loss:0.0098", "training"),
     ("Steps:   1%|          | 371/20000 [02:33<122:17,  2.71it/s, loss=0.138, lr=1e-5]", "training"),
+    # (accphase5) a bar without a description past its first step: HF Trainer's (or a script's) step bar
+    ("  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]", "training"),
+    ("Actor Train epoch [1/1]: 100%|██████████| 8/8 [02:11<00:00, 16.44s/it, pg=0.0118, cfrac=0.00152]", "training"),
+    ("[2022-11-19 09:48:55,610 INFO] Step 500/ 20000; acc:  11.42; ppl: 2871.30; xent: 7.96; lr: 0.00062;", "training"),
+    ("INFO:train:Training finished; saving final checkpoint to outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
+    ("INFO:train:Training finished; writing final checkpoint outputs/run_1/checkpoints/final.ckpt", "checkpoint_save"),
+    ("`Trainer.fit` stopped: `max_epochs=60` reached.", "shutdown"),
+    ("[INFO|trainer.py:1721] 2024-02-08 14:04:59,418 >> ***** Running training *****", "first_iteration"),
+    ("[INFO|trainer.py:3158] 2024-02-08 15:10:02,001 >> ***** Running Evaluation *****", "eval"),
+    ("{'eval_loss': 1.4437, 'eval_runtime': 61.2208, 'eval_samples_per_second': 16.335, 'epoch': 0.05}", "training"),
     ("[INFO|trainer.py:3503] 2024-08-12 03:18:09,324 >> Saving model checkpoint to saves/q/checkpoint-100", "checkpoint_save"),
     ("[2025-06-02 20:41:24,859] [INFO] [logging.py:128:log_dist] [Rank 0] [Torch] Checkpoint global_step1 is about to be saved!", "checkpoint_save"),
 ]
 NOT_PROGRESS = [
-    # a bar without a description is not read (its only literals are on every progress bar: see step_progress_bar in rules/phases)
-    "  0%|▏         | 1/2500 [00:03<2:04:00, 3.22s/it]",
     "Processed prompts:  40%|████      | 205/512 [00:03<00:10, 35.2it/s, est. speed input: 1200 toks/s]",
     "Steps:   0%|          | 0/20000 [00:00<?, ?it/s]",
     "Loading checkpoint shards: 100%|██████████| 2/2 [00:09<00:00,  4.61s/it]",
@@ -294,6 +301,7 @@ def test_other_frameworks_progress_and_save_lines(line, phase):
 PHASE_BARS = {
     "Loading checkpoint shards:": "hf_loading_shards",  # transformers' from_pretrained: model_build
     "Running tokenizer on dataset:": "hf_datasets_map",  # datasets' map: data prepared, the Trainer's set-up next (init)
+    "  0%|          | 0/": "bare_bar_start",  # a bar without a description opening: HF Trainer's step bar (first_iteration)
 }
 
 
@@ -500,3 +508,46 @@ def test_a_windows_tracebacks_frames_name_the_same_phase():
     posix = ['File "/env/lib/site-packages/torch/distributed/checkpoint/filesystem.py", line 3, in read_data']
     assert phase_from_frames(posix) == "checkpoint_load"
     assert phase_from_frames(windows) == "checkpoint_load"
+
+
+def test_lightning_strategy_set_up_is_the_dp_wrap():
+    """(accphase5) Lightning's strategy wraps the model and sets up its optimizers before the fit loop."""
+    frames = [
+        'File "/w/train.py", line 81, in main',
+        'File "/v/lightning/pytorch/trainer/trainer.py", line 1083, in _run',
+        'File "/v/lightning/pytorch/strategies/fully_sharded_native.py", line 281, in setup',
+        'File "/v/lightning/pytorch/strategies/fully_sharded_native.py", line 299, in setup_optimizers',
+    ]
+    assert phase_of(9, "job.log", [], frames) == "dp_wrap"
+
+
+
+HF_TRAIN = """  0%|          | 0/39063 [00:00<?, ?it/s]
+{'loss': 6.8312, 'grad_norm': 3.0625, 'learning_rate': 7.68e-06, 'epoch': 0.0}
+  0%|          | 50/39063 [04:31<58:51:12,  5.43s/it]
+"""
+EVAL_BAR = """  0%|          | 0/313 [00:00<?, ?it/s]
+  3%|▎         | 9/313 [00:08<04:40,  1.08it/s]
+"""
+
+
+def _phase_after(text: str) -> str:
+    return phase_of(text.count("\n") + 1, "job.log", _marker_lines(text), [])
+
+
+def test_a_bar_opened_after_hf_trainer_loss_lines_is_its_evaluation():
+    """(accphase5) HF Trainer's one step bar, its loss lines, then a new bar: the evaluation inside the loop."""
+    assert _phase_after(HF_TRAIN + EVAL_BAR) == "eval"
+    assert _phase_after(HF_TRAIN + EVAL_BAR.splitlines()[0] + "\n") == "eval"
+
+
+def test_the_training_bar_resuming_after_evaluation_is_training():
+    resumed = "  0%|          | 51/39063 [05:40<58:51:12,  5.43s/it]\n"
+    assert _phase_after(HF_TRAIN + EVAL_BAR + resumed) == "training"
+    assert _phase_after(HF_TRAIN + EVAL_BAR + "{'loss': 5.44, 'learning_rate': 1.5e-05, 'epoch': 0.01}\n") == "training"
+
+
+def test_a_scripts_epoch_bars_without_hf_loss_lines_are_training():
+    epochs = "  0%|          | 0/1000 [00:00<?, ?it/s]\n 50%|█████     | 500/1000 [01:00<01:00,  8.3it/s]\n"
+    assert _phase_after(epochs + epochs) == "training"
+    assert _phase_after("  0%|          | 0/2439 [00:00<?, ?it/s]\n") == "first_iteration"

@@ -42,7 +42,7 @@ from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
-from diagnose.normalize.phases import phase_of
+from diagnose.normalize.phases import phase_of, progress_before
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -58,6 +58,8 @@ PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; late
 WINDOW_BYTES = 2 << 20  # measured: 1 MiB 3.3 s, 2 MiB 2.9 s, 4 MiB 2.8 s CPU per GiB; small enough to stay in cache
 PARALLEL_MIN_BYTES = 64 << 20
 NUMPY_MIN_BYTES = 128 << 20  # from here on newlines are counted with numpy when importable (its import: ~0.07 s)
+# phases a failure can be in once the job trained: a "before training" rule yields to the file's own reading of them
+_AFTER_TRAINING_STARTED = frozenset({"training", "eval", "checkpoint_save", "optimizer_step", "shutdown"})
 COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (compiling it: ~0.15 s)
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
@@ -238,6 +240,7 @@ class Matcher:
         self.hits: list[Hit] = []
         self.markers = markers
         self.group_counts: dict[str, int] = {}
+        self.by_code: dict[str, CompiledRule] | None = None  # built on first use (a "before training" rule's swap)
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -315,7 +318,8 @@ class Matcher:
                 if frames is None:
                     frames = frames_here()
                 markers = self.markers.markers_before(pos_in_window)
-                line_phase = phase_of(line=ll, frames=[f.text for f in frames], markers=markers) or "unknown"
+                texts = [f.text for f in frames]
+                line_phase = phase_of(line=ll, frames=texts, markers=markers) or "unknown"
             return line_phase
 
         for cr, facts, key, number in matches:
@@ -362,6 +366,8 @@ class Matcher:
                     continue
             if rule.phase != "auto":
                 phase = rule.phase
+                if rule.during_training and progress_before(ll, self.markers.markers_before(pos_in_window)):
+                    cr, rule, key, phase = self._in_training_here(cr, key, phase_here())
             else:
                 phase = phase_here()
                 if phase == "unknown" and rule.phase_when_unknown:
@@ -388,6 +394,18 @@ class Matcher:
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
                                  pattern=number, release=release, outer_frames=outer_kept))
             return  # last match wins: one rule per line
+
+    def _in_training_here(self, cr: CompiledRule, key: str, seen: str) -> tuple[CompiledRule, Any, str, str]:
+        """A "before training" rule (NC002) on a line whose own file showed training progress before it: the rule
+        it names in ``during_training``, with the phase the file's markers and frames tell (after progress: the
+        training, eval or checkpoint save it was in; "training" when they name nothing later)."""
+        if self.by_code is None:
+            self.by_code = {c.rule.code: c for c in self.c.rules}
+        new = self.by_code.get(cr.rule.during_training)
+        if new is None:
+            return cr, cr.rule, key, cr.rule.phase
+        phase = seen if seen in _AFTER_TRAINING_STARTED else "training"
+        return new, new.rule, new.rule.code + key[len(cr.rule.code):], phase
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), and

@@ -60,9 +60,49 @@ def phase_from_frames(frames: Iterable[str], phase_file: PhaseFile = _PHASE_FILE
     return None
 
 
+# HF Trainer prints one bar without a description for all its training steps, and its loss lines ({'loss': ...}) as
+# it goes; a bar without a description that starts after them is the evaluation bar it opens inside the loop, until
+# a step bar of another total (the training bar again) or a later loss line follows it.
+_HF_LOSS, _BAR_START, _BAR_STEP = "hf_loss_log", "bare_bar_start", "bare_step_bar"
+_BAR_TOTAL = re.compile(r"\|\s*\d+/(\d+) \[")
+
+
+def _hf_eval_bar(events: list[tuple[int, str]], lines: dict[str, LogLine]) -> bool:
+    """The last markers are HF Trainer's evaluation bar: a bar start after its loss lines, and no step bar of
+    another total after that start."""
+    order = {name: lineno for lineno, name in events}
+    start, loss = order.get(_BAR_START), order.get(_HF_LOSS)
+    if start is None or loss is None or start < loss or max(order.values()) not in (start, order.get(_BAR_STEP)):
+        return False
+    step = order.get(_BAR_STEP)
+    if step is None or step < start:
+        return True
+    first, then = (_BAR_TOTAL.search(lines[name].text) for name in (_BAR_START, _BAR_STEP))
+    return first is not None and then is not None and first.group(1) == then.group(1)
+
+
 def _counts_progress(text: str) -> bool:
     """The failure line itself carries a background progress counter (a watchdog's ``SeqNum=48213``)."""
     return any(anchor in text and pattern.search(text) for anchor, pattern in _BACKGROUND_ON_LINE)
+
+
+def progress_before(line: LogLine, markers: Iterable[tuple[str, LogLine]] | None) -> bool:
+    """The file of ``line`` shows the job got past its first iteration before ``line``: a progress marker of its
+    own before it (an iteration, a loss, a step bar), or a background counter on the line itself (a watchdog's
+    ``SeqNum=187203``: thousands of collectives completed before this one).
+
+    What a rule that says "before training started" from the failure line's shape alone (a one-element collective)
+    must yield to."""
+    try:
+        if _counts_progress(line.text):
+            return True
+        return any(
+            name in TRAINING_PROGRESS and name not in BACKGROUND_PROGRESS
+            and where.path == line.path and where.lineno < line.lineno
+            for name, where in markers or ()
+        )
+    except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
+        return False
 
 
 def phase_of(
@@ -84,12 +124,12 @@ def phase_of(
         if line is not None:
             line_no = line.lineno if line_no is None else line_no
             path = line.path if path is None else path
-        events = sorted(
-            (where.lineno, name)
-            for name, where in markers or ()
+        kept = [
+            (name, where) for name, where in markers or ()
             if name in _PHASE_AFTER_MARKER and path in (None, where.path)
             and (line_no is None or where.lineno < line_no)
-        )
+        ]
+        events = sorted((where.lineno, name) for name, where in kept)
         seen_progress = any(name in TRAINING_PROGRESS for _, name in events) or (
             line is not None and _counts_progress(line.text)
         )
@@ -102,6 +142,8 @@ def phase_of(
         if not events:
             return "training" if seen_progress else "unknown"
         last = events[-1][1]
+        if last in (_BAR_START, _BAR_STEP) and _hf_eval_bar(events, dict(kept)):
+            return "eval"
         if last in _WEAK_AFTER_PROGRESS and seen_progress:
             return "training"
         return _PHASE_AFTER_MARKER[last]
