@@ -312,3 +312,81 @@ def test_ray_actor_tag_with_a_rank_nemo_rl():
     plain = normalize_line("(MegatronPolicyWorker pid=1081, ip=10.0.3.22) y")
     assert (plain.text, plain.rank) == ("y", None)
     assert normalize_line("(Worker[rank=x] pid=3) z").text == "(Worker[rank=x] pid=3) z"
+
+
+# ---- launcher prefixes of multi-node and actor runtimes (shapes measured over corpus/dev: each carries a rank's
+# traceback that stayed unread while its prefix was left in the text)
+
+
+def test_pdsh_host_given_as_an_ipv4_address():
+    """DeepSpeed's multi-node runner (pdsh) names hosts as the hostfile does, often by address."""
+    line = normalize_line("10.20.3.101:   File \"/opt/app/train.py\", line 372, in <module>")
+    assert (line.host, line.text) == ("10.20.3.101", '  File "/opt/app/train.py", line 372, in <module>')
+    assert normalize_line("10.20.3.101: Traceback (most recent call last):").text == "Traceback (most recent call last):"
+    # not an address: a version, an octet out of range, a time
+    for raw in ("1.2.3: x", "999.1.1.1: x", "10.20.3.101:29500 refused", "12:00:01: x"):
+        line = normalize_line(raw)
+        assert (line.text, line.host) == (raw, None)
+
+
+def test_pdsh_host_of_a_lettered_small_cluster():
+    line = normalize_line("gpu-b:   File \"/data/app/finetune.py\", line 194, in <module>")
+    assert (line.host, line.text) == ("gpu-b", '  File "/data/app/finetune.py", line 194, in <module>')
+    for raw in ("cross-entropy: 3.2", "error: x", "x--: y", "warning-: z"):
+        assert normalize_line(raw).text == raw
+
+
+def test_monarch_rank_tag_is_peeled_with_its_rank():
+    """Monarch (torchforge) prefixes each rank's output with "[N] "; some trainers' loggers add "| LEVEL | "."""
+    frame = normalize_line('[3]   File "/opt/forge/apps/sft/main.py", line 318, in train')
+    assert (frame.rank, frame.text) == (3, '  File "/opt/forge/apps/sft/main.py", line 318, in train')
+    assert normalize_line("[0] Traceback (most recent call last):").text == "Traceback (most recent call last):"
+    assert (normalize_line("[2] KeyError: 397").rank, normalize_line("[2] KeyError: 397").text) == (2, "KeyError: 397")
+    titan = normalize_line("[0] [titan] 2026-01-21 09:13:10,884 - root - INFO - Building 1-D device mesh")
+    assert titan.rank == 0 and titan.text.startswith("[titan] ")
+    logged = normalize_line("[5] | INFO | world size 8, rank 5, local rank 5, device cuda:5")
+    assert (logged.rank, logged.level, logged.text) == (5, "I", "world size 8, rank 5, local rank 5, device cuda:5")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[0] : new - latest",  # an interactive menu
+        "[0] is not a valid index",
+        "[1]:",  # torchelastic's failure table
+        "[80602] [INFO|trainer.py:2414] 2025-03-21 01:42:11,305 >> ***** Running training *****",  # a line number
+        "Failures: [3] x",
+        "[rank3]: [1] x",  # message text after a rank prefix keeps its brackets
+    ],
+)
+def test_bracketed_number_look_alikes_keep_their_text(raw):
+    line = normalize_line(raw)
+    expected = raw.removeprefix("[rank3]: ")
+    assert line.text == expected
+    assert line.rank in (None, 3)
+
+
+def test_torchx_role_replica_prefix_names_the_node():
+    """torchx (NeMo-Run's launcher) writes "role/replica " before torchrun's own "[defaultN]:[rankN]:"."""
+    line = normalize_line('my_64k_pretrain/1 [default1]:[rank9]:   File "/usr/local/bin/nemo", line 8, in <module>')
+    assert (line.host, line.local_rank, line.rank) == ("my_64k_pretrain/1", 1, 9)
+    assert line.text == '  File "/usr/local/bin/nemo", line 8, in <module>'
+    # a ratio or a path before a bracket is text: the tag needs a name first and sits at the start of the line
+    for raw in ("1/10 [00:01<00:09]", "see a/b/0 [x]", "[rank0]: trainer/0 [x]"):
+        assert normalize_line(raw).text == raw.removeprefix("[rank0]: ")
+
+
+def test_subprocess_stream_tag_is_peeled_only_outermost():
+    line = normalize_line("stderr: [rank0]: Traceback (most recent call last):")
+    assert (line.rank, line.text) == (0, "Traceback (most recent call last):")
+    assert normalize_line("[rank0]: stderr: x").text == "stderr: x"
+    assert normalize_line("stderr:x").text == "stderr:x"
+
+
+def test_ray_actor_tags_of_vllm_multiproc_and_roll():
+    vllm = normalize_line("(VllmWorker rank=7 pid=23051) ERROR 03-16 06:27:38 [multiproc_executor.py:375] Traceback "
+                          "(most recent call last):")
+    assert (vllm.rank, vllm.level, vllm.text) == (7, "E", "Traceback (most recent call last):")
+    roll = normalize_line('(ActorWorker(actor_train-1) pid=18175, ip=33.199.184.82)   File "/opt/roll/a.py", line 3, in f')
+    assert (roll.host, roll.text) == ("33.199.184.82", '  File "/opt/roll/a.py", line 3, in f')
+    assert normalize_line("(see rank=3 docs) pid=4").text == "(see rank=3 docs) pid=4"

@@ -121,15 +121,25 @@ _LAYER = re.compile(
            (?:\ +-\ +|:\ |\ +\|\ (?:[\w.<>-]{1,64}\ \|\ )?|\ +|$))?(?P<k_iso>)  # 2024-07-25T, FastChat
     | \[NeMo\ (?P<nlevel>[IWEDC])\ (?P<nts>\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d)\ [^\]]{0,255}\]\ ?(?P<k_nemo>)  # NeMo
       # (vLLM V1 tags a worker with its rank too: "(VllmWorker TP0 pid=12) "; NeMo-RL: "(Worker[rank=3] pid=12) ")
-    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\[rank=(?P<ray_rank>\d{1,9})\])?(?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?
-        (?:rank=\d{1,9},\ )?pid=\d{1,9}
+      # (vLLM's multiproc workers: "(VllmWorker rank=7 pid=12) "; ROLL: "(ActorWorker(actor_train-1) pid=12) ")
+    | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\[rank=(?P<ray_rank>\d{1,9})\]|\([\w.:-]{1,127}\))?
+        (?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?
+        (?:rank=(?P<ray_rank_kw>\d{1,9}),?\ )?pid=\d{1,9}
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?\)\ ?(?P<k_ray>)          # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
         \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<k_vllm>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
-    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}):\ (?P<k_pdsh>)  # pdsh "node017: " + the line as written
+    | \[(?P<mrank>\d{1,4})\]\ (?![a-z:])
+        (?:\|\ (?P<mlevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)\ \|\ )?(?P<k_monarch>)  # Monarch "[3] "
+    | std(?:out|err):\ (?P<k_stream>)                          # a subprocess tee's stream tag "stderr: [rank0]: ..."
+    | (?P<host>[a-z][a-z0-9-]{0,62}(?:\.[a-z0-9-]{1,63}){0,8}
+        |\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\ (?P<k_pdsh>)  # pdsh "node017: ", "10.0.0.7: " (octets checked below)
     """,
     re.VERBOSE,
 )
+
+# torchx (NeMo-Run's launcher) writes "role/replica " before torchrun's own "[default3]:" (the outermost layer only: a
+# separate pattern, tried only where a line starts with a lower-case name and a "/", keeps its cost off the others).
+_TORCHX = re.compile(r"(?P<role>[A-Za-z_][\w.-]{0,127})/(?P<replica>\d{1,6})\ (?=\[)")
 
 # Tokens shaped like host names that are really config keys or program names ("bf16: true", "slurmstepd-n1: ").
 _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|srun|sbatch|salloc")
@@ -201,6 +211,11 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
     saw_local = False
     saw_rank = False
     end = len(text)
+    if "a" <= text[0] <= "z" and text.find("/", 1, 130) > 0:
+        m = _TORCHX.match(text)
+        if m is not None:
+            line.host = f"{m.group('role')}/{m.group('replica')}"  # the replica is a node: local ranks repeat across
+            pos = m.end()
     for _ in range(_MAX_LAYERS):
         if pos >= end:
             break
@@ -243,20 +258,42 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         elif kind == "ray":
             # Ray's log_to_driver (and launchers built on it) tag each actor's lines; the actor is the stream
             line.host = g("ray_ip") or g("ray_actor") or line.host
-            if g("ray_rank"):  # NeMo-RL names its actors with their rank: "(MegatronPolicyWorker[rank=3] pid=12) "
-                line.rank = int(g("ray_rank"))
+            ray_rank = g("ray_rank") or g("ray_rank_kw")
+            if ray_rank:  # NeMo-RL names its actors with their rank: "(MegatronPolicyWorker[rank=3] pid=12) "
+                line.rank = int(ray_rank)
                 saw_rank = True
         elif kind == "bhost":
             line.host = g("bhost")
             line.rank = int(g("bhost_n"))
             saw_rank = True
+        elif kind == "monarch":
+            # Monarch (torchforge) and some trainers' loggers tag each rank's line with "[3] ". A bare "[3] " is
+            # also message text ("[0] : new", a numbered list): only the outermost layer, and never before a
+            # lower-case word or a colon (see the lookahead); four digits at most (line-numbered excerpts use more).
+            if saw_rank or saw_local or line.timestamp is not None or (pos != 0 and line.host is None):
+                break
+            line.rank = int(g("mrank"))
+            saw_rank = True
+            if g("mlevel"):
+                line.level = g("mlevel")[0]
+        elif kind == "stream":
+            if pos != 0:
+                break  # a subprocess tee's "stderr: " is the outermost layer; later it is message text
         elif kind == "vllm":
             line.level = g("vlevel")[0]
             line.timestamp = f"{g('vmo')}{g('vd')} {g('vtime')}"  # glog-shaped: month and day, no year
         elif kind == "pdsh":
             host = g("host")
             first_label = host.split(".", 1)[0]
-            looks_like_host = first_label == "localhost" or any(ch.isdigit() for ch in first_label)
+            # "node017", "10.0.0.7", "localhost", or a lettered machine of a small cluster ("gpu-b"): a word with
+            # neither a digit nor a one-letter last part ("error", "cross-entropy") is message text.
+            looks_like_host = (
+                first_label == "localhost"
+                or any(ch.isdigit() for ch in first_label)
+                or (len(first_label) >= 3 and first_label[-2] == "-" and first_label[-1].isalpha())
+            )
+            if host[0].isdigit() and max(map(int, host.split("."))) > 255:
+                break  # a dotted quad of numbers, not an address
             if pos != 0 or line.host is not None or not looks_like_host or _NOT_A_HOST.match(host):
                 break  # a pdsh host is always the outermost layer; "bf16: true" is a config line
             line.host = host
