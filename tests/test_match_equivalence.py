@@ -145,10 +145,16 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
     for i, ll in enumerate(lines):
         by_stream.setdefault(ll.stream, []).append(i)
         text_i = ll.text
+        header_rule = None  # a traceback_ends_with rule matched this line: its hit is the traceback's end line
+        other_match = False
         for rule, rxs in reversed(rules):
             number, found = next(((j, m) for j, m in enumerate(rx.search(text_i) for rx in rxs) if m), (-1, None))
             if found is None:
                 continue
+            if rule.context.traceback_ends_with:
+                header_rule = header_rule or rule
+                continue
+            other_match = True
             ctx = rule.context
             levels = rule.patterns[number].levels_any or ctx.levels_any
             if levels and (ll.level or "").upper() not in levels:
@@ -217,6 +223,14 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 phase = rule.phase_when_unknown
             hits.append((rule.code, ll.lineno, phase))
             break
+        if header_rule is not None and not other_match:
+            end = _reference_end(lines, i, header_rule, rules)
+            if end is not None:
+                same = [lines[j] for j in range(end + 1) if lines[j].stream == ll.stream]
+                tb = traceback_ending_at(same, len(same) - 1)
+                frames = [f.text for t in (tb.chain + [tb] if tb else []) for f in t.frames]
+                phase = phases.phase_of(line=lines[end], frames=frames, markers=markers) or "unknown"
+                hits.append((header_rule.code, lines[end].lineno, phase))
         for s in specs:
             # a capture's anchor is searched in the raw bytes, then checked on the normalised text
             if s.anchor.encode() in raw_lines[i] and s.anchor in text_i and (
@@ -224,6 +238,34 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             ):
                 markers.append((s.name, ll))  # noqa: PERF401 (one line's captures, in catalogue order)
     return hits
+
+
+def _reference_end(lines, i: int, rule, rules) -> int | None:
+    """The index of the line ending the traceback whose header is ``lines[i]``, when ``rule``'s traceback_ends_with
+    matches it and no rule's regex does: the first line of the header's stream after at least one frame that is not
+    indented, a caret or a repeat note; a blank run (over 2), another header or no frame first: none."""
+    stream = lines[i].stream
+    frames = blanks = 0
+    for j in range(i + 1, min(len(lines), i + 4001)):
+        text = lines[j].text
+        if lines[j].stream != stream:
+            continue
+        if not text.strip():
+            blanks += 1
+            if blanks > 2:
+                return None
+            continue
+        if text[0] in " \t":
+            frames += text.lstrip().startswith('File "')
+            continue
+        if text.startswith(("[Previous line repeated", "^", "~")):
+            continue
+        if frames == 0 or text.startswith(("Traceback (most recent call last)", "Exception Group Traceback")):
+            return None
+        if any(rx.search(text) for _r, rxs in rules for rx in rxs):
+            return None
+        return j if regex.search(rule.context.traceback_ends_with, text) else None
+    return None
 
 
 @pytest.fixture(scope="module")

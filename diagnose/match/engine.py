@@ -66,6 +66,9 @@ BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (dou
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
 
 _HEADER = "Traceback (most recent call last)"
+MAX_TRACEBACK_ENDS = 20000  # traceback headers of one scan read forwards to their end line (each: a few dozen lines)
+TRACEBACK_END_LINES = 4000  # lines of the input read after a header for its end (other streams interleave)
+TRACEBACK_END_GAP = 2  # blank lines of the header's stream tolerated inside a traceback
 _FATAL_PYTHON = "Fatal Python error: "
 FAULT_DUMP_LINES = 120  # faulthandler prints at most 100 frames per thread
 _GROUP_HEADER = "Exception Group Traceback (most recent call last)"
@@ -241,6 +244,8 @@ class Matcher:
         self.markers = markers
         self.group_counts: dict[str, int] = {}
         self.by_code: dict[str, CompiledRule] | None = None  # built on first use (a "before training" rule's swap)
+        self.traceback_ends_read = 0  # traceback headers read forwards to their end (traceback_ends_with rules)
+        self.end_regexes: dict[str, regex.Pattern] = {}  # rule code -> its compiled traceback_ends_with
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -302,6 +307,42 @@ class Matcher:
         matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
         if not matches:
             return
+        ends = [m for m in matches if m[0].rule.context.traceback_ends_with]
+        if ends:  # a traceback's header: what its rule reads is the line that ends the traceback
+            matches = [m for m in matches if not m[0].rule.context.traceback_ends_with]
+            if not matches:
+                self._traceback_end(reader, source_index, rank_hint, start, ll, pos_in_window, ends[0][0])
+                return
+        self._apply(reader, source_index, rank_hint, start, ll, pos_in_window, matches)
+
+    def _traceback_end(self, reader: _LineReader, source_index: int, rank_hint, start: int, header: LogLine,
+                       pos_in_window: int, cr: CompiledRule) -> None:
+        """The rule ``cr`` matched a traceback's header: its hit is the line that ends that traceback on the header's
+        stream (traceback_end), when the rule's ``traceback_ends_with`` regex matches that line and no rule of the
+        catalogue matches it (that rule's own hit, from the ordinary scan, speaks for the line)."""
+        if self.traceback_ends_read >= MAX_TRACEBACK_ENDS:
+            return
+        self.traceback_ends_read += 1
+        found = traceback_end(reader, start, header)
+        if found is None:
+            return
+        end_start, end = found
+        if self.classify(end.text):
+            return
+        rx = self.end_regexes.get(cr.rule.code)
+        if rx is None:
+            rx = self.end_regexes[cr.rule.code] = regex.compile(cr.rule.context.traceback_ends_with)
+        m = rx.search(end.text)
+        if m is None:
+            return
+        facts = {k: v for k, v in m.groupdict().items() if v is not None}
+        self._apply(reader, source_index, rank_hint, end_start, end, pos_in_window,
+                    [(cr, facts, group_key(cr.rule.code, facts), 1)])
+
+    def _apply(self, reader: _LineReader, source_index: int, rank_hint, start: int, ll: LogLine, pos_in_window: int,
+               matches: list[tuple[CompiledRule, dict, str, int]]) -> None:
+        """The first of ``matches`` (rules whose regex matched ``ll``) whose context holds becomes the line's hit."""
+        lineno = ll.lineno
         frames: list[LogLine] | None = None
         outer_n = 0  # how many of ``frames`` are those of the exceptions this one caused (_frames)
         line_phase: str | None = None
@@ -756,6 +797,35 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     hit.rule = new
     hit.phase = new.rule.phase if new.rule.phase != "auto" else "training"
     hit.key = new.rule.code + hit.key[len(old):]
+
+
+def traceback_end(reader: _LineReader, start: int, header: LogLine) -> tuple[int, LogLine] | None:
+    """The line that ends the traceback whose header is at ``start``: the first line of the header's stream after its
+    frames (``File "..."`` lines and the indented source under them, Python 3.11's carets, ``[Previous line repeated
+    ...]``) that starts at the margin, with its offset; None when the frames run past the bounds, another header or
+    a blank run comes first, or no frame came at all (a header printed as text)."""
+    stream = header.stream
+    frames = 0
+    blanks = 0
+    for s, nxt in reader.forwards(start, header.lineno, TRACEBACK_END_LINES, TRACEBACK_LOOKBACK_BYTES):
+        if nxt.stream != stream:
+            continue
+        text = nxt.text
+        if not text.strip():
+            blanks += 1
+            if blanks > TRACEBACK_END_GAP:
+                return None
+            continue
+        if text[0] in " \t":
+            if text.lstrip().startswith('File "'):
+                frames += 1
+            continue
+        if text.startswith(("[Previous line repeated", "^", "~")):
+            continue
+        if frames == 0 or text.startswith((_HEADER, _GROUP_HEADER)):
+            return None
+        return s, nxt
+    return None
 
 
 def _on_stream(neighbours, stream: tuple) -> list[LogLine]:

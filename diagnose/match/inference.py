@@ -23,6 +23,9 @@ from diagnose.match.rules import Inference
 _EXC_TYPE = regex.compile(
     r"^(?:E {2,})?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
 )
+# any other class name ends a traceback the same way (PY013: huggingface_hub's OfflineModeIsEnabled, a ...Timeout):
+# a dotted path whose last name is CamelCase, then ": message" or nothing (INFO, NCCL or a word is no class name)
+_EXC_TYPE_ANY_NAME = regex.compile(r"^(?:E {2,})?((?:[A-Za-z_]\w*\.)*[A-Z]\w*?[a-z]\w*)(?::|$)")
 _LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
 # framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/...): library code too
 _LIBRARY_DIRS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
@@ -44,7 +47,8 @@ class Inferred:
 
 def exception_type(text: str) -> str:
     """The exception's type name at the start of ``text`` ("" when the line is not an exception line)."""
-    m = _EXC_TYPE.match(text.strip())
+    stripped = text.strip()
+    m = _EXC_TYPE.match(stripped) or _EXC_TYPE_ANY_NAME.match(stripped)
     return m.group(1) if m else ""
 
 

@@ -101,6 +101,10 @@ class Context:
     # no later line of the same input contains one of these: what the line reports was overcome afterwards (a job
     # preempted, requeued and resumed from its checkpoint in the same output file)
     after_none: list[str] = field(default_factory=list)
+    # the rule's pattern matches a traceback's header; the finding is the line that ENDS that traceback (read forwards
+    # on the header's stream), when this regex matches it and no other rule matches it (an exception whose class name
+    # no rule's anchor holds: huggingface_hub's OfflineModeIsEnabled, a library's ...Failure or ...Timeout)
+    traceback_ends_with: str = ""
 
 
 @dataclass(slots=True)
@@ -323,6 +327,17 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
+def _regex_or_empty(raw: dict, key: str) -> str:
+    """A context key holding one regex ("" when absent); one that does not compile is refused here."""
+    value = optional(raw, key, str, "")
+    if value:
+        try:
+            regex.compile(value)
+        except regex.error as e:
+            raise ValueError(f"context.{key} does not compile: {e}") from None
+    return value
+
+
 def _optional_bool(raw: dict, key: str) -> bool | None:
     value = raw.get(key)
     if value is not None and not isinstance(value, bool):
@@ -489,6 +504,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_progress=optional(ctx_raw, "after_progress", bool, False),
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
         after_none=str_list(ctx_raw, "after_none"),
+        traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with"),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
