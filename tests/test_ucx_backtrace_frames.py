@@ -57,8 +57,17 @@ def test_a_crash_inside_a_librarys_init_reads_as_a_mismatched_build():
     assert root.category == "import_version" and root.phase == "init"
 
 
-def test_a_crash_while_communicating_stays_undecided():
+def test_a_crash_whose_innermost_native_frame_is_nccls_reads_as_an_nccl_error():
+    # was "stays undecided" (other); since IF505 the frames decide: NCCL's own function crashed. The one dev log of
+    # this shape was blamed on the Fabric Manager by its thread, which the log cannot show: other was no nearer.
     root = match_text("\n".join([CRASH, *DEBUG_BACKTRACE]), CATALOGUE).root
+    assert root is not None and root.rule == "PY180" and root.category == "nccl_error"
+
+
+def test_a_crash_in_an_unknown_native_frame_stays_undecided():
+    stack = [DEBUG_BACKTRACE[0], " 0 0x0000000000042520 __sigaction()  ???:0", " 1 0x000000000007e6d1 do_work()  ???:0",
+             " 2 0x0000000000125bb4 clone()  ???:0", DEBUG_BACKTRACE[-1]]
+    root = match_text("\n".join([CRASH, *stack]), CATALOGUE).root
     assert root is not None and root.rule == "PY180" and root.category == "other"
 
 
