@@ -131,6 +131,19 @@ class WindowView:
             done_to = e
         return None
 
+    def each(self, cc: CompiledCapture):
+        """Every qualifying line of the window, in order, from one pass over it (``first`` called again and again
+        from each found line's end re-read the rest of the window each time: with a frequent anchor, hundreds of
+        copies of the window and of its set of candidate lines)."""
+        done_to = -1
+        for pos in self._positions(cc, 0, self.length):
+            if pos < done_to:
+                continue
+            _s, e, occ = self.verify(cc, pos)
+            done_to = e
+            if occ is not None:
+                yield occ
+
     def last(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> Occurrence | None:
         """The last qualifying line whose anchor lies in ``[lo, hi)``."""
         base, buf = self.offset, self.buffer
@@ -163,13 +176,11 @@ class BlockCollector:
                 if occ is not None:
                     self.last[ci] = occ
             if keep == "all":
-                lo = 0
-                while len(kept) < cc.spec.max_blocks:
-                    found = view.first(cc, lo)
-                    if found is None:
-                        break
-                    lo, occ = found
-                    kept.append(occ)
+                if len(kept) < cc.spec.max_blocks:
+                    for occ in view.each(cc):
+                        kept.append(occ)
+                        if len(kept) >= cc.spec.max_blocks:
+                            break
             elif keep != "last" and not kept:  # first, first_last (and anything unknown: first)
                 found = view.first(cc)
                 if found is not None:
