@@ -75,8 +75,8 @@ def scan_and_match(
     mark_collective_skew(findings, root)  # desynced and straggling ranks
     pcie_p2p_hang(findings, root, blocks)  # an early hang over PCIe peer-to-peer only: the link
     node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
-    root = flat_loss(findings, root, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
+    flat_loss(report, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     return MatchResult(report, blocks)
 
 

@@ -31,7 +31,7 @@ import statistics
 
 from diagnose.inert import inert, shorten
 from diagnose.match.rules import Catalogue, Rule
-from diagnose.model import Block, Evidence, Finding
+from diagnose.model import Block, Evidence, Finding, Report
 from diagnose.normalize import collapse_carriage_returns
 from diagnose.normalize.loss_series import LossSeries, series_of
 
@@ -146,17 +146,16 @@ def _explainer(findings: list[Finding], catalogue: Catalogue) -> tuple[Finding, 
     return None
 
 
-def flat_loss(findings: list[Finding], root_index: int | None, blocks: dict[str, list[Block]],
-              catalogue: Catalogue) -> int | None:
-    """Add the flat-loss finding as the root cause when nothing else is one; returns the (new) root index."""
-    if root_index is not None:
-        return root_index
+def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalogue) -> None:
+    """Make the flat-loss finding the report's root cause when nothing else is one."""
+    if report.root_cause is not None:
+        return
     rule = catalogue.by_code(FLAT_RULE)
     if rule is None or rule.input != "loss_series":
-        return root_index
+        return
     flat = flat_series(series_of(blocks))
     if not flat:
-        return root_index
+        return
     lead = flat[0]
     finding = Finding(
         rule=rule.code, name=rule.slug, title=rule.title, category=rule.category, phase="training",
@@ -167,7 +166,7 @@ def flat_loss(findings: list[Finding], root_index: int | None, blocks: dict[str,
                "loss_max": max(lead.values)},
     )
     finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s) for s in flat) + "."
-    explained = _explainer(findings, catalogue)
+    explained = _explainer(report.findings, catalogue)
     if explained is not None:
         why, why_rule = explained
         finding.category = why_rule.category
@@ -179,8 +178,4 @@ def flat_loss(findings: list[Finding], root_index: int | None, blocks: dict[str,
         finding.basis_detail = f"{why_rule.code}: {why_rule.title} ({why.evidence[0].text if why.evidence else ''})"
         finding.evidence = list(why.evidence[:1]) + finding.evidence
         finding.facts["explained_by"] = why_rule.code
-    for f in findings:  # the root is put first (ranking's order): indices of cascades move by one
-        if f.cause_of is not None:
-            f.cause_of += 1
-    findings.insert(0, finding)
-    return 0
+    report.lead_with(finding)

@@ -7,6 +7,7 @@ Frames are matched by ``frames_any``/``frames_none`` and give a failure its phas
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from diagnose.model import LogLine
 from diagnose.normalize.tracebacks import Traceback, rebuild, traceback_ending_at
@@ -39,17 +40,17 @@ def caused_frames(lines: list[LogLine], later: list[LogLine]) -> list[LogLine]:
         return []
     outermost = max(caused, key=lambda t: len(t.chain))
     links = [t for t in outermost.chain if any(c is tb for c in t.chain)] + [outermost]
-    out: list[LogLine] = []
-    for t in reversed(links):  # the outermost exception's frames first
-        out.extend(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text)
-                   for fr in t.frames)
-        out.extend(LogLine(path=target.path, lineno=0, raw=cpp, text=cpp) for cpp in t.cpp_frames)
-    return out
+    return _lines_of(reversed(links), target.path)  # the outermost exception's frames first
 
 
 def _frames_of(tb: Traceback, path: str) -> list[LogLine]:
+    return _lines_of([*tb.groups, *tb.chain, tb], path)
+
+
+def _lines_of(tracebacks: Iterable[Traceback], path: str) -> list[LogLine]:
+    """The Python frames, then the C++ frames, of each traceback in turn, as log lines."""
     out: list[LogLine] = []
-    for t in [*tb.groups, *tb.chain, tb]:
+    for t in tracebacks:
         out.extend(LogLine(path=fr.log_line.path, lineno=fr.log_line.lineno, raw=fr.log_line.raw, text=fr.text)
                    for fr in t.frames)
         out.extend(LogLine(path=path, lineno=0, raw=cpp, text=cpp) for cpp in t.cpp_frames)
@@ -145,7 +146,6 @@ def ucx_backtrace_frames(after: list[LogLine]) -> list[LogLine]:
         frames.append(_as_frame(ll, lib, 0, sym))
     frames.reverse()
     return frames
-
 
 
 # gdb reports a signal that stopped the program it runs, then where it stopped and, after `bt`, the stack, innermost
