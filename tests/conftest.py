@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,10 @@ import pytest
 
 from diagnose.match import match_text
 from diagnose.match.rules import Catalogue, load_catalogue, parse_rule
-from diagnose.model import Finding
+from diagnose.model import Finding, LogLine, Report
+from diagnose.normalize import normalize_line
+from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
+from diagnose.pipeline import AnalyzeOptions, analyze
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
@@ -31,6 +35,33 @@ def root_finding(catalogue: Catalogue, lines: list[str]) -> Finding:
     report = match_text("\n".join(lines) + "\n", catalogue)
     assert report.root_cause is not None
     return report.findings[report.root_cause]
+
+
+def analyzed(tmp_path: Path, text: str) -> Report:
+    """The whole pipeline (``analyze``, no replay) on a log file holding ``text``."""
+    path = tmp_path / "job.log"
+    path.write_text(text)
+    return analyze([str(path)], AnalyzeOptions(replay=False))
+
+
+def analyzed_root(tmp_path: Path, text: str) -> Finding:
+    """The root cause ``analyze`` reports for a log file holding ``text`` (there must be one)."""
+    return next(f for f in analyzed(tmp_path, text).findings if f.role == "root")
+
+
+def phase_markers(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]:
+    """What the scanner collects with the phase CAPTURES: (capture name, line) for each line a marker matches."""
+    out = []
+    for i, raw in enumerate(text.splitlines()):
+        line = normalize_line(raw, path, i + 1)
+        out.extend((spec.name, line) for spec in PHASE_CAPTURES
+                   if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)))
+    return out
+
+
+def lines_after(texts: list[str]) -> list[LogLine]:
+    """``texts`` as the log lines a crash report printed after its first line (they start at line 2)."""
+    return [LogLine(path="x.log", lineno=i + 2, raw=t, text=t) for i, t in enumerate(texts)]
 
 
 def make_rule(code: str, anchor: str, regex: str, **fields):

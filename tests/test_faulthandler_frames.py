@@ -3,9 +3,10 @@ it decides the inferred category and the phase (diagnose/match/frames.py, engine
 
 from __future__ import annotations
 
+from conftest import lines_after
+
 from diagnose.match import load_catalogue, match_text
 from diagnose.match.frames import faulthandler_frames
-from diagnose.model import LogLine
 
 CATALOGUE = load_catalogue()
 
@@ -21,12 +22,8 @@ DUMP = [
 ]
 
 
-def _lines(texts: list[str]) -> list[LogLine]:
-    return [LogLine(path="x.log", lineno=i + 2, raw=t, text=t) for i, t in enumerate(texts)]
-
-
 def test_the_crashing_threads_frames_innermost_last_in_traceback_form():
-    frames = faulthandler_frames(_lines(DUMP))
+    frames = faulthandler_frames(lines_after(DUMP))
     assert [f.text.strip() for f in frames] == [
         'File "/opt/m/pretrain_gpt.py", line 396, in <module>',
         'File "/opt/m/megatron/training/checkpointing.py", line 678, in save_checkpoint',
@@ -38,8 +35,8 @@ def test_the_crashing_threads_frames_innermost_last_in_traceback_form():
 
 def test_other_threads_and_unrelated_text_are_not_frames():
     other_thread_first = ["Thread 0x00007f11 (most recent call first):", '  File "/w/loader.py", line 9 in run', ""] + DUMP[1:]
-    assert faulthandler_frames(_lines(other_thread_first))[0].text.endswith("in <module>")
-    assert faulthandler_frames(_lines(["iteration 10/ 100 |", "more output", "", "", "x"])) == []
+    assert faulthandler_frames(lines_after(other_thread_first))[0].text.endswith("in <module>")
+    assert faulthandler_frames(lines_after(["iteration 10/ 100 |", "more output", "", "", "x"])) == []
     assert faulthandler_frames([]) == []
 
 
@@ -62,7 +59,7 @@ def test_a_stack_block_without_a_thread_header_is_read_too():
     stack = ["", "Stack (most recent call first):",
              '  File "/usr/lib/python3.10/site-packages/torch/cuda/__init__.py", line 372 in _lazy_init',
              '  File "/usr/lib/python3.10/site-packages/vllm/worker/worker_base.py", line 604 in init_device', ""]
-    frames = faulthandler_frames(_lines(stack))
+    frames = faulthandler_frames(lines_after(stack))
     assert [f.text.strip().rsplit(" in ", 1)[1] for f in frames] == ["init_device", "_lazy_init"]
 
 

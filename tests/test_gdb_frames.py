@@ -4,6 +4,8 @@ frames) (diagnose/match/frames.py, engine._frames)."""
 
 from __future__ import annotations
 
+from conftest import lines_after
+
 from diagnose.match import load_catalogue, match_text
 from diagnose.match.frames import GDB_SIGNAL, gdb_backtrace_frames
 from diagnose.model import LogLine
@@ -25,16 +27,12 @@ SESSION = [
 ]
 
 
-def _lines(texts: list[str]) -> list[LogLine]:
-    return [LogLine(path="x.log", lineno=i + 2, raw=t, text=t) for i, t in enumerate(texts)]
-
-
 def _functions(frames: list[LogLine]) -> list[str]:
     return [f.text.rsplit(", in ", 1)[1] for f in frames]
 
 
 def test_the_bt_stack_innermost_last_with_each_frames_library():
-    frames = gdb_backtrace_frames(_lines(SESSION))
+    frames = gdb_backtrace_frames(lines_after(SESSION))
     assert _functions(frames) == ["start_thread", "ncclProxyService", "ncclShmOpen"]  # the ?? frame is left out
     assert frames[-1].text == f'  File "{NCCL}", line 0, in ncclShmOpen'  # its library from the next line
     assert frames[0].text.startswith('  File "./nptl/pthread_create.c", line 0')
@@ -42,9 +40,9 @@ def test_the_bt_stack_innermost_last_with_each_frames_library():
 
 
 def test_without_bt_the_location_it_stopped_at_is_the_one_frame():
-    frames = gdb_backtrace_frames(_lines(SESSION[:2] + ["(gdb) quit"]))
+    frames = gdb_backtrace_frames(lines_after(SESSION[:2] + ["(gdb) quit"]))
     assert _functions(frames) == ["ncclShmOpen"]
-    assert gdb_backtrace_frames(_lines(["some other output"] * 10 + SESSION)) == []  # not gdb's report
+    assert gdb_backtrace_frames(lines_after(["some other output"] * 10 + SESSION)) == []  # not gdb's report
     assert gdb_backtrace_frames([]) == []
 
 

@@ -6,32 +6,24 @@ failed mid-run (HW131, hardware). The phase markers of any trainer say which, no
 
 from __future__ import annotations
 
-from conftest import make_catalogue, make_rule
+from conftest import analyzed_root, make_catalogue, make_rule
 
 from diagnose.match import match_text
 from diagnose.normalize.lines import normalize_line
-from diagnose.pipeline import AnalyzeOptions, analyze
 
 REMOTE = ("2024-01-11 05:43:11.726254: E external/xla/xla/service/gpu/nccl_utils.cc:211] Aborting communicator: "
           "0x7f3e427e55b0 due to async NCCL error: remote process exited or there was a network error")
 GLOG_STEP = "I0111 05:39:40.118823 139877214582592 train.py:412] step {n} | loss 1.83 | 1.44 s/step"
 
 
-def _root(tmp_path, text: str):
-    path = tmp_path / "job.log"
-    path.write_text(text)
-    report = analyze([str(path)], AnalyzeOptions(replay=False))
-    return next(f for f in report.findings if f.role == "root")
-
-
 def test_remote_error_at_start_up_stays_an_nccl_error(tmp_path):
-    root = _root(tmp_path, "I0111 05:30:00.000001 139877214582592 train.py:96] JAX version 0.4.23\n" + REMOTE + "\n")
+    root = analyzed_root(tmp_path, "I0111 05:30:00.000001 139877214582592 train.py:96] JAX version 0.4.23\n" + REMOTE + "\n")
     assert (root.rule, root.category) == ("NC013", "nccl_error")
 
 
 def test_remote_error_after_training_steps_is_a_failed_link(tmp_path):
     steps = "\n".join(GLOG_STEP.format(n=n) for n in (1000, 2000, 3000))
-    root = _root(tmp_path, steps + "\n" + REMOTE + "\nslurmstepd: error: *** JOB 5512089 ON n1 CANCELLED AT 2024-01-11T12:02:33 ***\n")
+    root = analyzed_root(tmp_path, steps + "\n" + REMOTE + "\nslurmstepd: error: *** JOB 5512089 ON n1 CANCELLED AT 2024-01-11T12:02:33 ***\n")
     assert (root.rule, root.category, root.phase) == ("HW131", "hardware", "training")
 
 
@@ -42,7 +34,7 @@ def test_an_earlier_ib_completion_error_still_explains_the_remote_error(tmp_path
           " with error 12, opcode 0, len 0, vendor err 129 (Send) localGid ::ffff:10.12.41.7 remoteGid ::ffff:10.12.41.8")
     torch_remote = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
                     "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5")
-    root = _root(tmp_path, "epoch 0 step 300 loss 5.4410 lr 3.00e-04\n" + ib + "\n" + torch_remote + "\n")
+    root = analyzed_root(tmp_path, "epoch 0 step 300 loss 5.4410 lr 3.00e-04\n" + ib + "\n" + torch_remote + "\n")
     assert (root.rule, root.category) == ("NC011", "nccl_error")
 
 

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from diagnose.pipeline import AnalyzeOptions, analyze
+from conftest import analyzed, analyzed_root
 
 WATCHDOG = ("[rank0]:[E0521 18:02:44.617090524 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
             "timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
@@ -20,30 +20,23 @@ SAVE = "INFO:myproj.train:Training finished; saving final checkpoint to outputs/
 TOKENIZE = "Running tokenizer on dataset: 100%|██████████| 20000/20000 [00:09<00:00, 2140.64 examples/s]"
 
 
-def _root(tmp_path, text: str):
-    path = tmp_path / "job.log"
-    path.write_text(text)
-    report = analyze([str(path)], AnalyzeOptions(replay=False))
-    return next(f for f in report.findings if f.role == "root")
-
-
 def test_one_element_timeout_at_start_up_stays_before_training(tmp_path):
-    root = _root(tmp_path, TOKENIZE + "\n" + WATCHDOG.format(seq=4) + "\n")
+    root = analyzed_root(tmp_path, TOKENIZE + "\n" + WATCHDOG.format(seq=4) + "\n")
     assert (root.rule, root.category, root.phase) == ("NC002", "nccl_timeout", "init")
 
 
 def test_one_element_timeout_after_the_files_own_steps_is_in_training(tmp_path):
-    root = _root(tmp_path, EPOCH_BAR + "\n" + WATCHDOG.format(seq=912) + "\n")
+    root = analyzed_root(tmp_path, EPOCH_BAR + "\n" + WATCHDOG.format(seq=912) + "\n")
     assert (root.rule, root.category, root.phase) == ("NC007", "nccl_timeout", "training")
 
 
 def test_one_element_timeout_after_fit_and_a_save_announcement_is_a_checkpoint_save(tmp_path):
-    root = _root(tmp_path, "\n".join([EPOCH_BAR, FIT_STOPPED, SAVE, WATCHDOG.format(seq=40417)]) + "\n")
+    root = analyzed_root(tmp_path, "\n".join([EPOCH_BAR, FIT_STOPPED, SAVE, WATCHDOG.format(seq=40417)]) + "\n")
     assert (root.rule, root.phase) == ("NC007", "checkpoint_save")
 
 
 def test_one_element_timeout_after_fit_ended_is_shutdown(tmp_path):
-    root = _root(tmp_path, "\n".join([EPOCH_BAR, FIT_STOPPED, WATCHDOG.format(seq=40417)]) + "\n")
+    root = analyzed_root(tmp_path, "\n".join([EPOCH_BAR, FIT_STOPPED, WATCHDOG.format(seq=40417)]) + "\n")
     assert (root.rule, root.phase) == ("NC007", "shutdown")
 
 
@@ -69,18 +62,14 @@ LOSS = "{'loss': 1.7142, 'learning_rate': 1.9e-05, 'epoch': 0.02}\n"
 
 def test_a_handled_exception_takes_the_phase_of_its_chains_outer_frames(tmp_path):
     log = LOSS + INNER + "\nDuring handling of the above exception, another exception occurred:\n\n" + OUTER
-    path = tmp_path / "job.log"
-    path.write_text(log)
-    report = analyze([str(path)], AnalyzeOptions(replay=False))
+    report = analyzed(tmp_path, log)
     inner = [f for f in report.findings if any("PeftModelForCausalLM" in e.text for e in f.evidence)]
     assert inner and all(f.phase == "checkpoint_save" for f in inner)
 
 
 def test_an_unchained_exception_keeps_the_phase_of_its_markers(tmp_path):
     log = LOSS + INNER + "[INFO] launch.py: Killing subprocess 3318207\n"
-    path = tmp_path / "job.log"
-    path.write_text(log)
-    report = analyze([str(path)], AnalyzeOptions(replay=False))
+    report = analyzed(tmp_path, log)
     inner = [f for f in report.findings if any("PeftModelForCausalLM" in e.text for e in f.evidence)]
     assert inner and all(f.phase == "training" for f in inner)
 
@@ -88,7 +77,7 @@ def test_an_unchained_exception_keeps_the_phase_of_its_markers(tmp_path):
 def test_a_barrier_thousands_of_collectives_into_the_run_is_not_before_training(tmp_path):
     """The watchdog line's own sequence number (2000 and more: the collective_seqnum marker) shows the job ran."""
     line = WATCHDOG.format(seq=5012).replace("OpType=ALLREDUCE, NumelIn=1, NumelOut=1", "OpType=BARRIER, NumelIn=0, NumelOut=0")
-    root = _root(tmp_path, line + "\n")
+    root = analyzed_root(tmp_path, line + "\n")
     assert (root.rule, root.phase) == ("NC007", "training")
-    low = _root(tmp_path, line.replace("SeqNum=5012", "SeqNum=512") + "\n")
+    low = analyzed_root(tmp_path, line.replace("SeqNum=5012", "SeqNum=512") + "\n")
     assert (low.rule, low.phase) == ("NC002", "init")

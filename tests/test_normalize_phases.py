@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import phase_markers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,16 +76,6 @@ def test_phase_from_frames(frames, phase):
     assert phase_from_frames(frames) == phase
 
 
-def _marker_lines(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]:
-    """Do what the scanner does with CAPTURES: (name, line) for each line matching a spec."""
-    out = []
-    for i, raw in enumerate(text.splitlines()):
-        line = normalize_line(raw, path, i + 1)
-        out.extend((spec.name, line) for spec in CAPTURES
-                   if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)))
-    return out
-
-
 RUN = """\
 > initializing torch distributed ...
 [after megatron is initialized] datetime: 2026-11-29 15:00:00
@@ -110,20 +101,20 @@ saving checkpoint at iteration     140 to /ckpt in torch_dist format
      (13, "checkpoint_save"), (14, "shutdown")],
 )
 def test_marker_sequence(after_line, phase):
-    markers = _marker_lines(RUN)
+    markers = phase_markers(RUN)
     # A failure on the line right after ``after_line`` (1-based), with no telling frames.
     assert phase_of(after_line + 1, "job.log", markers, []) == phase
 
 
 def test_markers_of_other_files_are_ignored_and_order_does_not_matter():
-    markers = list(reversed(_marker_lines(RUN)))
+    markers = list(reversed(phase_markers(RUN)))
     assert phase_of(12, "job.log", markers, []) == "training"
     assert phase_of(12, "rank1.log", markers, []) == "unknown"  # line numbers of another file mean nothing here
     assert phase_of(line=LogLine("job.log", 11, "x", "x"), markers=markers) == "checkpoint_save"
 
 
 def test_frames_win_over_markers_and_training_frames_split_on_progress():
-    markers = _marker_lines(RUN)
+    markers = phase_markers(RUN)
     forward = _frames(("m/training/train.py", "train_step"), ("m/model.py", "forward"))
     assert phase_of(8, "job.log", markers, forward) == "first_iteration"  # no iteration line yet
     assert phase_of(12, "job.log", markers, forward) == "training"
@@ -138,7 +129,7 @@ def test_every_capture_is_valid_and_every_phase_is_known():
         if spec.regex:
             re.compile(spec.regex)
     for k in range(len(RUN.splitlines()) + 2):
-        assert phase_of(k, "job.log", _marker_lines(RUN), []) in PHASES
+        assert phase_of(k, "job.log", phase_markers(RUN), []) in PHASES
 
 
 def test_iteration_facts():
@@ -206,7 +197,7 @@ INFO:torchtune.utils._logging:Saving checkpoint. This may take some time. Retrie
 )
 def test_other_trainers_markers(after_line, phase):
     # line 7: NCCL's start-up for a communicator created after training began does not send the phase back to init
-    assert phase_of(after_line + 1, "job.log", _marker_lines(OTHER_RUN), []) == phase
+    assert phase_of(after_line + 1, "job.log", phase_markers(OTHER_RUN), []) == phase
 
 
 @pytest.mark.parametrize(
@@ -290,11 +281,11 @@ NOT_PROGRESS = [
 
 @pytest.mark.parametrize("line, phase", OTHER_RUNS)
 def test_other_frameworks_progress_and_save_lines(line, phase):
-    assert phase_of(2, "job.log", _marker_lines(line), []) == phase
+    assert phase_of(2, "job.log", phase_markers(line), []) == phase
     # training frames after a completed step are training, not the first iteration
     frames = ['File "/w/train.py", line 9, in train', 'File "/t/torch/autograd/__init__.py", line 3, in backward']
     if phase == "training":
-        assert phase_of(2, "job.log", _marker_lines(line), frames) == "training"
+        assert phase_of(2, "job.log", phase_markers(line), frames) == "training"
 
 
 # bars that name a phase without being training progress: the marker they give, if any
@@ -307,7 +298,7 @@ PHASE_BARS = {
 
 @pytest.mark.parametrize("line", NOT_PROGRESS)
 def test_loading_and_tokenising_bars_are_not_progress(line):
-    names = [name for name, _ in _marker_lines(line)]
+    names = [name for name, _ in phase_markers(line)]
     assert not any(name in TRAINING_PROGRESS for name in names)
     assert names == [marker for prefix, marker in PHASE_BARS.items() if line.startswith(prefix)]
 
@@ -315,16 +306,16 @@ def test_loading_and_tokenising_bars_are_not_progress(line):
 def test_a_failure_after_the_datasets_map_bar_is_in_the_trainer_set_up_not_the_model_build():
     shards = "Loading checkpoint shards: 100%|██████████| 2/2 [00:04<00:00,  2.11s/it]"
     mapped = "Map: 100%|██████████| 100000/100000 [00:09<00:00, 10841.25 examples/s]"
-    assert phase_of(3, "job.log", _marker_lines(f"{shards}\n{mapped}"), []) == "init"
-    assert phase_of(3, "job.log", _marker_lines(f"{mapped}\n{shards}"), []) == "model_build"
+    assert phase_of(3, "job.log", phase_markers(f"{shards}\n{mapped}"), []) == "init"
+    assert phase_of(3, "job.log", phase_markers(f"{mapped}\n{shards}"), []) == "model_build"
 
 
 def test_a_process_killed_right_after_the_checkpoint_shard_bar_died_building_the_model():
     bar = "Loading checkpoint shards:  56%|█████     | 21/37 [02:37<02:15, 1.84s/it]"
-    assert phase_of(2, "job.log", _marker_lines(bar), []) == "model_build"
+    assert phase_of(2, "job.log", phase_markers(bar), []) == "model_build"
     # weak: once training progress was seen (a reference model loaded later), the bar says nothing
     step = " [2026-01-02 10:04:00] iteration       10/   10000 | consumed samples:        10240 | lm loss: 2.404998E+00 |"
-    markers = _marker_lines(f"{step}\n{bar}")
+    markers = phase_markers(f"{step}\n{bar}")
     assert "iteration" in [name for name, _ in markers] and markers[-1][0] == "hf_loading_shards"
     assert phase_of(3, "job.log", markers, []) == "training"
 
@@ -371,12 +362,12 @@ def test_launcher_and_inference_setup_frames(frames, phase):
     "line", ["Epoch 3/40", " 412/1250 [========>.....................] - loss: 0.4127 - acc: 0.8511"]
 )
 def test_keras_style_epoch_and_step_progress_is_training(line):
-    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+    assert phase_of(2, "job.log", phase_markers(line), []) == "training"
 
 
 @pytest.mark.parametrize("line", ["Epoch 1/40", "Epoch 3/40: resuming", "   Epoch 12/40 done in 3s"])
 def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
-    assert _marker_lines(line) == []
+    assert phase_markers(line) == []
 
 
 @pytest.mark.parametrize(
@@ -392,7 +383,7 @@ def test_first_epoch_header_and_other_epoch_lines_are_not_progress(line):
     ],
 )
 def test_other_loops_step_and_loss_lines_are_training(line):
-    assert phase_of(2, "job.log", _marker_lines(line), []) == "training"
+    assert phase_of(2, "job.log", phase_markers(line), []) == "training"
 
 
 @pytest.mark.parametrize(
@@ -405,7 +396,7 @@ def test_other_loops_step_and_loss_lines_are_training(line):
     ],
 )
 def test_counters_or_losses_alone_are_not_progress(line):
-    assert [name for name, _ in _marker_lines(line) if name == "step_loss"] == []
+    assert [name for name, _ in phase_markers(line) if name == "step_loss"] == []
 
 
 def test_device_setup_and_inference_engine_profiling_frames_are_init():
@@ -444,10 +435,10 @@ def test_marker_examples(marker):
     for line in marker.examples.match:
         found = re.search(marker.spec.regex or re.escape(marker.spec.anchor), normalize_line(line).text)
         assert found is not None and marker.spec.anchor in found.group(0), line
-        assert marker.spec.name in [name for name, _ in _marker_lines(line)]
+        assert marker.spec.name in [name for name, _ in phase_markers(line)]
         assert phase_of(2, "job.log", [(marker.spec.name, LogLine("job.log", 1, line, line))], []) == marker.phase
     for line in marker.examples.no_match:
-        assert marker.spec.name not in [name for name, _ in _marker_lines(line)], line
+        assert marker.spec.name not in [name for name, _ in phase_markers(line)], line
 
 
 @pytest.mark.parametrize("frame", PHASE_FILE.frames, ids=lambda f: f"{f.phase}-{f.pattern.pattern[:24]}")
@@ -532,7 +523,7 @@ EVAL_BAR = """  0%|          | 0/313 [00:00<?, ?it/s]
 
 
 def _phase_after(text: str) -> str:
-    return phase_of(text.count("\n") + 1, "job.log", _marker_lines(text), [])
+    return phase_of(text.count("\n") + 1, "job.log", phase_markers(text), [])
 
 
 def test_a_bar_opened_after_hf_trainer_loss_lines_is_its_evaluation():

@@ -7,14 +7,13 @@ or a count of collectives that set-up alone can reach, does not.
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from conftest import phase_markers
 
 from diagnose.model import LogLine
 from diagnose.normalize import normalize_line
 from diagnose.normalize.phase_file import load_phase_file
-from diagnose.normalize.phases import CAPTURES, phase_of
+from diagnose.normalize.phases import phase_of
 
 WATCHDOG = (
     "[rank{r}]:[E209 03:14:51.207713512 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
@@ -23,21 +22,11 @@ WATCHDOG = (
 )
 
 
-def _markers(text: str, path: str = "job.log") -> list[tuple[str, LogLine]]:
-    """What the scanner collects: (capture name, line) for each line that a phase marker matches."""
-    out = []
-    for i, raw in enumerate(text.splitlines()):
-        line = normalize_line(raw, path, i + 1)
-        out.extend((spec.name, line) for spec in CAPTURES
-                   if spec.anchor in line.text and (spec.regex is None or re.search(spec.regex, line.text)))
-    return out
-
-
 def _phase_at_last_line(text: str, frames: list[str] | None = None) -> str:
     """The phase of a failure on the last line of ``text`` (markers before it, as the engine passes them)."""
     lines = text.splitlines()
     failure = normalize_line(lines[-1], "job.log", len(lines))
-    return phase_of(line=failure, markers=_markers(text), frames=frames or [])
+    return phase_of(line=failure, markers=phase_markers(text), frames=frames or [])
 
 
 # ------------------------------------------------------------------ a collective's sequence number
@@ -178,7 +167,7 @@ def test_other_trainers_step_frames_say_a_step_was_running(step_frame):
     frames = _stack(("/w/train.py", "main"), step_frame, ("/x/lib/ops.py", "kernel"))
     failure = LogLine("job.log", 50, "RuntimeError: boom", "RuntimeError: boom")
     assert phase_of(line=failure, frames=frames) == "first_iteration"  # no progress seen yet
-    progress = _markers("step 630/5000 | loss 1.1802 | lr 1.94e-04")
+    progress = phase_markers("step 630/5000 | loss 1.1802 | lr 1.94e-04")
     assert phase_of(line=failure, frames=frames, markers=progress) == "training"
     # the driver around the whole run is not a step
     assert phase_of(line=failure, frames=_stack(("/w/train.py", "train"), ("/x/lib/ops.py", "kernel"))) == "unknown"

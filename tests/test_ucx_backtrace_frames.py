@@ -3,9 +3,10 @@ its frames decide the inferred category and the phase (diagnose/match/frames.py,
 
 from __future__ import annotations
 
+from conftest import lines_after
+
 from diagnose.match import load_catalogue, match_text
 from diagnose.match.frames import ucx_backtrace_frames
-from diagnose.model import LogLine
 
 CATALOGUE = load_catalogue()
 
@@ -29,12 +30,8 @@ DEBUG_BACKTRACE = [
 ]
 
 
-def _lines(texts: list[str]) -> list[LogLine]:
-    return [LogLine(path="x.log", lineno=i + 2, raw=t, text=t) for i, t in enumerate(texts)]
-
-
 def test_native_frames_innermost_last_without_the_handler_and_unnamed_offsets():
-    frames = ucx_backtrace_frames(_lines(INIT_BACKTRACE))
+    frames = ucx_backtrace_frames(lines_after(INIT_BACKTRACE))
     assert [f.text.strip() for f in frames] == [
         'File "/opt/nvshmem/lib/libnvshmem_host.so.3", line 0, in nvshmemi_transport_init',
         'File "/opt/nvshmem/lib/nvshmem_transport_ibgda.so.3", line 0, in nvshmemt_init',
@@ -43,12 +40,12 @@ def test_native_frames_innermost_last_without_the_handler_and_unnamed_offsets():
 
 
 def test_the_debug_info_form_is_read_too():
-    frames = ucx_backtrace_frames(_lines(DEBUG_BACKTRACE))
+    frames = ucx_backtrace_frames(lines_after(DEBUG_BACKTRACE))
     assert [f.text.strip() for f in frames] == ['File "???", line 0, in clone', 'File "???", line 0, in ncclGroupEnd']
 
 
 def test_no_backtrace_no_frames():
-    assert ucx_backtrace_frames(_lines(["", "some other output", "more", "and more", "still more"])) == []
+    assert ucx_backtrace_frames(lines_after(["", "some other output", "more", "and more", "still more"])) == []
 
 
 def test_a_crash_inside_a_librarys_init_reads_as_a_mismatched_build():
