@@ -62,9 +62,7 @@ def follow_job(
                 break
         else:
             state = scontrol_state(ref, runner)
-        for path in paths:
-            offsets[path], grew = _read_new(path, offsets.get(path, 0), on_text)
-            pending = pending or grew
+        pending = _read_all_new(paths, offsets, on_text) or pending
         # re-match the whole files (tracebacks span polls), but on a huge log no more often than 5x its cost
         if pending and clock() >= next_match:
             pending = False
@@ -73,12 +71,14 @@ def follow_job(
             next_match = clock() + 5 * (clock() - match_started)
             root = quick_report.root
             if root is not None and root.severity == "error" and root.role == "root":
+                # the match read the files as they are now: what the job wrote since this poll's read (the failure
+                # itself, often) is shown too before following stops
+                _read_all_new(paths, offsets, on_text)
                 return FollowResult(diagnose_job(ref, options, runner=runner), "failure", clock() - started)
         if state is None:
             return FollowResult(diagnose_job(ref, options, runner=runner), "job forgotten", clock() - started)
         if state in ENDED_STATES:
-            for path in paths:
-                _read_new(path, offsets.get(path, 0), on_text)
+            _read_all_new(paths, offsets, on_text)
             break
         if clock() - started >= max_s:
             result = diagnose_job(ref, options, runner=runner)
@@ -86,6 +86,15 @@ def follow_job(
             return FollowResult(result, "time bound", clock() - started)
         sleep(poll_s)
     return FollowResult(diagnose_job(ref, options, runner=runner), "job ended", clock() - started)
+
+
+def _read_all_new(paths: list[str], offsets: dict[str, int], on_text: Callable[[str], None] | None) -> bool:
+    """Read what each file gained since its offset (offsets move on); did any grow?"""
+    grew = False
+    for path in paths:
+        offsets[path], more = _read_new(path, offsets.get(path, 0), on_text)
+        grew = grew or more
+    return grew
 
 
 def _read_new(path: str, offset: int, on_text: Callable[[str], None] | None) -> tuple[int, bool]:

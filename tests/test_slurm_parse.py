@@ -383,6 +383,38 @@ def test_follow_reads_appended_text_and_restarts_after_truncation(tmp_path):
     assert grew and seen[-1] == "new\n" and offset == 4
 
 
+def test_follow_shows_the_failure_the_match_found_even_when_written_after_the_polls_read(tmp_path, monkeypatch):
+    """The job wrote its failure between a poll's read of the files and the match of them (seen on the real cluster:
+    the OOM went to the separate stderr file and following stopped without showing it): the rest is shown first."""
+    from types import SimpleNamespace
+
+    import diagnose.pipeline as pipeline
+    from diagnose import slurm_follow as follow
+    from diagnose.ingest.slurm.jobid import parse_job_id
+
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    out.write_text("iteration 1\n")
+    err.write_text("")
+    failure = (REPO / "sample_logs" / "ddp_wrap_oom.log").read_text()
+    job = SimpleNamespace(state="RUNNING", outputs=[SimpleNamespace(path=str(out)), SimpleNamespace(path=str(err))],
+                          ended=False, batch=True)
+    monkeypatch.setattr(follow, "lookup_job", lambda *a, **k: job)
+    monkeypatch.setattr(follow, "scontrol_state", lambda *a, **k: "RUNNING")
+    monkeypatch.setattr(follow, "diagnose_job", lambda *a, **k: SimpleNamespace(report=None))
+    real_analyze = pipeline.analyze
+
+    def analyze_after_the_job_wrote(paths, options=None):
+        if not err.read_text():
+            err.write_text(failure)  # the job's failure lands after the read, before the match
+        return real_analyze(paths, options)
+
+    monkeypatch.setattr(pipeline, "analyze", analyze_after_the_job_wrote)
+    shown: list[str] = []
+    result = follow.follow_job(parse_job_id("5"), on_text=shown.append, sleep=lambda s: None, max_s=60)
+    assert result.stopped_because == "failure"
+    assert "Tried to allocate" in "".join(shown)
+
+
 def test_array_id_picks_the_failed_task_not_one_still_completing():
     """scontrol lists every task of an array asked by its id; a task still COMPLETING is not the failed one."""
     from diagnose.ingest.slurm.commands import CommandResult
