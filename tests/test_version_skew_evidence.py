@@ -122,3 +122,27 @@ def test_a_notebook_signature_mismatch_in_the_users_own_cell_is_not_read_as_a_li
     own_cell = NOTEBOOK[:4] + [""]
     root = _root([*own_cell, "TypeError: build() takes 3 positional arguments but 4 were given"])
     assert not (root.basis_detail or "").startswith("IF112")
+
+
+STREAMING = [
+    "Traceback (most recent call last):",
+    '  File "/home/u/proj/train.py", line 40, in main',
+    "    ds = load_dataset(path, streaming=True)",
+    '  File "/env/lib/python3.10/site-packages/datasets/load.py", line 2136, in load_dataset',
+    "    return builder_instance.as_streaming_dataset(split=split)",
+    '  File "/env/lib/python3.10/site-packages/datasets/builder.py", line 1213, in as_streaming_dataset',
+    "    raise NotImplementedError(",
+]
+
+
+def test_a_library_lacking_something_yet_is_its_release_not_the_data():
+    root = _root([*STREAMING, "NotImplementedError: Loading a dataset cached in a LocalFileSystem is not supported yet."])
+    assert root.category == "import_version", root.basis_detail
+    assert root.basis_detail.startswith("IF337")
+
+
+def test_a_combination_of_settings_not_supported_yet_is_not_read_as_the_release():
+    root = _root([*STREAMING, "NotImplementedError: streaming=True is not supported yet for this builder"])
+    assert not (root.basis_detail or "").startswith("IF337"), root.basis_detail
+    root = _root([*STREAMING, "NotImplementedError: Loading a dataset is not supported yet when num_proc > 1"])
+    assert not (root.basis_detail or "").startswith("IF337"), root.basis_detail
