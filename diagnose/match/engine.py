@@ -33,6 +33,7 @@ from diagnose.match.frames import (
     caused_frames,
     faulthandler_frames,
     gdb_backtrace_frames,
+    ipython_frames,
     pytest_frames,
     traceback_frames,
     ucx_backtrace_frames,
@@ -515,7 +516,9 @@ class Matcher:
         same.reverse()
         same.append(ll)
         own = traceback_frames(same)
-        outer = caused_frames(same, self._chained_after(reader, start, ll)) if own else []
+        if not own:
+            return ipython_frames(same), 0  # a notebook's traceback (IPython's format has no `File "` lines)
+        outer = caused_frames(same, self._chained_after(reader, start, ll))
         return outer + own, len(outer)
 
     @staticmethod

@@ -253,3 +253,51 @@ def pytest_frames(before: list[LogLine], after: list[LogLine]) -> list[LogLine]:
             calls.append(_as_frame(ll, m.group("file"), m.group("line"), f"<raised {m.group('exc')}>"))
         break
     return calls
+
+
+# IPython and Jupyter kernels (Colab, Kaggle notebooks) print an uncaught exception in IPython's own traceback format:
+# the type heads it, then each call's location and source, outermost first; the exception line ends it:
+#     ---------------------------------------------------------------------------
+#     TypeError                                 Traceback (most recent call last)
+#     /tmp/ipykernel_31/2214309554.py in <cell line: 0>()                  (IPython 7: "<file> in <function>(<args>)")
+#     ----> 1 trainer_stats = trainer.train()
+#     /usr/local/lib/python3.11/dist-packages/transformers/trainer.py in train(self, resume_from_checkpoint, ...)
+#     -> 2245             return inner_training_loop(
+#     File /usr/lib/python3.11/site-packages/transformers/trainer.py:2245, in Trainer.train(self, ...)  (IPython 8)
+#     Cell In[3], line 1
+#     TypeError: _unsloth_get_batch_samples() takes 3 positional arguments but 4 were given
+_IPYTHON_WORDS = "Traceback (most recent call last)"
+IPYTHON_HEADER = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)\s*$")
+_IPYTHON_CALL = re.compile(
+    r"^(?:(?P<file>/\S+?\.py|<ipython-input-[^>\s]+>) in (?P<func><[^<>]*>|[^\s(]+)\("
+    r"|File (?P<file8>\S+?\.py):(?P<line8>\d+), in (?P<func8>[^\s(]+)\()"
+)
+_IPYTHON_ARROW = re.compile(r"^-*> ?(?P<line>\d+)\b")  # the line the call stopped on, under the location
+
+
+def ipython_frames(lines: list[LogLine]) -> list[LogLine]:
+    """The calls of an IPython/Jupyter traceback whose exception line is ``lines[-1]`` (``lines``: the same stream,
+    oldest first), written like a traceback's frames (innermost last) so that frame tables, the inferred category
+    and the phase read them as they read Python's own traceback; [] when no IPython header is found above.
+
+    IPython prints no ``File "..."`` lines, so Python's traceback reading finds no frame in a notebook's log: the
+    failure would read as raised nowhere (neither in a library nor in the user's code)."""
+    header = next((i for i in range(len(lines) - 2, -1, -1)
+                   if _IPYTHON_WORDS in lines[i].text and IPYTHON_HEADER.match(lines[i].text.strip())), None)
+    if header is None:
+        return []
+    frames: list[tuple[LogLine, str, str, str]] = []
+    for ll in lines[header + 1:-1]:
+        text = ll.text.strip()
+        m = _IPYTHON_CALL.match(text)
+        if m is not None:
+            if m.group("file8"):
+                frames.append((ll, m.group("file8"), m.group("line8"), m.group("func8")))
+            else:
+                frames.append((ll, m.group("file"), "0", m.group("func")))
+            continue
+        arrow = _IPYTHON_ARROW.match(text)
+        if arrow is not None and frames and frames[-1][2] == "0":
+            last = frames[-1]
+            frames[-1] = (last[0], last[1], arrow.group("line"), last[3])
+    return [_as_frame(ll, file, line, func) for ll, file, line, func in frames]

@@ -52,6 +52,28 @@ def exception_type(text: str) -> str:
     return m.group(1) if m else ""
 
 
+# Python's own TypeError for a call that does not fit its callee's signature ("f() missing 1 required positional
+# argument: 'x'"): the function's name, "()", then one of the interpreter's wordings
+_SIGNATURE_MISMATCH = regex.compile(
+    r"\b\w+\(\) (?:got an unexpected keyword argument '\w+'|got multiple values for argument '\w+'"
+    r"|missing \d+ required (?:positional|keyword-only) arguments?: "
+    r"|takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given)"
+)
+
+
+def carried_type(text: str, exc: str) -> str:
+    """The type of the exception whose message another one carries: "TypeError" when ``text`` (an exception line of
+    type ``exc``, not itself a TypeError) repeats the interpreter's own signature-mismatch TypeError, as a worker
+    pool or an async writer re-raises a failure of its worker (``RuntimeError: Worker failure: _write_item() missing
+    1 required positional argument: 'serialization_format'``); "" otherwise.
+
+    A reader sees the TypeError through its wrapper: what failed is a call that did not fit its callee, and the
+    tables that read a TypeError read it (the wrapper's frames still say where it surfaced)."""
+    if not exc or exc == "TypeError" or exc.endswith(".TypeError"):
+        return ""
+    return "TypeError" if _SIGNATURE_MISMATCH.search(text) else ""
+
+
 _LIBRARY_CALL = regex.compile(
     r"\b(?:deepspeed|torch|transformer_engine|te|apex|megatron|nemo|transformers|accelerate|flash_attn|vllm)\.\w"
 )
@@ -242,6 +264,7 @@ def infer(
     """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None. ``release``: the release
     of the raising package that the log named before the line (``release_named_before``), or ""."""
     exc = exception_type(text)
+    carried = carried_type(text, exc)
     library: bool | None = None
     # a Windows traceback (File "C:\...\site-packages\datasets\builder.py") is read with the same path needles
     frames = [f.replace("\\", "/") if "\\" in f else f for f in frames]
@@ -253,9 +276,11 @@ def infer(
         detail = ""
         if inf.exc_types:
             hit = next((t for t in inf.exc_types if exc == t or exc.endswith("." + t)), None)
+            if hit is None and carried in inf.exc_types:
+                hit = carried
             if hit is None:
                 continue
-            detail = exc
+            detail = exc if hit != carried else f"{exc} carrying a {carried}'s message"
         if inf.text_any:
             found = next((m for t in inf.text_any if (m := regex.search(t, text)) is not None), None)
             if found is None:
