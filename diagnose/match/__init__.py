@@ -59,6 +59,7 @@ def scan_and_match(
     from diagnose.match.engine import scan
     from diagnose.match.findings import group_hits
     from diagnose.match.flat_loss import flat_loss
+    from diagnose.match.hang_at_exit import hang_at_exit
     from diagnose.match.one_host import node_confined_origin
     from diagnose.match.ranking import rank
     from diagnose.match.silent_ranks import mark_silent_ranks
@@ -75,6 +76,8 @@ def scan_and_match(
     mark_collective_skew(findings, root)  # desynced and straggling ranks
     pcie_p2p_hang(findings, root, blocks)  # an early hang over PCIe peer-to-peer only: the link
     node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
+    completes = frozenset(r.code for r in catalogue.rules if r.completes)
+    hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     flat_loss(report, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     return MatchResult(report, blocks)
