@@ -23,12 +23,16 @@ CHECKPOINT_BYTES = 1 << 20
 
 
 class LineIndex:
-    """Line number of any byte offset of one source, from newline counts recorded every ~1 MiB during the scan."""
+    """Line number of any byte offset of one source, from newline counts recorded every ~1 MiB during the scan.
+
+    The last offset counted is remembered too, so offsets asked in ascending order (a capture's kept lines) count
+    only the bytes between them, not each from its checkpoint again."""
 
     def __init__(self, buffer):
         self.buffer = buffer
         self.offsets = array("q", [0])
         self.newlines = array("q", [0])  # newlines before offsets[i]
+        self.counted = (0, 0)  # (offset, newlines before it) of the last count
 
     def add(self, offset: int, newlines_before: int) -> None:
         if offset > self.offsets[-1]:
@@ -37,8 +41,13 @@ class LineIndex:
 
     def lineno(self, offset: int) -> int:
         i = bisect.bisect_right(self.offsets, offset) - 1
-        base = self.offsets[i]
-        return self.newlines[i] + bytes(self.buffer[base:offset]).count(b"\n") + 1
+        base, before = self.offsets[i], self.newlines[i]
+        last, last_before = self.counted
+        if base < last <= offset:  # nearer than the checkpoint
+            base, before = last, last_before
+        before += bytes(self.buffer[base:offset]).count(b"\n")
+        self.counted = (offset, before)
+        return before + 1
 
 
 @dataclass(slots=True)
@@ -55,6 +64,14 @@ class Occurrence:
             self._line.lineno = self.index.lineno(self.start)
             self.index = None
         return self._line
+
+    def count_line(self) -> Occurrence:
+        """Count the line number now: for an occurrence that is kept for good, while its window is still in memory.
+        Counted later (``materialise``, after the scan released the window's mapped pages), every kept line's count
+        maps its stretch of the file back in: 256 loss lines spread over the first 28 MiB of a log kept 28 MiB of
+        it resident to the end."""
+        _ = self.line
+        return self
 
 
 class WindowView:
@@ -178,13 +195,13 @@ class BlockCollector:
             if keep == "all":
                 if len(kept) < cc.spec.max_blocks:
                     for occ in view.each(cc):
-                        kept.append(occ)
+                        kept.append(occ.count_line())
                         if len(kept) >= cc.spec.max_blocks:
                             break
             elif keep != "last" and not kept:  # first, first_last (and anything unknown: first)
                 found = view.first(cc)
                 if found is not None:
-                    kept.append(found[1])
+                    kept.append(found[1].count_line())
 
     def occurrences(self, ci: int) -> list[Occurrence]:
         kept = list(self.kept[ci])
