@@ -245,7 +245,6 @@ class Matcher:
         self.group_counts: dict[str, int] = {}
         self.by_code: dict[str, CompiledRule] | None = None  # built on first use (a "before training" rule's swap)
         self.traceback_ends_read = 0  # traceback headers read forwards to their end (traceback_ends_with rules)
-        self.end_regexes: dict[str, regex.Pattern] = {}  # rule code -> its compiled traceback_ends_with
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -307,9 +306,9 @@ class Matcher:
         matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
         if not matches:
             return
-        ends = [m for m in matches if m[0].rule.context.traceback_ends_with]
+        ends = [m for m in matches if m[0].traceback_end is not None]
         if ends:  # a traceback's header: what its rule reads is the line that ends the traceback
-            matches = [m for m in matches if not m[0].rule.context.traceback_ends_with]
+            matches = [m for m in matches if m[0].traceback_end is None]
             if not matches:
                 self._traceback_end(reader, source_index, rank_hint, start, ll, pos_in_window, ends[0][0])
                 return
@@ -329,10 +328,9 @@ class Matcher:
         end_start, end = found
         if self.classify(end.text):
             return
-        rx = self.end_regexes.get(cr.rule.code)
-        if rx is None:
-            rx = self.end_regexes[cr.rule.code] = regex.compile(cr.rule.context.traceback_ends_with)
-        m = rx.search(end.text)
+        if cr.traceback_end is None:
+            return
+        m = self._search(cr, cr.traceback_end, end.text)
         if m is None:
             return
         facts = {k: v for k, v in m.groupdict().items() if v is not None}
