@@ -82,3 +82,44 @@ def test_a_capture_that_keeps_every_line_numbers_them_while_its_window_is_read()
     assert len(kept) == 50
     assert all(occ.index is None for occ in kept)  # counted already: nothing left to read once the window is gone
     assert [occ.line.lineno for occ in kept] == [3 * k + 1 for k in range(50)]
+
+
+def _blocks(data: bytes, specs: list[CaptureSpec]) -> dict[str, list[tuple[int, str]]]:
+    from diagnose.match import TextSource
+    from diagnose.match.engine import scan
+
+    compiled = compile_catalogue(Catalogue(rules=[]), specs)
+    _hits, blocks, _infos = scan([TextSource("a.log", data), TextSource("b.log", data[: len(data) // 3])], compiled,
+                                 [], window_size=4096)
+    return {name: [(b.path, b.start_line, b.lines[0].text) for b in got] for name, got in blocks.items()}
+
+
+def test_a_deferred_capture_keeps_the_lines_a_capture_read_during_the_scan_keeps():
+    # loss lines in many small windows, qualifying or not ("loss scale" has no loss value), the last ones not
+    lines = []
+    for i in range(2000):
+        if i % 7 == 0:
+            lines.append(b"step %d | lm loss: %.4f |" % (i, 11 - i / 1000))
+        elif i % 11 == 0:
+            lines.append(b"step %d | loss scale: 1.0 |" % i)
+        else:
+            lines.append(b"noise %d" % i)
+    data = b"\n".join(lines + [b"loss scale: 2.0 |"] * 300) + b"\n"
+    for keep, most in (("all", 40), ("all", 100000), ("last", 64), ("first", 64), ("first_last", 64)):
+        specs = [CaptureSpec(f"c.{keep}", "loss", regex=r"lm loss: \d", keep=keep, max_blocks=most, deferred=d)
+                 for d in (False, True)]
+        now, later = _blocks(data, specs[:1]), _blocks(data, specs[1:])
+        assert now == later and now[f"c.{keep}"], keep
+
+
+def test_the_loss_series_is_read_only_when_nothing_else_is_the_root_cause():
+    from diagnose.match import TextSource, load_catalogue, scan_and_match
+
+    steps = b"".join(b" iteration %d/ 100 | lm loss: 1.%04d |\n" % (i, 5000 + i % 7) for i in range(1, 40))
+    oom = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    catalogue = load_catalogue()
+    clean = scan_and_match([TextSource("a.log", steps)], catalogue)
+    assert clean.report.root_cause is None and clean.blocks["loss_series.loss.all"]
+    failed = scan_and_match([TextSource("a.log", steps + oom)], catalogue)
+    assert failed.report.root_cause is not None
+    assert not any(name.startswith("loss_series.") for name in failed.blocks)

@@ -693,7 +693,40 @@ def scan(
     window_size: int = WINDOW_BYTES,
     jobs: int = 1,
 ) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo]]:
-    """Scan every source; return the hits (in input order), the captured blocks and per-input sizes.
+    """Scan every source; return the hits (in input order), the captured blocks (deferred captures read too) and
+    per-input sizes."""
+    hits, blocks, infos, deferred = scan_deferring(sources, compiled, warnings, progress, backend, window_size, jobs)
+    blocks.update(deferred.blocks())
+    return hits, blocks, infos
+
+
+class DeferredCaptures:
+    """The captures a scan left for later (``CaptureSpec.deferred``): ``blocks()`` reads them from the windows it
+    noted, while the sources are still open."""
+
+    def __init__(self, collector: BlockCollector, readers: list):
+        self.collector = collector
+        self.readers = readers
+
+    def blocks(self) -> dict[str, list[Block]]:
+        def done_with(view: WindowView) -> None:
+            _release(view.buffer, view.offset - view.offset % mmap.PAGESIZE, view.offset + view.length)
+
+        self.collector.read_deferred(done_with)
+        return materialise(self.collector, self.readers, deferred=True)
+
+
+def scan_deferring(
+    sources: list,
+    compiled: Compiled,
+    warnings: list[str],
+    progress: Callable[[int, int], None] | None = None,
+    backend: str = "auto",
+    window_size: int = WINDOW_BYTES,
+    jobs: int = 1,
+) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo], DeferredCaptures]:
+    """Scan every source; return the hits (in input order), the captured blocks, per-input sizes and the deferred
+    captures, to read if a later step needs them.
 
     With ``jobs > 1`` and a large source, phase 1 runs in worker processes over newline-aligned chunks (forked,
     so they share the mapped file); phase 2 stays here, in input order, so answers do not depend on ``jobs``.
@@ -752,7 +785,7 @@ def scan(
         infos.append(InputInfo(source.path, size, lines_before + unterminated))
     blocks = materialise(collector, readers)
     _first_iteration_across_files(matcher.hits, markers, compiled, sources)
-    return matcher.hits, blocks, infos
+    return matcher.hits, blocks, infos, DeferredCaptures(collector, readers)
 
 
 def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compiled: Compiled, sources: list) -> None:
