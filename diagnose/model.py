@@ -122,6 +122,8 @@ class CaptureSpec:
     that line plus up to ``lines_after`` following lines of the same stream, stopping after a line containing
     ``until`` (if given). ``keep`` says which occurrences to keep: "first", "last", "first_last" or "all"
     (at most ``max_blocks``, the earliest ones). Lines that fire on every rank are thus counted, not all kept.
+    ``deferred``: the scan only notes the windows where the anchor occurs; its lines are read from them after the
+    scan when a later step asks (the loss series, read only when nothing else is the root cause).
     """
 
     name: str
@@ -131,6 +133,7 @@ class CaptureSpec:
     until: str | None = None
     keep: str = "first"
     max_blocks: int = 64
+    deferred: bool = False
 
 
 # ------------------------------------------------------------------------------------------ findings

@@ -4,6 +4,7 @@ first-match order, and the whole path through the matcher (a generic exception w
 from __future__ import annotations
 
 import pytest
+import regex
 
 from diagnose.match import inference, load_catalogue, match_text
 from diagnose.match.inference import (
@@ -28,11 +29,22 @@ def test_the_catalogue_has_inference_tables_with_examples():
     assert len(codes) == len(set(codes))
 
 
+def _captured_exc_type(code: str, line: str) -> str:
+    """The ``exc_type`` the rule ``code`` captures from ``line`` (its patterns, or the line ending a traceback): the
+    fact the engine gives ``infer``."""
+    rule = next(r for r in CATALOGUE.rules if r.code == code)
+    for rx in [p.regex for p in rule.patterns] + [rule.context.traceback_ends_with]:
+        m = regex.search(rx, line) if rx else None
+        if m is not None and m.groupdict().get("exc_type"):
+            return m.group("exc_type")
+    return ""
+
+
 @pytest.mark.parametrize(("code", "example"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
 def test_every_inference_example(code, example):
     rule = example.get("rule", "PY001")  # a table limited to some generic rules names one in its examples
     got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"),
-                example.get("release", ""))
+                example.get("release", ""), _captured_exc_type(rule, example["line"]))
     expected = example["category"]
     if expected == "none":
         assert got is None or got.inference.code != code, f"{code} should not decide {example['line']!r}"

@@ -94,11 +94,18 @@ def test_frames_that_never_end_are_read_within_bounds():
     assert "PY013" not in [f.rule for f in _findings([HEADER, *frames, "RecursionDepth: never reached"])]
 
 
-def test_exception_type_reads_any_camel_case_class_name():
-    assert exception_type(OFFLINE) == "huggingface_hub.utils._http.OfflineModeIsEnabled"
-    assert exception_type("WriteDenied") == "WriteDenied"
-    assert exception_type("E   mylib.rpc.CallTimeout: peer 3") == "mylib.rpc.CallTimeout"
-    assert exception_type("ValueError: x") == "ValueError"
+def test_the_exception_type_of_a_traceback_end_is_the_class_name_its_rule_captured():
+    root = _root([STEP, HEADER, *SAVE_FRAMES, OFFLINE])
+    assert root is not None and root.facts["exc_type"] == "huggingface_hub.utils._http.OfflineModeIsEnabled"
+    assert exception_type(OFFLINE, root.facts["exc_type"]) == root.facts["exc_type"]
+    assert exception_type("WriteDenied", "WriteDenied") == "WriteDenied"
+    assert exception_type("E   mylib.rpc.CallTimeout: peer 3", "mylib.rpc.CallTimeout") == "mylib.rpc.CallTimeout"
+    assert exception_type("ValueError: x") == "ValueError"  # the usual endings need no rule's capture
+    # what a class name looks like is the rule's to say: no capture, no other name; a capture not starting the line
+    # (an echo that quotes the exception) is not the line's type
+    assert exception_type(OFFLINE) == ""
+    assert exception_type("Pretrain failed on rank=3 with mylib.CallTimeout: x", "mylib.CallTimeout") == ""
+    assert exception_type("mylib.CallTimeoutX: x", "mylib.CallTimeout") == ""
     for not_a_class in ("INFO: retrying", "the job failed", "Epoch 3: loss 1.2", "NCCL WARN x"):
         assert exception_type(not_a_class) == ""
 

@@ -56,7 +56,7 @@ def scan_and_match(
     from diagnose.match.attribution import attribute_ranks
     from diagnose.match.collective_skew import mark_collective_skew
     from diagnose.match.compiled import compile_catalogue
-    from diagnose.match.engine import scan
+    from diagnose.match.engine import scan_deferring
     from diagnose.match.findings import group_hits
     from diagnose.match.flat_loss import flat_loss
     from diagnose.match.hang_at_exit import hang_at_exit
@@ -69,7 +69,8 @@ def scan_and_match(
         captures = all_captures()
     compiled = compile_catalogue(catalogue, captures)  # regexes compiled as lines need them
     warnings = list(compiled.warnings)
-    hits, blocks, infos = scan(sources, compiled, warnings, progress=progress, backend=backend, jobs=jobs)
+    hits, blocks, infos, deferred = scan_deferring(sources, compiled, warnings, progress=progress, backend=backend,
+                                                  jobs=jobs)
     findings, root = rank(group_hits(hits, catalogue.inferences))
     attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
     mark_silent_ranks(findings, root)  # NCCL ranks that never reported (QA #13)
@@ -79,6 +80,8 @@ def scan_and_match(
     completes = frozenset(r.code for r in catalogue.rules if r.completes)
     hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
+    if root is None:  # the loss series (deferred captures) matters only then: a flat loss is no other cause's rival
+        blocks.update(deferred.blocks())
     flat_loss(report, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     return MatchResult(report, blocks)
 

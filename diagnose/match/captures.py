@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.match.anchors import capture_locator
@@ -23,12 +24,16 @@ CHECKPOINT_BYTES = 1 << 20
 
 
 class LineIndex:
-    """Line number of any byte offset of one source, from newline counts recorded every ~1 MiB during the scan."""
+    """Line number of any byte offset of one source, from newline counts recorded every ~1 MiB during the scan.
+
+    The last offset counted is remembered too, so offsets asked in ascending order (a capture's kept lines) count
+    only the bytes between them, not each from its checkpoint again."""
 
     def __init__(self, buffer):
         self.buffer = buffer
         self.offsets = array("q", [0])
         self.newlines = array("q", [0])  # newlines before offsets[i]
+        self.counted = (0, 0)  # (offset, newlines before it) of the last count
 
     def add(self, offset: int, newlines_before: int) -> None:
         if offset > self.offsets[-1]:
@@ -37,8 +42,13 @@ class LineIndex:
 
     def lineno(self, offset: int) -> int:
         i = bisect.bisect_right(self.offsets, offset) - 1
-        base = self.offsets[i]
-        return self.newlines[i] + bytes(self.buffer[base:offset]).count(b"\n") + 1
+        base, before = self.offsets[i], self.newlines[i]
+        last, last_before = self.counted
+        if base < last <= offset:  # nearer than the checkpoint
+            base, before = last, last_before
+        before += bytes(self.buffer[base:offset]).count(b"\n")
+        self.counted = (offset, before)
+        return before + 1
 
 
 @dataclass(slots=True)
@@ -56,6 +66,14 @@ class Occurrence:
             self.index = None
         return self._line
 
+    def count_line(self) -> Occurrence:
+        """Count the line number now: for an occurrence that is kept for good, while its window is still in memory.
+        Counted later (``materialise``, after the scan released the window's mapped pages), every kept line's count
+        maps its stretch of the file back in: 256 loss lines spread over the first 28 MiB of a log kept 28 MiB of
+        it resident to the end."""
+        _ = self.line
+        return self
+
 
 class WindowView:
     """One window ``[offset, offset + length)`` of one source's buffer, for verifying capture occurrences in it.
@@ -63,6 +81,8 @@ class WindowView:
     Positions given to and returned by the methods are relative to the window; the bytes are read from the
     source's buffer (an mmap or bytes) in place, so the window is never copied again.
     """
+
+    __slots__ = ("ascii_only", "buffer", "index", "length", "offset", "path", "source_index")  # noted by the hundred
 
     def __init__(self, source_index: int, path: str, buffer, offset: int, length: int, index: LineIndex,
                  ascii_only: bool = False):
@@ -160,31 +180,67 @@ class WindowView:
 
 
 class BlockCollector:
-    """Keeps the occurrences each capture's keep policy asks for, across all windows of all sources."""
+    """Keeps the occurrences each capture's keep policy asks for, across all windows of all sources.
+
+    A deferred capture (``CaptureSpec.deferred``) is not verified during the scan: the windows where its anchor
+    occurs are noted, and ``read_deferred`` verifies them when asked, forwards for the earliest occurrences and
+    backwards for the last: the same windows, so the same occurrences as verifying them during the scan."""
 
     def __init__(self, captures: list[CompiledCapture]):
         self.captures = captures
         self.kept: list[list[Occurrence]] = [[] for _ in captures]
         self.last: list[Occurrence | None] = [None] * len(captures)
+        self.noted: list[list[WindowView]] = [[] for _ in captures]  # deferred captures: windows holding the anchor
 
     def window(self, view: WindowView, present: list[int]) -> None:
         for ci in present:
             cc = self.captures[ci]
-            keep, kept = cc.spec.keep, self.kept[ci]
-            if keep in ("last", "first_last"):
+            if cc.spec.deferred:
+                self.noted[ci].append(view)
+                continue
+            if cc.spec.keep in ("last", "first_last"):
                 occ = view.last(cc)
                 if occ is not None:
                     self.last[ci] = occ
-            if keep == "all":
-                if len(kept) < cc.spec.max_blocks:
-                    for occ in view.each(cc):
-                        kept.append(occ)
-                        if len(kept) >= cc.spec.max_blocks:
-                            break
-            elif keep != "last" and not kept:  # first, first_last (and anything unknown: first)
-                found = view.first(cc)
-                if found is not None:
-                    kept.append(found[1])
+            if cc.spec.keep != "last":
+                self._earliest(ci, view)
+
+    def _earliest(self, ci: int, view: WindowView) -> bool:
+        """Keep the window's occurrences that the earliest ones still lack; True once no more are wanted."""
+        cc, kept = self.captures[ci], self.kept[ci]
+        if cc.spec.keep == "all":
+            if len(kept) < cc.spec.max_blocks:
+                for occ in view.each(cc):
+                    kept.append(occ.count_line())
+                    if len(kept) >= cc.spec.max_blocks:
+                        break
+            return len(kept) >= cc.spec.max_blocks
+        if not kept:  # first, first_last (and anything unknown: first)
+            found = view.first(cc)
+            if found is not None:
+                kept.append(found[1].count_line())
+        return bool(kept)
+
+    def read_deferred(self, done_with: Callable[[WindowView], None]) -> None:
+        """Verify the deferred captures on the windows noted for them, calling ``done_with`` on each window read
+        (the scan released its mapped pages; they are released again)."""
+        for ci, views in enumerate(self.noted):
+            cc = self.captures[ci]
+            if cc.spec.keep in ("last", "first_last"):
+                for view in reversed(views):
+                    occ = view.last(cc)
+                    if occ is not None:
+                        self.last[ci] = occ.count_line()
+                    done_with(view)
+                    if occ is not None:
+                        break
+            if cc.spec.keep != "last":
+                for view in views:
+                    enough = self._earliest(ci, view)
+                    done_with(view)
+                    if enough:
+                        break
+            self.noted[ci] = []
 
     def occurrences(self, ci: int) -> list[Occurrence]:
         kept = list(self.kept[ci])
@@ -242,11 +298,14 @@ class MarkerTracker:
         self.view = None
 
 
-def materialise(collector: BlockCollector, readers: list) -> dict[str, list[Block]]:
-    """Blocks from the kept occurrences: the anchor line plus following lines of the same stream."""
+def materialise(collector: BlockCollector, readers: list, deferred: bool = False) -> dict[str, list[Block]]:
+    """Blocks from the kept occurrences: the anchor line plus following lines of the same stream (of the captures
+    read during the scan, or with ``deferred`` of the deferred ones)."""
     blocks: dict[str, list[Block]] = {}
     for ci, cc in enumerate(collector.captures):
         spec = cc.spec
+        if spec.deferred != deferred:
+            continue
         out = blocks.setdefault(spec.name, [])
         for occ in collector.occurrences(ci):
             reader = readers[occ.source_index]

@@ -46,6 +46,8 @@ class CompiledRule:
     patterns: list[CompiledPattern]
     has_context: bool
     disabled: bool = False  # set when a search timed out
+    # context.traceback_ends_with: what the line ending a traceback whose header the rule matched must match
+    traceback_end: CompiledPattern | None = None
 
 
 @dataclass(slots=True)
@@ -107,6 +109,8 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             patterns=patterns,
             # any condition set (a Context unlike the default one), so a new condition needs no entry here
             has_context=rule.context != NO_CONTEXT or any(rp.levels_any for rp in rule.patterns),
+            traceback_end=(CompiledPattern("", rule.context.traceback_ends_with)
+                           if rule.context.traceback_ends_with else None),
         )
         compiled_rules.append(cr)
         for p in patterns:

@@ -246,7 +246,6 @@ class Matcher:
         self.group_counts: dict[str, int] = {}
         self.by_code: dict[str, CompiledRule] | None = None  # built on first use (a "before training" rule's swap)
         self.traceback_ends_read = 0  # traceback headers read forwards to their end (traceback_ends_with rules)
-        self.end_regexes: dict[str, regex.Pattern] = {}  # rule code -> its compiled traceback_ends_with
 
     # ---------------------------------------------------------------------------------------- per text
 
@@ -308,9 +307,9 @@ class Matcher:
         matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
         if not matches:
             return
-        ends = [m for m in matches if m[0].rule.context.traceback_ends_with]
+        ends = [m for m in matches if m[0].traceback_end is not None]
         if ends:  # a traceback's header: what its rule reads is the line that ends the traceback
-            matches = [m for m in matches if not m[0].rule.context.traceback_ends_with]
+            matches = [m for m in matches if m[0].traceback_end is None]
             if not matches:
                 self._traceback_end(reader, source_index, rank_hint, start, ll, pos_in_window, ends[0][0])
                 return
@@ -330,10 +329,9 @@ class Matcher:
         end_start, end = found
         if self.classify(end.text):
             return
-        rx = self.end_regexes.get(cr.rule.code)
-        if rx is None:
-            rx = self.end_regexes[cr.rule.code] = regex.compile(cr.rule.context.traceback_ends_with)
-        m = rx.search(end.text)
+        if cr.traceback_end is None:
+            return
+        m = self._search(cr, cr.traceback_end, end.text)
         if m is None:
             return
         facts = {k: v for k, v in m.groupdict().items() if v is not None}
@@ -698,7 +696,40 @@ def scan(
     window_size: int = WINDOW_BYTES,
     jobs: int = 1,
 ) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo]]:
-    """Scan every source; return the hits (in input order), the captured blocks and per-input sizes.
+    """Scan every source; return the hits (in input order), the captured blocks (deferred captures read too) and
+    per-input sizes."""
+    hits, blocks, infos, deferred = scan_deferring(sources, compiled, warnings, progress, backend, window_size, jobs)
+    blocks.update(deferred.blocks())
+    return hits, blocks, infos
+
+
+class DeferredCaptures:
+    """The captures a scan left for later (``CaptureSpec.deferred``): ``blocks()`` reads them from the windows it
+    noted, while the sources are still open."""
+
+    def __init__(self, collector: BlockCollector, readers: list):
+        self.collector = collector
+        self.readers = readers
+
+    def blocks(self) -> dict[str, list[Block]]:
+        def done_with(view: WindowView) -> None:
+            _release(view.buffer, view.offset - view.offset % mmap.PAGESIZE, view.offset + view.length)
+
+        self.collector.read_deferred(done_with)
+        return materialise(self.collector, self.readers, deferred=True)
+
+
+def scan_deferring(
+    sources: list,
+    compiled: Compiled,
+    warnings: list[str],
+    progress: Callable[[int, int], None] | None = None,
+    backend: str = "auto",
+    window_size: int = WINDOW_BYTES,
+    jobs: int = 1,
+) -> tuple[list[Hit], dict[str, list[Block]], list[InputInfo], DeferredCaptures]:
+    """Scan every source; return the hits (in input order), the captured blocks, per-input sizes and the deferred
+    captures, to read if a later step needs them.
 
     With ``jobs > 1`` and a large source, phase 1 runs in worker processes over newline-aligned chunks (forked,
     so they share the mapped file); phase 2 stays here, in input order, so answers do not depend on ``jobs``.
@@ -757,7 +788,7 @@ def scan(
         infos.append(InputInfo(source.path, size, lines_before + unterminated))
     blocks = materialise(collector, readers)
     _first_iteration_across_files(matcher.hits, markers, compiled, sources)
-    return matcher.hits, blocks, infos
+    return matcher.hits, blocks, infos, DeferredCaptures(collector, readers)
 
 
 def _first_iteration_across_files(hits: list[Hit], markers: MarkerTracker, compiled: Compiled, sources: list) -> None:

@@ -115,9 +115,10 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     if rule.tier == "generic":
         # its own frames first (what raised it, and where); those of the exceptions it caused when they tell nothing
         own = hit.frames[hit.outer_frames:]
-        inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release)
+        exc_type = str(hit.facts.get("exc_type") or "")
+        inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release, exc_type)
         if inferred is None and hit.outer_frames:
-            inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release)
+            inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release, exc_type)
         if inferred is not None:
             finding.category = inferred.inference.category
             finding.confidence = max(finding.confidence, inferred.inference.confidence)

@@ -20,12 +20,11 @@ import regex
 from diagnose.match.rules import Inference
 
 # pytest shows the exception on lines starting with "E   " (its failure report): the type follows that margin
+_MARGIN = r"^(?:E {2,})?"
 _EXC_TYPE = regex.compile(
-    r"^(?:E {2,})?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
+    _MARGIN + r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
 )
-# any other class name ends a traceback the same way (PY013: huggingface_hub's OfflineModeIsEnabled, a ...Timeout):
-# a dotted path whose last name is CamelCase, then ": message" or nothing (INFO, NCCL or a word is no class name)
-_EXC_TYPE_ANY_NAME = regex.compile(r"^(?:E {2,})?((?:[A-Za-z_]\w*\.)*[A-Z]\w*?[a-z]\w*)(?::|$)")
+_AFTER_MARGIN = regex.compile(_MARGIN)
 _LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
 # framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/...): library code too
 _LIBRARY_DIRS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
@@ -45,11 +44,22 @@ class Inferred:
         return f"{self.inference.code}: {self.inference.why} ({self.detail})"
 
 
-def exception_type(text: str) -> str:
-    """The exception's type name at the start of ``text`` ("" when the line is not an exception line)."""
+def exception_type(text: str, captured: str = "") -> str:
+    """The exception's type name at the start of ``text`` ("" when the line is not an exception line).
+
+    A name ending as exception classes usually do (``...Error``, ``...Exception``, ...) is read here. Any other is
+    the one the rule that read the line captured (``captured``: its ``exc_type`` group), where the line starts with
+    it: what a class name looks like is the rule's to say (PY013's ``traceback_ends_with`` reads huggingface_hub's
+    OfflineModeIsEnabled or a library's ...Timeout at the end of a traceback, PY010 a class of an errors module)."""
     stripped = text.strip()
-    m = _EXC_TYPE.match(stripped) or _EXC_TYPE_ANY_NAME.match(stripped)
-    return m.group(1) if m else ""
+    m = _EXC_TYPE.match(stripped)
+    if m:
+        return m.group(1)
+    margin = _AFTER_MARGIN.match(stripped)
+    rest = stripped[margin.end():] if margin else stripped
+    if captured and rest.startswith(captured) and rest[len(captured) : len(captured) + 1] in ("", ":"):
+        return captured
+    return ""
 
 
 # Python's own TypeError for a call that does not fit its callee's signature ("f() missing 1 required positional
@@ -259,11 +269,12 @@ def raised_in_library(frames: Sequence[str]) -> bool:
 
 def infer(
     inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str,
-    release: str = "",
+    release: str = "", exc_type: str = "",
 ) -> Inferred | None:
     """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None. ``release``: the release
-    of the raising package that the log named before the line (``release_named_before``), or ""."""
-    exc = exception_type(text)
+    of the raising package that the log named before the line (``release_named_before``), or "". ``exc_type``: the
+    exception type the rule captured from the line (its ``exc_type`` fact), or ""."""
+    exc = exception_type(text, exc_type)
     carried = carried_type(text, exc)
     library: bool | None = None
     # a Windows traceback (File "C:\...\site-packages\datasets\builder.py") is read with the same path needles

@@ -9,8 +9,10 @@ loop's ``train loss 11.8473`` or ``| eval loss 11.8421 |``). Only the loss itsel
 constant.
 
 ``CAPTURES`` asks the scanner for the loss lines: the earliest ``SERIES_LINES`` of them, and the last one (the end of
-a long run, where a loss that fell late shows it fell). ``series_of`` turns the captured lines into one series per
-input file and kind (train, eval), each point a distinct line: a line repeated by every rank is one point.
+a long run, where a loss that fell late shows it fell), deferred: read after the scan, only when asked (a Megatron
+log says ``loss`` on every iteration line, and the series matters only when nothing else is the root cause).
+``series_of`` turns the captured lines into one series per input file and kind (train, eval), each point a distinct
+line: a line repeated by every rank is one point.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ CAPTURES: list[CaptureSpec] = [
     spec
     for anchor in ("loss", "Loss", "LOSS")
     for spec in (
-        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.all", anchor, regex=_REGEX, keep="all", max_blocks=SERIES_LINES),
-        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.last", anchor, regex=_REGEX, keep="last"),
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.all", anchor, regex=_REGEX, keep="all", max_blocks=SERIES_LINES,
+                    deferred=True),
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.last", anchor, regex=_REGEX, keep="last", deferred=True),
     )
 ]
 
