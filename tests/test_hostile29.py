@@ -1,0 +1,125 @@
+"""Round 29 of hostile use, through the real command line (docs/qa-report-5.md).
+
+Each test failed before its fix: a closed pipe (``| head -1``, ``| true``) changed the exit code of every command
+but ``analyze`` (``rules list`` and a passing ``check`` exited 1, a failing ``replay`` 0), and SIGINT sent to the
+process (``kill -INT``, ``timeout -s INT``, a notebook's interrupt button) was ignored: the supervising parent
+ignored it, expecting the terminal to deliver ^C to its worker too, so a run waiting on a pipe never stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
+TIMEOUT = 60
+
+
+def _env(**extra: str) -> dict:
+    return {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120", "DIAGNOSE_SKIP_SLURM": "1",
+            **extra}
+
+
+def exit_code(*args: str) -> int:
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=ROOT, env=_env(), timeout=TIMEOUT,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def exit_code_reader_gone(*args: str) -> tuple[int, str]:
+    """Run with standard output a pipe whose reader has already gone (``| true``): every write gets EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=ROOT, env=_env(), timeout=TIMEOUT,
+                             stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    return res.returncode, res.stderr.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("rules", "list"), 0),
+    (("rules", "show", "MB101"), 0),
+    (("check", "examples/mlm_args.txt", "--gpus", "8"), 0),  # validates and fits
+    (("replay", "examples/run_config.yaml", "--set", "ddp.use_megatron_fsdp=true"), 1),  # needs more than that
+    (("analyze", "-q", "sample_logs/ddp_wrap_oom.log"), 1),  # fixed in round 3, kept
+])
+def test_a_closed_pipe_keeps_the_commands_own_exit_code(args, expected):
+    assert exit_code(*args) == expected  # the answer without a pipe
+    code, err = exit_code_reader_gone(*args)
+    assert code == expected, err
+    assert err == "", err  # nothing said about the pipe: the reader chose to stop
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _wait_for_file(folder: Path, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if any(p.is_file() and p.stat().st_size > 0 for p in folder.rglob("*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing was spooled into {folder}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervising fork is Linux/POSIX only")
+def test_sigint_sent_to_the_process_stops_it_with_one_line(tmp_path):
+    """``kill -INT <pid>`` of ``diagnose analyze -`` waiting on an open pipe: before, the parent ignored SIGINT and
+    the worker never got it (the run went on forever); now it stops, says so in one line, and exits 130."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "analyze", "-q", "-"], cwd=ROOT,
+                            env=_env(TMPDIR=str(tmpdir), DIAGNOSE_NO_CACHE="1"),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(SAMPLE.read_bytes() * 800)  # 4.5 MB, more than one read; the pipe stays open
+        proc.stdin.flush()
+        _wait_for_file(tmpdir)  # the worker is spooling stdin, inside the command
+        proc.send_signal(signal.SIGINT)  # to the parent only, as kill -INT does
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = err.decode("utf-8", "replace")
+    assert proc.returncode == 130, (proc.returncode, text)
+    assert text.strip() == "diagnose: interrupted", text
+    assert list(tmpdir.iterdir()) == []  # and its spool is gone
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervising fork is Linux/POSIX only")
+def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
+    """A command started in the background of a script (``diagnose analyze ... &``: SIGINT ignored, as POSIX shells
+    do) is not interrupted by a SIGINT: the forwarding above must not undo the ignore it inherited."""
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "analyze", "-q", "-"], cwd=ROOT,
+                            env=_env(TMPDIR=str(tmp_path), DIAGNOSE_NO_CACHE="1"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(SAMPLE.read_bytes() * 800)
+        proc.stdin.flush()
+        _wait_for_file(tmp_path)
+        proc.send_signal(signal.SIGINT)
+        for pid in _children(proc.pid):
+            os.kill(pid, signal.SIGINT)  # the worker too, as a terminal's ^C would
+        out, err = proc.communicate(timeout=TIMEOUT)  # closes stdin: the log ends there
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err.decode()  # the diagnosis, unaffected
+    assert b"OOM102" in out
