@@ -190,3 +190,42 @@ def test_json_configs_the_yaml_path_still_speaks_for(tmp_path):
     with pytest.raises(DiagnoseError, match="cfg"):
         safe_load('{"n": ' + "9" * 5000 + "}", what="cfg")
     assert safe_load('{"a": [1, 2.5, true, null, "s"]}') == {"a": [1, 2.5, True, None, "s"]}
+
+
+# ------------------------------------------------------------------------------ a followed log cut shorter
+
+_FOLLOW_TRUNCATED = r"""
+import sys, time
+from diagnose.present.tui.logindex import LogIndex
+path = sys.argv[1]
+index = LogIndex(path).start()
+assert index.done.wait(20)
+assert index.start_following(poll_s=0.01) is None
+with open(path, "ab") as fh:
+    fh.write(b"appended while followed\n")  # the index now reads the file through its own map
+deadline = time.monotonic() + 20
+while index.line_count < 40_001 and time.monotonic() < deadline:
+    time.sleep(0.01)
+open(path, "wb").close()  # copytruncate: the file is cut to nothing under the open map
+time.sleep(0.5)  # the follow thread sees it
+for i in range(index.line_count):  # what the log view draws, top to bottom
+    index.line_text(i)
+with open(path, "ab") as fh:
+    fh.write(b"the job goes on\n")
+deadline = time.monotonic() + 20
+while index.line_count != 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(index.line_count, index.following, index.line_text(0))
+"""
+
+
+def test_a_followed_log_cut_shorter_is_read_again_not_a_crash(tmp_path):
+    """``diagnose tui --follow job.log`` and logrotate's copytruncate: following stopped ("the file shrank") but
+    the old lines stayed, read through a map of the file; drawing them (scrolling up, Home) touched pages the
+    file no longer has: SIGBUS, the TUI gone. Now the file is read again from its start and followed on."""
+    log = tmp_path / "job.log"
+    log.write_bytes(b"".join(b"[rank0]: iteration %d of a job being followed\n" % i for i in range(40_000)))
+    res = subprocess.run([sys.executable, "-c", _FOLLOW_TRUNCATED, str(log)], cwd=ROOT, env=_env(),
+                         timeout=TIMEOUT, capture_output=True, text=True)
+    assert res.returncode == 0, (res.returncode, res.stderr[-500:])  # before: -7 (SIGBUS)
+    assert res.stdout.split(None, 2) == ["1", "True", "the job goes on\n"], res.stdout

@@ -58,3 +58,49 @@ async def test_rank_filter_near_the_end_of_the_log_keeps_the_place(tmp_path: Pat
             assert len(view.facet.rows) == 600
     finally:
         batches.release(100)
+
+
+@run_async
+async def test_follow_a_log_cut_shorter_reads_it_again_and_diagnoses_what_follows(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """``diagnose tui --follow job.log`` under logrotate's copytruncate: following stopped ("the file shrank") with
+    the old lines kept (scrolling to them later was a SIGBUS, tests/test_hostile29.py), and a failure written to
+    the file after the cut never started a diagnosis. Now the view reads the file again from its start, says so,
+    and a failure line after the cut is diagnosed."""
+    from test_issue19_tui import _status
+    from test_tui_app import view_text
+    from test_tui_reports import need_log
+
+    from diagnose.present.tui import follow
+    from diagnose.present.tui.app import DiagnoseApp, pipeline_analyzer
+    from diagnose.present.tui.screens import LogScreen
+
+    monkeypatch.setattr(follow, "DEBOUNCE_S", 0.3)
+    log = tmp_path / "live.log"
+    log.write_bytes(need_log("clean_run.log").read_bytes() * 3)  # longer than what is written after the cut
+    app = DiagnoseApp([str(log)], analyzer=pipeline_analyzer([]), display_names={str(log): "live.log"},
+                      follow=True)
+
+    async def settle(pilot, until, seconds: float = 20) -> None:
+        for _ in range(int(seconds / 0.1)):
+            await pilot.pause(0.1)
+            if until():
+                return
+        raise AssertionError("timed out")
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, lambda: app.report is not None and isinstance(app.screen, LogScreen))
+        screen = app.screen
+        assert app.report.root is None
+        log.write_bytes(b"")  # copytruncate
+        await settle(pilot, lambda: getattr(screen.index, "truncations", 0) == 1 or not screen.index.following)
+        with log.open("ab") as fh:
+            fh.write(need_log("ddp_wrap_oom.log").read_bytes())
+        await settle(pilot, lambda: app.report is not None and app.report.root is not None)
+        assert app.report.root.category == "cuda_oom"
+        assert screen.index.following and screen.index.line_count == len(need_log("ddp_wrap_oom.log").read_bytes()
+                                                                          .splitlines())
+        screen._update_status()
+        assert "truncated" in _status(screen)
+        rows = [r for r in view_text(screen.view) if r.strip()]
+        assert rows and all("iteration" not in r or "lm loss" not in r for r in rows)  # no line of the old text

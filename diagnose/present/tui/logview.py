@@ -66,6 +66,7 @@ class LogView(ScrollView, can_focus=True):
         # the screen row the kept place is owed: near the end of a log the rank's rows after the place fill less
         # than a screen, so it cannot be shown there until the rows above it arrive
         self._owed_row: int | None = None
+        self._truncations_seen = 0
         self.tail = False  # tail mode: the cursor stays on the last row as lines are appended (moving up ends it)
 
     # ----------------------------------------------------------------------------------------- rows
@@ -102,6 +103,10 @@ class LogView(ScrollView, can_focus=True):
                     self._scroll_cursor_to(screen_row)
                 elif self.scroll_offset.y >= above:
                     self.scroll_to(y=self.scroll_offset.y + shift, animate=False, immediate=True, force=True)
+        truncations = getattr(self.index, "truncations", 0)
+        if truncations != self._truncations_seen:  # the file was cut and read again: new text
+            self._truncations_seen = truncations
+            self._rows_seen = -1
         grew = self.row_count != self._rows_seen
         self._grow()
         if self.tail and grew and self._anchor is None:
