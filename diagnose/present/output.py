@@ -125,7 +125,7 @@ def pipe_tolerant_stdout() -> Iterator[None]:
     if real is None:
         yield
         return
-    sys.stdout = _PipeTolerant(real)  # type: ignore[assignment]
+    sys.stdout = _PipeTolerant(real)
     try:
         yield
     finally:
