@@ -372,6 +372,9 @@ def _sane_columns() -> None:
         os.environ["COLUMNS"] = str(MAX_COLUMNS)
 
 
+_OWN_TERMINAL = frozenset({"tui", "mcp"})
+
+
 def main(argv: list[str] | None = None) -> int:
     _never_fail_to_encode()
     _sane_columns()
@@ -394,7 +397,12 @@ def main(argv: list[str] | None = None) -> int:
 
             raise DiagnoseError("standard output is closed: nowhere to write (use -o FILE)")
         module = importlib.import_module(f"diagnose.present.commands.{name}")
-        return int(module.run(args))
+        if name in _OWN_TERMINAL:  # the TUI draws on the terminal, the MCP server speaks on stdio: left as they are
+            return int(module.run(args))
+        from diagnose.present.output import pipe_tolerant_stdout
+
+        with pipe_tolerant_stdout():
+            return int(module.run(args))
     except KeyboardInterrupt:
         print("diagnose: interrupted", file=sys.stderr)
         return 130

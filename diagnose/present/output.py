@@ -79,3 +79,54 @@ def is_input(target: str, inputs: list[str]) -> bool:
         if os.path.exists(target) and os.path.samefile(target, path):
             return True
     return False
+
+
+class _PipeTolerant:
+    """Standard output that takes a closed pipe (``| head -1``, ``| true``) as "the reader has seen enough": the
+    rest is dropped and the command goes on to return its own exit code. Without it, a command printing through a
+    plain rich Console (``rules list``, ``check``) ended with rich's ``SystemExit(1)``, and one printing through
+    ``print`` (``replay``) with the command line's catch-all ``0``, whatever the verdict was."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.pipe_closed = False
+
+    def write(self, text: str) -> int:
+        if not self.pipe_closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.pipe_closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def _closed(self) -> None:
+        self.pipe_closed = True
+        silence_stdout()  # what is still buffered goes to /dev/null at exit, not to a second EPIPE
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def pipe_tolerant_stdout() -> Iterator[None]:
+    """Run a command with :class:`_PipeTolerant` as ``sys.stdout``; the real stream is put back after."""
+    real = sys.stdout
+    if real is None:
+        yield
+        return
+    sys.stdout = _PipeTolerant(real)
+    try:
+        yield
+    finally:
+        sys.stdout = real

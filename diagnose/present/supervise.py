@@ -33,25 +33,56 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, sig
 
 def supervised(main: Callable[[], int]) -> int:
     if not hasattr(os, "fork") or os.environ.get("DIAGNOSE_NO_FORK") == "1":
-        return main()
-    saved_tty = _save_tty()
-    parent = os.getpid()
-    scratch = _scratch_folder()
+        return _interruptible(main)
+    # SIGINT is held back from before the fork until each side has its handler: one arriving in between used to
+    # end the parent with a traceback (and the child with it, through PR_SET_PDEATHSIG)
+    interruptible = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not if started ignoring it
+    try:
+        saved_tty = _save_tty()
+        parent = os.getpid()
+        scratch = _scratch_folder()
+        _hold_sigint(True)
+    except KeyboardInterrupt:
+        return _interrupted()
     try:
         pid = os.fork()
     except OSError:
+        _hold_sigint(False)
         _remove(scratch)
-        return main()
+        return _interruptible(main)
     if pid == 0:  # the child: do the work, exit through the normal interpreter shutdown (flushes, atexit)
         os.environ["DIAGNOSE_NO_FORK"] = "1"
         if scratch is not None:  # this process and its forks only: a detached worker keeps the usual TMPDIR
             tempfile.tempdir = scratch
         _die_with(parent)
-        sys.exit(main())
+        if interruptible:
+            signal.signal(signal.SIGINT, _interrupt_once)
+        _hold_sigint(False)
+        sys.exit(_interruptible(main))
     try:
-        return _wait_for(pid, saved_tty, lambda: _remove(scratch))
+        return _wait_for(pid, saved_tty, lambda: _remove(scratch), forward_sigint=interruptible)
     finally:
         _remove(scratch)
+
+
+def _hold_sigint(hold: bool) -> None:
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask: the window stays
+        signal.pthread_sigmask(signal.SIG_BLOCK if hold else signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _interruptible(main: Callable[[], int]) -> int:
+    """``main`` turns a KeyboardInterrupt into one line and 130 once a command runs; this covers what comes before
+    (argument parsing, the command's imports), where ^C printed a traceback."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    with contextlib.suppress(OSError, ValueError):
+        print("diagnose: interrupted", file=sys.stderr)
+    return 130
 
 
 def _scratch_folder() -> str | None:
@@ -66,9 +97,14 @@ def _remove(folder: str | None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None) -> int:
+def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None, forward_sigint: bool = True) -> int:
+    # SIGINT is forwarded too: ``kill -INT``, ``timeout -s INT`` or a notebook's interrupt reach this process only
+    # (ignoring it left such a run going to the end). A terminal's ^C reaches the child as well; the child takes
+    # only the first SIGINT (``_interrupt_once``), so it stops once and says so once.
     previous = {sig: signal.signal(sig, lambda s, _f: _forward(pid, s)) for sig in _FORWARDED}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child has the same ^C and says so
+    previous[signal.SIGINT] = signal.signal(
+        signal.SIGINT, (lambda s, _f: _forward(pid, s)) if forward_sigint else signal.SIG_IGN)
+    _hold_sigint(False)
     try:
         while True:
             try:
@@ -94,6 +130,14 @@ def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None) -
         signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
     os.kill(os.getpid(), sig)
     return 128 + sig
+
+
+def _interrupt_once(_signum, _frame) -> None:
+    """The child's SIGINT handler: the first one stops the command (KeyboardInterrupt, "diagnose: interrupted",
+    exit 130); a second one (the terminal's ^C and the parent's forwarded copy of it) is ignored, so that it cannot
+    interrupt the clean-up of the first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _die_with(parent: int) -> None:

@@ -222,6 +222,7 @@ class DiagnoseApp(BaseApp):
         self._followed: LogIndex | None = None  # the followed log: new failure lines there mean a new diagnosis
         self._follow_seen = 0  # lines of it already checked for failure lines
         self._follow_size = 0  # its size then
+        self._follow_truncations = 0  # times it was cut shorter, as last seen
         self._follow_growth = 0.0  # when it last grew (monotonic)
         self._follow_pending: float | None = None  # since when a new failure line waits for a diagnosis
         self._failure_lines: FailureLines | None = None  # built in the first check's thread
@@ -447,6 +448,9 @@ class DiagnoseApp(BaseApp):
             self._follow_seen = count
             self._follow_size = index.size
             return
+        if index.truncations != self._follow_truncations:  # cut shorter and read again: every line is new
+            self._follow_truncations = index.truncations
+            self._follow_seen = self._follow_size = 0
         if count > self._follow_seen or index.size > self._follow_size:  # new lines, or the last one completed
             start = max(0, self._follow_seen - 1)  # the last line again: it may have been cut mid-write
             self._follow_growth = now

@@ -72,6 +72,7 @@ class LogIndex:
         self._running.set()
         self.following = False  # start_following(): lines appended to the file are indexed as they come
         self.follow_note: str | None = None  # why following stopped
+        self.truncations = 0  # times the followed file was cut shorter (its lines past the cut are dropped)
         self._follow_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------------------- build
@@ -298,10 +299,15 @@ class LogIndex:
                 size = os.path.getsize(self.path)
             except OSError:
                 continue  # moved away for a moment (log rotation): try again
-            if size < self.size:
-                self.follow_note = "the file shrank (truncated or rotated): following stopped"
-                self.following = False
-                return
+            if size < self.size:  # copytruncate, ``: > job.log``, a job restarted into the same file
+                try:
+                    self._shrink_to(size)
+                except (OSError, ValueError) as e:
+                    self.follow_note = f"the file shrank; following stopped: {e}"
+                    self.following = False
+                    return
+                self.truncations += 1
+                continue
             if size > self.size and not self._closed:
                 try:
                     self._grow_to(size)
@@ -309,6 +315,19 @@ class LogIndex:
                     self.follow_note = f"following stopped: {e}"
                     self.following = False
                     return
+
+    def _shrink_to(self, size: int) -> None:
+        """The file was cut shorter (copytruncate, ``: > job.log``, a job restarted into the same file): what it
+        holds now is read from its start, as ``tail -f`` does after "file truncated". Before, following stopped
+        but the lines stayed on screen, read through the old map: drawing one past the new end touched pages the
+        file no longer has (SIGBUS) and the TUI was gone."""
+        self._count = 0  # readers see no line before anything else changes
+        self._buf = b""  # the old map stays valid for a reader still holding it (never closed here)
+        del self._offsets[1:]
+        self.size = self.indexed_bytes = 0
+        self.longest_line = 0
+        if size:
+            self._grow_to(size)
 
     def _grow_to(self, size: int) -> None:
         """Map the grown file and index its new lines; readers always see a consistent prefix."""

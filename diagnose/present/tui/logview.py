@@ -63,6 +63,10 @@ class LogView(ScrollView, can_focus=True):
         self._strips: LRUCache[tuple, Strip] = LRUCache(1024)
         self._rows_seen = -1
         self._anchor: tuple[int, int] | None = None  # (file line, screen row) to keep in place across a facet change
+        # the screen row the kept place is owed: near the end of a log the rank's rows after the place fill less
+        # than a screen, so it cannot be shown there until the rows above it arrive
+        self._owed_row: int | None = None
+        self._truncations_seen = 0
         self.tail = False  # tail mode: the cursor stays on the last row as lines are appended (moving up ends it)
 
     # ----------------------------------------------------------------------------------------- rows
@@ -93,10 +97,16 @@ class LogView(ScrollView, can_focus=True):
             shift = facet.publish()
             if shift:
                 self._grow()
-                if self.cursor >= above:
+                if self.cursor >= above:  # the cursor's row moved down: keep it on its screen row
+                    screen_row = self.cursor - self.scroll_offset.y if self._owed_row is None else self._owed_row
                     self.set_reactive(LogView.cursor, self.cursor + shift)
-                if self.scroll_offset.y >= above:
+                    self._scroll_cursor_to(screen_row)
+                elif self.scroll_offset.y >= above:
                     self.scroll_to(y=self.scroll_offset.y + shift, animate=False, immediate=True, force=True)
+        truncations = getattr(self.index, "truncations", 0)
+        if truncations != self._truncations_seen:  # the file was cut and read again: new text
+            self._truncations_seen = truncations
+            self._rows_seen = -1
         grew = self.row_count != self._rows_seen
         self._grow()
         if self.tail and grew and self._anchor is None:
@@ -186,6 +196,7 @@ class LogView(ScrollView, can_focus=True):
     # ---------------------------------------------------------------------------------------- moving
 
     def watch_cursor(self, old: int, new: int) -> None:
+        self._owed_row = None  # the user moved (a kept place re-owes its row right after, in _scroll_cursor_to)
         self._strips.clear()
         self.refresh()
 
@@ -231,8 +242,15 @@ class LogView(ScrollView, can_focus=True):
             return
         row = max(0, min(row, self.row_count - 1))
         self.cursor = row
+        self._scroll_cursor_to(screen_y)
+
+    def _scroll_cursor_to(self, screen_y: int) -> None:
+        """Scroll so that the cursor is on screen row ``screen_y``; when the rows above it are too few for that,
+        the row is owed (``_owed_row``) and paid when a facet's scan adds rows above."""
+        want = max(0, self.cursor - screen_y)
         # force: rows that just arrived have no scrollbar yet, and without one Textual ignores the scroll
-        self.scroll_to(y=max(0, row - screen_y), animate=False, immediate=True, force=True)
+        self.scroll_to(y=want, animate=False, immediate=True, force=True)
+        self._owed_row = screen_y if self.facet is not None and self.scroll_offset.y < want else None
 
     def go_to_line(self, line: int) -> None:
         """Put the cursor on 0-based file ``line`` (centred); waits for the index (and the rank facet's scan)

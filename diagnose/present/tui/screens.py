@@ -95,6 +95,8 @@ class LogScreen(Screen):
         text.append(f" · line {self.view.cursor_line + 1:,}")
         if index.following:
             text.append(" · following" if self.view.tail else " · following (f: back to the end)", "green")
+            if getattr(index, "truncations", 0):
+                text.append(" · the file was truncated: read again from its start", "yellow")
         elif index.follow_note:
             text.append(f" · {inert(index.follow_note)}", "yellow")
         summary = getattr(self.app, "follow_summary", None)
