@@ -44,6 +44,8 @@ ECC_AGGREGATE_ONLY = ("    ECC Errors\n        Volatile\n            SRAM Correc
                       "            DRAM Uncorrectable            : 0\n        Aggregate\n"
                       "            SRAM Correctable              : 0\n            SRAM Uncorrectable            : 0\n"
                       "            DRAM Correctable              : 0\n            DRAM Uncorrectable            : 7")
+AER_GPU = ("[ 8812.401233] nvidia 0000:41:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction "
+           "Layer, (Requester ID)")
 XID_DBE = ("NVRM: Xid (PCI:0000:3b:00): 48, pid=22311, name=python, An uncorrectable double bit error (DBE) has been "
            "detected on GPU in the framebuffer at partition 6, subpartition 0.")
 
@@ -63,6 +65,7 @@ def _root(text: str):
     (TIMEOUT, FM_JOURNAL, "HW070"),
     (INIT_ERROR, ECC_VOLATILE, "HW071"),
     (TIMEOUT, ECC_VOLATILE, "HW071"),
+    (INIT_ERROR, AER_GPU, "HW053"),
 ])
 def test_a_node_diagnostic_printed_after_the_nccl_failure_leads_it(failure, evidence, code):
     root = _root(f"{PROGRESS}\n{failure}\n{evidence}\n")
