@@ -171,9 +171,13 @@ class _LineReader:
                 return
             s = nl + 1
             nl = buf.find(b"\n", s, limit)
-            end = nl if nl != -1 else limit
             lineno += 1
-            yield s, self.line_at(s, end, lineno)
+            if nl == -1 and limit < total:
+                # the line runs past the byte limit: read what is inside it, but do not cache that head under the
+                # line's start (a later look-back at the whole line would get the cut one: a frame lost)
+                yield s, normalize_line(decode(line_bytes(buf, s, limit)), self.path, lineno)
+                return
+            yield s, self.line_at(s, nl if nl != -1 else limit, lineno)
 
 
 _TRACEBACK_MARKERS = (b'File "', b"Traceback (most recent call last)")

@@ -107,8 +107,9 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     and a rank killer exists among the root candidates (a specific one, or a generic symptom such as nvidia-smi no
     longer reaching the GPU), the earliest killer leads, hardware before host memory; the order is kept otherwise.
     """
-    if not specific or specific[0].finding.category not in EXPLAINED_BY_KILLED_RANKS:
-        return specific
+    if not specific or not (specific[0].finding.category in EXPLAINED_BY_KILLED_RANKS
+                            or specific[0].first_hit.rule.rule.reports == "link_failure"):
+        return specific  # (a link read as failed only by when NCCL's error came: a device fault explains it too)
     # the communication finding is the process's own fatal signal: no host-memory kill leads it (rules.REPORTS)
     own_death = specific[0].first_hit.rule.rule.reports == "own_death"
     for category in RANK_KILLERS:
