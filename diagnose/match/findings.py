@@ -140,9 +140,12 @@ def _infer_category(finding: Finding, hit: Hit, inferences: list[Inference]) -> 
 
 
 def _frameless_first(g: Group, hit: Hit) -> bool:
-    """A generic finding not inferred yet whose first hit had no frames, and this hit has some."""
-    return (hit.rule.rule.tier == "generic" and g.finding.basis != "inferred" and not g.first_hit.frames
-            and bool(hit.frames))
+    """An error of a generic rule not inferred yet whose first hit had no frames, and this hit has some. Context
+    lines (EC001's one-line summary before a traceback) are left alone: the frames found before a later one of them
+    are another rank's traceback, not its own."""
+    rule = hit.rule.rule
+    return (rule.tier == "generic" and rule.severity == "error" and g.finding.basis != "inferred"
+            and not g.first_hit.frames and bool(hit.frames))
 
 
 def _implies_of(hit: Hit) -> Implies | None:
