@@ -60,3 +60,21 @@ def test_a_watchdog_report_without_a_traceback_is_read_from_the_later_traceback(
     root = _root(lines)
     assert (root.rule, root.category) == ("HW001", "import_version")
     assert root.first_line == 1  # the finding still starts at the watchdog's line
+
+
+def test_a_context_lines_later_hit_keeps_its_category():
+    """Bridge's one-line summary is printed before its rank's traceback: the frames before its second hit are the
+    first rank's traceback, not its own, so they do not re-read the context finding."""
+    summary = ("ERROR:megatron.bridge.training.pretrain:Pretrain failed on rank={} with ModuleNotFoundError: No module "
+               "named 'scaled_masked_softmax_cuda'. Bridge is aborting framework-owned distributed resources because "
+               "peer ranks may be blocked in collectives.")
+    tb = ["Traceback (most recent call last):",
+          f'  File "{SITE}/megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py", line 1490, in forward',
+          "    x = call()",
+          f'  File "{SITE}/megatron/core/fusions/fused_softmax.py", line 357, in get_batch_per_block',
+          "    import scaled_masked_softmax_cuda",
+          "ModuleNotFoundError: No module named 'scaled_masked_softmax_cuda'"]
+    result = match_text("\n".join([summary.format(0), *tb, summary.format(1), *tb]), CATALOGUE, backend="python")
+    context = [f for f in result.findings if f.rule == "EC001"]
+    assert context and context[0].count == 2
+    assert context[0].basis != "inferred"
