@@ -54,6 +54,10 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
             first_by_rule.setdefault(hit.rule.rule.code, g)
         else:
             _add(g, hit)
+            if _frameless_first(g, hit):
+                # the first line carried no traceback (an NCCL watchdog's report of a sticky CUDA error, with C++
+                # frames only): the first later one of the same finding that does is read as a human reads it
+                _infer_category(g.finding, hit, inferences or [])
         if hit.rank is not None:
             g.ranks.add(hit.rank)
         if hit.line.host:
@@ -113,20 +117,35 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     if rule.tier == "catchall":
         finding.basis = "catchall"
     if rule.tier == "generic":
-        # its own frames first (what raised it, and where); those of the exceptions it caused when they tell nothing
-        own = hit.frames[hit.outer_frames:]
-        exc_type = str(hit.facts.get("exc_type") or "")
-        inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release, exc_type)
-        if inferred is None and hit.outer_frames:
-            inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release, exc_type)
-        if inferred is not None:
-            finding.category = inferred.inference.category
-            finding.confidence = max(finding.confidence, inferred.inference.confidence)
-            finding.basis = "inferred"
-            finding.basis_detail = inferred.basis
-            if finding.phase == "unknown" and inferred.inference.phase_when_unknown:
-                finding.phase = inferred.inference.phase_when_unknown
+        _infer_category(finding, hit, inferences)
     return finding
+
+
+def _infer_category(finding: Finding, hit: Hit, inferences: list[Inference]) -> None:
+    """A generic finding's category from one hit's evidence, when an [[infer]] table reads it."""
+    rule = hit.rule.rule
+    # its own frames first (what raised it, and where); those of the exceptions it caused when they tell nothing
+    own = hit.frames[hit.outer_frames:]
+    exc_type = str(hit.facts.get("exc_type") or "")
+    inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release, exc_type)
+    if inferred is None and hit.outer_frames:
+        inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release, exc_type)
+    if inferred is not None:
+        finding.category = inferred.inference.category
+        finding.confidence = max(finding.confidence, inferred.inference.confidence)
+        finding.basis = "inferred"
+        finding.basis_detail = inferred.basis
+        if finding.phase == "unknown" and inferred.inference.phase_when_unknown:
+            finding.phase = inferred.inference.phase_when_unknown
+
+
+def _frameless_first(g: Group, hit: Hit) -> bool:
+    """An error of a generic rule not inferred yet whose first hit had no frames, and this hit has some. Context
+    lines (EC001's one-line summary before a traceback) are left alone: the frames found before a later one of them
+    are another rank's traceback, not its own."""
+    rule = hit.rule.rule
+    return (rule.tier == "generic" and rule.severity == "error" and g.finding.basis != "inferred"
+            and not g.first_hit.frames and bool(hit.frames))
 
 
 def _implies_of(hit: Hit) -> Implies | None:
