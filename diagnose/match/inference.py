@@ -231,6 +231,39 @@ def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
     return ""
 
 
+# what a setting of the job looks like, written by a human: an environment variable (read in the raising line, or
+# named as one), a quoted option string ``"expandable_segments:True"`` / ``"key=value"``, ``name_with_parts=value``,
+# a command-line ``--flag``
+_SETTING_IN_MESSAGE = regex.compile(
+    r"""(?i:\benvironment variables?\b)|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+=\S"""
+    r"""|['"`][a-z]\w*[:=](?:True|False|true|false|\d[\w.]*)['"`]"""
+    r"""|(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\s?=\s?(?:True|False|true|false|None|\d|['"])"""
+    r"""|(?<![\w-])--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+\b"""
+)
+_SETTING_IN_CODE = regex.compile(
+    r"""\bos\.environ\b|\bgetenv\(|\benviron\.get\("""
+    r"""|['"`][a-z]\w*[:=](?:True|False|true|false|\d[\w.]*)['"`]"""
+)
+_ASSERT_STATEMENT = regex.compile(r"^\s*assert\b")
+
+
+def names_setting(text: str, frames: Sequence[str]) -> bool:
+    """Does the message, or the assert statement that raised it, name a setting of the job?
+
+    A check that refuses a combination often says only that two things "are not compatible"; what it tested is in
+    its own line, which the traceback prints: ``assert "expandable_segments:True" not in conf`` names the
+    PYTORCH_CUDA_ALLOC_CONF option the job set. A human reads a refusal that names a setting (an environment
+    variable, a ``key=value`` or ``key:value`` option, a ``--flag``) as the job's configuration, whatever library
+    raised it. The raising line counts only where it is the assert statement itself (another line's code is not
+    what was checked)."""
+    if _SETTING_IN_MESSAGE.search(text) is not None:
+        return True
+    where = innermost_frame(frames)
+    head = _FRAME_HEAD.search(where)
+    code = where[head.end():] if head else ""
+    return _ASSERT_STATEMENT.match(code) is not None and _SETTING_IN_CODE.search(code) is not None
+
+
 def package_of(frame: str) -> str:
     """The package a frame's file belongs to: ``site-packages/<package>/``, else a framework's checkout
     (``/opt/Megatron-LM/megatron/...``: ``megatron``); "" for the user's own files."""
@@ -330,6 +363,8 @@ def infer(
             if caller:
                 refuser = package_of(innermost_frame(frames))
                 detail = f"{detail}; the name is written in {caller}'s code, refused by {refuser}"
+        if inf.names_setting is not None and names_setting(text, frames) != inf.names_setting:
+            continue
         if inf.release_named is not None:
             if bool(release) != inf.release_named:
                 continue

@@ -192,6 +192,8 @@ class Inference:
     log names (or does not name) a release of the installed package that raised, before the line.
     ``name_written_by_other_package``: the name the message refused is (or is not) written in the source line of a
     frame of another installed package than the one that raised (inference.name_written_by_other_package).
+    ``names_setting``: the message, or the assert statement that raised it, names (or does not name) a setting of
+    the job: an environment variable, a ``key=value`` / ``key:value`` option, a ``--flag`` (inference.names_setting).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -214,6 +216,7 @@ class Inference:
     refused_unlike_listed: bool | None = None
     release_named: bool | None = None
     name_written_by_other_package: bool | None = None
+    names_setting: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -396,6 +399,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         refused_unlike_listed=unlike,
         release_named=_optional_bool(raw, "release_named"),
         name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
+        names_setting=_optional_bool(raw, "names_setting"),
         examples=list(examples),
         source=source,
     )
