@@ -450,3 +450,20 @@ def test_the_release_before_a_generic_error_is_looked_up_only_when_a_table_reads
     monkeypatch.setattr(engine, "release_named_before", lambda *args: calls.append(args) or "")
     assert match_text(RELEASE_LOG, ignores).root.category == "data" and calls == []  # no table asks: no search
     assert match_text(RELEASE_LOG, reads).root.category == "data" and len(calls) == 1  # a table asks: searched
+
+
+def test_an_evaluation_loop_named_validate_is_not_a_configuration_check():
+    """``validate`` is what trainers call their evaluation loop (litgpt's pretrain, Lightning's ``Trainer.validate``):
+    a crash inside it is not a configuration check refusing the job's settings, whereas Bridge's
+    ``ConfigContainer.validate`` and Megatron's ``validate_args`` are."""
+    eval_loop = [
+        'File "/opt/litgpt/litgpt/pretrain.py", line 301, in fit',
+        'File "/opt/venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 116, in decorate_context',
+        'File "/opt/litgpt/litgpt/pretrain.py", line 372, in validate',
+    ]
+    got = infer(CATALOGUE.inferences, "PY001", "RuntimeError: stack expects a non-empty TensorList", eval_loop, "unknown")
+    assert got is None or got.inference.category != "config_validation"
+    config_check = ['File "/opt/Megatron-Bridge/src/megatron/bridge/training/config.py", line 1210, in validate']
+    got = infer(CATALOGUE.inferences, "PY002", "AssertionError: seq_length must be divisible by 2 * context_parallel_size",
+                config_check, "unknown")
+    assert got is not None and got.inference.category == "config_validation"
