@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,25 @@ def render_to_string(report, color: str = "never", width: int = 100, detail: str
     buf = io.StringIO()
     render(report, make_console(buf, color, width), detail)
     return buf.getvalue()
+
+
+def wait_for_file(folder: Path, deadline_s: float = 30.0) -> None:
+    """Wait until something non-empty is written under ``folder`` (a worker spooling its input)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if any(p.is_file() and p.stat().st_size > 0 for p in folder.rglob("*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing was spooled into {folder}")
+
+
+async def settle(pilot, until, seconds: float = 20) -> None:
+    """Let a Textual app run (Pilot) until ``until()`` holds, failing after ``seconds``."""
+    for _ in range(int(seconds / 0.1)):
+        await pilot.pause(0.1)
+        if until():
+            return
+    raise AssertionError("timed out")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
@@ -113,15 +114,6 @@ def test_a_utf16_bom_in_front_of_utf8_text_does_not_hide_the_failure(tmp_path):
     assert "OOM102" in cli("analyze", "-q", str(real)).stdout.decode()
 
 
-def _wait_for_file(folder: Path, deadline_s: float = 30.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if any(p.is_file() and p.stat().st_size > 0 for p in folder.rglob("*")):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing was spooled into {folder}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_run_killed_by_a_signal_leaves_no_temporary_files(tmp_path, signum):
     """``yes | diagnose analyze -`` stopped by ``timeout`` (SIGTERM) left its 12 GB spool in /tmp: the worker died
@@ -135,7 +127,7 @@ def test_a_run_killed_by_a_signal_leaves_no_temporary_files(tmp_path, signum):
         assert proc.stdin is not None
         proc.stdin.write(SAMPLE.read_bytes() * 800)  # 4.5 MB, more than one read; the pipe stays open
         proc.stdin.flush()
-        _wait_for_file(tmpdir)
+        wait_for_file(tmpdir)
         proc.send_signal(signum)
         proc.wait(timeout=TIMEOUT)
     finally:

@@ -12,10 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
@@ -65,15 +65,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _wait_for_file(folder: Path, deadline_s: float = 30.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if any(p.is_file() and p.stat().st_size > 0 for p in folder.rglob("*")):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing was spooled into {folder}")
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervising fork is Linux/POSIX only")
 def test_sigint_sent_to_the_process_stops_it_with_one_line(tmp_path):
     """``kill -INT <pid>`` of ``diagnose analyze -`` waiting on an open pipe: before, the parent ignored SIGINT and
@@ -87,7 +78,7 @@ def test_sigint_sent_to_the_process_stops_it_with_one_line(tmp_path):
         assert proc.stdin is not None
         proc.stdin.write(SAMPLE.read_bytes() * 800)  # 4.5 MB, more than one read; the pipe stays open
         proc.stdin.flush()
-        _wait_for_file(tmpdir)  # the worker is spooling stdin, inside the command
+        wait_for_file(tmpdir)  # the worker is spooling stdin, inside the command
         proc.send_signal(signal.SIGINT)  # to the parent only, as kill -INT does
         _, err = proc.communicate(timeout=30)
     finally:
@@ -112,7 +103,7 @@ def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path):
         assert proc.stdin is not None
         proc.stdin.write(SAMPLE.read_bytes() * 800)
         proc.stdin.flush()
-        _wait_for_file(tmp_path)
+        wait_for_file(tmp_path)
         proc.send_signal(signal.SIGINT)
         for pid in _children(proc.pid):
             os.kill(pid, signal.SIGINT)  # the worker too, as a terminal's ^C would

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from conftest import settle
 from test_issue19_tui import SIZE, _log_app, _open_log, run_async
 
 
@@ -80,13 +81,6 @@ async def test_follow_a_log_cut_shorter_reads_it_again_and_diagnoses_what_follow
     log.write_bytes(need_log("clean_run.log").read_bytes() * 3)  # longer than what is written after the cut
     app = DiagnoseApp([str(log)], analyzer=pipeline_analyzer([]), display_names={str(log): "live.log"},
                       follow=True)
-
-    async def settle(pilot, until, seconds: float = 20) -> None:
-        for _ in range(int(seconds / 0.1)):
-            await pilot.pause(0.1)
-            if until():
-                return
-        raise AssertionError("timed out")
 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: app.report is not None and isinstance(app.screen, LogScreen))

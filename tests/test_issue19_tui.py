@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import settle
 from test_tui_app import SIZE, oom_app  # noqa: F401 - the fixture
 from test_tui_reports import run_async
 
@@ -424,13 +425,6 @@ async def test_conventions_follow_shows_new_lines_and_rediagnoses_on_failure_lin
         return analyzer(inputs, progress)
 
     app = DiagnoseApp([str(log)], analyzer=counted, display_names={str(log): "live.log"}, follow=True)
-
-    async def settle(pilot, until, seconds: float = 20) -> None:
-        for _ in range(int(seconds / 0.1)):
-            await pilot.pause(0.1)
-            if until():
-                return
-        raise AssertionError("timed out")
 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, lambda: app.report is not None and isinstance(app.screen, LogScreen))
