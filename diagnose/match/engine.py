@@ -324,7 +324,7 @@ class Matcher:
         """The rule ``cr`` matched a traceback's header: its hit is the line that ends that traceback on the header's
         stream (traceback_end), when the rule's ``traceback_ends_with`` regex matches that line and no rule of the
         catalogue matches it (that rule's own hit, from the ordinary scan, speaks for the line)."""
-        if self.traceback_ends_read >= MAX_TRACEBACK_ENDS:
+        if cr.traceback_end is None or self.traceback_ends_read >= MAX_TRACEBACK_ENDS:
             return
         self.traceback_ends_read += 1
         found = traceback_end(reader, start, header)
@@ -332,8 +332,6 @@ class Matcher:
             return
         end_start, end = found
         if self.classify(end.text):
-            return
-        if cr.traceback_end is None:
             return
         m = self._search(cr, cr.traceback_end, end.text)
         if m is None:

@@ -41,17 +41,17 @@ def _last_line(blocks: dict[str, list[Block]], name: str) -> LogLine | None:
     return max(lines, key=lambda ln: (ln.path, ln.lineno)) if lines else None
 
 
-def _before(line: LogLine, kill: Finding) -> bool:
-    """``line`` came before the kill's line: in the same file by position; in another file it cannot be later than
-    the kill that ended the job (a file of another job attempt is not told apart)."""
+def _before(path: str, lineno: int, kill: Finding) -> bool:
+    """Line ``lineno`` of ``path`` came before the kill's line: in the same file by position; in another file it
+    cannot be later than the kill that ended the job (a file of another job attempt is not told apart)."""
     where = kill.evidence[0] if kill.evidence else None
-    return where is None or line.path != where.path or line.lineno < where.line
+    return where is None or path != where.path or lineno < where.line
 
 
 def _last_iteration(blocks: dict[str, list[Block]], kill: Finding) -> LogLine | None:
     """Megatron's last iteration line, when it reached the run's total before the kill."""
     line = _last_line(blocks, ITERATION)
-    if line is None or not _before(line, kill):
+    if line is None or not _before(line.path, line.lineno, kill):
         return None
     m = _ITERATION.search(line.text)
     if m is None or int(m.group("total")) == 0 or m.group("n") != m.group("total"):
@@ -62,7 +62,7 @@ def _last_iteration(blocks: dict[str, list[Block]], kill: Finding) -> LogLine | 
 def _completion(findings: list[Finding], completes: frozenset[str], kill: Finding) -> Finding | None:
     """The last finding of a rule that says the program completed its work, printed before the kill."""
     done = [f for f in findings if f.rule in completes and f.evidence]
-    done = [f for f in done if _before(LogLine(f.evidence[0].path, f.evidence[0].line, "", ""), kill)]
+    done = [f for f in done if _before(f.evidence[0].path, f.evidence[0].line, kill)]
     return done[-1] if done else None
 
 
