@@ -390,3 +390,17 @@ def test_ray_actor_tags_of_vllm_multiproc_and_roll():
     roll = normalize_line('(ActorWorker(actor_train-1) pid=18175, ip=33.199.184.82)   File "/opt/roll/a.py", line 3, in f')
     assert (roll.host, roll.text) == ("33.199.184.82", '  File "/opt/roll/a.py", line 3, in f')
     assert normalize_line("(see rank=3 docs) pid=4").text == "(see rank=3 docs) pid=4"
+
+
+def test_pdsh_host_after_a_collectors_time_stamp():
+    """A log collector (ts, a CI runner, a shipping agent) can stamp pdsh's lines again: "2023-12-17 18:09:08
+    10.0.1.12: ". The host behind a time stamp alone is peeled as at the start of a line, so the traceback is read
+    (before, the whole failure was text behind an unknown prefix and the log read "no failure found")."""
+    frame = normalize_line('2023-12-17 18:09:08 10.0.1.12:   File "/w/train.py", line 3, in main')
+    assert (frame.host, frame.timestamp) == ("10.0.1.12", "2023-12-17 18:09:08")
+    assert frame.text == '  File "/w/train.py", line 3, in main'
+    assert normalize_line("2023-12-17 18:09:08 node017: Traceback (most recent call last):").text == (
+        "Traceback (most recent call last):")
+    # a level or a logger's name between the stamp and the word makes it a message, not pdsh's line
+    for raw in ("2023-12-17 18:09:08 ERROR step10: loss 3.2", "[2023-12-17 18:09:08] trainer: [INFO] node3: x"):
+        assert normalize_line(raw).host is None

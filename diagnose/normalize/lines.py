@@ -210,6 +210,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
     srun_task: int | None = None
     saw_local = False
     saw_rank = False
+    only_stamps = True  # every layer peeled so far was a time stamp alone (a collector's, before pdsh's host)
     end = len(text)
     if "a" <= text[0] <= "z" and text.find("/", 1, 130) > 0:
         m = _TORCHX.match(text)
@@ -227,6 +228,9 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             break
         kind = (m.lastgroup or "")[2:]
         g = m.group
+        stamps_before = only_stamps
+        only_stamps = only_stamps and kind in ("iso", "logging") and not g("tslevel") and not g("plevel") \
+            and not g("plog")
         if kind == "role":
             number = int(g("role_n"))
             if g("role") == "rank":
@@ -294,8 +298,11 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             )
             if host[0].isdigit() and max(map(int, host.split("."))) > 255:
                 break  # a dotted quad of numbers, not an address
-            if pos != 0 or line.host is not None or not looks_like_host or _NOT_A_HOST.match(host):
-                break  # a pdsh host is always the outermost layer; "bf16: true" is a config line
+            if (pos != 0 and not stamps_before) or line.host is not None or not looks_like_host \
+                    or _NOT_A_HOST.match(host):
+                # a pdsh host is the outermost layer, or comes right after a time stamp alone that a log collector
+                # put before pdsh's line ("2023-12-17 18:09:08 10.0.1.12: "); "bf16: true" is a config line
+                break
             line.host = host
         else:  # pragma: no cover - every alternative ends in a group listed above
             break
