@@ -103,10 +103,10 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None, includ
 def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] | None = None) -> Source:
     hints = {name: getattr(entry, name) for name in ("rank_hint", "local_rank_hint", "attempt", "stream_name")}
     if path == "-":
-        return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits), display_path="-", **hints)
+        return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits, notes=notes), display_path="-", **hints)
     if compressed_kind(path) is not None:
         out = os.path.join(tmp, f"gunzip-{len(os.listdir(tmp))}.log")
-        decompress_to_file(path, out, limits)
+        decompress_to_file(path, out, limits, notes=notes)
         return _map_file(_decoded(out, path, tmp, limits, compressed=True), display_path=path, **hints)
     try:
         st = os.stat(path)
@@ -115,7 +115,8 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] |
     if stat.S_ISFIFO(st.st_mode):
         if entry.in_folder:  # a FIFO among per-rank logs may have no writer: never wait on it
             raise input_error(path, "a FIFO in the folder (name it to read it)")
-        return _map_file(_decoded(_read_stream(path, tmp, notes), path, tmp, limits), display_path=path, **hints)
+        return _map_file(_decoded(_read_stream(path, tmp, notes), path, tmp, limits, notes=notes), display_path=path,
+                         **hints)
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
         # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
@@ -126,10 +127,11 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] |
     # the larger live files that would otherwise be mapped
     if SMALL_READ_BYTES < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
         real = _snapshot(path, tmp)
-    return _map_file(_decoded(real, path, tmp, limits), display_path=path, **hints)
+    return _map_file(_decoded(real, path, tmp, limits, notes=notes), display_path=path, **hints)
 
 
-def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: bool = False) -> str:
+def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: bool = False,
+             notes: list[str] | None = None) -> str:
     """The file to scan for ``real``: itself when it is text; decompressed when its magic bytes say gzip, bzip2 or
     xz whatever its name; re-encoded as UTF-8 when a BOM says UTF-16/32. Archives we do not open and binary data
     are refused in one line (they used to be scanned as garbage and called "no failure")."""
@@ -137,7 +139,7 @@ def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: 
     kind = None if compressed else sniff.compressed_by_magic(sample)
     if kind is not None:
         out = os.path.join(tmp, f"unpacked-{len(os.listdir(tmp))}.log")
-        decompress_to_file(real, out, limits, kind=kind[0], display=display)
+        decompress_to_file(real, out, limits, kind=kind[0], display=display, notes=notes)
         real, sample = out, sniff.head(out, display)
     encoding = sniff.bom_encoding(sample) or sniff.bomless_utf16(sample)
     if encoding is not None:

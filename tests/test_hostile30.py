@@ -1,0 +1,93 @@
+"""Round 30 of hostile use, through the real command line (docs/qa-report-6.md).
+
+Each test failed before its fix. A compressed log cut short (copied while the job still wrote it) was refused
+whole; now the part that is there is diagnosed, with one warning naming where the archive ends, while garbage
+(not the format at all, or corrupt mid-stream) still gets the one-line error.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_logs" / "ddp_wrap_oom.log"
+TIMEOUT = 60
+
+
+def _env(**extra: str) -> dict:
+    return {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "200", "DIAGNOSE_SKIP_SLURM": "1",
+            **extra}
+
+
+def run(*args: str, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=ROOT, env=_env(), timeout=TIMEOUT,
+                          stdin=stdin, capture_output=True, text=True)
+
+
+def _log_with_oom_then_more() -> bytes:
+    """The OOM sample, then ~400 KB of ordinary lines (the part a cut archive loses)."""
+    rng = random.Random(30)
+    words = ["iteration", "loss", "lr", "grad", "norm", "tokens", "throughput", "elapsed", "skipped", "nan"]
+    tail = "".join(f"[rank0]: {' '.join(rng.choice(words) for _ in range(8))} {rng.random():.6f}\n"
+                   for _ in range(8000))
+    return SAMPLE.read_bytes() + tail.encode()
+
+
+_COMPRESS = {
+    ".gz": lambda data: gzip.compress(data, compresslevel=6),
+    ".bz2": lambda data: bz2.compress(data, compresslevel=1),  # 100 kB blocks: a cut keeps the first whole ones
+    ".xz": lambda data: lzma.compress(data),
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(_COMPRESS))
+def test_a_compressed_log_cut_short_is_diagnosed_with_a_warning(tmp_path, suffix):
+    packed = _COMPRESS[suffix](_log_with_oom_then_more())
+    cut = tmp_path / f"job.log{suffix}"
+    cut.write_bytes(packed[: len(packed) * 3 // 4])
+    res = run("analyze", "--format", "json", str(cut))
+    assert res.returncode == 1, res.stderr  # a failure found, not exit 2 "corrupt or truncated"
+    report = json.loads(res.stdout)
+    assert report["findings"][report["root_cause"]]["rule"] == "OOM102"
+    warnings = [w for w in report.get("warnings", []) if "ends early" in w]
+    assert len(warnings) == 1 and str(cut) in warnings[0] and "bytes" in warnings[0], report.get("warnings")
+    text = run("analyze", str(cut))
+    assert "archive ends early" in text.stdout and text.returncode == 1
+
+
+def test_a_cut_archive_read_from_stdin_warns_too(tmp_path):
+    packed = gzip.compress(_log_with_oom_then_more())
+    res = run("analyze", "-", stdin=open(_write(tmp_path / "in", packed[: len(packed) // 2]), "rb"))
+    assert res.returncode == 1 and "-: the gzip archive ends early" in res.stdout, res.stdout + res.stderr
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name, data", [
+    ("mid-stream.log.gz", None),  # a gzip corrupted in its middle
+    ("header-only.log.gz", b"\x1f\x8b\x08\x00\x00\x00"),  # cut before any output: nothing to read
+    ("not-gzip.log.gz", b"just text, named .gz\n" * 20),
+])
+def test_garbage_archives_still_get_the_one_line_error(tmp_path, name, data):
+    if data is None:
+        packed = bytearray(gzip.compress(_log_with_oom_then_more()))
+        middle = len(packed) // 2
+        packed[middle:middle + 64] = bytes(64)
+        data = bytes(packed)
+    path = _write(tmp_path / name, data)
+    res = run("analyze", str(path))
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr, res.stderr
