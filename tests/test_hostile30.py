@@ -91,3 +91,80 @@ def test_garbage_archives_still_get_the_one_line_error(tmp_path, name, data):
     res = run("analyze", str(path))
     assert res.returncode == 2 and res.stdout == ""
     assert len(res.stderr.strip().splitlines()) == 1 and str(path) in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------------------ YAML configs parsed by libyaml
+
+def _yaml_config(tmp_path: Path, blend: int) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "run_config.yaml").read_text())
+    cfg["dataset"] = {**(cfg.get("dataset") or {}), "blend": [f"/data/shard_{i:07d}" for i in range(blend)]}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_a_yaml_config_is_parsed_by_libyaml_not_the_pure_python_parser(tmp_path, monkeypatch):
+    """``check cfg.yaml`` of a 10 MB config (a 450,000-path blend) took 14 s in PyYAML's pure-Python parser
+    (30 s for qa-report-5's flow-style one); libyaml parses it, within the same limits."""
+    import yaml
+
+    from diagnose.explain.config import safe_yaml
+    from diagnose.explain.config.extract import load_config
+    from diagnose.model import DiagnoseError
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML without libyaml")
+
+    def no_pure_python(*_a, **_k):
+        raise AssertionError("the YAML config went through PyYAML's pure-Python parser")
+
+    monkeypatch.setattr(safe_yaml.InertSafeLoader, "get_single_node", no_pure_python)
+    config = load_config(str(_yaml_config(tmp_path, blend=2000)))
+    assert config.values["model.num_layers"].value == 32
+    with pytest.raises(DiagnoseError, match="more than 500000 nodes"):  # refused from the events, no graph built
+        safe_yaml.safe_load("[" + "1," * 500_001 + "]")
+    with pytest.raises(DiagnoseError, match="more than 256 aliases"):
+        safe_yaml.safe_load("a: &a x\nb: [" + "*a, " * 300 + "]")
+
+
+_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+
+_DOCS = {
+    "billion laughs": _LAUGHS,
+    "a cycle": "a: &a [*a]\n",
+    "a big anchored string used often": "s: &s " + "x" * 400_000 + "\nl: [" + "*s, " * 200 + "]\n",
+    "python tags": "a: !!python/object/apply:os.system ['true']\nb: !custom {k: 1}\nc: !!python/name:os.getcwd ''\n",
+    "merge keys": "base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  y: 3\n",
+    "duplicate keys": "a: 1\nb: 2\na: 3\n",
+    "deep nesting": "[" * 5000 + "]" * 5000,
+    "nesting past the C bound": "[" * 150 + "]" * 150,
+    "a tab": "a:\n\tb: 1\n",
+    "an undefined alias": "a: *nowhere\n",
+    "two documents": "a: 1\n---\nb: 2\n",
+    "empty": "",
+    "a long integer": "n: " + "9" * 5000 + "\n",
+    "a 13th month": "d: 2024-13-01\n",
+    "scalars": "i: 0x1f\nf: 1e3\nb: yes\nn: ~\nt: 2024-01-02\ns: '007'\ninf: .inf\nbin: !!binary aGk=\n",
+    "unclosed flow": "a: [1, 2\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DOCS))
+@pytest.mark.parametrize("strict", [False, True])
+def test_libyaml_answers_as_the_pure_python_loader_does(name, strict):
+    """The C path's value or one-line refusal is the pure-Python loader's, for hostile and odd documents."""
+    from diagnose.explain.config import safe_yaml
+    from diagnose.model import DiagnoseError
+
+    def answer(load):
+        try:
+            return ("value", load())
+        except DiagnoseError as e:
+            return ("refused", str(e))
+
+    text = _DOCS[name]
+    pure = answer(lambda: safe_yaml._load(safe_yaml.InertSafeLoader, text, "cfg", strict))
+    assert answer(lambda: safe_yaml.safe_load(text, what="cfg", strict_keys=strict)) == pure
