@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,44 @@ def test_libyaml_answers_as_the_pure_python_loader_does(name, strict):
     text = _DOCS[name]
     pure = answer(lambda: safe_yaml._load(safe_yaml.InertSafeLoader, text, "cfg", strict))
     assert answer(lambda: safe_yaml.safe_load(text, what="cfg", strict_keys=strict)) == pure
+
+
+# --------------------------------------------------------------- a log shown (not followed) cut shorter
+
+_SHOWN_THEN_CUT = r"""
+import os, sys, time
+from diagnose.present.tui.logindex import LogIndex
+path = sys.argv[1]
+index = LogIndex(path).start()
+assert index.done.wait(20)
+count = index.line_count
+with open(path, "r+b") as fh:
+    fh.truncate(4096)  # copytruncate, or a job restarted into the same file, while the TUI shows it
+    fh.seek(0)
+    fh.write(b"the job started again\n")
+print(repr(index.line_text(count - 1)))  # the view scrolled into the part that is gone (End)
+print(index.search("iteration 39999", 0))  # a search over the old text
+deadline = time.monotonic() + 20
+while index.truncations == 0 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(index.line_count, index.line_text(0), index.follow_note, sep="|")
+index.close()
+"""
+
+
+def test_a_shown_log_cut_shorter_is_read_again_not_sigbus(tmp_path):
+    """``diagnose tui job.log`` (not following), the file cut shorter, then End: the TUI read the old lines
+    through its map of the file, and the pages past the cut are gone: SIGBUS (qa-report-5 L1). Now each read of
+    the map checks the file's size first; a cut file is read again from its start and the status line says so."""
+    log = tmp_path / "job.log"
+    log.write_bytes(b"".join(b"[rank0]: iteration %d of a job shown\n" % i for i in range(40_000)))  # > 1 MiB: mapped
+    old = time.time() - 3600
+    os.utime(log, (old, old))  # not a live file: ingest maps the file itself rather than a snapshot of it
+    res = subprocess.run([sys.executable, "-c", _SHOWN_THEN_CUT, str(log)], cwd=ROOT, env=_env(),
+                         timeout=TIMEOUT, capture_output=True, text=True)
+    assert res.returncode == 0, (res.returncode, res.stderr[-500:])  # before: -7 (SIGBUS)
+    gone, search, state = res.stdout.splitlines()
+    assert gone == "''" and search == "None"
+    count, first, note = state.split("|")
+    assert int(count) > 0 and first == "the job started again", res.stdout
+    assert "cut shorter" in note and "read again" in note

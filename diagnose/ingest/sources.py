@@ -50,6 +50,7 @@ class Source:
     local_rank_hint: int | None = None
     attempt: int | None = None  # torchrun --log-dir attempt_N
     stream_name: str | None = None  # "stdout" / "stderr" for torchrun --log-dir files
+    maps_input: bool = False  # ``buffer`` maps the user's file itself (not a copy): it can shrink under the map
     _closers: list = field(default_factory=list, repr=False)
 
     def close(self) -> None:
@@ -187,7 +188,8 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
                     if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
                         raise os_error(display_path, e, "map") from None
                 else:
-                    source = Source(path=display_path, size=size, buffer=mapped, **hints)
+                    source = Source(path=display_path, size=size, buffer=mapped, maps_input=real_path == display_path,
+                                    **hints)
                     source._closers.append(mapped.close)
                     return source
             data = fh.read(size)  # at most its size at open, even if it grows meanwhile
