@@ -210,3 +210,48 @@ def test_a_shown_log_cut_shorter_is_read_again_not_sigbus(tmp_path):
     count, first, note = state.split("|")
     assert int(count) > 0 and first == "the job started again", res.stdout
     assert "cut shorter" in note and "read again" in note
+
+
+# ----------------------------------------------------------------- non-UTF-8 file names in JSON output
+
+def _strict_json(text: str):
+    """Parse as a strict reader does (serde_json, Go, jq refuse a lone surrogate): every string must encode."""
+    def walk(value):
+        if isinstance(value, str):
+            value.encode("utf-8")  # UnicodeEncodeError on "\udcff"
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k)
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+    data = json.loads(text)
+    walk(data)
+    return data
+
+
+@pytest.mark.parametrize("command", ["analyze", "verify"])
+def test_a_file_name_that_is_not_utf8_is_written_as_escaped_bytes(tmp_path, command):
+    """``LANG=C diagnose analyze --format json $'h_\\xff\\xfe.log'``: the path came out as ``"\\udcff\\udcfe"``,
+    lone surrogates a strict JSON reader refuses (qa-report-5 L5). Now its bytes are written ``\\xff\\xfe``."""
+    name = os.fsencode(tmp_path) + b"/h_\xff\xfe.log"
+    with open(name, "wb") as fh:
+        fh.write(SAMPLE.read_bytes())
+    res = subprocess.run([sys.executable, "-m", "diagnose", command, "--format", "json", name], cwd=ROOT,
+                         env=_env(LANG="C", LC_ALL="C"), timeout=TIMEOUT, capture_output=True)
+    assert res.returncode in (0, 1), res.stderr
+    text = res.stdout.decode("ascii")
+    assert "\\udc" not in text
+    data = _strict_json(text)
+    if command == "analyze":
+        assert data["inputs"][0]["path"].endswith("/h_\\xff\\xfe.log"), data["inputs"]
+    assert "h_\\xff\\xfe.log" in json.dumps(data, ensure_ascii=False).replace("\\\\", "\\")
+
+
+def test_unicode_clean_keeps_text_and_escapes_only_what_is_not_unicode():
+    from diagnose.present.json_text import dumps
+
+    value = {"a\udcffb": ["caf\u00e9 \U0001f600", "\ud800 alone", ("t",)], "n": 1, "p": Path("/x/\udcfe")}
+    data = _strict_json(dumps(value, default=str))
+    assert data == {"a\\xffb": ["caf\u00e9 \U0001f600", "\\xed\\xa0\\x80 alone", ["t"]], "n": 1, "p": "/x/\\xfe"}
