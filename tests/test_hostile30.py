@@ -255,3 +255,22 @@ def test_unicode_clean_keeps_text_and_escapes_only_what_is_not_unicode():
     value = {"a\udcffb": ["caf\u00e9 \U0001f600", "\ud800 alone", ("t",)], "n": 1, "p": Path("/x/\udcfe")}
     data = _strict_json(dumps(value, default=str))
     assert data == {"a\\xffb": ["caf\u00e9 \U0001f600", "\\xed\\xa0\\x80 alone", ["t"]], "n": 1, "p": "/x/\\xfe"}
+
+
+# ----------------------------------------------------------------------------------------- Slurm job ids
+
+@pytest.mark.parametrize("job_id", ["0", "4294967296", "0.batch", "0_1", "4294967294"])
+def test_a_job_id_slurm_reads_as_every_job_is_refused(job_id):
+    """``diagnose slurm 0`` (or 4294967296, which Slurm's 32-bit ids wrap to 0): ``scontrol show job 0`` lists
+    every job, and the first one (another user's, another job) was shown as "SLURM JOB 0". Refused before any
+    Slurm command runs, so no cluster is needed here."""
+    res = run("slurm", job_id)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("diagnose: error: not a Slurm job id") and len(res.stderr.splitlines()) == 1
+
+
+def test_job_ids_slurm_gives_are_still_accepted():
+    from diagnose.ingest.slurm.jobid import parse_job_id
+
+    assert str(parse_job_id("1")) == "1" and str(parse_job_id("4294967293_0.batch")) == "4294967293_0.batch"
+    assert str(parse_job_id("123+1", step="0")) == "123+1.0"
