@@ -274,3 +274,19 @@ def test_job_ids_slurm_gives_are_still_accepted():
 
     assert str(parse_job_id("1")) == "1" and str(parse_job_id("4294967293_0.batch")) == "4294967293_0.batch"
     assert str(parse_job_id("123+1", step="0")) == "123+1.0"
+
+
+# ------------------------------------------------------- check: Megatron-LM flags and Bridge overrides mixed
+
+def test_bridge_overrides_in_a_megatron_lm_argument_list_are_not_dropped_silently(tmp_path):
+    """``check args.txt --gpus 8`` where the flag list ends in ``model.num_layers=4 ddp.use_megatron_fsdp=true``:
+    both were skipped without a word and the 32-layer config passed as if they were not there. Now one line says
+    where they belong; the same override through --set is applied."""
+    mixed = tmp_path / "args.txt"
+    mixed.write_text((ROOT / "examples" / "mlm_args.txt").read_text() + " model.num_layers=4 ddp.use_megatron_fsdp=true\n")
+    res = run("check", str(mixed), "--gpus", "8")
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert "'model.num_layers=4' (and 1 more) is a Megatron-Bridge override" in res.stderr
+    assert "--set" in res.stderr and len(res.stderr.splitlines()) == 1
+    as_set = run("check", "examples/mlm_args.txt", "--gpus", "8", "--set", "model.num_layers=4", "--format", "json")
+    assert as_set.returncode == 0 and json.loads(as_set.stdout)["memory"]["params"] < 2e9  # 4 layers, not 32

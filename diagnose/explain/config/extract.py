@@ -159,6 +159,7 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     if joined.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", joined):
         view = ConfigView(framework="megatron-lm")
         tokens = joined.split()
+        _refuse_bridge_overrides(tokens, name)
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
         keycheck.check_mlm_flags([k[4:] for k in view.values if k.startswith("mlm.")], name)
         # a flag given several values where its field takes one (`--pipeline-model-parallel-size 1 2`: argparse's
@@ -181,6 +182,20 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     view.sources.append(f"file:{name}")
     _finish(view, [], defaults)
     return view
+
+
+_BRIDGE_OVERRIDE = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+=")
+
+
+def _refuse_bridge_overrides(tokens: list[str], name: str) -> None:
+    """A Megatron-Bridge override (``model.num_layers=4``) among Megatron-LM flags was skipped without a word, so
+    ``check`` validated and planned the config without it; say where it belongs instead."""
+    found = [t for t in tokens if _BRIDGE_OVERRIDE.match(t)]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        shown = repr(found[0][:80])
+        raise DiagnoseError(f"{name}: {shown}{more} is a Megatron-Bridge override in a Megatron-LM argument list, "
+                            f"which would ignore it: pass it with --set {shown}, or write it as a flag")
 
 
 def resolve_config_path(path: str) -> str:
