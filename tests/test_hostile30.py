@@ -290,3 +290,22 @@ def test_bridge_overrides_in_a_megatron_lm_argument_list_are_not_dropped_silentl
     assert "--set" in res.stderr and len(res.stderr.splitlines()) == 1
     as_set = run("check", "examples/mlm_args.txt", "--gpus", "8", "--set", "model.num_layers=4", "--format", "json")
     assert as_set.returncode == 0 and json.loads(as_set.stdout)["memory"]["params"] < 2e9  # 4 layers, not 32
+
+
+# ---------------------------------------------------------------------------- standard input a terminal
+
+def test_analyze_dash_at_a_terminal_says_what_it_waits_for_then_reads_the_paste():
+    """``diagnose analyze -`` typed at a terminal waited in silence (the TUI has a paste screen; analyze had not
+    a word). Now one line on stderr says to paste and end with Ctrl-D; the paste is then diagnosed. The terminal
+    is util-linux ``script``'s (its child's controlling terminal, as a user's shell gives)."""
+    import shutil
+
+    if shutil.which("script") is None:
+        pytest.skip("no util-linux script to give the command a terminal")
+    paste = b"".join(line[:1000] + b"\n" for line in SAMPLE.read_bytes().splitlines()) + b"\x04"
+    res = subprocess.run(["script", "-qec", f"{sys.executable} -m diagnose analyze - -q --color never",
+                          "/dev/null"], cwd=ROOT, env=_env(TERM="dumb"), input=paste, capture_output=True,
+                         timeout=TIMEOUT)
+    out = res.stdout.decode("utf-8", "replace")
+    assert "reading a log from the terminal: paste it, then press Ctrl-D" in out, out[-2000:]
+    assert res.returncode == 1 and "fix:" in out, out[-2000:]  # 1: a failure found in the paste (empty: 2)

@@ -44,6 +44,9 @@ def _payload(paths: list[str], report: Report) -> dict[str, Any]:
 
 def run(args: Any) -> int:
     paths = list(args.paths)
+    from diagnose.present.output import hint_if_stdin_is_a_terminal
+
+    hint_if_stdin_is_a_terminal(list(args.paths))
     report = _verified(paths, getattr(args, "config", None), getattr(args, "bridge_version", None),
                        bool(getattr(args, "strict", False)), getattr(args, "rules", None))
     from diagnose.present.output import output_stream
