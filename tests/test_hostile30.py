@@ -309,3 +309,18 @@ def test_analyze_dash_at_a_terminal_says_what_it_waits_for_then_reads_the_paste(
     out = res.stdout.decode("utf-8", "replace")
     assert "reading a log from the terminal: paste it, then press Ctrl-D" in out, out[-2000:]
     assert res.returncode == 1 and "fix:" in out, out[-2000:]  # 1: a failure found in the paste (empty: 2)
+
+
+# ------------------------------------------------------------------------------------------------- fleet
+
+def test_fleet_scan_counts_add_up_when_two_files_are_one_job(tmp_path):
+    """``fleet scan DIR`` where two files hold the same job (a copy kept next to the log): "2 jobs listed,
+    0 already stored, 1 added (0 unreadable)", one job unaccounted for. Now the summary names it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("job.log", "job-copy.log"):
+        (logs / name).write_bytes(SAMPLE.read_bytes())
+    res = run("fleet", "scan", str(logs), "--store", str(tmp_path / "fleet.db"), "--no-progress", "--jobs", "1")
+    assert res.returncode == 0, res.stderr
+    assert "2 jobs listed, 0 already stored, 1 added (0 unreadable, 1 the same job as another file)" in res.stderr
+    assert res.stderr.rstrip().endswith("the store has 1 job"), res.stderr
