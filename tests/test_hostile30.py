@@ -324,3 +324,13 @@ def test_fleet_scan_counts_add_up_when_two_files_are_one_job(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "2 jobs listed, 0 already stored, 1 added (0 unreadable, 1 the same job as another file)" in res.stderr
     assert res.stderr.rstrip().endswith("the store has 1 job"), res.stderr
+
+
+@pytest.mark.parametrize("args", [("fleet", "report"), ("fleet", "scan", "sample_logs", "--no-progress")])
+def test_a_folder_as_the_fleet_store_says_so(tmp_path, args):
+    """``--store /tmp``: "is not a usable fleet store: disk I/O error" (report) or "unable to open database file"
+    (scan), SQLite's words for a folder. Now one line says to name the store's file."""
+    res = run(*args, "--store", str(tmp_path))
+    assert res.returncode == 2 and res.stderr.strip() == (
+        f"diagnose: error: {tmp_path} is a folder, not a fleet store: name the store's file (e.g. "
+        f"{tmp_path / 'fleet.db'})"), res.stderr
