@@ -334,3 +334,21 @@ def test_a_folder_as_the_fleet_store_says_so(tmp_path, args):
     assert res.returncode == 2 and res.stderr.strip() == (
         f"diagnose: error: {tmp_path} is a folder, not a fleet store: name the store's file (e.g. "
         f"{tmp_path / 'fleet.db'})"), res.stderr
+
+
+# ------------------------------------------------------------------------------------- a config on stdin
+
+def test_check_and_replay_read_the_config_from_stdin_with_a_dash(tmp_path):
+    """``cat run_config.yaml | diagnose check - --gpus 8``: "config file not found: -" (``analyze -`` reads
+    stdin; ``check /dev/stdin`` worked). Now ``-`` is standard input for ``check`` and ``replay``."""
+    config = (ROOT / "examples" / "run_config.yaml").read_bytes()
+    by_path = run("check", "examples/run_config.yaml", "--gpus", "8", "--format", "json")
+    piped = subprocess.run([sys.executable, "-m", "diagnose", "check", "-", "--gpus", "8", "--format", "json"],
+                           cwd=ROOT, env=_env(), input=config, capture_output=True, timeout=TIMEOUT)
+    assert piped.returncode == by_path.returncode and by_path.returncode in (0, 1), piped.stderr
+    assert json.loads(piped.stdout)["memory"] == json.loads(by_path.stdout)["memory"]
+    replay = subprocess.run([sys.executable, "-m", "diagnose", "replay", "-", "--set", "ddp.use_megatron_fsdp=true"],
+                            cwd=ROOT, env=_env(), input=config, capture_output=True, timeout=TIMEOUT)
+    assert replay.returncode in (0, 1) and b"not found" not in replay.stderr, replay.stderr
+    empty = run("check", "-", "--gpus", "8")
+    assert empty.returncode == 2 and empty.stderr.strip() == "diagnose: error: config -: standard input is empty"

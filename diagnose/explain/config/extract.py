@@ -227,7 +227,10 @@ def resolve_config_path(path: str) -> str:
 
 def _read(path: str) -> str:
     """The config file's text, bounded. A device is refused (``check /dev/zero`` read until it held 24 GB) and a
-    FIFO read with a deadline (``check FIFO`` with no writer waited forever); ``<(...)`` still works."""
+    FIFO read with a deadline (``check FIFO`` with no writer waited forever); ``<(...)`` still works. ``-`` is
+    standard input (``cat run_config.yaml | diagnose check - --gpus 8``), as for ``analyze -``."""
+    if path == "-":
+        return _decode(_read_stdin())
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
@@ -252,6 +255,28 @@ def _read(path: str) -> str:
     if len(data) > MAX_CONFIG_FILE_BYTES:
         raise DiagnoseError(f"config {path} is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
     return _decode(data)
+
+
+def _read_stdin() -> bytes:
+    """Standard input to its end, bounded; a terminal is refused (nothing would say what is awaited)."""
+    import sys
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise DiagnoseError("config -: standard input is closed")
+    try:
+        if stream.isatty():
+            raise DiagnoseError("config -: standard input is a terminal: pipe the config in "
+                                "(cat run_config.yaml | diagnose check - --gpus N)")
+        data = stream.read(MAX_CONFIG_FILE_BYTES + 1)
+    except (OSError, ValueError) as e:
+        raise DiagnoseError(f"cannot read the config from standard input: {getattr(e, 'strerror', None) or e}") \
+            from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise DiagnoseError(f"config - is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
+    if not data.strip():
+        raise DiagnoseError("config -: standard input is empty")
+    return data
 
 
 def _decode(data: bytes) -> str:
