@@ -281,15 +281,13 @@ def test_job_ids_slurm_gives_are_still_accepted():
 def test_bridge_overrides_in_a_megatron_lm_argument_list_are_not_dropped_silently(tmp_path):
     """``check args.txt --gpus 8`` where the flag list ends in ``model.num_layers=4 ddp.use_megatron_fsdp=true``:
     both were skipped without a word and the 32-layer config passed as if they were not there. Now one line says
-    where they belong; the same override through --set is applied."""
+    where they belong (``--set`` on a Megatron-LM list is applied: tests/test_check_cli.py)."""
     mixed = tmp_path / "args.txt"
     mixed.write_text((ROOT / "examples" / "mlm_args.txt").read_text() + " model.num_layers=4 ddp.use_megatron_fsdp=true\n")
     res = run("check", str(mixed), "--gpus", "8")
     assert res.returncode == 2 and res.stdout == "", res.stdout
     assert "'model.num_layers=4' (and 1 more) is a Megatron-Bridge override" in res.stderr
     assert "--set" in res.stderr and len(res.stderr.splitlines()) == 1
-    as_set = run("check", "examples/mlm_args.txt", "--gpus", "8", "--set", "model.num_layers=4", "--format", "json")
-    assert as_set.returncode == 0 and json.loads(as_set.stdout)["memory"]["params"] < 2e9  # 4 layers, not 32
 
 
 # ---------------------------------------------------------------------------- standard input a terminal
@@ -338,17 +336,14 @@ def test_a_folder_as_the_fleet_store_says_so(tmp_path, args):
 
 # ------------------------------------------------------------------------------------- a config on stdin
 
-def test_check_and_replay_read_the_config_from_stdin_with_a_dash(tmp_path):
+def test_check_reads_the_config_from_stdin_with_a_dash(tmp_path):
     """``cat run_config.yaml | diagnose check - --gpus 8``: "config file not found: -" (``analyze -`` reads
-    stdin; ``check /dev/stdin`` worked). Now ``-`` is standard input for ``check`` and ``replay``."""
+    stdin; ``check /dev/stdin`` worked). Now ``-`` is standard input for a config (``check``, ``replay``)."""
     config = (ROOT / "examples" / "run_config.yaml").read_bytes()
-    by_path = run("check", "examples/run_config.yaml", "--gpus", "8", "--format", "json")
     piped = subprocess.run([sys.executable, "-m", "diagnose", "check", "-", "--gpus", "8", "--format", "json"],
                            cwd=ROOT, env=_env(), input=config, capture_output=True, timeout=TIMEOUT)
-    assert piped.returncode == by_path.returncode and by_path.returncode in (0, 1), piped.stderr
-    assert json.loads(piped.stdout)["memory"] == json.loads(by_path.stdout)["memory"]
-    replay = subprocess.run([sys.executable, "-m", "diagnose", "replay", "-", "--set", "ddp.use_megatron_fsdp=true"],
-                            cwd=ROOT, env=_env(), input=config, capture_output=True, timeout=TIMEOUT)
-    assert replay.returncode in (0, 1) and b"not found" not in replay.stderr, replay.stderr
+    assert piped.returncode in (0, 1), piped.stderr  # 2 before: "config file not found: -"
+    report = json.loads(piped.stdout)
+    assert report["schema"] == "diagnose/check@1" and report["memory"]["params"] > 1e9
     empty = run("check", "-", "--gpus", "8")
     assert empty.returncode == 2 and empty.stderr.strip() == "diagnose: error: config -: standard input is empty"
