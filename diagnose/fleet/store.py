@@ -135,6 +135,9 @@ class FleetStore:
         self.path = path
         if readonly and not os.path.exists(path):
             raise DiagnoseError(f"no fleet store at {path} (run 'diagnose fleet scan' first)")
+        if os.path.isdir(path):  # SQLite's answer was "disk I/O error" (report) or "unable to open" (scan)
+            raise DiagnoseError(f"{path} is a folder, not a fleet store: name the store's file (e.g. "
+                                f"{os.path.join(path, 'fleet.db')})")
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise DiagnoseError(f"cannot create the fleet store {path}: folder {folder} does not exist")

@@ -1,9 +1,10 @@
 """Decompress a ``.gz`` (or ``.bz2`` / ``.xz``) log into a temporary file without trusting it.
 
-Output size and expansion ratio are capped, so a bomb (a few KB that inflate to many GB) or a corrupt/truncated
-stream is a one-line DiagnoseError, never a traceback and never a full disk. Concatenated members
-(``cat a.gz b.gz``) are read like ``gzip -d`` does; trailing garbage after a complete member is ignored, as gzip
-does with a warning.
+Output size and expansion ratio are capped, so a bomb (a few KB that inflate to many GB) or a corrupt stream is a
+one-line DiagnoseError, never a traceback and never a full disk. An archive cut short (a copy of a log still being
+written) keeps what it decompressed, with a warning that says where it ends; one that yields nothing is refused.
+Concatenated members (``cat a.gz b.gz``) are read like ``gzip -d`` does; trailing garbage after a complete member
+is ignored, as gzip does with a warning.
 """
 
 from __future__ import annotations
@@ -69,9 +70,12 @@ def compressed_kind(path: str) -> str | None:
 
 
 def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None = None,
-                       display: str | None = None) -> int:
+                       display: str | None = None, notes: list[str] | None = None) -> int:
     """Decompress ``src`` (``kind`` a suffix, else from its name, gzip by default) into ``dst``; return the bytes
-    written. Errors name ``display`` (what the user named, e.g. ``-``) when given, else ``src``."""
+    written. Errors name ``display`` (what the user named, e.g. ``-``) when given, else ``src``.
+
+    A stream that ends early after some output (the archive copied while the log was still written) keeps that
+    output and adds one warning to ``notes``; corrupt data mid-stream, or a cut before any output, is an error."""
     name, magic, make, errors = _FORMATS[kind or compressed_kind(src) or ".gz"]
     user_src = src
     src = display or src
@@ -83,7 +87,7 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None 
         raise os_error(src, e) from None
     try:
         with fin, open(dst, "wb") as fout:
-            return _copy(fin, fout, src, name, magic, make, limits)
+            written, cut = _copy(fin, fout, src, name, magic, make, limits)
     except BaseException as e:
         with contextlib.suppress(OSError):  # never leave half a file behind, whatever stopped the copy
             os.unlink(dst)
@@ -94,9 +98,23 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None 
         if isinstance(e, OSError):
             raise os_error(src, e, "decompress") from None
         raise
+    if cut and notes is not None:
+        notes.append(f"{src}: the {name} archive ends early (cut short?): diagnosed the first {_size(written)} "
+                     f"it holds; the rest of the log is missing")
+    return written
 
 
-def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make, limits: GzipLimits) -> int:
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n} bytes)"
+    return f"{n} bytes"
+
+
+def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make,
+          limits: GzipLimits) -> tuple[int, bool]:
+    """Copy the decompressed stream; return (bytes written, whether the input ended inside a stream). An input
+    that ends inside its stream before any output raises EOFError (nothing there to read)."""
     decompressor = make()
     read = written = 0
     started = False
@@ -125,9 +143,10 @@ def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make
         written += len(out)
         _check(src, name, written, read, limits)
         fout.write(out)
-    if started and not decompressor.eof:
+    cut = started and not decompressor.eof
+    if cut and written == 0:
         raise EOFError
-    return written
+    return written, cut
 
 
 def _check(src: str, name: str, written: int, read: int, limits: GzipLimits) -> None:

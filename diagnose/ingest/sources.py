@@ -50,6 +50,7 @@ class Source:
     local_rank_hint: int | None = None
     attempt: int | None = None  # torchrun --log-dir attempt_N
     stream_name: str | None = None  # "stdout" / "stderr" for torchrun --log-dir files
+    maps_input: bool = False  # ``buffer`` maps the user's file itself (not a copy): it can shrink under the map
     _closers: list = field(default_factory=list, repr=False)
 
     def close(self) -> None:
@@ -103,10 +104,10 @@ def open_inputs(inputs: list[str], gzip_limits: GzipLimits | None = None, includ
 def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] | None = None) -> Source:
     hints = {name: getattr(entry, name) for name in ("rank_hint", "local_rank_hint", "attempt", "stream_name")}
     if path == "-":
-        return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits), display_path="-", **hints)
+        return _map_file(_decoded(_spool_stdin(tmp), "-", tmp, limits, notes=notes), display_path="-", **hints)
     if compressed_kind(path) is not None:
         out = os.path.join(tmp, f"gunzip-{len(os.listdir(tmp))}.log")
-        decompress_to_file(path, out, limits)
+        decompress_to_file(path, out, limits, notes=notes)
         return _map_file(_decoded(out, path, tmp, limits, compressed=True), display_path=path, **hints)
     try:
         st = os.stat(path)
@@ -115,7 +116,8 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] |
     if stat.S_ISFIFO(st.st_mode):
         if entry.in_folder:  # a FIFO among per-rank logs may have no writer: never wait on it
             raise input_error(path, "a FIFO in the folder (name it to read it)")
-        return _map_file(_decoded(_read_stream(path, tmp, notes), path, tmp, limits), display_path=path, **hints)
+        return _map_file(_decoded(_read_stream(path, tmp, notes), path, tmp, limits, notes=notes), display_path=path,
+                         **hints)
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
         # /dev/zero or a terminal would never end; use "-" to read a pipe or a paste on standard input.
         raise input_error(path, "a device or socket, not a log file (use - to read standard input)")
@@ -126,10 +128,11 @@ def _open_one(path: str, entry, tmp: str, limits: GzipLimits, notes: list[str] |
     # the larger live files that would otherwise be mapped
     if SMALL_READ_BYTES < st.st_size <= LIVE_SNAPSHOT_MAX_BYTES and time.time() - st.st_mtime < LIVE_WINDOW_S:
         real = _snapshot(path, tmp)
-    return _map_file(_decoded(real, path, tmp, limits), display_path=path, **hints)
+    return _map_file(_decoded(real, path, tmp, limits, notes=notes), display_path=path, **hints)
 
 
-def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: bool = False) -> str:
+def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: bool = False,
+             notes: list[str] | None = None) -> str:
     """The file to scan for ``real``: itself when it is text; decompressed when its magic bytes say gzip, bzip2 or
     xz whatever its name; re-encoded as UTF-8 when a BOM says UTF-16/32. Archives we do not open and binary data
     are refused in one line (they used to be scanned as garbage and called "no failure")."""
@@ -137,7 +140,7 @@ def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: 
     kind = None if compressed else sniff.compressed_by_magic(sample)
     if kind is not None:
         out = os.path.join(tmp, f"unpacked-{len(os.listdir(tmp))}.log")
-        decompress_to_file(real, out, limits, kind=kind[0], display=display)
+        decompress_to_file(real, out, limits, kind=kind[0], display=display, notes=notes)
         real, sample = out, sniff.head(out, display)
     encoding = sniff.bom_encoding(sample) or sniff.bomless_utf16(sample)
     if encoding is not None:
@@ -185,7 +188,8 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
                     if isinstance(e, OSError) and e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, None):
                         raise os_error(display_path, e, "map") from None
                 else:
-                    source = Source(path=display_path, size=size, buffer=mapped, **hints)
+                    source = Source(path=display_path, size=size, buffer=mapped, maps_input=real_path == display_path,
+                                    **hints)
                     source._closers.append(mapped.close)
                     return source
             data = fh.read(size)  # at most its size at open, even if it grows meanwhile

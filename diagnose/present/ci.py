@@ -7,12 +7,12 @@ command line, so a log cannot issue a workflow command of its own.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from diagnose import __version__
 from diagnose.explain.render import cli_line
 from diagnose.model import Finding, Report
+from diagnose.present import json_text
 from diagnose.present.safe import inert
 
 LEVELS = {"error": "error", "warning": "warning"}  # anything else is a notice / note
@@ -86,7 +86,7 @@ def render_jsonl(report: Report) -> str:
             }
             if job:
                 row["job"] = job  # inputs of several jobs: which job's finding
-            out.append(json.dumps(row, ensure_ascii=False))
+            out.append(json_text.dumps(row, ensure_ascii=False))
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -116,4 +116,4 @@ def render_sarif(report: Report) -> str:
                                       "rules": list(rules.values())}},
                   "results": results}],
     }
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return json_text.dumps(log, indent=2, ensure_ascii=False) + "\n"

@@ -3,17 +3,17 @@ file name or a job name goes through ``safe.inert`` (text, markdown) or ``ensure
 
 from __future__ import annotations
 
-import json
 import time
 
 from diagnose.fleet.report import FleetReport
+from diagnose.present import json_text
 from diagnose.present.safe import inert
 
 MAX_ROWS = 20  # per table in text/markdown; JSON has everything
 
 
 def render_json(report: FleetReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=True) + "\n"
+    return json_text.dumps(report.to_dict(), indent=2, ensure_ascii=True) + "\n"
 
 
 def day(ts: float) -> str:

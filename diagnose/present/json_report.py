@@ -6,10 +6,9 @@ reach a terminal that cats the file.
 
 from __future__ import annotations
 
-import json
-
 from diagnose.model import Report
+from diagnose.present.json_text import dumps
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=True, default=str) + "\n"
+    return dumps(report.to_dict(), indent=2, ensure_ascii=True, default=str) + "\n"

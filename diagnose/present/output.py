@@ -130,3 +130,15 @@ def pipe_tolerant_stdout() -> Iterator[None]:
         yield
     finally:
         sys.stdout = real
+
+
+def hint_if_stdin_is_a_terminal(paths: list[str]) -> None:
+    """``diagnose analyze -`` typed at a terminal read it in silence: say what it waits for (on stderr, so that
+    the report on stdout stays clean); a pipe or a file on stdin says nothing."""
+    if "-" not in paths:
+        return
+    with suppress(OSError, ValueError, AttributeError):
+        if sys.stdin.isatty():
+            sys.stderr.write("diagnose: reading a log from the terminal: paste it, then press Ctrl-D on an empty "
+                             "line (Ctrl-C stops)\n")
+            sys.stderr.flush()

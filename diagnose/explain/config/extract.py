@@ -159,6 +159,7 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     if joined.startswith("--") or re.match(r"^(\S+\.py\s+)?--[a-z]", joined):
         view = ConfigView(framework="megatron-lm")
         tokens = joined.split()
+        _refuse_bridge_overrides(tokens, name)
         parse_arg_list([t for t in tokens if not t.endswith(".py")], f"file:{name}", view)
         keycheck.check_mlm_flags([k[4:] for k in view.values if k.startswith("mlm.")], name)
         # a flag given several values where its field takes one (`--pipeline-model-parallel-size 1 2`: argparse's
@@ -181,6 +182,20 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     view.sources.append(f"file:{name}")
     _finish(view, [], defaults)
     return view
+
+
+_BRIDGE_OVERRIDE = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+=")
+
+
+def _refuse_bridge_overrides(tokens: list[str], name: str) -> None:
+    """A Megatron-Bridge override (``model.num_layers=4``) among Megatron-LM flags was skipped without a word, so
+    ``check`` validated and planned the config without it; say where it belongs instead."""
+    found = [t for t in tokens if _BRIDGE_OVERRIDE.match(t)]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        shown = repr(found[0][:80])
+        raise DiagnoseError(f"{name}: {shown}{more} is a Megatron-Bridge override in a Megatron-LM argument list, "
+                            f"which would ignore it: pass it with --set {shown}, or write it as a flag")
 
 
 def resolve_config_path(path: str) -> str:
@@ -212,7 +227,10 @@ def resolve_config_path(path: str) -> str:
 
 def _read(path: str) -> str:
     """The config file's text, bounded. A device is refused (``check /dev/zero`` read until it held 24 GB) and a
-    FIFO read with a deadline (``check FIFO`` with no writer waited forever); ``<(...)`` still works."""
+    FIFO read with a deadline (``check FIFO`` with no writer waited forever); ``<(...)`` still works. ``-`` is
+    standard input (``cat run_config.yaml | diagnose check - --gpus 8``), as for ``analyze -``."""
+    if path == "-":
+        return _decode(_read_stdin())
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
@@ -237,6 +255,28 @@ def _read(path: str) -> str:
     if len(data) > MAX_CONFIG_FILE_BYTES:
         raise DiagnoseError(f"config {path} is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
     return _decode(data)
+
+
+def _read_stdin() -> bytes:
+    """Standard input to its end, bounded; a terminal is refused (nothing would say what is awaited)."""
+    import sys
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise DiagnoseError("config -: standard input is closed")
+    try:
+        if stream.isatty():
+            raise DiagnoseError("config -: standard input is a terminal: pipe the config in "
+                                "(cat run_config.yaml | diagnose check - --gpus N)")
+        data = stream.read(MAX_CONFIG_FILE_BYTES + 1)
+    except (OSError, ValueError) as e:
+        raise DiagnoseError(f"cannot read the config from standard input: {getattr(e, 'strerror', None) or e}") \
+            from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise DiagnoseError(f"config - is too large (more than {MAX_CONFIG_FILE_BYTES} bytes)")
+    if not data.strip():
+        raise DiagnoseError("config -: standard input is empty")
+    return data
 
 
 def _decode(data: bytes) -> str:

@@ -4,6 +4,11 @@ A ``yaml.SafeLoader`` subclass that (1) never constructs Python objects: any tag
 (``!!python/object/apply:os.system``, custom ``!foo``) is loaded as the plain data under it, inert; (2) refuses
 alias bombs (billion laughs) by counting alias uses; (3) refuses documents over a size limit. Failures are a
 one-line ``DiagnoseError``.
+
+When PyYAML has libyaml, a document is parsed in C (a 10 MB config: 14 s in the pure-Python parser): its events
+are counted first, one at a time and never kept, with the same limits (aliases, nodes) and a depth bound, then it
+is composed in C and constructed by the same inert constructor. Anything the C path cannot answer for itself (an
+error, deep nesting) goes to the pure-Python loader, whose answer and words are the reference.
 """
 
 from __future__ import annotations
@@ -23,15 +28,11 @@ MAX_EXPANDED = 1_000_000  # values after alias expansion (what flattening or pri
 MAX_EXPANDED_CHARS = 2 * MAX_DOCUMENT_BYTES  # scalar text after alias expansion (what printing would write)
 
 
-class InertSafeLoader(yaml.SafeLoader):
-    """SafeLoader that loads unknown tags as plain data and limits aliases and nodes."""
+class _StrictKeys:
+    """Refuse a key given twice in one mapping when ``strict_keys`` (Bridge's loader does; PyYAML keeps the
+    last): shared by the pure-Python and the libyaml loader."""
 
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self._aliases = 0
-        self._nodes = 0
-
-    strict_keys = False  # refuse a key given twice in one mapping (Bridge's loader does; PyYAML keeps the last)
+    strict_keys = False
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102 - duplicate check only
         if self.strict_keys and isinstance(node, yaml.MappingNode):
@@ -45,7 +46,16 @@ class InertSafeLoader(yaml.SafeLoader):
                             f"{seen[key_node.value]}): the second would replace the first"
                         )
                     seen[key_node.value] = line
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class InertSafeLoader(_StrictKeys, yaml.SafeLoader):
+    """SafeLoader that loads unknown tags as plain data and limits aliases and nodes."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - counting only
         if self.check_event(yaml.AliasEvent):
@@ -59,6 +69,17 @@ class InertSafeLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+_CLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+MAX_C_DEPTH = 100  # deeper documents go to the pure-Python loader (its RecursionError is the refusal)
+
+
+if _CLoader is not None:
+    class InertCSafeLoader(_StrictKeys, _CLoader):  # type: ignore[misc, valid-type]
+        """libyaml's parser and composer, with InertSafeLoader's constructors (inert tags, strict keys)."""
+else:  # pragma: no cover - libyaml is in PyYAML's wheels
+    InertCSafeLoader = None
+
+
 def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
     """Unknown tag: keep the data, drop the tag (never import or call what it names)."""
     if isinstance(node, yaml.MappingNode):
@@ -68,8 +89,10 @@ def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) 
     return loader.construct_scalar(cast(yaml.ScalarNode, node))
 
 
-InertSafeLoader.add_multi_constructor("", _construct_inert)
-InertSafeLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
+for _loader in (InertSafeLoader, InertCSafeLoader):
+    if _loader is not None:
+        _loader.add_multi_constructor("", _construct_inert)
+        _loader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_inert)
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -85,9 +108,17 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
     as_json = _json_document(text)
     if as_json is not _NOT_JSON:
         return as_json
-    loader: InertSafeLoader | None = None
+    as_c = _c_document(text, what, strict_keys)
+    if as_c is not _NOT_C:
+        return as_c
+    return _load(InertSafeLoader, text, what, strict_keys)
+
+
+def _load(loader_class: Any, text: str, what: str, strict_keys: bool) -> Any:
+    """Compose, check the alias expansion, construct; every failure one DiagnoseError."""
+    loader: Any = None
     try:
-        loader = InertSafeLoader(text)
+        loader = loader_class(text)
         loader.strict_keys = strict_keys
         node = loader.get_single_node()
         if node is None:
@@ -119,6 +150,49 @@ def safe_load(text: str, what: str = "YAML", strict_keys: bool = False) -> Any:
 
 
 _NOT_JSON = object()
+_NOT_C = object()
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_END_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def _c_document(text: str, what: str, strict_keys: bool) -> Any:
+    """The document parsed by libyaml, or ``_NOT_C`` for the pure-Python loader to answer (no libyaml, an error of
+    any kind, nesting deeper than MAX_C_DEPTH). The C composer builds the whole node graph before Python sees it,
+    so the composer's limits are applied first on libyaml's events, which are made one at a time and dropped:
+    refused with the pure path's words, before any graph exists."""
+    if InertCSafeLoader is None:
+        return _NOT_C
+    counter = _CLoader(text)
+    aliases = nodes = depth = 0
+    try:
+        while True:
+            event = counter.get_event()
+            if event is None or isinstance(event, yaml.StreamEndEvent):
+                break
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    raise DiagnoseError(f"YAML refused: more than {MAX_ALIASES} aliases (an alias bomb?)")
+            elif isinstance(event, _NODE_EVENTS):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")
+                if not isinstance(event, yaml.ScalarEvent):
+                    depth += 1
+                    if depth > MAX_C_DEPTH:
+                        return _NOT_C
+            elif isinstance(event, _END_EVENTS):
+                depth -= 1
+    except yaml.YAMLError:
+        return _NOT_C  # the pure-Python loader words the error (line, problem) as it always has
+    finally:
+        counter.dispose()
+    try:
+        return _load(InertCSafeLoader, text, what, strict_keys)
+    except DiagnoseError as e:
+        if "not valid YAML" in str(e):
+            return _NOT_C
+        raise
 
 
 class _DuplicateKey(Exception):

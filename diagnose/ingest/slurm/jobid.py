@@ -15,6 +15,7 @@ from diagnose.model import DiagnoseError
 _STEP = r"(?:\d{1,10}|batch|extern|interactive)"
 _JOB_ID = re.compile(rf"(\d{{1,10}})(?:_(\d{{1,10}})|\+(\d{{1,4}}))?(?:\.({_STEP}))?")
 _STEP_ONLY = re.compile(_STEP)
+_JOB_ID_END = 0xFFFFFFFE  # 32-bit ids; 0xfffffffe and 0xffffffff are Slurm's NO_VAL and INFINITE
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ def parse_job_id(text: str, step: str | None = None) -> JobRef:
             "component, optionally .STEP)"
         )
     job, task, het, id_step = match.groups()
+    if not 0 < int(job) < _JOB_ID_END:  # scontrol reads 0 (and 2**32, which wraps to 0) as "every job": it listed
+        raise DiagnoseError(  # all of them and the first one was shown as job 0
+            f"not a Slurm job id: {shown!r} (Slurm's job ids run from 1 to {_JOB_ID_END - 1})")
     if step is not None:
         if not _STEP_ONLY.fullmatch(step.strip()):
             raise DiagnoseError(f"not a Slurm step: {step[:40]!r} (expected a number, batch, extern or interactive)")

@@ -91,6 +91,9 @@ def run(args) -> int:
     # 80GiB / 80G binary, 141GB decimal; a bare number under 1 MiB is refused; the note says how it was read
     gpu_memory, note = parse_gpu_memory(args.gpu_memory) if getattr(args, "gpu_memory", None) else (None, None)
     _check_config_path(getattr(args, "config", None))
+    from diagnose.present.output import hint_if_stdin_is_a_terminal
+
+    hint_if_stdin_is_a_terminal(list(args.paths))
     want_bar = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     progress, stop = _progress_bar(want_bar)
     options = AnalyzeOptions(

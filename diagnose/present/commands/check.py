@@ -9,13 +9,13 @@ JSON (``--format json``): schema ``diagnose/check@1`` = {"schema", "replay", "me
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 from diagnose.checking import CheckRequest, CheckResult, check, fix_text
 from diagnose.explain.memory.gpus import gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError
+from diagnose.present import json_text
 from diagnose.units import fmt_gib, format_gib_short
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def run(args: Any) -> int:
     dest = getattr(args, "output", None)
     with output_stream(dest) as fh:
         if getattr(args, "format", "text") == "json":
-            fh.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+            fh.write(json_text.dumps(result.to_dict(), indent=2, default=str) + "\n")
         else:
             _render_text(result, where, fh if dest else None, getattr(args, "color", "auto"))
     return EXIT_OK if result.ok else EXIT_FAIL

@@ -104,8 +104,14 @@ def _scan(args: Any) -> int:
     with FleetStore(args.store) as store:
         summary = scan(store, items, options)
         total = store.count()
+    # a file whose job is already stored under another path (a copy, a log named twice) adds no row: say so, or
+    # "56 listed, 0 already stored, 55 added" does not add up
+    same = summary.listed - summary.skipped - summary.added
+    same_note = f", {same} the same job as another file" if same > 0 else ""
+    jobs_stored = f"{total} job" + ("" if total == 1 else "s")
     print(f"fleet scan: {summary.listed} jobs listed, {summary.skipped} already stored, {summary.added} added "
-          f"({summary.unreadable} unreadable) in {summary.seconds:.1f} s; the store has {total} jobs", file=sys.stderr)
+          f"({summary.unreadable} unreadable{same_note}) in {summary.seconds:.1f} s; the store has {jobs_stored}",
+          file=sys.stderr)
     return 0
 
 

@@ -11,11 +11,11 @@ JSON: {"schema": "diagnose/replay@1", "config": {...}, "replay": {...}, "request
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from diagnose.checking import ReplayRequest, replay_config
 from diagnose.explain.render import render_fix
+from diagnose.present import json_text
 from diagnose.present.output import output_stream, write_output
 
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -25,7 +25,7 @@ def run(args: Any) -> int:
     outcome = replay_config(ReplayRequest(args.config, list(getattr(args, "sets", None) or []),
                                           getattr(args, "bridge_version", None), getattr(args, "gpus", None)))
     if getattr(args, "format", "text") == "json":
-        write_output(getattr(args, "output", None), json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
+        write_output(getattr(args, "output", None), json_text.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
     else:
         _print_text(args, outcome.view, outcome.result, user=outcome.user_sets)
     return EXIT_OK if outcome.ok else EXIT_FAIL

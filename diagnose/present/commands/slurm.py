@@ -6,11 +6,11 @@ Exit codes: 0 no failure found, 1 a failure diagnosed (or failed jobs listed), 2
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from typing import Any, TextIO
 
 from diagnose.model import DiagnoseError, Report, SlurmFacts
+from diagnose.present import json_text
 from diagnose.present.output import output_stream
 from diagnose.present.text import make_console
 from diagnose.units import format_bytes
@@ -337,7 +337,7 @@ def _list_failed(args: Any, options: Any) -> int:
                      **_failed_extras(summary, root, outputs)})
     with output_stream(getattr(args, "output", None)) as out:
         if args.format == "json":
-            json.dump(failed_json(args.since, rows, len(jobs) > MAX_LISTED), out, indent=2)
+            out.write(json_text.dumps(failed_json(args.since, rows, len(jobs) > MAX_LISTED), indent=2))
             out.write("\n")
         elif args.format == "markdown":
             out.write(failed_markdown(rows, fields))

@@ -9,10 +9,10 @@ JSON: {"schema": "diagnose/verify@1", "inputs": [...], "root_cause": {...} | nul
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from diagnose.model import Report
+from diagnose.present import json_text
 
 SCHEMA = "diagnose/verify@1"
 EXIT_OK, EXIT_FAIL = 0, 1
@@ -44,6 +44,9 @@ def _payload(paths: list[str], report: Report) -> dict[str, Any]:
 
 def run(args: Any) -> int:
     paths = list(args.paths)
+    from diagnose.present.output import hint_if_stdin_is_a_terminal
+
+    hint_if_stdin_is_a_terminal(list(args.paths))
     report = _verified(paths, getattr(args, "config", None), getattr(args, "bridge_version", None),
                        bool(getattr(args, "strict", False)), getattr(args, "rules", None))
     from diagnose.present.output import output_stream
@@ -51,7 +54,7 @@ def run(args: Any) -> int:
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
         if getattr(args, "format", "text") == "json":
-            fh.write(json.dumps(_payload(paths, report), indent=2, default=str) + "\n")
+            fh.write(json_text.dumps(_payload(paths, report), indent=2, default=str) + "\n")
         else:
             _print_text(fh, paths, report, getattr(args, "color", "auto") if not out_path else "never")
     return EXIT_OK if report.verify is not None and report.verify.passes else EXIT_FAIL

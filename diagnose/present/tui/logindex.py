@@ -42,6 +42,10 @@ def follow_refusal(path: str) -> str | None:
     return None
 
 
+class _CutShorter(Exception):
+    """The mapped file was cut shorter than the part about to be read."""
+
+
 class LogIndex:
     """Offsets of every line of ``path``; ``start()`` builds them in a daemon thread.
 
@@ -72,8 +76,13 @@ class LogIndex:
         self._running.set()
         self.following = False  # start_following(): lines appended to the file are indexed as they come
         self.follow_note: str | None = None  # why following stopped
-        self.truncations = 0  # times the followed file was cut shorter (its lines past the cut are dropped)
+        self.truncations = 0  # times the file was cut shorter (its lines past the cut are dropped, it is read again)
         self._follow_thread: threading.Thread | None = None
+        # a descriptor of the mapped log when the map is of the user's file (not ingest's copy): its size is checked
+        # before the map is read, so a file cut shorter is read again instead of a SIGBUS (qa-report-5 L1)
+        self._watch: int | None = None
+        self._remap = threading.RLock()  # one thread at a time changes the map and the offsets
+        self._reloading = False
 
     # ------------------------------------------------------------------------------------------- build
 
@@ -112,6 +121,9 @@ class LogIndex:
             return
         self._buf = sources[0].buffer
         self.size = sources[0].size
+        if isinstance(self._buf, mmap.mmap) and getattr(sources[0], "maps_input", False):
+            with contextlib.suppress(OSError):
+                self._watch = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self.opened.set()
 
     def _build(self) -> None:
@@ -123,13 +135,16 @@ class LogIndex:
                     self._gate.wait()
                 self._running.wait()
                 end = min(scan + self._chunk, self.size)
-                parts = self._buf[scan:end].split(b"\n")
-                if len(parts) > 1:
-                    starts = accumulate((len(p) + 1 for p in parts[:-1]), initial=scan)
-                    next(starts)  # the chunk start itself is not a new line
-                    self._offsets.extend(starts)
-                    self.longest_line = max(self.longest_line, max(len(p) for p in parts))
-                self._count = len(self._offsets) - 1
+                with self._remap:
+                    if self.truncations or not self._intact(end, reload_here=True):
+                        return  # cut shorter: read again from its start (whole) by the reload
+                    parts = self._buf[scan:end].split(b"\n")
+                    if len(parts) > 1:
+                        starts = accumulate((len(p) + 1 for p in parts[:-1]), initial=scan)
+                        next(starts)  # the chunk start itself is not a new line
+                        self._offsets.extend(starts)
+                        self.longest_line = max(self.longest_line, max(len(p) for p in parts))
+                    self._count = len(self._offsets) - 1
                 scan = end
                 self.indexed_bytes = scan
                 if self._on_progress is not None:
@@ -171,13 +186,59 @@ class LogIndex:
         if not 0 <= index < self._count:
             return b""
         start = self._offsets[index]
-        end = self._offsets[index + 1] - 1
-        data = self._buf[start : min(end, start + cap)]
+        end = min(self._offsets[index + 1] - 1, start + cap)
+        buf = self._buf
+        if not self._intact(end):
+            return b""
+        data = buf[start:end]
         return data[:-1] if data.endswith(b"\r") else data
 
     def read_span(self, start: int, end: int) -> bytes:
-        """Bytes ``start:end`` of the log (offsets from ``line_span``)."""
-        return self._buf[start:end]
+        """Bytes ``start:end`` of the log (offsets from ``line_span``); empty once the file was cut shorter."""
+        buf = self._buf
+        return buf[start:end] if self._intact(end) else b""
+
+    # ------------------------------------------------------------------------------- a file cut shorter
+
+    def _intact(self, end: int, reload_here: bool = False) -> bool:
+        """Whether the map may be read up to byte ``end``: a map of a file cut shorter has no pages past the cut,
+        and touching one is SIGBUS, the TUI gone. One ``fstat`` (a microsecond) before each read of the map (a
+        line drawn, a search window of 4 MiB, an index chunk of 1 MiB); a cut landing between the check and the
+        read is still the supervisor's one line. Once cut, the file is read again from its start (as following
+        does) in a thread, or here when ``reload_here`` (the builder's own thread)."""
+        fd = self._watch
+        if fd is None:
+            return True
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            return True
+        if size >= end:
+            return True
+        if size < self.size:  # not a reader's stale offset after the file was read again: cut (again) now
+            self._count = 0  # readers see no line of the old map from now on
+            if reload_here:
+                self._reload()
+            elif not self._reloading:
+                self._reloading = True
+                threading.Thread(target=self._reload, name=f"log-reload:{self.path}", daemon=True).start()
+        return False
+
+    def _reload(self) -> None:
+        with self._remap:
+            try:
+                size = os.path.getsize(self.path)
+                if not self._closed and size < self.size:  # not read again already (by another thread)
+                    self._shrink_to(size)
+                    self.truncations += 1
+                    if not self.following:
+                        self.follow_note = "the file was cut shorter while shown: read again from its start"
+            except (OSError, ValueError) as e:
+                self._count, self._buf, self.size = 0, b"", 0
+                self.follow_note = f"the file was cut shorter while shown and cannot be read again: {e}"
+                self.truncations += 1
+            finally:
+                self._reloading = False
 
     def line_text(self, index: int, cap: int = DEFAULT_LINE_CAP) -> str:
         return self.line_bytes(index, cap).decode("utf-8", errors="backslashreplace")
@@ -208,27 +269,33 @@ class LogIndex:
         reach = len(needle) - 1  # a match may start in a window and end past it
 
         def window(start: int, end: int) -> bytes:
-            data = buf[start:min(limit, end + reach)]
+            stop = min(limit, end + reach)
+            if not self._intact(stop):
+                raise _CutShorter
+            data = buf[start:stop]
             return data if exact else data.lower()  # ASCII case folding: bytes.find is far faster than re
 
-        if not backward:  # window by window: other threads (the UI) run between windows
-            position = self._offsets[min(from_line + 1, self._count)]
-            while position < limit:
-                end = min(limit, position + SEARCH_WINDOW)
-                hit = window(position, end).find(needle)
+        try:
+            if not backward:  # window by window: other threads (the UI) run between windows
+                position = self._offsets[min(from_line + 1, self._count)]
+                while position < limit:
+                    end = min(limit, position + SEARCH_WINDOW)
+                    hit = window(position, end).find(needle)
+                    if hit >= 0:
+                        return self.line_of_offset(position + hit)
+                    position = end
+                return None
+            stop = self._offsets[max(0, min(from_line, self._count))]
+            while stop > 0:
+                start = max(0, stop - SEARCH_WINDOW)
+                data = window(start, stop)
+                hit = data.rfind(needle, 0, stop - start + reach)
                 if hit >= 0:
-                    return self.line_of_offset(position + hit)
-                position = end
+                    return self.line_of_offset(start + hit)
+                stop = start
             return None
-        stop = self._offsets[max(0, min(from_line, self._count))]
-        while stop > 0:
-            start = max(0, stop - SEARCH_WINDOW)
-            data = window(start, stop)
-            hit = data.rfind(needle, 0, stop - start + reach)
-            if hit >= 0:
-                return self.line_of_offset(start + hit)
-            stop = start
-        return None
+        except _CutShorter:
+            return None  # the file is being read again from its start: nothing of the old text to find
 
     def match_lines(self, term: str, cap: int, keep: Callable[[int], bool] | None = None,
                     cancelled: Callable[[], bool] | None = None) -> tuple[array, bool]:
@@ -252,7 +319,10 @@ class LogIndex:
             if cancelled is not None and cancelled():
                 return lines, False
             end = min(limit, position + SEARCH_WINDOW)
-            data = self._buf[position:min(limit, end + len(needle) - 1)]
+            stop = min(limit, end + len(needle) - 1)
+            if not self._intact(stop):
+                return array("q"), False  # cut shorter: being read again, the old lines are gone
+            data = self._buf[position:stop]
             if not exact:
                 data = data.lower()
             hit = data.find(needle)
@@ -301,7 +371,8 @@ class LogIndex:
                 continue  # moved away for a moment (log rotation): try again
             if size < self.size:  # copytruncate, ``: > job.log``, a job restarted into the same file
                 try:
-                    self._shrink_to(size)
+                    with self._remap:
+                        self._shrink_to(size)
                 except (OSError, ValueError) as e:
                     self.follow_note = f"the file shrank; following stopped: {e}"
                     self.following = False
@@ -310,7 +381,8 @@ class LogIndex:
                 continue
             if size > self.size and not self._closed:
                 try:
-                    self._grow_to(size)
+                    with self._remap:
+                        self._grow_to(size)
                 except (OSError, ValueError) as e:
                     self.follow_note = f"following stopped: {e}"
                     self.following = False
@@ -333,6 +405,9 @@ class LogIndex:
         """Map the grown file and index its new lines; readers always see a consistent prefix."""
         with open(self.path, "rb") as fh:
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            watch, self._watch = self._watch, os.dup(fh.fileno())  # the file now mapped is the one to check
+        if watch is not None:
+            os.close(watch)
         size = len(buf)
         offsets = self._offsets
         if offsets[-1] == self.size + 1:  # the old last line had no newline: read it again, whole
@@ -368,5 +443,9 @@ class LogIndex:
         if isinstance(self._buf, mmap.mmap):
             with contextlib.suppress(BufferError):  # a view still alive somewhere: the GC closes it
                 self._buf.close()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(OSError):
+                os.close(watch)
         with contextlib.suppress(OSError, BufferError):
             self._inputs.close()  # closes the source and removes ingest's temporary files
