@@ -45,7 +45,7 @@ INPUTS = ("log", "slurm_job", "slurm_node", "loss_series")
 # What Slurm's record of a job can say, as ingest/slurm/findings.py decides it; one slurm_job rule per outcome.
 SLURM_OUTCOMES = (
     "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "FAILED", "SIGNALED", "STEP_FAILED",
-    "BOOT_FAIL", "DEADLINE", "REQUEUED",
+    "BOOT_FAIL", "DEADLINE", "REQUEUED", "LAUNCH_FAILED",
 )
 # The State words a slurm_node rule may name (ingest/slurm/parse.py parse_node_state): the base states and flags
 # of a node Slurm took out of service or lost, and REBOOT for any REBOOT_* flag.
