@@ -12,8 +12,8 @@ found". A Python traceback announces itself unmistakably, so the log can teach i
    line of one stream is masked: every run of digits (time stamps, pids, ranks, job ids) matches any run of digits,
    and an inner run of spaces (padding that aligns names of different widths) any run of spaces;
 3. the shape is *learned* only when it also starts one of the lines right after the candidate, followed there (after
-   any known layers) by a traceback's next line (a frame ``  File "...", line N, in f``; for ``Fatal Python error``: a thread or stack
-   header or a frame). A traceback quoted inside one line (a ``repr`` with ``\\n``) never teaches one.
+   any known layers) by a traceback's next line (a frame ``  File "...", line N, in f``; for ``Fatal Python error``:
+   a thread or stack header or a frame). A traceback quoted inside one line (a ``repr`` with ``\\n``) never teaches one.
 
 A learned shape is then peeled from every line of that input that starts with it, before the known layers are tried
 again on the rest (``[worker-3 stdout] [rank3]: ...`` keeps its rank). A log whose tracebacks start their lines
