@@ -537,3 +537,18 @@ def test_only_the_unknown_head_of_a_prefix_is_learned_and_the_rank_behind_it_kep
     assert learned.learn(pre + "Traceback (most recent call last):", [pre + '  File "a.py", line 1, in f'])
     line = normalize_line("4-task-1-0/0 [default3]:[rank3]: ValueError: x", learned=learned)
     assert (line.local_rank, line.rank, line.text) == (3, 3, "ValueError: x")
+
+
+def test_exception_group_header_behind_a_prefix_teaches_the_prefix_only():
+    assert candidate("job.1 Exception Group Traceback (most recent call last):") == "job.1 "
+    assert candidate("Exception Group Traceback (most recent call last):") is None
+
+
+def test_learning_stops_after_its_attempt_budget():
+    from diagnose.normalize import learned as module
+
+    learned = LearnedPrefixes()
+    for i in range(module.MAX_ATTEMPTS + 5):
+        assert not learned.learn(f"w{'x' * (i % 50)} Traceback (most recent call last):", ["nothing"])
+    assert learned.attempts == module.MAX_ATTEMPTS
+    assert learned.learn("ok Traceback (most recent call last):", ['ok   File "a.py", line 1, in f']) is False

@@ -32,6 +32,7 @@ HEADER = "Traceback (most recent call last):"
 FATAL = "Fatal Python error: "
 MAX_PREFIX_CHARS = 200  # a prefix longer than this is a message, not a transport's tag
 MAX_SHAPES = 16  # shapes learned per input (distinct streams whose tag has letters that differ: pods, hosts)
+MAX_ATTEMPTS = 256  # candidates examined per input (each reads a few lines ahead)
 MAX_REFUSALS = 8  # a candidate shape refused this often is not tried again (bounds the work on odd logs)
 FOLLOWING_LINES = 6  # lines after the candidate searched for a traceback's next line under the same prefix
 
@@ -51,7 +52,9 @@ def candidate(text: str) -> str | None:
     if at == 0 or at > MAX_PREFIX_CHARS:
         return None
     lead = text[:at]
-    if lead.isspace() or "\\n" in lead or '"' in lead or "'" in lead:  # an indented quote; a string's repr
+    if lead.endswith("Exception Group "):  # Python 3.11's group header: the prefix is before these words
+        lead = lead[:-len("Exception Group ")]
+    if not lead or lead.isspace() or "\\n" in lead or '"' in lead or "'" in lead:  # an indented quote; a string's repr
         return None
     return lead
 
@@ -107,12 +110,13 @@ def confirms(shape: str, fatal: bool, following: Iterable[str]) -> bool:
 class LearnedPrefixes:
     """The prefix shapes one input taught (see the module). Empty for a log whose lines are already understood."""
 
-    __slots__ = ("shapes", "pattern", "tried")
+    __slots__ = ("shapes", "pattern", "tried", "attempts")
 
     def __init__(self) -> None:
         self.shapes: list[str] = []
         self.pattern: re.Pattern[str] | None = None  # all shapes as one anchored alternation
         self.tried: dict[str, int] = {}  # shape -> times refused (other streams' lines can come between)
+        self.attempts = 0  # candidates examined: bounded (MAX_ATTEMPTS), so an odd log costs little
 
     def __bool__(self) -> bool:
         return self.pattern is not None
@@ -120,9 +124,12 @@ class LearnedPrefixes:
     def learn(self, text: str, following: Iterable[str]) -> bool:
         """Learn the prefix before a traceback start in ``text`` (a line's text after the known layers) when the
         ``following`` lines' texts confirm it. True when a new shape was learned."""
-        lead = candidate(text)
-        if lead is None or len(self.shapes) >= MAX_SHAPES:
+        if self.attempts >= MAX_ATTEMPTS or len(self.shapes) >= MAX_SHAPES:
             return False
+        lead = candidate(text)
+        if lead is None:
+            return False
+        self.attempts += 1
         fatal = text.startswith(FATAL, len(lead))
         lead = unknown_part(lead)
         shape = shape_of(lead)

@@ -184,11 +184,11 @@ def _normalize(raw: str, path: str, lineno: int, learned: LearnedPrefixes | None
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
     if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
-        if not learned:
+        if learned is None or learned.pattern is None:  # (attributes, not bool(): this is the hot path)
             return line
     else:
         _peel_prefixes(line, text)
-    if learned:
+    if learned is not None and learned.pattern is not None:
         _peel_learned(line, learned)
     rest = line.text
     if rest.startswith("  ") and ("|" in rest or "+ Exception Group" in rest):  # cheap tests first: a hot path
