@@ -404,3 +404,151 @@ def test_pdsh_host_after_a_collectors_time_stamp():
     # a level or a logger's name between the stamp and the word makes it a message, not pdsh's line
     for raw in ("2023-12-17 18:09:08 ERROR step10: loss 3.2", "[2023-12-17 18:09:08] trainer: [INFO] node3: x"):
         assert normalize_line(raw).host is None
+
+
+# ------------------------------------------------------------------ container, k8s and syslog layers (issue 14)
+
+
+@pytest.mark.parametrize(
+    "raw, text, host, timestamp",
+    [
+        # docker compose: the container's name padded to the widest one, then " | "
+        ("trainer-1  | Traceback (most recent call last):", "Traceback (most recent call last):", "trainer-1", None),
+        ("proj_trainer_12 |   File \"/x/train.py\", line 3, in main", '  File "/x/train.py", line 3, in main',
+         "proj_trainer_12", None),
+        ("trainer-1  |", "", "trainer-1", None),
+        ("trainer-1  | [default3]:[rank3]: x", "x", "trainer-1", None),
+        # kubectl logs --prefix: "[pod/NAME/CONTAINER] "
+        ("[pod/train-0-abc12/trainer] [rank0]: boom", "boom", "train-0-abc12", None),
+        ("[pod/train-0-abc12/trainer]     open(p)", "    open(p)", "train-0-abc12", None),
+        # syslog / journalctl (short, short-iso, short-iso-precise)
+        ("Dec 17 18:09:08 node1 python[123]: ValueError: x", "ValueError: x", "node1", "Dec 17 18:09:08"),
+        ("Dec  7 18:09:08 node1 kernel: NVRM: Xid 79", "NVRM: Xid 79", "node1", "Dec  7 18:09:08"),
+        ("2023-12-17T18:09:08+0000 node1 python3[123]: x", "x", "node1", "2023-12-17T18:09:08+0000"),
+        ("2023-12-17T18:09:08.123456+00:00 gpu-7 torchrun[9]:   File", "  File", "gpu-7",
+         "2023-12-17T18:09:08.123456+00:00"),
+    ],
+)
+def test_container_k8s_and_syslog_layers(raw, text, host, timestamp):
+    line = normalize_line(raw)
+    assert (line.text, line.host, line.timestamp) == (text, host, timestamp)
+
+
+def test_rank_behind_a_container_layer_is_kept():
+    line = normalize_line("trainer-1  | [rank5]: RuntimeError: x")
+    assert (line.host, line.rank, line.text) == ("trainer-1", 5, "RuntimeError: x")
+    line = normalize_line("Dec 17 18:09:08 node3 python[1]: [default2]:x")
+    assert (line.host, line.local_rank, line.text) == ("node3", 2, "x")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "| trainer-0 | running |",  # a table row
+        "[rank0]: trainer-0 | 3.2 GB",  # a table's cell after a rank layer
+        "Loss: trainer-0 | 3",
+        "trainer | 3",  # a name without a replica number
+        "2023-12-17 18:09:08 Loading model: foo",  # a collector's stamp, then a sentence with a colon
+        "2023-12-17T18:09:08Z node1 kernel: x",  # ISO stamp with a program but no pid: not journald's shape
+        "Dec 17 was: x",
+        "[pod/a] x",
+    ],
+)
+def test_message_text_under_the_new_layers_is_kept(raw):
+    line = normalize_line(raw)
+    assert raw.endswith(line.text)
+    assert line.host is None
+
+
+def test_iso_stamp_then_sentence_keeps_the_sentence():
+    line = normalize_line("2023-12-17 18:09:08 Loading model: foo")
+    assert line.text == "Loading model: foo" and line.timestamp == "2023-12-17 18:09:08"
+
+
+# ------------------------------------------------------------------ prefixes learned from the log
+
+
+from diagnose.normalize.learned import LearnedPrefixes, candidate, shape_of  # noqa: E402
+
+UNKNOWN_PREFIXES = [
+    "[worker-3 stdout] ", "pod/train-0-abc12 ", "I1217 18:09:08.123 ", "<stderr> ", "job.1234.0 ",
+    "[2023-12-17T18:09:08Z] [node1] ", "myjob | ",
+]
+
+
+def _traceback(pre: str) -> list[str]:
+    return [f"{pre}Traceback (most recent call last):", f'{pre}  File "/x/train.py", line 3, in main',
+            f"{pre}    open(p)", f"{pre}FileNotFoundError: [Errno 2] No such file or directory: '/a/b'"]
+
+
+def test_candidate_is_the_text_before_a_traceback_start():
+    assert candidate("<stderr> Traceback (most recent call last):") == "<stderr> "
+    assert candidate("job.1 Fatal Python error: Segmentation fault") == "job.1 "
+    assert candidate("Traceback (most recent call last):") is None
+    assert candidate("    Traceback (most recent call last):") is None  # indentation, not a prefix
+    assert candidate("raise X('Traceback (most recent call last):\\n  File') ") is None  # a quoted traceback
+    assert candidate("plain line") is None
+
+
+def test_shape_masks_digits_and_padding_keeps_the_rest():
+    import re
+
+    shape = re.compile(shape_of("job.1234.0 "))
+    assert shape.match("job.98.7 x") and not shape.match("job.x.7 x") and not shape.match("jobs.1.0 x")
+    padded = re.compile(shape_of("trainer-0  | "))
+    assert padded.match("trainer-12 | x").end() == len("trainer-12 | ")
+    # the trailing space is kept exactly: a frame's indentation behind the prefix is not eaten
+    assert re.compile(shape_of("<stderr> ")).match('<stderr>   File "x"').end() == len("<stderr> ")
+
+
+@pytest.mark.parametrize("pre", UNKNOWN_PREFIXES)
+def test_learned_prefix_is_peeled_from_the_lines_around(pre):
+    lines = _traceback(pre)
+    learned = LearnedPrefixes()
+    header = normalize_line(lines[0]).text
+    assert learned.learn(header, [normalize_line(x).text for x in lines[1:]])
+    got = [normalize_line(x, learned=learned).text for x in lines]
+    assert got == [x[len(pre):] for x in lines]
+
+
+def test_prefix_is_not_learned_without_a_frame_behind_it():
+    learned = LearnedPrefixes()
+    assert not learned.learn("note: Traceback (most recent call last): was printed", ["note: all good", "other"])
+    assert not learned  # nothing learned: normalize_line reads every line as before
+    assert normalize_line("note: x", learned=learned).text == "note: x"
+
+
+def test_known_layers_behind_a_learned_prefix_are_read():
+    learned = LearnedPrefixes()
+    assert learned.learn("[w3 out] Traceback (most recent call last):", ['[w3 out]   File "a.py", line 1, in f'])
+    line = normalize_line("[w3 out] [rank3]: ValueError: x", learned=learned)
+    assert (line.rank, line.text) == (3, "ValueError: x")
+
+
+def test_fatal_python_error_teaches_with_faulthandler_lines():
+    learned = LearnedPrefixes()
+    assert learned.learn("job.7 Fatal Python error: Segmentation fault", ["job.7 ", "job.7 Current thread 0x1 (most"])
+    assert normalize_line("job.7 Thread 0x2 (most recent call first):", learned=learned).text.startswith("Thread")
+
+
+def test_only_the_unknown_head_of_a_prefix_is_learned_and_the_rank_behind_it_kept():
+    pre = "4-task-1-0/0 [default0]:[rank7]: "
+    learned = LearnedPrefixes()
+    assert learned.learn(pre + "Traceback (most recent call last):", [pre + '  File "a.py", line 1, in f'])
+    line = normalize_line("4-task-1-0/0 [default3]:[rank3]: ValueError: x", learned=learned)
+    assert (line.local_rank, line.rank, line.text) == (3, 3, "ValueError: x")
+
+
+def test_exception_group_header_behind_a_prefix_teaches_the_prefix_only():
+    assert candidate("job.1 Exception Group Traceback (most recent call last):") == "job.1 "
+    assert candidate("Exception Group Traceback (most recent call last):") is None
+
+
+def test_learning_stops_after_its_attempt_budget():
+    from diagnose.normalize import learned as module
+
+    learned = LearnedPrefixes()
+    for i in range(module.MAX_ATTEMPTS + 5):
+        assert not learned.learn(f"w{'x' * (i % 50)} Traceback (most recent call last):", ["nothing"])
+    assert learned.attempts == module.MAX_ATTEMPTS
+    assert learned.learn("ok Traceback (most recent call last):", ['ok   File "a.py", line 1, in f']) is False

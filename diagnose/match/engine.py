@@ -42,6 +42,7 @@ from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
+from diagnose.normalize.learned import FATAL, FOLLOWING_LINES, HEADER, LearnedPrefixes
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
 from diagnose.normalize.phases import phase_of, progress_before
 
@@ -133,15 +134,26 @@ class _LineReader:
         self.launcher_argv: dict[tuple[str, str], tuple[int, tuple[int, str] | None]] = {}
         # after_none look-aheads: needles -> offset of the last occurrence of any of them in the input (-1: none)
         self.after: dict[tuple[str, ...], int] = {}
+        # prefixes this input taught (a traceback behind a tag no layer of normalize_line knows): see learn_prefix
+        self.learned = LearnedPrefixes()
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
         if ll is None:
             if len(self.cache) >= LINE_CACHE_MAX:
                 self.cache.clear()
-            ll = normalize_line(decode(line_bytes(self.buffer, start, end)), self.path, lineno)
+            ll = normalize_line(decode(line_bytes(self.buffer, start, end)), self.path, lineno, self.learned)
             self.cache[start] = ll
         return ll
+
+    def learn_prefix(self, start: int, ll: LogLine, raw: bytes) -> LogLine:
+        """A traceback starts inside the line ``ll`` at ``start``, behind text no known layer peeled: learn that text
+        as a prefix of this input when the next lines confirm it (diagnose.normalize.learned); the line as now read."""
+        following = [line.text for _, line in self.forwards(start, ll.lineno, FOLLOWING_LINES, 1 << 16)]
+        if not self.learned.learn(ll.text, following):
+            return ll
+        self.cache.clear()  # lines read before were normalised without the new prefix
+        return normalize_line(decode(raw), self.path, ll.lineno, self.learned)
 
     def backwards(self, start: int, lineno: int, max_lines: int, max_bytes: int):
         """Yield ``(start, LogLine)`` of the lines before the line at ``start``, nearest first."""
@@ -175,12 +187,14 @@ class _LineReader:
             if nl == -1 and limit < total:
                 # the line runs past the byte limit: read what is inside it, but do not cache that head under the
                 # line's start (a later look-back at the whole line would get the cut one: a frame lost)
-                yield s, normalize_line(decode(line_bytes(buf, s, limit)), self.path, lineno)
+                yield s, normalize_line(decode(line_bytes(buf, s, limit)), self.path, lineno, self.learned)
                 return
             yield s, self.line_at(s, nl if nl != -1 else limit, lineno)
 
 
 _TRACEBACK_MARKERS = (b'File "', b"Traceback (most recent call last)")
+_HEADER_BYTES = HEADER.encode()
+_FATAL_BYTES = FATAL.encode()
 
 
 def _text_is_part_of_bytes(decoded: str) -> bool:
@@ -207,7 +221,7 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
             return False
         ls = max(buf.rfind(b"\n", floor, p) + 1, floor)
         le = buf.find(b"\n", p, start)
-        line = normalize_line(decode(buf[ls : le if le != -1 else start]), reader.path, 0)
+        line = normalize_line(decode(buf[ls : le if le != -1 else start]), reader.path, 0, reader.learned)
         if line.stream == stream:
             return True
         if ls <= floor:
@@ -306,7 +320,9 @@ class Matcher:
 
     def line(self, reader: _LineReader, source_index: int, rank_hint, start: int, raw: bytes, lineno: int,
              pos_in_window: int, window_anchors: tuple[int, ...] | None = None) -> None:
-        ll = normalize_line(decode(raw), reader.path, lineno)
+        ll = normalize_line(decode(raw), reader.path, lineno, reader.learned)
+        if (_HEADER_BYTES in raw or _FATAL_BYTES in raw) and not ll.text.startswith((HEADER, FATAL)):
+            ll = reader.learn_prefix(start, ll, raw)
         text_in_bytes = window_anchors is not None and _text_is_part_of_bytes(ll.raw)
         matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
         if not matches:

@@ -21,6 +21,7 @@ import re
 from typing import cast
 
 from diagnose.model import LogLine
+from diagnose.normalize.learned import LearnedPrefixes
 
 # ---------------------------------------------------------------------------------------------- decode
 
@@ -112,9 +113,16 @@ _LAYER = re.compile(
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         \ {1,8}\d{1,20}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
     | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?(?P<k_old_glog>)             # [E ProcessGroupNCCL.cpp:475]
+    | \[pod/(?P<kpod>[a-z0-9][a-z0-9.-]{0,252})/(?P<kctr>[a-z0-9][a-z0-9-]{0,62})\]\ (?P<k_kubectl>)  # kubectl --prefix
+    | (?P<dcname>[a-z0-9][\w.-]{0,127}?[-_]\d{1,6})\ +\|(?:\ |$)(?P<k_compose>)  # docker compose "trainer-1  | "
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)(?P<k_srun>)                                 # srun --label "  3: "
     | \ {0,2}\[(?P<pts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]
         (?:\ (?P<plog>[\w.<>-]{1,255}):)?(?:\ \[(?P<plevel>[A-Z]{1,10})\])?\ ?(?P<k_logging>)  # [2024-07-25 06:36:18,2]
+    | (?:(?P<sl_ts>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\ [\ \d]\d\ \d\d:\d\d:\d\d)
+          \ (?P<sl_host>[A-Za-z0-9][\w.-]{0,252})\ (?P<sl_prog>[\w./@-]{1,64}?)(?:\[\d{1,10}\])?
+        | (?P<sl_iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))
+          \ (?P<sl_ihost>[A-Za-z0-9][\w.-]{0,252})\ (?P<sl_iprog>[\w./@-]{1,64}?)\[\d{1,10}\]
+        ):\ (?P<k_syslog>)        # syslog, journalctl (short, short-iso): "Dec 17 18:09:08 node1 python[123]: "
     | (?P<ts>\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)
         (?:\ +-\ +|\ +\|\ +|:\ |\ +|$)
         (?:(?P<tslevel>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
@@ -146,22 +154,26 @@ _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|s
 
 # Characters a prefix can start with; anything else skips the regex entirely.
 _PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
-# horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"): only those three letters
-# let a line starting with an upper-case letter other than IWEF try the prefix regex.
-_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
-_WEEKDAY_INITIALS = frozenset("MTWFS")
+# horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"), syslog and journalctl with
+# a month and a day ("Dec 17 18:09:08 node1 python[123]: "): only those three letters let a line starting with an
+# upper-case letter other than IWEF try the prefix regex.
+_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
+_WEEKDAY_INITIALS = frozenset(word[0] for word in _WEEKDAYS)
 _MAX_LAYERS = 8
 
 
-def normalize_line(raw: str, path: str = "", lineno: int = 0) -> LogLine:
-    """Normalise one line (without or with its line ending). Never raises."""
+def normalize_line(raw: str, path: str = "", lineno: int = 0, learned: LearnedPrefixes | None = None) -> LogLine:
+    """Normalise one line (without or with its line ending). Never raises.
+
+    ``learned``: the prefixes the line's input taught (diagnose.normalize.learned), peeled after the known layers."""
     try:
-        return _normalize(raw, path, lineno)
+        return _normalize(raw, path, lineno, learned)
     except Exception:  # noqa: BLE001  # pragma: no cover - defensive: a bug here must not take the whole scan down
         return LogLine(path=path, lineno=lineno, raw=str(raw), text=str(raw))
 
 
-def _normalize(raw: str, path: str, lineno: int) -> LogLine:
+def _normalize(raw: str, path: str, lineno: int, learned: LearnedPrefixes | None = None) -> LogLine:
     text = raw
     if text.endswith("\n"):
         text = text[:-1]
@@ -172,12 +184,27 @@ def _normalize(raw: str, path: str, lineno: int) -> LogLine:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
     if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
-        return line
-    _peel_prefixes(line, text)
+        if learned is None or learned.pattern is None:  # (attributes, not bool(): this is the hot path)
+            return line
+    else:
+        _peel_prefixes(line, text)
+    if learned is not None and learned.pattern is not None:
+        _peel_learned(line, learned)
     rest = line.text
     if rest.startswith("  ") and ("|" in rest or "+ Exception Group" in rest):  # cheap tests first: a hot path
         _peel_group_margin(line)
     return line
+
+
+def _peel_learned(line: LogLine, learned: LearnedPrefixes) -> None:
+    """Peel a prefix the input taught (after the known layers), then the known layers behind it."""
+    n = learned.peel(line.text)
+    if not n:
+        return
+    rest = line.text[n:]
+    line.text = rest
+    if rest and (rest[0] in _PREFIX_START or (rest[0] in _WEEKDAY_INITIALS and rest[:3] in _WEEKDAYS)):
+        _peel_prefixes(line, rest)
 
 
 # Python 3.11+ prints an ExceptionGroup with a margin: two spaces per nesting level, then "| " (or "+ " on the
@@ -286,6 +313,15 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         elif kind == "vllm":
             line.level = g("vlevel")[0]
             line.timestamp = f"{g('vmo')}{g('vd')} {g('vtime')}"  # glog-shaped: month and day, no year
+        elif kind == "kubectl" or kind == "compose":
+            if pos != 0 and not stamps_before:
+                break  # the outermost layer (or after a collector's time stamp): later, "x-1 | " is a table's cell
+            line.host = g("kpod") or g("dcname")  # the pod, the container: the stream the lines come from
+        elif kind == "syslog":
+            if line.host is not None:
+                break
+            line.host = g("sl_host") or g("sl_ihost")
+            line.timestamp = g("sl_ts") or g("sl_iso")
         elif kind == "pdsh":
             host = g("host")
             first_label = host.split(".", 1)[0]
