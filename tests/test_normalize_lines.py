@@ -471,7 +471,7 @@ def test_iso_stamp_then_sentence_keeps_the_sentence():
 from diagnose.normalize.learned import LearnedPrefixes, candidate, shape_of  # noqa: E402
 
 UNKNOWN_PREFIXES = [
-    "[worker-3 stdout] ", "pod/train-0-abc12 ", "I1217 18:09:08.123 ", "<stderr> ", "job.1234.0 ",
+    "[worker-3 stdout] ", "pod/train-0-abc12 ", "<stderr> ", "job.1234.0 ",
     "[2023-12-17T18:09:08Z] [node1] ", "myjob | ",
 ]
 
@@ -552,3 +552,13 @@ def test_learning_stops_after_its_attempt_budget():
         assert not learned.learn(f"w{'x' * (i % 50)} Traceback (most recent call last):", ["nothing"])
     assert learned.attempts == module.MAX_ATTEMPTS
     assert learned.learn("ok Traceback (most recent call last):", ['ok   File "a.py", line 1, in f']) is False
+
+
+def test_absl_short_glog_prefix_gives_its_level_and_time():
+    """absl's and some job systems' loggers write glog's level and date without the thread id and file:line
+    ("E0803 23:08:13.511 iris.job: ..."): the level is kept (a catch-all reads error-level lines by it)."""
+    line = normalize_line("E0803 23:08:13.511 iris.job: task j/train/0 exited with signal 15 (SIGTERM)")
+    assert (line.level, line.timestamp) == ("E", "0803 23:08:13.511")
+    assert line.text == "iris.job: task j/train/0 exited with signal 15 (SIGTERM)"
+    for raw in ("E0803 is an error code", "W0803 23:08:13 no fraction", "E0803 23:08:13.511x"):
+        assert normalize_line(raw).text == raw
