@@ -113,7 +113,8 @@ _LAYER = re.compile(
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         \ {1,8}\d{1,20}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
     | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?(?P<k_old_glog>)             # [E ProcessGroupNCCL.cpp:475]
-    | (?P<sglevel>[IWEF])(?P<sgdate>\d{4})\ (?P<sgtime>\d\d:\d\d:\d\d\.\d{1,9})\ (?P<k_short_glog>)  # absl's short: E0803 23:08:13.511
+    | (?P<sglevel>[IWEF])(?P<sgdate>\d{4})\ (?P<sgtime>\d\d:\d\d:\d\d\.\d{1,9})
+        \ (?P<k_short_glog>)                                                     # absl's short: E0803 23:08:13.511
     | \[pod/(?P<kpod>[a-z0-9][a-z0-9.-]{0,252})/(?P<kctr>[a-z0-9][a-z0-9-]{0,62})\]\ (?P<k_kubectl>)  # kubectl --prefix
     | (?P<dcname>[a-z0-9][\w.-]{0,127}?[-_]\d{1,6})\ +\|(?:\ |$)(?P<k_compose>)  # docker compose "trainer-1  | "
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)(?P<k_srun>)                                 # srun --label "  3: "
