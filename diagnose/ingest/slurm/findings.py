@@ -128,7 +128,7 @@ def _finding(job: SlurmJob, rule: Rule, title: str) -> Finding:
         name=rule.slug,
         title=title,
         category="slurm",
-        phase="unknown",
+        phase=rule.phase if rule.phase != "auto" else "unknown",  # the rule's (SJ012: init); Slurm's record has none
         severity=rule.severity,  # type: ignore[arg-type]
         role=rule.role,  # type: ignore[arg-type]
         confidence=rule.confidence,
