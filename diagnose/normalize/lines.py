@@ -157,11 +157,11 @@ _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|s
 # Characters a prefix can start with; anything else skips the regex entirely.
 _PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
 # horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"), syslog and journalctl with
-# a month and a day ("Dec 17 18:09:08 node1 python[123]: "): only those three letters let a line starting with an
-# upper-case letter other than IWEF try the prefix regex.
-_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
-_WEEKDAY_INITIALS = frozenset(word[0] for word in _WEEKDAYS)
+# a month and a day ("Dec 17 18:09:08 node1 python[123]: "): of the lines starting with an upper-case letter other
+# than IWEF, only those whose first three letters are a weekday or a month try the prefix regex.
+_DATE_WORDS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
+_DATE_INITIALS = frozenset(word[0] for word in _DATE_WORDS)
 _MAX_LAYERS = 8
 
 
@@ -185,7 +185,7 @@ def _normalize(raw: str, path: str, lineno: int, learned: LearnedPrefixes | None
     elif "\x1b" in text or "\x9b" in text:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
-    if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
+    if not text or (text[0] not in _PREFIX_START and (text[0] not in _DATE_INITIALS or text[:3] not in _DATE_WORDS)):
         if learned is None or learned.pattern is None:  # (attributes, not bool(): this is the hot path)
             return line
     else:
@@ -205,7 +205,7 @@ def _peel_learned(line: LogLine, learned: LearnedPrefixes) -> None:
         return
     rest = line.text[n:]
     line.text = rest
-    if rest and (rest[0] in _PREFIX_START or (rest[0] in _WEEKDAY_INITIALS and rest[:3] in _WEEKDAYS)):
+    if rest and (rest[0] in _PREFIX_START or (rest[0] in _DATE_INITIALS and rest[:3] in _DATE_WORDS)):
         _peel_prefixes(line, rest)
 
 
@@ -251,7 +251,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         if pos >= end:
             break
         first = text[pos]
-        if first not in _PREFIX_START and (first not in _WEEKDAY_INITIALS or text[pos : pos + 3] not in _WEEKDAYS):
+        if first not in _PREFIX_START and (first not in _DATE_INITIALS or text[pos : pos + 3] not in _DATE_WORDS):
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:
