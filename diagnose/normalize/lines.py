@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from diagnose.model import LogLine
-from diagnose.normalize.learned import LearnedPrefixes
+
+if TYPE_CHECKING:  # learned.py reads lines through normalize_line: only its type is named here
+    from diagnose.normalize.learned import LearnedPrefixes
 
 # ---------------------------------------------------------------------------------------------- decode
 
