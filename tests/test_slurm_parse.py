@@ -268,6 +268,14 @@ def test_slurm_finding_codes_per_state():
     assert [f.rule for f in requeued] == ["SJ011"] and requeued[0].severity == "info"
 
 
+def test_launch_failure_is_sj012_in_the_phase_its_rule_names():
+    # a FAILED job whose batch step never launched: its ExitCode (0:53) is not a signal the program got
+    f = slurm_findings(_job("FAILED", "0:53", reason="JobLaunchFailure"))[0]
+    assert f.rule == "SJ012" and f.phase == "init"
+    assert "failed to launch" in f.title and "0:53" in f.title
+    assert slurm_findings(_job("TIMEOUT", "0:15"))[0].phase == "unknown"  # Slurm's record does not say when
+
+
 def test_step_failure_names_the_step():
     job = _job("COMPLETED", derived="1:0")
     job.steps = [

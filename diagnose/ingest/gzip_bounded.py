@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from diagnose.ingest.errors import input_error, os_error
+from diagnose.units import format_bytes
 
 _CHUNK_IN = 1 << 16
 _CHUNK_OUT = 1 << 20
@@ -99,16 +100,9 @@ def decompress_to_file(src: str, dst: str, limits: GzipLimits, kind: str | None 
             raise os_error(src, e, "decompress") from None
         raise
     if cut and notes is not None:
-        notes.append(f"{src}: the {name} archive ends early (cut short?): diagnosed the first {_size(written)} "
-                     f"it holds; the rest of the log is missing")
+        notes.append(f"{src}: the {name} archive ends early (cut short?): diagnosed the first "
+                     f"{format_bytes(written)} ({written} bytes) it holds; the rest of the log is missing")
     return written
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit} ({n} bytes)"
-    return f"{n} bytes"
 
 
 def _copy(fin: BinaryIO, fout: BinaryIO, src: str, name: str, magic: bytes, make,

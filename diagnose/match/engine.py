@@ -149,7 +149,9 @@ class _LineReader:
     def learn_prefix(self, start: int, ll: LogLine, raw: bytes) -> LogLine:
         """A traceback starts inside the line ``ll`` at ``start``, behind text no known layer peeled: learn that text
         as a prefix of this input when the next lines confirm it (diagnose.normalize.learned); the line as now read."""
-        following = [line.text for _, line in self.forwards(start, ll.lineno, FOLLOWING_LINES, 1 << 16)]
+        # lazy: the lines ahead are read only for a candidate within the budget (a quoted header, a shape refused
+        # already or a spent budget reads none: a log that quotes tracebacks on every line stays a linear scan)
+        following = (line.text for _, line in self.forwards(start, ll.lineno, FOLLOWING_LINES, 1 << 16))
         if not self.learned.learn(ll.text, following):
             return ll
         self.cache.clear()  # lines read before were normalised without the new prefix

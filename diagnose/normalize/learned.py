@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from diagnose.normalize.lines import normalize_line
+
 HEADER = "Traceback (most recent call last):"
 FATAL = "Fatal Python error: "
 MAX_PREFIX_CHARS = 200  # a prefix longer than this is a message, not a transport's tag
@@ -60,9 +62,7 @@ def candidate(text: str) -> str | None:
 
 
 def _known_text(text: str) -> str:
-    """``text`` less the layers ``normalize_line`` knows (imported here: lines.py imports this module)."""
-    from diagnose.normalize.lines import normalize_line
-
+    """``text`` less the layers ``normalize_line`` knows."""
     return normalize_line(text).text
 
 

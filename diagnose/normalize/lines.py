@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from diagnose.model import LogLine
-from diagnose.normalize.learned import LearnedPrefixes
+
+if TYPE_CHECKING:  # learned.py reads lines through normalize_line: only its type is named here
+    from diagnose.normalize.learned import LearnedPrefixes
 
 # ---------------------------------------------------------------------------------------------- decode
 
@@ -113,7 +115,8 @@ _LAYER = re.compile(
     | (?P<glevel>[IWEF])(?P<gdate>\d{4})\ (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)
         \ {1,8}\d{1,20}\ {1,8}[^\]\s]{0,255}:\d{1,9}\]\ ?(?P<k_glog>)            # E1129 15:24:33.203000 421 f.py:986]
     | \[(?P<oglevel>[IWEF])\ [^\]\s]{1,255}:\d{1,9}\]\ ?(?P<k_old_glog>)             # [E ProcessGroupNCCL.cpp:475]
-    | (?P<sglevel>[IWEF])(?P<sgdate>\d{4})\ (?P<sgtime>\d\d:\d\d:\d\d\.\d{1,9})\ (?P<k_short_glog>)  # absl's short: E0803 23:08:13.511
+    | (?P<sglevel>[IWEF])(?P<sgdate>\d{4})\ (?P<sgtime>\d\d:\d\d:\d\d\.\d{1,9})
+        \ (?P<k_short_glog>)                                                     # absl's short: E0803 23:08:13.511
     | \[pod/(?P<kpod>[a-z0-9][a-z0-9.-]{0,252})/(?P<kctr>[a-z0-9][a-z0-9-]{0,62})\]\ (?P<k_kubectl>)  # kubectl --prefix
     | (?P<dcname>[a-z0-9][\w.-]{0,127}?[-_]\d{1,6})\ +\|(?:\ |$)(?P<k_compose>)  # docker compose "trainer-1  | "
     | \ *(?P<task>\d{1,6}):\ (?!\d\d:)(?P<k_srun>)                                 # srun --label "  3: "
@@ -156,11 +159,11 @@ _NOT_A_HOST = re.compile(r"(?:bf|fp|tf|int|uint|mxfp|nvfp|e\dm)\d+$|slurmstepd|s
 # Characters a prefix can start with; anything else skips the regex entirely.
 _PREFIX_START = frozenset("[( 0123456789IWEFabcdefghijklmnopqrstuvwxyz")
 # horovodrun stamps each line with a ctime date ("Tue Nov 10 10:05:04 2020[13]<stderr>:"), syslog and journalctl with
-# a month and a day ("Dec 17 18:09:08 node1 python[123]: "): only those three letters let a line starting with an
-# upper-case letter other than IWEF try the prefix regex.
-_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
-_WEEKDAY_INITIALS = frozenset(word[0] for word in _WEEKDAYS)
+# a month and a day ("Dec 17 18:09:08 node1 python[123]: "): of the lines starting with an upper-case letter other
+# than IWEF, only those whose first three letters are a weekday or a month try the prefix regex.
+_DATE_WORDS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))
+_DATE_INITIALS = frozenset(word[0] for word in _DATE_WORDS)
 _MAX_LAYERS = 8
 
 
@@ -184,7 +187,7 @@ def _normalize(raw: str, path: str, lineno: int, learned: LearnedPrefixes | None
     elif "\x1b" in text or "\x9b" in text:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
-    if not text or (text[0] not in _PREFIX_START and (text[0] not in _WEEKDAY_INITIALS or text[:3] not in _WEEKDAYS)):
+    if not text or (text[0] not in _PREFIX_START and (text[0] not in _DATE_INITIALS or text[:3] not in _DATE_WORDS)):
         if learned is None or learned.pattern is None:  # (attributes, not bool(): this is the hot path)
             return line
     else:
@@ -204,7 +207,7 @@ def _peel_learned(line: LogLine, learned: LearnedPrefixes) -> None:
         return
     rest = line.text[n:]
     line.text = rest
-    if rest and (rest[0] in _PREFIX_START or (rest[0] in _WEEKDAY_INITIALS and rest[:3] in _WEEKDAYS)):
+    if rest and (rest[0] in _PREFIX_START or (rest[0] in _DATE_INITIALS and rest[:3] in _DATE_WORDS)):
         _peel_prefixes(line, rest)
 
 
@@ -250,7 +253,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
         if pos >= end:
             break
         first = text[pos]
-        if first not in _PREFIX_START and (first not in _WEEKDAY_INITIALS or text[pos : pos + 3] not in _WEEKDAYS):
+        if first not in _PREFIX_START and (first not in _DATE_INITIALS or text[pos : pos + 3] not in _DATE_WORDS):
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:

@@ -69,15 +69,15 @@ class InertSafeLoader(_StrictKeys, yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-_CLoader = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
+_CLoader: Any = getattr(yaml, "CSafeLoader", None)  # None: PyYAML built without libyaml
 MAX_C_DEPTH = 100  # deeper documents go to the pure-Python loader (its RecursionError is the refusal)
 
-
+InertCSafeLoader: Any = None  # libyaml's loader with the inert constructors, when PyYAML has libyaml
 if _CLoader is not None:
-    class InertCSafeLoader(_StrictKeys, _CLoader):  # type: ignore[misc, valid-type]
+    class _InertCSafeLoader(_StrictKeys, _CLoader):
         """libyaml's parser and composer, with InertSafeLoader's constructors (inert tags, strict keys)."""
-else:  # pragma: no cover - libyaml is in PyYAML's wheels
-    InertCSafeLoader = None
+
+    InertCSafeLoader = _InertCSafeLoader
 
 
 def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) -> Any:

@@ -79,8 +79,8 @@ def _primary(job: SlurmJob) -> Finding | None:
     if state == "FAILED" and job.reason == "JobLaunchFailure":
         # the batch step never started (its output file could not be opened, the working directory is missing, the
         # script could not be run on the node): the exit code Slurm records then is not the program's
-        return _finding(job, _rule("LAUNCH_FAILED"), f"Slurm job state FAILED: the batch step failed to launch "
-                                                     f"(Reason=JobLaunchFailure, ExitCode {job.exit})")
+        rule = _rule("LAUNCH_FAILED")
+        return _finding(job, rule, f"{rule.title}, ExitCode {job.exit}")  # the words are the rule's (SJ012)
     if state == "FAILED" or (state not in ("COMPLETED", "RUNNING", "PENDING", "") and job.exit.failed):
         rule = _rule("SIGNALED" if job.exit.signal and not job.exit.code else "FAILED")
         return _finding(job, rule, f"Slurm job state {state}: {exit_text} {elapsed}".strip())
@@ -128,7 +128,7 @@ def _finding(job: SlurmJob, rule: Rule, title: str) -> Finding:
         name=rule.slug,
         title=title,
         category="slurm",
-        phase="unknown",
+        phase=rule.phase if rule.phase != "auto" else "unknown",  # the rule's (SJ012: init); Slurm's record has none
         severity=rule.severity,  # type: ignore[arg-type]
         role=rule.role,  # type: ignore[arg-type]
         confidence=rule.confidence,
