@@ -28,6 +28,14 @@ MAX_EXPANDED = 1_000_000  # values after alias expansion (what flattening or pri
 MAX_EXPANDED_CHARS = 2 * MAX_DOCUMENT_BYTES  # scalar text after alias expansion (what printing would write)
 
 
+def _too_many_aliases() -> DiagnoseError:
+    return DiagnoseError(f"YAML refused: more than {MAX_ALIASES} aliases (an alias bomb?)")
+
+
+def _too_many_nodes() -> DiagnoseError:
+    return DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")
+
+
 class _StrictKeys:
     """Refuse a key given twice in one mapping when ``strict_keys`` (Bridge's loader does; PyYAML keeps the
     last): shared by the pure-Python and the libyaml loader."""
@@ -61,11 +69,11 @@ class InertSafeLoader(_StrictKeys, yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                raise DiagnoseError(f"YAML refused: more than {MAX_ALIASES} aliases (an alias bomb?)")
+                raise _too_many_aliases()
         else:
             self._nodes += 1
             if self._nodes > MAX_NODES:
-                raise DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")
+                raise _too_many_nodes()
         return super().compose_node(parent, index)
 
 
@@ -172,11 +180,11 @@ def _c_document(text: str, what: str, strict_keys: bool) -> Any:
             if isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_ALIASES:
-                    raise DiagnoseError(f"YAML refused: more than {MAX_ALIASES} aliases (an alias bomb?)")
+                    raise _too_many_aliases()
             elif isinstance(event, _NODE_EVENTS):
                 nodes += 1
                 if nodes > MAX_NODES:
-                    raise DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")
+                    raise _too_many_nodes()
                 if not isinstance(event, yaml.ScalarEvent):
                     depth += 1
                     if depth > MAX_C_DEPTH:
@@ -225,7 +233,7 @@ def _json_document(text: str) -> Any:
     except (ValueError, _DuplicateKey, RecursionError):
         return _NOT_JSON
     if _count_nodes(data) > MAX_NODES:
-        raise DiagnoseError(f"YAML refused: more than {MAX_NODES} nodes")  # the YAML path's words, 30 s sooner
+        raise _too_many_nodes()  # the YAML path's words, 30 s sooner
     return data
 
 
