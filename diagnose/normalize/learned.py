@@ -29,8 +29,10 @@ import re
 from collections.abc import Iterable
 
 from diagnose.normalize.lines import normalize_line
+from diagnose.normalize.tracebacks import GROUP_HEADER, TRACEBACK_HEADER
 
-HEADER = "Traceback (most recent call last):"
+HEADER = TRACEBACK_HEADER
+_GROUP_WORDS = GROUP_HEADER[: -len(TRACEBACK_HEADER)]  # "Exception Group ": Python 3.11's group header before it
 FATAL = "Fatal Python error: "
 MAX_PREFIX_CHARS = 200  # a prefix longer than this is a message, not a transport's tag
 MAX_SHAPES = 16  # shapes learned per input (distinct streams whose tag has letters that differ: pods, hosts)
@@ -54,8 +56,8 @@ def candidate(text: str) -> str | None:
     if at == 0 or at > MAX_PREFIX_CHARS:
         return None
     lead = text[:at]
-    if lead.endswith("Exception Group "):  # Python 3.11's group header: the prefix is before these words
-        lead = lead[:-len("Exception Group ")]
+    if lead.endswith(_GROUP_WORDS):  # Python 3.11's group header: the prefix is before these words
+        lead = lead[:-len(_GROUP_WORDS)]
     if not lead or lead.isspace() or "\\n" in lead or '"' in lead or "'" in lead:  # an indented quote; a string's repr
         return None
     return lead

@@ -167,6 +167,12 @@ _DATE_INITIALS = frozenset(word[0] for word in _DATE_WORDS)
 _MAX_LAYERS = 8
 
 
+def _may_start_prefix(text: str, pos: int = 0) -> bool:
+    """Can a known layer start at ``pos`` of ``text``? The cheap gate before the prefix regex (a hot path)."""
+    first = text[pos]
+    return first in _PREFIX_START or (first in _DATE_INITIALS and text[pos : pos + 3] in _DATE_WORDS)
+
+
 def normalize_line(raw: str, path: str = "", lineno: int = 0, learned: LearnedPrefixes | None = None) -> LogLine:
     """Normalise one line (without or with its line ending). Never raises.
 
@@ -187,7 +193,7 @@ def _normalize(raw: str, path: str, lineno: int, learned: LearnedPrefixes | None
     elif "\x1b" in text or "\x9b" in text:
         text = strip_ansi(text)
     line = LogLine(path=path, lineno=lineno, raw=raw_kept, text=text)
-    if not text or (text[0] not in _PREFIX_START and (text[0] not in _DATE_INITIALS or text[:3] not in _DATE_WORDS)):
+    if not text or not _may_start_prefix(text):
         if learned is None or learned.pattern is None:  # (attributes, not bool(): this is the hot path)
             return line
     else:
@@ -207,7 +213,7 @@ def _peel_learned(line: LogLine, learned: LearnedPrefixes) -> None:
         return
     rest = line.text[n:]
     line.text = rest
-    if rest and (rest[0] in _PREFIX_START or (rest[0] in _DATE_INITIALS and rest[:3] in _DATE_WORDS)):
+    if rest and _may_start_prefix(rest):
         _peel_prefixes(line, rest)
 
 
@@ -252,8 +258,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
     for _ in range(_MAX_LAYERS):
         if pos >= end:
             break
-        first = text[pos]
-        if first not in _PREFIX_START and (first not in _DATE_INITIALS or text[pos : pos + 3] not in _DATE_WORDS):
+        if not _may_start_prefix(text, pos):
             break
         m = _LAYER.match(text, pos)
         if m is None or m.end() == pos:
