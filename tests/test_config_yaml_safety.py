@@ -46,3 +46,25 @@ def test_target_keys_are_never_imported(tmp_path):
     view = load_config(str(p))
     assert view.get("model.num_layers") == 2
     assert "model._target_" not in view.values
+
+
+def test_a_large_document_with_a_syntax_error_is_refused_on_libyaml_words_without_a_second_parse(monkeypatch):
+    # qa-report-6: a 10 MB config with an error on its last line took 14 s, because the pure-Python parser was run
+    # again only to word the error; above PURE_WORDING_MAX_BYTES libyaml's own words (and line) are the message
+    from diagnose.explain.config import safe_yaml
+
+    if safe_yaml.InertCSafeLoader is None:
+        pytest.skip("PyYAML without libyaml: the pure-Python parser is the only one")
+
+    class NoPurePass:
+        def __init__(self, *_a: object) -> None:
+            raise AssertionError("the pure-Python parser ran")
+
+    monkeypatch.setattr(safe_yaml, "InertSafeLoader", NoPurePass)
+    rows = [f"key_{i}: value_{i}" for i in range(20000)]
+    text = "\n".join(rows + ["bad: [unclosed", "x: 1"]) + "\n"
+    assert len(text) > safe_yaml.PURE_WORDING_MAX_BYTES
+    with pytest.raises(DiagnoseError) as err:
+        safe_load(text, "big.yaml")
+    message = str(err.value)
+    assert message.startswith("big.yaml is not valid YAML at line 20002: ") and "\n" not in message
