@@ -43,10 +43,8 @@ def _captured_exc_type(code: str, line: str) -> str:
 @pytest.mark.parametrize(("code", "example"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
 def test_every_inference_example(code, example):
     rule = example.get("rule", "PY001")  # a table limited to some generic rules names one in its examples
-    args = (CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"),
-            example.get("release", ""), _captured_exc_type(rule, example["line"]))
-    # as the engine reads them (findings._infer_category): the last-resort tables only when no other table decided
-    got = infer(*args) or infer(*args, last_resort=True)
+    got = infer(CATALOGUE.inferences, rule, example["line"], example.get("frames", []), example.get("phase", "unknown"),
+                example.get("release", ""), _captured_exc_type(rule, example["line"]))
     expected = example["category"]
     if expected == "none":
         assert got is None or got.inference.code != code, f"{code} should not decide {example['line']!r}"
@@ -469,16 +467,3 @@ def test_an_evaluation_loop_named_validate_is_not_a_configuration_check():
     got = infer(CATALOGUE.inferences, "PY002", "AssertionError: seq_length must be divisible by 2 * context_parallel_size",
                 config_check, "unknown")
     assert got is not None and got.inference.category == "config_validation"
-
-
-def test_last_resort_tables_never_overrule_a_reading_of_the_words():
-    # IF990 (raised inside a package: a weak version guess) is read only once every other table failed
-    frames = ['File "/env/lib/python3.10/site-packages/datasets/builder.py", line 10, in _prepare_split']
-    line = "ValueError: Unsupported file type: .xlsx"
-    first = infer(CATALOGUE.inferences, "PY001", line, frames, "init")
-    assert first is not None and first.inference.code != "IF990"
-    assert infer(CATALOGUE.inferences, "PY001", line, frames, "init", last_resort=True) is not None  # it would have
-    plain = ['File "/env/lib/python3.10/site-packages/torchrec/distributed/types.py", line 997, in forward']
-    assert infer(CATALOGUE.inferences, "PY001", "IndexError: list index out of range", plain, "training") is None
-    last = infer(CATALOGUE.inferences, "PY001", "IndexError: list index out of range", plain, "training", last_resort=True)
-    assert last is not None and last.inference.code == "IF990" and last.inference.confidence < 0.4

@@ -130,8 +130,6 @@ def _infer_category(finding: Finding, hit: Hit, inferences: list[Inference]) -> 
     inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release, exc_type)
     if inferred is None and hit.outer_frames:
         inferred = infer(inferences, rule.code, hit.line.text, hit.frames, hit.phase, hit.release, exc_type)
-    if inferred is None:
-        inferred = infer(inferences, rule.code, hit.line.text, own, hit.phase, hit.release, exc_type, last_resort=True)
     if inferred is not None:
         finding.category = inferred.inference.category
         finding.confidence = max(finding.confidence, inferred.inference.confidence)

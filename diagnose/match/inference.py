@@ -302,20 +302,17 @@ def raised_in_library(frames: Sequence[str]) -> bool:
 
 def infer(
     inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str,
-    release: str = "", exc_type: str = "", last_resort: bool = False,
+    release: str = "", exc_type: str = "",
 ) -> Inferred | None:
     """The first ``[[infer]]`` table whose conditions all hold for this evidence, or None. ``release``: the release
     of the raising package that the log named before the line (``release_named_before``), or "". ``exc_type``: the
-    exception type the rule captured from the line (its ``exc_type`` fact), or "". ``last_resort``: read only the
-    tables marked so (a weak guess once every other reading failed), else only the others."""
+    exception type the rule captured from the line (its ``exc_type`` fact), or ""."""
     exc = exception_type(text, exc_type)
     carried = carried_type(text, exc)
     library: bool | None = None
     # a Windows traceback (File "C:\...\site-packages\datasets\builder.py") is read with the same path needles
     frames = [f.replace("\\", "/") if "\\" in f else f for f in frames]
     for inf in inferences:
-        if inf.last_resort != last_resort:
-            continue
         if inf.rules and rule_code not in inf.rules:
             continue
         if inf.phases and phase not in inf.phases:

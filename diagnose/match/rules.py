@@ -196,9 +196,6 @@ class Inference:
     the job: an environment variable, a ``key=value`` / ``key:value`` option, a ``--flag`` (inference.names_setting).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
-    ``last_resort``: the table is read only after every other table failed on the line's own frames and on the
-    frames of what it caused (findings._infer_category): a weak guess from where it was raised, never in the way of
-    a reading of the words.
     """
 
     code: str
@@ -220,7 +217,6 @@ class Inference:
     release_named: bool | None = None
     name_written_by_other_package: bool | None = None
     names_setting: bool | None = None
-    last_resort: bool = False
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -404,7 +400,6 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         release_named=_optional_bool(raw, "release_named"),
         name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
         names_setting=_optional_bool(raw, "names_setting"),
-        last_resort=_optional_bool(raw, "last_resort") is True,
         examples=list(examples),
         source=source,
     )
