@@ -189,3 +189,24 @@ def test_explains_is_only_for_context_log_rules():
         assert "explains" in str(e)
     else:
         raise AssertionError("a root rule with 'explains' was accepted")
+
+
+def _hf(values: list[float]) -> list[str]:
+    """The Hugging Face Trainer's logged dicts for ``values``."""
+    return [f"{{'loss': {v}, 'learning_rate': {5e-5 * 0.999 ** i:.5e}, 'epoch': {0.015 * (i + 1):.2f}}}"
+            for i, v in enumerate(values)]
+
+
+def test_a_loss_that_fell_to_exactly_zero_and_stayed_is_a_collapse_not_learning():
+    # a falling series is left alone by the flat readings (it learned); exactly 0 to the end is no measurement
+    f = _root(_hf([2.9914, 3.0112] + [0.0] * 12))
+    assert f is not None and f.rule == "NU021" and f.category == "numerics" and f.phase == "training"
+    assert [e.text.split(",")[0] for e in f.evidence] == ["{'loss': 3.0112", "{'loss': 0.0", "{'loss': 0.0"]
+    assert "exactly 0 at each of the last 12 of 14 logged steps" in f.explanation
+
+
+def test_zero_losses_that_did_not_follow_a_measured_one_or_did_not_last_are_no_collapse():
+    assert _root(_hf([0.0] * 14)) is None  # an RL objective may sit at 0 from the start
+    assert _root(_hf([2.99] + [0.0] * 5)) is None  # too few logged steps at 0
+    assert _root(_hf([2.99] + [0.0] * 10 + [0.41])) is None  # it came back: a print, not a collapse
+    assert _root(_hf([2.99 * 0.9 ** i for i in range(14)])) is None

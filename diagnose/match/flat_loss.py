@@ -17,6 +17,11 @@ Two readings, either fires (thresholds from dev's clean logs, none of which fire
 * the eval loss: at least ``MIN_EVAL_POINTS`` distinct evaluation lines printing the same value, printed to at least
   ``MIN_EVAL_DIGITS`` significant digits (a coarse print can repeat by rounding), and no train series that falls.
 
+A third reading has its own rule (``COLLAPSE_RULE``): a train loss that was measured above zero and then printed
+exactly 0 at every logged step to the end (2.99, 0.0, 0.0, ...). No measured loss of a model on real batches is
+exactly 0; the steps go on, but what the trainer prints is no loss any more (half-precision overflow, every target
+masked). It is read before the flat readings, which leave a falling series alone.
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -36,6 +41,8 @@ from diagnose.normalize import collapse_carriage_returns
 from diagnose.normalize.loss_series import LossSeries, series_of
 
 FLAT_RULE = "NU020"
+COLLAPSE_RULE = "NU021"
+MIN_ZERO_TAIL = 8  # logged train losses of exactly 0 at the end of the series (dev's clean logs: at most 0)
 MIN_TRAIN_POINTS = 10
 MAX_TRAIN_RANGE = 0.005  # (max - min) / median of the train loss; dev's clean logs: 0.038 and up
 MIN_DISTINCT = 3  # a train loss printed identically at every step is no measurement (a template, a cached value)
@@ -122,8 +129,23 @@ def flat_series(series: list[LossSeries]) -> list[LossSeries]:
     return []
 
 
+def collapsed_to_zero(s: LossSeries) -> bool:
+    """Was this train loss measured above zero, then printed as exactly 0 at every logged step to the end?"""
+    if s.kind != "train":
+        return False
+    values = s.values
+    start = len(values)
+    while start and values[start - 1] == 0.0:
+        start -= 1
+    return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
+
+
 def _summary(s: LossSeries) -> str:
     values = s.values
+    if collapsed_to_zero(s):
+        zeros = len(values) - next(i for i in range(len(values) - 1, -1, -1) if values[i] != 0.0) - 1
+        return (f"the train loss was {values[0]:g} at its first logged step, then exactly 0 at each of the last "
+                f"{zeros} of {len(values)} logged steps")
     if s.kind == "eval":
         return f"{len(values)} evaluations all printed eval loss {s.points[0].text}"
     return (f"{len(values)} logged train losses stayed between {min(values):g} and {max(values):g} "
@@ -131,30 +153,35 @@ def _summary(s: LossSeries) -> str:
 
 
 def _evidence(s: LossSeries) -> list[Evidence]:
+    """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last."""
     pts = s.points
     chosen = [pts[0], pts[len(pts) // 2], pts[-1]][:EVIDENCE_POINTS] if len(pts) >= 3 else pts
+    if collapsed_to_zero(s):
+        first_zero = next(i for i, p in enumerate(pts) if all(q.value == 0.0 for q in pts[i:]))
+        chosen = [pts[first_zero - 1], pts[first_zero], pts[-1]]
     return [Evidence(p.line.path, p.line.lineno, shorten(inert(collapse_carriage_returns(p.line.raw)), 500))
             for p in chosen]
 
 
-def _explainer(findings: list[Finding], catalogue: Catalogue) -> tuple[Finding, Rule] | None:
-    """The first context finding whose rule says it explains a flat loss."""
+def _explainer(findings: list[Finding], catalogue: Catalogue, code: str) -> tuple[Finding, Rule] | None:
+    """The first context finding whose rule says it explains the loss series finding ``code``."""
     for f in findings:
         rule = catalogue.by_code(f.rule)
-        if rule is not None and FLAT_RULE in rule.explains:
+        if rule is not None and code in rule.explains:
             return f, rule
     return None
 
 
 def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalogue) -> None:
-    """Make the flat-loss finding the report's root cause when nothing else is one."""
+    """Make the collapsed- or flat-loss finding the report's root cause when nothing else is one."""
     if report.root_cause is not None:
         return
-    rule = catalogue.by_code(FLAT_RULE)
-    if rule is None or rule.input != "loss_series":
-        return
-    flat = flat_series(series_of(blocks))
+    series = series_of(blocks)
+    code, flat = COLLAPSE_RULE, [s for s in series if collapsed_to_zero(s)]
     if not flat:
+        code, flat = FLAT_RULE, flat_series(series)
+    rule = catalogue.by_code(code)
+    if not flat or rule is None or rule.input != "loss_series":
         return
     lead = flat[0]
     finding = Finding(
@@ -166,7 +193,7 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
                "loss_max": max(lead.values)},
     )
     finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s) for s in flat) + "."
-    explained = _explainer(report.findings, catalogue)
+    explained = _explainer(report.findings, catalogue, code)
     if explained is not None:
         why, why_rule = explained
         finding.category = why_rule.category
