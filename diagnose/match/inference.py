@@ -264,6 +264,33 @@ def names_setting(text: str, frames: Sequence[str]) -> bool:
     return _ASSERT_STATEMENT.match(code) is not None and _SETTING_IN_CODE.search(code) is not None
 
 
+# the source line of the innermost frame words an error message: an f-string (`f"Invalid auto wrap policy: {p}. Must
+# be one of {list(POLICIES.keys())}"`), alone (the continuation line of a multi-line raise), after `raise X(` or an
+# assignment (`msg = f"..."`), or a literal formatted with str.format / %
+_WORDED_MESSAGE = regex.compile(
+    r"""^\s*(?:raise\s+[\w.]+\(\s*|[\w.]+\s*\+?=\s*)?"""
+    r"""(?:(?:[rR]?[fF]|[fF][rR])["'](?P<msg>[^"']*\{[^"']*)"""  # an f-string with a placeholder
+    r"""|(?P<q>["'])(?P<fmt>[^"']*(?:\{\w*\}|%[sdr])[^"']*)(?P=q)\s*(?:\.format\(|%))"""  # "...{}".format(, "%s" %
+)
+
+
+def message_being_worded(frames: Sequence[str]) -> str:
+    """The error message the raising line was wording (its literal, placeholders kept), or "".
+
+    A check that refuses a value and then fails while formatting its own refusal (``list(D.keys())`` on a list, a
+    ``None`` attribute in the f-string) ends in an AttributeError/TypeError/KeyError about the formatting, not about
+    the job. The traceback prints the line that raised, and a human reads the message it was about to give:
+    ``Invalid auto wrap policy: {self.auto_wrap_policy}. Must be one of ...`` says which setting was refused."""
+    where = innermost_frame(frames)
+    head = _FRAME_HEAD.search(where)
+    if not head:
+        return ""
+    m = _WORDED_MESSAGE.match(where[head.end():])
+    if not m:
+        return ""
+    return (m.group("msg") or m.group("fmt") or "").strip()
+
+
 def package_of(frame: str) -> str:
     """The package a frame's file belongs to: ``site-packages/<package>/``, else a framework's checkout
     (``/opt/Megatron-LM/megatron/...``: ``megatron``); "" for the user's own files."""
@@ -365,6 +392,12 @@ def infer(
                 detail = f"{detail}; the name is written in {caller}'s code, refused by {refuser}"
         if inf.names_setting is not None and names_setting(text, frames) != inf.names_setting:
             continue
+        if inf.message_any:
+            worded = message_being_worded(frames)
+            if not worded or not any(regex.search(t, worded) is not None for t in inf.message_any):
+                continue
+            wording = f"raised while wording the message {worded[:120]!r}"
+            detail = f"{detail}; {wording}" if detail else wording
         if inf.release_named is not None:
             if bool(release) != inf.release_named:
                 continue

@@ -194,6 +194,9 @@ class Inference:
     frame of another installed package than the one that raised (inference.name_written_by_other_package).
     ``names_setting``: the message, or the assert statement that raised it, names (or does not name) a setting of
     the job: an environment variable, a ``key=value`` / ``key:value`` option, a ``--flag`` (inference.names_setting).
+    ``message_any``: the innermost frame's source line words an error message (an f-string, a literal formatted with
+    ``.format``/``%``) and one of these regexes is found in that message: the exception came while a check worded its
+    refusal (inference.message_being_worded).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -217,6 +220,7 @@ class Inference:
     release_named: bool | None = None
     name_written_by_other_package: bool | None = None
     names_setting: bool | None = None
+    message_any: list[str] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -358,7 +362,8 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     confidence = _confidence(raw, 0.5)
     library = _optional_bool(raw, "library_frame")
     text_any, text_none = str_list(raw, "text_any"), str_list(raw, "text_none")
-    for key, patterns in (("text_any", text_any), ("text_none", text_none)):
+    message_any = str_list(raw, "message_any")
+    for key, patterns in (("text_any", text_any), ("text_none", text_none), ("message_any", message_any)):
         for t in patterns:
             try:
                 if check_regex:
@@ -400,6 +405,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         release_named=_optional_bool(raw, "release_named"),
         name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
         names_setting=_optional_bool(raw, "names_setting"),
+        message_any=message_any,
         examples=list(examples),
         source=source,
     )
