@@ -199,6 +199,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                     continue
             if ctx.after_none and any(n.encode() in b for b in raw_lines[i + 1 :] for n in ctx.after_none):
                 continue
+            if ctx.none_anywhere and any(n.encode() in b for b in raw_lines for n in ctx.none_anywhere):
+                continue
             if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":
                 continue
             if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:

@@ -132,7 +132,8 @@ class _LineReader:
         self.pinned_commands: dict[str, tuple[int, tuple[int, str] | None]] = {}
         # config_hidden_by_launcher answers: (kind, program) -> (offset asked at, the launcher's argv record or None)
         self.launcher_argv: dict[tuple[str, str], tuple[int, tuple[int, str] | None]] = {}
-        # after_none look-aheads: needles -> offset of the last occurrence of any of them in the input (-1: none)
+        # after_none / none_anywhere look-ups: needles -> offset of the last occurrence of any of them in the input
+        # (-1: none)
         self.after: dict[tuple[str, ...], int] = {}
         # prefixes this input taught (a traceback behind a tag no layer of normalize_line knows): see learn_prefix
         self.learned = LearnedPrefixes()
@@ -405,6 +406,8 @@ class Matcher:
                     continue
                 if ctx.after_none and self._after_any(reader, start, ctx.after_none):
                     continue
+                if ctx.none_anywhere and self._last_of(reader, ctx.none_anywhere) != -1:
+                    continue
                 if ctx.after_progress and phase_here() != "training":  # "training": after progress
                     continue
                 unlike = ctx.refused_unlike_listed
@@ -576,16 +579,22 @@ class Matcher:
         return out
 
     @staticmethod
-    def _after_any(reader: _LineReader, start: int, needles: list[str]) -> bool:
-        """Does a line after the one at ``start`` contain a needle? The last occurrence of any needle in the whole
-        input is searched once (from the end, C speed) and remembered: every later call is a comparison."""
+    def _last_of(reader: _LineReader, needles: list[str]) -> int:
+        """Offset of the last occurrence of any needle in the whole input (-1: none), searched once (from the end,
+        C speed) and remembered: every later call is a look-up."""
         key = tuple(needles)
         last = reader.after.get(key)
-        buf = reader.buffer
         if last is None:
-            last = max((buf.rfind(n.encode("utf-8")) for n in needles if "\n" not in n), default=-1)
+            last = max((reader.buffer.rfind(n.encode("utf-8")) for n in needles if "\n" not in n), default=-1)
             reader.after[key] = last
-        end = buf.find(b"\n", start)
+        return last
+
+    @staticmethod
+    def _after_any(reader: _LineReader, start: int, needles: list[str]) -> bool:
+        """Does a line after the one at ``start`` contain a needle? (the last occurrence in the whole input is
+        after the line's end)"""
+        last = Matcher._last_of(reader, needles)
+        end = reader.buffer.find(b"\n", start)
         return end != -1 and last > end
 
     @staticmethod

@@ -10,7 +10,9 @@
   finding reports beyond its category is its rule's ``reports`` attribute (``rules.REPORTS``): a link that failed
   mid-run kills no rank, and a host-memory kill does not lead the process's own fatal signal.
 * Cascade rules (NCCL timeouts, SIGTERM from the launcher, ChildFailedError, destroy_process_group not called...)
-  win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence.
+  win only when nothing else explains the failure; then the earliest cascade is the root, with lower confidence
+  (unless it is a wrapper that names no category and its own message goes on to say how the worker died: that
+  detail is the root, see ``_wrapper_detail``).
   A generic error that comes after the first NCCL watchdog timeout is taken as part of that cascade, unless it kills
   ranks or was raised in data loading (a rank stuck reading data never reached the collective). When only the
   timeout cascade failed, a warning that a rank's data stream stalled (a streamed dataset retrying its host) leads.
@@ -43,6 +45,9 @@ RANK_STALLERS = frozenset({"data"})
 # monitor 0.85, a data loader worker killed by a signal 0.75); a bare "Cannot allocate memory" (0.7) or a generic
 # error whose words say memory ran out (inferred, 0.6) can be NCCL's own registration failing, not a kill.
 KILL_REPORT_CONFIDENCE = 0.75
+# how many lines a wrapper's own exception message runs on after its first line (Ray's ActorDiedError: six fields,
+# then the death cause): a cascade there is the wrapper's own detail (_wrapper_detail)
+WRAPPER_MESSAGE_LINES = 10
 
 _TS = regex.compile(
     r"(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})|(?P<gmo>\d{2})(?P<gd>\d{2}))[ T]"
@@ -142,6 +147,28 @@ def _stalled_rank(ordered: list[Group], cascades: list[Group]) -> Group | None:
     )
 
 
+def _wrapper_detail(cascades: list[Group]) -> Group:
+    """The earliest cascade, or the detail its own message gives when it is a wrapper that names no category.
+
+    A driver's report that a remote worker died (Ray's ``ActorDiedError: The actor died unexpectedly``, EC141, category
+    ``other``) goes on, as the rest of the same exception message, with the worker's fields and how it died (``The
+    actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR ...``, OOM026): read as one
+    message, that detail is what the wrapper says, and when it names a category it leads the wrapper. It must come
+    from the same process's output within the message's few lines, so another worker's report is never taken.
+    """
+    first = cascades[0]
+    if first.finding.category != "other":
+        return first
+    head = first.first_hit
+    for g in cascades[1:]:
+        hit = g.first_hit
+        if (g.finding.category != "other" and hit.source_index == head.source_index
+                and hit.line.stream == head.line.stream
+                and 0 < hit.line.lineno - head.line.lineno <= WRAPPER_MESSAGE_LINES):
+            return g
+    return first
+
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
@@ -181,7 +208,7 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
         root.finding.severity = "error"  # the job failed on it: it is no longer only a warning
     elif cascades:
-        root = cascades[0]
+        root = _wrapper_detail(cascades)
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
     elif catchall:
         root = catchall[0]

@@ -101,6 +101,11 @@ class Context:
     # no later line of the same input contains one of these: what the line reports was overcome afterwards (a job
     # preempted, requeued and resumed from its checkpoint in the same output file)
     after_none: list[str] = field(default_factory=list)
+    # no line of the same input, before or after it, contains one of these: a line that reports either of two
+    # things (ProcessGroupNCCL's "Some NCCL operations have failed or timed out") reads as the one whose own
+    # message the program prints first when it is that one (a timeout: "Watchdog caught collective operation
+    # timeout") is absent from the whole input
+    none_anywhere: list[str] = field(default_factory=list)
     # the rule's pattern matches a traceback's header; the finding is the line that ENDS that traceback (read forwards
     # on the header's stream), when this regex matches it and no other rule matches it (an exception whose class name
     # no rule's anchor holds: huggingface_hub's OfflineModeIsEnabled, a library's ...Failure or ...Timeout)
@@ -514,6 +519,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_progress=optional(ctx_raw, "after_progress", bool, False),
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
         after_none=str_list(ctx_raw, "after_none"),
+        none_anywhere=str_list(ctx_raw, "none_anywhere"),
         traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with"),
     )
 
