@@ -50,3 +50,18 @@ def test_a_refusal_of_an_fsdp_setting_that_failed_in_its_wording_is_the_fsdp_set
 def test_the_same_exception_outside_a_message_keeps_its_reading():
     root = match_text(_LOG.replace("{code}", "names = list(self.policies.keys())"), CATALOGUE).root
     assert root is not None and "IF293" not in root.basis_detail and "IF294" not in root.basis_detail
+
+
+@pytest.mark.parametrize("code", [
+    '"' + "{}" * 50_000,  # a literal never closed: one regex over it backtracked once per placeholder (200 s)
+    '"' + "%s" * 50_000 + '" + x',
+    "f'" + "{" * 100_000,
+    "x" * 100_000,
+    " " * 100_000,
+])
+def test_a_100_kb_source_line_is_read_in_one_pass(code):
+    import time
+
+    start = time.perf_counter()
+    message_being_worded([HEAD + code])
+    assert time.perf_counter() - start < 0.5

@@ -266,12 +266,21 @@ def names_setting(text: str, frames: Sequence[str]) -> bool:
 
 # the source line of the innermost frame words an error message: an f-string (`f"Invalid auto wrap policy: {p}. Must
 # be one of {list(POLICIES.keys())}"`), alone (the continuation line of a multi-line raise), after `raise X(` or an
-# assignment (`msg = f"..."`), or a literal formatted with str.format / %
-_WORDED_MESSAGE = regex.compile(
-    r"""^\s*(?:raise\s+[\w.]+\(\s*|[\w.]+\s*\+?=\s*)?"""
-    r"""(?:(?:[rR]?[fF]|[fF][rR])["'](?P<msg>[^"']*\{[^"']*)"""  # an f-string with a placeholder
-    r"""|(?P<q>["'])(?P<fmt>[^"']*(?:\{\w*\}|%[sdr])[^"']*)(?P=q)\s*(?:\.format\(|%))"""  # "...{}".format(, "%s" %
+# assignment (`msg = f"..."`), or a literal formatted with str.format / %. Only the opening is a regex; the literal's
+# end is found with str.find, so a 100 KB source line costs one pass (one regex over the whole literal backtracked
+# once per placeholder: 200 s for a line of "{}{}{}...).
+_MESSAGE_OPENING = regex.compile(
+    r"""\s*(?:raise\s+[\w.]+\(\s*|[\w.]+\s*\+?=\s*)?(?P<f>[rR]?[fF]|[fF][rR])?(?P<q>["'])"""
 )
+_PLACEHOLDER = regex.compile(r"\{\w*\}|%[sdr]")
+_FORMATTED = regex.compile(r"\s*(?:\.format\(|%)")
+
+
+def _literal_end(code: str, start: int) -> int:
+    """Where the literal that starts at ``start`` ends: its first quote of either kind (nested quotes are not
+    followed), or the end of the line."""
+    ends = [i for i in (code.find('"', start), code.find("'", start)) if i >= 0]
+    return min(ends) if ends else len(code)
 
 
 def message_being_worded(frames: Sequence[str]) -> str:
@@ -280,15 +289,24 @@ def message_being_worded(frames: Sequence[str]) -> str:
     A check that refuses a value and then fails while formatting its own refusal (``list(D.keys())`` on a list, a
     ``None`` attribute in the f-string) ends in an AttributeError/TypeError/KeyError about the formatting, not about
     the job. The traceback prints the line that raised, and a human reads the message it was about to give:
-    ``Invalid auto wrap policy: {self.auto_wrap_policy}. Must be one of ...`` says which setting was refused."""
+    ``Invalid auto wrap policy: {self.auto_wrap_policy}. Must be one of ...`` says which setting was refused.
+    An f-string counts when it has a placeholder; a plain literal when it has one (``{}``, ``{name}``, ``%s``) and
+    is formatted right after (``.format(``, ``%``)."""
     where = innermost_frame(frames)
     head = _FRAME_HEAD.search(where)
     if not head:
         return ""
-    m = _WORDED_MESSAGE.match(where[head.end():])
+    code = where[head.end():]
+    m = _MESSAGE_OPENING.match(code)
     if not m:
         return ""
-    return (m.group("msg") or m.group("fmt") or "").strip()
+    end = _literal_end(code, m.end())
+    literal = code[m.end():end]
+    if m.group("f"):
+        return literal.strip() if "{" in literal else ""
+    if end == len(code) or code[end] != m.group("q") or not _PLACEHOLDER.search(literal):
+        return ""
+    return literal.strip() if _FORMATTED.match(code, end + 1) else ""
 
 
 def package_of(frame: str) -> str:
