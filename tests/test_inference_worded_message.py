@@ -29,6 +29,13 @@ def test_message_being_worded(code, message):
     assert message_being_worded([HEAD + code]) == message
 
 
+def test_a_line_that_raises_the_exception_itself_delivered_its_message():
+    code = 'raise KeyError(f"Unknown scheduler {name}")'
+    assert message_being_worded([HEAD + code], "KeyError") == ""
+    assert message_being_worded([HEAD + code], "builtins.KeyError") == ""
+    assert message_being_worded([HEAD + code], "AttributeError") == "Unknown scheduler {name}"
+
+
 _LOG = """\
 Traceback (most recent call last):
   File "/home/u/train.py", line 131, in main
