@@ -19,6 +19,9 @@ HEAD = 'File "/env/lib/python3.11/site-packages/pkg/config.py", line 88, in __po
     ("msg = f'bad dtype {x.dtype}'", "bad dtype {x.dtype}"),
     ('raise ValueError("Invalid value {} for {}".format(v.name, k))', "Invalid value {} for {}"),
     ('raise TypeError("bad %s" % x.name)', "bad %s"),
+    # the other quote is text inside the literal
+    ("""raise ValueError(f"Invalid wrap policy '{cfg.policy.name}'")""", "Invalid wrap policy '{cfg.policy.name}'"),
+    (""""Unknown sharding strategy '{}'".format(s.name)""", "Unknown sharding strategy '{}'"),
     # not a message being worded
     ('print(f"step {i}")', ""),
     ('for name in policies.keys():', ""),

@@ -276,11 +276,11 @@ _PLACEHOLDER = regex.compile(r"\{\w*\}|%[sdr]")
 _FORMATTED = regex.compile(r"\s*(?:\.format\(|%)")
 
 
-def _literal_end(code: str, start: int) -> int:
-    """Where the literal that starts at ``start`` ends: its first quote of either kind (nested quotes are not
-    followed), or the end of the line."""
-    ends = [i for i in (code.find('"', start), code.find("'", start)) if i >= 0]
-    return min(ends) if ends else len(code)
+def _literal_end(code: str, start: int, quote: str) -> int:
+    """Where the literal that starts at ``start`` ends: its next ``quote`` (the other quote is text inside it:
+    ``f"Invalid policy '{p}'"``), or the end of the line."""
+    end = code.find(quote, start)
+    return end if end >= 0 else len(code)
 
 
 def message_being_worded(frames: Sequence[str], exc_type: str = "") -> str:
@@ -303,11 +303,11 @@ def message_being_worded(frames: Sequence[str], exc_type: str = "") -> str:
     if not m or (exc_type and m.group("raised") and
                  m.group("raised").rsplit(".", 1)[-1] == exc_type.rsplit(".", 1)[-1]):
         return ""
-    end = _literal_end(code, m.end())
+    end = _literal_end(code, m.end(), m.group("q"))
     literal = code[m.end():end]
     if m.group("f"):
         return literal.strip() if "{" in literal else ""
-    if end == len(code) or code[end] != m.group("q") or not _PLACEHOLDER.search(literal):
+    if end == len(code) or not _PLACEHOLDER.search(literal):
         return ""
     return literal.strip() if _FORMATTED.match(code, end + 1) else ""
 
