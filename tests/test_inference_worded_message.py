@@ -19,6 +19,9 @@ HEAD = 'File "/env/lib/python3.11/site-packages/pkg/config.py", line 88, in __po
     ("msg = f'bad dtype {x.dtype}'", "bad dtype {x.dtype}"),
     ('raise ValueError("Invalid value {} for {}".format(v.name, k))', "Invalid value {} for {}"),
     ('raise TypeError("bad %s" % x.name)', "bad %s"),
+    # the other quote is text inside the literal
+    ("""raise ValueError(f"Invalid wrap policy '{cfg.policy.name}'")""", "Invalid wrap policy '{cfg.policy.name}'"),
+    (""""Unknown sharding strategy '{}'".format(s.name)""", "Unknown sharding strategy '{}'"),
     # not a message being worded
     ('print(f"step {i}")', ""),
     ('for name in policies.keys():', ""),
@@ -27,6 +30,13 @@ HEAD = 'File "/env/lib/python3.11/site-packages/pkg/config.py", line 88, in __po
 ])
 def test_message_being_worded(code, message):
     assert message_being_worded([HEAD + code]) == message
+
+
+def test_a_line_that_raises_the_exception_itself_delivered_its_message():
+    code = 'raise KeyError(f"Unknown scheduler {name}")'
+    assert message_being_worded([HEAD + code], "KeyError") == ""
+    assert message_being_worded([HEAD + code], "builtins.KeyError") == ""
+    assert message_being_worded([HEAD + code], "AttributeError") == "Unknown scheduler {name}"
 
 
 _LOG = """\
@@ -50,3 +60,18 @@ def test_a_refusal_of_an_fsdp_setting_that_failed_in_its_wording_is_the_fsdp_set
 def test_the_same_exception_outside_a_message_keeps_its_reading():
     root = match_text(_LOG.replace("{code}", "names = list(self.policies.keys())"), CATALOGUE).root
     assert root is not None and "IF293" not in root.basis_detail and "IF294" not in root.basis_detail
+
+
+@pytest.mark.parametrize("code", [
+    '"' + "{}" * 50_000,  # a literal never closed: one regex over it backtracked once per placeholder (200 s)
+    '"' + "%s" * 50_000 + '" + x',
+    "f'" + "{" * 100_000,
+    "x" * 100_000,
+    " " * 100_000,
+])
+def test_a_100_kb_source_line_is_read_in_one_pass(code):
+    import time
+
+    start = time.perf_counter()
+    message_being_worded([HEAD + code])
+    assert time.perf_counter() - start < 0.5

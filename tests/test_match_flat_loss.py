@@ -210,3 +210,21 @@ def test_zero_losses_that_did_not_follow_a_measured_one_or_did_not_last_are_no_c
     assert _root(_hf([2.99] + [0.0] * 5)) is None  # too few logged steps at 0
     assert _root(_hf([2.99] + [0.0] * 10 + [0.41])) is None  # it came back: a print, not a collapse
     assert _root(_hf([2.99 * 0.9 ** i for i in range(14)])) is None
+
+
+def test_a_long_collapsed_series_is_summarised_in_one_pass():
+    # the first zero of the tail was found by slicing the rest of the series at every point (quadratic)
+    import time
+    from types import SimpleNamespace
+
+    from diagnose.match import flat_loss
+    from diagnose.normalize.loss_series import LossSeries
+
+    line = SimpleNamespace(path="train.log", lineno=1, raw="{'loss': 0.0}")
+    values = [2.5] * 100_000 + [0.0] * 100_000
+    series = LossSeries("train.log", "train", [SimpleNamespace(value=v, text=str(v), line=line) for v in values])
+    start = time.perf_counter()
+    assert flat_loss.collapsed_to_zero(series) and len(flat_loss._evidence(series)) == 3
+    assert "the last 100000 of 200000 logged steps" in flat_loss._summary(series)
+    assert time.perf_counter() - start < 1.0
+

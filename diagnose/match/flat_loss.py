@@ -129,21 +129,27 @@ def flat_series(series: list[LossSeries]) -> list[LossSeries]:
     return []
 
 
+def _zero_tail(values: list[float]) -> int:
+    """The index where the run of exact zeros that ends the series starts (``len(values)`` when it ends otherwise)."""
+    start = len(values)
+    while start and values[start - 1] == 0.0:
+        start -= 1
+    return start
+
+
 def collapsed_to_zero(s: LossSeries) -> bool:
     """Was this train loss measured above zero, then printed as exactly 0 at every logged step to the end?"""
     if s.kind != "train":
         return False
     values = s.values
-    start = len(values)
-    while start and values[start - 1] == 0.0:
-        start -= 1
+    start = _zero_tail(values)
     return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
 
 
 def _summary(s: LossSeries) -> str:
     values = s.values
     if collapsed_to_zero(s):
-        zeros = len(values) - next(i for i in range(len(values) - 1, -1, -1) if values[i] != 0.0) - 1
+        zeros = len(values) - _zero_tail(values)
         return (f"the train loss was {values[0]:g} at its first logged step, then exactly 0 at each of the last "
                 f"{zeros} of {len(values)} logged steps")
     if s.kind == "eval":
@@ -157,7 +163,7 @@ def _evidence(s: LossSeries) -> list[Evidence]:
     pts = s.points
     chosen = [pts[0], pts[len(pts) // 2], pts[-1]][:EVIDENCE_POINTS] if len(pts) >= 3 else pts
     if collapsed_to_zero(s):
-        first_zero = next(i for i, p in enumerate(pts) if all(q.value == 0.0 for q in pts[i:]))
+        first_zero = _zero_tail([p.value for p in pts])
         chosen = [pts[first_zero - 1], pts[first_zero], pts[-1]]
     return [Evidence(p.line.path, p.line.lineno, shorten(inert(collapse_carriage_returns(p.line.raw)), 500))
             for p in chosen]
@@ -177,11 +183,16 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     if report.root_cause is not None:
         return
     series = series_of(blocks)
-    code, flat = COLLAPSE_RULE, [s for s in series if collapsed_to_zero(s)]
-    if not flat:
-        code, flat = FLAT_RULE, flat_series(series)
-    rule = catalogue.by_code(code)
-    if not flat or rule is None or rule.input != "loss_series":
+    # the collapse first (a falling series is not flat), each reading only where the catalogue has its rule: a
+    # catalogue without NU021 still gets NU020's reading
+    for code in (COLLAPSE_RULE, FLAT_RULE):
+        rule = catalogue.by_code(code)
+        if rule is None or rule.input != "loss_series":
+            continue
+        flat = [s for s in series if collapsed_to_zero(s)] if code == COLLAPSE_RULE else flat_series(series)
+        if flat:
+            break
+    else:
         return
     lead = flat[0]
     finding = Finding(

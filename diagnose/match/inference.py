@@ -266,29 +266,50 @@ def names_setting(text: str, frames: Sequence[str]) -> bool:
 
 # the source line of the innermost frame words an error message: an f-string (`f"Invalid auto wrap policy: {p}. Must
 # be one of {list(POLICIES.keys())}"`), alone (the continuation line of a multi-line raise), after `raise X(` or an
-# assignment (`msg = f"..."`), or a literal formatted with str.format / %
-_WORDED_MESSAGE = regex.compile(
-    r"""^\s*(?:raise\s+[\w.]+\(\s*|[\w.]+\s*\+?=\s*)?"""
-    r"""(?:(?:[rR]?[fF]|[fF][rR])["'](?P<msg>[^"']*\{[^"']*)"""  # an f-string with a placeholder
-    r"""|(?P<q>["'])(?P<fmt>[^"']*(?:\{\w*\}|%[sdr])[^"']*)(?P=q)\s*(?:\.format\(|%))"""  # "...{}".format(, "%s" %
+# assignment (`msg = f"..."`), or a literal formatted with str.format / %. Only the opening is a regex; the literal's
+# end is found with str.find, so a 100 KB source line costs one pass (one regex over the whole literal backtracked
+# once per placeholder: 200 s for a line of "{}{}{}...).
+_MESSAGE_OPENING = regex.compile(
+    r"""\s*(?:raise\s+(?P<raised>[\w.]+)\(\s*|[\w.]+\s*\+?=\s*)?(?P<f>[rR]?[fF]|[fF][rR])?(?P<q>["'])"""
 )
+_PLACEHOLDER = regex.compile(r"\{\w*\}|%[sdr]")
+_FORMATTED = regex.compile(r"\s*(?:\.format\(|%)")
 
 
-def message_being_worded(frames: Sequence[str]) -> str:
+def _literal_end(code: str, start: int, quote: str) -> int:
+    """Where the literal that starts at ``start`` ends: its next ``quote`` (the other quote is text inside it:
+    ``f"Invalid policy '{p}'"``), or the end of the line."""
+    end = code.find(quote, start)
+    return end if end >= 0 else len(code)
+
+
+def message_being_worded(frames: Sequence[str], exc_type: str = "") -> str:
     """The error message the raising line was wording (its literal, placeholders kept), or "".
 
     A check that refuses a value and then fails while formatting its own refusal (``list(D.keys())`` on a list, a
     ``None`` attribute in the f-string) ends in an AttributeError/TypeError/KeyError about the formatting, not about
     the job. The traceback prints the line that raised, and a human reads the message it was about to give:
-    ``Invalid auto wrap policy: {self.auto_wrap_policy}. Must be one of ...`` says which setting was refused."""
+    ``Invalid auto wrap policy: {self.auto_wrap_policy}. Must be one of ...`` says which setting was refused.
+    An f-string counts when it has a placeholder; a plain literal when it has one (``{}``, ``{name}``, ``%s``) and
+    is formatted right after (``.format(``, ``%``). ``exc_type``: the exception the log ended with; a line that
+    raises that very type (``raise KeyError(f"Unknown key {k}")`` ending in a KeyError) delivered its message, it did
+    not fail while wording it: ""."""
     where = innermost_frame(frames)
     head = _FRAME_HEAD.search(where)
     if not head:
         return ""
-    m = _WORDED_MESSAGE.match(where[head.end():])
-    if not m:
+    code = where[head.end():]
+    m = _MESSAGE_OPENING.match(code)
+    if not m or (exc_type and m.group("raised") and
+                 m.group("raised").rsplit(".", 1)[-1] == exc_type.rsplit(".", 1)[-1]):
         return ""
-    return (m.group("msg") or m.group("fmt") or "").strip()
+    end = _literal_end(code, m.end(), m.group("q"))
+    literal = code[m.end():end]
+    if m.group("f"):
+        return literal.strip() if "{" in literal else ""
+    if end == len(code) or not _PLACEHOLDER.search(literal):
+        return ""
+    return literal.strip() if _FORMATTED.match(code, end + 1) else ""
 
 
 def package_of(frame: str) -> str:
@@ -393,7 +414,7 @@ def infer(
         if inf.names_setting is not None and names_setting(text, frames) != inf.names_setting:
             continue
         if inf.message_any:
-            worded = message_being_worded(frames)
+            worded = message_being_worded(frames, exc)
             if not worded or not any(regex.search(t, worded) is not None for t in inf.message_any):
                 continue
             wording = f"raised while wording the message {worded[:120]!r}"

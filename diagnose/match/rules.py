@@ -201,7 +201,7 @@ class Inference:
     the job: an environment variable, a ``key=value`` / ``key:value`` option, a ``--flag`` (inference.names_setting).
     ``message_any``: the innermost frame's source line words an error message (an f-string, a literal formatted with
     ``.format``/``%``) and one of these regexes is found in that message: the exception came while a check worded its
-    refusal (inference.message_being_worded).
+    refusal (inference.message_being_worded; not a line that raises the very exception the log ends with).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
