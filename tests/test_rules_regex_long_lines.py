@@ -1,15 +1,15 @@
 """Patterns that once backtracked on a long line (review of stop 32): each is searched in 100 KB lines that carry its
-anchor but do not match, as a log's tensor dump or progress line can. The engine gives a search 1 s
-(compiled.REGEX_TIMEOUT_S) and drops the rule on that line past it; these must stay far below."""
+anchor but do not match, as a log's tensor dump or progress line can. The engine gives a search
+compiled.REGEX_TIMEOUT_S and drops the rule on that line past it: each search here runs under that same limit and
+must finish inside it (before the review these took 75 s; now milliseconds), so the rule keeps its line."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import regex
 
 from diagnose.match import load_catalogue
+from diagnose.match.compiled import REGEX_TIMEOUT_S
 
 CATALOGUE = load_catalogue()
 N = 100_000
@@ -26,13 +26,15 @@ LINES = {
 
 
 @pytest.mark.parametrize("code", sorted(LINES))
-def test_a_100_kb_line_that_does_not_match_is_refused_quickly(code):
+def test_a_100_kb_line_that_does_not_match_is_refused_inside_the_engines_limit(code):
     rule = CATALOGUE.by_code(code)
     assert rule is not None
     for line in LINES[code]:
         for p in rule.patterns:
             if p.anchor not in line:
                 continue
-            start = time.perf_counter()
-            regex.search(p.regex, line, timeout=5)
-            assert time.perf_counter() - start < 0.25, (code, p.regex)
+            try:
+                found = regex.search(p.regex, line, timeout=REGEX_TIMEOUT_S)
+            except TimeoutError:
+                pytest.fail(f"{code}: the engine would drop this rule on a 100 KB line: {p.regex}")
+            assert found is None, (code, p.regex)
