@@ -43,16 +43,17 @@ def _clean(pre: str) -> str:
             f"{pre}note: Traceback (most recent call last): appears in the docs\n{pre}training finished\n")
 
 
-def _analyze(path: Path, capsys) -> tuple[int, dict]:
-    code = main(["analyze", str(path), "--format", "json", "--no-replay"])
+def _analyze(tmp_path: Path, text: str, capsys) -> tuple[int, dict]:
+    """``diagnose analyze`` (JSON) of a log holding ``text``: the exit code and the report."""
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    code = main(["analyze", str(log), "--format", "json", "--no-replay"])
     return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("pre", PREFIXES)
 def test_traceback_behind_a_prefix_is_the_root_cause(pre, tmp_path, capsys):
-    log = tmp_path / "job.log"
-    log.write_text(_failed(pre))
-    code, data = _analyze(log, capsys)
+    code, data = _analyze(tmp_path, _failed(pre), capsys)
     assert code == 1
     root = data["findings"][0]
     assert root["rule"] == "PY001" and root["role"] == "root"
@@ -62,9 +63,7 @@ def test_traceback_behind_a_prefix_is_the_root_cause(pre, tmp_path, capsys):
 
 @pytest.mark.parametrize("pre", PREFIXES)
 def test_clean_log_behind_a_prefix_stays_clean(pre, tmp_path, capsys):
-    log = tmp_path / "job.log"
-    log.write_text(_clean(pre))
-    code, data = _analyze(log, capsys)
+    code, data = _analyze(tmp_path, _clean(pre), capsys)
     assert code == 0
     assert data["findings"] == []
 
@@ -74,9 +73,7 @@ def test_interleaved_streams_each_teach_their_prefix(tmp_path, capsys):
     lines = []
     for la, lb in zip(_failed(a).splitlines(), _failed(b).replace("FileNotFound", "Permission").splitlines()):
         lines += [la, lb]
-    log = tmp_path / "job.log"
-    log.write_text("\n".join(lines) + "\n")
-    code, data = _analyze(log, capsys)
+    code, data = _analyze(tmp_path, "\n".join(lines) + "\n", capsys)
     assert code == 1
     assert {f["facts"].get("exc_type") for f in data["findings"]} >= {"FileNotFoundError", "PermissionError"}
 
