@@ -146,9 +146,10 @@ def collapsed_to_zero(s: LossSeries) -> bool:
     return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
 
 
-def _summary(s: LossSeries) -> str:
+def _summary(s: LossSeries, collapsed: bool) -> str:
+    """What the series shows, in words; ``collapsed``: it was read as a collapse (NU021), not as flat."""
     values = s.values
-    if collapsed_to_zero(s):
+    if collapsed:
         zeros = len(values) - _zero_tail(values)
         return (f"the train loss was {values[0]:g} at its first logged step, then exactly 0 at each of the last "
                 f"{zeros} of {len(values)} logged steps")
@@ -158,13 +159,14 @@ def _summary(s: LossSeries) -> str:
             f"(range {100 * (max(values) - min(values)) / statistics.median(values):.2f} % of the level)")
 
 
-def _evidence(s: LossSeries) -> list[Evidence]:
+def _evidence(s: LossSeries, collapsed: bool) -> list[Evidence]:
     """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last."""
     pts = s.points
-    chosen = [pts[0], pts[len(pts) // 2], pts[-1]][:EVIDENCE_POINTS] if len(pts) >= 3 else pts
-    if collapsed_to_zero(s):
-        first_zero = _zero_tail([p.value for p in pts])
+    if collapsed:
+        first_zero = _zero_tail(s.values)
         chosen = [pts[first_zero - 1], pts[first_zero], pts[-1]]
+    else:
+        chosen = [pts[0], pts[len(pts) // 2], pts[-1]][:EVIDENCE_POINTS] if len(pts) >= 3 else pts
     return [Evidence(p.line.path, p.line.lineno, shorten(inert(collapse_carriage_returns(p.line.raw)), 500))
             for p in chosen]
 
@@ -195,15 +197,16 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     else:
         return
     lead = flat[0]
+    collapsed = code == COLLAPSE_RULE
     finding = Finding(
         rule=rule.code, name=rule.slug, title=rule.title, category=rule.category, phase="training",
         severity="error", role="root", confidence=rule.confidence, count=len(lead.points),
-        first_line=lead.points[0].line.lineno, evidence=_evidence(lead), explanation=rule.explanation,
+        first_line=lead.points[0].line.lineno, evidence=_evidence(lead, collapsed), explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
         facts={"series": lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
                "loss_max": max(lead.values)},
     )
-    finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s) for s in flat) + "."
+    finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s, collapsed) for s in flat) + "."
     explained = _explainer(report.findings, catalogue, code)
     if explained is not None:
         why, why_rule = explained
