@@ -43,14 +43,12 @@ def _payload(paths: list[str], report: Report) -> dict[str, Any]:
 
 
 def run(args: Any) -> int:
-    paths = list(args.paths)
-    from diagnose.present.output import hint_if_stdin_is_a_terminal
+    from diagnose.present.output import hint_if_stdin_is_a_terminal, output_stream
 
-    hint_if_stdin_is_a_terminal(list(args.paths))
+    paths = list(args.paths)
+    hint_if_stdin_is_a_terminal(paths)
     report = _verified(paths, getattr(args, "config", None), getattr(args, "bridge_version", None),
                        bool(getattr(args, "strict", False)), getattr(args, "rules", None))
-    from diagnose.present.output import output_stream
-
     out_path = getattr(args, "output", None)
     with output_stream(out_path) as fh:
         if getattr(args, "format", "text") == "json":
