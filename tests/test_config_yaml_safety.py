@@ -68,3 +68,23 @@ def test_a_large_document_with_a_syntax_error_is_refused_on_libyaml_words_withou
         safe_load(text, "big.yaml")
     message = str(err.value)
     assert message.startswith("big.yaml is not valid YAML at line 20002: ") and "\n" not in message
+
+
+def test_a_large_document_with_an_undefined_alias_is_refused_on_libyaml_words_too(monkeypatch):
+    # the same bound for an error libyaml's composer finds after its events parsed (an alias to no anchor)
+    from diagnose.explain.config import safe_yaml
+
+    if safe_yaml.InertCSafeLoader is None:
+        pytest.skip("PyYAML without libyaml: the pure-Python parser is the only one")
+
+    class NoPurePass:
+        def __init__(self, *_a: object) -> None:
+            raise AssertionError("the pure-Python parser ran")
+
+    monkeypatch.setattr(safe_yaml, "InertSafeLoader", NoPurePass)
+    rows = [f"key_{i}: value_{i}" for i in range(20000)]
+    text = "\n".join(rows + ["x: *nowhere"]) + "\n"
+    assert len(text) > safe_yaml.PURE_WORDING_MAX_BYTES
+    with pytest.raises(DiagnoseError) as err:
+        safe_load(text, "big.yaml")
+    assert str(err.value).startswith("big.yaml is not valid YAML at line 20001: ")
