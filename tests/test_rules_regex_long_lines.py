@@ -9,10 +9,14 @@ import pytest
 import regex
 
 from diagnose.match import load_catalogue
+from diagnose.match.anchors import MAX_LINE_BYTES
 from diagnose.match.compiled import REGEX_TIMEOUT_S
 
 CATALOGUE = load_catalogue()
 N = 100_000
+# a dotted run as long as the engine reads of one line: the exception-name prefix `(?:name\.)*` backtracked through
+# every segment (2 s at this length, past the engine's limit); bounded to 16 segments it is refused at once
+DOTTED = ["a." * (MAX_LINE_BYTES // 2 - 8) + "b Error", "a." * (MAX_LINE_BYTES // 2 - 8) + "Error: x"]
 
 LINES = {
     "CV240": ["a" * N + ".py: error: unrecognized arguments: --x",
@@ -22,6 +26,9 @@ LINES = {
     "CV101": ["a" * N + ".py: error: unrecognized arguments: "],
     "EC170": ["a." * (N // 2) + ": Caught X in replica 1 on device ",
               "a" * N + ": Caught X in replica 1 on device "],
+    "PY001": DOTTED,
+    "EC002": DOTTED,
+    "EC160": DOTTED,
 }
 
 

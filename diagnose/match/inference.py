@@ -22,7 +22,7 @@ from diagnose.match.rules import Inference
 # pytest shows the exception on lines starting with "E   " (its failure report): the type follows that margin
 _MARGIN = r"^(?:E {2,})?"
 _EXC_TYPE = regex.compile(
-    _MARGIN + r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
+    _MARGIN + r"((?:[A-Za-z_]\w*\.){0,16}[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
 )
 _AFTER_MARGIN = regex.compile(_MARGIN)
 _LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
