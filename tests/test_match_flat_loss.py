@@ -231,9 +231,42 @@ def test_a_long_collapsed_series_is_summarised_in_one_pass():
     previous = signal.signal(signal.SIGALRM, _hang)
     signal.alarm(20)
     try:
-        assert flat_loss.collapsed_to_zero(series) and len(flat_loss._evidence(series, True)) == 3
-        assert "the last 100000 of 200000 logged steps" in flat_loss._summary(series, True)
+        assert flat_loss.collapsed_to_zero(series) and len(flat_loss._evidence(series, flat_loss.COLLAPSE_RULE)) == 3
+        assert "the last 100000 of 200000 logged steps" in flat_loss._summary(series, flat_loss.COLLAPSE_RULE)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
 
+
+
+DIVERGING = [10.12, 8.95, 8.41, 8.13, 8.02, 7.98, 8.06, 7.97, 8.21, 8.09, 8.44, 8.17, 8.73, 8.58, 9.12, 9.46, 9.81]
+
+
+def test_a_loss_that_fell_then_climbed_back_above_its_best_level_diverged():
+    f = _root(_hf(DIVERGING))
+    assert f is not None and f.rule == "NU022" and f.category == "numerics" and f.phase == "training"
+    # the first step, the lowest before the last block, the last step
+    assert [e.text.split(",")[0] for e in f.evidence] == ["{'loss': 10.12", "{'loss': 7.97", "{'loss': 9.81"]
+    assert "the last value is 9.81" in f.explanation
+
+
+def test_noise_a_low_objective_or_a_rise_that_came_back_is_no_divergence():
+    # as noisy as a per-batch loss can be: the last block's steps are not all above the best block's
+    noisy = [5.97, 3.90, 3.17, 4.01, 3.00, 4.52, 5.82, 4.83, 4.77, 4.56, 3.75, 3.87, 3.85, 2.40, 4.01, 4.45, 2.06, 3.62,
+             4.93, 4.53, 4.58, 5.00]
+    assert _root(_hf(noisy)) is None
+    assert _root(_hf([v / 20 for v in DIVERGING])) is None  # best level 0.4: an objective near 0 has no scale
+    assert _root(_hf(DIVERGING[:-4] + [8.1, 8.0, 7.9, 7.95])) is None  # it rose, then fell back: a spike
+    assert _root(_hf(DIVERGING[:11])) is None  # too few steps for blocks of two
+
+
+def test_the_trainers_end_of_run_mean_loss_is_not_a_step():
+    # the Hugging Face Trainer ends with the MEAN loss of the run (its summary dict and its metrics table), above the
+    # last steps' loss of any run that learned: read as steps, a clean run's curve would climb back at its end
+    learned = [1.4817, 1.1204, 0.9935, 0.8812, 0.8207, 0.7931, 0.7412, 0.7044, 0.6938, 0.6871]
+    summary = ["{'train_runtime': 1042.9, 'train_samples_per_second': 3.1, 'train_steps_per_second': 0.1, "
+               "'train_loss': 0.8917, 'epoch': 3.0}", "  train_loss               =     0.8917"]
+    assert _root(_hf(learned) + summary) is None
+    from diagnose.normalize.loss_series import losses_of
+    assert losses_of(summary[0]) == [] and losses_of(summary[1]) == []
+    assert losses_of("{'loss': 0.6871, 'learning_rate': 3.6e-06, 'epoch': 2.94}") == [("train", 0.6871, "0.6871")]

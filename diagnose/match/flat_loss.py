@@ -22,6 +22,14 @@ exactly 0 at every logged step to the end (2.99, 0.0, 0.0, ...). No measured los
 exactly 0; the steps go on, but what the trainer prints is no loss any more (half-precision overflow, every target
 masked). It is read before the flat readings, which leave a falling series alone.
 
+A fourth reading has its rule too (``DIVERGED_RULE``): a train loss that fell and then climbed back, well above the
+best level it had reached, and ended there (8.0 at its best, 9.8 at the end). A person reads the curve in blocks, not
+points (one lucky batch is not a level): the series is cut into ``DIVERGED_BLOCKS`` consecutive blocks, and the
+median of the last block stands at least ``DIVERGED_RISE`` above the lowest block median (the best level), every step
+of the last block above every step of the best block (above the noise), the best level came after a first logged
+value at least ``FALLING`` higher (it had learned) and is at least ``DIVERGED_MIN_LEVEL`` (an RL objective near 0 has
+no relative scale).
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -42,6 +50,11 @@ from diagnose.normalize.loss_series import LossSeries, series_of
 
 FLAT_RULE = "NU020"
 COLLAPSE_RULE = "NU021"
+DIVERGED_RULE = "NU022"
+DIVERGED_BLOCKS = 6  # the series is read as this many consecutive blocks, each summed up by its median
+DIVERGED_RISE = 0.15  # last block median over the best one; dev clean logs: 0.02 at most where the blocks separate
+DIVERGED_MIN_LEVEL = 0.5
+DIVERGED_MIN_POINTS = 2 * DIVERGED_BLOCKS  # at least two logged steps a block: one value is no level
 MIN_ZERO_TAIL = 8  # logged train losses of exactly 0 at the end of the series (dev's clean logs: at most 0)
 MIN_TRAIN_POINTS = 10
 MAX_TRAIN_RANGE = 0.005  # (max - min) / median of the train loss; dev's clean logs: 0.038 and up
@@ -129,6 +142,29 @@ def flat_series(series: list[LossSeries]) -> list[LossSeries]:
     return []
 
 
+def _blocks(values: list[float]) -> list[list[float]]:
+    """``DIVERGED_BLOCKS`` consecutive blocks of the series: equal ones, the first taking the rest, so the last block
+    is the series' latest steps only."""
+    size = len(values) // DIVERGED_BLOCKS
+    first = len(values) - size * (DIVERGED_BLOCKS - 1)
+    bounds = [0] + [first + i * size for i in range(DIVERGED_BLOCKS)]
+    return [values[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def diverged(s: LossSeries) -> bool:
+    """Did this train loss fall, then climb back well above its best level and end there?"""
+    values = s.values
+    if s.kind != "train" or len(values) < DIVERGED_MIN_POINTS or len(set(values)) < MIN_DISTINCT:
+        return False
+    blocks = _blocks(values)
+    medians = [statistics.median(b) for b in blocks]
+    best = min(range(len(blocks) - 1), key=medians.__getitem__)
+    level = medians[best]
+    # above the noise too: every step of the last block is above every step of the best block
+    return (level >= DIVERGED_MIN_LEVEL and values[0] >= level * (1 + FALLING)
+            and medians[-1] >= level * (1 + DIVERGED_RISE) and min(blocks[-1]) > max(blocks[best]))
+
+
 def _zero_tail(values: list[float]) -> int:
     """The index where the run of exact zeros that ends the series starts (``len(values)`` when it ends otherwise)."""
     start = len(values)
@@ -146,10 +182,15 @@ def collapsed_to_zero(s: LossSeries) -> bool:
     return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
 
 
-def _summary(s: LossSeries, collapsed: bool) -> str:
-    """What the series shows, in words; ``collapsed``: it was read as a collapse (NU021), not as flat."""
+def _summary(s: LossSeries, code: str) -> str:
+    """What the series shows, in words, as the reading ``code`` found it."""
     values = s.values
-    if collapsed:
+    if code == DIVERGED_RULE:
+        medians = [statistics.median(b) for b in _blocks(values)]
+        return (f"the train loss fell from {values[0]:g} to a best level of about {min(medians[:-1]):g}, then climbed "
+                f"back to about {medians[-1]:g} over the last {len(values) // DIVERGED_BLOCKS} of {len(values)} "
+                f"logged steps (medians of blocks of steps); the last value is {values[-1]:g}")
+    if code == COLLAPSE_RULE:
         zeros = len(values) - _zero_tail(values)
         return (f"the train loss was {values[0]:g} at its first logged step, then exactly 0 at each of the last "
                 f"{zeros} of {len(values)} logged steps")
@@ -159,10 +200,16 @@ def _summary(s: LossSeries, collapsed: bool) -> str:
             f"(range {100 * (max(values) - min(values)) / statistics.median(values):.2f} % of the level)")
 
 
-def _evidence(s: LossSeries, collapsed: bool) -> list[Evidence]:
-    """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last."""
+def _evidence(s: LossSeries, code: str) -> list[Evidence]:
+    """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last; for a
+    divergence, the first, the lowest before the last block and the last."""
     pts = s.points
-    if collapsed:
+    if code == DIVERGED_RULE:
+        size = len(pts) // DIVERGED_BLOCKS
+        head = s.values[:len(pts) - size]
+        low = head.index(min(head))
+        chosen = [pts[0], pts[low], pts[-1]]
+    elif code == COLLAPSE_RULE:
         first_zero = _zero_tail(s.values)
         chosen = [pts[first_zero - 1], pts[first_zero], pts[-1]]
     else:
@@ -185,28 +232,32 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     if report.root_cause is not None:
         return
     series = series_of(blocks)
-    # the collapse first (a falling series is not flat), each reading only where the catalogue has its rule: a
-    # catalogue without NU021 still gets NU020's reading
-    for code in (COLLAPSE_RULE, FLAT_RULE):
+    # the collapse first, then a divergence (a falling series is not flat), each reading only where the catalogue has
+    # its rule: a catalogue without NU021 or NU022 still gets NU020's reading
+    for code in (COLLAPSE_RULE, DIVERGED_RULE, FLAT_RULE):
         rule = catalogue.by_code(code)
         if rule is None or rule.input != "loss_series":
             continue
-        flat = [s for s in series if collapsed_to_zero(s)] if code == COLLAPSE_RULE else flat_series(series)
+        if code == COLLAPSE_RULE:
+            flat = [s for s in series if collapsed_to_zero(s)]
+        elif code == DIVERGED_RULE:
+            flat = [s for s in series if diverged(s)]
+        else:
+            flat = flat_series(series)
         if flat:
             break
     else:
         return
     lead = flat[0]
-    collapsed = code == COLLAPSE_RULE
     finding = Finding(
         rule=rule.code, name=rule.slug, title=rule.title, category=rule.category, phase="training",
         severity="error", role="root", confidence=rule.confidence, count=len(lead.points),
-        first_line=lead.points[0].line.lineno, evidence=_evidence(lead, collapsed), explanation=rule.explanation,
+        first_line=lead.points[0].line.lineno, evidence=_evidence(lead, code), explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
         facts={"series": lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
                "loss_max": max(lead.values)},
     )
-    finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s, collapsed) for s in flat) + "."
+    finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s, code) for s in flat) + "."
     explained = _explainer(report.findings, catalogue, code)
     if explained is not None:
         why, why_rule = explained

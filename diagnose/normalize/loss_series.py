@@ -37,6 +37,10 @@ _LOSS = re.compile(
     re.IGNORECASE,
 )
 _EVAL = re.compile(rf"^(?:{_EVAL_NAMES})$", re.IGNORECASE)
+# a run's summary, not a step: the Hugging Face Trainer's end-of-training metrics (the dict with ``train_runtime``,
+# and its ``log_metrics`` table row ``  train_loss = 0.8917``) give the MEAN loss over the whole run, which lies above
+# the last steps' loss of any run that learned
+_RUN_SUMMARY = re.compile(r"'train_runtime'|^\s*train_loss\s+=\s")
 # Megatron's validation line names the loss "lm loss value" after "validation loss at iteration N |": the train-loss
 # name inside it is the eval's
 _VALIDATION_LINE = re.compile(r"validation loss at", re.IGNORECASE)
@@ -74,6 +78,8 @@ class LossSeries:
 
 def losses_of(text: str) -> list[tuple[str, float, str]]:
     """``(kind, value, value as printed)`` of each loss on a line, kind "train" or "eval"."""
+    if _RUN_SUMMARY.search(text):
+        return []
     out = []
     validation = _VALIDATION_LINE.search(text) is not None
     for m in _LOSS.finditer(text):
