@@ -27,6 +27,8 @@ LINES = {
     "CV101": ["a" * N + ".py: error: unrecognized arguments: "],
     "EC170": ["a." * (N // 2) + ": Caught X in replica 1 on device ",
               "a" * N + ": Caught X in replica 1 on device "],
+    # torch's short NCCL error form: a lazy reason before \s*$ rescanned the blanks from every position
+    "PY006": ["RuntimeError: NCCL Error 3: internal error" + " " * N + "(x", "NCCL Error 5: invalid usage" + " " * N + "(x"],
     # every rule whose exception-name prefix is bounded (test_every_exception_name_prefix_is_covered keeps this
     # list whole), each with lines carrying its own anchors and margin
     "PY001": DOTTED,
