@@ -16,7 +16,8 @@ CATALOGUE = load_catalogue()
 N = 100_000
 # a dotted run as long as the engine reads of one line: the exception-name prefix `(?:name\.)*` backtracked through
 # every segment (2 s at this length, past the engine's limit); bounded to 16 segments it is refused at once
-DOTTED = ["a." * (MAX_LINE_BYTES // 2 - 8) + "b Error", "a." * (MAX_LINE_BYTES // 2 - 8) + "Error: x"]
+RUN = "a." * (MAX_LINE_BYTES // 2 - 16)
+DOTTED = [RUN + "b Error", RUN + "Error: x"]
 
 LINES = {
     "CV240": ["a" * N + ".py: error: unrecognized arguments: --x",
@@ -26,10 +27,21 @@ LINES = {
     "CV101": ["a" * N + ".py: error: unrecognized arguments: "],
     "EC170": ["a." * (N // 2) + ": Caught X in replica 1 on device ",
               "a" * N + ": Caught X in replica 1 on device "],
+    # torch's short NCCL error form: a lazy reason before \s*$ rescanned the blanks from every position
+    "PY006": ["RuntimeError: NCCL Error 3: internal error" + " " * N + "(x", "NCCL Error 5: invalid usage" + " " * N + "(x"],
+    # every rule whose exception-name prefix is bounded (test_every_exception_name_prefix_is_covered keeps this
+    # list whole), each with lines carrying its own anchors and margin
     "PY001": DOTTED,
     "EC002": DOTTED,
-    "EC160": DOTTED,
+    "EC160": DOTTED + [RUN + "b Exception"],
+    "PY010": [RUN + "errors.b x", RUN + "exceptions.b x", RUN + "exc.b x"],
+    "PY011": ["  " + RUN + "b Error", "  " + RUN + "b Exception"],
+    "PY050": [RUN + "b Error(x)", RUN + "b Exception(x)"],
+    "PY012": [RUN + "b ModuleNotFoundError", RUN + "b ImportError"],
+    "PY140": ["E   " + RUN + "b Error", "E   " + RUN + "b Exception"],
+    "EC141": [RUN + "b ActorError: A remote actor call has failed"],
 }
+_PREFIX = r"(?:[A-Za-z_]\w*\.){"
 
 
 @pytest.mark.parametrize("code", sorted(LINES))
@@ -37,11 +49,39 @@ def test_a_100_kb_line_that_does_not_match_is_refused_inside_the_engines_limit(c
     rule = CATALOGUE.by_code(code)
     assert rule is not None
     for line in LINES[code]:
+        searched = 0
         for p in rule.patterns:
             if p.anchor not in line:
                 continue
+            searched += 1
             try:
                 found = regex.search(p.regex, line, timeout=REGEX_TIMEOUT_S)
             except TimeoutError:
                 pytest.fail(f"{code}: the engine would drop this rule on a 100 KB line: {p.regex}")
             assert found is None, (code, p.regex)
+        # a line that carries none of the rule's anchors tests nothing
+        assert searched, (code, line[-60:])
+
+
+def test_every_exception_name_prefix_is_covered():
+    """A new rule that reads a dotted exception name gets a long line here too."""
+    with_prefix = {r.code for r in CATALOGUE.rules if any(_PREFIX in p.regex for p in r.patterns)}
+    assert with_prefix <= set(LINES), sorted(with_prefix - set(LINES))
+
+
+def test_the_other_exception_name_readers_refuse_a_long_dotted_line_inside_the_limit():
+    """PY013's traceback_ends_with and inference's type reader carry the same prefix; the bound still reads a real
+    name (torchrun's five-segment ChildFailedError)."""
+    from diagnose.match.inference import _EXC_TYPE
+
+    ends_with = CATALOGUE.by_code("PY013").context.traceback_ends_with
+    assert _PREFIX in ends_with and _PREFIX in _EXC_TYPE.pattern
+    for line in DOTTED + [RUN + "b"]:
+        for pattern in (ends_with, _EXC_TYPE.pattern):
+            try:
+                regex.search(pattern, line, timeout=REGEX_TIMEOUT_S)
+            except TimeoutError:
+                pytest.fail(f"a 256 KiB dotted line outlasts the engine's limit: {pattern}")
+    real = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+    found = _EXC_TYPE.match(real + ": x")
+    assert found is not None and found.group(1) == real
