@@ -270,3 +270,14 @@ def test_the_trainers_end_of_run_mean_loss_is_not_a_step():
     from diagnose.normalize.loss_series import losses_of
     assert losses_of(summary[0]) == [] and losses_of(summary[1]) == []
     assert losses_of("{'loss': 0.6871, 'learning_rate': 3.6e-06, 'epoch': 2.94}") == [("train", 0.6871, "0.6871")]
+
+
+def test_the_same_loss_for_every_epoch_to_four_digits_is_a_run_that_learned_nothing():
+    # an epoch's loss is a mean over the whole data: five epochs printing 0.6931 is a model whose weights never moved
+    epochs = [f"epoch {i}: train_loss 0.6931 eval {{'accuracy': 0.6838235294117647}}" for i in range(5)]
+    f = _root(epochs)
+    assert f is not None and f.rule == "NU020" and f.category == "numerics"
+    # a step's dict carries a fractional epoch: identical steps may be a template, they say nothing on their own
+    assert _root([f"{{'loss': 0.6931, 'learning_rate': 5e-05, 'epoch': {0.01 * (i + 1):.2f}}}" for i in range(5)]) is None
+    assert _root([f"epoch {i}: train_loss 0.69" for i in range(5)]) is None  # two digits repeat by rounding
+    assert _root([f"epoch {i}: train_loss 0.6931" for i in range(2)]) is None  # two epochs are too few

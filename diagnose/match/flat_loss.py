@@ -7,7 +7,7 @@ same level. The optimizer is not updating the weights the forward pass uses (it 
 does: created before FSDP flattened the parameters; frozen or detached parameters; a learning rate of 0), and the
 run's exit status says nothing about it.
 
-Two readings, either fires (thresholds from dev's clean logs, none of which fires, and its flat-loss failures):
+Three readings, any fires (thresholds from dev's clean logs, none of which fires, and its flat-loss failures):
 
 * the train loss: at least ``MIN_TRAIN_POINTS`` distinct logged lines, the range of the values at most
   ``MAX_TRAIN_RANGE`` of their level (median), the level at least ``MIN_TRAIN_LEVEL`` (an untrained language model's;
@@ -15,7 +15,10 @@ Two readings, either fires (thresholds from dev's clean logs, none of which fire
   objective legitimately sits at 0), with noise in it (``MIN_DISTINCT`` values: a loss
   printed identically at every step is a template or a cached number, and then the file's losses say nothing);
 * the eval loss: at least ``MIN_EVAL_POINTS`` distinct evaluation lines printing the same value, printed to at least
-  ``MIN_EVAL_DIGITS`` significant digits (a coarse print can repeat by rounding), and no train series that falls.
+  ``MIN_EVAL_DIGITS`` significant digits (a coarse print can repeat by rounding), and no train series that falls;
+* the train loss of whole epochs: at least ``MIN_EVAL_POINTS`` lines that each report an epoch by its number, all
+  printing the same loss to at least ``MIN_EVAL_DIGITS`` digits (an epoch's mean over the data cannot repeat so if the
+  weights changed).
 
 A third reading has its own rule (``COLLAPSE_RULE``): a train loss that was measured above zero and then printed
 exactly 0 at every logged step to the end (2.99, 0.0, 0.0, ...). No measured loss of a model on real batches is
@@ -40,6 +43,7 @@ and fails nothing, the flat loss alone is numerics with a low confidence.
 from __future__ import annotations
 
 import copy
+import re
 import statistics
 
 from diagnose.inert import inert, shorten
@@ -116,6 +120,22 @@ def eval_flat(s: LossSeries) -> bool:
     return len({p.value for p in points}) == 1 and min(_digits(p.text) for p in points) >= MIN_EVAL_DIGITS
 
 
+# a line that reports a whole epoch by its number ("epoch 3: train_loss 0.6931", "Epoch 2/5 ..."), not a step's dict
+# that carries a fractional epoch ("'epoch': 0.03")
+_EPOCH_LINE = re.compile(r"(?i)\bepoch\b\W{0,3}\d+\b(?!\.\d)")
+
+
+def epochs_flat(s: LossSeries) -> bool:
+    """Did the train loss of every epoch print the same value to the last of at least ``MIN_EVAL_DIGITS`` digits?
+
+    An epoch's loss is the mean over a whole pass of the data: a model whose weights change cannot repeat it to four
+    digits epoch after epoch (a per-step loss printed identically may be a template; an epoch's mean is measured)."""
+    pts = s.points
+    return (s.kind == "train" and len(pts) >= MIN_EVAL_POINTS and len({p.text for p in pts}) == 1
+            and pts[0].value >= MIN_LEVEL and _digits(pts[0].text) >= MIN_EVAL_DIGITS
+            and all(_EPOCH_LINE.search(p.line.text) for p in pts))
+
+
 def _fell(s: LossSeries) -> bool:
     values = s.values
     return len(values) >= 2 and values[0] > 0 and (values[0] - values[-1]) / values[0] >= FALLING
@@ -134,9 +154,10 @@ def flat_series(series: list[LossSeries]) -> list[LossSeries]:
         by_path.setdefault(s.path, []).append(s)
     for group in by_path.values():
         train = [s for s in group if s.kind == "train"]
-        if any(_fell(s) or _constant(s) for s in train):
+        if any(_fell(s) or (_constant(s) and not epochs_flat(s)) for s in train):
             continue
-        flat = [s for s in train if train_flat(s)] + [s for s in group if s.kind == "eval" and eval_flat(s)]
+        flat = ([s for s in train if train_flat(s) or epochs_flat(s)]
+                + [s for s in group if s.kind == "eval" and eval_flat(s)])
         if flat:
             return flat
     return []
