@@ -20,12 +20,12 @@ Three readings, any fires (thresholds from dev's clean logs, none of which fires
   printing the same loss to at least ``MIN_EVAL_DIGITS`` digits (an epoch's mean over the data cannot repeat so if the
   weights changed).
 
-A third reading has its own rule (``COLLAPSE_RULE``): a train loss that was measured above zero and then printed
+A fourth reading has its own rule (``COLLAPSE_RULE``): a train loss that was measured above zero and then printed
 exactly 0 at every logged step to the end (2.99, 0.0, 0.0, ...). No measured loss of a model on real batches is
 exactly 0; the steps go on, but what the trainer prints is no loss any more (half-precision overflow, every target
 masked). It is read before the flat readings, which leave a falling series alone.
 
-A fourth reading has its rule too (``DIVERGED_RULE``): a train loss that fell and then climbed back, well above the
+A fifth has its rule too (``DIVERGED_RULE``): a train loss that fell and then climbed back, well above the
 best level it had reached, and ended there (8.0 at its best, 9.8 at the end). A person reads the curve in blocks, not
 points (one lucky batch is not a level): the series is cut into ``DIVERGED_BLOCKS`` consecutive blocks, and the
 median of the last block stands at least ``DIVERGED_RISE`` above the lowest block median (the best level), every step
