@@ -48,9 +48,8 @@ def test_target_keys_are_never_imported(tmp_path):
     assert "model._target_" not in view.values
 
 
-def test_a_large_document_with_a_syntax_error_is_refused_on_libyaml_words_without_a_second_parse(monkeypatch):
-    # qa-report-6: a 10 MB config with an error on its last line took 14 s, because the pure-Python parser was run
-    # again only to word the error; above PURE_WORDING_MAX_BYTES libyaml's own words (and line) are the message
+def _refused_without_a_pure_pass(monkeypatch, last_rows: list[str]) -> str:
+    """The error a 20,000-row document ending in ``last_rows`` gets, with the pure-Python parser made to fail if run."""
     from diagnose.explain.config import safe_yaml
 
     if safe_yaml.InertCSafeLoader is None:
@@ -62,29 +61,21 @@ def test_a_large_document_with_a_syntax_error_is_refused_on_libyaml_words_withou
 
     monkeypatch.setattr(safe_yaml, "InertSafeLoader", NoPurePass)
     rows = [f"key_{i}: value_{i}" for i in range(20000)]
-    text = "\n".join(rows + ["bad: [unclosed", "x: 1"]) + "\n"
+    text = "\n".join(rows + last_rows) + "\n"
     assert len(text) > safe_yaml.PURE_WORDING_MAX_BYTES
     with pytest.raises(DiagnoseError) as err:
         safe_load(text, "big.yaml")
-    message = str(err.value)
+    return str(err.value)
+
+
+def test_a_large_document_with_a_syntax_error_is_refused_on_libyaml_words_without_a_second_parse(monkeypatch):
+    # qa-report-6: a 10 MB config with an error on its last line took 14 s, because the pure-Python parser was run
+    # again only to word the error; above PURE_WORDING_MAX_BYTES libyaml's own words (and line) are the message
+    message = _refused_without_a_pure_pass(monkeypatch, ["bad: [unclosed", "x: 1"])
     assert message.startswith("big.yaml is not valid YAML at line 20002: ") and "\n" not in message
 
 
 def test_a_large_document_with_an_undefined_alias_is_refused_on_libyaml_words_too(monkeypatch):
     # the same bound for an error libyaml's composer finds after its events parsed (an alias to no anchor)
-    from diagnose.explain.config import safe_yaml
-
-    if safe_yaml.InertCSafeLoader is None:
-        pytest.skip("PyYAML without libyaml: the pure-Python parser is the only one")
-
-    class NoPurePass:
-        def __init__(self, *_a: object) -> None:
-            raise AssertionError("the pure-Python parser ran")
-
-    monkeypatch.setattr(safe_yaml, "InertSafeLoader", NoPurePass)
-    rows = [f"key_{i}: value_{i}" for i in range(20000)]
-    text = "\n".join(rows + ["x: *nowhere"]) + "\n"
-    assert len(text) > safe_yaml.PURE_WORDING_MAX_BYTES
-    with pytest.raises(DiagnoseError) as err:
-        safe_load(text, "big.yaml")
-    assert str(err.value).startswith("big.yaml is not valid YAML at line 20001: ")
+    message = _refused_without_a_pure_pass(monkeypatch, ["x: *nowhere"])
+    assert message.startswith("big.yaml is not valid YAML at line 20001: ")
