@@ -172,14 +172,19 @@ def _blocks(values: list[float]) -> list[list[float]]:
     return [values[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
+def _levels(values: list[float]) -> tuple[list[list[float]], list[float], int]:
+    """The blocks, their medians and the index of the best (lowest) block before the last one."""
+    blocks = _blocks(values)
+    medians = [statistics.median(b) for b in blocks]
+    return blocks, medians, min(range(len(blocks) - 1), key=medians.__getitem__)
+
+
 def diverged(s: LossSeries) -> bool:
     """Did this train loss fall, then climb back well above its best level and end there?"""
     values = s.values
     if s.kind != "train" or len(values) < DIVERGED_MIN_POINTS or len(set(values)) < MIN_DISTINCT:
         return False
-    blocks = _blocks(values)
-    medians = [statistics.median(b) for b in blocks]
-    best = min(range(len(blocks) - 1), key=medians.__getitem__)
+    blocks, medians, best = _levels(values)
     level = medians[best]
     # above the noise too: every step of the last block is above every step of the best block
     return (level >= DIVERGED_MIN_LEVEL and values[0] >= level * (1 + FALLING)
@@ -207,9 +212,9 @@ def _summary(s: LossSeries, code: str) -> str:
     """What the series shows, in words, as the reading ``code`` found it."""
     values = s.values
     if code == DIVERGED_RULE:
-        medians = [statistics.median(b) for b in _blocks(values)]
-        return (f"the train loss fell from {values[0]:g} to a best level of about {min(medians[:-1]):g}, then climbed "
-                f"back to about {medians[-1]:g} over the last {len(values) // DIVERGED_BLOCKS} of {len(values)} "
+        blocks, medians, best = _levels(values)
+        return (f"the train loss fell from {values[0]:g} to a best level of about {medians[best]:g}, then climbed "
+                f"back to about {medians[-1]:g} over the last {len(blocks[-1])} of {len(values)} "
                 f"logged steps (medians of blocks of steps); the last value is {values[-1]:g}")
     if code == COLLAPSE_RULE:
         zeros = len(values) - _zero_tail(values)
@@ -226,8 +231,7 @@ def _evidence(s: LossSeries, code: str) -> list[Evidence]:
     divergence, the first, the lowest before the last block and the last."""
     pts = s.points
     if code == DIVERGED_RULE:
-        size = len(pts) // DIVERGED_BLOCKS
-        head = s.values[:len(pts) - size]
+        head = s.values[:len(pts) - len(_blocks(s.values)[-1])]
         low = head.index(min(head))
         chosen = [pts[0], pts[low], pts[-1]]
     elif code == COLLAPSE_RULE:
