@@ -197,6 +197,10 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 window = raw_lines[max(0, i - ctx.before_window) : i]
                 if not any(n.encode() in b for b in window for n in ctx.before_any):
                     continue
+            if ctx.also_before_any:
+                window = raw_lines[max(0, i - ctx.before_window) : i]
+                if not any(n.encode() in b for b in window for n in ctx.also_before_any):
+                    continue
             if ctx.after_none and any(n.encode() in b for b in raw_lines[i + 1 :] for n in ctx.after_none):
                 continue
             if ctx.none_anywhere and any(n.encode() in b for b in raw_lines for n in ctx.none_anywhere):

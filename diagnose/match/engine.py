@@ -404,6 +404,9 @@ class Matcher:
                 if ctx.before_any and not self._before_any(reader, start, ctx.before_any, ctx.before_window,
                                                                 lineno):
                     continue
+                if ctx.also_before_any and not self._before_any(reader, start, ctx.also_before_any,
+                                                                     ctx.before_window, lineno):
+                    continue
                 if ctx.after_none and self._after_any(reader, start, ctx.after_none):
                     continue
                 if ctx.none_anywhere and self._last_of(reader, ctx.none_anywhere) != -1:

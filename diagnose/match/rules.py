@@ -19,7 +19,7 @@ while the steps advanced), and their examples are logs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,9 @@ class Context:
     frames_none: list[str] = field(default_factory=list)  # ... and none containing these
     before_any: list[str] = field(default_factory=list)  # a line of the same input before it contains one
     before_window: int = 200  # how many lines back before_any looks
+    # and a line within the same window also contains one of these: a second earlier fact both must hold (CK016: a
+    # restart, and a checkpoint saved before it: only then did the restart lose saved progress)
+    also_before_any: list[str] = field(default_factory=list)
     # the name of a capture listing options a parser refused: the rule applies when the log shows the command line
     # that started the program (the ``prog`` capture followed by options) and none of those options is on it
     not_on_command_line: str = ""
@@ -504,6 +507,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     ctx_raw = raw.get("context", {})
     if not isinstance(ctx_raw, dict):
         raise ValueError("'context' must be a table")
+    unknown = sorted(set(ctx_raw) - {f.name for f in fields(Context)})
+    if unknown:  # a misspelt condition would otherwise be dropped in silence and the rule fire without it
+        raise ValueError(f"unknown context condition(s): {', '.join(unknown)}")
     window = ctx_raw.get("before_window", 200)
     if not isinstance(window, int) or not 1 <= window <= 5000:
         raise ValueError("context.before_window must be an integer in [1, 5000]")
@@ -512,6 +518,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         frames_none=str_list(ctx_raw, "frames_none"),
         before_any=str_list(ctx_raw, "before_any"),
         before_window=window,
+        also_before_any=str_list(ctx_raw, "also_before_any"),
         not_on_command_line=optional(ctx_raw, "not_on_command_line", str, ""),
         pinned_on_command_line=optional(ctx_raw, "pinned_on_command_line", str, ""),
         config_hidden_by_launcher=_optional_bool(ctx_raw, "config_hidden_by_launcher"),

@@ -33,6 +33,7 @@ CONTEXT_MEANING = {
     "frames_none": "and no frame containing one of these",
     "before_any": "a line of the same input before it contains one of these",
     "before_window": "how many lines back before_any looks",
+    "also_before_any": "and a line within the same window also contains one of these",
     "not_on_command_line": "the command line that ran the program has none of the options in this capture",
     "pinned_on_command_line": "the command line that typed the option in this capture runs a version-tagged image",
     "config_hidden_by_launcher": "the launcher's own rank option hid the lone config file from the script (true), "
