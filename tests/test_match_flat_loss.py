@@ -206,7 +206,7 @@ def test_a_loss_that_fell_to_exactly_zero_and_stayed_is_a_collapse_not_learning(
 
 
 def test_zero_losses_that_did_not_follow_a_measured_one_or_did_not_last_are_no_collapse():
-    assert _root(_hf([0.0] * 14)) is None  # an RL objective may sit at 0 from the start
+    assert _root(_hf([0.0] * 14)).rule == "NU024"  # 0 from the start is no collapse: its own reading (below)
     assert _root(_hf([2.99] + [0.0] * 5)) is None  # too few logged steps at 0
     assert _root(_hf([2.99] + [0.0] * 10 + [0.41])) is None  # it came back: a print, not a collapse
     assert _root(_hf([2.99 * 0.9 ** i for i in range(14)])) is None
@@ -281,3 +281,18 @@ def test_the_same_loss_for_every_epoch_to_four_digits_is_a_run_that_learned_noth
     assert _root([f"{{'loss': 0.6931, 'learning_rate': 5e-05, 'epoch': {0.01 * (i + 1):.2f}}}" for i in range(5)]) is None
     assert _root([f"epoch {i}: train_loss 0.69" for i in range(5)]) is None  # two digits repeat by rounding
     assert _root([f"epoch {i}: train_loss 0.6931" for i in range(2)]) is None  # two epochs are too few
+
+
+def test_a_loss_of_exactly_zero_from_the_first_step_is_no_measurement():
+    f = _root([f"steps: {10 * (i + 1)} loss: 0.0000 iter time (s): 0.630 samples/sec: 26.500" for i in range(12)])
+    assert f is not None and (f.rule, f.category, f.phase) == ("NU024", "numerics", "training")
+    assert f.confidence < 0.5 and "exactly 0 at each of its 12 logged steps, from the first" in f.explanation
+
+
+def test_zeros_beside_a_reward_or_too_few_are_not_read_as_no_measurement():
+    # an RL objective can sit at 0 (GRPO without a KL term): its trainer logs the reward on the same line
+    rl = [f"{{'loss': 0.0, 'grad_norm': 0.0, 'reward': {0.2 + 0.01 * i:.2f}, 'epoch': {0.01 * (i + 1):.2f}}}"
+          for i in range(14)]
+    assert _root(rl) is None
+    assert _root(_hf([0.0] * 5)) is None  # too few logged steps to say
+    assert _root(_hf([0.0] * 10 + [0.41])) is None  # a measured loss came: not 0 throughout

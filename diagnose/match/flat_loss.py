@@ -33,6 +33,12 @@ of the last block above every step of the best block (above the noise), the best
 value at least ``FALLING`` higher (it had learned) and is at least ``DIVERGED_MIN_LEVEL`` (an RL objective near 0 has
 no relative scale).
 
+A sixth has its rule (``ZERO_RULE``): a train loss printed as exactly 0 at every one of at least ``MIN_ZERO_TAIL``
+logged steps from the first. No loss of a model on real batches is exactly 0 from the start: the trainer reports no
+measurement (a loss aggregated wrongly, every target masked, a forward pass that returned nothing). A
+reinforcement-learning objective can legitimately print 0 at every step (GRPO with no KL term), so a series whose
+lines also log a reward is left alone.
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -54,6 +60,9 @@ from diagnose.normalize.loss_series import LossSeries, series_of
 
 FLAT_RULE = "NU020"
 COLLAPSE_RULE = "NU021"
+ZERO_RULE = "NU024"
+# an RL trainer's step line logs its reward beside the loss (TRL's 'reward', 'rewards/...'; verl's critic/rewards)
+_REWARD = re.compile(r"reward", re.IGNORECASE)
 DIVERGED_RULE = "NU022"
 DIVERGED_BLOCKS = 6  # the series is read as this many consecutive blocks, each summed up by its median
 DIVERGED_RISE = 0.15  # last block median over the best one; dev clean logs: 0.02 at most where the blocks separate
@@ -208,6 +217,12 @@ def collapsed_to_zero(s: LossSeries) -> bool:
     return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
 
 
+def zero_throughout(s: LossSeries) -> bool:
+    """Was this train loss printed as exactly 0 at every logged step, from the first, in a trainer logging no reward?"""
+    return (s.kind == "train" and len(s.points) >= MIN_ZERO_TAIL and all(v == 0.0 for v in s.values)
+            and not any(_REWARD.search(p.line.text) for p in s.points))
+
+
 def _summary(s: LossSeries, code: str) -> str:
     """What the series shows, in words, as the reading ``code`` found it."""
     values = s.values
@@ -220,6 +235,8 @@ def _summary(s: LossSeries, code: str) -> str:
         zeros = len(values) - _zero_tail(values)
         return (f"the train loss was {values[0]:g} at its first logged step, then exactly 0 at each of the last "
                 f"{zeros} of {len(values)} logged steps")
+    if code == ZERO_RULE:
+        return f"the train loss was exactly 0 at each of its {len(values)} logged steps, from the first"
     if s.kind == "eval":
         return f"{len(values)} evaluations all printed eval loss {s.points[0].text}"
     return (f"{len(values)} logged train losses stayed between {min(values):g} and {max(values):g} "
@@ -257,14 +274,16 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     if report.root_cause is not None:
         return
     series = series_of(blocks)
-    # the collapse first, then a divergence (a falling series is not flat), each reading only where the catalogue has
-    # its rule: a catalogue without NU021 or NU022 still gets NU020's reading
-    for code in (COLLAPSE_RULE, DIVERGED_RULE, FLAT_RULE):
+    # the collapse first, then a loss of 0 throughout, then a divergence (a falling series is not flat), each reading
+    # only where the catalogue has its rule: a catalogue without NU021, NU024 or NU022 still gets NU020's reading
+    for code in (COLLAPSE_RULE, ZERO_RULE, DIVERGED_RULE, FLAT_RULE):
         rule = catalogue.by_code(code)
         if rule is None or rule.input != "loss_series":
             continue
         if code == COLLAPSE_RULE:
             flat = [s for s in series if collapsed_to_zero(s)]
+        elif code == ZERO_RULE:
+            flat = [s for s in series if zero_throughout(s)]
         elif code == DIVERGED_RULE:
             flat = [s for s in series if diverged(s)]
         else:
