@@ -60,6 +60,7 @@ class CapacityFit:
     notes: list[str] = field(default_factory=list)
     fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
     layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
+    reason: str = ""  # fragmentation: why the allocator setting fits, as the OOM's numbers say (not in JSON)
 
     @property
     def more_gpus(self) -> bool:
@@ -125,7 +126,8 @@ class ReplayResult:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
             peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
-                    if fit.peak_bytes else "the reserved-but-unallocated memory would have served the request")
+                    if fit.peak_bytes else fit.reason or "the reserved-but-unallocated memory would have served "
+                    "the request")
             return f"{valid} and fits: {gpus}{peak}"
         if self.fits is False and fit is not None:
             need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
@@ -192,6 +194,7 @@ class VerifyResult:
     checkpoint_format: str | None = None
     release: str = ""
     strict: bool = False
+    megatron_fsdp_run: bool = False  # the log shows a Megatron FSDP run (wrapper line, or FSDP asked for): not in JSON
 
     @property
     def passes(self) -> bool:
