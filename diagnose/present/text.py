@@ -110,7 +110,7 @@ def wrap_paragraphs(text: str, width: int, indent: str) -> list[str]:
             out.extend(indent + ln for ln in lines)
         else:
             out.extend(textwrap.wrap(" ".join(ln.strip() for ln in lines), max(40, width - 1),
-                                     initial_indent=indent, subsequent_indent=indent) or [""])
+                                     initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False) or [""])
         out.append("")
     while out and not out[-1]:
         out.pop()
@@ -371,8 +371,8 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = 
             out.extend(command_text(f"{indent}  ", inert(line)) for line in yaml_text(fix.overrides).splitlines())
     out.extend(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold") for e in fix.env)
     for step in fix.steps:
-        out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
-                                                        initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))
+        out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1), initial_indent=f"{indent}- ",
+                                                        subsequent_indent=f"{indent}  ", break_on_hyphens=False))
     return out
 
 
@@ -391,13 +391,14 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if f.basis == "inferred" and f.basis_detail:
         parts.extend(Text(line, style="dim") for line in textwrap.wrap(
             inert("category from " + f.basis_detail), max(40, width - 1),
-            initial_indent="  ", subsequent_indent="    "))
+            initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
     # the odd ranks of an NCCL hang (silent, desynchronised, behind) are the headline: shown here even when the
     # explanation repeats them further down
     silent, skew = silent_line(f, root), skew_line(f)
     for odd in (x for x in (silent, skew) if x):
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
-            inert(odd[0].upper() + odd[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
+            inert(odd[0].upper() + odd[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  ",
+            break_on_hyphens=False))
     if f.evidence:
         parts.extend(_evidence(f))
     if verbose:
