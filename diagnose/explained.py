@@ -139,6 +139,8 @@ class ReplayResult:
 
     def _shown(self) -> str:
         cli, env = self.rendered.get("cli") or "", self.rendered.get("env") or ""
+        if self.framework == "megatron-lm" and self.rendered.get("mlm"):
+            cli = self.rendered["mlm"]  # a Megatron-LM job's own flags (the Fix above keeps Bridge words for the rest)
         return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
 
     def to_dict(self) -> dict[str, Any]:
