@@ -114,3 +114,119 @@ def test_wrapped_text_never_splits_dist_packages_at_its_hyphen(tmp_path):
     for columns in range(70, 131, 5):
         out = run("analyze", str(log), "--color", "never", columns=columns).stdout
         assert not re.search(r"dist-\n", out), (columns, out)
+
+
+# ------------------------------------------------------------------ a fix that asks for output the log already has
+
+NVLS_WARN = ("gh-runner-7:4109:4401 [2] transport/nvls.cc:287 NCCL WARN Failed to bind NVLink SHARP (NVLS) Multicast "
+             "memory of size 8388608 : CUDA error 401 'the operation cannot be performed in the present state'")
+NCCL_ERROR = ("[rank2]:[E207 11:42:17.408113962 ProcessGroupNCCL.cpp:2045] [PG ID 0 PG GUID 0(default_pg) Rank 2] "
+              "Process group watchdog thread terminated with exception: NCCL error: unhandled cuda error (run with "
+              "NCCL_DEBUG=INFO for details), NCCL version 2.27.3")
+
+
+def _root_fix(tmp_path: Path, text: str, name: str = "job.log") -> dict:
+    log = tmp_path / name
+    log.write_text(text)
+    payload = json.loads(run("analyze", str(log), "--format", "json").stdout)
+    root = payload["findings"][payload["root_cause"]]
+    return root.get("proven_fix") or root["fix"]
+
+
+def test_a_log_with_nccl_warnings_is_not_told_to_rerun_with_nccl_debug(tmp_path):
+    """The generic NCCL error's fix was "Rerun with NCCL_DEBUG=INFO" (and replay "validated" export NCCL_DEBUG=INFO)
+    for a log whose NCCL WARN line, 5 lines up, already named the cause: a job's rerun for nothing."""
+    fix = _root_fix(tmp_path, "\n".join(["setup"] * 4 + [NVLS_WARN, NCCL_ERROR]) + "\n")
+    assert not any(e["name"] == "NCCL_DEBUG" for e in fix["env"])
+    assert any("line 5" in step and "NCCL WARN" in step for step in fix["steps"]), fix
+    text = run("analyze", str(tmp_path / "job.log"), "--color", "never").stdout
+    assert "export NCCL_DEBUG" not in text
+
+
+def test_a_log_without_nccl_warnings_is_still_told_to_turn_them_on(tmp_path):
+    fix = _root_fix(tmp_path, NCCL_ERROR + "\n")
+    assert any(e["name"] == "NCCL_DEBUG" for e in fix["env"])
+    assert not any("already on" in step for step in fix["steps"])
+
+
+# ------------------------------------------------------------------ sacct -j JOBID with the job the log names
+
+CGROUP_OOM = ("slurmstepd: error: Detected 8 oom-kill event(s) in step {job}.batch cgroup. Some of your processes may "
+              "have been killed by the cgroup out-of-memory handler.")
+
+
+def test_sacct_names_the_job_slurm_lines_name(tmp_path):
+    """"sacct -j JOBID ..." was printed as is, though the cgroup line names the job (step 59137890.batch)."""
+    fix = _root_fix(tmp_path, "training\n" + CGROUP_OOM.format(job=59137890) + "\n")
+    sacct = [s for s in fix["steps"] if s.startswith("sacct")]
+    assert sacct and all("-j 59137890 " in s for s in sacct), fix["steps"]
+
+
+def test_sacct_keeps_jobid_when_the_log_names_two_jobs(tmp_path):
+    fix = _root_fix(tmp_path, CGROUP_OOM.format(job=111) + "\n" + CGROUP_OOM.format(job=222) + "\n")
+    assert any("sacct -j JOBID" in s for s in fix["steps"]), fix["steps"]
+
+
+# ------------------------------------------------------------------ a Megatron-LM job gets its flags, not Bridge's
+
+GAF = ("[rank3]: RuntimeError: ColumnParallelLinear was called with gradient_accumulation_fusion set to True but the "
+       "custom CUDA extension fused_weight_gradient_mlp_cuda module is not found. To use gradient_accumulation_fusion "
+       "you must install APEX with --cpp_ext and --cuda_ext. Otherwise, you must turn off gradient accumulation "
+       "fusion.")
+MLM_ARGS = ("------------------------ arguments ------------------------\n"
+            "  gradient_accumulation_fusion .................... True\n"
+            "  num_layers ...................................... 32\n"
+            "-------------------- end of arguments ---------------------\n")
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_a_megatron_lm_job_is_given_its_command_line_flag_not_a_bridge_override(tmp_path, fmt):
+    """A Megatron-LM job (its arguments block printed: framework megatron-lm) was told "Bridge CLI
+    model.gradient_accumulation_fusion=false", an override pretrain_gpt.py does not read."""
+    log = tmp_path / "mlm.log"
+    log.write_text(MLM_ARGS + GAF + "\n")
+    payload = json.loads(run("analyze", str(log), "--format", "json").stdout)
+    assert payload["config"]["framework"] == "megatron-lm"
+    out = run("analyze", str(log), "--format", fmt, "--color", "never").stdout
+    fix = out[out.index("Fix"):]
+    assert "--no-gradient-accumulation-fusion" in fix
+    assert "Bridge CLI" not in fix and "Bridge command line" not in fix
+    assert "gradient_accumulation_fusion=false" not in fix.replace("_fusion = False", "")
+
+
+def test_without_a_megatron_lm_config_the_bridge_override_stays(tmp_path):
+    log = tmp_path / "bridge.log"
+    log.write_text(GAF + "\n")
+    out = run("analyze", str(log), "--color", "never").stdout
+    assert "Bridge CLI  model.gradient_accumulation_fusion=false" in out
+
+
+# ------------------------------------------------------------------ OTHER FINDINGS: a wrapped line stays indented
+
+
+def test_a_wrapped_other_finding_line_stays_indented(tmp_path):
+    """A long context finding's line wrapped to column 0 ("error  [line 31]"), out of the section's indent."""
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(["setup"] * 4 + [NVLS_WARN, NCCL_ERROR]) + "\n")
+    out = run("analyze", str(log), "--color", "never", columns=60).stdout
+    section = out[out.index("OTHER FINDINGS"):].split("\n\n")[0].splitlines()[1:]
+    assert section and all(line.startswith("  ") for line in section), section
+
+
+# ------------------------------------------------------------------ rule words a non-Megatron job can follow
+
+
+def test_any_stack_rules_name_a_megatron_bridge_key_only_beside_other_stacks_words():
+    """NC001/NC002 ("raise dist.distributed_timeout_minutes"), the host-OOM rules ("Lower dataset.num_workers"),
+    CK010 and SL003 told an axolotl, DeepSpeed or HF Trainer job to set Megatron-Bridge keys as if they were its own.
+    A rule whose message any PyTorch job prints (NCCL timeouts, host OOM, Slurm, disk full, DataLoader workers)
+    says whose key it names."""
+    from diagnose.match import load_catalogue
+
+    key = re.compile(r"(?<![\w.-])(?:dist|dataset|checkpoint|train)\.[a-z][a-z_]+(?![\w(])")
+    any_stack = {"NC001", "NC002", "SL003", "SL007", "LA008", "OOM020", "OOM021", "OOM022", "PY003", "CK010", "DA005"}
+    rules = {r.code: r for r in load_catalogue([], strict=True).rules}
+    bad = [(code, text) for code in sorted(any_stack & rules.keys())
+           for text in [rules[code].fix.summary, *rules[code].fix.steps]
+           if key.search(text or "") and "Megatron" not in text]
+    assert len(any_stack & rules.keys()) == len(any_stack) and not bad, bad
