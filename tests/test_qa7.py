@@ -208,7 +208,7 @@ def test_a_wrapped_other_finding_line_stays_indented(tmp_path):
     """A long context finding's line wrapped to column 0 ("error  [line 31]"), out of the section's indent."""
     log = tmp_path / "job.log"
     log.write_text("\n".join(["setup"] * 4 + [NVLS_WARN, NCCL_ERROR]) + "\n")
-    out = run("analyze", str(log), "--color", "never", columns=60).stdout
+    out = run("analyze", str(log), "--color", "never", columns=32).stdout
     section = out[out.index("OTHER FINDINGS"):].split("\n\n")[0].splitlines()[1:]
     assert section and all(line.startswith("  ") for line in section), section
 
