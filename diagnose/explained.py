@@ -109,7 +109,8 @@ class ReplayResult:
         if self.reproduced is True:
             return f"reproduced by replay{how}: {violations[0].message}" if violations else f"reproduced by replay{how}"
         if not_a_check and not violations and (self.reproduced is False or self.config_known):
-            return f"the job's config passes validation (a {not_a_check} failure is not a config check)"
+            article = "an" if not_a_check[:1] in "aeiou" else "a"
+            return f"the job's config passes validation ({article} {not_a_check} failure is not a config check)"
         if self.reproduced is False:
             return ("not reproduced by replay (the job's config passes these checks)" if not violations
                     else f"replay finds {len(violations)} other violation(s)")

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from diagnose.coerce import as_int
 from diagnose.explain.render import cli_line, env_line, mlm_fix_line, overrides_yaml, python_lines
+from diagnose.explained import CONFIG_CATEGORIES
 from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
@@ -575,12 +576,21 @@ def _launch_texts(report: Report, verbose: bool) -> list[Text]:
     return [command_text(label, inert(text), style="bold") for label, text in lines]
 
 
+def _replay_says_nothing(replay: Any) -> bool:
+    """Replay of a failure that is no config check (a launcher, an import, NCCL), with no config key in its fix and no
+    memory question: "the job's config passes validation; fix passes validation: export NCCL_DEBUG=INFO" proves
+    nothing a user can act on (an unsloth or DeepSpeed job's env var checked against Megatron-Bridge defaults).
+    Left out of the default report; -v and JSON keep it."""
+    return (replay.category not in CONFIG_CATEGORIES and replay.fits is None and replay.reproduced is not True
+            and not any(not o.key.startswith(("env.", "launch.")) for o in replay.fix))
+
+
 def _summaries(report: Report, width: int) -> list[Any]:
     """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
     out: list[Any] = []
     memory, config = report.memory, report.config
     lines: list[tuple[str, str]] = []
-    if report.replay is not None and report.replay.summary:
+    if report.replay is not None and report.replay.summary and not _replay_says_nothing(report.replay):
         lines.append(("Replay", report.replay.summary))
     if memory is not None and memory.explanation:
         lines.append(("Memory", memory.explanation))
