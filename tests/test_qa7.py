@@ -230,3 +230,28 @@ def test_any_stack_rules_name_a_megatron_bridge_key_only_beside_other_stacks_wor
            for text in [rules[code].fix.summary, *rules[code].fix.steps]
            if key.search(text or "") and "Megatron" not in text]
     assert len(any_stack & rules.keys()) == len(any_stack) and not bad, bad
+
+
+# ------------------------------------------------------------------ no REPLAY paragraph that proves nothing
+
+UNSLOTH = ("RuntimeError: Unsloth currently does not work on multi GPU setups - sadly we are a 2 brother team so "
+           "enabling it will require much more work, so we have to prioritize. Please understand!")
+
+
+def test_the_default_report_leaves_out_a_replay_that_checks_only_an_env_var_of_a_non_config_failure(tmp_path):
+    """An unsloth job's launcher error ended with "REPLAY: the job's config passes validation (a launcher failure is
+    not a config check); fix passes validation: export CUDA_VISIBLE_DEVICES=0": Megatron-Bridge defaults checked
+    against an env var, which says nothing to that user. -v and JSON keep it."""
+    log = tmp_path / "unsloth.log"
+    log.write_text("python train.py\n" + UNSLOTH + "\n")
+    out = run("analyze", str(log), "--color", "never").stdout
+    assert "ROOT CAUSE" in out and "REPLAY" not in out
+    assert "REPLAY" in run("analyze", str(log), "--color", "never", "-v").stdout
+    assert json.loads(run("analyze", str(log), "--format", "json").stdout).get("replay")
+
+
+def test_a_replay_that_checks_a_config_key_stays(tmp_path):
+    log = tmp_path / "mlm.log"
+    log.write_text(MLM_ARGS + GAF + "\n")
+    out = run("analyze", str(log), "--color", "never").stdout
+    assert "REPLAY" in out and "an import_version failure" in out
