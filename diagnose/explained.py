@@ -60,6 +60,7 @@ class CapacityFit:
     notes: list[str] = field(default_factory=list)
     fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
     layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
+    reason: str = ""  # fragmentation: why the allocator setting fits, as the OOM's numbers say (not in JSON)
 
     @property
     def more_gpus(self) -> bool:
@@ -108,7 +109,8 @@ class ReplayResult:
         if self.reproduced is True:
             return f"reproduced by replay{how}: {violations[0].message}" if violations else f"reproduced by replay{how}"
         if not_a_check and not violations and (self.reproduced is False or self.config_known):
-            return f"the job's config passes validation (a {not_a_check} failure is not a config check)"
+            article = "an" if not_a_check[:1] in "aeiou" else "a"
+            return f"the job's config passes validation ({article} {not_a_check} failure is not a config check)"
         if self.reproduced is False:
             return ("not reproduced by replay (the job's config passes these checks)" if not violations
                     else f"replay finds {len(violations)} other violation(s)")
@@ -125,7 +127,8 @@ class ReplayResult:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
             peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
-                    if fit.peak_bytes else "the reserved-but-unallocated memory would have served the request")
+                    if fit.peak_bytes else fit.reason or "the reserved-but-unallocated memory would have served "
+                    "the request")
             return f"{valid} and fits: {gpus}{peak}"
         if self.fits is False and fit is not None:
             need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
@@ -137,6 +140,8 @@ class ReplayResult:
 
     def _shown(self) -> str:
         cli, env = self.rendered.get("cli") or "", self.rendered.get("env") or ""
+        if self.framework == "megatron-lm" and self.rendered.get("mlm"):
+            cli = self.rendered["mlm"]  # a Megatron-LM job's own flags (the Fix above keeps Bridge words for the rest)
         return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,6 +197,7 @@ class VerifyResult:
     checkpoint_format: str | None = None
     release: str = ""
     strict: bool = False
+    megatron_fsdp_run: bool = False  # the log shows a Megatron FSDP run (wrapper line, or FSDP asked for): not in JSON
 
     @property
     def passes(self) -> bool:

@@ -96,6 +96,9 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
                                f"{shown(empty[0])}: those ranks wrote nothing")
     if found.dumps:
         _hang(report, found)
+    from diagnose.explain.words import fit_words
+
+    fit_words(report)  # a fix step the log itself makes needless (rerun with NCCL_DEBUG when its WARN is there)
     if options.replay:
         _enrich(report, result.blocks, options)
     return report

@@ -1,7 +1,7 @@
 """The explain stage: the job's config, replay of the validator with proven fixes, and the memory model.
 
 ``enrich(report, blocks, options)`` fills ``report.config``, ``report.replay``, ``report.memory`` and, for a log
-without failure (or when ``options.verify``), ``report.verify``. Each part
+without failure that shows a Megatron FSDP run (or when ``options.verify``), ``report.verify``. Each part
 that fails adds one line to ``report.warnings`` and leaves the rest of the report intact.
 """
 
@@ -35,7 +35,12 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
         try:
             from diagnose.explain.verify import verify
 
-            report.verify = verify(report, blocks, view, strict=bool(getattr(options, "strict", False)))
+            result = verify(report, blocks, view, strict=bool(getattr(options, "strict", False)))
+            # asked for (``verify``, ``--verify``): always; analyze's own section only for a log that shows a
+            # Megatron FSDP run (its wrapper, or a config asking for it): `echo hi` or a torch DDP job that ended
+            # well is no failed Megatron FSDP check list (qa-report-6 L3)
+            if want or result.megatron_fsdp_run:
+                report.verify = result
         except Exception as e:  # noqa: BLE001
             report.warnings.append(f"verify failed: {type(e).__name__}: {e}")
 

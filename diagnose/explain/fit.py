@@ -14,6 +14,7 @@ from typing import Any
 
 from diagnose.explain.config.overrides import apply_overrides
 from diagnose.explain.memory import analyze_oom
+from diagnose.explain.memory.analysis import fragmentation_reason
 from diagnose.explain.memory.from_config import set_in_job
 from diagnose.explain.render import inline_fix
 from diagnose.explained import CapacityFit, ReplayResult
@@ -83,11 +84,11 @@ def _fragmentation_fix(root: Finding, memory: MemoryAnalysis) -> CapacityFit | N
     if option is None:
         return None
     current = memory.current
+    reason = fragmentation_reason(root)
     return CapacityFit(root, list(option.overrides), option.fits, _positive(option.gpus), _positive(option.dp),
                        _positive(current.gpus) if current else None, None, _positive(memory.gpu_capacity_bytes),
                        _positive(current.usable_bytes) if current else None, option.label or "expandable segments",
-                       option.cost, ["fragmentation: reserved-but-unallocated memory would have served the request"],
-                       fragmentation=True)
+                       option.cost, [f"fragmentation: {reason}"], fragmentation=True, reason=reason)
 
 
 def _peak_of(fix: list[Override], options: list[MemoryOption], job_gpus: int | None) -> int | None:
@@ -120,8 +121,8 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
             proven.steps.append(f"Rule's advice: {rule.summary}")
         proven.env = [EnvVar(o.key[4:], str(o.value)) for o in result.fix if o.key.startswith("env.")]
         proven.safety = "safe"  # an allocator setting: no change to numerics or speed
-        proven.summary = ("Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                          "(reserved-but-unallocated memory would have served the request)")
+        proven.summary = (f"Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                          f"({fit.reason or 'reserved-but-unallocated memory would have served the request'})")
     else:
         head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                 f"{fit.job_gpus}): " if fit.more_gpus else "")

@@ -214,6 +214,15 @@ def mlm_flags(overrides: list[Override]) -> list[str]:
     return [f for f in (mlm_flag(o) for o in overrides) if f]
 
 
+def mlm_fix_line(overrides: list[Override]) -> tuple[str, bool]:
+    """A fix's config overrides as the Megatron-LM flags a job launched with pretrain_*.py takes (each once: the
+    two distributed-optimizer keys are one flag), and whether every override has one (when not, the Bridge words
+    stay beside them)."""
+    config = [o for o in overrides if not o.key.startswith(("env.", "launch."))]
+    flags = [mlm_flag(o) for o in config]
+    return " ".join(dict.fromkeys(f for f in flags if f)), bool(config) and all(flags)
+
+
 # ------------------------------------------------------------------------------------------------ a fix
 
 
@@ -284,7 +293,7 @@ def render_fix(fix: list[Override], framework: str | None = None, per_node: int 
     if env:
         out["env"] = "\n".join(env)
     if framework == "megatron-lm":
-        out["mlm"] = " ".join(mlm_flags(config))
+        out["mlm"] = mlm_fix_line(config)[0]
     return out
 
 

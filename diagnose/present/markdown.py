@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.explain.render import cli_line, env_line, python_lines
+from diagnose.explain.render import cli_line, env_line, mlm_fix_line, python_lines
 from diagnose.explained import VerifyResult
 from diagnose.model import Finding, HangReport, Report
 from diagnose.present.memory_text import memory_lines
@@ -52,7 +52,8 @@ def fenced(body: str, lang: str = "text") -> str:
     return f"{fence}{lang}\n{body}\n{fence}"
 
 
-def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list[str] | None = None) -> list[str]:
+def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list[str] | None = None,
+             framework: str | None = None) -> list[str]:
     out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     if f.basis != "rule":
@@ -79,11 +80,15 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
             line += f": {md_inline(fix.summary)}"
         line += f" ({SAFETY_NOTE.get(fix.safety, fix.safety)})"
         out += [line, ""]
-        if fix.overrides:
+        # a Megatron-LM job (its printed config says so): its flags; the Bridge words only for what has none
+        flags, only_flags = mlm_fix_line(fix.overrides) if framework == "megatron-lm" else ("", False)
+        if flags:
+            out += ["Megatron-LM flags:", "", fenced(inert(flags), "shell"), ""]
+        if fix.overrides and not only_flags:
             out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
         if launch:  # the fix needs more GPUs: how to launch them
             out += ["Launch:", "", fenced(inert_block("\n".join(launch)), "shell"), ""]
-        if fix.overrides:
+        if fix.overrides and not only_flags:
             out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
             out += details("YAML", ["", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""])
         if fix.env:
@@ -96,6 +101,11 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
     if f.explanation:
         out += [inert_block(f.explanation), ""]
     return out + folded
+
+
+def _framework(report: Report) -> str | None:
+    """The job's framework as its printed config told it ("megatron-lm", "megatron-bridge"), else None."""
+    return report.config.framework if report.config is not None else None
 
 
 def _launch(report: Report) -> list[str]:
@@ -172,12 +182,12 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]
     if root is not None:
-        out += _finding(root, "Root cause", launch=_launch(report))
+        out += _finding(root, "Root cause", launch=_launch(report), framework=_framework(report))
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     if secondary:
         body: list[str] = [""]
         for f in secondary:
-            body += _finding(f, finding_label(f).capitalize(), root)
+            body += _finding(f, finding_label(f).capitalize(), root, framework=_framework(report))
         titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
         out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]

@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.coerce import as_int
-from diagnose.explain.render import cli_line, env_line, overrides_yaml, python_lines
+from diagnose.explain.render import cli_line, env_line, mlm_fix_line, overrides_yaml, python_lines
+from diagnose.explained import CONFIG_CATEGORIES
 from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
 from diagnose.present.replay_text import replay_lines
@@ -110,7 +111,7 @@ def wrap_paragraphs(text: str, width: int, indent: str) -> list[str]:
             out.extend(indent + ln for ln in lines)
         else:
             out.extend(textwrap.wrap(" ".join(ln.strip() for ln in lines), max(40, width - 1),
-                                     initial_indent=indent, subsequent_indent=indent) or [""])
+                                     initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False) or [""])
         out.append("")
     while out and not out[-1]:
         out.pop()
@@ -352,8 +353,11 @@ def command_text(prefix: str, command: str, style: str = "") -> Text:
     return t
 
 
-def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = True) -> list[Text]:
-    """The fix as overrides (Bridge CLI, Python, and with ``verbose`` YAML), env vars and steps."""
+def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = True,
+              framework: str | None = None) -> list[Text]:
+    """The fix as overrides (Bridge CLI, Python, and with ``verbose`` YAML), env vars and steps. For a Megatron-LM
+    job (``framework``, from the config the log printed) the overrides are its command-line flags, and the Bridge
+    words only for what has no flag."""
     if fix.empty:
         return []
     head = Text("  Fix", style="bold green")
@@ -361,7 +365,10 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = 
     out = [head]
     if fix.summary:
         out.extend(Text(line, style="bold") for line in wrap_paragraphs(inert_block(fix.summary), width, indent))
-    if fix.overrides:
+    flags, only_flags = mlm_fix_line(fix.overrides) if framework == "megatron-lm" else ("", False)
+    if flags:
+        out.append(command_text(f"{indent}Megatron-LM ", inert(flags), style="bold"))
+    if fix.overrides and not only_flags:
         out.append(command_text(f"{indent}Bridge CLI  ", inert(cli_line(fix.overrides)), style="bold"))
         for i, line in enumerate(python_lines(fix.overrides)):
             label = "Python      " if i == 0 else "            "
@@ -371,13 +378,13 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = 
             out.extend(command_text(f"{indent}  ", inert(line)) for line in yaml_text(fix.overrides).splitlines())
     out.extend(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold") for e in fix.env)
     for step in fix.steps:
-        out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1),
-                                                        initial_indent=f"{indent}- ", subsequent_indent=f"{indent}  "))
+        out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1), initial_indent=f"{indent}- ",
+                                                        subsequent_indent=f"{indent}  ", break_on_hyphens=False))
     return out
 
 
 def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True,
-                   root: Finding | None = None, verbose: bool = True) -> list[Any]:
+                   root: Finding | None = None, verbose: bool = True, framework: str | None = None) -> list[Any]:
     """A finding: title, where, the silent NCCL ranks, evidence, facts; with ``full`` also why and the fix.
 
     Not ``verbose`` (the default report): title, where, evidence, then the fix, so that the fix is on the first
@@ -391,13 +398,14 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if f.basis == "inferred" and f.basis_detail:
         parts.extend(Text(line, style="dim") for line in textwrap.wrap(
             inert("category from " + f.basis_detail), max(40, width - 1),
-            initial_indent="  ", subsequent_indent="    "))
+            initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
     # the odd ranks of an NCCL hang (silent, desynchronised, behind) are the headline: shown here even when the
     # explanation repeats them further down
     silent, skew = silent_line(f, root), skew_line(f)
     for odd in (x for x in (silent, skew) if x):
         parts.extend(Text(line, style="bold yellow") for line in textwrap.wrap(
-            inert(odd[0].upper() + odd[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  "))
+            inert(odd[0].upper() + odd[1:]), max(40, width - 1), initial_indent="  ", subsequent_indent="  ",
+            break_on_hyphens=False))
     if f.evidence:
         parts.extend(_evidence(f))
     if verbose:
@@ -409,7 +417,7 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if explanation:
         why.append(Text("  Why", style="bold"))
         why.extend(Text(line) for line in wrap_paragraphs(inert_block(explanation), width, "    "))
-    fix = fix_texts(f.shown_fix, width=width, verbose=verbose)
+    fix = fix_texts(f.shown_fix, width=width, verbose=verbose, framework=framework)
     return parts + (why + fix if verbose else fix + why)
 
 
@@ -481,10 +489,12 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         if not report.findings:
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
-        root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose)
+        framework = report.config.framework if report.config is not None else None
+        root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose,
+                                    framework=framework)
         launch = _launch_texts(report, verbose)
         at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
-                   and p.plain.lstrip().startswith("Bridge CLI")), None)
+                   and p.plain.lstrip().startswith(("Bridge CLI", "Megatron-LM "))), None)
         if launch and at is not None:  # the fix needs more GPUs: how to launch them, under the fix's command lines
             root_parts[at:at] = launch
         parts.extend(root_parts)
@@ -493,18 +503,19 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
     if secondary and not verbose:
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
-            line = Text("  ")
+            line = Text("")
             line.append(f"{finding_label(f)}  ", style=_severity_style(f.severity) if f.role != "context" else "dim")
             line.append(f"{inert(f.rule)}  {inert(f.title)}")
             w = where(f)
             line.append(f"  [{inert(w) + ', ' if w else ''}line {f.first_line}]", style="dim")
-            parts.append(Padding(line, (0, 0, 0, 0)))
+            parts.append(Padding(line, (0, 0, 0, 2)))  # a wrapped line stays indented, as in the cascade
     elif secondary:
         parts += [Text(""), Text("OTHER FINDINGS", style="bold underline")]
         for f in secondary:
             parts.append(Text(""))
             parts.extend(render_finding(f, finding_label(f), _severity_style(f.severity), width,
-                                        full=f.severity == "error", root=root))
+                                        full=f.severity == "error", root=root,
+                                        framework=report.config.framework if report.config is not None else None))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
@@ -565,12 +576,21 @@ def _launch_texts(report: Report, verbose: bool) -> list[Text]:
     return [command_text(label, inert(text), style="bold") for label, text in lines]
 
 
+def _replay_says_nothing(replay: Any) -> bool:
+    """Replay of a failure that is no config check (a launcher, an import, NCCL), with no config key in its fix and no
+    memory question: "the job's config passes validation; fix passes validation: export NCCL_DEBUG=INFO" proves
+    nothing a user can act on (an unsloth or DeepSpeed job's env var checked against Megatron-Bridge defaults).
+    Left out of the default report; -v and JSON keep it."""
+    return (replay.category not in CONFIG_CATEGORIES and replay.fits is None and replay.reproduced is not True
+            and not any(not o.key.startswith(("env.", "launch.")) for o in replay.fix))
+
+
 def _summaries(report: Report, width: int) -> list[Any]:
     """One short paragraph per section: what replay proved, what the memory model says, what config was read."""
     out: list[Any] = []
     memory, config = report.memory, report.config
     lines: list[tuple[str, str]] = []
-    if report.replay is not None and report.replay.summary:
+    if report.replay is not None and report.replay.summary and not _replay_says_nothing(report.replay):
         lines.append(("Replay", report.replay.summary))
     if memory is not None and memory.explanation:
         lines.append(("Memory", memory.explanation))

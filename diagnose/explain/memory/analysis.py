@@ -267,6 +267,17 @@ def _explain_trained(verdict: str, phase: str, n: OomNumbers, params: int, capac
     return text
 
 
+SERVED = "reserved-but-unallocated memory would have served the request"
+TOGETHER = "reserved-but-unallocated and free memory together exceeded the request, though not in one block"
+
+
+def fragmentation_reason(finding: Finding) -> str:
+    """The fix's short reason for a fragmentation OOM, true to the numbers as ``fragmentation_sentence`` is: the
+    cache alone would have served the request only when its unallocated part is at least the request."""
+    n = from_facts(finding.facts or {}, _texts(finding))
+    return SERVED if (n.reserved_unallocated or 0) >= (n.requested or 0) else TOGETHER
+
+
 def fragmentation_sentence(n: OomNumbers) -> str:
     """What the numbers say of a fragmentation OOM, and no more: the cache alone held more than the request only
     when its unallocated part is larger; otherwise only cache and free memory together did (issue 19: the old

@@ -39,5 +39,6 @@ def verify(report: Report, blocks: dict[str, list[Block]] | None, view: ConfigVi
     result.wrapper, result.sharding_strategy, result.dp_size = f.wrapper, f.strategy, f.dp_size
     result.last_iteration, result.train_iters = f.last_iteration, f.train_iters
     result.checkpoint_format = f.saved_format
+    result.megatron_fsdp_run = f.fsdp or f.fsdp_requested()[0]
     return result
 

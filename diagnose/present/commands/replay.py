@@ -97,7 +97,8 @@ def _fit_line(fit: Any) -> str:
         need = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp}'}; the job ran on {fit.job_gpus}), "
                 if fit.more_gpus else "")
         peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
-                if fit.peak_bytes else "the reserved-but-unallocated memory would have served the request")
+                if fit.peak_bytes else fit.reason or "the reserved-but-unallocated memory would have served the "
+                "request")
         return f"fits: {need}{peak}"
     if fit.peak_bytes:
         return f"does not fit: {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"

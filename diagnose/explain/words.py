@@ -1,0 +1,64 @@
+"""Fix words the log itself makes needless or can fill in, settled before the report is shown (every format alike).
+
+- A rule's fix for a generic NCCL error tells the user to rerun with ``NCCL_DEBUG=INFO`` (or ``WARN``) to see NCCL's
+  own warning. When the log already holds an ``NCCL WARN`` line, that rerun costs a job and shows nothing new: the
+  variable is dropped from the fix (and so from what replay checks), and the fix's first step names the warning's
+  line.
+- A step that says ``sacct -j JOBID``: when Slurm's own lines in the evidence name one job (``in step
+  59137890.batch``, ``*** JOB 123 ON node CANCELLED``), its id replaces ``JOBID`` (``diagnose slurm`` does the same
+  with the job it was given).
+No category, rule or ranking changes here: only what the fix asks the user to do.
+"""
+
+from __future__ import annotations
+
+import re
+
+from diagnose.model import Evidence, Finding, Report
+
+NCCL_WARN = "NCCL WARN"
+
+
+def _first_warn(report: Report, near: Finding) -> Evidence | None:
+    """The earliest ``NCCL WARN`` evidence line of any finding, in the file of ``near``'s first evidence if it has
+    one there (the same rank's output), else anywhere."""
+    warns = [e for f in report.findings for e in (f.evidence or []) if NCCL_WARN in e.text]
+    if not warns:
+        return None
+    own = near.evidence[0].path if near.evidence else None
+    same = [e for e in warns if e.path == own]
+    return min(same or warns, key=lambda e: (e.path != own, e.line))
+
+
+# Slurm's own words for the job a line belongs to (slurmstepd, srun, the cgroup OOM handler)
+_SLURM_JOB = re.compile(r"(?:\bin step |\bStepId=|\bJobId=|\*\*\* (?:JOB|STEP) |\bjob |\bstep )"
+                        r"(\d{1,10})(?:\.(?:batch|extern|\d+)|\b)")
+
+
+def slurm_job_id(report: Report) -> str | None:
+    """The one Slurm job id the findings' evidence names, else None (none, or several)."""
+    ids = {m.group(1) for f in report.findings for e in (f.evidence or []) if "slurm" in e.text.lower()
+           or "srun" in e.text or "StepId=" in e.text for m in _SLURM_JOB.finditer(e.text)}
+    return ids.pop() if len(ids) == 1 else None
+
+
+def fit_words(report: Report) -> None:
+    """Drop ``NCCL_DEBUG`` from every fix when the log already shows NCCL's warnings, pointing at the first one;
+    name the job in ``sacct -j JOBID`` when Slurm's lines say which it is."""
+    job = None
+    if any("JOBID" in step for f in report.findings for step in f.fix.steps):
+        job = slurm_job_id(report)
+    if job:
+        for f in report.findings:
+            f.fix.steps = [step.replace("JOBID", job) for step in f.fix.steps]
+    several = len({i.path for i in report.inputs}) > 1
+    for f in report.findings:
+        if not any(e.name == "NCCL_DEBUG" for e in f.fix.env):
+            continue
+        warn = _first_warn(report, f)
+        if warn is None:
+            continue
+        f.fix.env = [e for e in f.fix.env if e.name != "NCCL_DEBUG"]
+        where = f"line {warn.line}" + (f" of {warn.path}" if several else "")
+        f.fix.steps.insert(0, f"NCCL_DEBUG is already on in this log: its first NCCL WARN ({where}) names "
+                              "what NCCL tried and failed")
