@@ -54,6 +54,7 @@ def scan_and_match(
     picks the phase-1 engine: "auto", "hyperscan", "re2" or "python"; all give the same answer.
     """
     from diagnose.match.attribution import attribute_ranks
+    from diagnose.match.category_fix import give_category_fixes
     from diagnose.match.collective_skew import mark_collective_skew
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan_deferring
@@ -79,6 +80,7 @@ def scan_and_match(
     node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
     completes = frozenset(r.code for r in catalogue.rules if r.completes)
     hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
+    give_category_fixes(findings, catalogue)  # an inferred generic finding: the next step its category calls for
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
     if root is None:  # the loss series (deferred captures) matters only then: a flat loss is no other cause's rival
         blocks.update(deferred.blocks())

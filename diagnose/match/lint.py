@@ -33,7 +33,7 @@ from pathlib import Path
 import regex
 
 from diagnose.inert import shorten
-from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_category_fixes, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.phase_file import load_phase_file
@@ -98,6 +98,7 @@ def load_for_lint(
                 continue
             rules.extend(loaded)
             problems.extend(_loader_problem(msg, str(f)) for msg in errors)
+            problems.extend(_loader_problem(msg, str(f)) for msg in load_category_fixes(f)[1])
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules, []), problems

@@ -238,6 +238,8 @@ class Catalogue:
     rules: list[Rule]
     errors: list[str] = field(default_factory=list)  # problems found while loading (lint reports them)
     inferences: list[Inference] = field(default_factory=list)
+    # what to do next for a generic finding whose category an [[infer]] table read (06_category_fixes.toml)
+    category_fixes: dict[str, Fix] = field(default_factory=dict)
 
     def by_code(self, code: str) -> Rule | None:
         return next((r for r in self.rules if r.code == code), None)
@@ -278,6 +280,7 @@ def load_catalogue(
     rules: list[Rule] = []
     errors: list[str] = []
     inferences: list[Inference] = []
+    category_fixes: dict[str, Fix] = {}
     for d, files in rule_files(extra_dirs, include_default):
         if not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
@@ -286,6 +289,9 @@ def load_catalogue(
             rules.extend(loaded)
             errors.extend(errs)
             inferences.extend(infs)
+            fixes, fix_errors = load_category_fixes(f)
+            category_fixes.update(fixes)  # a later folder's entry for a category replaces the built-in one
+            errors.extend(fix_errors)
     seen: dict[str, str] = {}
     for i, r in enumerate(rules):
         r.order = i
@@ -295,7 +301,7 @@ def load_catalogue(
     if strict and errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise DiagnoseError(f"{errors[0]}{more}; see: diagnose rules lint --only-user --rules DIR")
-    return Catalogue(rules, errors, inferences)
+    return Catalogue(rules, errors, inferences, category_fixes)
 
 
 def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
@@ -320,6 +326,37 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
     if cached is None and not errors:
         rule_cache.put(text, data)
     return rules, errors, inferences
+
+
+def load_category_fixes(path: Path) -> tuple[dict[str, Fix], list[str]]:
+    """The ``[[category_fix]]`` entries of one catalogue file (category -> fix), and the problems found."""
+    from diagnose.match import rule_cache
+
+    text = read_text(path, "rules file")
+    data = rule_cache.get(text) or parse(text, path, "rules file")
+    fixes: dict[str, Fix] = {}
+    errors: list[str] = []
+    for i, raw in enumerate(data.get("category_fix", [])):
+        where = f"{path}: category_fix #{i + 1}"
+        try:
+            if not isinstance(raw, dict):
+                raise ValueError("must be a table")
+            unknown = sorted(set(raw) - {"category", "summary", "steps"})
+            if unknown:
+                raise ValueError(f"unknown key(s): {', '.join(unknown)}")
+            category = one_of(raw, "category", "", CATEGORIES)
+            if category == "other":
+                raise ValueError("'other' says nothing more than the generic rule: no fix for it")
+            if category in fixes:
+                raise ValueError(f"a second entry for {category}")
+            summary = need(raw, "summary", str)
+            steps = str_list(raw, "steps")
+            if not summary or not steps:
+                raise ValueError("needs a summary and at least one step")
+            fixes[category] = Fix(summary=summary, safety="manual", steps=steps)
+        except ValueError as e:
+            errors.append(f"{where}: {e}")
+    return fixes, errors
 
 
 def _code(raw: dict) -> str:

@@ -1,0 +1,79 @@
+"""The next step a generic finding gets once its category is read from the evidence (rules/06_category_fixes.toml).
+
+A generic rule's fix can only say "read the traceback"; an inferred category says where to look. The category's fix
+replaces the generic one on inferred findings only: a finding no table read keeps "read the traceback", and a
+specific rule keeps its own fix.
+"""
+
+from __future__ import annotations
+
+from conftest import analyzed_root
+
+from diagnose.match.rules import load_catalogue, load_category_fixes
+from diagnose.model import CATEGORIES
+
+# an exception whose words an [[infer]] table reads as a setting refused (config_validation), no rule knowing it
+REFUSED = """Traceback (most recent call last):
+  File "/opt/app/train.py", line 41, in <module>
+    main()
+  File "/opt/app/train.py", line 37, in main
+    model, optimizer = fabric.setup(model, optimizer)
+  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 212, in setup
+    self._validate_setup(module, optimizers)
+  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 1003, in _validate_setup
+    raise RuntimeError(
+RuntimeError: The `Fabric` requires the model and optimizer(s) to be set up separately. Create and set up the model first through `model = self.setup_model(model)`. Then create the optimizer and set it up: `optimizer = self.setup_optimizer(optimizer)`.
+"""
+UNREAD = """Traceback (most recent call last):
+  File "/opt/app/train.py", line 88, in <module>
+    item = instances[0]
+IndexError: list index out of range
+"""
+
+
+def test_every_category_but_other_has_a_next_step():
+    fixes = load_catalogue().category_fixes
+    assert set(fixes) == set(CATEGORIES) - {"other"}
+    for category, fix in fixes.items():
+        assert fix.summary and fix.steps and fix.safety == "manual", category
+        assert fix.steps[0].startswith("Open the evidence line"), category
+
+
+def test_an_inferred_generic_finding_gets_its_categorys_fix(tmp_path):
+    root = analyzed_root(tmp_path, REFUSED)
+    assert (root.rule, root.category, root.basis) == ("PY001", "config_validation", "inferred")
+    assert root.fix.summary == load_catalogue().category_fixes["config_validation"].summary
+    assert not any("rules/README.md" in s for s in root.fix.steps)
+
+
+def test_a_finding_no_table_read_keeps_read_the_traceback(tmp_path):
+    root = analyzed_root(tmp_path, UNREAD)
+    assert (root.rule, root.category) == ("PY001", "other")
+    assert root.fix.summary.startswith("Read the traceback")
+
+
+def test_a_specific_rules_fix_is_never_replaced(tmp_path):
+    root = analyzed_root(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                                   "has a total capacity of 79.10 GiB of which 1.50 GiB is free.\n")
+    assert root.category == "cuda_oom" and root.basis != "inferred"
+    assert root.fix.summary != load_catalogue().category_fixes["cuda_oom"].summary
+
+
+def test_a_broken_entry_is_a_load_problem_not_a_silent_drop(tmp_path):
+    f = tmp_path / "fixes.toml"
+    f.write_text('[[category_fix]]\ncategory = "other"\nsummary = "x"\nsteps = ["y"]\n'
+                 '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\nsafety = "safe"\n'
+                 '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
+                 '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
+                 '[[category_fix]]\ncategory = "disk"\nsummary = "x"\nsteps = ["y"]\n')
+    fixes, errors = load_category_fixes(f)
+    assert list(fixes) == ["data"]
+    assert len(errors) == 4
+    assert any("'other'" in e for e in errors) and any("unknown key" in e for e in errors)
+    assert any("second entry" in e for e in errors) and any("'disk'" in e for e in errors)
+
+
+def test_a_users_folder_replaces_a_categorys_fix(tmp_path):
+    (tmp_path / "mine.toml").write_text('[[category_fix]]\ncategory = "data"\nsummary = "Ask the data team"\n'
+                                        'steps = ["Open the evidence line", "post it in #data"]\n')
+    assert load_catalogue([tmp_path]).category_fixes["data"].summary == "Ask the data team"
