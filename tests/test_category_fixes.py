@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from conftest import analyzed_root
 
+from diagnose.match import match_text
 from diagnose.match.rules import load_catalogue, load_category_fixes
 from diagnose.model import CATEGORIES
 
@@ -17,12 +18,10 @@ REFUSED = """Traceback (most recent call last):
   File "/opt/app/train.py", line 41, in <module>
     main()
   File "/opt/app/train.py", line 37, in main
-    model, optimizer = fabric.setup(model, optimizer)
-  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 212, in setup
-    self._validate_setup(module, optimizers)
-  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 1003, in _validate_setup
-    raise RuntimeError(
-RuntimeError: The `Fabric` requires the model and optimizer(s) to be set up separately. Create and set up the model first through `model = self.setup_model(model)`. Then create the optimizer and set it up: `optimizer = self.setup_optimizer(optimizer)`.
+    trainer = build_trainer(cfg)
+  File "/usr/lib/python3/dist-packages/mytrainer/setup.py", line 212, in build_trainer
+    raise ValueError(
+ValueError: Setting `num_workers=8` is not supported with `streaming=True`
 """
 UNREAD = """Traceback (most recent call last):
   File "/opt/app/train.py", line 88, in <module>
@@ -52,6 +51,27 @@ def test_a_finding_no_table_read_keeps_read_the_traceback(tmp_path):
     assert root.fix.summary.startswith("Read the traceback")
 
 
+def test_a_generic_rule_with_a_fix_of_its_own_keeps_it():
+    # HW001 (an illegal memory access) says how to find the kernel; read as the release of the package that launched
+    # it, it still does
+    text = "\n".join(["Traceback (most recent call last):", '  File "/srv/job/train.py", line 12, in <module>',
+                      '  File "/opt/venv/lib/python3.10/site-packages/vllm/model_executor/layers/sampler.py", line 512, '
+                      "in _random_sample", "    x = call()",
+                      "RuntimeError: CUDA error: an illegal memory access was encountered"]) + "\n"
+    root = match_text(text, load_catalogue()).root
+    assert (root.rule, root.basis) == ("HW001", "inferred") and root.category != "hardware"
+    assert [e.name for e in root.fix.env] == ["CUDA_LAUNCH_BLOCKING"]
+
+
+def test_the_rules_whose_fix_is_replaced_are_generic_rules_that_only_say_read_it():
+    catalogue = load_catalogue()
+    assert catalogue.category_fix_rules
+    for code in catalogue.category_fix_rules:
+        rule = catalogue.by_code(code)
+        assert rule is not None and rule.tier == "generic", code
+        assert not rule.fix.env and not rule.fix.overrides, code
+
+
 def test_a_specific_rules_fix_is_never_replaced(tmp_path):
     root = analyzed_root(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
                                    "has a total capacity of 79.10 GiB of which 1.50 GiB is free.\n")
@@ -66,7 +86,7 @@ def test_a_broken_entry_is_a_load_problem_not_a_silent_drop(tmp_path):
                  '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
                  '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
                  '[[category_fix]]\ncategory = "disk"\nsummary = "x"\nsteps = ["y"]\n')
-    fixes, errors = load_category_fixes(f)
+    fixes, _, errors = load_category_fixes(f)
     assert list(fixes) == ["data"]
     assert len(errors) == 4
     assert any("'other'" in e for e in errors) and any("unknown key" in e for e in errors)

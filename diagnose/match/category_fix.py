@@ -4,7 +4,9 @@ A generic rule (an uncaught exception, an assertion, a native crash) knows that 
 can only say "read the traceback". Once an ``[[infer]]`` table (or a later reading) has read the kind of failure
 from the frames and words, the user's next step depends on that kind: a memory failure is sized, a version skew is
 pinned, a node is drained. ``rules/06_category_fixes.toml`` words that step once per category; this pass gives it
-to each such finding that still carries its generic rule's fix. A specific rule's fix is never replaced.
+to each such finding that still carries its generic rule's fix, for the generic rules that file names
+(``replaces_fix_of``: those whose fix only says to read the evidence). A generic rule with a fix of its own (HW001's
+``CUDA_LAUNCH_BLOCKING=1`` to find the kernel) and every specific rule keep theirs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def give_category_fixes(findings: list[Finding], catalogue: Catalogue) -> None:
         return
     for f in findings:
         rule = catalogue.by_code(f.rule)
-        if rule is None or rule.tier != "generic" or f.basis != "inferred" or f.fix != rule.fix:
+        if (rule is None or rule.code not in catalogue.category_fix_rules or rule.tier != "generic"
+                or f.basis != "inferred" or f.fix != rule.fix):
             continue
         fix = catalogue.category_fixes.get(f.category)
         if fix is not None:

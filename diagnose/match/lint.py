@@ -98,7 +98,7 @@ def load_for_lint(
                 continue
             rules.extend(loaded)
             problems.extend(_loader_problem(msg, str(f)) for msg in errors)
-            problems.extend(_loader_problem(msg, str(f)) for msg in load_category_fixes(f)[1])
+            problems.extend(_loader_problem(msg, str(f)) for msg in load_category_fixes(f)[2])
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules, []), problems

@@ -238,8 +238,10 @@ class Catalogue:
     rules: list[Rule]
     errors: list[str] = field(default_factory=list)  # problems found while loading (lint reports them)
     inferences: list[Inference] = field(default_factory=list)
-    # what to do next for a generic finding whose category an [[infer]] table read (06_category_fixes.toml)
+    # what to do next for a generic finding whose category an [[infer]] table read (06_category_fixes.toml), and the
+    # generic rules whose own fix only says to read the evidence (the ones a category's fix replaces)
     category_fixes: dict[str, Fix] = field(default_factory=dict)
+    category_fix_rules: set[str] = field(default_factory=set)
 
     def by_code(self, code: str) -> Rule | None:
         return next((r for r in self.rules if r.code == code), None)
@@ -281,6 +283,7 @@ def load_catalogue(
     errors: list[str] = []
     inferences: list[Inference] = []
     category_fixes: dict[str, Fix] = {}
+    category_fix_rules: set[str] = set()
     for d, files in rule_files(extra_dirs, include_default):
         if not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
@@ -289,8 +292,9 @@ def load_catalogue(
             rules.extend(loaded)
             errors.extend(errs)
             inferences.extend(infs)
-            fixes, fix_errors = load_category_fixes(f)
+            fixes, replaced, fix_errors = load_category_fixes(f)
             category_fixes.update(fixes)  # a later folder's entry for a category replaces the built-in one
+            category_fix_rules |= replaced
             errors.extend(fix_errors)
     seen: dict[str, str] = {}
     for i, r in enumerate(rules):
@@ -301,7 +305,7 @@ def load_catalogue(
     if strict and errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise DiagnoseError(f"{errors[0]}{more}; see: diagnose rules lint --only-user --rules DIR")
-    return Catalogue(rules, errors, inferences, category_fixes)
+    return Catalogue(rules, errors, inferences, category_fixes, category_fix_rules)
 
 
 def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
@@ -328,14 +332,20 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
     return rules, errors, inferences
 
 
-def load_category_fixes(path: Path) -> tuple[dict[str, Fix], list[str]]:
-    """The ``[[category_fix]]`` entries of one catalogue file (category -> fix), and the problems found."""
+def load_category_fixes(path: Path) -> tuple[dict[str, Fix], set[str], list[str]]:
+    """The ``[[category_fix]]`` entries of one catalogue file (category -> fix), the generic rules it names in
+    ``replaces_fix_of`` (their own fix only says to read the evidence), and the problems found."""
     from diagnose.match import rule_cache
 
     text = read_text(path, "rules file")
     data = rule_cache.get(text) or parse(text, path, "rules file")
     fixes: dict[str, Fix] = {}
     errors: list[str] = []
+    replaced: set[str] = set()
+    try:
+        replaced = set(str_list(data, "replaces_fix_of"))
+    except ValueError as e:
+        errors.append(f"{path}: {e}")
     for i, raw in enumerate(data.get("category_fix", [])):
         where = f"{path}: category_fix #{i + 1}"
         try:
@@ -356,7 +366,7 @@ def load_category_fixes(path: Path) -> tuple[dict[str, Fix], list[str]]:
             fixes[category] = Fix(summary=summary, safety="manual", steps=steps)
         except ValueError as e:
             errors.append(f"{where}: {e}")
-    return fixes, errors
+    return fixes, replaced, errors
 
 
 def _code(raw: dict) -> str:
