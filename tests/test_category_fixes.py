@@ -12,17 +12,14 @@ from conftest import analyzed_root
 from diagnose.match.rules import load_catalogue, load_category_fixes
 from diagnose.model import CATEGORIES
 
-# an exception whose words an [[infer]] table reads as a setting refused (config_validation), no rule knowing it
+# an exception whose words an [[infer]] table reads as a setting refused (IF470: config_validation), no rule knowing it
+# (a made-up library, so that no specific rule a later round adds can take it over)
 REFUSED = """Traceback (most recent call last):
   File "/opt/app/train.py", line 41, in <module>
     main()
-  File "/opt/app/train.py", line 37, in main
-    model, optimizer = fabric.setup(model, optimizer)
-  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 212, in setup
-    self._validate_setup(module, optimizers)
-  File "/usr/lib/python3/dist-packages/lightning/fabric/fabric.py", line 1003, in _validate_setup
-    raise RuntimeError(
-RuntimeError: The `Fabric` requires the model and optimizer(s) to be set up separately. Create and set up the model first through `model = self.setup_model(model)`. Then create the optimizer and set it up: `optimizer = self.setup_optimizer(optimizer)`.
+  File "/usr/lib/python3/dist-packages/somelib/trainer.py", line 212, in setup
+    raise ValueError(
+ValueError: `pack_sequences=True` is not compatible with `attention_impl=eager`
 """
 UNREAD = """Traceback (most recent call last):
   File "/opt/app/train.py", line 88, in <module>
@@ -77,3 +74,19 @@ def test_a_users_folder_replaces_a_categorys_fix(tmp_path):
     (tmp_path / "mine.toml").write_text('[[category_fix]]\ncategory = "data"\nsummary = "Ask the data team"\n'
                                         'steps = ["Open the evidence line", "post it in #data"]\n')
     assert load_catalogue([tmp_path]).category_fixes["data"].summary == "Ask the data team"
+
+
+# an asynchronous CUDA error (HW001) that a table reads as version skew: its frames are not the failing call's until
+# CUDA_LAUNCH_BLOCKING=1, whatever the category
+ILLEGAL = """Traceback (most recent call last):
+  File "/root/venv/lib/python3.11/site-packages/vllm/model_executor/layers/sampler.py", line 512, in _random_sample
+    random_samples = random_samples.cpu()
+RuntimeError: CUDA error: an illegal memory access was encountered
+"""
+
+
+def test_the_generic_rules_env_survives_the_category_fix(tmp_path):
+    root = analyzed_root(tmp_path, ILLEGAL)
+    assert (root.rule, root.basis) == ("HW001", "inferred")
+    assert root.fix.summary == load_catalogue().category_fixes[root.category].summary
+    assert [e.name for e in root.fix.env] == ["CUDA_LAUNCH_BLOCKING"]
