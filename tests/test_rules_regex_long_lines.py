@@ -18,6 +18,7 @@ N = 100_000
 # every segment (2 s at this length, past the engine's limit); bounded to 16 segments it is refused at once
 RUN = "a." * (MAX_LINE_BYTES // 2 - 16)
 DOTTED = [RUN + "b Error", RUN + "Error: x"]
+LONG = MAX_LINE_BYTES - 64  # a line as long as the engine reads
 
 LINES = {
     "CV240": ["a" * N + ".py: error: unrecognized arguments: --x",
@@ -40,6 +41,10 @@ LINES = {
     "PY012": [RUN + "b ModuleNotFoundError", RUN + "b ImportError"],
     "PY140": ["E   " + RUN + "b Error", "E   " + RUN + "b Exception"],
     "EC141": [RUN + "b ActorError: A remote actor call has failed"],
+    # the loss name `[\w./-]*[Ll]oss` after a separator that is also a name character ("-", "/", "."): from every
+    # start the name ran to the line's end and back looking for "oss" (round 21's tqdm form: past the limit on a 256 KiB line); bounded to 64
+    "NU005": ["-" * LONG + "loss nan: 5%|", "-" * LONG + "loss nan x", "/" * LONG + "loss NaN x",
+              "|" + "a" * LONG + "Loss nan|", "-" * LONG + "loss tensor (nan"],
 }
 _PREFIX = r"(?:[A-Za-z_]\w*\.){"
 
