@@ -90,3 +90,11 @@ def test_the_generic_rules_env_survives_the_category_fix(tmp_path):
     assert (root.rule, root.basis) == ("HW001", "inferred")
     assert root.fix.summary == load_catalogue().category_fixes[root.category].summary
     assert [e.name for e in root.fix.env] == ["CUDA_LAUNCH_BLOCKING"]
+
+
+def test_two_files_of_one_folder_for_one_category_is_a_load_problem(tmp_path):
+    """Across folders a later one replaces; inside one folder which entry wins would hang on the files' names."""
+    for name in ("a.toml", "b.toml"):
+        (tmp_path / name).write_text('[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["Open the evidence line"]\n')
+    errors = load_catalogue([tmp_path], include_default=False).errors
+    assert any("b.toml" in e and "second entry" in e for e in errors), errors
