@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from diagnose.explain.words import fill_job_id
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.findings import slurm_findings
 from diagnose.ingest.slurm.job import Runner, SlurmJob, lookup_job
@@ -68,15 +69,6 @@ def diagnose_job(
     report.slurm = slurm_section(job)
     fill_job_id(report, job.job_id)
     return SlurmDiagnosis(job, report)
-
-
-def fill_job_id(report: Report, job_id: str) -> None:
-    """The rules' fix steps say ``sacct -j JOBID``; with the job known, say its id (a copy of each fix: the rule's
-    own Fix object is shared by every report)."""
-    for f in report.findings:
-        if any("JOBID" in step for step in f.fix.steps) or "JOBID" in (f.fix.summary or ""):
-            f.fix = dataclasses.replace(f.fix, steps=[step.replace("JOBID", job_id) for step in f.fix.steps],
-                                        summary=(f.fix.summary or "").replace("JOBID", job_id))
 
 
 def _with_ranks(options: AnalyzeOptions, inputs: list[tuple[str, int | None]]) -> AnalyzeOptions:

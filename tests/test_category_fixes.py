@@ -13,15 +13,14 @@ from diagnose.match import match_text
 from diagnose.match.rules import load_catalogue, load_category_fixes
 from diagnose.model import CATEGORIES
 
-# an exception whose words an [[infer]] table reads as a setting refused (config_validation), no rule knowing it
+# an exception whose words an [[infer]] table reads as a setting refused (IF470: config_validation), no rule knowing it
+# (a made-up library, so that no specific rule a later round adds can take it over)
 REFUSED = """Traceback (most recent call last):
   File "/opt/app/train.py", line 41, in <module>
     main()
-  File "/opt/app/train.py", line 37, in main
-    trainer = build_trainer(cfg)
-  File "/usr/lib/python3/dist-packages/mytrainer/setup.py", line 212, in build_trainer
+  File "/usr/lib/python3/dist-packages/somelib/trainer.py", line 212, in setup
     raise ValueError(
-ValueError: Setting `num_workers=8` is not supported with `streaming=True`
+ValueError: `pack_sequences=True` is not compatible with `attention_impl=eager`
 """
 UNREAD = """Traceback (most recent call last):
   File "/opt/app/train.py", line 88, in <module>
@@ -97,3 +96,11 @@ def test_a_users_folder_replaces_a_categorys_fix(tmp_path):
     (tmp_path / "mine.toml").write_text('[[category_fix]]\ncategory = "data"\nsummary = "Ask the data team"\n'
                                         'steps = ["Open the evidence line", "post it in #data"]\n')
     assert load_catalogue([tmp_path]).category_fixes["data"].summary == "Ask the data team"
+
+
+def test_two_files_of_one_folder_for_one_category_is_a_load_problem(tmp_path):
+    """Across folders a later one replaces; inside one folder which entry wins would hang on the files' names."""
+    for name in ("a.toml", "b.toml"):
+        (tmp_path / name).write_text('[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["Open the evidence line"]\n')
+    errors = load_catalogue([tmp_path], include_default=False).errors
+    assert any("b.toml" in e and "second entry" in e for e in errors), errors

@@ -611,7 +611,7 @@ def test_item21_failed_list_names_who_cancelled_like_the_job_view() -> None:
 
 def test_item21_fix_steps_name_the_known_job_id() -> None:
     from diagnose.model import Finding, Fix, Report
-    from diagnose.slurm_diagnosis import fill_job_id
+    from diagnose.explain.words import fill_job_id
 
     shared = Fix(steps=["sacct -j JOBID -o JobID,State,ExitCode,Reason"])
     finding = Finding(rule="SL002", name="x", title="t", category="slurm", phase="unknown", severity="error",

@@ -18,6 +18,7 @@ N = 100_000
 # every segment (2 s at this length, past the engine's limit); bounded to 16 segments it is refused at once
 RUN = "a." * (MAX_LINE_BYTES // 2 - 16)
 DOTTED = [RUN + "b Error", RUN + "Error: x"]
+LONG = MAX_LINE_BYTES - 64  # a line as long as the engine reads
 
 LINES = {
     "CV240": ["a" * N + ".py: error: unrecognized arguments: --x",
@@ -40,6 +41,12 @@ LINES = {
     "PY012": [RUN + "b ModuleNotFoundError", RUN + "b ImportError"],
     "PY140": ["E   " + RUN + "b Error", "E   " + RUN + "b Exception"],
     "EC141": [RUN + "b ActorError: A remote actor call has failed"],
+    # the loss name `[\w./-]*[Ll]oss` after a separator that is also a name character ("-", "/", "."): from every
+    # start the name ran to the line's end and back looking for "oss" (round 21's tqdm form: past the limit on a 256 KiB line); bounded to 64
+    "NU005": ["-" * LONG + "loss nan: 5%|", "-" * LONG + "loss nan x", "/" * LONG + "loss NaN x",
+              "|" + "a" * LONG + "Loss nan|", "-" * LONG + "loss tensor (nan"],
+    # the local directory ran lazily to the line's end from each " vs " trying the registered one (round 21)
+    "DA252": ["Reused local directory: " + " vs a" * (LONG // 5), "Reused local directory: " + "a" * LONG],
 }
 _PREFIX = r"(?:[A-Za-z_]\w*\.){"
 
@@ -85,3 +92,17 @@ def test_the_other_exception_name_readers_refuse_a_long_dotted_line_inside_the_l
     real = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
     found = _EXC_TYPE.match(real + ": x")
     assert found is not None and found.group(1) == real
+
+
+def test_the_composer_progress_marker_refuses_a_long_carriage_return_line_inside_the_limit():
+    """A phase marker is a capture the engine searches under the same limit: the Composer bar's unbounded bracket
+    ran from every bar of a carriage-return-joined line to its end (round 22), so the marker was dropped there."""
+    from diagnose.normalize.phases import CAPTURES
+
+    bars = [c for c in CAPTURES if c.anchor == "loss/train"]
+    assert bars
+    for c in bars:
+        try:
+            assert regex.search(c.regex, "| 1/2 [a, loss/train" * (LONG // 20), timeout=REGEX_TIMEOUT_S) is None
+        except TimeoutError:
+            pytest.fail(f"a 256 KiB bar line outlasts the engine's limit: {c.regex}")

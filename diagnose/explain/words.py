@@ -12,6 +12,7 @@ No category, rule or ranking changes here: only what the fix asks the user to do
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from diagnose.model import Evidence, Finding, Report
@@ -42,15 +43,22 @@ def slurm_job_id(report: Report) -> str | None:
     return ids.pop() if len(ids) == 1 else None
 
 
+def fill_job_id(report: Report, job_id: str) -> None:
+    """The rules' fix steps say ``sacct -j JOBID``; with the job known, say its id (a copy of each fix: a fix object
+    may be shared, as Slurm's node findings share theirs)."""
+    for f in report.findings:
+        if any("JOBID" in step for step in f.fix.steps) or "JOBID" in (f.fix.summary or ""):
+            f.fix = dataclasses.replace(f.fix, steps=[step.replace("JOBID", job_id) for step in f.fix.steps],
+                                        summary=(f.fix.summary or "").replace("JOBID", job_id))
+
+
 def fit_words(report: Report) -> None:
     """Drop ``NCCL_DEBUG`` from every fix when the log already shows NCCL's warnings, pointing at the first one;
     name the job in ``sacct -j JOBID`` when Slurm's lines say which it is."""
-    job = None
     if any("JOBID" in step for f in report.findings for step in f.fix.steps):
         job = slurm_job_id(report)
-    if job:
-        for f in report.findings:
-            f.fix.steps = [step.replace("JOBID", job) for step in f.fix.steps]
+        if job:
+            fill_job_id(report, job)
     several = len({i.path for i in report.inputs}) > 1
     for f in report.findings:
         if not any(e.name == "NCCL_DEBUG" for e in f.fix.env):

@@ -7,6 +7,9 @@ pinned, a node is drained. ``rules/06_category_fixes.toml`` words that step once
 to each such finding that still carries its generic rule's fix, for the generic rules that file names
 (``replaces_fix_of``: those whose fix only says to read the evidence). A generic rule with a fix of its own (HW001's
 ``CUDA_LAUNCH_BLOCKING=1`` to find the kernel) and every specific rule keep theirs.
+
+A named rule's environment variables stay with the category's fix: a setting that makes any such failure readable
+holds whatever the category turns out to be.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from diagnose.model import Finding
 
 
 def give_category_fixes(findings: list[Finding], catalogue: Catalogue) -> None:
-    """Replace the generic rule's fix of every inferred generic finding by its category's fix, where there is one."""
+    """Replace the generic rule's fix of every inferred generic finding by its category's fix, where there is one,
+    keeping the rule's environment variables."""
     if not catalogue.category_fixes:
         return
     for f in findings:
@@ -29,3 +33,4 @@ def give_category_fixes(findings: list[Finding], catalogue: Catalogue) -> None:
         fix = catalogue.category_fixes.get(f.category)
         if fix is not None:
             f.fix = copy.deepcopy(fix)
+            f.fix.env = copy.deepcopy(rule.fix.env)

@@ -287,15 +287,21 @@ def load_catalogue(
     for d, files in rule_files(extra_dirs, include_default):
         if not files:
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
+        in_folder: dict[str, Path] = {}  # category -> the file of this folder that gave its fix
         for f in files:
             loaded, errs, infs = load_rule_file(f)
             rules.extend(loaded)
             errors.extend(errs)
             inferences.extend(infs)
             fixes, replaced, fix_errors = load_category_fixes(f)
-            category_fixes.update(fixes)  # a later folder's entry for a category replaces the built-in one
             category_fix_rules |= replaced
             errors.extend(fix_errors)
+            # inside one folder, which entry won would hang on the files' order
+            errors.extend(f"{f}: category_fix {c}: a second entry in this folder (also in {in_folder[c]})"
+                          for c in sorted(set(fixes) & set(in_folder)))
+            for category in fixes:
+                in_folder.setdefault(category, f)
+            category_fixes.update(fixes)  # a later folder's entry for a category replaces the built-in one
     seen: dict[str, str] = {}
     for i, r in enumerate(rules):
         r.order = i
