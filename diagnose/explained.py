@@ -63,6 +63,14 @@ class CapacityFit:
     reason: str = ""  # fragmentation: why the allocator setting fits, as the OOM's numbers say (not in JSON)
 
     @property
+    def peak_text(self) -> str:
+        """What makes the fit fit: the predicted peak against the GPU, or (an allocator fix) why the cache would have
+        served the request."""
+        if self.peak_bytes:
+            return f"predicted peak {fmt_gib(self.peak_bytes, 1)} per GPU of {fmt_gib(self.capacity_bytes, 1)}"
+        return self.reason or "the reserved-but-unallocated memory would have served the request"
+
+    @property
     def more_gpus(self) -> bool:
         return bool(self.gpus and self.job_gpus and self.gpus > self.job_gpus)
 
@@ -126,10 +134,7 @@ class ReplayResult:
         if self.fits is True and fit is not None:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
-            peak = (f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
-                    if fit.peak_bytes else fit.reason or "the reserved-but-unallocated memory would have served "
-                    "the request")
-            return f"{valid} and fits: {gpus}{peak}"
+            return f"{valid} and fits: {gpus}{fit.peak_text}"
         if self.fits is False and fit is not None:
             need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
                     else "the memory model finds nothing that fits")
