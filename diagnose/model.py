@@ -364,6 +364,11 @@ class Report:
     def root(self) -> Finding | None:
         return None if self.root_cause is None else self.findings[self.root_cause]
 
+    @property
+    def framework(self) -> str | None:
+        """The job's framework as its printed config told it ("megatron-lm", "megatron-bridge"), else None."""
+        return self.config.framework if self.config is not None else None
+
     def lead_with(self, finding: Finding, trailing: list[Finding] | None = None) -> None:
         """Make ``finding`` the root cause, first in the list: every ``cause_of`` index shifts by one, and the old
         root becomes its cascade. ``trailing`` findings (context) go at the end. Evidence from outside the log (a

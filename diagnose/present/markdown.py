@@ -103,11 +103,6 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
     return out + folded
 
 
-def _framework(report: Report) -> str | None:
-    """The job's framework as its printed config told it ("megatron-lm", "megatron-bridge"), else None."""
-    return report.config.framework if report.config is not None else None
-
-
 def _launch(report: Report) -> list[str]:
     """Replay's launch note and its torchrun / srun lines, when the fix needs more GPUs than the job had."""
     render = report.replay.rendered if report.replay is not None else {}
@@ -182,12 +177,12 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]
     if root is not None:
-        out += _finding(root, "Root cause", launch=_launch(report), framework=_framework(report))
+        out += _finding(root, "Root cause", launch=_launch(report), framework=report.framework)
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     if secondary:
         body: list[str] = [""]
         for f in secondary:
-            body += _finding(f, finding_label(f).capitalize(), root, framework=_framework(report))
+            body += _finding(f, finding_label(f).capitalize(), root, framework=report.framework)
         titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
         out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]

@@ -489,9 +489,8 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
         if not report.findings:
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
-        framework = report.config.framework if report.config is not None else None
         root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose,
-                                    framework=framework)
+                                    framework=report.framework)
         launch = _launch_texts(report, verbose)
         at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
                    and p.plain.lstrip().startswith(("Bridge CLI", "Megatron-LM "))), None)
@@ -515,7 +514,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             parts.append(Text(""))
             parts.extend(render_finding(f, finding_label(f), _severity_style(f.severity), width,
                                         full=f.severity == "error", root=root,
-                                        framework=report.config.framework if report.config is not None else None))
+                                        framework=report.framework))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
