@@ -10,7 +10,7 @@ from __future__ import annotations
 from conftest import analyzed_root
 
 from diagnose.match import match_text
-from diagnose.match.rules import load_catalogue, load_category_fixes
+from diagnose.match.rules import load_catalogue, load_rule_file
 from diagnose.model import CATEGORIES
 
 # an exception whose words an [[infer]] table reads as a setting refused (IF470: config_validation), no rule knowing it
@@ -85,7 +85,8 @@ def test_a_broken_entry_is_a_load_problem_not_a_silent_drop(tmp_path):
                  '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
                  '[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["y"]\n'
                  '[[category_fix]]\ncategory = "disk"\nsummary = "x"\nsteps = ["y"]\n')
-    fixes, _, errors = load_category_fixes(f)
+    loaded = load_rule_file(f)
+    fixes, errors = loaded.category_fixes, loaded.errors
     assert list(fixes) == ["data"]
     assert len(errors) == 4
     assert any("'other'" in e for e in errors) and any("unknown key" in e for e in errors)

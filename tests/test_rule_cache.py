@@ -38,19 +38,20 @@ def test_a_cached_catalogue_is_the_parsed_catalogue(cache):
 def test_a_damaged_entry_is_a_miss(cache, tmp_path):
     f = tmp_path / "r.toml"
     f.write_text(RULE.format(category="cuda_oom", regex="boom (?P<n>\\d+)"))
-    first, _, _ = load_rule_file(f)
+    first = load_rule_file(f).rules
     (entry,) = cache.glob("rules-*.json")
     entry.write_text("{not json")
-    assert load_rule_file(f)[0] == first
+    assert load_rule_file(f).rules == first
     entry.write_text("[1, 2]")
-    assert load_rule_file(f)[0] == first
+    assert load_rule_file(f).rules == first
 
 
 def test_a_file_with_a_broken_rule_is_never_cached_and_keeps_failing(cache, tmp_path):
     f = tmp_path / "r.toml"
     f.write_text(RULE.format(category="cuda_oom", regex="boom ("))
     for _ in range(2):
-        rules, errors, _ = load_rule_file(f)
+        loaded = load_rule_file(f)
+        rules, errors = loaded.rules, loaded.errors
         assert not rules and "regex does not compile" in errors[0]
     assert not list(cache.glob("rules-*.json"))
 
@@ -58,9 +59,9 @@ def test_a_file_with_a_broken_rule_is_never_cached_and_keeps_failing(cache, tmp_
 def test_an_edited_file_is_parsed_again(cache, tmp_path):
     f = tmp_path / "r.toml"
     f.write_text(RULE.format(category="cuda_oom", regex="boom"))
-    assert load_rule_file(f)[0][0].category == "cuda_oom"
+    assert load_rule_file(f).rules[0].category == "cuda_oom"
     f.write_text(RULE.format(category="nccl_error", regex="boom"))
-    assert load_rule_file(f)[0][0].category == "nccl_error"
+    assert load_rule_file(f).rules[0].category == "nccl_error"
 
 
 def test_no_cache_folder_still_loads(monkeypatch, tmp_path):

@@ -33,7 +33,7 @@ from pathlib import Path
 import regex
 
 from diagnose.inert import shorten
-from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_category_fixes, load_rule_file, rule_files
+from diagnose.match.rules import Catalogue, Rule, default_rules_dir, load_rule_file, rule_files
 from diagnose.model import DiagnoseError
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.phase_file import load_phase_file
@@ -92,13 +92,12 @@ def load_for_lint(
             problems.append(LintProblem("error", str(d), None, "has no *.toml files"))
         for f in files:
             try:
-                loaded, errors, _ = load_rule_file(f)
+                loaded = load_rule_file(f)
             except DiagnoseError as e:
                 problems.append(LintProblem("error", str(f), None, str(e).removeprefix(f"rules file {f}: ")))
                 continue
-            rules.extend(loaded)
-            problems.extend(_loader_problem(msg, str(f)) for msg in errors)
-            problems.extend(_loader_problem(msg, str(f)) for msg in load_category_fixes(f)[2])
+            rules.extend(loaded.rules)
+            problems.extend(_loader_problem(msg, str(f)) for msg in loaded.errors)
     for i, r in enumerate(rules):
         r.order = i
     return Catalogue(rules, []), problems

@@ -289,13 +289,12 @@ def load_catalogue(
             raise DiagnoseError(f"rules folder {d}: has no *.toml files")
         in_folder: dict[str, Path] = {}  # category -> the file of this folder that gave its fix
         for f in files:
-            loaded, errs, infs = load_rule_file(f)
-            rules.extend(loaded)
-            errors.extend(errs)
-            inferences.extend(infs)
-            fixes, replaced, fix_errors = load_category_fixes(f)
-            category_fix_rules |= replaced
-            errors.extend(fix_errors)
+            loaded = load_rule_file(f)
+            rules.extend(loaded.rules)
+            errors.extend(loaded.errors)
+            inferences.extend(loaded.inferences)
+            category_fix_rules |= loaded.replaces_fix_of
+            fixes = loaded.category_fixes
             # inside one folder, which entry won would hang on the files' order
             errors.extend(f"{f}: category_fix {c}: a second entry in this folder (also in {in_folder[c]})"
                           for c in sorted(set(fixes) & set(in_folder)))
@@ -314,8 +313,19 @@ def load_catalogue(
     return Catalogue(rules, errors, inferences, category_fixes, category_fix_rules)
 
 
-def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
-    """The rules, the problems found, and the ``[[infer]]`` tables of one catalogue file."""
+@dataclass(slots=True)
+class RuleFile:
+    """What one catalogue file holds, read in one pass, and the problems found in it."""
+
+    rules: list[Rule]
+    errors: list[str]
+    inferences: list[Inference]  # its [[infer]] tables
+    category_fixes: dict[str, Fix]  # its [[category_fix]] entries: category -> fix
+    replaces_fix_of: set[str]  # the generic rules whose own fix only says to read the evidence
+
+
+def load_rule_file(path: Path) -> RuleFile:
+    """The rules, ``[[infer]]`` tables and category fixes of one catalogue file, and the problems found."""
     from diagnose.match import rule_cache
 
     text = read_text(path, "rules file")
@@ -333,20 +343,16 @@ def load_rule_file(path: Path) -> tuple[list[Rule], list[str], list[Inference]]:
             inferences.append(parse_inference(raw, str(path), check_regex=cached is None))
         except ValueError as e:
             errors.append(f"{path}: infer {_code_for_error(raw, i)}: {e}")
+    fixes, replaced = _category_fixes(data, path, errors)
     if cached is None and not errors:
         rule_cache.put(text, data)
-    return rules, errors, inferences
+    return RuleFile(rules, errors, inferences, fixes, replaced)
 
 
-def load_category_fixes(path: Path) -> tuple[dict[str, Fix], set[str], list[str]]:
-    """The ``[[category_fix]]`` entries of one catalogue file (category -> fix), the generic rules it names in
-    ``replaces_fix_of`` (their own fix only says to read the evidence), and the problems found."""
-    from diagnose.match import rule_cache
-
-    text = read_text(path, "rules file")
-    data = rule_cache.get(text) or parse(text, path, "rules file")
+def _category_fixes(data: dict, path: Path, errors: list[str]) -> tuple[dict[str, Fix], set[str]]:
+    """The ``[[category_fix]]`` entries of one catalogue file's data (category -> fix) and the generic rules it names
+    in ``replaces_fix_of`` (their own fix only says to read the evidence); problems go to ``errors``."""
     fixes: dict[str, Fix] = {}
-    errors: list[str] = []
     replaced: set[str] = set()
     try:
         replaced = set(str_list(data, "replaces_fix_of"))
@@ -372,7 +378,7 @@ def load_category_fixes(path: Path) -> tuple[dict[str, Fix], set[str], list[str]
             fixes[category] = Fix(summary=summary, safety="manual", steps=steps)
         except ValueError as e:
             errors.append(f"{where}: {e}")
-    return fixes, replaced, errors
+    return fixes, replaced
 
 
 def _code(raw: dict) -> str:
