@@ -88,6 +88,12 @@ def test_an_assert_statement_that_tests_no_setting_says_nothing_of_configuration
     ("ValueError: offload_param=True needs stage 3", "", True),
     ("ValueError: --seq-length 4096 exceeds --max-position-embeddings 2048", "", True),
     ("AssertionError: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is not allowed here", "", True),
+    # a YAML entry as the config file writes it, one space after the colon (axolotl's own advice)
+    ("ValueError: eval dataset split is too small for sample_packing. You should set `eval_sample_packing: False`. ",
+     "", True),
+    ("ValueError: set 'use_cache = false' to train", "", True),
+    ("ValueError: got 'step: x'", "", False),  # no value a setting takes
+    ("ValueError: expected `a:  1`", "", False),  # two spaces: no config file's spelling
     ("AssertionError: a == b failed", "", False),
     ("ValueError: shapes 3 != 4", "", False),
     ("AssertionError: 256 != 8 * 1 * 8", "", False),

@@ -252,3 +252,27 @@ def test_a_catch_all_before_the_programs_completion_line_does_not_speak():
 def test_completes_is_only_for_information_lines():
     with pytest.raises(ValueError, match="completes"):
         make_rule("PYX", "0 OK", r"0 OK", completes=True)  # an error rule cannot say the program completed
+
+
+_FIRST_KILLED = (
+    "E1208 03:12:51.771000 81190 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
+    "local_rank: 6 (pid: 81210) of binary: /opt/conda/bin/python"
+)
+
+
+def test_a_worker_torchrun_saw_fail_first_by_sigkill_leads_its_peers_watchdog_timeouts():
+    # torchrun's agent names the first failure (the least timestamp) before its own SIGTERMs: a SIGKILL there came
+    # from outside the job (the OOM killer), and the rank it took never reached the collective its peers time out on
+    timeouts = "\n".join(
+        f"[rank{r}]:[E1208 03:12:4{r}.818739732 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+        "1800427 milliseconds before timing out." for r in range(6))
+    report = match_text(f"{timeouts}\n{_FIRST_KILLED}\n", load_catalogue())
+    assert report.root is not None and (report.root.rule, report.root.category) == ("LA291", "host_oom")
+    # alone it is the root too, and a specific error before it (not a communication failure) still leads
+    assert match_text(f"{_FIRST_KILLED}\n", load_catalogue()).root.rule == "LA291"
+    text = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB\n{_FIRST_KILLED}\n"
+    assert match_text(text, load_catalogue()).root.category == "cuda_oom"
+    # a worker that failed first by an abort (-6, a watchdog's own) is no kill from outside
+    aborted = _FIRST_KILLED.replace("exitcode: -9", "exitcode: -6")
+    assert match_text(f"{timeouts}\n{aborted}\n", load_catalogue()).root.category == "nccl_timeout"

@@ -195,7 +195,9 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         # communicator raises in the collective's call, not in the data reader of a rank that never reached it)
         root_role = [g for g in root_role
                      if any(_kills_ranks(g, c) for c in RANK_KILLERS) or g.finding.category in RANK_STALLERS]
-    specific = killers_first(specific, root_role)
+    # a cascade that kills a rank (torchrun's first failure by SIGKILL, LA291) explains its peers' NCCL errors too
+    killing = [g for g in cascades if any(_kills_ranks(g, c) for c in RANK_KILLERS)]
+    specific = killers_first(specific, root_role + killing)
     if specific or root_role:
         pool = specific or root_role
         root = pool[0]
@@ -208,7 +210,8 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
         root.finding.severity = "error"  # the job failed on it: it is no longer only a warning
     elif cascades:
-        root = _wrapper_detail(cascades)
+        # a rank killed from outside (torchrun's first failure by SIGKILL, LA291) leads its peers' timeouts
+        root = _wrapper_detail(killers_first(cascades, []))
         confidence = min(root.finding.confidence, CASCADE_ROOT_CONFIDENCE)
     elif catchall:
         root = catchall[0]
