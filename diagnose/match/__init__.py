@@ -59,7 +59,7 @@ def scan_and_match(
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan_deferring
     from diagnose.match.findings import group_hits
-    from diagnose.match.flat_loss import flat_loss
+    from diagnose.match.flat_loss import ended_from_outside, flat_loss
     from diagnose.match.hang_at_exit import hang_at_exit
     from diagnose.match.one_host import node_confined_origin
     from diagnose.match.ranking import rank
@@ -82,7 +82,9 @@ def scan_and_match(
     hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
     give_category_fixes(findings, catalogue)  # an inferred generic finding: the next step its category calls for
     report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
-    if root is None:  # the loss series (deferred captures) matters only then: a flat loss is no other cause's rival
+    # the loss series (deferred captures) matters only then: a flat loss is no other cause's rival; an exploding
+    # gradient norm also leads a root cause that is only the job's end (a cancel, a signal the launcher reports)
+    if root is None or ended_from_outside(report.root, catalogue):
         blocks.update(deferred.blocks())
     flat_loss(report, blocks, catalogue)  # no error, and the loss never moved: the job learned nothing
     return MatchResult(report, blocks)

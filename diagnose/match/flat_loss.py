@@ -39,6 +39,17 @@ measurement (a loss aggregated wrongly, every target masked, a forward pass that
 reinforcement-learning objective can legitimately print 0 at every step (GRPO with no KL term), so a series whose
 lines also log a reward is left alone.
 
+A seventh reads the gradient norm the step lines print (``GRAD_RULE``): a norm that grew at least ``GRAD_RISE``-fold
+over the run and stayed there to the end (0.29 at the first steps, 3000-4000 over the last ones). A person reads the
+norm as the size of each update before clipping: it varies with the batch, spikes for a step or two and falls back,
+and in a healthy run it falls or holds its level as training settles. A norm that climbs by orders of magnitude and
+does not come back means the gradients themselves have gone wrong (an unnormalised loss term, a loss scaled by the
+token count twice or not at all, a learning rate that diverges the model), whatever the loss shows: read in thirds,
+every step of the last third at least ``GRAD_RISE`` times the lowest norm of the first third and at least
+``GRAD_MIN_LEVEL`` (large in absolute terms too: clipping at 1.0 is the usual setting). This reading is also made
+when the root cause chosen is only a cascade of the job's end (Slurm cancelled it, a launcher or srun reports the
+signal): a person who stops a run whose gradient norm exploded stopped it for that, and the stop says nothing more.
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -56,7 +67,7 @@ from diagnose.inert import inert, shorten
 from diagnose.match.rules import Catalogue, Rule
 from diagnose.model import Block, Evidence, Finding, Report
 from diagnose.normalize import collapse_carriage_returns
-from diagnose.normalize.loss_series import LossSeries, series_of
+from diagnose.normalize.loss_series import GRAD_KIND, LossSeries, series_of
 
 FLAT_RULE = "NU020"
 COLLAPSE_RULE = "NU021"
@@ -83,6 +94,13 @@ MIN_EVAL_DIGITS = 4
 FALLING = 0.05  # a train series whose last value is this much (relative) below its first fell: it learned
 EVIDENCE_POINTS = 3
 MAX_TREND = 0.5  # |Kendall tau| of a flat series: noise sits near 0, a slow warm-up descent near -1
+GRAD_RULE = "NU025"
+GRAD_MIN_POINTS = 6  # two logged steps a third at least
+GRAD_RISE = 100.0  # every norm of the last third over the lowest of the first third
+GRAD_MIN_LEVEL = 10.0  # and every norm of the last third at least this (ten times the usual clipping threshold)
+# the root causes a gradient norm explosion still leads: a cascade of the job's end that says nothing of why it ended
+# (Slurm cancelled the step, srun or a launcher reports the signal its tasks got)
+_END_CASCADE_CATEGORIES = ("slurm", "launcher")
 
 
 def _digits(printed: str) -> int:
@@ -223,9 +241,33 @@ def zero_throughout(s: LossSeries) -> bool:
             and not any(_REWARD.search(p.line.text) for p in s.points))
 
 
+def _thirds(values: list[float]) -> tuple[list[float], list[float]]:
+    """The first and the last third of the series (the same size, at least one value each)."""
+    size = max(1, len(values) // 3)
+    return values[:size], values[-size:]
+
+
+def grad_exploded(s: LossSeries) -> bool:
+    """Did this gradient norm grow ``GRAD_RISE``-fold from its early level and stay there to the end?"""
+    if s.kind != GRAD_KIND or len(s.points) < GRAD_MIN_POINTS:
+        return False
+    head, tail = _thirds(s.values)
+    early = [v for v in head if v > 0]  # a norm printed 0 is a skipped step, not a level
+    if not early:
+        return False
+    low = min(early)
+    return min(tail) >= max(GRAD_RISE * low, GRAD_MIN_LEVEL)
+
+
 def _summary(s: LossSeries, code: str) -> str:
     """What the series shows, in words, as the reading ``code`` found it."""
     values = s.values
+    if code == GRAD_RULE:
+        head, tail = _thirds(values)
+        low = min(v for v in head if v > 0)
+        return (f"{s.name} was {low:g} at its lowest over the first {len(head)} of {len(values)} logged steps and "
+                f"between {min(tail):g} and {max(tail):g} over the last {len(tail)} ({min(tail) / low:.0f} times "
+                f"higher at least); its highest was {max(values):g}")
     if code == DIVERGED_RULE:
         blocks, medians, best = _levels(values)
         return (f"the train loss fell from {values[0]:g} to a best level of about {medians[best]:g}, then climbed "
@@ -247,7 +289,12 @@ def _evidence(s: LossSeries, code: str) -> list[Evidence]:
     """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last; for a
     divergence, the first, the lowest before the last block and the last."""
     pts = s.points
-    if code == DIVERGED_RULE:
+    if code == GRAD_RULE:
+        head, _tail = _thirds(s.values)
+        low = min((v, i) for i, v in enumerate(head) if v > 0)[1]
+        peak = s.values.index(max(s.values))
+        chosen = [pts[low], pts[peak]] + ([pts[-1]] if peak != len(pts) - 1 else [])
+    elif code == DIVERGED_RULE:
         head = s.values[:len(pts) - len(_blocks(s.values)[-1])]
         low = head.index(min(head))
         chosen = [pts[0], pts[low], pts[-1]]
@@ -269,18 +316,34 @@ def _explainer(findings: list[Finding], catalogue: Catalogue, code: str) -> tupl
     return None
 
 
+def ended_from_outside(root: Finding | None, catalogue: Catalogue) -> bool:
+    """The root cause is only a cascade of the job's end (Slurm cancelled it, srun or a launcher reports a signal):
+    the series may still say why the run was stopped. The rule's role is read (the ranking made the finding's
+    "root")."""
+    rule = catalogue.by_code(root.rule) if root is not None else None
+    return rule is not None and rule.role == "cascade" and rule.category in _END_CASCADE_CATEGORIES
+
+
 def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalogue) -> None:
-    """Make the collapsed- or flat-loss finding the report's root cause when nothing else is one."""
-    if report.root_cause is not None:
+    """Make the collapsed- or flat-loss finding the report's root cause when nothing else is one (the gradient norm
+    explosion also when the root cause is only the job's end, ``ended_from_outside``)."""
+    if report.root_cause is None:
+        codes: tuple[str, ...] = (COLLAPSE_RULE, ZERO_RULE, GRAD_RULE, DIVERGED_RULE, FLAT_RULE)
+    elif ended_from_outside(report.root, catalogue):
+        codes = (GRAD_RULE,)
+    else:
         return
     series = series_of(blocks)
-    # the collapse first, then a loss of 0 throughout, then a divergence (a falling series is not flat), each reading
-    # only where the catalogue has its rule: a catalogue without NU021, NU024 or NU022 still gets NU020's reading
-    for code in (COLLAPSE_RULE, ZERO_RULE, DIVERGED_RULE, FLAT_RULE):
+    # the collapse first, then a loss of 0 throughout, then an exploding gradient norm, then a divergence (a falling
+    # series is not flat), each reading only where the catalogue has its rule: a catalogue without NU021, NU024,
+    # NU025 or NU022 still gets NU020's reading
+    for code in codes:
         rule = catalogue.by_code(code)
         if rule is None or rule.input != "loss_series":
             continue
-        if code == COLLAPSE_RULE:
+        if code == GRAD_RULE:
+            flat = [s for s in series if grad_exploded(s)]
+        elif code == COLLAPSE_RULE:
             flat = [s for s in series if collapsed_to_zero(s)]
         elif code == ZERO_RULE:
             flat = [s for s in series if zero_throughout(s)]
@@ -298,7 +361,7 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
         severity="error", role="root", confidence=rule.confidence, count=len(lead.points),
         first_line=lead.points[0].line.lineno, evidence=_evidence(lead, code), explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
-        facts={"series": lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
+        facts={"series": lead.name or lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
                "loss_max": max(lead.values)},
     )
     finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s, code) for s in flat) + "."

@@ -13,6 +13,11 @@ a long run, where a loss that fell late shows it fell), deferred: read after the
 log says ``loss`` on every iteration line, and the series matters only when nothing else is the root cause).
 ``series_of`` turns the captured lines into one series per input file and kind (train, eval), each point a distinct
 line: a line repeated by every rank is one point.
+
+The gradient norm the same step lines print is read too, as its own kind (``grad_norm``): Megatron's ``grad norm:
+0.741 |``, the Hugging Face Trainer's ``'grad_norm': 1.25``, verl's ``actor/grad_norm:0.412``, ``grad_norm=0.30``.
+Each name as printed (``actor/grad_norm``, ``critic/grad_norm``) is a series of its own: an actor's and a critic's
+norms are two models'.
 """
 
 from __future__ import annotations
@@ -45,7 +50,18 @@ _RUN_SUMMARY = re.compile(r"'train_runtime'|^\s*train_loss\s+=\s")
 # name inside it is the eval's
 _VALIDATION_LINE = re.compile(r"validation loss at", re.IGNORECASE)
 
+# the gradient norm's names: a prefix naming the model it belongs to (actor/, train/) is kept as part of the name
+_GRAD_NAMES = r"grad(?:ient)?[ _]norm"
+_GRAD = re.compile(
+    rf"""(?:^|(?<=[\s'"{{(\[,;|]))(?P<name>(?:[A-Za-z]\w*/)*(?:{_GRAD_NAMES}))['"]?(?![\w/])\s*[:=]?\s*"""
+    rf"""(?P<value>{_NUMBER})(?![\w.])""",
+    re.IGNORECASE,
+)
+GRAD_KIND = "grad_norm"
+
 _REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|])(?:{_EVAL_NAMES}|{_TRAIN_NAMES})['"]?\s*[:=]?\s*{_NUMBER}"""
+
+_GRAD_REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|/])(?:{_GRAD_NAMES})['"]?\s*[:=]?\s*{_NUMBER}"""
 
 CAPTURES: list[CaptureSpec] = [
     spec
@@ -54,6 +70,15 @@ CAPTURES: list[CaptureSpec] = [
         CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.all", anchor, regex=_REGEX, keep="all", max_blocks=SERIES_LINES,
                     deferred=True),
         CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.last", anchor, regex=_REGEX, keep="last", deferred=True),
+    )
+] + [
+    spec
+    # "grad norm", "Grad norm", "grad_norm", "gradient norm", "Gradient_norm": the anchor leaves out the first letter
+    for anchor in ("rad norm", "rad_norm", "radient norm", "radient_norm")
+    for spec in (
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.all", anchor, regex=_GRAD_REGEX, keep="all", max_blocks=SERIES_LINES,
+                    deferred=True),
+        CaptureSpec(f"{CAPTURE_PREFIX}{anchor}.last", anchor, regex=_GRAD_REGEX, keep="last", deferred=True),
     )
 ]
 
@@ -68,8 +93,9 @@ class LossPoint:
 @dataclass(slots=True)
 class LossSeries:
     path: str
-    kind: str  # "train" or "eval"
+    kind: str  # "train", "eval" or GRAD_KIND
     points: list[LossPoint] = field(default_factory=list)
+    name: str = ""  # a gradient norm's name as printed, lower-cased ("actor/grad_norm"); "" for a loss
 
     @property
     def values(self) -> list[float]:
@@ -95,9 +121,23 @@ def losses_of(text: str) -> list[tuple[str, float, str]]:
     return out
 
 
+def grad_norms_of(text: str) -> list[tuple[str, float, str]]:
+    """``(name, value, value as printed)`` of each finite gradient norm on a line, the name lower-cased."""
+    out = []
+    for m in _GRAD.finditer(text):
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if value != value or value in (float("inf"), float("-inf")):
+            continue
+        out.append((m.group("name").lower(), value, m.group("value")))
+    return out
+
+
 def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
-    """One series per (input file, kind), in line order; each distinct line is one point (a line that every rank
-    printed the same is counted once)."""
+    """One series per (input file, kind), in line order, and one per (input file, gradient norm name); each distinct
+    line is one point (a line that every rank printed the same is counted once)."""
     lines: dict[tuple[str, int], LogLine] = {}
     for name, got in blocks.items():
         if not name.startswith(CAPTURE_PREFIX):
@@ -106,6 +146,7 @@ def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
             for line in block.lines[:1]:
                 lines.setdefault((line.path, line.lineno), line)
     series: dict[tuple[str, str], LossSeries] = {}
+    grads: dict[tuple[str, str], LossSeries] = {}
     seen: set[tuple[str, str]] = set()
     for (path, _lineno), line in sorted(lines.items()):
         if (path, line.text) in seen:
@@ -114,4 +155,7 @@ def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
         for kind, value, printed in losses_of(line.text):
             s = series.setdefault((path, kind), LossSeries(path, kind))
             s.points.append(LossPoint(value, printed, line))
-    return list(series.values())
+        for name, value, printed in grad_norms_of(line.text):
+            g = grads.setdefault((path, name), LossSeries(path, GRAD_KIND, name=name))
+            g.points.append(LossPoint(value, printed, line))
+    return list(series.values()) + list(grads.values())
