@@ -39,6 +39,7 @@ from diagnose.match.frames import (
     ucx_backtrace_frames,
 )
 from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
+from diagnose.match.stack import stack_of_frames
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
@@ -102,6 +103,7 @@ class Hit:
     # generic rules: how many of ``frames`` (at their start) belong to the exceptions this one caused (a chain printed
     # after it): the category is read from its own frames first, from all of them when those tell none (findings.py)
     outer_frames: int = 0
+    stack: str = ""  # the software stack the frames of the traceback this line ends name (match/stack.py)
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -454,11 +456,16 @@ class Matcher:
                     frames = frames_here()
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
                 outer_kept = max(0, len(kept) - (len(frames) - outer_n))
+            stack = ""
+            if seen < PARSED_HITS_PER_GROUP:  # the job's stack, from this traceback's packages (match/stack.py)
+                if frames is None:
+                    frames = frames_here()
+                stack = stack_of_frames(f.text for f in frames)
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
-                                 pattern=number, release=release, outer_frames=outer_kept))
+                                 pattern=number, release=release, outer_frames=outer_kept, stack=stack))
             return  # last match wins: one rule per line
 
     def _in_training_here(self, cr: CompiledRule, key: str, seen: str) -> tuple[CompiledRule, Any, str, str]:

@@ -561,6 +561,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         overrides=overrides,
         env=env,
         steps=str_list(fix_raw, "steps"),
+        other_stacks=str_list(fix_raw, "other_stacks"),
     )
 
     ctx_raw = raw.get("context", {})
