@@ -312,6 +312,7 @@ class SlurmFacts:
     state: str = ""
     reason: str = ""
     cancelled_by: str | None = None
+    launch_failed: bool = False  # the batch step never started (JobLaunchFailure): its exit code is not a program's
     exit_code: int | None = None
     signal: str | None = None
     derived_exit_code: int | None = None
