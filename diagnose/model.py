@@ -172,10 +172,13 @@ class Fix:
     overrides: list[Override] = field(default_factory=list)
     env: list[EnvVar] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    # the steps for a job of another stack than Megatron's (plain PyTorch, HF Trainer, DeepSpeed), whose overrides
+    # and steps name Megatron's keys: shown instead of them there (explain/render.py fix_words); [] keeps the steps
+    other_stacks: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.summary or self.overrides or self.env or self.steps)
+        return not (self.summary or self.overrides or self.env or self.steps or self.other_stacks)
 
 
 @dataclass(slots=True)
@@ -309,6 +312,7 @@ class SlurmFacts:
     state: str = ""
     reason: str = ""
     cancelled_by: str | None = None
+    launch_failed: bool = False  # the batch step never started (JobLaunchFailure): its exit code is not a program's
     exit_code: int | None = None
     signal: str | None = None
     derived_exit_code: int | None = None
@@ -359,6 +363,9 @@ class Report:
     # inputs of several jobs (issue 19 item 6): one full report per job; the fields above are then the first
     # failing job's (the first job's when none failed), so that a reader of one report gets a real one
     jobs: list[JobReport] = field(default_factory=list)
+    # the software stack the log's tracebacks name ("megatron-lm", "deepspeed", "transformers"...: match/stack.py),
+    # None when they name none; with ``framework`` it decides the words of a fix's overrides (render.fix_style)
+    stack: str | None = None
 
     @property
     def root(self) -> Finding | None:
@@ -396,6 +403,8 @@ class Report:
             "replay": None if self.replay is None else self.replay.to_dict(),
             "memory": None if self.memory is None else self.memory.to_dict(),
         }
+        if self.stack is not None:
+            out["stack"] = self.stack
         if self.slurm is not None:
             out["slurm"] = self.slurm.to_dict()
         if self.hang is not None:
@@ -433,6 +442,8 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
         d.pop(name)
     if f.proven_fix is not None:
         d["fix"] = asdict(f.proven_fix)
+    if not d["fix"]["other_stacks"]:  # only the rules that write them: the JSON of the others is unchanged
+        del d["fix"]["other_stacks"]
     if f.replay is not None:
         d["facts"]["replay"] = f.replay.to_dict()
     return d

@@ -81,8 +81,8 @@ def _with_ranks(options: AnalyzeOptions, inputs: list[tuple[str, int | None]]) -
 # SlurmFacts fields that SlurmJob has under the same name (lists copied); "" in SlurmJob is null in the JSON for the
 # second set; the rest are derived below
 _AS_IS = ("job_id", "raw_id", "array_job_id", "array_task_id", "het_job_id", "het_offset", "name", "user", "state",
-          "reason", "cancelled_by", "nodes", "elapsed_s", "time_limit_s", "restarts", "source", "task_patterns",
-          "task_outputs_found", "notes")
+          "reason", "cancelled_by", "launch_failed", "nodes", "elapsed_s", "time_limit_s", "restarts", "source",
+          "task_patterns", "task_outputs_found", "notes")
 _EMPTY_IS_NONE = ("start", "end", "work_dir", "output_route", "task_route")
 
 

@@ -147,10 +147,13 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
         text_i = ll.text
         header_rule = None  # a traceback_ends_with rule matched this line: its hit is the traceback's end line
         other_match = False
+        quoted_end = _quoted_source_end(lines, i)  # a traceback's quoted source line: the exception line below
         for rule, rxs in reversed(rules):
             number, found = next(((j, m) for j, m in enumerate(rx.search(text_i) for rx in rxs) if m), (-1, None))
             if found is None:
                 continue
+            if quoted_end is not None and any(rx.search(quoted_end) for rx in rxs):
+                continue  # the exception line says it: the quoted code is not the rule's line
             if rule.context.traceback_ends_with:
                 header_rule = header_rule or rule
                 continue
@@ -244,6 +247,32 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             ):
                 markers.append((s.name, ll))  # noqa: PERF401 (one line's captures, in catalogue order)
     return hits
+
+
+def _quoted_source_end(lines, i: int) -> str | None:
+    """When ``lines[i]`` is indented under a frame line of its stream (among the 8 lines above it): the text of the
+    first line of its stream below that starts at the margin (past indented lines, carets, repeat notes, at most 2
+    blanks), unless it is another traceback header; else None."""
+    ll = lines[i]
+    if ll.text[:1] not in (" ", "\t"):
+        return None
+    above = [lines[j] for j in range(i - 1, max(-1, i - 9), -1) if lines[j].stream == ll.stream]
+    if not above or not above[0].text.lstrip().startswith('File "'):
+        return None
+    blanks = 0
+    for j in range(i + 1, min(len(lines), i + 4001)):
+        text = lines[j].text
+        if lines[j].stream != ll.stream:
+            continue
+        if not text.strip():
+            blanks += 1
+            if blanks > 2:
+                return None
+            continue
+        if text[0] in " \t" or text.startswith(("[Previous line repeated", "^", "~")):
+            continue
+        return None if text.startswith(("Traceback (most recent call last)", "Exception Group Traceback")) else text
+    return None
 
 
 def _reference_end(lines, i: int, rule, rules) -> int | None:

@@ -120,6 +120,45 @@ def test_a_generic_hardware_symptom_after_watchdog_timeouts_is_not_swallowed_by_
     assert match_text(f"{_NCCL_ERR}\n{_SMI}\n{_XID}\n", SMI_CAT).root.rule == "HW9"
 
 
+CUDA_ERR = make_rule("PY9", "CUDA error: ", r"CUDA error: \S.*", category="hardware", confidence=0.4,
+                     reports="device_symptom", title="CUDA error")
+SYMPTOM_CAT = make_catalogue(GENERIC, OOM, NCCL, CHILD, CKPT, NCCLERR, XID, SMI, CUDA_ERR)
+
+
+def test_a_device_fault_leads_the_generic_cuda_error_it_explains():
+    # qa-report-7 L5: nvidia-smi cannot reach a GPU (generic tier), then a rank's CUDA call fails with an error that
+    # names no cause (specific tier, device_symptom): the lost GPU is why, wherever either line is
+    for text in (f"{_SMI}\nRuntimeError: CUDA error: unknown error\n",
+                 f"RuntimeError: CUDA error: unknown error\n$ nvidia-smi\n{_SMI}\n"):
+        report = match_text(text, SYMPTOM_CAT)
+        assert report.root.rule == "HW8"
+        assert next(f for f in report.findings if f.rule == "PY9").role == "context"
+    # the driver's own Xid line, when there, is the fault cited
+    assert match_text(f"RuntimeError: CUDA error: unknown error\n{_XID}\n{_SMI}\n", SYMPTOM_CAT).root.rule == "HW9"
+    # alone the CUDA error stays the root, and it still kills its rank for its peers' NCCL errors
+    assert match_text("RuntimeError: CUDA error: unknown error\n", SYMPTOM_CAT).root.rule == "PY9"
+    assert match_text(f"{_NCCL_ERR}\nRuntimeError: CUDA error: unknown error\n", SYMPTOM_CAT).root.rule == "PY9"
+    # with both behind an NCCL error, the device fault leads the symptom
+    assert match_text(f"{_NCCL_ERR}\nRuntimeError: CUDA error: unknown error\n{_SMI}\n",
+                      SYMPTOM_CAT).root.rule == "HW8"
+
+
+def test_the_builtin_catalogue_leads_a_lost_gpu_over_the_cuda_error_it_explains(builtin_catalogue):
+    text = "\n".join(["+ nvidia-smi -L", "GPU 0: Tesla V100-SXM2-32GB (UUID: GPU-6f1e9c2a)", _SMI,
+                      "Traceback (most recent call last):", '  File "train.py", line 188, in main',
+                      "    torch.cuda.set_device(local_rank)",
+                      '  File "/env/lib/python3.8/site-packages/torch/cuda/__init__.py", line 261, in set_device',
+                      "    torch._C._cuda_setDevice(device)",
+                      '  File "/env/lib/python3.8/site-packages/torch/cuda/__init__.py", line 172, in _lazy_init',
+                      "    torch._C._cuda_init()", "RuntimeError: CUDA error: unknown error"]) + "\n"
+    report = match_text(text, builtin_catalogue)
+    assert (report.root.rule, report.root.category) == ("HW052", "hardware")
+    cuda = next(f for f in report.findings if f.rule == "PY005")
+    assert cuda.role == "context"
+    # nvidia-smi's line tells no phase: the CUDA error it explains says when the job met the fault
+    assert report.root.phase == cuda.phase != "unknown"
+
+
 OOMKILL = make_rule("OOM9", "Out of memory: Killed process", r"Out of memory: Killed process \d+", category="host_oom",
                     confidence=0.9, title="The kernel OOM killer killed a process")
 ALLOC = make_rule("OOM8", "Cannot allocate memory", r"Cannot allocate memory", category="host_oom", confidence=0.7,

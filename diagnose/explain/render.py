@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -42,7 +43,7 @@ from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
 from diagnose.explain.config.values import parse_scalar
-from diagnose.model import Override
+from diagnose.model import Fix, Override
 
 # A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
 _HYDRA_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*(?::[A-Za-z0-9_./-]+)*", re.ASCII)
@@ -221,6 +222,50 @@ def mlm_fix_line(overrides: list[Override]) -> tuple[str, bool]:
     config = [o for o in overrides if not o.key.startswith(("env.", "launch."))]
     flags = [mlm_flag(o) for o in config]
     return " ".join(dict.fromkeys(f for f in flags if f)), bool(config) and all(flags)
+
+
+# ------------------------------------------------------------------------------------ a fix in the job's words
+
+def fix_style(framework: str | None, stack: str | None) -> str:
+    """How a fix's config overrides are written for this job: "megatron-lm" (its command-line flags, the Bridge
+    words for what has none), "bridge" (Megatron-Bridge overrides) or "neutral" (none: the job ran another stack,
+    and the rule's stack-neutral words stand in for them).
+
+    ``framework``: what the config the log printed says (decisive when known); ``stack``: what its tracebacks'
+    packages name (diagnose.match.stack). A job with neither keeps the Bridge words, as before the stack was read."""
+    if framework == "megatron-lm":
+        return "megatron-lm"
+    if framework == "megatron-bridge" or stack in (None, "megatron-bridge"):
+        return "bridge"
+    return "megatron-lm" if stack == "megatron-lm" else "neutral"
+
+
+@dataclass(frozen=True, slots=True)
+class FixWords:
+    """What of a fix to show a job: ``flags`` (Megatron-LM's, "" when none), ``overrides`` (to show as Bridge
+    CLI, Python and YAML; [] when the flags say them all or the job is not Megatron's) and ``steps``."""
+
+    flags: str = ""
+    overrides: list[Override] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+
+def fix_words(fix: Fix, style: str) -> FixWords:
+    """The fix in the words of the job's stack (``style``: fix_style). For another stack than Megatron's the
+    overrides are dropped and the rule's ``other_stacks`` steps (stack-neutral: ZeRO, FSDP, a smaller batch) stand
+    in for its own steps, which name Megatron's keys; a rule without them keeps its steps."""
+    if style == "neutral":
+        return FixWords(steps=list(fix.other_stacks or fix.steps))
+    flags, only_flags = mlm_fix_line(fix.overrides) if style == "megatron-lm" else ("", False)
+    return FixWords(flags=flags, overrides=[] if only_flags else list(fix.overrides), steps=list(fix.steps))
+
+
+def fix_one_line(fix: Fix, style: str) -> str | None:
+    """A fix as one line (CI annotations, JSON lines): the job's override words (Megatron-LM flags, else the
+    Bridge CLI words), else its summary, else its first step; None when it says nothing."""
+    words = fix_words(fix, style)
+    commands = [c for c in (words.flags, cli_line(words.overrides)) if c]
+    return "; ".join(commands) or fix.summary or (words.steps[0] if words.steps else None)
 
 
 # ------------------------------------------------------------------------------------------------ a fix

@@ -64,6 +64,7 @@ def scan_and_match(
     from diagnose.match.one_host import node_confined_origin
     from diagnose.match.ranking import rank
     from diagnose.match.silent_ranks import mark_silent_ranks
+    from diagnose.match.stack import decide_stack
     from diagnose.match.topology import pcie_p2p_hang
 
     if captures is None:
@@ -81,7 +82,8 @@ def scan_and_match(
     completes = frozenset(r.code for r in catalogue.rules if r.completes)
     hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
     give_category_fixes(findings, catalogue)  # an inferred generic finding: the next step its category calls for
-    report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings)
+    report = Report(inputs=infos, findings=findings, root_cause=root, warnings=warnings,
+                    stack=decide_stack(h.stack for h in hits))
     # the loss series (deferred captures) matters only then: a flat loss is no other cause's rival; an exploding
     # gradient norm also leads a root cause that is only the job's end (a cancel, a signal the launcher reports)
     if root is None or ended_from_outside(report.root, catalogue):

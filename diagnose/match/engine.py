@@ -39,6 +39,7 @@ from diagnose.match.frames import (
     ucx_backtrace_frames,
 )
 from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
+from diagnose.match.stack import stack_of_frames
 from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
@@ -71,6 +72,7 @@ _HEADER = "Traceback (most recent call last)"
 MAX_TRACEBACK_ENDS = 20000  # traceback headers of one scan read forwards to their end line (each: a few dozen lines)
 TRACEBACK_END_LINES = 4000  # lines of the input read after a header for its end (other streams interleave)
 TRACEBACK_END_GAP = 2  # blank lines of the header's stream tolerated inside a traceback
+QUOTED_SOURCE_LINES = 8  # lines read back from an indented line that a rule matched, for the frame above it
 _FATAL_PYTHON = "Fatal Python error: "
 FAULT_DUMP_LINES = 120  # faulthandler prints at most 100 frames per thread
 _GROUP_HEADER = "Exception Group Traceback (most recent call last)"
@@ -102,6 +104,7 @@ class Hit:
     # generic rules: how many of ``frames`` (at their start) belong to the exceptions this one caused (a chain printed
     # after it): the category is read from its own frames first, from all of them when those tell none (findings.py)
     outer_frames: int = 0
+    stack: str = ""  # the software stack the frames of the traceback this line ends name (match/stack.py)
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -253,6 +256,9 @@ def _latest_markers(reader: _LineReader, start: int) -> list[int]:
     return latest
 
 
+Match = tuple[CompiledRule, dict, str, int]  # a rule whose regex matched a line: (rule, facts, group key, pattern)
+
+
 class Matcher:
     """Matches candidate lines of one scan (one or more sources) and collects hits and capture occurrences."""
 
@@ -328,6 +334,8 @@ class Matcher:
             ll = reader.learn_prefix(start, ll, raw)
         text_in_bytes = window_anchors is not None and _text_is_part_of_bytes(ll.raw)
         matches = self.classify(ll.text, window_anchors if text_in_bytes else None)
+        if matches and ll.text[:1] in " \t":  # indented: perhaps a traceback's quoted source line
+            matches = self._not_quoted_source(reader, start, ll, matches)
         if not matches:
             return
         ends = [m for m in matches if m[0].traceback_end is not None]
@@ -337,6 +345,19 @@ class Matcher:
                 self._traceback_end(reader, source_index, rank_hint, start, ll, pos_in_window, ends[0][0])
                 return
         self._apply(reader, source_index, rank_hint, start, ll, pos_in_window, matches)
+
+    def _not_quoted_source(self, reader: _LineReader, start: int, ll: LogLine, matches: list[Match]) -> list[Match]:
+        """``matches`` less the rules that also match the exception line below, when ``ll`` is the source line a
+        traceback quotes under a frame (``raise RuntimeError(f"Missing key ...: {fqn}.")``): the message with its
+        values is that exception line, which the rule matches on its own; the quoted code is not evidence."""
+        before = _on_stream(reader.backwards(start, ll.lineno, QUOTED_SOURCE_LINES, 1 << 16), ll.stream)
+        if not before or not before[0].text.lstrip().startswith('File "'):
+            return matches
+        end = quoted_source_end(reader, start, ll)
+        if end is None:
+            return matches
+        codes = {cr.rule.code for cr, *_ in self.classify(end.text)}
+        return [m for m in matches if m[0].rule.code not in codes]
 
     def _traceback_end(self, reader: _LineReader, source_index: int, rank_hint, start: int, header: LogLine,
                        pos_in_window: int, cr: CompiledRule) -> None:
@@ -454,11 +475,16 @@ class Matcher:
                     frames = frames_here()
                 kept = [f.text for f in frames[-MAX_FRAMES:]]  # the category is inferred from them (inference.py)
                 outer_kept = max(0, len(kept) - (len(frames) - outer_n))
+            stack = ""
+            if seen < PARSED_HITS_PER_GROUP:  # the job's stack, from this traceback's packages (match/stack.py)
+                if frames is None:
+                    frames = frames_here()
+                stack = stack_of_frames(f.text for f in frames)
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
-                                 pattern=number, release=release, outer_frames=outer_kept))
+                                 pattern=number, release=release, outer_frames=outer_kept, stack=stack))
             return  # last match wins: one rule per line
 
     def _in_training_here(self, cr: CompiledRule, key: str, seen: str) -> tuple[CompiledRule, Any, str, str]:
@@ -891,6 +917,26 @@ def traceback_end(reader: _LineReader, start: int, header: LogLine) -> tuple[int
         if frames == 0 or text.startswith((_HEADER, _GROUP_HEADER)):
             return None
         return s, nxt
+    return None
+
+
+def quoted_source_end(reader: _LineReader, start: int, source: LogLine) -> LogLine | None:
+    """The exception line that ends the traceback whose quoted source line ``source`` (at ``start``) is: the first
+    line of its stream below it that starts at the margin after the remaining frames, their quoted lines and carets;
+    None when another header, a blank run or the bounds come first."""
+    blanks = 0
+    for _s, nxt in reader.forwards(start, source.lineno, TRACEBACK_END_LINES, TRACEBACK_LOOKBACK_BYTES):
+        if nxt.stream != source.stream:
+            continue
+        text = nxt.text
+        if not text.strip():
+            blanks += 1
+            if blanks > TRACEBACK_END_GAP:
+                return None
+            continue
+        if text[0] in " \t" or text.startswith(("[Previous line repeated", "^", "~")):
+            continue
+        return None if text.startswith((_HEADER, _GROUP_HEADER)) else nxt
     return None
 
 

@@ -111,19 +111,33 @@ def killers_first(specific: list[Group], candidates: list[Group]) -> list[Group]
     minutes after the kill is no less its consequence. So when the earliest specific finding is a communication error
     and a rank killer exists among the root candidates (a specific one, or a generic symptom such as nvidia-smi no
     longer reaching the GPU), the earliest killer leads, hardware before host memory; the order is kept otherwise.
+
+    A CUDA call's error that names no cause (a ``device_symptom`` rule: ``CUDA error: unknown error``) is explained
+    the same way by a device fault of the log (nvidia-smi no longer reaching a GPU, an Xid): that fault leads it,
+    whatever its tier and wherever its line is, since the generic CUDA error is the fault as one rank's call saw it.
     """
-    if not specific or not (specific[0].finding.category in EXPLAINED_BY_KILLED_RANKS
-                            or specific[0].first_hit.rule.rule.reports == "link_failure"):
+    reports = specific[0].first_hit.rule.rule.reports if specific else ""
+    symptom = reports == "device_symptom"  # a CUDA error that names no cause: a device fault explains it
+    if not specific or not (specific[0].finding.category in EXPLAINED_BY_KILLED_RANKS or symptom
+                            or reports == "link_failure"):
         return specific  # (a link read as failed only by when NCCL's error came: a device fault explains it too)
     # the communication finding is the process's own fatal signal: no host-memory kill leads it (rules.REPORTS)
-    own_death = specific[0].first_hit.rule.rule.reports == "own_death"
+    own_death = reports == "own_death"
     for category in RANK_KILLERS:
-        if own_death and category == "host_oom":
+        if (own_death or symptom) and category == "host_oom":
             continue
+
+        def kills(g: Group, category: str = category) -> bool:
+            # a symptom is explained by a fault its rule names (not another symptom, nor a category inferred)
+            return _kills_ranks(g, category) and not (symptom and (g.first_hit.rule.rule.reports == "device_symptom"
+                                                                   or g.finding.basis != "rule"))
+
         # a specific rule (the driver's Xid line) before a generic symptom (nvidia-smi's view of it)
-        killers = [g for g in specific if _kills_ranks(g, category)]
+        killers = [g for g in specific if kills(g)]
         seen = {id(g) for g in killers}
-        killers += [g for g in candidates if _kills_ranks(g, category) and id(g) not in seen]
+        killers += [g for g in candidates if kills(g) and id(g) not in seen]
+        # a CUDA error that names no cause after the device fault that explains it (sorted: stable otherwise)
+        killers.sort(key=lambda g: g.first_hit.rule.rule.reports == "device_symptom")
         if killers:
             chosen = {id(g) for g in killers}
             return killers + [g for g in specific if id(g) not in chosen]
@@ -225,6 +239,13 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
             f.cause_of = None
         return findings, None
 
+    if root.finding.phase == "unknown" and _kills_ranks(root, "hardware"):
+        # a device fault's line (nvidia-smi's, the driver's) tells no phase: the CUDA error it explains says when
+        # the job met it (its frames, its markers)
+        seen = next((g for g in specific if g.first_hit.rule.rule.reports == "device_symptom"
+                     and g.finding.phase != "unknown"), None)
+        if seen is not None:
+            root.finding.phase = seen.finding.phase
     rest = [g for g in ordered if g is not root]
     secondary = [g for g in rest if g.first_hit.rule.rule.role != "cascade"]
     consequences = [g for g in rest if g.first_hit.rule.rule.role == "cascade"]

@@ -170,8 +170,11 @@ TIERS = ("specific", "generic", "catchall")
 #   signal`` line): the launcher's report of that signal (``exitcode: -7``) is the same death, not a host-memory kill
 #   that explains it (a device fault still does);
 # - "link_failure": a link or network path that failed mid-run, read as hardware because of when it came: no device
-#   fault on a rank, so an NCCL error printed before it still explains it.
-REPORTS = ("failure", "own_death", "link_failure")
+#   fault on a rank, so an NCCL error printed before it still explains it;
+# - "device_symptom": a CUDA call's error that names no cause (``CUDA error: unknown error``): a device fault of the
+#   log (a lost GPU, an Xid) explains it and leads it wherever its line is; it still kills its rank for the NCCL
+#   errors of its peers.
+REPORTS = ("failure", "own_death", "link_failure", "device_symptom")
 # Where the failure a finding reports is, as match/one_host.py reads it (a rule or one of its patterns says it):
 # - "own_node": the node's own failure; NCCL's error names no peer (``unhandled cuda error``, ``unhandled system
 #   error``, ``internal error``): a call on this node failed, and the fault is where it is raised;
@@ -561,6 +564,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         overrides=overrides,
         env=env,
         steps=str_list(fix_raw, "steps"),
+        other_stacks=str_list(fix_raw, "other_stacks"),
     )
 
     ctx_raw = raw.get("context", {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose import __version__
-from diagnose.explain.render import cli_line
+from diagnose.explain.render import fix_one_line, fix_style
 from diagnose.model import Finding, Report
 from diagnose.present import json_text
 from diagnose.present.safe import inert
@@ -29,12 +29,15 @@ def _shown(report: Report) -> list[tuple[Finding, bool]]:
     return first + [(f, False) for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
 
 
-def _message(f: Finding, is_root: bool) -> str:
+def _fix(f: Finding, report: Report) -> str | None:
+    """The finding's fix as one line in the job's words (render.fix_one_line, as the text report decides them)."""
+    return fix_one_line(f.shown_fix, fix_style(report.framework, report.stack))
+
+
+def _message(f: Finding, is_root: bool, report: Report) -> str:
     text = ("root cause: " if is_root else "") + f.title
-    if f.shown_fix.overrides:
-        text += f". Fix: {cli_line(f.shown_fix.overrides)}"
-    elif f.shown_fix.summary:
-        text += f". Fix: {f.shown_fix.summary}"
+    if fix := _fix(f, report):
+        text += f". Fix: {fix}"
     return inert(text)
 
 
@@ -66,14 +69,15 @@ def render_github(report: Report) -> str:
                 props.insert(0, f"file={_gh_property(inert(path))}")
                 if line:
                     props.insert(1, f"line={line}")
-            lines.append(f"::{level} {','.join(props)}::{_gh_data(inert(prefix) + _message(f, is_root))}")
+            lines.append(f"::{level} {','.join(props)}::{_gh_data(inert(prefix) + _message(f, is_root, one))}")
         if one.root is None:
             lines.append(f"::notice title=diagnose::{_gh_data(inert(prefix))}no failure found")
     return "\n".join(lines) + "\n"
 
 
 def render_jsonl(report: Report) -> str:
-    """One JSON object per finding: rule, role, severity, title, path, line, ranks, fix (Bridge CLI words)."""
+    """One JSON object per finding: rule, role, severity, title, path, line, ranks, fix (one line in the job's
+    words: Megatron-LM flags, Bridge CLI words, or the rule's summary for a job of another stack)."""
     out = []
     for job, one in _per_job(report):
         for f, is_root in _shown(one):
@@ -82,7 +86,7 @@ def render_jsonl(report: Report) -> str:
                 "rule": f.rule, "root_cause": is_root, "role": f.role, "severity": f.severity,
                 "category": f.category, "phase": f.phase, "title": f.title, "path": path, "line": line,
                 "ranks": list(f.ranks),
-                "fix": cli_line(f.shown_fix.overrides) if f.shown_fix.overrides else (f.shown_fix.summary or None),
+                "fix": _fix(f, one),
             }
             if job:
                 row["job"] = job  # inputs of several jobs: which job's finding
@@ -94,13 +98,13 @@ def render_sarif(report: Report) -> str:
     """A SARIF 2.1.0 log: one run of the ``diagnose`` tool, a result per finding with its evidence location."""
     rules: dict[str, dict[str, Any]] = {}
     results = []
-    shown = [(job, f, is_root) for job, one in _per_job(report) for f, is_root in _shown(one)]
-    for job, f, is_root in shown:
+    shown = [(job, one, f, is_root) for job, one in _per_job(report) for f, is_root in _shown(one)]
+    for job, one, f, is_root in shown:
         rules.setdefault(f.rule, {"id": f.rule, "name": f.name or f.rule,
                                   "shortDescription": {"text": inert(f.title)},
                                   "help": {"text": f"diagnose rules show {f.rule}"}})
         result: dict[str, Any] = {"ruleId": f.rule, "level": LEVELS.get(f.severity, "note"),
-                                  "message": {"text": _message(f, is_root)},
+                                  "message": {"text": _message(f, is_root, one)},
                                   "properties": {"root_cause": is_root, "role": f.role, "phase": f.phase,
                                                  "ranks": list(f.ranks), **({"job": job} if job else {})}}
         path, line = _where(f)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.explain.render import cli_line, env_line, mlm_fix_line, python_lines
+from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, python_lines
 from diagnose.explained import VerifyResult
 from diagnose.model import Finding, HangReport, Report
 from diagnose.present.memory_text import memory_lines
@@ -53,7 +53,7 @@ def fenced(body: str, lang: str = "text") -> str:
 
 
 def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list[str] | None = None,
-             framework: str | None = None) -> list[str]:
+             style: str = "bridge") -> list[str]:
     out = [f"### {heading}: {md_inline(f.title)} (`{inert(f.rule)}`)", ""]
     meta = [f"phase `{inert(f.phase)}`", f"category `{inert(f.category)}`", f"confidence {f.confidence:.2f}"]
     if f.basis != "rule":
@@ -80,23 +80,24 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
             line += f": {md_inline(fix.summary)}"
         line += f" ({SAFETY_NOTE.get(fix.safety, fix.safety)})"
         out += [line, ""]
-        # a Megatron-LM job (its printed config says so): its flags; the Bridge words only for what has none
-        flags, only_flags = mlm_fix_line(fix.overrides) if framework == "megatron-lm" else ("", False)
-        if flags:
-            out += ["Megatron-LM flags:", "", fenced(inert(flags), "shell"), ""]
-        if fix.overrides and not only_flags:
-            out += ["Bridge command line:", "", fenced(inert(cli_line(fix.overrides)), "shell"), ""]
+        # in the job's words: a Megatron-LM job's flags (the Bridge words only for what has none), a Bridge job's
+        # overrides, the rule's stack-neutral steps for a job of another stack
+        words = fix_words(fix, style)
+        if words.flags:
+            out += ["Megatron-LM flags:", "", fenced(inert(words.flags), "shell"), ""]
+        if words.overrides:
+            out += ["Bridge command line:", "", fenced(inert(cli_line(words.overrides)), "shell"), ""]
         if launch:  # the fix needs more GPUs: how to launch them
             out += ["Launch:", "", fenced(inert_block("\n".join(launch)), "shell"), ""]
-        if fix.overrides and not only_flags:
-            out += ["Python:", "", fenced(inert_block("\n".join(python_lines(fix.overrides))), "python"), ""]
-            out += details("YAML", ["", fenced(inert_block(yaml_text(fix.overrides)), "yaml"), ""])
+        if words.overrides:
+            out += ["Python:", "", fenced(inert_block("\n".join(python_lines(words.overrides))), "python"), ""]
+            out += details("YAML", ["", fenced(inert_block(yaml_text(words.overrides)), "yaml"), ""])
         if fix.env:
             body = "\n".join(env_line(e.name, e.value) for e in fix.env)
             out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
-        for step in fix.steps:
+        for step in words.steps:
             out.append(f"- {md_inline(step)}")
-        if fix.steps:
+        if words.steps:
             out.append("")
     if f.explanation:
         out += [inert_block(f.explanation), ""]
@@ -177,12 +178,12 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             inputs += f", … ({len(report.inputs)} inputs)"
         out += [f"Input: {inputs}", ""]
     if root is not None:
-        out += _finding(root, "Root cause", launch=_launch(report), framework=report.framework)
+        out += _finding(root, "Root cause", launch=_launch(report), style=fix_style(report.framework, report.stack))
     secondary = [f for i, f in enumerate(report.findings) if i != report.root_cause and f.role != "cascade"]
     if secondary:
         body: list[str] = [""]
         for f in secondary:
-            body += _finding(f, finding_label(f).capitalize(), root, framework=report.framework)
+            body += _finding(f, finding_label(f).capitalize(), root, style=fix_style(report.framework, report.stack))
         titles = ", ".join(f"{f.rule}" for f in secondary[:6]) + (" …" if len(secondary) > 6 else "")
         out += [f"### Other findings ({len(secondary)})", ""] + details(titles, body)
     cascades = [f for f in report.findings if f.role == "cascade"]

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.coerce import as_int
-from diagnose.explain.render import cli_line, env_line, mlm_fix_line, overrides_yaml, python_lines
+from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, overrides_yaml, python_lines
 from diagnose.explained import CONFIG_CATEGORIES
 from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
@@ -354,10 +354,10 @@ def command_text(prefix: str, command: str, style: str = "") -> Text:
 
 
 def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = True,
-              framework: str | None = None) -> list[Text]:
-    """The fix as overrides (Bridge CLI, Python, and with ``verbose`` YAML), env vars and steps. For a Megatron-LM
-    job (``framework``, from the config the log printed) the overrides are its command-line flags, and the Bridge
-    words only for what has no flag."""
+              style: str = "bridge") -> list[Text]:
+    """The fix as overrides (Bridge CLI, Python, and with ``verbose`` YAML), env vars and steps, in the job's words
+    (``style``: render.fix_style): a Megatron-LM job's overrides are its command-line flags, and the Bridge words
+    only for what has no flag; a job of another stack gets the rule's stack-neutral steps instead."""
     if fix.empty:
         return []
     head = Text("  Fix", style="bold green")
@@ -365,26 +365,26 @@ def fix_texts(fix: Fix, indent: str = "    ", width: int = 100, verbose: bool = 
     out = [head]
     if fix.summary:
         out.extend(Text(line, style="bold") for line in wrap_paragraphs(inert_block(fix.summary), width, indent))
-    flags, only_flags = mlm_fix_line(fix.overrides) if framework == "megatron-lm" else ("", False)
-    if flags:
-        out.append(command_text(f"{indent}Megatron-LM ", inert(flags), style="bold"))
-    if fix.overrides and not only_flags:
-        out.append(command_text(f"{indent}Bridge CLI  ", inert(cli_line(fix.overrides)), style="bold"))
-        for i, line in enumerate(python_lines(fix.overrides)):
+    words = fix_words(fix, style)
+    if words.flags:
+        out.append(command_text(f"{indent}Megatron-LM ", inert(words.flags), style="bold"))
+    if words.overrides:
+        out.append(command_text(f"{indent}Bridge CLI  ", inert(cli_line(words.overrides)), style="bold"))
+        for i, line in enumerate(python_lines(words.overrides)):
             label = "Python      " if i == 0 else "            "
             out.append(command_text(f"{indent}{label}", inert(line)))
         if verbose:
             out.append(Text(f"{indent}YAML", style="dim"))
-            out.extend(command_text(f"{indent}  ", inert(line)) for line in yaml_text(fix.overrides).splitlines())
+            out.extend(command_text(f"{indent}  ", inert(line)) for line in yaml_text(words.overrides).splitlines())
     out.extend(command_text(f"{indent}Env         ", inert(env_line(e.name, e.value)), style="bold") for e in fix.env)
-    for step in fix.steps:
+    for step in words.steps:
         out.extend(Text(line) for line in textwrap.wrap(inert(step), max(40, width - 1), initial_indent=f"{indent}- ",
                                                         subsequent_indent=f"{indent}  ", break_on_hyphens=False))
     return out
 
 
 def render_finding(f: Finding, headline: str, style: str, width: int = 100, full: bool = True,
-                   root: Finding | None = None, verbose: bool = True, framework: str | None = None) -> list[Any]:
+                   root: Finding | None = None, verbose: bool = True, fix_as: str = "bridge") -> list[Any]:
     """A finding: title, where, the silent NCCL ranks, evidence, facts; with ``full`` also why and the fix.
 
     Not ``verbose`` (the default report): title, where, evidence, then the fix, so that the fix is on the first
@@ -417,7 +417,7 @@ def render_finding(f: Finding, headline: str, style: str, width: int = 100, full
     if explanation:
         why.append(Text("  Why", style="bold"))
         why.extend(Text(line) for line in wrap_paragraphs(inert_block(explanation), width, "    "))
-    fix = fix_texts(f.shown_fix, width=width, verbose=verbose, framework=framework)
+    fix = fix_texts(f.shown_fix, width=width, verbose=verbose, style=fix_as)
     return parts + (why + fix if verbose else fix + why)
 
 
@@ -490,7 +490,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             parts.append(Text("No rule matched this log.", style="dim"))
     else:
         root_parts = render_finding(root, "ROOT CAUSE", "bold white on red", width, verbose=verbose,
-                                    framework=report.framework)
+                                    fix_as=fix_style(report.framework, report.stack))
         launch = _launch_texts(report, verbose)
         at = next((i + 1 for i, p in enumerate(root_parts) if isinstance(p, Text)
                    and p.plain.lstrip().startswith(("Bridge CLI", "Megatron-LM "))), None)
@@ -514,7 +514,7 @@ def renderables(report: Report, width: int = 100, detail: str = "verbose") -> li
             parts.append(Text(""))
             parts.extend(render_finding(f, finding_label(f), _severity_style(f.severity), width,
                                         full=f.severity == "error", root=root,
-                                        framework=report.framework))
+                                        fix_as=fix_style(report.framework, report.stack)))
     if cascades:
         parts += [Text(""), Text("CASCADE (consequences, collapsed)", style="bold underline")]
         for f in cascades:
@@ -630,13 +630,12 @@ def _quiet(report: Report) -> list[Any]:
         e = root.evidence[-1]
         out.append(log_text(f"  {e.path}:{e.line}: {shorten(inert(e.text), 200)}"))
     fix = root.shown_fix
-    if fix.overrides:
-        out.append(command_text("  fix: ", inert(cli_line(fix.overrides)), style="bold"))
+    words = fix_words(fix, fix_style(report.framework, report.stack))
+    commands = [c for c in (words.flags, cli_line(words.overrides)) if c]
+    out.extend(command_text("  fix: ", inert(c), style="bold") for c in commands)
     out.extend(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold") for var in fix.env)
-    if fix.empty and fix.steps:
-        out.append(Text("  fix: " + inert(fix.steps[0])))
-    elif not fix.overrides and not fix.env and fix.summary:
-        out.append(Text("  fix: " + inert(fix.summary)))
+    if not commands and not fix.env and (said := fix.summary or (words.steps[0] if words.steps else "")):
+        out.append(Text("  fix: " + inert(said)))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import shlex
 from typing import TYPE_CHECKING
 
 from diagnose.ingest.slurm.job import SlurmJob, fill_from_scontrol
@@ -76,10 +77,18 @@ def _primary(job: SlurmJob) -> Finding | None:
     if state == "CANCELLED":
         who = f" by {job.cancelled_by}" if job.cancelled_by else ""
         return _finding(job, _rule(state), f"Slurm job state CANCELLED{who} {elapsed}".strip())
-    if state == "FAILED" and job.reason == "JobLaunchFailure":
+    if job.launch_failed:  # scontrol's Reason=JobLaunchFailure, or sacct's record and a missing output folder
         # the batch step never started (its output file could not be opened, the working directory is missing, the
         # script could not be run on the node): the exit code Slurm records then is not the program's
         rule = _rule("LAUNCH_FAILED")
+        if (missing := job.missing_output_folder) is not None:  # slurmd: "Could not open stdout file ..."
+            path, folder = missing
+            f = _finding(job, rule, f"Slurm could not open the job's output file {path}: its folder {folder} does "
+                                    f"not exist, so the batch step failed to launch (JobLaunchFailure, ExitCode "
+                                    f"{job.exit}: not the program's)")
+            f.facts["output_folder_missing"] = folder
+            f.fix.steps.insert(0, f"mkdir -p {shlex.quote(folder)} before submitting (Slurm does not create it)")
+            return f
         return _finding(job, rule, f"{rule.title}, ExitCode {job.exit}")  # the words are the rule's (SJ012)
     if state == "FAILED" or (state not in ("COMPLETED", "RUNNING", "PENDING", "") and job.exit.failed):
         rule = _rule("SIGNALED" if job.exit.signal and not job.exit.code else "FAILED")

@@ -135,6 +135,24 @@ class SlurmJob:
         return chosen[0] if chosen else None
 
     @property
+    def missing_output_folder(self) -> tuple[str, str] | None:
+        """(output path, its folder) for the first of the job's --output/--error files whose folder does not exist
+        here: slurmstepd cannot open such a file ("Could not open stdout file ...: No such file or directory") and
+        the batch step fails to launch. None when every folder exists (or the job's outputs are unknown)."""
+        for o in self.outputs:
+            folder = os.path.dirname(o.path)
+            if not o.exists and folder and os.path.isabs(folder) and not os.path.isdir(folder):
+                return o.path, folder
+        return None
+
+    @property
+    def launch_failed(self) -> bool:
+        """The batch step never started: scontrol's Reason=JobLaunchFailure, or (sacct records Reason=None for
+        it) a FAILED job that ran for no time while the folder of its output file is missing."""
+        return self.state == "FAILED" and (self.reason == "JobLaunchFailure" or (
+            not self.elapsed_s and self.missing_output_folder is not None))
+
+    @property
     def readable_outputs(self) -> list[str]:
         return list(dict.fromkeys(o.path for o in self.outputs if o.readable))
 
@@ -558,7 +576,10 @@ def probe(path: str, stream: str, owner: JobOwner | None = None) -> SlurmOutputF
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        out.problem = "does not exist (deleted, or on a file system this machine does not mount)"
+        folder = os.path.dirname(path)
+        out.problem = (f"does not exist, nor does its folder {folder} (Slurm does not create it: a job whose output "
+                       "file cannot be opened fails to launch)" if folder and not os.path.isdir(folder)
+                       else "does not exist (deleted, or on a file system this machine does not mount)")
         return out
     except OSError as e:
         out.problem = f"cannot be read ({e.strerror})"

@@ -122,7 +122,9 @@ def _state_words(s: SlurmFacts) -> str:
     state = s.state or "?"
     if state == "CANCELLED" and s.cancelled_by:
         state += f" by {s.cancelled_by}"
-    if s.signal:
+    if s.launch_failed:  # nothing ran: the signal Slurm records (0:53) killed no program
+        state += ", the batch step failed to launch (JobLaunchFailure)"
+    elif s.signal:
         state += f", killed by {s.signal}"
     elif s.exit_code:
         state += f", exit code {s.exit_code}"

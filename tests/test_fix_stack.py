@@ -1,0 +1,115 @@
+"""qa-report-7 L3 and L7: a fix's override words follow the job's stack.
+
+Match reads the packages of the tracebacks its hits end (``Report.stack``); a job of another stack than Megatron's
+(plain PyTorch, HF Trainer, DeepSpeed) gets the rule's stack-neutral steps instead of Megatron-Bridge overrides, a
+Megatron-LM job its flags, and a job whose log names no stack keeps the Bridge words. The text, markdown, GitHub and
+JSON-lines reports take the decision from one helper (render.fix_style / fix_words / fix_one_line)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from diagnose.explain.render import fix_one_line, fix_style, fix_words
+from diagnose.match import match_text
+from diagnose.match.stack import decide_stack, stack_of_frames
+from diagnose.model import Fix, Override
+from diagnose.present.ci import render_github, render_jsonl
+from diagnose.present.markdown import render_markdown
+from diagnose.present.text import make_console, render
+
+
+def render_text(report, width: int = 200) -> str:
+    out = io.StringIO()
+    render(report, make_console(out, color="never", width=width), detail="default")
+    return out.getvalue()
+
+OOM = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.22 GiB (GPU 0; 79.35 GiB total "
+       "capacity; 77.41 GiB already allocated; 407.19 MiB free; 78.05 GiB reserved in total by PyTorch)")
+SITE = "/opt/conda/lib/python3.10/site-packages"
+ADAM = [f'  File "{SITE}/torch/optim/adamw.py", line 160, in step', "    self._init_group(",
+        f'  File "{SITE}/torch/optim/adamw.py", line 114, in _init_group',
+        '    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)']
+
+
+def _log(*frames: str) -> str:
+    return "\n".join(["Traceback (most recent call last):", *frames, *ADAM, OOM]) + "\n"
+
+
+PLAIN_TORCH = _log('  File "/home/u/accessory/main_finetune.py", line 300, in <module>', "    main(args)",
+                   '  File "/home/u/accessory/engine_finetune.py", line 69, in train_one_epoch',
+                   "    optimizer.step()")
+MEGATRON_LM = _log('  File "/workspace/Megatron-LM/pretrain_gpt.py", line 300, in <module>', "    pretrain(",
+                   '  File "/workspace/Megatron-LM/megatron/training/training.py", line 1200, in train_step',
+                   "    update_successful, grad_norm, num_zeros_in_grad = optimizer.step()")
+DEEPSPEED = _log('  File "/home/u/train.py", line 30, in <module>', "    engine.step()",
+                 f'  File "{SITE}/deepspeed/runtime/engine.py", line 2213, in step', "    self._take_model_step()")
+NO_STACK = _log()  # PyTorch's frames alone: no package of the job's, no config
+
+
+@pytest.fixture(scope="module")
+def reports(builtin_catalogue):
+    return {name: match_text(text, builtin_catalogue) for name, text in
+            (("torch", PLAIN_TORCH), ("mlm", MEGATRON_LM), ("ds", DEEPSPEED), ("none", NO_STACK))}
+
+
+def test_stack_of_frames_names_the_most_decisive_package():
+    assert stack_of_frames([f'  File "{SITE}/megatron/bridge/training/train.py", line 1, in f',
+                            f'  File "{SITE}/megatron/core/optimizer/optimizer.py", line 2, in g']) == "megatron-bridge"
+    assert stack_of_frames([f'  File "{SITE}/transformers/trainer.py", line 1, in train',
+                            f'  File "{SITE}/deepspeed/runtime/engine.py", line 2, in step']) == "deepspeed"
+    assert stack_of_frames(['  File "/w/train.py", line 1, in main',
+                            f'  File "{SITE}/torch/optim/adam.py", line 2, in step']) == "pytorch"
+    # PyTorch's own frames alone (a watchdog thread) say nothing of the code that drove them
+    assert stack_of_frames([f'  File "{SITE}/torch/utils/data/_utils/worker.py", line 2, in loop']) == ""
+    assert decide_stack(["", "pytorch", "megatron-lm"]) == "megatron-lm"
+    assert decide_stack(["", ""]) is None
+
+
+def test_the_report_keeps_the_stack_its_tracebacks_name(reports):
+    assert [reports[k].stack for k in ("torch", "mlm", "ds", "none")] == ["pytorch", "megatron-lm", "deepspeed",
+                                                                            None]
+    assert all(r.root is not None and r.root.rule == "OOM105" for r in reports.values())
+    assert reports["torch"].to_dict()["stack"] == "pytorch"
+    assert "stack" not in reports["none"].to_dict()
+
+
+def test_text_report_shows_megatron_words_only_to_megatron_jobs(reports):
+    plain = render_text(reports["torch"], width=200)
+    assert "Bridge CLI" not in plain and "ddp.use_distributed_optimizer" not in plain
+    assert "DeepSpeed ZeRO stage 1 or higher" in plain  # OOM105's other_stacks step
+    assert "Megatron FSDP: ddp.use_megatron_fsdp" not in plain  # its Megatron step is not shown
+    mlm = render_text(reports["mlm"], width=200)
+    assert "Megatron-LM --use-distributed-optimizer" in mlm and "Bridge CLI" not in mlm
+    # no stack evidence, no config: today's words
+    assert "Bridge CLI  ddp.use_distributed_optimizer=true" in render_text(reports["none"], width=200)
+
+
+def test_markdown_follows_the_same_decision(reports):
+    md = render_markdown(reports["ds"])
+    assert "Bridge command line" not in md and "- Shard the optimizer state across the data-parallel ranks" in md
+    assert "Bridge command line" in render_markdown(reports["none"])
+
+
+def test_github_and_jsonl_one_line_fix_follows_the_stack(reports):
+    fixes = {k: json.loads(render_jsonl(r).splitlines()[0])["fix"] for k, r in reports.items()}
+    assert fixes["mlm"] == "--use-distributed-optimizer"
+    assert fixes["none"].startswith("ddp.use_distributed_optimizer=true")
+    assert fixes["torch"] == fixes["ds"] == "Shard the optimizer state (distributed optimizer or Megatron FSDP)"
+    assert "Fix: --use-distributed-optimizer" in render_github(reports["mlm"])
+    assert "ddp.use_distributed_optimizer" not in render_github(reports["torch"])
+
+
+def test_one_helper_decides_for_every_presenter():
+    fix = Fix(summary="s", overrides=[Override("ddp.use_distributed_optimizer", True)], steps=["megatron step"],
+              other_stacks=["neutral step"])
+    assert fix_style(None, None) == fix_style("megatron-bridge", "deepspeed") == "bridge"
+    assert fix_style("megatron-lm", None) == fix_style(None, "megatron-lm") == "megatron-lm"
+    assert fix_style(None, "transformers") == "neutral"
+    neutral = fix_words(fix, "neutral")
+    assert (neutral.flags, neutral.overrides, neutral.steps) == ("", [], ["neutral step"])
+    assert fix_words(fix, "megatron-lm").flags == "--use-distributed-optimizer"
+    assert fix_one_line(fix, "bridge") == "ddp.use_distributed_optimizer=true"
+    assert fix_one_line(fix, "neutral") == "s"
