@@ -70,3 +70,45 @@ def test_names_read_and_settings_left_out():
     for line in ("max_grad_norm: 1.0", "grad_norm_clip=1.0", "clip_grad_norm: 1.0", "grad_norm: nan",
                  "actor/grad_norm:inf"):
         assert grad_norms_of(line) == [], line
+
+
+# --- NU026: a gradient norm printed inf or nan at many steps to the end
+
+def _steps(norms: list[str]) -> list[str]:
+    return [f"step {i + 1} | loss 2.{i:03d} | grad_norm {v} | lr 1.0e-05" for i, v in enumerate(norms)]
+
+
+def test_a_norm_that_keeps_coming_back_non_finite_is_a_numerics_failure():
+    f = _root(_steps(["0.83", "0.79", "inf", "1.06", "inf", "0.91", "inf", "inf", "64.2", "inf"]))
+    assert f is not None and f.rule == "NU026"
+    assert f.category == "numerics" and f.phase == "training" and f.severity == "error"
+    assert f.facts["nonfinite"] == 5 and f.facts["points"] == 10
+    assert "grad_norm inf" in f.evidence[1].text  # the first non-finite step, after the last finite one before it
+    # nan reads as inf does
+    assert _root(_steps(["0.83", "0.79", "nan", "nan", "1.1", "nan"])).rule == "NU026"
+
+
+def test_it_leads_a_cancel_too():
+    f = _root(_steps(["1.2", "1.1", "inf", "inf", "inf"]) + [CANCEL])
+    assert f is not None and f.rule == "NU026"
+
+
+def test_an_fp16_scaler_settling_or_skipping_now_and_then_does_not_fire():
+    # the first steps overflow while the scale settles: no finite norm before them
+    assert _root(_steps(["inf", "inf", "inf", "inf", "0.91", "0.88", "0.85", "0.84"])) is None
+    # one overflowed step now and then in a run that goes on
+    assert _root(_steps(["1.2", "inf", "1.0", "0.98", "inf", "0.94", "0.93", "0.92", "0.91", "0.90", "inf",
+                         "0.9", "0.89", "0.88"])) is None
+    # two non-finite steps are not yet a series
+    assert _root(_steps(["1.2", "1.1", "inf", "1.0", "inf"])) is None
+    # non-finite steps early, then a run that left them behind
+    assert _root(_steps(["1.2", "inf", "inf", "inf"] + ["0.9"] * 2 + ["0.8", "0.7", "0.6", "0.5", "0.4", "0.3"])) is None
+
+
+def test_non_finite_norms_are_kept_beside_the_values():
+    from diagnose.normalize.loss_series import all_grad_norms_of
+
+    assert grad_norms_of("step 2 | grad_norm inf | lr 1e-5") == []
+    got = all_grad_norms_of("step 2 | grad_norm inf | grad norm: NaN | 'grad_norm': -Infinity, ")
+    assert [(n, p) for n, _v, p in got] == [("grad_norm", "inf"), ("grad norm", "NaN"), ("grad_norm", "-Infinity")]
+    assert all_grad_norms_of("grad_norm information") == [] and all_grad_norms_of("grad_norm nano") == []

@@ -50,6 +50,14 @@ every step of the last third at least ``GRAD_RISE`` times the lowest norm of the
 when the root cause chosen is only a cascade of the job's end (Slurm cancelled it, a launcher or srun reports the
 signal): a person who stops a run whose gradient norm exploded stopped it for that, and the stop says nothing more.
 
+An eighth reads the same norm where it was printed non-finite (``NONFINITE_RULE``): ``inf`` or ``nan`` at
+``NONFINITE_MIN`` logged steps or more, at least ``NONFINITE_SHARE`` of the steps from its first finite value on, one
+of them among the last third. A person knows the norm of a measured gradient is a finite number: printed inf or nan,
+the backward pass overflowed or produced NaN (what clipping does with it then is no update, or NaN weights). An fp16
+loss scaler's skipped step prints it too, but at the first steps while the scale settles (before any finite value)
+and at one step now and then after, never at a quarter of the steps to the end. Read as the norm explosion is, also
+when the root cause is only the job's end.
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -67,7 +75,7 @@ from diagnose.inert import inert, shorten
 from diagnose.match.rules import Catalogue, Rule
 from diagnose.model import Block, Evidence, Finding, Report
 from diagnose.normalize import collapse_carriage_returns
-from diagnose.normalize.loss_series import GRAD_KIND, LossSeries, series_of
+from diagnose.normalize.loss_series import GRAD_KIND, LossPoint, LossSeries, finite, series_of
 
 FLAT_RULE = "NU020"
 COLLAPSE_RULE = "NU021"
@@ -98,6 +106,9 @@ GRAD_RULE = "NU025"
 GRAD_MIN_POINTS = 6  # two logged steps a third at least
 GRAD_RISE = 100.0  # every norm of the last third over the lowest of the first third
 GRAD_MIN_LEVEL = 10.0  # and every norm of the last third at least this (ten times the usual clipping threshold)
+NONFINITE_RULE = "NU026"
+NONFINITE_MIN = 3  # logged steps whose gradient norm was printed inf or nan, after a finite one
+NONFINITE_SHARE = 0.25  # of the logged steps from the first finite norm on
 # the root causes a gradient norm explosion still leads: a cascade of the job's end that says nothing of why it ended
 # (Slurm cancelled the step, srun or a launcher reports the signal its tasks got)
 _END_CASCADE_CATEGORIES = ("slurm", "launcher")
@@ -259,9 +270,41 @@ def grad_exploded(s: LossSeries) -> bool:
     return min(tail) >= max(GRAD_RISE * low, GRAD_MIN_LEVEL)
 
 
+def _in_order(s: LossSeries) -> list[LossPoint]:
+    """A gradient norm's points, finite or not, in line order."""
+    return sorted(s.points + s.nonfinite, key=lambda p: p.line.lineno)
+
+
+def _from_first_finite(s: LossSeries) -> list[LossPoint]:
+    """The series from its first finite value on (an fp16 loss scaler's first steps, which overflow while it finds
+    its scale, are left out); [] when no value is finite."""
+    pts = _in_order(s)
+    first = next((i for i, p in enumerate(pts) if finite(p.value)), None)
+    return [] if first is None else pts[first:]
+
+
+def grad_nonfinite(s: LossSeries) -> bool:
+    """Was this gradient norm printed inf or nan at ``NONFINITE_MIN`` logged steps or more after a finite one, at least
+    ``NONFINITE_SHARE`` of them, one among the last third (the run did not leave it behind)?"""
+    if s.kind != GRAD_KIND or len(s.nonfinite) < NONFINITE_MIN:
+        return False
+    pts = _from_first_finite(s)
+    bad = [i for i, p in enumerate(pts) if not finite(p.value)]
+    if len(bad) < NONFINITE_MIN or len(bad) < NONFINITE_SHARE * len(pts):
+        return False
+    return bad[-1] >= len(pts) - max(1, len(pts) // 3)
+
+
 def _summary(s: LossSeries, code: str) -> str:
     """What the series shows, in words, as the reading ``code`` found it."""
     values = s.values
+    if code == NONFINITE_RULE:
+        pts = _from_first_finite(s)
+        bad = [p for p in pts if not finite(p.value)]
+        printed = sorted({p.text.lower() for p in bad})
+        return (f"{s.name} was printed {' or '.join(printed)} at {len(bad)} of the {len(pts)} logged steps from its "
+                f"first finite value ({pts[0].text}) on; its finite values ran from {min(values):g} to "
+                f"{max(values):g}")
     if code == GRAD_RULE:
         head, tail = _thirds(values)
         low = min(v for v in head if v > 0)
@@ -289,7 +332,12 @@ def _evidence(s: LossSeries, code: str) -> list[Evidence]:
     """The first, middle and last points; for a collapse, the last measured one, the first 0 and the last; for a
     divergence, the first, the lowest before the last block and the last."""
     pts = s.points
-    if code == GRAD_RULE:
+    if code == NONFINITE_RULE:
+        ordered = _from_first_finite(s)
+        first_bad = next(i for i, p in enumerate(ordered) if not finite(p.value))
+        chosen = [ordered[max(0, first_bad - 1)], ordered[first_bad]] + (
+            [ordered[-1]] if first_bad != len(ordered) - 1 else [])
+    elif code == GRAD_RULE:
         head, _tail = _thirds(s.values)
         low = min((v, i) for i, v in enumerate(head) if v > 0)[1]
         peak = s.values.index(max(s.values))
@@ -328,9 +376,9 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     """Make the collapsed- or flat-loss finding the report's root cause when nothing else is one (the gradient norm
     explosion also when the root cause is only the job's end, ``ended_from_outside``)."""
     if report.root_cause is None:
-        codes: tuple[str, ...] = (COLLAPSE_RULE, ZERO_RULE, GRAD_RULE, DIVERGED_RULE, FLAT_RULE)
+        codes: tuple[str, ...] = (COLLAPSE_RULE, ZERO_RULE, GRAD_RULE, NONFINITE_RULE, DIVERGED_RULE, FLAT_RULE)
     elif ended_from_outside(report.root, catalogue):
-        codes = (GRAD_RULE,)
+        codes = (GRAD_RULE, NONFINITE_RULE)
     else:
         return
     series = series_of(blocks)
@@ -343,6 +391,8 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
             continue
         if code == GRAD_RULE:
             flat = [s for s in series if grad_exploded(s)]
+        elif code == NONFINITE_RULE:
+            flat = [s for s in series if grad_nonfinite(s)]
         elif code == COLLAPSE_RULE:
             flat = [s for s in series if collapsed_to_zero(s)]
         elif code == ZERO_RULE:
@@ -356,14 +406,17 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     else:
         return
     lead = flat[0]
+    points = _from_first_finite(lead) if code == NONFINITE_RULE else lead.points
     finding = Finding(
         rule=rule.code, name=rule.slug, title=rule.title, category=rule.category, phase="training",
-        severity="error", role="root", confidence=rule.confidence, count=len(lead.points),
-        first_line=lead.points[0].line.lineno, evidence=_evidence(lead, code), explanation=rule.explanation,
+        severity="error", role="root", confidence=rule.confidence, count=len(points),
+        first_line=points[0].line.lineno, evidence=_evidence(lead, code), explanation=rule.explanation,
         fix=copy.deepcopy(rule.fix),
-        facts={"series": lead.name or lead.kind, "points": len(lead.points), "loss_min": min(lead.values),
+        facts={"series": lead.name or lead.kind, "points": len(points), "loss_min": min(lead.values),
                "loss_max": max(lead.values)},
     )
+    if code == NONFINITE_RULE:
+        finding.facts["nonfinite"] = sum(1 for p in points if not finite(p.value))
     finding.explanation = f"{finding.explanation}\n\nHere: " + "; ".join(_summary(s, code) for s in flat) + "."
     explained = _explainer(report.findings, catalogue, code)
     if explained is not None:

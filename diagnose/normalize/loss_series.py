@@ -17,7 +17,9 @@ line: a line repeated by every rank is one point.
 The gradient norm the same step lines print is read too, as its own kind (``grad_norm``): Megatron's ``grad norm:
 0.741 |``, the Hugging Face Trainer's ``'grad_norm': 1.25``, verl's ``actor/grad_norm:0.412``, ``grad_norm=0.30``.
 Each name as printed (``actor/grad_norm``, ``critic/grad_norm``) is a series of its own: an actor's and a critic's
-norms are two models'.
+norms are two models'. A norm printed non-finite (``grad_norm inf``, ``'grad_norm': nan``, ``grad norm: inf |``: the
+backward pass overflowed, or an fp16 loss scaler's skipped step) is no point of the series' values; it is kept
+beside them, in ``LossSeries.nonfinite``, for the reading of a norm that keeps coming back non-finite.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ SERIES_LINES = 256  # the earliest loss lines kept (across ranks: repeated lines
 CAPTURE_PREFIX = "loss_series."
 
 _NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
+# how Python, torch and C++ print a non-finite float ("inf", "-inf", "nan", numpy's "NaN", "Infinity" in JSON)
+_NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)"
 # the loss's own names; longest first so that "lm loss value" is not read as "lm loss"
 _EVAL_NAMES = r"lm loss value|validation loss|valid(?:ation)?_loss|eval(?:uation)?[ _/]loss|val[ _/]loss"
 _TRAIN_NAMES = r"train(?:ing)?[ _/]loss|lm loss|loss"
@@ -54,14 +58,14 @@ _VALIDATION_LINE = re.compile(r"validation loss at", re.IGNORECASE)
 _GRAD_NAMES = r"grad(?:ient)?[ _]norm"
 _GRAD = re.compile(
     rf"""(?:^|(?<=[\s'"{{(\[,;|]))(?P<name>(?:[A-Za-z]\w*/)*(?:{_GRAD_NAMES}))['"]?(?![\w/])\s*[:=]?\s*"""
-    rf"""(?P<value>{_NUMBER})(?![\w.])""",
+    rf"""(?P<value>{_NUMBER}|{_NONFINITE})(?![\w.])""",
     re.IGNORECASE,
 )
 GRAD_KIND = "grad_norm"
 
 _REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|])(?:{_EVAL_NAMES}|{_TRAIN_NAMES})['"]?\s*[:=]?\s*{_NUMBER}"""
 
-_GRAD_REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|/])(?:{_GRAD_NAMES})['"]?\s*[:=]?\s*{_NUMBER}"""
+_GRAD_REGEX = rf"""(?i)(?:^|[\s'"{{(\[,;|/])(?:{_GRAD_NAMES})['"]?\s*[:=]?\s*(?:{_NUMBER}|{_NONFINITE})"""
 
 CAPTURES: list[CaptureSpec] = [
     spec
@@ -96,6 +100,7 @@ class LossSeries:
     kind: str  # "train", "eval" or GRAD_KIND
     points: list[LossPoint] = field(default_factory=list)
     name: str = ""  # a gradient norm's name as printed, lower-cased ("actor/grad_norm"); "" for a loss
+    nonfinite: list[LossPoint] = field(default_factory=list)  # a gradient norm's lines that printed inf or nan
 
     @property
     def values(self) -> list[float]:
@@ -121,18 +126,25 @@ def losses_of(text: str) -> list[tuple[str, float, str]]:
     return out
 
 
-def grad_norms_of(text: str) -> list[tuple[str, float, str]]:
-    """``(name, value, value as printed)`` of each finite gradient norm on a line, the name lower-cased."""
+def all_grad_norms_of(text: str) -> list[tuple[str, float, str]]:
+    """``(name, value, value as printed)`` of each gradient norm on a line, finite or not, the name lower-cased."""
     out = []
     for m in _GRAD.finditer(text):
         try:
             value = float(m.group("value"))
         except ValueError:
             continue
-        if value != value or value in (float("inf"), float("-inf")):
-            continue
         out.append((m.group("name").lower(), value, m.group("value")))
     return out
+
+
+def finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def grad_norms_of(text: str) -> list[tuple[str, float, str]]:
+    """``(name, value, value as printed)`` of each finite gradient norm on a line, the name lower-cased."""
+    return [g for g in all_grad_norms_of(text) if finite(g[1])]
 
 
 def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
@@ -155,7 +167,7 @@ def series_of(blocks: dict[str, list[Block]]) -> list[LossSeries]:
         for kind, value, printed in losses_of(line.text):
             s = series.setdefault((path, kind), LossSeries(path, kind))
             s.points.append(LossPoint(value, printed, line))
-        for name, value, printed in grad_norms_of(line.text):
+        for name, value, printed in all_grad_norms_of(line.text):
             g = grads.setdefault((path, name), LossSeries(path, GRAD_KIND, name=name))
-            g.points.append(LossPoint(value, printed, line))
+            (g.points if finite(value) else g.nonfinite).append(LossPoint(value, printed, line))
     return list(series.values()) + list(grads.values())
