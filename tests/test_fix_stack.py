@@ -113,3 +113,13 @@ def test_one_helper_decides_for_every_presenter():
     assert fix_words(fix, "megatron-lm").flags == "--use-distributed-optimizer"
     assert fix_one_line(fix, "bridge") == "ddp.use_distributed_optimizer=true"
     assert fix_one_line(fix, "neutral") == "s"
+
+
+def test_a_misspelt_fix_field_is_refused():
+    """A [rule.fix] key the schema does not know (other_stack for other_stacks) is an error, as an unknown
+    [rule.context] condition is: dropped in silence, its words would never be shown."""
+    from conftest import make_rule
+
+    assert make_rule("ZZ932", "boom", r"boom", fix={"summary": "s", "other_stacks": ["x"]}).fix.other_stacks == ["x"]
+    with pytest.raises(ValueError, match="unknown fix field"):
+        make_rule("ZZ932", "boom", r"boom", fix={"summary": "s", "other_stack": ["x"]})
