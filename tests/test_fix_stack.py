@@ -113,3 +113,25 @@ def test_one_helper_decides_for_every_presenter():
     assert fix_words(fix, "megatron-lm").flags == "--use-distributed-optimizer"
     assert fix_one_line(fix, "bridge") == "ddp.use_distributed_optimizer=true"
     assert fix_one_line(fix, "neutral") == "s"
+
+
+def test_a_misspelt_fix_field_is_refused():
+    """A [rule.fix] key the schema does not know (other_stack for other_stacks) is an error, as an unknown
+    [rule.context] condition is: dropped in silence, its words would never be shown."""
+    from conftest import make_rule
+
+    assert make_rule("ZZ932", "boom", r"boom", fix={"summary": "s", "other_stacks": ["x"]}).fix.other_stacks == ["x"]
+    with pytest.raises(ValueError, match="unknown fix field"):
+        make_rule("ZZ932", "boom", r"boom", fix={"summary": "s", "other_stack": ["x"]})
+
+
+def test_the_tui_fix_follows_the_stack_too(reports):
+    """The TUI's fix tabs and steps (present/tui/fixrender.render_fix) read the same decision as the reports: a
+    DeepSpeed job gets OOM105's other_stacks steps and no Bridge overrides; a job that names no stack keeps them."""
+    from diagnose.present.tui.fixrender import render_fix
+
+    ds, none = (render_fix(reports[k], reports[k].root) for k in ("ds", "none"))
+    assert ds.overrides == [] and not ds.forms["cli"]
+    assert any("DeepSpeed ZeRO stage 1 or higher" in step for step in ds.steps)
+    assert none.overrides and "ddp.use_distributed_optimizer" in none.forms["cli"]
+    assert none.steps == reports["none"].root.shown_fix.steps

@@ -59,6 +59,9 @@ def test_a_tenfold_rise_or_a_small_level_does_not_fire():
     assert _root(_verl([0.05, 0.11, 0.27, 0.38, 0.45, 0.52])) is None
     # a hundredfold, but still below what any clipping threshold would call large
     assert _root(_verl([0.001, 0.002, 0.05, 0.2, 0.3, 0.4])) is None
+    # a tiny first norm (a warm-up, an RL batch of equal rewards) and then a level of tens that healthy runs hold
+    # (dev: 14-19, 41-45): the rise is a thousandfold, the level is no explosion
+    assert _root(_verl([0.04, 3.0, 18.0, 35.0, 41.0, 44.0, 42.0, 45.0, 43.0])) is None
 
 
 def test_names_read_and_settings_left_out():

@@ -106,3 +106,21 @@ def test_the_composer_progress_marker_refuses_a_long_carriage_return_line_inside
             assert regex.search(c.regex, "| 1/2 [a, loss/train" * (LONG // 20), timeout=REGEX_TIMEOUT_S) is None
         except TimeoutError:
             pytest.fail(f"a 256 KiB bar line outlasts the engine's limit: {c.regex}")
+
+
+def test_phase_frame_patterns_stay_linear_on_a_long_function_name():
+    """The phase file's frame patterns are searched (stdlib re, no time limit) in the joined ``file:function`` keys of
+    a traceback, whose names the log writes: dp_wrap's ':wrap_\\w*(?i:fsdp|ddp)\\w*$' (round 23) took 70 s on a
+    256 KiB name of repeated 'fsdp_' ending in '.x'; each pattern must refuse such names at once."""
+    import time
+
+    from diagnose.normalize.phase_file import load_phase_file
+
+    n = 50_000
+    keys = ["x.py:wrap_" + "fsdp_" * (n // 5) + ".x", "x.py:" + "a_" * (n // 2) + ".x",
+            "/".join(["a"] * (n // 2)) + ".py:f.x", "x.py:" + "save_" * (n // 5) + ".x"]
+    for frame in load_phase_file().frames:
+        for key in keys:
+            start = time.perf_counter()
+            frame.pattern.search(key)
+            assert time.perf_counter() - start < 0.5, (frame.phase, frame.pattern.pattern, key[:40])

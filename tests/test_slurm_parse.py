@@ -813,3 +813,19 @@ def test_slurm_header_names_the_per_task_outputs_it_read():
     assert f"- {expected}" in slurm_markdown(section)
     section.task_outputs = []
     assert "per-task" not in slurm_markdown(section)
+
+
+def _timed(elapsed_s: int | None, **kw) -> SlurmJob:
+    job = _job("FAILED", "0:53", **kw)
+    job.elapsed_s = elapsed_s
+    return job
+
+
+def test_a_launch_failure_is_read_from_sacct_only_on_a_run_time_of_zero(tmp_path):
+    # sacct records Reason=None for a batch step that failed to launch: a FAILED job that ran for no time and whose
+    # output folder is missing is one; a run time Slurm did not give is no evidence of it
+    out = [SlurmOutputFacts(str(tmp_path / "no-such-folder" / "out-77.txt"), "stdout")]
+    assert _timed(0, outputs=out).launch_failed
+    assert not _timed(None, outputs=out).launch_failed
+    assert not _job("FAILED", "1:0", outputs=out).launch_failed  # ran an hour: the program's own failure
+    assert _timed(None, reason="JobLaunchFailure").launch_failed

@@ -249,6 +249,11 @@ class FixWords:
     overrides: list[Override] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
 
+    @property
+    def commands(self) -> list[str]:
+        """The override words as command lines, each on one line: the Megatron-LM flags, the Bridge CLI words."""
+        return [c for c in (self.flags, cli_line(self.overrides)) if c]
+
 
 def fix_words(fix: Fix, style: str) -> FixWords:
     """The fix in the words of the job's stack (``style``: fix_style). For another stack than Megatron's the
@@ -264,8 +269,7 @@ def fix_one_line(fix: Fix, style: str) -> str | None:
     """A fix as one line (CI annotations, JSON lines): the job's override words (Megatron-LM flags, else the
     Bridge CLI words), else its summary, else its first step; None when it says nothing."""
     words = fix_words(fix, style)
-    commands = [c for c in (words.flags, cli_line(words.overrides)) if c]
-    return "; ".join(commands) or fix.summary or (words.steps[0] if words.steps else None)
+    return "; ".join(words.commands) or fix.summary or (words.steps[0] if words.steps else None)
 
 
 # ------------------------------------------------------------------------------------------------ a fix

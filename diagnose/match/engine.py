@@ -891,16 +891,15 @@ def _in_training_rule(hit: Hit, by_code: dict[str, CompiledRule]) -> None:
     hit.key = new.rule.code + hit.key[len(old):]
 
 
-def traceback_end(reader: _LineReader, start: int, header: LogLine) -> tuple[int, LogLine] | None:
-    """The line that ends the traceback whose header is at ``start``: the first line of the header's stream after its
+def _past_frames(reader: _LineReader, start: int, line: LogLine) -> tuple[int, LogLine, int] | None:
+    """The first line of ``line``'s stream below it (at ``start``) that starts at the margin past a traceback's
     frames (``File "..."`` lines and the indented source under them, Python 3.11's carets, ``[Previous line repeated
-    ...]``) that starts at the margin, with its offset; None when the frames run past the bounds, another header or
-    a blank run comes first, or no frame came at all (a header printed as text)."""
-    stream = header.stream
+    ...]``), with its offset and the number of ``File "`` lines passed; None when a blank run or the bounds come
+    first. The shared walk of ``traceback_end`` and ``quoted_source_end``."""
     frames = 0
     blanks = 0
-    for s, nxt in reader.forwards(start, header.lineno, TRACEBACK_END_LINES, TRACEBACK_LOOKBACK_BYTES):
-        if nxt.stream != stream:
+    for s, nxt in reader.forwards(start, line.lineno, TRACEBACK_END_LINES, TRACEBACK_LOOKBACK_BYTES):
+        if nxt.stream != line.stream:
             continue
         text = nxt.text
         if not text.strip():
@@ -914,30 +913,27 @@ def traceback_end(reader: _LineReader, start: int, header: LogLine) -> tuple[int
             continue
         if text.startswith(("[Previous line repeated", "^", "~")):
             continue
-        if frames == 0 or text.startswith((_HEADER, _GROUP_HEADER)):
-            return None
-        return s, nxt
+        return s, nxt, frames
     return None
+
+
+def traceback_end(reader: _LineReader, start: int, header: LogLine) -> tuple[int, LogLine] | None:
+    """The line that ends the traceback whose header is at ``start``: the first line of the header's stream after its
+    frames that starts at the margin (``_past_frames``), with its offset; None when the frames run past the bounds,
+    another header or a blank run comes first, or no frame came at all (a header printed as text)."""
+    found = _past_frames(reader, start, header)
+    if found is None:
+        return None
+    s, nxt, frames = found
+    return None if frames == 0 or nxt.text.startswith((_HEADER, _GROUP_HEADER)) else (s, nxt)
 
 
 def quoted_source_end(reader: _LineReader, start: int, source: LogLine) -> LogLine | None:
     """The exception line that ends the traceback whose quoted source line ``source`` (at ``start``) is: the first
     line of its stream below it that starts at the margin after the remaining frames, their quoted lines and carets;
     None when another header, a blank run or the bounds come first."""
-    blanks = 0
-    for _s, nxt in reader.forwards(start, source.lineno, TRACEBACK_END_LINES, TRACEBACK_LOOKBACK_BYTES):
-        if nxt.stream != source.stream:
-            continue
-        text = nxt.text
-        if not text.strip():
-            blanks += 1
-            if blanks > TRACEBACK_END_GAP:
-                return None
-            continue
-        if text[0] in " \t" or text.startswith(("[Previous line repeated", "^", "~")):
-            continue
-        return None if text.startswith((_HEADER, _GROUP_HEADER)) else nxt
-    return None
+    found = _past_frames(reader, start, source)
+    return None if found is None or found[1].text.startswith((_HEADER, _GROUP_HEADER)) else found[1]
 
 
 def _on_stream(neighbours, stream: tuple) -> list[LogLine]:

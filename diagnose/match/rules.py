@@ -547,6 +547,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):
         raise ValueError("'fix' must be a table")
+    unknown = sorted(set(fix_raw) - {f.name for f in fields(Fix)})
+    if unknown:  # a misspelt field (other_stack) would otherwise be dropped in silence and its words never shown
+        raise ValueError(f"unknown fix field(s): {', '.join(unknown)}")
     safety = one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
     overrides = []
     for o in fix_raw.get("overrides", []):

@@ -107,6 +107,19 @@ class LossSeries:
         return [p.value for p in self.points]
 
 
+def _finite(printed: str) -> float | None:
+    """The number as printed, None when it is no number or not finite (nan, inf: no level to read)."""
+    try:
+        value = float(printed)
+    except ValueError:
+        return None
+    return value if finite(value) else None
+
+
+def finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
 def losses_of(text: str) -> list[tuple[str, float, str]]:
     """``(kind, value, value as printed)`` of each loss on a line, kind "train" or "eval"."""
     if _RUN_SUMMARY.search(text):
@@ -115,11 +128,7 @@ def losses_of(text: str) -> list[tuple[str, float, str]]:
     validation = _VALIDATION_LINE.search(text) is not None
     for m in _LOSS.finditer(text):
         name = m.group("name")
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        if value != value or value in (float("inf"), float("-inf")):
+        if (value := _finite(m.group("value"))) is None:
             continue
         kind = "eval" if validation or _EVAL.match(name) else "train"
         out.append((kind, value, m.group("value")))
@@ -136,10 +145,6 @@ def all_grad_norms_of(text: str) -> list[tuple[str, float, str]]:
             continue
         out.append((m.group("name").lower(), value, m.group("value")))
     return out
-
-
-def finite(value: float) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))
 
 
 def grad_norms_of(text: str) -> list[tuple[str, float, str]]:

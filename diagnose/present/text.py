@@ -631,10 +631,9 @@ def _quiet(report: Report) -> list[Any]:
         out.append(log_text(f"  {e.path}:{e.line}: {shorten(inert(e.text), 200)}"))
     fix = root.shown_fix
     words = fix_words(fix, fix_style(report.framework, report.stack))
-    commands = [c for c in (words.flags, cli_line(words.overrides)) if c]
-    out.extend(command_text("  fix: ", inert(c), style="bold") for c in commands)
+    out.extend(command_text("  fix: ", inert(c), style="bold") for c in words.commands)
     out.extend(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold") for var in fix.env)
-    if not commands and not fix.env and (said := fix.summary or (words.steps[0] if words.steps else "")):
+    if not words.commands and not fix.env and (said := fix.summary or (words.steps[0] if words.steps else "")):
         out.append(Text("  fix: " + inert(said)))
     return out
 

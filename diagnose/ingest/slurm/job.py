@@ -150,7 +150,7 @@ class SlurmJob:
         """The batch step never started: scontrol's Reason=JobLaunchFailure, or (sacct records Reason=None for
         it) a FAILED job that ran for no time while the folder of its output file is missing."""
         return self.state == "FAILED" and (self.reason == "JobLaunchFailure" or (
-            not self.elapsed_s and self.missing_output_folder is not None))
+            self.elapsed_s == 0 and self.missing_output_folder is not None))  # unknown run time: no inference
 
     @property
     def readable_outputs(self) -> list[str]:

@@ -72,7 +72,7 @@ def fix_header(finding: Finding, rendered: RenderedFix) -> Text:
         text.append(f"  [{fix.safety}]", "green" if fix.safety == "safe" else "yellow")
     elif fix.empty and not rendered.overrides:
         text.append("No fix suggested for this finding.", "dim")
-    for step in fix.steps:
+    for step in rendered.steps:  # in the job's words (render_fix: render.fix_words)
         text.append("\n• ")
         text.append(inert(step))
     return text

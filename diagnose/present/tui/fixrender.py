@@ -10,7 +10,7 @@ flag a line). No Textual import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.explain import render as fixrender
@@ -28,6 +28,9 @@ class RenderedFix:
     verdict: str  # one line: "passes validation after the fix (reproduced the failure first)" ...
     proven: bool  # True when the overrides are replay's own proven set
     overrides: list[Override]
+    # the fix's steps in the job's words (render.fix_words: a job of another stack than Megatron's gets the rule's
+    # other_stacks steps, and no Megatron overrides above them)
+    steps: list[str] = field(default_factory=list)
 
 
 def _env_overrides(fix: Fix, taken: list[Override]) -> list[Override]:
@@ -98,11 +101,14 @@ def render_fix(report: Report, finding: Finding) -> RenderedFix:
         extra = _env_overrides(finding.shown_fix, proven)
         given = replay.rendered if not extra else None
         forms = _forms(proven + extra, given)
-        return RenderedFix(forms, replay_verdict(replay), True, _config(proven))
-    overrides = list(finding.shown_fix.overrides)
+        return RenderedFix(forms, replay_verdict(replay), True, _config(proven), list(finding.shown_fix.steps))
+    # the rule's words as the reports decide them: a job of another stack gets no Megatron overrides
+    style = fixrender.fix_style(report.framework, report.stack)
+    words = fixrender.fix_words(finding.shown_fix, style)
+    overrides = [] if style == "neutral" else list(finding.shown_fix.overrides)
     forms = _forms(overrides + _env_overrides(finding.shown_fix, overrides))
     verdict = "not replayed: overrides from the rule" if _config(overrides) else "no config change suggested"
-    return RenderedFix(forms, verdict, False, _config(overrides))
+    return RenderedFix(forms, verdict, False, _config(overrides), words.steps)
 
 
 def _config(overrides: list[Override]) -> list[Override]:
