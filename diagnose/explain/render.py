@@ -240,6 +240,15 @@ def fix_style(framework: str | None, stack: str | None) -> str:
     return "megatron-lm" if stack == "megatron-lm" else "neutral"
 
 
+def replay_speaks_to(style: str) -> bool:
+    """Whether replay's verdict means something to this job (``style``: fix_style). Replay checks a fix's overrides
+    against a Megatron-Bridge config (the job's, else release defaults): a Megatron job, or one whose stack is unknown,
+    learns from it; a job of another stack (DeepSpeed, HF Trainer, plain PyTorch) would read Bridge keys it does not
+    have ("fix valid but does not fit: ddp.use_distributed_optimizer=true"), so the reports leave it out there (JSON
+    keeps it)."""
+    return style != "neutral"
+
+
 @dataclass(frozen=True, slots=True)
 class FixWords:
     """What of a fix to show a job: ``flags`` (Megatron-LM's, "" when none), ``overrides`` (to show as Bridge
