@@ -112,7 +112,7 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
         return
     rule = fit.finding.fix
     proven = Fix(rule.summary, rule.safety, [o for o in result.fix if not o.key.startswith(("env.", "launch."))],
-                 list(rule.env), list(rule.steps))
+                 list(rule.env), list(rule.steps), list(rule.other_stacks))
     if fit.fragmentation:
         rule_fix = inline_fix(rule.overrides)
         if rule_fix:

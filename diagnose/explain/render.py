@@ -240,6 +240,15 @@ def fix_style(framework: str | None, stack: str | None) -> str:
     return "megatron-lm" if stack == "megatron-lm" else "neutral"
 
 
+def replay_speaks_to(style: str) -> bool:
+    """Whether replay's verdict means something to this job (``style``: fix_style). Replay checks a fix's overrides
+    against a Megatron-Bridge config (the job's, else release defaults): a Megatron job, or one whose stack is unknown,
+    learns from it; a job of another stack (DeepSpeed, HF Trainer, plain PyTorch) would read Bridge keys it does not
+    have ("fix valid but does not fit: ddp.use_distributed_optimizer=true"), so the reports leave it out there (JSON
+    keeps it)."""
+    return style != "neutral"
+
+
 @dataclass(frozen=True, slots=True)
 class FixWords:
     """What of a fix to show a job: ``flags`` (Megatron-LM's, "" when none), ``overrides`` (to show as Bridge
@@ -255,14 +264,50 @@ class FixWords:
         return [c for c in (self.flags, cli_line(self.overrides)) if c]
 
 
+_STEP_KEY = re.compile(r"(?<![\w./-])([a-z_]+\.[a-z0-9_]+)(?:=([^\s,;)]+))?(?![\w.(-])", re.ASCII)
+
+
+def _step_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def mlm_step(step: str) -> str:
+    """A fix step in a Megatron-LM job's words: each Megatron-Bridge key it names (``train.micro_batch_size``,
+    ``ddp.grad_reduce_in_fp32=false``) as the command-line flag pretrain_*.py takes (``--micro-batch-size``), from
+    the same tables as its overrides (mlm_flag); a key with no flag stays. A step that already names Megatron-LM's
+    words beside the Bridge ones is left as written."""
+    if "Megatron-LM" in step:
+        return step
+
+    def flag(m: re.Match[str]) -> str:
+        key, value = m.group(1), m.group(2)
+        if value is None:
+            name = BRIDGE_TO_MLM.get(key)
+            return "--" + name.replace("_", "-") if name else m.group(0)
+        return mlm_flag(Override(key, _step_value(value))) or m.group(0)
+
+    return _STEP_KEY.sub(flag, step)
+
+
 def fix_words(fix: Fix, style: str) -> FixWords:
     """The fix in the words of the job's stack (``style``: fix_style). For another stack than Megatron's the
     overrides are dropped and the rule's ``other_stacks`` steps (stack-neutral: ZeRO, FSDP, a smaller batch) stand
     in for its own steps, which name Megatron's keys; a rule without them keeps its steps."""
     if style == "neutral":
         return FixWords(steps=list(fix.other_stacks or fix.steps))
-    flags, only_flags = mlm_fix_line(fix.overrides) if style == "megatron-lm" else ("", False)
-    return FixWords(flags=flags, overrides=[] if only_flags else list(fix.overrides), steps=list(fix.steps))
+    if style != "megatron-lm":
+        return FixWords(overrides=list(fix.overrides), steps=list(fix.steps))
+    flags, only_flags = mlm_fix_line(fix.overrides)
+    return FixWords(flags=flags, overrides=[] if only_flags else list(fix.overrides),
+                    steps=[mlm_step(step) for step in fix.steps])
 
 
 def fix_one_line(fix: Fix, style: str) -> str | None:

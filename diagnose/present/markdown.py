@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, python_lines
+from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, python_lines, replay_speaks_to
 from diagnose.explained import VerifyResult
 from diagnose.model import Finding, HangReport, Report
 from diagnose.present.memory_text import memory_lines
@@ -198,7 +198,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out += _hang(report.hang)
     if report.config is not None:
         out += _section("Config", config_lines(report.config), lang="yaml")
-    if report.replay is not None:
+    if report.replay is not None and replay_speaks_to(fix_style(report.framework, report.stack)):
         out += _section("Replay", replay_lines(report.replay), report.replay.summary)
     if report.memory is not None:
         out += _section("Memory", [line for line, _ in memory_lines(report.memory)], report.memory.explanation)

@@ -18,7 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.coerce import as_int
-from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, overrides_yaml, python_lines
+from diagnose.explain.render import (
+    cli_line,
+    env_line,
+    fix_style,
+    fix_words,
+    overrides_yaml,
+    python_lines,
+    replay_speaks_to,
+)
 from diagnose.explained import CONFIG_CATEGORIES
 from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
@@ -442,7 +450,7 @@ def _sections(report: Report, width: int) -> list[Any]:
     parts: list[Any] = []
     if report.config is not None:
         parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config)], width)
-    if report.replay is not None:
+    if report.replay is not None and replay_speaks_to(fix_style(report.framework, report.stack)):
         lines = [(inert(ln), False) for ln in replay_lines(report.replay)]
         parts += _titled("replay", report.replay.summary, lines, width)
     if report.memory is not None:
@@ -589,7 +597,8 @@ def _summaries(report: Report, width: int) -> list[Any]:
     out: list[Any] = []
     memory, config = report.memory, report.config
     lines: list[tuple[str, str]] = []
-    if report.replay is not None and report.replay.summary and not _replay_says_nothing(report.replay):
+    if (report.replay is not None and report.replay.summary and not _replay_says_nothing(report.replay)
+            and replay_speaks_to(fix_style(report.framework, report.stack))):
         lines.append(("Replay", report.replay.summary))
     if memory is not None and memory.explanation:
         lines.append(("Memory", memory.explanation))

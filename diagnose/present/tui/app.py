@@ -63,6 +63,7 @@ class MainScreen(Screen):
         Binding("2", "fix_tab('python')", "Python", show=False),
         Binding("3", "fix_tab('yaml')", "YAML", show=False),
         Binding("4", "fix_tab('mlm')", "MLM", show=False),
+        Binding("5", "fix_tab('env')", "Env", show=False),
         Binding("j", "jobs", "Jobs"),
         Binding("p", "plan", "Plan"),
         Binding("g", "hang", "Hang grid"),
@@ -137,6 +138,9 @@ class MainScreen(Screen):
         self.notify(f"Copied the fix ({title}) to the clipboard.")
 
     def action_fix_tab(self, key: str) -> None:
+        rendered = self.detail.rendered
+        if rendered is not None and key not in rendered.tabs:  # a form this job is not shown (render.fix_style)
+            return
         self.query_one("#fix-tabs", TabbedContent).active = f"fix-{key}"
 
     def action_open_log(self) -> None:

@@ -72,7 +72,7 @@ def fix_header(finding: Finding, rendered: RenderedFix) -> Text:
         text.append(f"  [{fix.safety}]", "green" if fix.safety == "safe" else "yellow")
     elif fix.empty and not rendered.overrides:
         text.append("No fix suggested for this finding.", "dim")
-    for step in rendered.steps:  # in the job's words (render_fix: render.fix_words)
+    for step in rendered.steps:  # in the job's words (render.fix_words), as the text report has them
         text.append("\n• ")
         text.append(inert(step))
     return text
@@ -119,6 +119,11 @@ class FindingDetail(VerticalScroll):
         yield Static(heading("Memory"), id="memory-heading", classes="section")
         yield Static(id="memory")
 
+    def on_mount(self) -> None:
+        # the Environment tab is only for a job whose fix has no Megatron form (render.fix_style "neutral"): hidden
+        # until a finding shows it
+        self.query_one("#fix-tabs", TabbedContent).hide_tab("fix-env")
+
     def show(self, report: Report, index: int | None) -> None:
         if index is None or not 0 <= index < len(report.findings):
             self.rendered = None
@@ -138,6 +143,8 @@ class FindingDetail(VerticalScroll):
         rendered = render_fix(report, finding)
         self.rendered = rendered
         self.query_one("#fix-summary", Static).update(fix_header(finding, rendered))
+        tabs = self.query_one("#fix-tabs", TabbedContent)
+        shown = rendered.tabs  # the job's forms only (render.fix_style): no Bridge tab for a DeepSpeed job
         for key, _ in TAB_ORDER:
             form = rendered.forms.get(key) or ""
             self.query_one(f"#fix-text-{key}", Static).update(
@@ -145,6 +152,10 @@ class FindingDetail(VerticalScroll):
                 Text(inert_multiline(form), no_wrap=True, overflow="ignore") if form
                 else Text("(nothing to set)", style="dim")
             )
+            (tabs.show_tab if key in shown or not shown and key == "cli" else tabs.hide_tab)(f"fix-{key}")
+        tabs.display = bool(shown)
+        if shown and (tabs.active or "").removeprefix("fix-") not in shown:
+            tabs.active = f"fix-{shown[0]}"
         self.query_one("#fix-verdict", Static).update(verdict_text(rendered))
         memory = memory_text(report.memory, finding) if finding.category == "cuda_oom" else None
         plan_view = getattr(self.app, "plan_view", None)
@@ -161,6 +172,8 @@ class FindingDetail(VerticalScroll):
         """(tab title, text) of the fix form shown now."""
         tabs = self.query_one("#fix-tabs", TabbedContent)
         key = (tabs.active or "fix-cli").removeprefix("fix-")
+        if self.rendered is not None and key not in self.rendered.tabs:  # hidden: this job has no such form
+            return dict(TAB_ORDER).get(key, key), ""
         title = dict(TAB_ORDER).get(key, key)
         return title, (self.rendered.forms.get(key, "") if self.rendered else "")
 

@@ -1,11 +1,17 @@
-"""The fix in the four forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM
-flags.
+"""The fix in the forms a user pastes somewhere: Bridge CLI overrides, Python recipe lines, YAML, Megatron-LM
+flags, environment lines.
 
 Every form comes from ``diagnose.explain.render``, the one renderer the text, markdown and JSON reports use too, so
 what a user copies from a tab is what the reports print. The replay stage renders the proven set
 (``report.replay.rendered``); for findings the replay did not cover the rule's ``Fix.overrides`` and ``Fix.env``
 are rendered here. This module lays the forms out for the tabs (export lines above the overrides, one Megatron-LM
 flag a line). No Textual import.
+
+Which forms a job is shown is the reports' decision (``render.fix_style`` and ``render.fix_words``, from the
+report's ``framework`` and ``stack``), not a second copy of it: a Megatron-Bridge job, or one whose log names no
+stack, gets the four Megatron forms as before; a Megatron-LM job its flags (and the Bridge words only where a key has
+no flag); a job of another stack (DeepSpeed, HF Trainer, plain PyTorch) no Megatron form at all, only its
+environment lines, and the rule's stack-neutral steps (``RenderedFix.steps``). A form left "" has no tab.
 """
 
 from __future__ import annotations
@@ -17,20 +23,25 @@ from diagnose.explain import render as fixrender
 from diagnose.explained import ReplayResult
 from diagnose.model import Finding, Fix, Override, Report
 
-TAB_ORDER = (("cli", "Bridge CLI"), ("python", "Python"), ("yaml", "YAML"), ("mlm", "Megatron-LM flags"))
+TAB_ORDER = (("cli", "Bridge CLI"), ("python", "Python"), ("yaml", "YAML"), ("mlm", "Megatron-LM flags"),
+             ("env", "Environment"))
 
 
 @dataclass
 class RenderedFix:
     """The fix for one finding, each form ready to copy, plus what replay said about it."""
 
-    forms: dict[str, str]  # keys of TAB_ORDER; "" where a form has nothing to say
+    forms: dict[str, str]  # keys of TAB_ORDER; "" where a form has nothing to say (its tab is hidden)
     verdict: str  # one line: "passes validation after the fix (reproduced the failure first)" ...
     proven: bool  # True when the overrides are replay's own proven set
     overrides: list[Override]
-    # the fix's steps in the job's words (render.fix_words: a job of another stack than Megatron's gets the rule's
-    # other_stacks steps, and no Megatron overrides above them)
-    steps: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)  # the fix's steps in the job's words (render.fix_words)
+    style: str = "bridge"  # render.fix_style of the report
+
+    @property
+    def tabs(self) -> list[str]:
+        """The keys of TAB_ORDER this job is shown, in order: those with something to say."""
+        return [key for key, _ in TAB_ORDER if self.forms.get(key)]
 
 
 def _env_overrides(fix: Fix, taken: list[Override]) -> list[Override]:
@@ -79,36 +90,57 @@ def _lines(*blocks: str) -> str:
     return "\n".join(b for b in blocks if b)
 
 
-def _forms(overrides: list[Override], given: dict[str, Any] | None = None) -> dict[str, str]:
-    """The tabs' text. ``given``: replay's own rendering of the same overrides, shown as the report has it."""
+def _forms(overrides: list[Override], style: str, given: dict[str, Any] | None = None) -> dict[str, str]:
+    """The tabs' text in the job's words (``style``: render.fix_style). ``given``: replay's own rendering of the
+    same overrides, shown as the report has it."""
     fresh = fixrender.render_fix(overrides, "megatron-lm")
     given = {k: v for k, v in (given or {}).items() if isinstance(v, str) and v}
     env = given.get("env") or fresh.get("env", "")
-    flags = [fixrender.mlm_flag(o) or f"# no Megatron-LM flag known for {fixrender.comment_safe(o.key)}"
-             for o in _config(overrides)]
-    return {
+    forms = dict.fromkeys((key for key, _ in TAB_ORDER), "")
+    if style == "neutral":  # no Megatron config to set: only what any launch script takes
+        forms["env"] = env
+        return forms
+    words = fixrender.fix_words(Fix(overrides=_config(overrides)), style)
+    if style == "megatron-lm":
+        flags = [fixrender.mlm_flag(o) for o in _config(overrides)]
+        forms["mlm"] = _lines(env, "\n".join(dict.fromkeys(f for f in flags if f)))
+        if not words.overrides:
+            return forms
+        # a key with no Megatron-LM flag: the Bridge words stay beside the flags, as the text report has them
+        fresh = fixrender.render_fix(words.overrides + _env(overrides), "megatron-lm")
+        given = {}
+        env = ""
+    else:
+        flags = [fixrender.mlm_flag(o) or f"# no Megatron-LM flag known for {fixrender.comment_safe(o.key)}"
+                 for o in _config(overrides)]
+        forms["mlm"] = _lines(env, "\n".join(flags))
+    forms.update({
         "cli": _lines(env, given.get("cli") or fresh["cli"]),
         "python": given.get("python") or fresh["python"],
         "yaml": given.get("yaml") or fresh["yaml"],
-        "mlm": _lines(env, "\n".join(flags)),
-    }
+    })
+    return forms
 
 
 def render_fix(report: Report, finding: Finding) -> RenderedFix:
+    style = fixrender.fix_style(report.framework, report.stack)
+    steps = fixrender.fix_words(finding.shown_fix, style).steps
     replay = report.replay
-    if replay is not None and replay_covers(report, finding):
+    if replay is not None and replay_covers(report, finding) and fixrender.replay_speaks_to(style):
         proven = list(replay.fix)
         extra = _env_overrides(finding.shown_fix, proven)
         given = replay.rendered if not extra else None
-        forms = _forms(proven + extra, given)
-        return RenderedFix(forms, replay_verdict(replay), True, _config(proven), list(finding.shown_fix.steps))
-    # the rule's words as the reports decide them: a job of another stack gets no Megatron overrides
-    style = fixrender.fix_style(report.framework, report.stack)
-    words = fixrender.fix_words(finding.shown_fix, style)
-    overrides = [] if style == "neutral" else list(finding.shown_fix.overrides)
-    forms = _forms(overrides + _env_overrides(finding.shown_fix, overrides))
-    verdict = "not replayed: overrides from the rule" if _config(overrides) else "no config change suggested"
-    return RenderedFix(forms, verdict, False, _config(overrides), words.steps)
+        forms = _forms(proven + extra, style, given)
+        return RenderedFix(forms, replay_verdict(replay), True, _config(proven), steps, style)
+    overrides = list(finding.shown_fix.overrides)
+    forms = _forms(overrides + _env_overrides(finding.shown_fix, overrides), style)
+    shown = _config(overrides) if style != "neutral" else []
+    verdict = "not replayed: overrides from the rule" if shown else "no config change suggested"
+    return RenderedFix(forms, verdict, False, shown, steps, style)
+
+
+def _env(overrides: list[Override]) -> list[Override]:
+    return [o for o in overrides if o.key.startswith(("env.", "launch."))]
 
 
 def _config(overrides: list[Override]) -> list[Override]:
