@@ -249,6 +249,22 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
     return hits
 
 
+def _stream_after(lines, i: int):
+    """``(index, text)`` of the non-blank lines of ``lines[i]``'s stream after it (4000 lines at most), ending at a
+    run of more than 2 blank lines: the walk both traceback readings below make."""
+    blanks = 0
+    for j in range(i + 1, min(len(lines), i + 4001)):
+        text = lines[j].text
+        if lines[j].stream != lines[i].stream:
+            continue
+        if not text.strip():
+            blanks += 1
+            if blanks > 2:
+                return
+            continue
+        yield j, text
+
+
 def _quoted_source_end(lines, i: int) -> str | None:
     """When ``lines[i]`` is indented under a frame line of its stream (among the 8 lines above it): the text of the
     first line of its stream below that starts at the margin (past indented lines, carets, repeat notes, at most 2
@@ -259,16 +275,7 @@ def _quoted_source_end(lines, i: int) -> str | None:
     above = [lines[j] for j in range(i - 1, max(-1, i - 9), -1) if lines[j].stream == ll.stream]
     if not above or not above[0].text.lstrip().startswith('File "'):
         return None
-    blanks = 0
-    for j in range(i + 1, min(len(lines), i + 4001)):
-        text = lines[j].text
-        if lines[j].stream != ll.stream:
-            continue
-        if not text.strip():
-            blanks += 1
-            if blanks > 2:
-                return None
-            continue
+    for _j, text in _stream_after(lines, i):
         if text[0] in " \t" or text.startswith(("[Previous line repeated", "^", "~")):
             continue
         return None if text.startswith(("Traceback (most recent call last)", "Exception Group Traceback")) else text
@@ -279,17 +286,8 @@ def _reference_end(lines, i: int, rule, rules) -> int | None:
     """The index of the line ending the traceback whose header is ``lines[i]``, when ``rule``'s traceback_ends_with
     matches it and no rule's regex does: the first line of the header's stream after at least one frame that is not
     indented, a caret or a repeat note; a blank run (over 2), another header or no frame first: none."""
-    stream = lines[i].stream
-    frames = blanks = 0
-    for j in range(i + 1, min(len(lines), i + 4001)):
-        text = lines[j].text
-        if lines[j].stream != stream:
-            continue
-        if not text.strip():
-            blanks += 1
-            if blanks > 2:
-                return None
-            continue
+    frames = 0
+    for j, text in _stream_after(lines, i):
         if text[0] in " \t":
             frames += text.lstrip().startswith('File "')
             continue
