@@ -212,6 +212,22 @@ def test_zero_losses_that_did_not_follow_a_measured_one_or_did_not_last_are_no_c
     assert _root(_hf([2.99 * 0.9 ** i for i in range(14)])) is None
 
 
+_CTRL_C = ["^CTraceback (most recent call last):", '  File "/w/train.py", line 88, in <module>', "    main()",
+           "KeyboardInterrupt"]
+
+
+def test_a_run_stopped_by_hand_after_its_loss_fell_to_zero_was_stopped_for_it():
+    # the person stopped it: four zeros after a loss that fell through small values say why (without the stop, the
+    # same series is no collapse: too few zeros, and the values before them fell below the measured level)
+    falling = [1.3322, 0.8161, 0.1077, 0.0112, 0.0008] + [0.0] * 4
+    assert _root(_hf(falling)) is None
+    f = _root(_hf(falling) + _CTRL_C)
+    assert f is not None and f.rule == "NU021" and f.category == "numerics"
+    assert _root(_hf([0.0008, 0.0003] + [0.0] * 4) + _CTRL_C) is None  # never measured above zero: no collapse
+    assert _root(_hf(falling[:5] + [0.0] * 3) + _CTRL_C) is None  # three zeros are not enough even then
+    assert _root(_hf([2.9914, 1.21, 0.82, 0.55, 0.41, 0.33]) + _CTRL_C) is None  # a healthy run stopped: no failure
+
+
 def test_a_long_collapsed_series_is_summarised_in_one_pass():
     # the first zero of the tail was found by slicing the rest of the series at every point (quadratic: ~75 s for
     # 200k steps). A hang guard, not a speed measurement: SIGALRM fails the test long before a quadratic pass ends.

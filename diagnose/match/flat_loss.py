@@ -89,6 +89,9 @@ DIVERGED_RISE = 0.15  # last block median over the best one; dev clean logs: 0.0
 DIVERGED_MIN_LEVEL = 0.5
 DIVERGED_MIN_POINTS = 2 * DIVERGED_BLOCKS  # at least two logged steps a block: one value is no level
 MIN_ZERO_TAIL = 8  # logged train losses of exactly 0 at the end of the series (dev's clean logs: at most 0)
+# the run was stopped by hand (the launcher rule's code): its person saw a reason, so fewer zeros at the end say it
+STOPPED_RULE = "LA292"
+MIN_STOPPED_ZERO_TAIL = 4
 MIN_TRAIN_POINTS = 10
 MAX_TRAIN_RANGE = 0.005  # (max - min) / median of the train loss; dev's clean logs: 0.038 and up
 MIN_DISTINCT = 3  # a train loss printed identically at every step is no measurement (a template, a cached value)
@@ -242,13 +245,22 @@ def _zero_tail(values: list[float]) -> int:
     return start
 
 
-def collapsed_to_zero(s: LossSeries) -> bool:
-    """Was this train loss measured above zero, then printed as exactly 0 at every logged step to the end?"""
+def collapsed_to_zero(s: LossSeries, stopped_by_hand: bool = False) -> bool:
+    """Was this train loss measured above zero, then printed as exactly 0 at every logged step to the end?
+
+    A run someone stopped by hand (``STOPPED_RULE``) was stopped for a reason: there a shorter tail of zeros
+    (``MIN_STOPPED_ZERO_TAIL``) after a first value measured above zero is the reason, even when the loss fell to
+    zero through small values (1.33, 0.44, 0.01, 0.0008, 0.0, 0.0, ...: the trainer's print rounds what is left).
+    """
     if s.kind != "train":
         return False
     values = s.values
     start = _zero_tail(values)
-    return start >= 1 and len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
+    if start < 1:
+        return False
+    if stopped_by_hand and len(values) - start >= MIN_STOPPED_ZERO_TAIL and values[0] >= MIN_LEVEL:
+        return True
+    return len(values) - start >= MIN_ZERO_TAIL and all(v >= MIN_LEVEL for v in values[:start])
 
 
 def zero_throughout(s: LossSeries) -> bool:
@@ -387,6 +399,7 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     else:
         return
     series = series_of(blocks)
+    stopped = any(f.rule == STOPPED_RULE for f in report.findings)
     # the collapse first, then a loss of 0 throughout, then an exploding gradient norm, then a divergence (a falling
     # series is not flat), each reading only where the catalogue has its rule: a catalogue without NU021, NU024,
     # NU025 or NU022 still gets NU020's reading
@@ -399,7 +412,7 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
         elif code == NONFINITE_RULE:
             flat = [s for s in series if grad_nonfinite(s)]
         elif code == COLLAPSE_RULE:
-            flat = [s for s in series if collapsed_to_zero(s)]
+            flat = [s for s in series if collapsed_to_zero(s, stopped)]
         elif code == ZERO_RULE:
             flat = [s for s in series if zero_throughout(s)]
         elif code == DIVERGED_RULE:
