@@ -65,3 +65,44 @@ def test_megatron_lm_world_line_reads_the_jobs_tp_not_the_encoders(tmp_path: Pat
     replay = report.get("replay") or {}
     assert not any("model.tensor_model_parallel_size" in v["keys"] for v in replay.get("violations", []))
     assert "--tensor-model-parallel-size 1" not in run("analyze", str(log)).stdout
+
+
+NCCL_DOCKER = """\
+3f9a1c2be71d:88:88 [0] NCCL INFO Bootstrap : Using [0]eth0:172.17.0.2<0>
+3f9a1c2be71d:88:88 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]
+3f9a1c2be71d:88:88 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>
+3f9a1c2be71d:88:127 [0] NCCL INFO Call to connect returned Connection refused, retrying
+{connect_warn}3f9a1c2be71d:88:127 [0] NCCL INFO bootstrap.cc:95 -> 2
+Traceback (most recent call last):
+  File "train.py", line 63, in main
+    dist.broadcast(ps, 0)
+  File "/opt/conda/lib/python3.6/site-packages/torch/distributed/distributed_c10d.py", line 842, in broadcast
+    work = _default_pg.broadcast([tensor], opts)
+RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:518, unhandled system error, NCCL version 2.4.8
+"""
+CONNECT_WARN = "3f9a1c2be71d:88:127 [0] include/socket.h:403 NCCL WARN Connect to 172.17.0.2<41729> failed : " \
+               "Connection refused\n"
+
+
+def _fix_steps(report: dict) -> list[str]:
+    return report["findings"][report["root_cause"]]["fix"]["steps"]
+
+
+def test_the_nccl_warn_a_fix_points_at_is_not_ncclS_infiniband_probe(tmp_path: Path) -> None:
+    """cc-arcface-torch-two-node-...: 'its first NCCL WARN (line 5) names what NCCL tried and failed' pointed at
+    'Failed to open libibverbs.so[.1]', NCCL's probe on a host without InfiniBand (it then uses sockets), not at the
+    refused connect that was the failure."""
+    log = write(tmp_path, "nccl.log", NCCL_DOCKER.format(connect_warn=CONNECT_WARN))
+    report = json.loads(run("analyze", "--format", "json", str(log)).stdout)
+    steps = " ".join(_fix_steps(report))
+    connect = 1 + NCCL_DOCKER.format(connect_warn=CONNECT_WARN).splitlines().index(CONNECT_WARN.strip())
+    assert f"(line {connect})" in steps
+    assert "(line 2)" not in steps
+
+
+def test_a_log_whose_only_nccl_warn_is_the_probe_is_not_told_it_names_the_failure(tmp_path: Path) -> None:
+    log = write(tmp_path, "nccl.log", NCCL_DOCKER.format(connect_warn=""))
+    report = json.loads(run("analyze", "--format", "json", str(log)).stdout)
+    steps = _fix_steps(report)
+    assert not any("names what NCCL tried and failed" in s and "(line 2)" in s for s in steps)
+    assert not any(e["name"] == "NCCL_DEBUG" for e in report["findings"][report["root_cause"]]["fix"]["env"])
