@@ -106,3 +106,25 @@ def test_a_log_whose_only_nccl_warn_is_the_probe_is_not_told_it_names_the_failur
     steps = _fix_steps(report)
     assert not any("names what NCCL tried and failed" in s and "(line 2)" in s for s in steps)
     assert not any(e["name"] == "NCCL_DEBUG" for e in report["findings"][report["root_cause"]]["fix"]["env"])
+
+
+ONE_RANK_OOM = """\
+Traceback (most recent call last):
+  File "/home/u/train.py", line 88, in <module>
+    loss.backward()
+  File "/opt/conda/lib/python3.10/site-packages/torch/_tensor.py", line 487, in backward
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB (GPU 0; 47.54 GiB total capacity; 45.12 GiB already allocated; 315.06 MiB free; 45.20 GiB reserved in total by PyTorch)
+"""
+
+
+def test_a_conditional_oom_step_does_not_read_as_a_fact_about_this_log(tmp_path: Path) -> None:
+    """cc-colossalai-coati-ppo-... (one rank, one GPU): the Fix said 'Every rank's message names the same GPU (GPU 0
+    on rank 2): the ranks share one device', a claim about a log whose only message came from one rank."""
+    log = write(tmp_path, "oom.log", ONE_RANK_OOM)
+    report = json.loads(run("analyze", "--format", "json", str(log)).stdout)
+    fix = report["findings"][report["root_cause"]]["fix"]
+    said = [s for s in fix["steps"] + fix.get("other_stacks", []) if "same GPU" in s]
+    assert said, "the shared-device step is still offered"
+    assert all(s.startswith(("If ", "When ")) for s in said), said
+    text = run("analyze", str(log)).stdout
+    assert "Every rank's message names the same GPU" not in text
