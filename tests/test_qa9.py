@@ -128,3 +128,19 @@ def test_a_conditional_oom_step_does_not_read_as_a_fact_about_this_log(tmp_path:
     assert all(s.startswith(("If ", "When ")) for s in said), said
     text = run("analyze", str(log)).stdout
     assert "Every rank's message names the same GPU" not in text
+
+
+def test_rules_list_piped_prints_one_line_per_rule_with_its_whole_title() -> None:
+    """`diagnose rules list | grep watchdog` missed rules: piped, the table was laid out at 80 columns and a title
+    was folded onto the next line ('NCCL watchdog tears the' / '... process down'), 1353 lines for 436 rules."""
+    from diagnose.match.rules import load_catalogue
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env.update(PYTHONPATH=str(ROOT), DIAGNOSE_NO_CONFIG="1")
+    out = subprocess.run([sys.executable, "-m", "diagnose", "rules", "list"], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120).stdout.splitlines()
+    rules = load_catalogue().rules
+    rows = {line.split()[0]: line for line in out[1:-1]}
+    assert len(out) == len(rules) + 2  # the header, a line per rule, the count
+    for r in rules:
+        assert rows[r.code].rstrip().endswith(r.title), r.code
