@@ -144,3 +144,16 @@ def test_rules_list_piped_prints_one_line_per_rule_with_its_whole_title() -> Non
     assert len(out) == len(rules) + 2  # the header, a line per rule, the count
     for r in rules:
         assert rows[r.code].rstrip().endswith(r.title), r.code
+
+
+def test_quiet_keeps_the_warning_that_logs_of_different_jobs_were_read_as_one(tmp_path: Path) -> None:
+    """`analyze -q sample_logs/captured` (31 jobs' logs in one folder): the default report ends with the warning
+    'they look like logs of different jobs, diagnosed here as one', -q printed one root cause and dropped it."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name, err in (("a.log", "ValueError: shard 7 is truncated"), ("b.log", "KeyError: 'lm_head.weight'")):
+        write(folder, name, f'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n{err}\n')
+    default = run("analyze", str(folder)).stdout
+    assert "different jobs" in default  # the report knows
+    quiet = run("analyze", "-q", str(folder)).stdout
+    assert "different jobs" in quiet
