@@ -157,3 +157,62 @@ def test_quiet_keeps_the_warning_that_logs_of_different_jobs_were_read_as_one(tm
     assert "different jobs" in default  # the report knows
     quiet = run("analyze", "-q", str(folder)).stdout
     assert "different jobs" in quiet
+
+
+SIZE_MISMATCH = """\
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/transformers/modeling_utils.py", line 4728, in _load_pretrained_model
+    raise RuntimeError(f"Error(s) in loading state_dict for {model.__class__.__name__}:\\n\\t{error_msg}")
+RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:
+\tsize mismatch for model.embed_tokens.weight: copying a param with shape torch.Size([65536, 1024]) from checkpoint, the shape in current model is torch.Size([65535, 1024]).
+\tsize mismatch for lm_head.weight: copying a param with shape torch.Size([65536, 1024]) from checkpoint, the shape in current model is torch.Size([65535, 1024]).
+"""
+
+
+def test_a_state_dict_size_mismatch_is_not_answered_as_missing_keys(tmp_path: Path) -> None:
+    """cc-colossalai-hybrid-tp4-vocab-...: 'Error(s) in loading state_dict' followed only by 'size mismatch for'
+    lines was headed 'Checkpoint keys do not match the model', fixed by 'Resume with the model/wrapper that wrote the
+    checkpoint', with a Why about fsdp_dtensor checkpoints: nothing said that a tensor's size differed."""
+    log = write(tmp_path, "ckpt.log", SIZE_MISMATCH)
+    report = json.loads(run("analyze", "--format", "json", str(log)).stdout)
+    root = report["findings"][report["root_cause"]]
+    said = " ".join([root["title"], root["fix"]["summary"], *root["fix"]["steps"]]).lower()
+    assert "size" in root["title"].lower() or "size" in root["fix"]["summary"].lower()
+    assert "size mismatch" in said
+
+
+STORE_TIMEOUT = """\
+Traceback (most recent call last):
+  File "/root/envs/t/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 3696, in barrier
+    work = default_pg.barrier(opts=opts)
+RuntimeError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
+"""
+SIGILL = """\
+[node01:03114] *** Process received signal ***
+[node01:03114] Signal: Illegal instruction (4)
+[node01:03114] Signal code: Illegal operand (2)
+[node01:03114] [ 1] /usr/local/lib/python3.5/dist-packages/horovod/torch/mpi_lib_v2.cpython-35m-x86_64-linux-gnu.so(_ZN7horovod6common13InitializeMPIEv+0x46)[0x7f2ad81c54e6]
+[node01:03114] *** End of error message ***
+"""
+
+
+def _root_fix(tmp_path: Path, text: str) -> tuple[str, list[str]]:
+    report = json.loads(run("analyze", "--format", "json", str(write(tmp_path, "job.log", text))).stdout)
+    root = report["findings"][report["root_cause"]]
+    return root["rule"], [root["fix"]["summary"], *root["fix"]["steps"]]
+
+
+def test_a_store_timeout_fix_names_the_timeout_settings_and_how_to_shorten_rank0s_work(tmp_path: Path) -> None:
+    """cc-llamafactory-codellama34b-...: the thread raised --ddp_timeout or tokenized with more workers; the Fix
+    said only 'finish that work before the collective or raise the process group's timeout', naming no setting."""
+    _, said = _root_fix(tmp_path, STORE_TIMEOUT)
+    assert any("ddp_timeout" in s and "init_process_group(timeout=" in s for s in said), said
+    assert any("num_proc" in s or "preprocessing_num_workers" in s for s in said), said
+
+
+def test_an_illegal_instruction_fix_covers_a_prebuilt_wheel_not_only_a_jit_cache(tmp_path: Path) -> None:
+    """cc-horovod-mpirun-illegal-instruction-...: a prebuilt Horovod wheel using AVX on a CPU without it; the Fix
+    spoke only of a shared JIT build cache (TORCH_EXTENSIONS_DIR) and nodes of one CPU type."""
+    rule, said = _root_fix(tmp_path, SIGILL)
+    assert rule == "IM160"
+    assert any("/proc/cpuinfo" in s and "wheel" in s for s in said), said
