@@ -216,3 +216,14 @@ def test_an_illegal_instruction_fix_covers_a_prebuilt_wheel_not_only_a_jit_cache
     rule, said = _root_fix(tmp_path, SIGILL)
     assert rule == "IM160"
     assert any("/proc/cpuinfo" in s and "wheel" in s for s in said), said
+
+
+TIME_LIMIT = "slurmstepd: error: *** STEP 6629104.0 ON node031 CANCELLED AT 2026-07-08T23:27:31 DUE TO TIME LIMIT ***\n"
+
+
+def test_a_time_limit_fix_says_how_to_be_warned_before_the_limit(tmp_path: Path) -> None:
+    """cd-megatron-bridge-long-run-slices-...: the thread's fix was a signal before the time limit (Slurm --signal
+    and the trainer's exit-signal handler) so that each slice saves; the Fix named no way to be warned."""
+    rule, said = _root_fix(tmp_path, TIME_LIMIT)
+    assert rule == "SL003"
+    assert any("--signal=" in s and "exit-signal-handler" in s for s in said), said
