@@ -227,3 +227,21 @@ def test_a_time_limit_fix_says_how_to_be_warned_before_the_limit(tmp_path: Path)
     rule, said = _root_fix(tmp_path, TIME_LIMIT)
     assert rule == "SL003"
     assert any("--signal=" in s and "exit-signal-handler" in s for s in said), said
+
+
+FP8_K = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformer_engine/pytorch/module/linear.py", line 92, in forward
+[rank0]:     assert_dim_for_fp8_exec(inputmat)
+[rank0]:   File "/usr/local/lib/python3.10/dist-packages/transformer_engine/pytorch/utils.py", line 216, in assert_dim_for_fp8_exec
+[rank0]:     assert check_dim_for_fp8_exec(tensor), (
+[rank0]: AssertionError: Tensor dimensions are not compatible for FP8 execution: (2048 % 8 != 0, 767 % 16 != 0)
+"""
+
+
+def test_an_fp8_shape_fix_covers_the_last_dimension_not_only_the_sequence(tmp_path: Path) -> None:
+    """cb-te-fp8-autocast-linear-in-features-767-...: a te.Linear with in_features 767 (767 % 16) was told only to
+    'Pad sequences to a multiple of 16 x TP x CP'; the thread padded in_features to 768."""
+    rule, said = _root_fix(tmp_path, FP8_K)
+    assert rule == "CV251"
+    assert any("in_features" in s for s in said), said
