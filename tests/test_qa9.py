@@ -245,3 +245,13 @@ def test_an_fp8_shape_fix_covers_the_last_dimension_not_only_the_sequence(tmp_pa
     rule, said = _root_fix(tmp_path, FP8_K)
     assert rule == "CV251"
     assert any("in_features" in s for s in said), said
+
+
+def test_check_does_not_tell_a_recipe_that_names_its_provider_to_name_its_provider(tmp_path: Path) -> None:
+    """`diagnose check recipe.yaml` on a recipe whose model is `_target_: ...Llama3ModelProvider8B`: the warning said
+    'set them (or the model's provider _target_) for a true count', to a config that had just done so."""
+    recipe = write(tmp_path, "recipe.yaml", "model:\n  _target_: megatron.bridge.models.llama.llama_provider."
+                   "Llama3ModelProvider8B\n  tensor_model_parallel_size: 2\ntrain:\n  micro_batch_size: 2\n")
+    out = run("check", str(recipe), "--gpus", "8").stdout
+    assert "WARNING: the parameter count assumes" in out  # the provider gives no vocabulary: still said
+    assert "_target_" not in out
