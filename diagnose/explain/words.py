@@ -20,12 +20,22 @@ from diagnose.model import Evidence, Finding, Report
 NCCL_WARN = "NCCL WARN"
 
 
+# NCCL's own probe for InfiniBand: ibvwrap.cc dlopen()s libibverbs and, on a host without it, warns and goes on
+# over sockets ("NET/Socket : Using ..."). Printed at every start on such a host, it names no failure.
+_PROBE_WARNS = ("Failed to open libibverbs",)
+
+
+def is_probe_warn(text: str) -> bool:
+    return any(p in text for p in _PROBE_WARNS)
+
+
 def _first_warn(report: Report, near: Finding) -> Evidence | None:
     """The earliest ``NCCL WARN`` evidence line of any finding, in the file of ``near``'s first evidence if it has
-    one there (the same rank's output), else anywhere."""
+    one there (the same rank's output), else anywhere; NCCL's InfiniBand probe only when no other warning is there."""
     warns = [e for f in report.findings for e in (f.evidence or []) if NCCL_WARN in e.text]
     if not warns:
         return None
+    warns = [e for e in warns if not is_probe_warn(e.text)] or warns
     own = near.evidence[0].path if near.evidence else None
     same = [e for e in warns if e.path == own]
     return min(same or warns, key=lambda e: (e.path != own, e.line))
@@ -68,5 +78,11 @@ def fit_words(report: Report) -> None:
             continue
         f.fix.env = [e for e in f.fix.env if e.name != "NCCL_DEBUG"]
         where = f"line {warn.line}" + (f" of {warn.path}" if several else "")
+        if is_probe_warn(warn.text):
+            f.fix.steps.insert(0, f"NCCL_DEBUG is already on in this log. Its only NCCL WARN ({where}) is NCCL's "
+                                  "InfiniBand probe (no libibverbs on the host, so NCCL uses sockets): it is not the "
+                                  "failure. Read NCCL's INFO lines just before the error (the interface and address "
+                                  "'NET/Socket : Using' chose, a connect that was refused or timed out)")
+            continue
         f.fix.steps.insert(0, f"NCCL_DEBUG is already on in this log: its first NCCL WARN ({where}) names "
                               "what NCCL tried and failed")

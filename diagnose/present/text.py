@@ -624,10 +624,13 @@ def _summaries(report: Report, width: int) -> list[Any]:
 
 
 def _quiet(report: Report) -> list[Any]:
-    """-q: the root cause, its first evidence line and the fix command; "No failure found." otherwise."""
+    """-q: the root cause, its first evidence line and the fix command; "No failure found." otherwise. A warning
+    (logs of different jobs read as one, an archive cut short, a rule stopped by its timeout) follows either: it says
+    how far the answer can be trusted."""
+    warned = [Text("  warning: ", style="bold yellow").append(inert(w), style="") for w in report.warnings]
     root = report.root
     if root is None:
-        return [Text("No failure found.", style="bold green")]
+        return [Text("No failure found.", style="bold green"), *warned]
     head = Text()
     head.append(f"{inert(root.rule)}  ", style="bold")
     head.append(inert(root.title))
@@ -644,7 +647,7 @@ def _quiet(report: Report) -> list[Any]:
     out.extend(command_text("  fix: ", inert(env_line(var.name, var.value)), style="bold") for var in fix.env)
     if not words.commands and not fix.env and (said := fix.summary or (words.steps[0] if words.steps else "")):
         out.append(Text("  fix: " + inert(said)))
-    return out
+    return out + warned
 
 
 def _per_job(report: Report, width: int, detail: str) -> list[Any]:

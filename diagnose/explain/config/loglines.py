@@ -17,8 +17,11 @@ _ENV_LINE = re.compile(
 )
 _WORLD = re.compile(
     r"using world size: (?P<world>\d+), data-parallel size: (?P<dp>\d+), context-parallel size: (?P<cp>\d+),"
-    r".*?tensor-model-parallel size: (?P<tp>\d+), pipeline-model-parallel size: (?P<pp>\d+)"
 )
+# Megatron-LM 0.9+ prints "tensor-model-parallel size: 2, encoder-tensor-model-parallel size: 0, pipeline-model-
+# parallel size: 2, encoder-pipeline-model-parallel size: 0": the job's own sizes are the ones no "encoder-" precedes
+_TP = re.compile(r"(?<![\w-])tensor-model-parallel size: (?P<n>\d+)")
+_PP = re.compile(r"(?<![\w-])pipeline-model-parallel size: (?P<n>\d+)")
 _PARAMS = re.compile(r"number of parameters on \(([^)]*)\) model parallel rank \(([^)]*)\):\s*(\d+)")
 _SLURM = {"SLURM_NTASKS": "launch.world_size", "SLURM_NNODES": "launch.nnodes", "SLURM_JOB_NUM_NODES": "launch.nnodes",
           "SLURM_NTASKS_PER_NODE": "launch.nproc_per_node", "SLURM_GPUS_ON_NODE": "launch.gpus_per_node"}
@@ -45,12 +48,14 @@ def parse_env_line(line: LogLine, view: ConfigView) -> bool:
 
 def parse_world_size(line: LogLine, view: ConfigView) -> bool:
     m = _WORLD.search(line.text)
-    if not m:
+    tp = _TP.search(line.text, m.end()) if m else None
+    pp = _PP.search(line.text, m.end()) if m else None
+    if not m or not tp or not pp:
         return False
     origin = f"log:{line.lineno}"
     view.set("launch.world_size", int(m.group("world")), origin)
-    view.set("model.tensor_model_parallel_size", int(m.group("tp")), origin)
-    view.set("model.pipeline_model_parallel_size", int(m.group("pp")), origin)
+    view.set("model.tensor_model_parallel_size", int(tp.group("n")), origin)
+    view.set("model.pipeline_model_parallel_size", int(pp.group("n")), origin)
     view.set("model.context_parallel_size", int(m.group("cp")), origin)
     view.framework = view.framework or "megatron-lm"
     return True

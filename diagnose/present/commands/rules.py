@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,10 @@ def _list(catalogue: Catalogue, fmt: str) -> int:
     for r in catalogue.rules:
         table.add_row(*(Text(inert(v)) for v in (r.code, r.category, r.phase, r.role, r.title)))
     console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        # piped (grep, a file) with no width asked for: one line per rule, its title whole, so that
+        # `diagnose rules list | grep timeout` finds every rule whose title says so
+        console = Console(highlight=False, soft_wrap=False, width=10_000)
     from diagnose.present.text import _RStripped
 
     console.print(_RStripped(table))  # a table pads every cell: no trailing blanks for a copy or a diff
