@@ -232,7 +232,15 @@ def fix_style(framework: str | None, stack: str | None) -> str:
     and the rule's stack-neutral words stand in for them).
 
     ``framework``: what the config the log printed says (decisive when known); ``stack``: what its tracebacks'
-    packages name (diagnose.match.stack). A job with neither keeps the Bridge words, as before the stack was read."""
+    packages name (diagnose.match.stack). A job with neither keeps the Bridge words, as before the stack was read.
+
+    One exception to the config deciding: a traceback through ``megatron/bridge/`` is a Megatron-Bridge job whatever
+    the printed config reads as. Bridge runs on Megatron Core and prints Megatron-LM's own lines (``> initialized
+    tensor model parallel with size 1``, a run_config's Megatron-LM names), so a config read as Megatron-LM does not
+    rule Bridge out, while Bridge's frames in the failing traceback are code that ran (qa-report-8 L2: a Bridge
+    export script was shown ``--use-megatron-fsdp``)."""
+    if stack == "megatron-bridge":
+        return "bridge"
     if framework == "megatron-lm":
         return "megatron-lm"
     if framework == "megatron-bridge" or stack in (None, "megatron-bridge"):
