@@ -150,9 +150,9 @@ def _parse_launcher(tokens: list[str], origin: str, view: ConfigView) -> None:
 
 
 def _megatron_lm_flag(flag: str) -> bool:
-    """A flag of Megatron-LM's own argument list written its way (``--micro-batch-size``, ``--tensor-model-parallel-
-    size=2``): a word of a script's arguments that says the script is Megatron-LM's. Any argparse script has hyphenated
-    flags (``convert_bridge_example.py export --hf-model ... --megatron-path ...``, a Megatron-Bridge export: qa-report-8
+    """A flag of Megatron-LM's own argument list written its way (``--micro-batch-size``, ``--seq-length=4096``): a
+    word of a script's arguments that says the script is Megatron-LM's. Any argparse script has hyphenated flags
+    (``convert_bridge_example.py export --hf-model ... --megatron-path ...``, a Megatron-Bridge export: qa-report-8
     L2), so a hyphen alone does not."""
     if not flag.startswith("--") or "-" not in flag[2:]:
         return False
