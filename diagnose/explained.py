@@ -107,8 +107,16 @@ class ReplayResult:
 
     @property
     def summary(self) -> str:
-        """One line for people: whether replay reproduced the failure and whether the fix is proven."""
-        return "; ".join([self._reproduction()] + ([f"fix {self._verdict()}: {self._shown()}"] if self.fix else []))
+        """One line for people: whether replay reproduced the failure and whether the fix is proven (JSON's
+        ``summary``: the fix in the words replay rendered for the config's framework)."""
+        return self.sentence(self._shown())
+
+    def sentence(self, shown: str) -> str:
+        """The summary with the fix's overrides as ``shown``: the words are the caller's, so that a presenter writes
+        them in the job's fix style (render.fix_style: a Megatron-LM job's flags, a Bridge job's overrides) as its
+        Fix does (qa-report-8 L8: the summary printed Bridge keys beside a Fix of Megatron-LM flags)."""
+        verdict = [f"fix {self._verdict()}" + (f": {shown}" if shown else "")] if self.fix else []
+        return "; ".join([self._reproduction()] + verdict)
 
     def _reproduction(self) -> str:
         violations = self.before.violations

@@ -20,6 +20,12 @@ from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
 from diagnose.pipeline import AnalyzeOptions, analyze
 
 REPO = Path(__file__).resolve().parents[1]
+# a short CUDA OOM traceback of the job's own script: an error that a detector of a training signal (a flat loss, an
+# exploding grad norm) must leave the root cause (test_match_flat_loss, test_match_grad_norm)
+CUDA_OOM_TRACEBACK = [
+    "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.15 GiB of which 1.02 GiB is free."]
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 SLURM_LOCAL_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
 # the memory benchmark's record readers (predict_state, predict_activations), which the calibration tests share

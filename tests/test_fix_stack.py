@@ -137,3 +137,46 @@ def test_the_tui_fix_follows_the_stack_too(reports):
     assert any("DeepSpeed ZeRO stage 1 or higher" in step for step in ds.steps)
     assert none.overrides and "ddp.use_distributed_optimizer" in none.forms["cli"]
     assert none.steps == reports["none"].root.shown_fix.steps
+
+
+# qa-report-8 L2: a Megatron-Bridge export script (``convert_bridge_example.py export --hf-model ... --megatron-path
+# ...``) was read as a Megatron-LM launch because its flags are hyphenated, and the config then decided the fix's
+# words over the traceback's Bridge frames: the job was shown ``--use-megatron-fsdp``
+BRIDGE_EXPORT = ("python3 convert_bridge_example.py export --hf-model deepseek-ai/DeepSeek-V3 "
+                 "--megatron-path /data/ckpt/iter_0060000 --hf-path ./export")
+
+
+def test_an_argparse_script_with_hyphenated_flags_is_not_megatron_lm():
+    from diagnose.explain.config.cmdline import parse_command
+
+    assert parse_command(BRIDGE_EXPORT, "log:1").framework is None
+    mlm = parse_command("python train.py --tensor-model-parallel-size 2 --micro-batch-size 1", "log:1")
+    assert mlm.framework == "megatron-lm"
+    assert mlm.get("model.tensor_model_parallel_size") == 2
+    assert parse_command("python pretrain_gpt.py --foo-bar 1", "log:1").framework == "megatron-lm"
+
+
+def test_a_traceback_through_megatron_bridge_decides_over_the_config():
+    assert fix_style("megatron-lm", "megatron-bridge") == "bridge"
+    assert fix_style("megatron-lm", "megatron-lm") == fix_style("megatron-lm", None) == "megatron-lm"
+
+
+def test_a_bridge_export_oom_is_shown_bridge_words(builtin_catalogue):
+    from diagnose.pipeline import analyze
+
+    frames = ['  File "/home/u/convert_bridge_example.py", line 118, in export_megatron_to_hf',
+              "    bridge.export_ckpt(megatron_path=megatron_path, hf_path=hf_path)",
+              '  File "/workspace/Megatron-Bridge/src/megatron/bridge/models/conversion/auto_bridge.py", line 622, '
+              "in export_ckpt", "    self.save_hf_pretrained(megatron_model, hf_path)"]
+    text = "\n".join(["$ " + BRIDGE_EXPORT, "> initialized tensor model parallel with size 1",
+                      "Traceback (most recent call last):", *frames, OOM]) + "\n"
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "export.log"
+        log.write_text(text)
+        report = analyze([str(log)])
+    assert report.stack == "megatron-bridge"
+    assert fix_style(report.framework, report.stack) == "bridge"
+    assert "--use-megatron-fsdp" not in render_text(report)

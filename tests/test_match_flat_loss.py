@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from conftest import CUDA_OOM_TRACEBACK
+
 from diagnose.match import match_text
 from diagnose.match.flat_loss import MAX_TRAIN_RANGE, flat_series
 from diagnose.match.rules import parse_rule
@@ -144,10 +146,7 @@ def test_warning_explains_a_flat_loss_as_fsdp_config():
 
 
 def test_an_error_keeps_its_root_cause():
-    lines = _loop([7.2118 + NOISE[i % len(NOISE)] for i in range(12)]) + [
-        "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "79.15 GiB of which 1.02 GiB is free."]
+    lines = _loop([7.2118 + NOISE[i % len(NOISE)] for i in range(12)]) + CUDA_OOM_TRACEBACK
     f = _root(lines)
     assert f is not None and f.rule != "NU020"
 

@@ -7,6 +7,8 @@ the Hugging Face Trainer's ``'grad_norm': 0.8``); every value invented. Each tes
 
 from __future__ import annotations
 
+from conftest import CUDA_OOM_TRACEBACK
+
 from diagnose.match import match_text
 from diagnose.normalize.loss_series import grad_norms_of
 
@@ -41,10 +43,7 @@ def test_it_leads_a_cancel_that_says_nothing_of_why():
 
 
 def test_an_error_keeps_its_root_cause():
-    lines = _verl(RISE) + [
-        "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-        "79.15 GiB of which 1.02 GiB is free."]
+    lines = _verl(RISE) + CUDA_OOM_TRACEBACK
     f = _root(lines)
     assert f is not None and f.rule != "NU025"
 

@@ -360,3 +360,21 @@ async def test_many_logs_named_on_the_command_line_are_indexed_lazily(tmp_path) 
         assert len(app.indices) == app_module.EAGER_INDEX_FILES
         app.index_for(paths[-1])
         assert len(app.indices) == app_module.EAGER_INDEX_FILES + 1
+
+
+def test_help_lists_every_fix_tab_key_and_says_the_tabs_follow_the_stack() -> None:
+    """qa-report-8 L7: the help read "1 2 3 4: fix as Bridge CLI / Python / YAML / Megatron-LM flags" whatever the
+    job's stack, and key 5 (Environment) was not listed. Every fix-tab binding is listed with its tab's title."""
+    import re
+
+    from diagnose.present.tui.fixrender import TAB_ORDER
+
+    titles = dict(TAB_ORDER)
+    tab_keys = {b.key: re.search(r"fix_tab\('(\w+)'\)", b.action).group(1)  # type: ignore[union-attr]
+                for b in MainScreen.BINDINGS if b.action.startswith("fix_tab")}
+    assert tab_keys.get("5") == "env"
+    line = next((keys, what) for keys, what in HelpScreen.KEY_HELP if "1" in keys.split())
+    assert set(line[0].split()) == set(tab_keys)
+    for key, tab in tab_keys.items():
+        assert titles[tab] in line[1], (key, tab)
+    assert "stack" in line[1]  # the tabs a job is shown depend on its stack

@@ -232,7 +232,15 @@ def fix_style(framework: str | None, stack: str | None) -> str:
     and the rule's stack-neutral words stand in for them).
 
     ``framework``: what the config the log printed says (decisive when known); ``stack``: what its tracebacks'
-    packages name (diagnose.match.stack). A job with neither keeps the Bridge words, as before the stack was read."""
+    packages name (diagnose.match.stack). A job with neither keeps the Bridge words, as before the stack was read.
+
+    One exception to the config deciding: a traceback through ``megatron/bridge/`` is a Megatron-Bridge job whatever
+    the printed config reads as. Bridge runs on Megatron Core and prints Megatron-LM's own lines (``> initialized
+    tensor model parallel with size 1``, a run_config's Megatron-LM names), so a config read as Megatron-LM does not
+    rule Bridge out, while Bridge's frames in the failing traceback are code that ran (qa-report-8 L2: a Bridge
+    export script was shown ``--use-megatron-fsdp``)."""
+    if stack == "megatron-bridge":
+        return "bridge"
     if framework == "megatron-lm":
         return "megatron-lm"
     if framework == "megatron-bridge" or stack in (None, "megatron-bridge"):
@@ -308,6 +316,20 @@ def fix_words(fix: Fix, style: str) -> FixWords:
     flags, only_flags = mlm_fix_line(fix.overrides)
     return FixWords(flags=flags, overrides=[] if only_flags else list(fix.overrides),
                     steps=[mlm_step(step) for step in fix.steps])
+
+
+def overrides_in_style(overrides: list[Override], style: str) -> str:
+    """Overrides as one line in the job's words (``style``: fix_style), as a summary quotes them: a Megatron-LM
+    job's flags (Bridge words for what has no flag), else the Bridge CLI words; ``env.*`` as export lines joined by
+    "; ", ``launch.*`` left out (not a setting). For "neutral" the Bridge words too: the caller decides whether a
+    job of another stack is shown them at all (replay_speaks_to)."""
+    config = [o for o in overrides if not o.key.startswith(("env.", "launch."))]
+    env = "; ".join(_env_override_line(o) for o in overrides if o.key.startswith("env."))
+    if style == "megatron-lm":
+        words = [mlm_fix_line(config)[0], cli_line([o for o in config if not mlm_flag(o)])]
+    else:
+        words = [cli_line(config)]
+    return " ".join(w for w in (*words, env) if w)
 
 
 def fix_one_line(fix: Fix, style: str) -> str | None:

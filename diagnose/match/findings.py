@@ -67,7 +67,7 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
             if g.collective is None:
                 g.collective = collective_skew.CollectiveSummary()
             collective_skew.note_hit(g.collective, hit.facts, hit.line.text, hit.rank)
-    out = list(groups.values())
+    out = merge_adjacent(list(groups.values()))
     for g in out:
         g.finding.ranks = sorted(g.ranks)
         g.finding.hosts = sorted(g.hosts)
@@ -167,3 +167,47 @@ def _add(g: Group, hit: Hit) -> None:
         f.facts.setdefault(k, v)
     if f.phase == "unknown" and hit.phase != "unknown":
         f.phase = hit.phase
+
+
+def merge_adjacent(groups: list[Group]) -> list[Group]:
+    """One finding for one message that a rule reads on consecutive lines: findings of the same rule whose first
+    lines are adjacent in one file, with the same category and phase and as many hits each (every time the message
+    was printed, both of its lines were), are one failure said twice, not two. Their patterns' named groups differ,
+    so grouping kept them apart (PY006 reads torch's "NCCL error in: ..., unhandled cuda error" and NCCL's own
+    "ncclUnhandledCudaError: Call to CUDA function failed." printed under it: qa-report-8 L5). The first keeps
+    the count and its facts, fills the keys it lacks from the other, and shows the other's first line beside its
+    own; a run of three merges into the first."""
+    by_start = {(g.first_hit.line.path, g.first_hit.line.lineno): g for g in groups}
+    absorbed: set[int] = set()
+    for g in sorted(groups, key=lambda g: (g.first_hit.line.path, g.first_hit.line.lineno)):
+        if id(g) in absorbed:
+            continue
+        line = g.first_hit.line
+        nxt = by_start.get((line.path, line.lineno + 1))
+        while nxt is not None and nxt is not g and _same_meaning(g, nxt):
+            _absorb(g, nxt)
+            absorbed.add(id(nxt))
+            line = nxt.first_hit.line
+            nxt = by_start.get((line.path, line.lineno + 1))
+    return [g for g in groups if id(g) not in absorbed]
+
+
+def _same_meaning(a: Group, b: Group) -> bool:
+    fa, fb = a.finding, b.finding
+    return (fa.rule == fb.rule and fa.category == fb.category and fa.phase == fb.phase and fa.count == fb.count
+            and a.collective is None and b.collective is None)
+
+
+def _absorb(g: Group, other: Group) -> None:
+    f, o = g.finding, other.finding
+    seen = {(e.path, e.line) for e in f.evidence}
+    extra = [e for e in o.evidence if (e.path, e.line) not in seen][:1]
+    if extra:  # the other line of the message, right after the first line's own
+        at = next((i + 1 for i, e in enumerate(f.evidence) if e.line == f.first_line), len(f.evidence))
+        f.evidence.insert(at, extra[0])
+    for k, v in o.facts.items():
+        f.facts.setdefault(k, v)
+    for t, node in o.task_nodes.items():
+        f.task_nodes.setdefault(t, node)
+    g.ranks |= other.ranks
+    g.hosts |= other.hosts

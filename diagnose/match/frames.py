@@ -12,6 +12,33 @@ from collections.abc import Iterable
 from diagnose.model import LogLine
 from diagnose.normalize.tracebacks import Traceback, rebuild, traceback_ending_at
 
+# ------------------------------------------------------------------------------------ a frame's file
+
+# a Python frame line: ``  File "/x/y.py", line 3, in f``, after whatever prefix the traceback reader left on it
+# (Ray's ``(MegatronPolicyWorker pid=188232, ip=10.12.6.41)   File "..."``): read with .search, never inside a word
+FRAME_FILE = re.compile(r'(?:^|\s)File "([^"]*)"')
+# where installed packages and the interpreter's own modules live (Python 2's /lib/python2.7 too)
+_INSTALLED = ("site-packages/", "dist-packages/", "/lib/python")
+# framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/..., a torch built from source):
+# library code too
+LIBRARY_CHECKOUTS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
+              "/verl/", "/transformers/", "/accelerate/", "/lightning/", "/pytorch_lightning/", "/torchtitan/")
+
+
+def frame_file(text: str) -> str:
+    r"""The file of a Python frame line, with "/" separators (a Windows traceback: ``C:\...\site-packages\pkg``);
+    "" for a line that is not a frame. The frame may follow a prefix (a Ray actor's): the lines read here are those
+    the traceback reader took for frames."""
+    m = FRAME_FILE.search(text)
+    return m.group(1).replace("\\", "/") if m else ""
+
+
+def is_library(path: str) -> bool:
+    """Whether a frame's file (``frame_file``) is library code, not the job's own: an installed package, the
+    interpreter's modules, a framework's checkout, or no file at all (``<frozen runpy>``, ``<string>``)."""
+    at = "/" + path  # a relative path (torch/nn/modules/module.py) is read as one under a root
+    return path.startswith("<") or any(r in at for r in _INSTALLED) or any(d in at for d in LIBRARY_CHECKOUTS)
+
 
 def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
     """The frame lines of the traceback that ends at ``lines[-1]`` (``lines``: one stream, oldest first), with those

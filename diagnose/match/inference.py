@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import regex
 
+from diagnose.match.frames import FRAME_FILE, LIBRARY_CHECKOUTS, frame_file, is_library
 from diagnose.match.rules import Inference
 
 # pytest shows the exception on lines starting with "E   " (its failure report): the type follows that margin
@@ -28,11 +29,6 @@ _EXC_TYPE = regex.compile(
     _MARGIN + r"((?:[A-Za-z_]\w*\.){0,16}[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
 )
 _AFTER_MARGIN = regex.compile(_MARGIN)
-_LIBRARY_ROOTS = ("site-packages/", "dist-packages/", "/lib/python3")
-# framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/...): library code too
-_LIBRARY_DIRS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
-                 "/verl/", "/transformers/", "/accelerate/", "/lightning/", "/pytorch_lightning/", "/torchtitan/")
-_FRAME_FILE = regex.compile(r'^\s*File "([^"]*)"')
 _FRAME_HEAD = regex.compile(r'File "[^"]*", line \d+, in \S+')
 MAX_FRAMES = 32  # the innermost frames kept on a generic hit; where it was raised is at the end
 
@@ -319,33 +315,32 @@ def message_being_worded(frames: Sequence[str], exc_type: str = "") -> str:
 def package_of(frame: str) -> str:
     """The package a frame's file belongs to: ``site-packages/<package>/``, else a framework's checkout
     (``/opt/Megatron-LM/megatron/...``: ``megatron``); "" for the user's own files."""
-    m = _FRAME_FILE.match(frame)
-    if m is None:
+    path = frame_file(frame)
+    if not path:
         return ""
-    path = m.group(1)
     installed = _PACKAGE_DIR.search(path)
     if installed:
         return installed.group(1)
-    at = min(((path.find(d), d) for d in _LIBRARY_DIRS if d in path), default=None)
+    at = min(((path.find(d), d) for d in LIBRARY_CHECKOUTS if d in path), default=None)
     return at[1].strip("/") if at else ""
 
 
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
-    return next((text for text in reversed(frames) if _FRAME_FILE.match(text)), "")
+    return next((text for text in reversed(frames) if FRAME_FILE.search(text)), "")
 
 
 def raised_in_library(frames: Sequence[str]) -> bool:
     """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
+    (frames.is_library: the one reading of a frame's file that the stack's reading shares.)
 
     A call that does not fit a signature raises at the caller: when the caller is Megatron calling Transformer
     Engine, two libraries disagree on a version; when it is the user's own script, the script is wrong, unless the
     line it stopped on calls into a library (``deepspeed.zero.Init(...)``): then the library changed its API."""
     for text in reversed(frames):
-        m = _FRAME_FILE.match(text)
+        m = FRAME_FILE.search(text)
         if m:
-            path = m.group(1).replace("\\", "/")  # a Windows traceback: C:\Users\u\...\site-packages\pkg
-            if any(root in path for root in _LIBRARY_ROOTS) or any(d in path for d in _LIBRARY_DIRS):
+            if is_library(frame_file(text)):  # a Windows traceback too: C:\Users\u\...\site-packages\pkg
                 return True
             code = text[m.end():]  # the frame's source line, when the traceback printed it
             return _LIBRARY_CALL.search(code) is not None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from diagnose.match.frames import frame_file, is_library
+
 # (name, path fragments of a frame's file), most decisive first: a wrapper's frames decide over those of the
 # Megatron Core it runs on (NeMo, verl and Bridge jobs call megatron/core), Megatron's over the libraries it calls
 _STACKS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -35,30 +37,19 @@ _ORDER = {name: i for i, (name, _) in enumerate(_STACKS)}
 MEGATRON = frozenset({"megatron-bridge", "megatron-lm"})  # stacks whose override words the rules' fixes are written in
 
 
-def _frame_file(text: str) -> str:
-    """The file of a Python frame line (``File "/x/y.py", line 3, in f``), with "/" separators; "" for others."""
-    start = text.find('File "')
-    if start == -1:
-        return ""
-    end = text.find('"', start + 6)
-    return ("/" + text[start + 6:end if end != -1 else None]).replace("\\", "/")
-
-
-_LIBRARY = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "/<")
-
-
 def stack_of_frames(frames: Iterable[str]) -> str:
     """The most decisive stack the Python frames (their log text) name; "" when none names one. "pytorch" needs
-    both a frame of the job's own code (a file outside any installed package) and one of PyTorch's: a traceback of
+    both a frame of the job's own code (a file no library's: frames.is_library) and one of PyTorch's: a traceback of
     PyTorch's frames alone (a watchdog or worker thread) says nothing of the code that drove it."""
     best = ""
     own = torch = False
     for text in frames:
-        path = _frame_file(text)
+        path = frame_file(text)
         if not path:
             continue
+        path = "/" + path  # the fragments below read a relative path (torch/...) as one under a root
         torch = torch or "/torch/" in path
-        own = own or not any(lib in path for lib in _LIBRARY)
+        own = own or not is_library(path[1:])
         for name, fragments in _STACKS:
             if best and _ORDER[name] >= _ORDER[best]:
                 break

@@ -12,7 +12,7 @@ from diagnose.explain.render import cli_line, env_line, fix_style, fix_words, py
 from diagnose.explained import VerifyResult
 from diagnose.model import Finding, HangReport, Report
 from diagnose.present.memory_text import memory_lines
-from diagnose.present.replay_text import replay_lines
+from diagnose.present.replay_text import replay_lines, replay_summary
 from diagnose.present.safe import inert, inert_block
 from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.present.text import (
@@ -198,8 +198,9 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
         out += _hang(report.hang)
     if report.config is not None:
         out += _section("Config", config_lines(report.config), lang="yaml")
-    if report.replay is not None and replay_speaks_to(fix_style(report.framework, report.stack)):
-        out += _section("Replay", replay_lines(report.replay), report.replay.summary)
+    style = fix_style(report.framework, report.stack)
+    if report.replay is not None and replay_speaks_to(style):
+        out += _section("Replay", replay_lines(report.replay, style), replay_summary(report.replay, style))
     if report.memory is not None:
         out += _section("Memory", [line for line, _ in memory_lines(report.memory)], report.memory.explanation)
     if report.slurm is not None:

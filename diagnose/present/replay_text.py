@@ -6,6 +6,7 @@ inert by the caller (messages and notes may carry config values).
 
 from __future__ import annotations
 
+from diagnose.explain.render import mlm_flag, overrides_in_style
 from diagnose.explained import CapacityFit, ReplayResult, Violation
 from diagnose.model import Override, is_delete
 from diagnose.units import fmt_gib
@@ -15,8 +16,14 @@ REPRODUCED = {True: "yes: the validator fails on the job's config as the job did
               None: "not asked (no config of the job to replay, or not a config failure)"}
 
 
-def replay_lines(replay: ReplayResult) -> list[str]:
-    """The section after its lead sentence (``replay.summary``), nested lines indented with spaces."""
+def replay_summary(replay: ReplayResult, style: str) -> str:
+    """Replay's lead sentence with the fix in the job's words (``style``: render.fix_style), as the Fix shows it."""
+    return replay.sentence(overrides_in_style(replay.fix, style))
+
+
+def replay_lines(replay: ReplayResult, style: str = "bridge") -> list[str]:
+    """The section after its lead sentence (``replay_summary``), nested lines indented with spaces; what replay
+    added to the fix in the job's words (``style``: render.fix_style)."""
     lines = [f"Reproduced: {REPRODUCED[replay.reproduced]}."]
     if replay.before.assumed_release:
         lines.append(f"Release checked: {replay.before.assumed_release}.")
@@ -26,7 +33,8 @@ def replay_lines(replay: ReplayResult) -> list[str]:
         lines.append(f"After the fix ({len(replay.fix)} change{'s' if len(replay.fix) != 1 else ''}): {verdict}.")
         lines += _violations("  still failing", replay.after.violations, header=False)
     if replay.added:
-        lines.append("Replay added to the rule's fix (needed to pass): " + ", ".join(map(_change, replay.added)) + ".")
+        lines.append("Replay added to the rule's fix (needed to pass): "
+                     + ", ".join(_change(o, style) for o in replay.added) + ".")
     if replay.fit is not None:
         lines += _fit_lines(replay.fit)
     notes = [v.message for v in replay.after.notes]
@@ -43,7 +51,10 @@ def _violations(title: str, violations: list[Violation], header: bool = True) ->
     return head + [f"  - {v.message}" + (f" ({', '.join(v.keys)})" if v.keys else "") for v in violations]
 
 
-def _change(o: Override) -> str:
+def _change(o: Override, style: str = "bridge") -> str:
+    flag = mlm_flag(o) if style == "megatron-lm" and not o.key.startswith(("env.", "launch.")) else ""
+    if flag:
+        return flag
     return f"delete {o.key}" if is_delete(o) else f"{o.key}={o.value}"
 
 

@@ -30,7 +30,7 @@ from diagnose.explain.render import (
 from diagnose.explained import CONFIG_CATEGORIES
 from diagnose.model import Finding, Fix, HangReport, Override, Report, rank_runs
 from diagnose.present.memory_text import memory_lines
-from diagnose.present.replay_text import replay_lines
+from diagnose.present.replay_text import replay_lines, replay_summary
 from diagnose.present.safe import inert, inert_block, log_text, shorten
 from diagnose.present.section_lines import config_lines, slurm_lines
 from diagnose.units import format_bytes
@@ -450,9 +450,10 @@ def _sections(report: Report, width: int) -> list[Any]:
     parts: list[Any] = []
     if report.config is not None:
         parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config)], width)
-    if report.replay is not None and replay_speaks_to(fix_style(report.framework, report.stack)):
-        lines = [(inert(ln), False) for ln in replay_lines(report.replay)]
-        parts += _titled("replay", report.replay.summary, lines, width)
+    style = fix_style(report.framework, report.stack)
+    if report.replay is not None and replay_speaks_to(style):
+        lines = [(inert(ln), False) for ln in replay_lines(report.replay, style)]
+        parts += _titled("replay", replay_summary(report.replay, style), lines, width)
     if report.memory is not None:
         lines = [(inert(ln), cmd) for ln, cmd in memory_lines(report.memory)]
         parts += _titled("memory", report.memory.explanation, lines, width)
@@ -599,7 +600,7 @@ def _summaries(report: Report, width: int) -> list[Any]:
     lines: list[tuple[str, str]] = []
     if (report.replay is not None and report.replay.summary and not _replay_says_nothing(report.replay)
             and replay_speaks_to(fix_style(report.framework, report.stack))):
-        lines.append(("Replay", report.replay.summary))
+        lines.append(("Replay", replay_summary(report.replay, fix_style(report.framework, report.stack))))
     if memory is not None and memory.explanation:
         lines.append(("Memory", memory.explanation))
     if config is not None:

@@ -12,7 +12,7 @@ import re
 import shlex
 
 from diagnose.configview import ConfigView
-from diagnose.explain.config.mlm_args import parse_arg_list
+from diagnose.explain.config.mlm_args import MLM_TO_BRIDGE, parse_arg_list
 from diagnose.explain.config.overrides import KEY_RE
 from diagnose.explain.config.values import as_int, parse_scalar
 from diagnose.model import LogLine
@@ -149,6 +149,16 @@ def _parse_launcher(tokens: list[str], origin: str, view: ConfigView) -> None:
         view.set("launch.world_size", nproc * (nnodes or 1), origin)
 
 
+def _megatron_lm_flag(flag: str) -> bool:
+    """A flag of Megatron-LM's own argument list written its way (``--micro-batch-size``, ``--seq-length=4096``): a
+    word of a script's arguments that says the script is Megatron-LM's. Any argparse script has hyphenated flags
+    (``convert_bridge_example.py export --hf-model ... --megatron-path ...``, a Megatron-Bridge export: qa-report-8
+    L2), so a hyphen alone does not."""
+    if not flag.startswith("--") or "-" not in flag[2:]:
+        return False
+    return flag[2:].split("=", 1)[0].replace("-", "_") in MLM_TO_BRIDGE
+
+
 def _parse_script_args(script: str, args: list[str], origin: str, view: ConfigView) -> None:
     hydra = [a for a in args if "=" in a and not a.startswith("-") and KEY_RE.fullmatch(a.split("=", 1)[0].lstrip("+"))]
     flags = [a for a in args if a not in hydra]
@@ -171,6 +181,6 @@ def _parse_script_args(script: str, args: list[str], origin: str, view: ConfigVi
             key, value = a.split("=", 1)
             view.set(key.lstrip("+"), parse_scalar(value), origin)
         return
-    if flags and (name.startswith("pretrain") or any(f.startswith("--") and "-" in f[2:] for f in flags)):
+    if flags and (name.startswith("pretrain") or any(_megatron_lm_flag(f) for f in flags)):
         view.framework = view.framework or "megatron-lm"
         parse_arg_list(flags, origin, view)

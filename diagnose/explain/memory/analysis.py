@@ -13,7 +13,7 @@ from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
 from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
-from diagnose.explain.render import inline_fix
+from diagnose.explain.render import fix_style, inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
 from diagnose.units import fmt_gib
@@ -292,8 +292,11 @@ def fragmentation_sentence(n: OomNumbers) -> str:
     return head + ". Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with ddp.nccl_ub on torch < 2.11)."
 
 
-def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None) -> str:
-    """What the OOM numbers alone say, when neither a parameter count nor a model shape is known."""
+def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None, megatron: bool = True) -> str:
+    """What the OOM numbers alone say, when neither a parameter count nor a model shape is known. ``megatron``:
+    whether the job's fix is written in Megatron's words (render.fix_style, from the stack match decided): a job of
+    another stack (DeepSpeed, HF Trainer, plain PyTorch) is told of sharding in words it has (ZeRO, FSDP), not of the
+    distributed optimizer or Megatron FSDP (qa-report-8 L4)."""
     if capacity and larger_than_gpu(n, capacity):
         return _too_big(n, capacity)
     if verdict == "fragmentation":
@@ -304,15 +307,19 @@ def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None)
     if n.allocated:
         text += f" with {fmt_gib(n.allocated)} already allocated by PyTorch{_pct(n.allocated, capacity)}"
     text += ". Without a parameter count or the model's shape the state cannot be modelled"
+    sharding = "the distributed optimizer or Megatron FSDP" if megatron else "ZeRO or FSDP"
     why = {
         ("capacity", "optimizer_step"): "at the first optimizer step Adam's fp32 state is created (8 bytes per "
-                                        "parameter, sharded over DP with the distributed optimizer or Megatron "
-                                        "FSDP): what was already allocated leaves no room for it",
+                                        f"parameter, sharded over DP with {sharding}): what was already allocated "
+                                        "leaves no room for it",
         ("capacity", "dp_wrap"): "at DP wrap time the grad / param buffers are allocated while the model's weights "
-                                 "are still there: shard them (distributed optimizer, Megatron FSDP) or use more "
-                                 "GPUs",
-        ("capacity", "model_build"): "the model's weights alone do not fit while it is built: more TP/PP, or "
-                                     "meta-device init with Megatron FSDP",
+                                 "are still there: shard them ("
+                                 + ("distributed optimizer, Megatron FSDP" if megatron else "ZeRO, FSDP")
+                                 + ") or use more GPUs",
+        ("capacity", "model_build"): "the model's weights alone do not fit while it is built: "
+                                     + ("more TP/PP, or meta-device init with Megatron FSDP" if megatron else
+                                        "shard them over more GPUs (ZeRO-3, FSDP), or build them on the meta "
+                                        "device and shard before they are materialized"),
     }.get((verdict, phase))
     return text + (f"; {why}." if why else ".")
 
@@ -423,7 +430,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
         if (capacity or 0) > 0 and shape is None and not log_params:
             notes.append("no parameter count in the log and no model shape in the config")
         out.verdict = decide(n, phase, None, None, None, capacity) if capacity else "unknown"
-        out.explanation = _numbers_only(out.verdict, phase, n, capacity)
+        out.explanation = _numbers_only(out.verdict, phase, n, capacity,
+                                        megatron=fix_style(report.framework, report.stack) != "neutral")
         if out.verdict == "fragmentation":
             out.options = [_expandable_segments_option(n, layout)]
         return out

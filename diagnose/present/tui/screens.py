@@ -14,6 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Static, TextArea
 
 from diagnose.present.safe import inert
+from diagnose.present.tui.fixrender import TAB_ORDER
 from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.logview import LogView
 from diagnose.present.tui.rankfacet import RankFacet
@@ -273,7 +274,9 @@ class HelpScreen(ModalScreen):
         ("enter, 2 clicks", "open the log at the finding's evidence (or click an evidence line)"),
         ("l", "open the log at the top"),
         ("c", "copy the fix shown in the tab (OSC 52: works over SSH)"),
-        ("1 2 3 4", "fix as Bridge CLI / Python / YAML / Megatron-LM flags"),
+        (" ".join(str(n) for n in range(1, len(TAB_ORDER) + 1)),
+         "fix tab: " + " / ".join(title for _, title in TAB_ORDER) + " (only the forms the job's stack has: a "
+         "Megatron-LM job its flags, a DeepSpeed or HF job the environment lines)"),
         ("e", "export the report (.md markdown, .json JSON)"),
         ("p", "memory plan and what-if editor for the log's config, if found"),
         ("t", "toggle light / dark theme"),
