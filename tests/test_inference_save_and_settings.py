@@ -99,6 +99,12 @@ def test_an_assert_statement_that_tests_no_setting_says_nothing_of_configuration
     ("ValueError: eval dataset split is too small for sample_packing. You should set `eval_sample_packing: False`. ",
      "", True),
     ("ValueError: set 'use_cache = false' to train", "", True),
+    # advice to set a named option to a value (axolotl's load_tokenizer: an adapter with new special tokens)
+    ("ValueError: Please set lora_modules_to_save to [`embed_tokens`, `lm_head`] when using an adapter and changing "
+     "the special tokens.", "", True),
+    ("ValueError: set `gradient_checkpointing` to False with this model", "", True),
+    ("ValueError: Please set the device to cuda", "", False),  # a phrase, no option's name
+    ("ValueError: cannot set offset to -1", "", False),  # a single word: no option's name
     ("ValueError: got 'step: x'", "", False),  # no value a setting takes
     ("ValueError: expected `a:  1`", "", False),  # two spaces: no config file's spelling
     ("AssertionError: a == b failed", "", False),

@@ -233,12 +233,15 @@ def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
 # what a setting of the job looks like, written by a human: an environment variable (read in the raising line, or
 # named as one), a quoted option string ``"expandable_segments:True"`` / ``"key=value"``, or a YAML entry as a
 # config file writes it, one space after the colon (axolotl's "You should set `eval_sample_packing: False`"),
-# ``name_with_parts=value``, a command-line ``--flag``
+# ``name_with_parts=value``, a command-line ``--flag``, or advice to set a named option to a value ("Please set
+# lora_modules_to_save to [`embed_tokens`, `lm_head`]": a snake_case name with parts between "set" and "to", which
+# only an option's name is; a phrase, "set the device to", is not one)
 _SETTING_IN_MESSAGE = regex.compile(
     r"""(?i:\benvironment variables?\b)|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+=\S"""
     r"""|['"`][a-z]\w*(?:[:=]| ?= |: )(?:True|False|true|false|\d[\w.]*)['"`]"""
     r"""|(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\s?=\s?(?:True|False|true|false|None|\d|['"])"""
     r"""|(?<![\w-])--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+\b"""
+    r"""|\b[Ss]et ['"`]?[a-z][a-z0-9]*(?:_[a-z0-9]+)+['"`]? to\b"""
 )
 _SETTING_IN_CODE = regex.compile(
     r"""\bos\.environ\b|\bgetenv\(|\benviron\.get\("""
