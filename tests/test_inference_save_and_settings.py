@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from diagnose.match import load_catalogue, match_text
@@ -114,6 +116,16 @@ def test_an_assert_statement_that_tests_no_setting_says_nothing_of_configuration
 def test_names_setting(text, code, named):
     frames = [f'File "/env/lib/python3.10/site-packages/pkg/mod.py", line 9, in f {code}'.rstrip()]
     assert names_setting(text, frames) is named
+
+
+@pytest.mark.parametrize("text", ["ValueError: set " + "a_" * 60_000, "ValueError: " + "a_b" * 40_000,
+                                  "ValueError: " + "A_B" * 40_000])
+def test_names_setting_reads_a_100_kb_message_in_one_pass(text):
+    # a name's parts backtracked at every failure to end it (3 to 8 s a line of "a_a_a_..."); the bound is generous
+    # for a shared machine, the possessive reading takes about 0.2 s
+    start = time.perf_counter()
+    assert names_setting(text, []) is False
+    assert time.perf_counter() - start < 2.0
 
 
 _STORE = """\

@@ -235,13 +235,15 @@ def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
 # config file writes it, one space after the colon (axolotl's "You should set `eval_sample_packing: False`"),
 # ``name_with_parts=value``, a command-line ``--flag``, or advice to set a named option to a value ("Please set
 # lora_modules_to_save to [`embed_tokens`, `lm_head`]": a snake_case name with parts between "set" and "to", which
-# only an option's name is; a phrase, "set the device to", is not one)
+# only an option's name is; a phrase, "set the device to", is not one). A name's parts are possessive (``*+``, ``++``):
+# what follows a name ("=", a quote, " to") is none of its characters, and a backtracking name cost seconds on a
+# 100 KB message of "a_a_a_..." (every way to end it tried again at each failure)
 _SETTING_IN_MESSAGE = regex.compile(
-    r"""(?i:\benvironment variables?\b)|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+=\S"""
+    r"""(?i:\benvironment variables?\b)|\b[A-Z][A-Z0-9]*+(?:_[A-Z0-9]++)++=\S"""
     r"""|['"`][a-z]\w*(?:[:=]| ?= |: )(?:True|False|true|false|\d[\w.]*)['"`]"""
-    r"""|(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+\s?=\s?(?:True|False|true|false|None|\d|['"])"""
+    r"""|(?<![\w.])[a-z][a-z0-9]*+(?:_[a-z0-9]++)++\s?=\s?(?:True|False|true|false|None|\d|['"])"""
     r"""|(?<![\w-])--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+\b"""
-    r"""|\b[Ss]et ['"`]?[a-z][a-z0-9]*(?:_[a-z0-9]+)+['"`]? to\b"""
+    r"""|\b[Ss]et ['"`]?[a-z][a-z0-9]*+(?:_[a-z0-9]++)++['"`]? to\b"""
 )
 _SETTING_IN_CODE = regex.compile(
     r"""\bos\.environ\b|\bgetenv\(|\benviron\.get\("""
