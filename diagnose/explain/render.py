@@ -243,7 +243,7 @@ def fix_style(framework: str | None, stack: str | None) -> str:
         return "bridge"
     if framework == "megatron-lm":
         return "megatron-lm"
-    if framework == "megatron-bridge" or stack in (None, "megatron-bridge"):
+    if framework == "megatron-bridge" or stack is None:
         return "bridge"
     return "megatron-lm" if stack == "megatron-lm" else "neutral"
 

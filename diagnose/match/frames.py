@@ -22,7 +22,7 @@ _INSTALLED = ("site-packages/", "dist-packages/", "/lib/python")
 # framework source trees often run from a checkout (/workspace/Megatron-LM/megatron/..., a torch built from source):
 # library code too
 LIBRARY_CHECKOUTS = ("/megatron/", "/nemo/", "/nemo_rl/", "/transformer_engine/", "/deepspeed/", "/torch/", "/apex/",
-              "/verl/", "/transformers/", "/accelerate/", "/lightning/", "/pytorch_lightning/", "/torchtitan/")
+                     "/verl/", "/transformers/", "/accelerate/", "/lightning/", "/pytorch_lightning/", "/torchtitan/")
 
 
 def frame_file(text: str) -> str:

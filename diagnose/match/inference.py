@@ -258,9 +258,9 @@ def names_setting(text: str, frames: Sequence[str]) -> bool:
     A check that refuses a combination often says only that two things "are not compatible"; what it tested is in
     its own line, which the traceback prints: ``assert "expandable_segments:True" not in conf`` names the
     PYTORCH_CUDA_ALLOC_CONF option the job set. A human reads a refusal that names a setting (an environment
-    variable, a ``key=value`` or ``key:value`` option, a ``--flag``) as the job's configuration, whatever library
-    raised it. The raising line counts only where it is the assert statement itself (another line's code is not
-    what was checked)."""
+    variable, a ``key=value`` or ``key:value`` option, a ``--flag``, advice to "set <option_name> to" a value) as the
+    job's configuration, whatever library raised it. The raising line counts only where it is the assert statement
+    itself (another line's code is not what was checked)."""
     if _SETTING_IN_MESSAGE.search(text) is not None:
         return True
     where = innermost_frame(frames)
