@@ -154,6 +154,10 @@ def test_an_argparse_script_with_hyphenated_flags_is_not_megatron_lm():
     assert mlm.framework == "megatron-lm"
     assert mlm.get("model.tensor_model_parallel_size") == 2
     assert parse_command("python pretrain_gpt.py --foo-bar 1", "log:1").framework == "megatron-lm"
+    # timm's train.py: Megatron-LM names, but other scripts' too
+    timm = "python train.py /data/imagenet --model vit_base_patch16_224 --weight-decay 0.05 --clip-grad 1.0 --min-lr 1e-6"
+    assert parse_command(timm, "log:1").framework is None
+    assert parse_command("python pretrain_gpt.py --weight-decay 0.1", "log:1").get("optimizer.weight_decay") == 0.1
 
 
 def test_a_traceback_through_megatron_bridge_decides_over_the_config():

@@ -149,14 +149,25 @@ def _parse_launcher(tokens: list[str], origin: str, view: ConfigView) -> None:
         view.set("launch.world_size", nproc * (nnodes or 1), origin)
 
 
+# Megatron-LM flags that other training scripts spell the same way (timm's train.py: --weight-decay --clip-grad
+# --min-lr; fairseq: --weight-decay --save-interval; nanoGPT-style and model-zoo scripts: --hidden-size --num-layers
+# --seq-length): read as a Megatron-LM argument once the script is known to be one, they do not say that it is
+_SHARED_FLAGS = frozenset({
+    "weight_decay", "min_lr", "clip_grad", "adam_beta1", "adam_beta2", "hidden_size", "num_layers", "seq_length",
+    "num_attention_heads", "max_position_embeddings", "hidden_dropout", "attention_dropout", "save_interval",
+    "world_size", "distributed_backend",
+})
+
+
 def _megatron_lm_flag(flag: str) -> bool:
     """A flag of Megatron-LM's own argument list written its way (``--micro-batch-size``, ``--seq-length=4096``): a
     word of a script's arguments that says the script is Megatron-LM's. Any argparse script has hyphenated flags
     (``convert_bridge_example.py export --hf-model ... --megatron-path ...``, a Megatron-Bridge export: qa-report-8
-    L2), so a hyphen alone does not."""
+    L2), so a hyphen alone does not, nor a Megatron-LM flag that other scripts have too (``_SHARED_FLAGS``)."""
     if not flag.startswith("--") or "-" not in flag[2:]:
         return False
-    return flag[2:].split("=", 1)[0].replace("-", "_") in MLM_TO_BRIDGE
+    name = flag[2:].split("=", 1)[0].replace("-", "_")
+    return name in MLM_TO_BRIDGE and name not in _SHARED_FLAGS
 
 
 def _parse_script_args(script: str, args: list[str], origin: str, view: ConfigView) -> None:
