@@ -352,6 +352,25 @@ def raised_in_library(frames: Sequence[str]) -> bool:
     return False
 
 
+_MODULE_FRAME = regex.compile(r'File "[^"]*", line \d+, in <module>')
+
+
+def imported_package(frames: Sequence[str]) -> str:
+    """The file of an installed package's module that was being imported when the exception came, or "".
+
+    An ``import`` runs the imported module's top level, which Python shows as a second ``in <module>`` frame under
+    the one of the script (or module) whose import statement ran it: the innermost ``<module>`` frame, when it is
+    library code below another ``<module>`` frame, is the package being imported (``from unsloth import ...`` ->
+    ``unsloth/__init__.py <module>`` -> the function its top level called that raised). A module run as the main
+    program (``python -m pkg.train``, runpy) has a single ``<module>`` frame, so an error of its run is not read as
+    one of its import."""
+    modules = [f for f in frames if _MODULE_FRAME.search(f)]
+    if len(modules) < 2:
+        return ""
+    path = frame_file(modules[-1])
+    return path if is_library(path) else ""
+
+
 def infer(
     inferences: Sequence[Inference], rule_code: str, text: str, frames: Sequence[str], phase: str,
     release: str = "", exc_type: str = "",
@@ -406,6 +425,13 @@ def infer(
             if library != inf.library_frame:
                 continue
             detail = detail or ("raised inside an installed package" if library else "raised in the user's code")
+        if inf.during_import is not None:
+            imported = imported_package(frames)
+            if bool(imported) != inf.during_import:
+                continue
+            if imported:
+                importing = f"raised while {imported} was being imported"
+                detail = f"{detail}; {importing}" if detail else importing
         if inf.refused_unlike_listed is not None and refused_unlike_listed(text) != inf.refused_unlike_listed:
             continue
         if inf.name_written_by_other_package is not None:

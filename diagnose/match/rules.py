@@ -208,6 +208,9 @@ class Inference:
     ``message_any``: the innermost frame's source line words an error message (an f-string, a literal formatted with
     ``.format``/``%``) and one of these regexes is found in that message: the exception came while a check worded its
     refusal (inference.message_being_worded; not a line that raises the very exception the log ends with).
+    ``during_import``: the exception came (true) or did not come (false) while an installed package's module was
+    being imported: the innermost ``in <module>`` frame is library code below another ``<module>`` frame
+    (inference.imported_package).
     ``phase_when_unknown``: the phase the finding takes when neither its frames nor the log's markers told one (a
     configuration file that does not parse, a library that does not load: that happens at set-up).
     """
@@ -232,6 +235,7 @@ class Inference:
     name_written_by_other_package: bool | None = None
     names_setting: bool | None = None
     message_any: list[str] = field(default_factory=list)
+    during_import: bool | None = None
     examples: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
 
@@ -473,6 +477,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         phase_when_unknown=fallback,
         refused_unlike_listed=unlike,
         release_named=_optional_bool(raw, "release_named"),
+        during_import=_optional_bool(raw, "during_import"),
         name_written_by_other_package=_optional_bool(raw, "name_written_by_other_package"),
         names_setting=_optional_bool(raw, "names_setting"),
         message_any=message_any,
