@@ -9,6 +9,7 @@ keys the first one lacked). NCCL timeout findings also keep which ranks reported
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 from diagnose.inert import inert, shorten
@@ -193,9 +194,24 @@ def merge_adjacent(groups: list[Group]) -> list[Group]:
 
 
 def _same_meaning(a: Group, b: Group) -> bool:
+    """One message only if one process printed both lines (the same stream, a prefix of the same shape): two
+    processes' messages on adjacent lines of an interleaved log are two failures (pod a's FileNotFoundError beside
+    pod b's PermissionError; host gn-201's NCCL line beside gn-202's)."""
     fa, fb = a.finding, b.finding
     return (fa.rule == fb.rule and fa.category == fb.category and fa.phase == fb.phase and fa.count == fb.count
-            and a.collective is None and b.collective is None)
+            and a.collective is None and b.collective is None
+            and a.first_hit.line.stream == b.first_hit.line.stream
+            and _prefix_shape(a.first_hit.line) == _prefix_shape(b.first_hit.line))
+
+
+_DIGITS = re.compile(r"\d")
+
+
+def _prefix_shape(line: LogLine) -> str:
+    """The transport prefix normalisation removed from the line (``[pod/a-0 out] ``, a glog header), its digits
+    masked: one process's consecutive lines differ there only in numbers (a timestamp, a thread id)."""
+    head = line.raw[: len(line.raw) - len(line.text)] if line.raw.endswith(line.text) else line.raw
+    return _DIGITS.sub("0", head)
 
 
 def _absorb(g: Group, other: Group) -> None:
