@@ -222,6 +222,22 @@ def _job_name(group) -> str:
                                                         if more else "")
 
 
+def refuse_unreadable(inputs: list[str]) -> None:
+    """Refuse, before anything is shown, what ``analyze`` refuses on reading: a binary file, a folder without logs,
+    inputs that are all empty. ``tui`` calls it so a bad input is one line and exit 2 there too, not a screen of
+    empty panes (qa-report-9 L6). Flight-recorder dumps and stdin are left to the reading itself."""
+    from diagnose.ingest import open_inputs
+    from diagnose.ingest.flight_recorder import find_dumps
+
+    found = find_dumps(list(inputs))
+    logs = [p for p in found.log_inputs if p != "-"]
+    if found.dumps or not logs:
+        return
+    with open_inputs(logs) as sources:
+        if len(sources) and all(s.size == 0 for s in sources):
+            raise _empty_error([s.path for s in sources])
+
+
 def _empty_error(paths: list[str]) -> Exception:
     first = "standard input" if paths[0] == "-" else shown(paths[0])
     what = f"{first} is empty" if len(paths) == 1 else f"all {len(paths)} inputs are empty"

@@ -103,6 +103,10 @@ def run(args) -> int:
         refused = follow_refusal(paths[0])
         if refused:
             raise DiagnoseError(refused)
+    if paths and not getattr(args, "slurm", False) and not getattr(args, "fleet", None):
+        from diagnose.pipeline import refuse_unreadable
+
+        refuse_unreadable(paths)  # empty, binary, a folder without logs: one line before the screen, as `analyze`
     if rules_dirs:  # a broken user rule is a usage error before the screen opens, as in `analyze`
         from diagnose.match.rules import load_catalogue
 
