@@ -88,3 +88,68 @@ def test_fleet_scan_into_a_store_that_cannot_be_written_is_one_line_before_the_s
             subprocess.run(["chattr", "-i", str(store)], capture_output=True)
         else:
             store.parent.chmod(0o755)
+
+
+def _root(tmp_path: Path, text: str) -> dict:
+    import json
+
+    path = write(tmp_path, "job.log", text)
+    report = json.loads(run("analyze", "--format", "json", str(path)).stdout)
+    assert report["root_cause"] is not None
+    return report["findings"][report["root_cause"]]
+
+
+def _words(finding: dict) -> str:
+    fix = finding["fix"]
+    return " ".join([finding["title"], finding["explanation"], fix["summary"], *fix.get("steps", [])])
+
+
+def test_a_checkpoint_sharding_validation_failure_on_save_is_not_told_the_checkpoint_does_not_fit(tmp_path: Path) -> None:
+    """cf-mbridge-gpt-oss-tp2-pp2-ep1-dist-ckpt-save-flattened-ranges-exception: megatron-core's dist_checkpointing
+    validation ('Flattened ranges dont cover the whole shard', validation.py) failed while SAVING. The answer was
+    'Checkpoint tensor shapes do not match the model' with steps about the checkpoint on disk only."""
+    finding = _root(tmp_path, (
+        "[rank0]:   File \"/opt/megatron-lm/megatron/core/dist_checkpointing/serialization.py\", line 386, in save\n"
+        "[rank0]: megatron.core.dist_checkpointing.core.CheckpointingException: Flattened ranges dont cover the "
+        "whole shard ShardedTensor(key='optimizer.state.exp_avg.decoder.layers.mlp.experts.experts.linear_fc2.bias',"
+        " dtype=torch.float32, local_shape=(2880,)) of size 2880. Ranges: (array([0, 0]), array([2880, 2880]))\n"))
+    words = _words(finding)
+    assert "Flattened ranges" in words and "sharded state dict" in words
+    assert any("saving" in s.lower() for s in finding["fix"]["steps"])
+
+
+def test_a_port_in_use_reported_by_several_ranks_of_one_job_is_told_the_launcher_ran_per_task(tmp_path: Path) -> None:
+    """ce-neox-*-address-in-use (3 dev logs): the DeepSpeed runner ran once per MPI/srun task, each copy binding the
+    same port. The answer was only 'Use a free, job-specific MASTER_PORT', which cannot help."""
+    finding = _root(tmp_path, "".join(f"[1,{r}]<stderr>:RuntimeError: Address already in use\n" for r in (3, 5)))
+    assert finding["rule"] == "LA010"
+    steps = " ".join(finding["fix"]["steps"])
+    assert "--ntasks-per-node=1" in steps and "--force_multi" in steps
+
+
+def test_a_nccl_remote_error_on_every_node_points_at_the_interface_nccl_chose(tmp_path: Path) -> None:
+    """ce-deepspeed-2node-nccl-socket-iface-eno1-remote-error: both nodes failed at the first collective; the thread
+    set NCCL_SOCKET_IFNAME. NC013's Fix was 'Find the rank that exited first' with no step."""
+    line = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333,"
+            " remote process exited or there was a network error, NCCL version 2.18.6\n")
+    finding = _root(tmp_path, f"server101: {line}server100: {line}")
+    assert finding["rule"] == "NC013"
+    steps = " ".join(finding["fix"]["steps"])
+    assert "NCCL_SOCKET_IFNAME" in steps and "NCCL_DEBUG=INFO" in steps
+
+
+def test_a_pinned_memory_oom_names_deepspeeds_offload_pin_memory(tmp_path: Path) -> None:
+    """ce-deepspeed-cifar-zero3-offload-pin-memory-oom-small-container and ce-deepspeed-wsl2-zero2-cpu-offload-...:
+    DeepSpeed's offload pinned its CPU buffers in a small container; the thread set pin_memory: false. OOM025's
+    steps spoke of checkpoint saves only."""
+    finding = _root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        "  File \"/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/zero/stage3.py\", line 400, in "
+        "_setup_for_real_optimizer\n"
+        "    self.fp32_partitioned_groups_flat.append(t.cpu().pin_memory())\n"
+        "  File \"/opt/conda/lib/python3.8/site-packages/deepspeed/accelerator/cuda_accelerator.py\", line 225, in "
+        "pin_memory\n"
+        "    return tensor.pin_memory()\n"
+        "RuntimeError: CUDA error: out of memory\n"))
+    assert finding["rule"] == "OOM025"
+    assert "pin_memory: false" in " ".join(finding["fix"]["steps"])
