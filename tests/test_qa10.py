@@ -153,3 +153,15 @@ def test_a_pinned_memory_oom_names_deepspeeds_offload_pin_memory(tmp_path: Path)
         "RuntimeError: CUDA error: out of memory\n"))
     assert finding["rule"] == "OOM025"
     assert "pin_memory: false" in " ".join(finding["fix"]["steps"])
+
+
+def test_a_dependency_pin_fix_has_no_placeholder_and_covers_upgrading_the_pinning_package(tmp_path: Path) -> None:
+    """cg-llamafactory-internvl3-transformers-dev-version-check-importerror: the user needed the newer transformers
+    (InternVL3); the thread upgraded LLaMA-Factory or set DISABLE_VERSION_CHECK=1. IM054's only step was the literal
+    placeholder pip install '<requirement from the message>', i.e. go back to the old version."""
+    finding = _root(tmp_path, (
+        "ImportError: transformers>=4.45.0,<=4.51.3,!=4.48.0 is required for a normal functioning of this module, "
+        "but found transformers==4.52.0.dev0.\n"))
+    assert finding["rule"] == "IM054"
+    words = _words(finding)
+    assert "<" + "requirement" not in words and "upgrade the package" in words
