@@ -165,3 +165,15 @@ def test_a_dependency_pin_fix_has_no_placeholder_and_covers_upgrading_the_pinnin
     assert finding["rule"] == "IM054"
     words = _words(finding)
     assert "<" + "requirement" not in words and "upgrade the package" in words
+
+
+def test_an_early_watchdog_timeout_of_an_idle_inference_server_is_told_to_raise_its_timeout(tmp_path: Path) -> None:
+    """ch-sglang-deepseek-r1-2node-tp16-idle-allgather-watchdog-timeout-default-dist-timeout: a TP all-gather of an
+    idle sglang server hit the 600 s timeout (SeqNum 41). NC002 spoke of training set-up only; the thread raised
+    sglang's --dist-timeout."""
+    finding = _root(tmp_path, (
+        "[rank4]:[E304 10:56:40.122900448 ProcessGroupNCCL.cpp:616] [Rank 4] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=41, OpType=_ALLGATHER_BASE, NumelIn=8080, NumelOut=129280, Timeout(ms)=600000) ran "
+        "for 600013 milliseconds before timing out.\n"))
+    assert finding["rule"] == "NC002"
+    assert "--dist-timeout" in " ".join(finding["fix"]["steps"])
