@@ -177,3 +177,31 @@ def test_an_early_watchdog_timeout_of_an_idle_inference_server_is_told_to_raise_
         "for 600013 milliseconds before timing out.\n"))
     assert finding["rule"] == "NC002"
     assert "--dist-timeout" in " ".join(finding["fix"]["steps"])
+
+
+def test_a_state_dict_missing_only_frozen_keys_is_told_about_trainable_only_checkpoints(tmp_path: Path) -> None:
+    """ch-lavis-blip2-resume-*-missing-keys-strict-load (2 dev logs): LAVIS saved only the trainable parameters and
+    the resume loaded strictly; the maintainers' fix was strict=False. CK009's steps covered prefixes, sizes and
+    Megatron formats only."""
+    finding = _root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        "  File \"/workspace/LAVIS/lavis/runners/runner_base.py\", line 640, in _load_checkpoint\n"
+        "    self.unwrap_dist_model(self.model).load_state_dict(checkpoint[\"model\"])\n"
+        "RuntimeError: Error(s) in loading state_dict for Blip2OPT:\n"
+        "\tMissing key(s) in state_dict: \"visual_encoder.cls_token\", \"visual_encoder.pos_embed\".\n"))
+    assert finding["rule"] == "CK009"
+    assert "strict=False" in " ".join(finding["fix"]["steps"])
+
+
+def test_an_oom_after_training_started_with_selective_recompute_is_offered_full_recompute(tmp_path: Path) -> None:
+    """cf-mbridge-gemma4-vl-sft-selective-recompute-oom-iter7-8gpu: the recipe already recomputed selectively and the
+    fix was full-layer recompute. OOM104's only step offered recompute_granularity=selective, which it had."""
+    finding = _root(tmp_path, (
+        " [2026-11-29 10:00:00] iteration      7/   10000 | consumed samples:        896 | lm loss: 2.404998E+00 |\n"
+        "Traceback (most recent call last):\n"
+        "  File \"/opt/megatron-lm/megatron/core/pipeline_parallel/schedules.py\", line 172, in forward_step\n"
+        "    output_tensor = forward_step_func(data_iterator, model)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.94 GiB. GPU 3 has a total capacity of "
+        "79.11 GiB of which 2.38 GiB is free.\n"))
+    assert finding["rule"] == "OOM104"
+    assert "recompute_granularity=full" in " ".join(finding["fix"]["steps"])
