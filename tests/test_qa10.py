@@ -205,3 +205,17 @@ def test_an_oom_after_training_started_with_selective_recompute_is_offered_full_
         "79.11 GiB of which 2.38 GiB is free.\n"))
     assert finding["rule"] == "OOM104"
     assert "recompute_granularity=full" in " ".join(finding["fix"]["steps"])
+
+
+def test_fleet_reports_node_test_rate_says_what_it_is_a_rate_of(tmp_path: Path) -> None:
+    """On sample_logs, the report's first line said '54 failed (98.2%)' and the next 'fleet rate 92.0%': two failure
+    rates, the second over job-node pairs with the failures blamed on a node (docs/fleet.md), unexplained."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for log in sorted((ROOT / "sample_logs").glob("*.log"))[:20]:
+        shutil.copy(log, logs / log.name)
+    store = tmp_path / "fleet.db"
+    run("fleet", "scan", str(logs), "--store", str(store), "-j", "1", "--no-progress", code=(0,))
+    out = run("fleet", "report", "--store", str(store)).stdout
+    line = next(x for x in out.splitlines() if "fleet rate" in x)
+    assert "job-node pairs" in line
