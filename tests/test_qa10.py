@@ -219,3 +219,15 @@ def test_fleet_reports_node_test_rate_says_what_it_is_a_rate_of(tmp_path: Path) 
     out = run("fleet", "report", "--store", str(store)).stdout
     line = next(x for x in out.splitlines() if "fleet rate" in x)
     assert "job-node pairs" in line
+
+
+def test_an_enroot_gpu_hook_failure_is_not_answered_with_disk_space_only(tmp_path: Path) -> None:
+    """cf-pyxis-enroot-gpu-container-start-file-lookup-denied-after-libnvidia-container-upgrade: 98-nvidia.sh
+    (nvidia-container-cli) failed after a libnvidia-container upgrade. SL016's Fix was only free space and enroot's
+    paths."""
+    finding = _root(tmp_path, (
+        "slurmstepd: error: pyxis:     nvidia-container-cli: container error: file lookup failed: "
+        "/proc/418833/root/etc/debian_version: permission denied\n"
+        "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"))
+    assert finding["rule"] == "SL016"
+    assert "nvidia-container-cli" in " ".join(finding["fix"]["steps"])
