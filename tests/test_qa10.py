@@ -231,3 +231,17 @@ def test_an_enroot_gpu_hook_failure_is_not_answered_with_disk_space_only(tmp_pat
         "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"))
     assert finding["rule"] == "SL016"
     assert "nvidia-container-cli" in " ".join(finding["fix"]["steps"])
+
+
+@pytest.mark.parametrize("line", [
+    "{'loss': nan, 'learning_rate': 4.993446030541355e-05, 'epoch': 0.00}\n",
+    "{'loss': 0.0, 'acc': 0.0, 'grad_norm': nan, 'learning_rate': 1.00e-05, 'epoch': 0.03}\n",
+])
+def test_a_nan_loss_or_grad_norm_fix_names_fp16_overflow(tmp_path: Path, line: str) -> None:
+    """cg-hf-trainer-t5-large-fp16-amp-loss-nan (NU005), cf-swift-deepseek-vl-full-ft-fp16-zero2-grad-nan-... and
+    ch-qwen2-7b-v100-fp16-sft-loss-zero-grad-norm-nan-... (NU010): fp16 training of a bf16-pretrained model; the
+    threads' fix was bf16 or fp32. The Fix named lr, warm-up and 'precision' with no step."""
+    finding = _root(tmp_path, line * 4)
+    assert finding["rule"] in ("NU005", "NU010")
+    steps = " ".join(finding["fix"]["steps"])
+    assert "fp16" in steps and "bf16" in steps
