@@ -245,3 +245,30 @@ def test_a_nan_loss_or_grad_norm_fix_names_fp16_overflow(tmp_path: Path, line: s
     assert finding["rule"] in ("NU005", "NU010")
     steps = " ".join(finding["fix"]["steps"])
     assert "fp16" in steps and "bf16" in steps
+
+
+def test_slurm_on_a_running_job_says_the_log_is_so_far_and_offers_follow(tmp_path: Path) -> None:
+    """`diagnose slurm JOBID` on a job still RUNNING printed 'No failure found.' under the job's header, a verdict
+    on a log that is not finished. The header now says the job has not ended and names --follow. Slurm's commands
+    are stand-ins on PATH printing what slurm-local's scontrol printed for such a job."""
+    log = write(tmp_path, "run-4242.out", "starting training\niteration 1 / 100 | lm loss: 1.0\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = (f"JobId=4242 JobName=qa10-run UserId=root(0) GroupId=root(0) JobState=RUNNING Reason=None "
+              f"ExitCode=0:0 RunTime=00:00:17 TimeLimit=365-00:00:00 StartTime=2026-12-06T14:51:43 "
+              f"NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 WorkDir={tmp_path} StdErr={log} "
+              f"StdIn=/dev/null StdOut={log}")
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\ncase \"$*\" in *'show job'*) echo '{record}';; esac\nexit 0\n", encoding="utf-8")
+    sacct = bin_dir / "sacct"
+    sacct.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    for tool in (scontrol, sacct):
+        tool.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160", "DIAGNOSE_NO_CONFIG": "1",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("DIAGNOSE_SKIP_SLURM", None)
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "slurm", "4242"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "RUNNING" in proc.stdout
+    assert "--follow" in proc.stdout and "so far" in proc.stdout
