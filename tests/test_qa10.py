@@ -272,3 +272,12 @@ def test_slurm_on_a_running_job_says_the_log_is_so_far_and_offers_follow(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert "RUNNING" in proc.stdout
     assert "--follow" in proc.stdout and "so far" in proc.stdout
+
+
+def test_replay_refuses_a_set_size_that_is_not_positive(tmp_path: Path) -> None:
+    """`replay examples/run_config.yaml --set model.hidden_size=-5` printed 'passes validation with your overrides'
+    and exit 0. It is refused in one line, exit 2, as check refuses the same config."""
+    proc = run("replay", str(EXAMPLE), "--set", "model.hidden_size=-5", code=(2,))
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "model.hidden_size=-5" in err
+    assert run("replay", str(EXAMPLE), "--set", "model.hidden_size=4096", code=(0,)).returncode == 0
