@@ -281,3 +281,16 @@ def test_replay_refuses_a_set_size_that_is_not_positive(tmp_path: Path) -> None:
     err = proc.stderr.strip()
     assert len(err.splitlines()) == 1 and "model.hidden_size=-5" in err
     assert run("replay", str(EXAMPLE), "--set", "model.hidden_size=4096", code=(0,)).returncode == 0
+
+
+def test_an_illegal_memory_access_fix_covers_upgrading_the_package_whose_kernel_faulted(tmp_path: Path) -> None:
+    """ce-flashattn-0p2-illegal-memory-access-fwd-fixed-by-upgrade: the category line said 'a bug of that release,
+    usually fixed by another' (IF911), but HW001's Fix spoke of locating the kernel and Xid errors only; the thread
+    upgraded flash-attn."""
+    finding = _root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        "  File \"/opt/conda/lib/python3.8/site-packages/flash_attn/flash_attn_interface.py\", line 21, in _flash_attn_forward\n"
+        "    softmax_lse, *rest = flash_attn_cuda.fwd(\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"))
+    assert finding["rule"] == "HW001"
+    assert "upgrade that package" in " ".join(finding["fix"]["steps"])
