@@ -294,3 +294,30 @@ def test_an_illegal_memory_access_fix_covers_upgrading_the_package_whose_kernel_
         "RuntimeError: CUDA error: an illegal memory access was encountered\n"))
     assert finding["rule"] == "HW001"
     assert "upgrade that package" in " ".join(finding["fix"]["steps"])
+
+
+def test_a_missing_fused_layer_norm_is_not_offered_only_gradient_accumulation_fusion(tmp_path: Path) -> None:
+    """cf-ernie-fp16-finetune-apex-reinstalled-without-cuda-ext-fused-layer-norm-missing: a plain pip install had
+    replaced apex's extension build. IM020 offered 'or turn off gradient accumulation fusion', which does not touch
+    fused_layer_norm_cuda, and nothing on how the build gets lost."""
+    finding = _root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        "  File \"/usr/local/lib/python3.8/dist-packages/apex/normalization/fused_layer_norm.py\", line 30, in "
+        "forward\n"
+        "    fused_layer_norm_cuda = importlib.import_module(\"fused_layer_norm_cuda\")\n"
+        "ModuleNotFoundError: No module named 'fused_layer_norm_cuda'\n"))
+    assert finding["rule"] == "IM020"
+    steps = " ".join(finding["fix"]["steps"])
+    assert "fused_layer_norm_cuda" in steps and "Python-only" in steps
+
+
+def test_a_host_oom_while_loading_names_every_rank_loading_the_full_model(tmp_path: Path) -> None:
+    """ce-deepspeed-zero3-bloom7b-8-ranks-host-ram-oom-killed: each of 8 ranks loaded the full model into CPU RAM
+    before deepspeed.initialize; the thread's fix was zero.Init / low_cpu_mem_usage. OOM020's steps were data loader
+    workers, CPU offload and --mem=0."""
+    finding = _root(tmp_path, (
+        "[Thu Feb 16 09:43:38 2023] Out of memory: Killed process 72236 (python3) total-vm:118442096kB, "
+        "anon-rss:98765432kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:200000kB oom_score_adj:0\n"))
+    assert finding["rule"] == "OOM020"
+    steps = " ".join(finding["fix"]["steps"])
+    assert "zero.Init" in steps and "low_cpu_mem_usage" in steps
