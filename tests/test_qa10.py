@@ -321,3 +321,15 @@ def test_a_host_oom_while_loading_names_every_rank_loading_the_full_model(tmp_pa
     assert finding["rule"] == "OOM020"
     steps = " ".join(finding["fix"]["steps"])
     assert "zero.Init" in steps and "low_cpu_mem_usage" in steps
+
+
+def test_no_rule_step_is_a_bare_placeholder_for_text_of_the_message() -> None:
+    """IM054 and IM063's only step was pip install '<requirement from the message>': a placeholder the reader must
+    fill from a line the answer does not quote. Command templates (<node>, <interface>) are fine; a placeholder
+    standing for 'the message' is not."""
+    from diagnose.match.rules import load_catalogue
+
+    catalogue = load_catalogue([])
+    bad = [r.code for r in catalogue.rules
+           for step in (r.fix.steps if r.fix is not None else ()) if "from the message>" in step]
+    assert bad == []
