@@ -348,6 +348,13 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
         if req.gpus <= 0:
             raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
         view.set("launch.world_size", req.gpus, "override")
+    if req.sets or report is None:  # the user's config or --set: a size of 0, below or past any model's is refused
+        from diagnose.explain.config.overrides import apply_overrides
+        from diagnose.explain.memory.plan import size_problems
+
+        bad = size_problems(apply_overrides(view, overrides) if overrides else view)
+        if bad:
+            raise DiagnoseError("; ".join(bad))
     apply_defaults(view)
     result = replay(view, overrides, view.version, finding=finding)
     if fit is not None:

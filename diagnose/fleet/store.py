@@ -172,6 +172,21 @@ class FleetStore:
                         if statement.strip():
                             self.db.execute(statement)
                     self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        else:
+            self._probe_writable()
+
+    def _probe_writable(self) -> None:
+        """Rewrite the schema version (same value) once: a store that cannot be written (a read-only file, folder
+        or mount, an immutable file) is refused before the scan analyses anything, not with SQLite's "attempt to
+        write a readonly database" as an internal error after it."""
+        try:
+            with self.transaction():
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorname", "") == "SQLITE_READONLY" or "readonly" in str(e):
+                raise DiagnoseError(f"{self.path} cannot be written (a read-only file, folder or mount): "
+                                    f"'diagnose fleet report' can read it; scan into a store you can write") from None
+            raise
 
     def _journal_mode_wal(self, timeout_s: float) -> str:
         """``PRAGMA journal_mode = WAL``, retried while another connection's lock makes it fail. Two processes

@@ -60,7 +60,8 @@ def _summary(r: FleetReport) -> list[str]:
         f"({_pct(r.failed / r.jobs if r.jobs else 0)}), {r.unreadable} with unreadable logs, "
         f"{r.gpu_hours_lost:.1f} GPU-hours lost",
         f"New signatures (not seen before the window): {new}",
-        f"Node test: {r.test}; fleet rate {_pct(r.fleet_rate)}, alpha {r.alpha} over {len(r.nodes)} nodes, "
+        f"Node test: {r.test}; fleet rate {_pct(r.fleet_rate)} (failures blamed on a node / job-node pairs), "
+        f"alpha {r.alpha} over {len(r.nodes)} nodes, "
         f"at least {r.min_failures} failures",
     ]
 

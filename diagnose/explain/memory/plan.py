@@ -116,7 +116,42 @@ def _exact_wanted() -> bool:
     return os.environ.get("DIAGNOSE_EXACT_PARAMS", "1") != "0" and meta_available()
 
 
+# Sizes the count multiplies: one given as 0 or negative was read as absent (a seq_length of 0 became 4,096, a
+# vocab_size of -1 became 32,000, silently), and one past any model's (hidden_size 1e26) printed a table of
+# 45-digit figures. A size past 2**31 (int32, what the kernels index) is a typo, not a model.
+_SIZE_KEYS = ("model.hidden_size", "model.num_attention_heads", "model.ffn_hidden_size", "model.num_query_groups",
+              "model.kv_channels", "model.seq_length", "dataset.seq_length", "mlm.seq_length", "model.vocab_size",
+              "tokenizer.vocab_size", "mlm.vocab_size", "model.padded_vocab_size", "train.micro_batch_size",
+              "train.global_batch_size")
+_UPPER_ONLY = ("model.num_moe_experts", "model.moe_ffn_hidden_size")  # 0 may stand for a dense model
+MAX_SIZE = 2**31
+
+
+def size_problems(view: Any) -> list[str]:
+    """Each size the config gives as zero, negative or past ``MAX_SIZE`` (a fractional or non-number value is
+    the loader's to refuse)."""
+    bad = []
+    for key in _SIZE_KEYS + _UPPER_ONLY:
+        value = fc._get(view, key)
+        if value is None or isinstance(value, bool):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if number != number:
+            continue
+        if number < 1 and key not in _UPPER_ONLY:
+            bad.append(f"{key}={value!r} is not a positive integer")
+        elif number > MAX_SIZE:
+            bad.append(f"{key}={value!r} is larger than any model uses (at most {MAX_SIZE:,})")
+    return bad
+
+
 def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int = 14) -> MemoryPlan:
+    sizes = size_problems(view)
+    if sizes:
+        raise DiagnoseError("cannot plan memory: " + "; ".join(sizes))
     shape = fc.shape_from_config(view)
     if shape is None:
         bad = []

@@ -96,7 +96,16 @@ def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
     tasks = task_outputs_line(s)
     if tasks:
         lines.append(log_text("  " + tasks))
+    if not failed and (s.state or "").split(" ")[0] in _NOT_ENDED:
+        # "No failure found." on a running job reads as a verdict: it is the log so far
+        lines.append(log_text(f"  not ended yet ({s.state}): what follows is its log so far; 'diagnose slurm "
+                              f"{s.job_id} --follow' reports the first failure the moment it appears",
+                              style="yellow"))
     return lines
+
+
+_NOT_ENDED = {"RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING", "STOPPED",
+              "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"}
 
 
 def task_outputs_line(s: SlurmFacts) -> str:
