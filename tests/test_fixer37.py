@@ -54,3 +54,29 @@ def test_a_nearly_full_gpus_fix_is_the_memory_lever_with_the_allocator_as_a_step
     steps = root.fix.steps + root.fix.other_stacks
     assert any("expandable_segments:True" in s and "0.91 GiB" in s for s in steps), steps
     assert "may get this allocation through" in report.memory.explanation
+
+
+# --- qa-report-9 L3: torch's ExceptionWrapper (DataLoader worker, pin memory thread) -----------------------------------
+
+def _wrapped_log(where: str) -> str:
+    return ("Traceback (most recent call last):\n"
+            '  File "/ws/train.py", line 88, in train_step\n    batch = next(data_iterator)\n'
+            '  File "/env/lib/python3.9/site-packages/torch/utils/data/dataloader.py", line 1359, in _process_data\n'
+            "    data.reraise()\n"
+            '  File "/env/lib/python3.9/site-packages/torch/_utils.py", line 543, in reraise\n'
+            "    raise exception\n"
+            f"RuntimeError: Caught RuntimeError {where}.\n"
+            "Original Traceback (most recent call last):\n"
+            '  File "/env/lib/python3.9/site-packages/torch/utils/data/_utils/collate.py", line 141, in default_collate\n'
+            "    return torch.stack(batch, 0, out=out)\n"
+            "RuntimeError: stack expects each tensor to be equal size, but got [2049] at entry 0 and [1186] at entry 3\n")
+
+
+def test_a_dataloader_worker_wrapper_reads_as_the_exception_it_wraps(tmp_path):
+    for where in ("in DataLoader worker process 1", "in pin memory thread for device 0"):
+        report = _analyze(tmp_path, _wrapped_log(where))
+        root = report.root
+        assert root is not None
+        assert [e.text for e in root.evidence][0].startswith("RuntimeError: stack expects each tensor"), where
+        assert root.facts.get("wrapped_in") == where
+        assert not any("Caught RuntimeError" in e.text for f in report.findings for e in f.evidence), where
