@@ -80,3 +80,27 @@ def test_a_dataloader_worker_wrapper_reads_as_the_exception_it_wraps(tmp_path):
         assert [e.text for e in root.evidence][0].startswith("RuntimeError: stack expects each tensor"), where
         assert root.facts.get("wrapped_in") == where
         assert not any("Caught RuntimeError" in e.text for f in report.findings for e in f.evidence), where
+
+
+# --- qa-report-9 L4, L5: the barrier on a guessed GPU, FSDP's requires_grad uniformity -----------------------------------
+
+def test_fsdp_nonuniform_requires_grad_is_answered_with_use_orig_params(tmp_path):
+    report = _analyze(tmp_path, "Traceback (most recent call last):\n"
+                                '  File "/env/lib/python3.10/site-packages/torch/distributed/fsdp/_flat_param.py", '
+                                "line 714, in _validate_tensors_to_flatten\n    raise ValueError(\n"
+                                "ValueError: Must flatten tensors with uniform `requires_grad` when "
+                                "`use_orig_params=False`\n")
+    root = report.root
+    assert root is not None and root.rule == "MB241"
+    assert (root.category, root.phase) == ("fsdp_config", "dp_wrap")
+    assert any("use_orig_params=True" in s for s in root.fix.steps)
+
+
+def test_a_barrier_on_a_guessed_gpu_is_context_beside_the_hang(tmp_path):
+    warn = ("[W ProcessGroupNCCL.cpp:2291] Warning: Rank {r} using GPU 0 to perform barrier as devices used by this "
+            "process are currently unknown. This can potentially cause a hang if this rank to GPU mapping is "
+            "incorrect.Specify device_ids in barrier() to force use of a particular device. (function operator())\n")
+    report = _analyze(tmp_path, "".join(warn.format(r=r) for r in range(4)) + "\n" * 3 + "ok\n")
+    found = [f for f in report.findings if f.rule == "NC506"]
+    assert found and found[0].role == "context" and found[0].facts.get("device") == "0"
+    assert report.root is None  # printed by healthy jobs too: never the root cause by itself
