@@ -104,3 +104,31 @@ def test_a_barrier_on_a_guessed_gpu_is_context_beside_the_hang(tmp_path):
     found = [f for f in report.findings if f.rule == "NC506"]
     assert found and found[0].role == "context" and found[0].facts.get("device") == "0"
     assert report.root is None  # printed by healthy jobs too: never the root cause by itself
+
+
+# --- qa-report-9 L2: NCCL's libibverbs probe is harmless; a Docker bridge address is the multi-node fact --------------
+
+PROBE_HANG = """\
+a81d07e44c20:91:91 [0] NCCL INFO Bootstrap : Using [0]eth0:172.17.0.2<0>
+a81d07e44c20:91:91 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+a81d07e44c20:91:91 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]
+a81d07e44c20:91:91 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>
+NCCL version 2.4.8+cuda10.1
+a81d07e44c20:91:130 [0] NCCL INFO Setting affinity for GPU 0 to ffff,ffffffff
+^CTraceback (most recent call last):
+  File "train.py", line 63, in main
+    dist.broadcast(ps, 0)
+  File "/opt/conda/lib/python3.6/site-packages/torch/distributed/distributed_c10d.py", line 842, in broadcast
+    work = _default_pg.broadcast([tensor], opts)
+KeyboardInterrupt
+"""
+
+
+def test_the_libibverbs_probe_is_not_the_root_and_the_docker_bridge_address_is_named(tmp_path):
+    report = _analyze(tmp_path, PROBE_HANG)
+    root = report.root
+    assert root is not None and root.rule != "PY007"
+    assert "libibverbs" not in root.evidence[0].text
+    probe = [f for f in report.findings if any("libibverbs" in e.text for e in f.evidence)]
+    assert probe and all(f.rule == "PY009" for f in probe)
+    assert any("172.17" in s for s in root.fix.steps)
