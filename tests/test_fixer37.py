@@ -132,3 +132,28 @@ def test_the_libibverbs_probe_is_not_the_root_and_the_docker_bridge_address_is_n
     probe = [f for f in report.findings if any("libibverbs" in e.text for e in f.evidence)]
     assert probe and all(f.rule == "PY009" for f in probe)
     assert any("172.17" in s for s in root.fix.steps)
+
+
+# --- qa-report-8 L3: the checkpoint_format category fix holds for a save too -----------------------------------------
+
+SAVE_SHARED_TENSORS = """\
+Traceback (most recent call last):
+  File "/home/u/train.py", line 214, in <module>
+    trainer.train()
+  File "/env/lib/python3.10/site-packages/transformers/trainer.py", line 2918, in _maybe_log_save_evaluate
+    self._save_checkpoint(model, trial, metrics=metrics)
+  File "/env/lib/python3.10/site-packages/transformers/trainer.py", line 3719, in _save
+    safetensors.torch.save_file(
+  File "/env/lib/python3.10/site-packages/safetensors/torch.py", line 488, in _flatten
+    raise RuntimeError(
+RuntimeError: Some tensors share memory, this will lead to duplicate memory on disk and potential differences when \
+loading them again: [{'lm_head.weight', 'model.embed_tokens.weight'}].
+"""
+
+
+def test_a_checkpoint_format_failure_while_saving_is_not_told_to_load_another_checkpoint(tmp_path):
+    report = _analyze(tmp_path, SAVE_SHARED_TENSORS)
+    root = report.root
+    assert root is not None and root.category == "checkpoint_format"
+    assert not root.fix.summary.startswith("Load ")
+    assert any(s.startswith("saving:") for s in root.fix.steps)
