@@ -157,3 +157,23 @@ def test_a_checkpoint_format_failure_while_saving_is_not_told_to_load_another_ch
     assert root is not None and root.category == "checkpoint_format"
     assert not root.fix.summary.startswith("Load ")
     assert any(s.startswith("saving:") for s in root.fix.steps)
+
+
+# --- stop 36's leftover: merge_adjacent caps the lines it shows and keeps what later lines add ------------------------
+
+def test_a_run_of_same_pattern_lines_merges_with_capped_evidence_and_keeps_their_values(builtin_catalogue):
+    from diagnose.match import match_text
+    from diagnose.match.findings import EVIDENCE_KEPT, MERGED_KEPT
+
+    reasons = ["internal error", "invalid usage", "invalid argument", "in progress", "timeout"]
+    lines = [f"RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:{1271 + i}, {r}, "
+             "NCCL version 2.14.3" for i, r in enumerate(reasons)]
+    report = match_text("\n".join(["step 1", *lines, "done"]) + "\n", builtin_catalogue)
+    found = [f for f in report.findings if f.rule == "PY006"]
+    merged = [f for f in found if f.first_line == 2]
+    assert merged, [(f.rule, f.first_line) for f in report.findings]
+    f = merged[0]
+    assert f.count == 1 and len(f.evidence) == 1 + MERGED_KEPT <= EVIDENCE_KEPT  # five lines, three shown
+    assert [e.line for e in f.evidence] == list(range(2, 2 + len(f.evidence)))
+    assert f.facts["reason"] == "internal error"
+    assert f.facts.get("reason_more") and len(f.facts["reason_more"]) <= MERGED_KEPT
