@@ -132,3 +132,23 @@ def _run_memory(report: Report, view, options: Any) -> None:
         report.memory = memory.run(report, view, options)
     except Exception as e:  # noqa: BLE001
         report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")
+        return
+    _allocator_as_a_step(report)
+
+
+def _allocator_as_a_step(report: Report) -> None:
+    """A nearly full GPU (the memory verdict is not fragmentation, yet cached and free memory exceeded the request):
+    the rule's memory lever stays the fix and the allocator setting becomes a step (qa-report-9 L1)."""
+    from diagnose.explain.memory.analysis import allocator_step
+
+    root = report.root
+    if report.memory is None or report.memory.verdict == "fragmentation" or root is None \
+            or root.category != "cuda_oom":
+        return
+    step = allocator_step(root)
+    if step is None:
+        return
+    # the steps, and the stack-neutral steps that stand in for them for a job of another stack (render.fix_words)
+    for steps in (root.fix.steps, root.fix.other_stacks):
+        if (steps or steps is root.fix.steps) and step not in steps:
+            steps.append(step)

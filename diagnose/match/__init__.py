@@ -66,6 +66,7 @@ def scan_and_match(
     from diagnose.match.silent_ranks import mark_silent_ranks
     from diagnose.match.stack import decide_stack
     from diagnose.match.topology import pcie_p2p_hang
+    from diagnose.match.wrapped import unwrap
 
     if captures is None:
         captures = all_captures()
@@ -73,7 +74,7 @@ def scan_and_match(
     warnings = list(compiled.warnings)
     hits, blocks, infos, deferred = scan_deferring(sources, compiled, warnings, progress=progress, backend=backend,
                                                   jobs=jobs)
-    findings, root = rank(group_hits(hits, catalogue.inferences))
+    findings, root = rank(group_hits(unwrap(hits), catalogue.inferences))
     attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
     mark_silent_ranks(findings, root)  # NCCL ranks that never reported (QA #13)
     mark_collective_skew(findings, root)  # desynced and straggling ranks

@@ -22,6 +22,9 @@ from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
 
 EVIDENCE_KEPT = 3
+# merge_adjacent: the lines of one message shown after its first line, and the later values kept of a fact the first
+# line has too (``<key>_more``); a longer run of lines still counts as one message
+MERGED_KEPT = 2
 EVIDENCE_CHARS = 500
 MAX_GROUPS = 500  # distinct findings; beyond it, hits join their rule's first finding
 MAX_TASK_NODES = 1_000_000  # srun task ids remembered per finding (expand_task_list's own bound)
@@ -34,6 +37,7 @@ class Group:
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     collective: collective_skew.CollectiveSummary | None = None  # NCCL timeouts: ranks by SeqNum/OpType/progress
+    merged: int = 0  # lines of the message merge_adjacent showed after the first line
 
 
 def evidence_of(line: LogLine) -> Evidence:
@@ -176,8 +180,9 @@ def merge_adjacent(groups: list[Group]) -> list[Group]:
     was printed, both of its lines were), are one failure said twice, not two. Their patterns' named groups differ,
     so grouping kept them apart (PY006 reads torch's "NCCL error in: ..., unhandled cuda error" and NCCL's own
     "ncclUnhandledCudaError: Call to CUDA function failed." printed under it: qa-report-8 L5). The first keeps
-    the count and its facts, fills the keys it lacks from the other, and shows the other's first line beside its
-    own; a run of three merges into the first."""
+    the count and its facts, fills the keys it lacks from the other, keeps a value the other reads differently for a
+    key both have (``<key>_more``: the same pattern on both lines), and shows the other's first line beside its own;
+    a longer run merges into the first, showing and keeping at most MERGED_KEPT more lines and values."""
     by_start = {(g.first_hit.line.path, g.first_hit.line.lineno): g for g in groups}
     absorbed: set[int] = set()
     for g in sorted(groups, key=lambda g: (g.first_hit.line.path, g.first_hit.line.lineno)):
@@ -218,11 +223,18 @@ def _absorb(g: Group, other: Group) -> None:
     f, o = g.finding, other.finding
     seen = {(e.path, e.line) for e in f.evidence}
     extra = [e for e in o.evidence if (e.path, e.line) not in seen][:1]
-    if extra:  # the other line of the message, right after the first line's own
+    if extra and g.merged < MERGED_KEPT:  # the other line of the message, after the lines already shown
         at = next((i + 1 for i, e in enumerate(f.evidence) if e.line == f.first_line), len(f.evidence))
-        f.evidence.insert(at, extra[0])
+        f.evidence.insert(at + g.merged, extra[0])
+        g.merged += 1
     for k, v in o.facts.items():
-        f.facts.setdefault(k, v)
+        if k not in f.facts or f.facts[k] is None:
+            f.facts[k] = v
+        elif v is not None and v != f.facts[k]:
+            # a line read by the same pattern: its value is kept beside the first line's, not dropped
+            more = f.facts.setdefault(f"{k}_more", [])
+            if isinstance(more, list) and v not in more and len(more) < MERGED_KEPT:
+                more.append(v)
     for t, node in o.task_nodes.items():
         f.task_nodes.setdefault(t, node)
     g.ranks |= other.ranks

@@ -12,7 +12,7 @@ from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of,
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
-from diagnose.explain.memory.verdict import OomNumbers, decide, from_facts, larger_than_gpu
+from diagnose.explain.memory.verdict import OomNumbers, buys_one_allocation, decide, from_facts, larger_than_gpu
 from diagnose.explain.render import fix_style, inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
@@ -292,6 +292,30 @@ def fragmentation_sentence(n: OomNumbers) -> str:
     return head + ". Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with ddp.nccl_ub on torch < 2.11)."
 
 
+def one_allocation_sentence(n: OomNumbers) -> str:
+    """A nearly full GPU whose cached and free memory exceeded the request (``buys_one_allocation``): what the
+    allocator setting would leave, so it reads as a step, not the fix (qa-report-9 L1)."""
+    cached, free, req, cap = n.reserved_unallocated or 0, n.free or 0, n.requested or 0, n.capacity or 0
+    left = max(0, cached + free - req)
+    share = f" ({100 * left / cap:.1f} % of the GPU)" if cap else ""
+    return (f"Cached-but-unallocated ({fmt_gib(cached)}) and free ({fmt_gib(free)}) memory exceeded the "
+            f"{fmt_gib(req)} request, but would leave only {fmt_gib(left)}{share} after it: "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may get this allocation through, and the next one "
+            "fails. Free memory first.")
+
+
+def allocator_step(finding: Finding) -> str | None:
+    """The allocator setting as a step of a nearly full GPU's fix (``buys_one_allocation``), else None."""
+    n = from_facts(finding.facts or {}, _texts(finding))
+    if not buys_one_allocation(n):
+        return None
+    cached, free, req, cap = n.reserved_unallocated or 0, n.free or 0, n.requested or 0, n.capacity or 0
+    left = max(0, cached + free - req)
+    share = f", {100 * left / cap:.1f} % of the GPU" if cap else ""
+    return (f"Then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (safe) against fragmentation: alone it would "
+            f"leave {fmt_gib(left)}{share}, after this {fmt_gib(req)} allocation")
+
+
 def _numbers_only(verdict: str, phase: str, n: OomNumbers, capacity: int | None, megatron: bool = True) -> str:
     """What the OOM numbers alone say, when neither a parameter count nor a model shape is known. ``megatron``:
     whether the job's fix is written in Megatron's words (render.fix_style, from the stack match decided): a job of
@@ -434,6 +458,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                                         megatron=fix_style(report.framework, report.stack) != "neutral")
         if out.verdict == "fragmentation":
             out.options = [_expandable_segments_option(n, layout)]
+        elif buys_one_allocation(n):
+            out.explanation = f"{out.explanation} {one_allocation_sentence(n)}".strip()
         return out
     assert capacity is not None  # the plan above is evaluated only with a capacity
     params = log_params or current.state.params
@@ -481,6 +507,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                      f"data-parallel size {layout.dp}")
     elif not world_known:
         notes.append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
+    if verdict != "fragmentation" and buys_one_allocation(n):
+        out.explanation = f"{out.explanation} {one_allocation_sentence(n)}".strip()
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
         change = inline_fix(best.overrides)
