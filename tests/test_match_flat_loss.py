@@ -311,3 +311,31 @@ def test_zeros_beside_a_reward_or_too_few_are_not_read_as_no_measurement():
     assert _root(rl) is None
     assert _root(_hf([0.0] * 5)) is None  # too few logged steps to say
     assert _root(_hf([0.0] * 10 + [0.41])) is None  # a measured loss came: not 0 throughout
+
+
+def test_a_loss_printed_identically_until_someone_stopped_the_run_did_not_move():
+    # the same loss at every logged step is a template when the run goes on; at an untrained model's level in a run
+    # someone stopped, it is why they stopped it (tuner r31)
+    stuck = _hf([10.79] * 12)
+    assert _root(stuck) is None
+    f = _root(stuck + _CTRL_C)
+    assert f is not None and f.rule == "NU020" and f.category == "numerics" and f.phase == "training"
+    assert "printed as 10.79 at every one of its 12 logged steps" in f.explanation
+    assert _root(_hf([2.31] * 12) + _CTRL_C) is None  # a trained model's level: no reading
+    assert _root(_hf([10.79] * 6) + _CTRL_C) is None  # too few logged steps
+
+
+def _megatron(values: list[float]) -> list[str]:
+    return [f" iteration {i + 1:>8}/    2140 | learning rate: 3.000E-03 | lm loss: {v:.6E} | grad norm: {1.5 + i % 3:.3f} |"
+            for i, v in enumerate(values)]
+
+
+def test_a_loss_that_jumped_to_an_untrained_level_after_the_first_update_destroyed_the_loaded_weights():
+    f = _root(_megatron([1.930013, 11.41752, 10.73315, 10.0226, 8.913904, 7.811126]))
+    assert f is not None and f.rule == "NU028" and f.category == "numerics" and f.phase == "training"
+    assert f.confidence <= 0.3
+    assert "1.930013E+00 at its first logged step and 1.141752E+01 at the next" in f.explanation
+    assert _root(_megatron([1.93, 11.4, 2.05, 1.97, 1.95, 1.91])) is None  # a spike that came back
+    assert _root(_megatron([10.93, 11.4, 10.7, 10.0, 8.9])) is None  # from random weights: no trained level first
+    assert _root(_megatron([1.93, 11.4, 10.7])) is None  # too few logged steps
+    assert _root(_megatron([1.93, 2.4, 2.1, 2.0, 1.9])) is None  # a resumed run

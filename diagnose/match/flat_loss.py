@@ -59,6 +59,20 @@ loss scaler's skipped step prints it too, but at the first steps while the scale
 and at one step now and then after, never at a quarter of the steps to the end. Read as the norm explosion is, also
 when the root cause is only the job's end.
 
+A ninth has its rule (``JUMP_RULE``): a train loss whose first logged step is a trained model's level (below
+``JUMP_MAX_FIRST``: a continued pre-training or fine-tuning run that loaded its weights) and whose next logged step
+is an untrained model's (at least ``MIN_TRAIN_LEVEL`` and ``JUMP_RISE`` times the first: 1.93, then 11.4), staying at
+least ``JUMP_KEEP`` times the first to the end (it never came back; it falls from there as a run from random weights
+does). A person reads the first point as the loaded model measured and the second as what one update made of it:
+the update destroyed the pretrained weights (a learning rate far too high with no warm-up for continued training,
+an optimizer state or a precision that does not match the loaded weights). A loss spike comes back; a run that
+resumed prints its level from its first step on.
+
+The flat reading also takes a train loss printed identically at every one of at least ``MIN_TRAIN_POINTS`` logged
+steps, at an untrained model's level (``MIN_TRAIN_LEVEL``), in a run someone stopped by hand (``STOPPED_RULE``):
+a template or a cached number does not bring a person to stop the run; a loss that never moved does (the updated
+weights are not the ones the forward pass uses).
+
 The finding is the rule ``FLAT_RULE`` of the catalogue (``input = "loss_series"``), made only when nothing else in
 the log is the root cause, so every other answer is untouched. A context rule that ``explains`` it (the line that
 says why the weights did not move, such as accelerate's warning that the optimizer was created before the model was
@@ -120,6 +134,13 @@ NONFINITE_SHARE = 0.25  # of the logged steps from the first finite norm on
 # the root causes a gradient norm explosion still leads: a cascade of the job's end that says nothing of why it ended
 # (Slurm cancelled the step, srun or a launcher reports the signal its tasks got)
 _END_CASCADE_CATEGORIES = ("slurm", "launcher")
+JUMP_RULE = "NU028"
+JUMP_MIN_POINTS = 4  # the first, the jump, and two more that stay up
+# the first logged loss of a model that loaded trained weights: a language model's cross-entropy after pretraining
+# sits near 1.5-3, an untrained one near ln(vocabulary), 10-12 (MIN_TRAIN_LEVEL is the level the jump must reach)
+JUMP_MAX_FIRST = 4.0
+JUMP_RISE = 3.0  # the second logged loss over the first
+JUMP_KEEP = 2.0  # every later logged loss over the first: the run never came back to the loaded model's level
 
 
 def _digits(printed: str) -> int:
@@ -193,16 +214,24 @@ def _constant(s: LossSeries) -> bool:
     return len(s.points) >= MIN_TRAIN_POINTS and len(set(s.values)) == 1
 
 
-def flat_series(series: list[LossSeries]) -> list[LossSeries]:
+def stuck_and_stopped(s: LossSeries, stopped_by_hand: bool) -> bool:
+    """Was this train loss printed identically at every one of many logged steps, at an untrained model's level, in a
+    run someone stopped by hand? A template or a cached number brings no one to stop a run; a loss that never moved
+    does."""
+    return (stopped_by_hand and s.kind == "train" and _constant(s) and s.values[0] >= MIN_TRAIN_LEVEL)
+
+
+def flat_series(series: list[LossSeries], stopped_by_hand: bool = False) -> list[LossSeries]:
     """The series that show a run that did not learn, train first; [] when any train series of the same file fell."""
     by_path: dict[str, list[LossSeries]] = {}
     for s in series:
         by_path.setdefault(s.path, []).append(s)
     for group in by_path.values():
         train = [s for s in group if s.kind == "train"]
-        if any(_fell(s) or (_constant(s) and not epochs_flat(s)) for s in train):
+        if any(_fell(s) or (_constant(s) and not epochs_flat(s) and not stuck_and_stopped(s, stopped_by_hand))
+               for s in train):
             continue
-        flat = ([s for s in train if train_flat(s) or epochs_flat(s)]
+        flat = ([s for s in train if train_flat(s) or epochs_flat(s) or stuck_and_stopped(s, stopped_by_hand)]
                 + [s for s in group if s.kind == "eval" and eval_flat(s)])
         if flat:
             return flat
@@ -235,6 +264,17 @@ def diverged(s: LossSeries) -> bool:
     # above the noise too: every step of the last block is above every step of the best block
     return (level >= DIVERGED_MIN_LEVEL and values[0] >= level * (1 + FALLING)
             and medians[-1] >= level * (1 + DIVERGED_RISE) and min(blocks[-1]) > max(blocks[best]))
+
+
+def jumped_after_first(s: LossSeries) -> bool:
+    """Was this train loss a trained model's at its first logged step, an untrained model's at the next, and never
+    back near the first to the end?"""
+    values = s.values
+    if s.kind != "train" or len(values) < JUMP_MIN_POINTS:
+        return False
+    first, second = values[0], values[1]
+    return (MIN_LEVEL <= first < JUMP_MAX_FIRST and second >= max(MIN_TRAIN_LEVEL, JUMP_RISE * first)
+            and min(values[1:]) >= JUMP_KEEP * first)
 
 
 def _zero_tail(values: list[float]) -> int:
@@ -328,6 +368,10 @@ def _summary(s: LossSeries, code: str) -> str:
         return (f"{s.name} was {low:g} at its lowest over the first {len(head)} of {len(values)} logged steps and "
                 f"between {min(tail):g} and {max(tail):g} over the last {len(tail)} ({min(tail) / low:.0f} times "
                 f"higher at least); its highest was {max(values):g}")
+    if code == JUMP_RULE:
+        return (f"the train loss was {s.points[0].text} at its first logged step and {s.points[1].text} at the next "
+                f"({values[1] / values[0]:.1f} times higher), and stayed between {min(values[1:]):g} and "
+                f"{max(values[1:]):g} over the {len(values) - 1} logged steps after it (the last: {values[-1]:g})")
     if code == DIVERGED_RULE:
         blocks, medians, best = _levels(values)
         return (f"the train loss fell from {values[0]:g} to a best level of about {medians[best]:g}, then climbed "
@@ -341,6 +385,9 @@ def _summary(s: LossSeries, code: str) -> str:
         return f"the train loss was exactly 0 at each of its {len(values)} logged steps, from the first"
     if s.kind == "eval":
         return f"{len(values)} evaluations all printed eval loss {s.points[0].text}"
+    if len(set(values)) == 1:
+        return (f"the train loss was printed as {s.points[0].text} at every one of its {len(values)} logged steps, "
+                f"and the run was stopped by hand")
     return (f"{len(values)} logged train losses stayed between {min(values):g} and {max(values):g} "
             f"(range {100 * (max(values) - min(values)) / statistics.median(values):.2f} % of the level)")
 
@@ -359,6 +406,8 @@ def _evidence(s: LossSeries, code: str) -> list[Evidence]:
         low = min((v, i) for i, v in enumerate(head) if v > 0)[1]
         peak = s.values.index(max(s.values))
         chosen = [pts[low], pts[peak]] + ([pts[-1]] if peak != len(pts) - 1 else [])
+    elif code == JUMP_RULE:
+        chosen = [pts[0], pts[1], pts[-1]]
     elif code == DIVERGED_RULE:
         head = s.values[:len(pts) - len(_blocks(s.values)[-1])]
         low = head.index(min(head))
@@ -393,7 +442,8 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
     """Make the collapsed- or flat-loss finding the report's root cause when nothing else is one (the gradient norm
     explosion also when the root cause is only the job's end, ``ended_from_outside``)."""
     if report.root_cause is None:
-        codes: tuple[str, ...] = (COLLAPSE_RULE, ZERO_RULE, GRAD_RULE, NONFINITE_RULE, DIVERGED_RULE, FLAT_RULE)
+        codes: tuple[str, ...] = (COLLAPSE_RULE, ZERO_RULE, GRAD_RULE, NONFINITE_RULE, JUMP_RULE, DIVERGED_RULE,
+                                  FLAT_RULE)
     elif ended_from_outside(report.root, catalogue):
         codes = (GRAD_RULE, NONFINITE_RULE)
     else:
@@ -415,10 +465,12 @@ def flat_loss(report: Report, blocks: dict[str, list[Block]], catalogue: Catalog
             flat = [s for s in series if collapsed_to_zero(s, stopped)]
         elif code == ZERO_RULE:
             flat = [s for s in series if zero_throughout(s)]
+        elif code == JUMP_RULE:
+            flat = [s for s in series if jumped_after_first(s)]
         elif code == DIVERGED_RULE:
             flat = [s for s in series if diverged(s)]
         else:
-            flat = flat_series(series)
+            flat = flat_series(series, stopped)
         if flat:
             break
     else:
