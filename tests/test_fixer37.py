@@ -82,6 +82,20 @@ def test_a_dataloader_worker_wrapper_reads_as_the_exception_it_wraps(tmp_path):
         assert not any("Caught RuntimeError" in e.text for f in report.findings for e in f.evidence), where
 
 
+def test_a_wrapper_never_takes_a_later_tracebacks_exception(tmp_path):
+    """The wrapped line is the first exception line after the wrapper: a later traceback's exception of the wrapper's
+    class (here a chained one, after a wrapped line of another class) is not taken as the wrapped one."""
+    log = _wrapped_log("in DataLoader worker process 1").replace(
+        "RuntimeError: stack expects each tensor to be equal size, but got [2049] at entry 0 and [1186] at entry 3\n",
+        "ValueError\n\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"/ws/train.py\", line 99, in <module>\n    save()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    report = _analyze(tmp_path, log)
+    cuda = [f for f in report.findings if any("illegal memory access" in e.text for e in f.evidence)]
+    assert cuda and all("wrapped_in" not in f.facts for f in cuda)
+    assert any("Caught RuntimeError" in e.text for f in report.findings for e in f.evidence)
+
+
 # --- qa-report-9 L4, L5: the barrier on a guessed GPU, FSDP's requires_grad uniformity -----------------------------------
 
 def test_fsdp_nonuniform_requires_grad_is_answered_with_use_orig_params(tmp_path):

@@ -25,6 +25,8 @@ from diagnose.match.engine import Hit
 WRAPPER = re.compile(r"\bCaught (?P<exc>[A-Za-z_]\w*) (?P<where>in .+?)\.\s*$")
 # the wrapped block's last line is read within this many lines of the wrapper (a traceback's frames)
 MAX_BLOCK_LINES = 400
+# an exception line of any class (by Python's naming): the search for the wrapped line stops at one of another class
+_EXC_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration)(?::|\s*$)")
 
 
 def _exc_name(text: str) -> str:
@@ -34,21 +36,43 @@ def _exc_name(text: str) -> str:
 
 
 def unwrap(hits: list[Hit]) -> list[Hit]:
-    """``hits`` without each ExceptionWrapper line whose wrapped exception has a hit of its own."""
+    """``hits`` without each ExceptionWrapper line whose wrapped exception has a hit of its own.
+
+    The wrapped line is the first exception line hit after the wrapper's in the same process stream (the end of its
+    ``Original Traceback`` block): a hit of another process, or a later traceback's exception of the same class (a
+    chained "During handling of the above exception" one, when the wrapped line had no hit), is never taken, because
+    the search stops at the first exception line of any class."""
+    by_stream: dict[tuple, list[Hit]] = {}
+    for hit in hits:
+        by_stream.setdefault((hit.source_index, hit.line.stream), []).append(hit)
     dropped: set[int] = set()
-    for i, hit in enumerate(hits):
-        m = WRAPPER.search(hit.line.text)
-        if m is None:
-            continue
-        stream, lineno = hit.line.stream, hit.line.lineno
-        inner = next((h for h in hits[i + 1:] if h.source_index == hit.source_index and h.line.stream == stream
-                      and lineno < h.line.lineno <= lineno + MAX_BLOCK_LINES
-                      and _exc_name(h.line.text) == m.group("exc") and not WRAPPER.search(h.line.text)), None)
-        if inner is None:
-            continue
-        dropped.add(id(hit))
-        inner.facts.setdefault("wrapped_in", m.group("where"))
-        # the phase is the main process's, where the wrapper was raised: the worker's frames (a dataset's
-        # __getitem__ called from its own loop) read as set-up on 2 of dev's 14 wrapped logs
-        inner.phase = hit.phase
+    for stream_hits in by_stream.values():
+        stream_hits.sort(key=lambda h: h.line.lineno)
+        for i, hit in enumerate(stream_hits):
+            m = WRAPPER.search(hit.line.text)
+            if m is None:
+                continue
+            inner = _wrapped_line(stream_hits, i, m.group("exc"))
+            if inner is None:
+                continue
+            dropped.add(id(hit))
+            inner.facts.setdefault("wrapped_in", m.group("where"))
+            # the phase is the main process's, where the wrapper was raised: the worker's frames (a dataset's
+            # __getitem__ called from its own loop) read as set-up on 2 of dev's 14 wrapped logs
+            inner.phase = hit.phase
     return [h for h in hits if id(h) not in dropped] if dropped else hits
+
+
+def _wrapped_line(stream_hits: list[Hit], i: int, exc: str) -> Hit | None:
+    """The hit on the wrapped exception's line after ``stream_hits[i]`` (the wrapper's), else None."""
+    limit = stream_hits[i].line.lineno + MAX_BLOCK_LINES
+    for h in stream_hits[i + 1:]:
+        if h.line.lineno > limit:
+            return None
+        if WRAPPER.search(h.line.text):  # a wrapper nested in the block (a replica's, in a worker's): read past it
+            continue
+        if _exc_name(h.line.text) == exc:
+            return h
+        if _EXC_LINE.match(h.line.text):  # another exception ended first: the wrapped line had no hit
+            return None
+    return None

@@ -292,12 +292,19 @@ def fragmentation_sentence(n: OomNumbers) -> str:
     return head + ". Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with ddp.nccl_ub on torch < 2.11)."
 
 
+def _left_after(n: OomNumbers) -> tuple[int, int, int, int, str]:
+    """Cached-but-unallocated, free, requested and left-after-the-request bytes of a nearly full GPU, and the left
+    part as a share of the GPU ("0.9 % of the GPU", "" without a capacity): the words of the two texts below."""
+    cached, free, req, cap = n.reserved_unallocated or 0, n.free or 0, n.requested or 0, n.capacity or 0
+    left = max(0, cached + free - req)
+    return cached, free, req, left, (f"{100 * left / cap:.1f} % of the GPU" if cap else "")
+
+
 def one_allocation_sentence(n: OomNumbers) -> str:
     """A nearly full GPU whose cached and free memory exceeded the request (``buys_one_allocation``): what the
     allocator setting would leave, so it reads as a step, not the fix (qa-report-9 L1)."""
-    cached, free, req, cap = n.reserved_unallocated or 0, n.free or 0, n.requested or 0, n.capacity or 0
-    left = max(0, cached + free - req)
-    share = f" ({100 * left / cap:.1f} % of the GPU)" if cap else ""
+    cached, free, req, left, share = _left_after(n)
+    share = f" ({share})" if share else ""
     return (f"Cached-but-unallocated ({fmt_gib(cached)}) and free ({fmt_gib(free)}) memory exceeded the "
             f"{fmt_gib(req)} request, but would leave only {fmt_gib(left)}{share} after it: "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may get this allocation through, and the next one "
@@ -309,9 +316,8 @@ def allocator_step(finding: Finding) -> str | None:
     n = from_facts(finding.facts or {}, _texts(finding))
     if not buys_one_allocation(n):
         return None
-    cached, free, req, cap = n.reserved_unallocated or 0, n.free or 0, n.requested or 0, n.capacity or 0
-    left = max(0, cached + free - req)
-    share = f", {100 * left / cap:.1f} % of the GPU" if cap else ""
+    _, _, req, left, share = _left_after(n)
+    share = f", {share}" if share else ""
     return (f"Then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (safe) against fragmentation: alone it would "
             f"leave {fmt_gib(left)}{share}, after this {fmt_gib(req)} allocation")
 
