@@ -351,8 +351,9 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     if req.sets or report is None:  # the user's config or --set: a size of 0, below or past any model's is refused
         from diagnose.explain.config.overrides import apply_overrides
         from diagnose.explain.memory.plan import size_problems
+        from diagnose.explain.validate.checks_parallel import VALIDATED_SIZES
 
-        bad = size_problems(apply_overrides(view, overrides) if overrides else view)
+        bad = size_problems(apply_overrides(view, overrides) if overrides else view, VALIDATED_SIZES)
         if bad:
             raise DiagnoseError("; ".join(bad))
     apply_defaults(view)

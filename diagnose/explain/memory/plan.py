@@ -5,6 +5,7 @@ each predicted per GPU and marked fits / does not fit; working changes cheapest 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,9 +128,11 @@ _UPPER_ONLY = ("model.num_moe_experts", "model.moe_ffn_hidden_size")  # 0 may st
 MAX_SIZE = 2**31
 
 
-def size_problems(view: Any) -> list[str]:
+def size_problems(view: Any, validated_below_one: Iterable[str] = ()) -> list[str]:
     """Each size the config gives as zero, negative or past ``MAX_SIZE`` (a fractional or non-number value is
-    the loader's to refuse)."""
+    the loader's to refuse). Keys in ``validated_below_one`` are left to the validator when below one: its
+    violation says where upstream divides by them, which a one-line refusal would hide."""
+    skip = set(validated_below_one)
     bad = []
     for key in _SIZE_KEYS + _UPPER_ONLY:
         value = fc._get(view, key)
@@ -142,6 +145,8 @@ def size_problems(view: Any) -> list[str]:
         if number != number:
             continue
         if number < 1 and key not in _UPPER_ONLY:
+            if key in skip:
+                continue
             bad.append(f"{key}={value!r} is not a positive integer")
         elif number > MAX_SIZE:
             bad.append(f"{key}={value!r} is larger than any model uses (at most {MAX_SIZE:,})")

@@ -66,6 +66,8 @@ _DIVIDES = {
     "model.pipeline_model_parallel_size": "get_data_parallel_size divides the world size by TP * PP * CP",
     "model.context_parallel_size": "get_data_parallel_size divides the world size by TP * PP * CP",
 }
+# The sizes this check explains when below one: replay leaves them to it rather than refusing the config outright.
+VALIDATED_SIZES = frozenset(_DIVIDES)
 
 
 @check("sizes_positive", "Megatron-Bridge training/config.py get_data_parallel_size ~L1013 (world_size % "
