@@ -13,24 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import ROOT, run, write
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "run_config.yaml"
 
 
-def run(*args: str, code: tuple[int, ...] = (0, 1), cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160", "DIAGNOSE_SKIP_SLURM": "1",
-           "DIAGNOSE_NO_CONFIG": "1"}
-    proc = subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=180)
-    assert proc.returncode in code, proc.stderr
-    return proc
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def _config_with(tmp_path: Path, key: str, value: str) -> Path:

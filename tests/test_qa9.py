@@ -11,23 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(*args: str, code: tuple[int, ...] = (0, 1)) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160", "DIAGNOSE_SKIP_SLURM": "1",
-           "DIAGNOSE_NO_CONFIG": "1"}
-    proc = subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=180)
-    assert proc.returncode in code, proc.stderr
-    return proc
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
+from cli_run import ROOT, run, write
 
 # Megatron-LM 0.9+ world line: an encoder's sizes follow the job's own
 MLM_WORLD = ("using world size: 8, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel "
