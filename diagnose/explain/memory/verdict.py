@@ -5,7 +5,7 @@ evidence line with the one CUDA-OOM parser, ``diagnose.normalize.facts.oom`` (ev
 
 - ``fragmentation``: the free memory plus the cached-but-unallocated memory would have held the request, but no
   single free block did (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), and would have left room after it
-  (``leaves_room``: on a nearly full GPU the setting buys one allocation, so another verdict leads);
+  (FRAGMENTATION_MARGIN of the GPU: on a nearly full GPU the setting buys one allocation, so another verdict leads);
 - ``capacity``: the model state the job needs at that phase cannot fit the GPU at all, whatever the batch, or the
   one allocation asked for is larger than the whole GPU (no allocator setting or sharding of the model state helps);
 - ``activations``: the model state fits; the forward/backward activations of the micro batch do not;
@@ -118,28 +118,28 @@ def _slack(n: OomNumbers) -> int | None:
     return slack if slack >= n.requested and n.reserved_unallocated >= floor else None
 
 
-def leaves_room(n: OomNumbers) -> bool:
-    """Once the request is served from the slack, at least FRAGMENTATION_MARGIN of the GPU is left (without a
+def _leaves_room(n: OomNumbers, slack: int) -> bool:
+    """Once the request is served from ``slack``, at least FRAGMENTATION_MARGIN of the GPU is left (without a
     capacity: the slack is at least twice the request)."""
-    slack = _slack(n)
-    if slack is None or n.requested is None:
-        return False
+    requested = n.requested or 0
     if n.capacity:
-        return slack - n.requested >= FRAGMENTATION_MARGIN * n.capacity
-    return slack >= 2 * n.requested
+        return slack - requested >= FRAGMENTATION_MARGIN * n.capacity
+    return slack >= 2 * requested
 
 
 def fragmented(n: OomNumbers) -> bool:
     """Enough memory was cached and free together, just not in one block, and it would leave room after the
-    request (``leaves_room``): the allocator setting is the fix."""
-    return _slack(n) is not None and leaves_room(n)
+    request: the allocator setting is the fix."""
+    slack = _slack(n)
+    return slack is not None and _leaves_room(n, slack)
 
 
 def buys_one_allocation(n: OomNumbers) -> bool:
     """Cached and free memory together exceeded the request, but serving it would leave under FRAGMENTATION_MARGIN
     of the GPU: expandable segments may get this allocation through, and the next one fails (a nearly full GPU,
     whose fix is the memory lever; qa-report-9 L1)."""
-    return _slack(n) is not None and not leaves_room(n)
+    slack = _slack(n)
+    return slack is not None and not _leaves_room(n, slack)
 
 
 def larger_than_gpu(n: OomNumbers, capacity: int | None = None) -> bool:
