@@ -151,3 +151,30 @@ def test_a_timeout_during_training_names_a_slow_save_and_a_group_without_the_set
     assert finding["rule"] == "NC007"
     steps = " ".join(finding["fix"]["steps"])
     assert "saving checkpoint" in steps and "new_group" in steps
+
+
+def test_the_help_screen_keeps_a_gap_between_every_key_and_its_words() -> None:
+    """`?` in the TUI: the key column was a fixed 16 characters, so the plan's "c e (in the table)" ran into its
+    description ("c e (in the table)copy the highlighted ..."). Every key must be followed by at least two spaces
+    on the screen Textual draws (Pilot)."""
+    import asyncio
+
+    from textual.widgets import Static
+
+    from diagnose.model import Report
+    from diagnose.present.tui.app import DiagnoseApp
+    from diagnose.present.tui.screens import HelpScreen
+
+    async def shown() -> str:
+        app = DiagnoseApp([], report=Report())
+        async with app.run_test(size=(140, 60)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            return "\n".join(str(w.render()) for w in app.screen.query(Static))
+
+    text = asyncio.run(shown())
+    for key, what in HelpScreen.KEY_HELP:
+        if what:
+            assert f"  {key}  " in text, key
