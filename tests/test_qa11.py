@@ -178,3 +178,42 @@ def test_the_help_screen_keeps_a_gap_between_every_key_and_its_words() -> None:
     for key, what in HelpScreen.KEY_HELP:
         if what:
             assert f"  {key}  " in text, key
+
+
+def _rss_file_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssFile")
+
+
+def test_the_tui_log_index_does_not_keep_the_whole_log_resident(tmp_path: Path) -> None:
+    """`diagnose tui` on a 1.5 GB log: indexing, a search count and a rank filter read every page of the map and
+    kept them, peak RSS 1.69 GB for a screen of lines (analysis itself stays at ~60 MB). Once indexed, searched
+    or scanned, the pages go back to the kernel; what is drawn faults back in from the page cache."""
+    import pytest
+
+    from diagnose.present.tui.logindex import LogIndex
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc (Linux)")
+    line = b"[rank0]: iteration 1 | lm loss: 2.3 | grad norm: 0.8 | consumed samples: 512 | learning rate: 3e-4\n"
+    path = tmp_path / "big.log"
+    with path.open("wb") as fh:
+        for _ in range(64):
+            fh.write(line * ((1 << 20) // len(line)))
+        fh.write(b"[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    size_kib = path.stat().st_size >> 10
+    before = _rss_file_kib()
+    index = LogIndex(str(path)).build_now()
+    try:
+        assert index.line_count > 600_000
+        indexed = _rss_file_kib() - before
+        lines, complete = index.match_lines("OutOfMemoryError", cap=10)  # reads every window
+        assert index.search("outofmemoryerror", 0) == index.line_count - 1
+        searched = _rss_file_kib() - before
+        assert list(lines) == [index.line_count - 1] and complete
+    finally:
+        index.close()
+    assert indexed < size_kib // 2, (indexed, size_kib)
+    assert searched < size_kib // 2, (searched, size_kib)
