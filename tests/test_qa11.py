@@ -217,3 +217,15 @@ def test_the_tui_log_index_does_not_keep_the_whole_log_resident(tmp_path: Path) 
         index.close()
     assert indexed < size_kib // 2, (indexed, size_kib)
     assert searched < size_kib // 2, (searched, size_kib)
+
+
+def test_markdown_keeps_a_fix_steps_code_spans_as_code(tmp_path: Path) -> None:
+    """`--format markdown` escaped every backtick of a rule's step, so "`hostname -i`" (LA051) or "`diagnose check
+    CONFIG --gpus N`" showed as literal backticks in a GitHub issue instead of code. A step's code spans stay code;
+    the text around them stays escaped."""
+    log = write(tmp_path, "job.log", "  what():  [/opt/conda/conda-bld/pytorch/work/third_party/gloo/gloo/transport/"
+                "tcp/pair.cc:724] connect [127.0.1.1]:43907: Connection refused\n")
+    steps = [line for line in run("analyze", "--format", "markdown", str(log)).stdout.splitlines()
+             if line.startswith("- ") and "hostname" in line]
+    assert steps, "no step names hostname"
+    assert "`hostname -i`" in steps[0] and "\\`" not in steps[0]
