@@ -239,18 +239,20 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
 def _latest_markers(reader: _LineReader, start: int) -> list[int]:
     """The last occurrence of each traceback marker below ``start``. Calls come in increasing ``start`` order, so
     only the bytes since the previous call are searched: 200k matching lines with no traceback used to search
-    1 MiB back each (66 s); now the whole file is searched once."""
+    1 MiB back each (66 s); now the whole file is searched at most once, and never more than the look-back window
+    before ``start`` (an answer below it is one the caller discards)."""
     buf = reader.buffer
     state = reader.markers
+    floor = max(0, start - TRACEBACK_LOOKBACK_BYTES)  # the caller looks no further back: neither do we (a
+    # first search from byte 0 faulted a whole 1.5 GB log into memory when the first candidate was near its end)
     if state is None or start < state[0]:
-        found = [buf.rfind(m, 0 if state is None else max(0, start - TRACEBACK_LOOKBACK_BYTES), start)
-                 for m in _TRACEBACK_MARKERS]
+        found = [buf.rfind(m, floor, start) for m in _TRACEBACK_MARKERS]
         if state is None:
             reader.markers = (start, found)
         return found
     frontier, latest = state
     if start > frontier:
-        latest = [max(q, buf.rfind(m, max(0, frontier - len(m) + 1), start))
+        latest = [max(q, buf.rfind(m, max(floor, frontier - len(m) + 1), start))
                   for m, q in zip(_TRACEBACK_MARKERS, latest)]
         reader.markers = (start, latest)
     return latest

@@ -46,6 +46,16 @@ def md_code(text: str) -> str:
     return f"{tick}{pad}{body}{pad}{tick}"
 
 
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+
+
+def md_words(text: str) -> str:
+    """A rule's words (a fix step) as markdown: its `code` spans stay code (md_code), the rest is escaped as
+    md_inline. Escaping the backticks too showed "\\`diagnose check CONFIG --gpus N\\`" as literal backticks."""
+    return "".join(md_code(part[1:-1]) if _CODE_SPAN.fullmatch(part) else md_inline(part)
+                   for part in _CODE_SPAN.split(text) if part)
+
+
 def fenced(body: str, lang: str = "text") -> str:
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
@@ -96,7 +106,7 @@ def _finding(f: Finding, heading: str, root: Finding | None = None, launch: list
             body = "\n".join(env_line(e.name, e.value) for e in fix.env)
             out += ["Environment:", "", fenced(inert_block(body), "shell"), ""]
         for step in words.steps:
-            out.append(f"- {md_inline(step)}")
+            out.append(f"- {md_words(step)}")
         if words.steps:
             out.append("")
     if f.explanation:

@@ -14,6 +14,22 @@ import tempfile
 
 from diagnose.model import DiagnoseError
 
+READING_STDIN = ("diagnose tui: reading the log from standard input until the pipe ends (ctrl-c stops; a log "
+                 "still being written: diagnose tui --follow FILE)")
+
+
+def _tell(text: str) -> bool:
+    """Write ``text`` to the terminal on stderr (nothing when stderr is not a terminal); True when written."""
+    stream = sys.stderr
+    try:
+        if stream is None or not stream.isatty():
+            return False
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        return False
+    return True
+
 
 def _spool_stdin() -> str:
     """Copy a piped log to a temp file and give the TUI the terminal back as its keyboard."""
@@ -23,12 +39,19 @@ def _spool_stdin() -> str:
 
     fd, path = tempfile.mkstemp(prefix="diagnose-stdin-", suffix=".log")
     os.close(fd)
+    # the screen stays blank until the pipe ends (``tail -f job.log | diagnose tui -`` never does): say so, and
+    # erase the line once the log is read
+    told = _tell(READING_STDIN)
     try:
         spool_pipe(sys.stdin.buffer, path)
     except BaseException:  # refused (binary, too large, disk full) or interrupted: nothing left behind
         with contextlib.suppress(OSError):
             os.unlink(path)
+        if told:
+            _tell("\n")
         raise
+    if told:
+        _tell("\r\x1b[2K")
     try:
         tty = os.open("/dev/tty", os.O_RDONLY)
     except OSError:

@@ -299,13 +299,20 @@ class HelpScreen(ModalScreen):
         ("j", "back to the job list (from the findings)"),
     )
 
+    @classmethod
+    def key_width(cls) -> int:
+        """The key column: as wide as the longest key with a description, plus a gap (a fixed 16 ran
+        "c e (in the table)" into its words)."""
+        return max(len(key) for key, what in cls.KEY_HELP if what) + 2
+
     def compose(self) -> ComposeResult:
         text = Text()
+        width = self.key_width()
         for key, what in self.KEY_HELP:
             if not what:
                 text.append(f"\n{key}\n", "bold underline")
                 continue
-            text.append(f"  {key:<16}", "bold cyan")
+            text.append(f"  {key:<{width}}", "bold cyan")
             text.append(f"{what}\n")
         text.append("\nNO_COLOR is honoured. Press escape to close.", "dim")
         with Vertical():
