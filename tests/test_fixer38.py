@@ -7,6 +7,47 @@ from __future__ import annotations
 
 from conftest import root_finding
 
+# ------------------------------------------------------------------------------ L3: the NCCL WARN among the evidence
+
+_TWO_NODES = [
+    "server101: server101:18804:19350 [0] NCCL INFO Using network Socket",
+    "server100: server100:30211:30744 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer 10.0.3.101<38422>",
+    "server101: server101:18804:19391 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer server100<45318>",
+    "server101: server101:18804:19391 [0] NCCL INFO misc/socket.cc:750 -> 6",
+    "server101: server101:18804:19391 [0] misc/socket.cc:49 NCCL WARN socketProgress: a later warning",
+    "server101: Traceback (most recent call last):",
+    'server101:   File "/home/u/main.py", line 285, in evaluation',
+    "server101:     torch.distributed.all_reduce(tensor)",
+    "server101: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333,"
+    " remote process exited or there was a network error, NCCL version 2.18.6",
+]
+
+
+def test_root_nccl_error_shows_the_failing_ranks_first_nccl_warn(builtin_catalogue):
+    """NC013's evidence was only the DistBackendError lines; the WARN that says why (a socket closed by the peer)
+    was a context finding of its own. The failing host's first WARN now comes first among the root's evidence;
+    the other host's WARN (printed earlier) and the same host's later WARN do not."""
+    f = root_finding(builtin_catalogue, _TWO_NODES)
+    assert f.rule == "NC013"
+    texts = [e.text for e in f.evidence]
+    assert "socketProgress: Connection closed by remote peer server100" in texts[0]
+    assert f.evidence[0].line == 3 and f.facts["nccl_warning_line"] == 3
+    assert f.evidence[1].line == f.first_line == 9
+    assert not any("10.0.3.101" in t or "a later warning" in t for t in texts)
+
+
+def test_no_warning_is_added_to_a_root_that_is_not_an_nccl_error(builtin_catalogue):
+    """A CUDA OOM after an NCCL warning keeps its own evidence."""
+    lines = [
+        "node1:1:2 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer node2<1>",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 1.00 GiB is free.",
+    ]
+    f = root_finding(builtin_catalogue, lines)
+    assert f.category != "nccl_error"
+    assert all("NCCL WARN" not in e.text for e in f.evidence)
+
+
 # ------------------------------------------------------------------------------ L5: mcp answers a line that is not JSON
 
 
