@@ -95,3 +95,47 @@ def test_mcp_answers_a_line_that_is_not_json_with_a_parse_error_and_keeps_servin
     assert errors == [-32700, -32700, -32600]
     assert all(a["id"] is None for a in answers if "error" in a)
     assert {a.get("id") for a in answers if "result" in a} == {1, 2}
+
+
+# ------------------------------------------------------------------------------ L1: CK008's phase from its frames
+
+_CKPT_EXC = ("[rank0]: megatron.core.dist_checkpointing.core.CheckpointingException: Flattened ranges dont cover the "
+             "whole shard ShardedTensor(key='optimizer.state.exp_avg.decoder.layers.mlp.experts.linear_fc2.bias') of "
+             "size 2880. Ranges: (array([0, 0]), array([2880, 2880]))")
+
+
+def _traceback(*frames: tuple[str, str]) -> list[str]:
+    out = ["[rank0]: Traceback (most recent call last):"]
+    for path, fn in frames:
+        out += [f'[rank0]:   File "{path}", line 10, in {fn}', "[rank0]:     call()"]
+    return out + [_CKPT_EXC]
+
+
+def test_checkpointing_exception_raised_while_saving_is_in_checkpoint_save(builtin_catalogue):
+    """CK008 said checkpoint_load for the exception dist_checkpointing raised in save_checkpoint."""
+    f = root_finding(builtin_catalogue, _traceback(
+        ("/opt/Megatron-Bridge/src/megatron/bridge/training/train.py", "train"),
+        ("/opt/Megatron-Bridge/src/megatron/bridge/training/checkpointing.py", "save_checkpoint"),
+        ("/opt/megatron-lm/megatron/core/dist_checkpointing/serialization.py", "save"),
+        ("/opt/megatron-lm/megatron/core/dist_checkpointing/validation.py", "validate_sharding_integrity"),
+    ))
+    assert (f.rule, f.category, f.phase) == ("CK008", "checkpoint_format", "checkpoint_save")
+
+
+def test_checkpointing_exception_in_the_async_writer_is_in_checkpoint_save(builtin_catalogue):
+    """Only the asynchronous save's frames (its writer and the loop's finalize) in the traceback."""
+    f = root_finding(builtin_catalogue, _traceback(
+        ("/opt/megatron-lm/megatron/training/async_utils.py", "maybe_finalize_async_save"),
+        ("/opt/megatron-lm/megatron/core/dist_checkpointing/strategies/filesystem_async.py", "write_preloaded_data"),
+    ))
+    assert (f.rule, f.phase) == ("CK008", "checkpoint_save")
+
+
+def test_checkpointing_exception_loading_or_without_frames_stays_checkpoint_load(builtin_catalogue):
+    loading = root_finding(builtin_catalogue, _traceback(
+        ("/opt/megatron-lm/megatron/training/checkpointing.py", "load_checkpoint"),
+        ("/opt/megatron-lm/megatron/core/dist_checkpointing/serialization.py", "load"),
+    ))
+    bare = root_finding(builtin_catalogue, [_CKPT_EXC])
+    assert (loading.rule, loading.phase) == ("CK008", "checkpoint_load")
+    assert (bare.rule, bare.phase) == ("CK008", "checkpoint_load")
