@@ -139,3 +139,21 @@ def test_checkpointing_exception_loading_or_without_frames_stays_checkpoint_load
     bare = root_finding(builtin_catalogue, [_CKPT_EXC])
     assert (loading.rule, loading.phase) == ("CK008", "checkpoint_load")
     assert (bare.rule, bare.phase) == ("CK008", "checkpoint_load")
+
+
+# ------------------------------------------------------------------------------ L4: enroot's user namespace and AppArmor
+
+
+def test_enroot_userns_permission_denied_is_apparmors_restriction(builtin_catalogue):
+    """The catch-all CA002 said "read the Slurm component"; the rule names AppArmor's restriction and both fixes."""
+    lines = ["$ enroot start --rw pt2504 python train.py",
+             "enroot-nsenter: failed to create user namespace: Permission denied"]
+    f = root_finding(builtin_catalogue, lines)
+    assert (f.rule, f.category, f.phase, f.basis) == ("SL060", "slurm", "init", "rule")
+    said = " ".join(f.fix.steps)
+    assert "kernel.apparmor_restrict_unprivileged_userns=0" in said and "apparmor_parser -r /etc/apparmor.d/enroot" in said
+    # under pyxis, slurmstepd relays enroot's line: the same rule, not the catch-all
+    relayed = root_finding(builtin_catalogue, [
+        "slurmstepd: error: pyxis: container start failed with error code: 1",
+        "slurmstepd: error: pyxis:     enroot-nsenter: failed to create user namespace: Permission denied"])
+    assert relayed.rule == "SL060"
