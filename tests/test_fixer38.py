@@ -157,3 +157,20 @@ def test_enroot_userns_permission_denied_is_apparmors_restriction(builtin_catalo
         "slurmstepd: error: pyxis: container start failed with error code: 1",
         "slurmstepd: error: pyxis:     enroot-nsenter: failed to create user namespace: Permission denied"])
     assert relayed.rule == "SL060"
+
+
+# ------------------------------------------------------------------------------ L7: NC002's title where nothing trains
+
+
+def test_nc002_title_does_not_claim_a_training_that_a_server_never_had(builtin_catalogue):
+    """An sglang server's idle collective timing out got "timed out before training started"; the title now says
+    what the rule knows (an early or barrier-sized collective, no training step seen), true on a server too."""
+    lines = [
+        "[2025-06-01 10:00:00] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        "[rank0]:[E601 10:30:00.1 ProcessGroupNCCL.cpp:683] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600096 "
+        "milliseconds before timing out.",
+    ]
+    f = root_finding(builtin_catalogue, lines)
+    assert f.rule == "NC002"
+    assert "training started" not in f.title and "no training step seen" in f.title
