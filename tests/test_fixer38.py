@@ -174,3 +174,31 @@ def test_nc002_title_does_not_claim_a_training_that_a_server_never_had(builtin_c
     f = root_finding(builtin_catalogue, lines)
     assert f.rule == "NC002"
     assert "training started" not in f.title and "no training step seen" in f.title
+
+
+# ------------------------------------------------------------------------------ L8, L9: check and replay in the user's words
+
+
+def test_check_names_the_megatron_lm_flag_the_user_wrote(tmp_path):
+    """``--seq-length 0`` in a Megatron-LM argument list was refused as "model.seq_length=0 ...;
+    dataset.seq_length=0 ...": Bridge keys the user never wrote, twice. Now the flag, once."""
+    from cli_run import ROOT, run, write
+
+    text = (ROOT / "examples" / "mlm_args.txt").read_text(encoding="utf-8")
+    args = write(tmp_path, "args.txt", text.replace("--seq-length 8192", "--seq-length 0"))
+    err = run("check", str(args), "--gpus", "8", code=(2,)).stderr.strip()
+    assert "--seq-length 0 is not a positive integer" in err
+    assert "seq_length" not in err and err.count("--seq-length") == 1
+    # a --set of a Bridge key keeps the key the user typed
+    err = run("check", str(args), "--gpus", "8", "--set", "model.hidden_size=-5", code=(2,)).stderr
+    assert "model.hidden_size=-5 is not a positive integer" in err
+
+
+def test_replay_does_not_offer_a_refused_override_as_the_fix():
+    """``--set foo.bar=1`` printed "fix: foo.bar=1" and its Python and YAML forms above the refusal."""
+    from cli_run import ROOT, run
+
+    out = run("replay", str(ROOT / "examples" / "run_config.yaml"), "--set", "foo.bar=1", code=(1,)).stdout
+    assert "override_unknown_key: Could not override 'foo.bar'" in out
+    assert "fix:" not in out and "cfg.foo" not in out and "python:" not in out and "yaml:" not in out
+    assert "your overrides trip override_unknown_key" in out
