@@ -202,3 +202,38 @@ def test_replay_does_not_offer_a_refused_override_as_the_fix():
     assert "override_unknown_key: Could not override 'foo.bar'" in out
     assert "fix:" not in out and "cfg.foo" not in out and "python:" not in out and "yaml:" not in out
     assert "your overrides trip override_unknown_key" in out
+
+
+# ------------------------------------------------------------------------------ S: the Slurm states of a job not ended
+
+
+def test_a_job_not_ended_is_the_same_to_the_job_view_the_failed_list_and_the_fleet_scan(tmp_path):
+    """The job view knew 13 states of a job not ended; `--failed` and the fleet's sacct scan knew 5, so a job still
+    COMPLETING (its epilog running, its final state not recorded) was listed as failed and stored by the scan with
+    that state for good. One constant (ingest/slurm/parse.NOT_ENDED) for the three."""
+    from diagnose.fleet.slurm_source import FIELDS, list_ended_jobs
+    from diagnose.ingest.slurm.commands import CommandResult
+    from diagnose.ingest.slurm.listing import _FIELDS, list_failed_jobs
+    from diagnose.ingest.slurm.parse import NOT_ENDED, not_ended
+
+    assert not_ended("COMPLETING") and not_ended("REQUEUE_HOLD") and not_ended("RUNNING")
+    assert not not_ended("CANCELLED by 0") and not not_ended("FAILED") and not not_ended("")
+
+    fields = _FIELDS.split(",")
+    rows = [{"JobID": "42", "JobName": "train", "User": "root", "State": state, "ExitCode": "1:0"}
+            for state in ("COMPLETING", "FAILED")]
+    rows[1]["JobID"] = "43"
+    sacct = "\n".join(["|".join(fields)] + ["|".join(r.get(f, "") for f in fields) for r in rows]) + "\n"
+    listed = list_failed_jobs("1d", "root", runner=lambda argv: CommandResult(argv, 0, sacct, ""))
+    assert [j.job_id for j in listed] == ["43"]
+
+    header = FIELDS.replace(",", "|")
+    width = len(FIELDS.split(","))
+    lines = [header] + [
+        "|".join([job, job, "prod", "train", "alice", state] + [""] * (width - 6))
+        for job, state in (("50", "COMPLETING"), ("51", "STOPPED"), ("52", "FAILED"))
+    ]
+    scanned = list_ended_jobs("2026-12-01T00:00:00", "2026-12-02T00:00:00",
+                              runner=lambda argv, timeout=30: CommandResult(argv, 0, "\n".join(lines) + "\n", ""))
+    assert [r.job_id for r in scanned] == ["52"]
+    assert {"COMPLETING", "STOPPED"} <= NOT_ENDED
