@@ -274,7 +274,7 @@ def rejection(error: Exception):
         data = ErrorData(code=PARSE_ERROR, message="Parse error")
     else:
         data = ErrorData(code=INVALID_REQUEST, message="Invalid Request")
-    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=data))  # type: ignore[arg-type]
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=data))
 
 
 async def _serve_stdio(lowlevel: Any) -> None:
