@@ -237,3 +237,52 @@ def test_a_job_not_ended_is_the_same_to_the_job_view_the_failed_list_and_the_fle
                               runner=lambda argv, timeout=30: CommandResult(argv, 0, "\n".join(lines) + "\n", ""))
     assert [r.job_id for r in scanned] == ["52"]
     assert {"COMPLETING", "STOPPED"} <= NOT_ENDED
+
+
+# ------------------------------------------------------------------------------ T: the TUI reads its inputs once
+
+
+def test_tui_inputs_checked_then_read_once_by_the_first_analysis(tmp_path, monkeypatch):
+    """``diagnose tui`` opened its inputs twice: refuse_unreadable's check, then the analysis (a .gz decompressed
+    twice, a folder listed twice). The check's opened inputs are now the first analysis's; later analyses open
+    anew, and what the check refuses is unchanged."""
+    import gzip
+
+    import pytest
+
+    import diagnose.ingest as ingest
+    from diagnose.model import DiagnoseError
+    from diagnose.pipeline import refuse_unreadable
+    from diagnose.present.tui.app import pipeline_analyzer
+
+    log = tmp_path / "job.log.gz"
+    log.write_bytes(gzip.compress(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"))
+    opened_paths: list[list[str]] = []
+    real = ingest.open_inputs
+
+    def counting(inputs, *a, **k):
+        opened_paths.append(list(inputs))
+        return real(inputs, *a, **k)
+
+    monkeypatch.setattr(ingest, "open_inputs", counting)
+    opened = refuse_unreadable([str(log)], keep=True)
+    assert opened is not None
+    analyzer = pipeline_analyzer([], opened)
+    first = analyzer([str(log)], lambda done, total: None)
+    assert len(opened_paths) == 1 and first.root is not None and first.root.category == "cuda_oom"
+    again = analyzer([str(log)], lambda done, total: None)  # a second analysis (a reload) reads the file anew
+    assert len(opened_paths) == 2 and again.root is not None and again.root.rule == first.root.rule
+    opened.close()  # taken and closed by the analysis: nothing left to close, no error
+
+    # not taken: closed by the caller; and the refusals stand
+    unused = refuse_unreadable([str(log)], keep=True)
+    assert unused is not None
+    unused.close()
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    with pytest.raises(DiagnoseError, match="empty"):
+        refuse_unreadable([str(empty)], keep=True)
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\x00\x01\x02\x03" * 1000)
+    with pytest.raises(DiagnoseError):
+        refuse_unreadable([str(binary)], keep=True)
