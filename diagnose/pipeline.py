@@ -6,8 +6,11 @@ this module only wires them together.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,9 @@ class AnalyzeOptions:
     split_jobs: bool = True
     # the path to show for an input opened under another name (a checked descriptor's /proc/self/fd/N, Slurm jobs)
     shown_as: dict[str, str] = field(default_factory=dict)
+    # inputs refuse_unreadable(keep=True) opened and checked: read by the first analysis of the same inputs instead
+    # of opening them again (the TUI), then closed by it
+    opened: OpenedInputs | None = None
 
 
 def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
@@ -61,7 +67,11 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
     n_sources = 0
     groups = None
     if log_inputs:
-        with open_inputs(log_inputs, include=options.include, exclude=options.exclude) as sources:
+        kept = options.opened.take(log_inputs) if options.opened is not None and not (
+            options.include or options.exclude) else None
+        opening = kept if kept is not None else open_inputs(log_inputs, include=options.include,
+                                                                exclude=options.exclude)
+        with opening as sources:
             n_sources = len(sources)
             empty = [options.shown_as.get(s.path, s.path) for s in sources if s.size == 0]
             source_warnings = list(getattr(sources, "warnings", []))
@@ -222,20 +232,77 @@ def _job_name(group) -> str:
                                                         if more else "")
 
 
-def refuse_unreadable(inputs: list[str]) -> None:
+class OpenedInputs:
+    """Inputs opened and checked before a screen opens, kept open for the analysis that follows, so that they are
+    read once (a .gz decompressed once, a folder listed once). The first ``analyze`` of the very same inputs takes
+    them (``take``) and closes them when it is done, in its own thread; ``close`` closes them when no analysis took
+    them. Any later analysis opens the inputs anew (a followed log has grown since)."""
+
+    def __init__(self, inputs: list[str], opening: Any, sources: list) -> None:
+        self.inputs = list(inputs)
+        self.sources = sources
+        self._opening = opening  # the entered open_inputs context
+        self._state = "open"  # "open", "taken" (an analysis reads them and will close them), "closed"
+        self._lock = threading.Lock()
+
+    def take(self, inputs: list[str]) -> contextlib.AbstractContextManager[list] | None:
+        """The opened sources as a context that closes them on exit, for an analysis of ``inputs``; None when
+        they are other inputs or were taken or closed already."""
+        with self._lock:
+            if self._state != "open" or list(inputs) != self.inputs:
+                return None
+            self._state = "taken"
+        return self._reading()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[list]:
+        try:
+            yield self.sources
+        finally:
+            self._exit()
+
+    def close(self) -> None:
+        """Close the inputs unless an analysis took them (it closes them itself)."""
+        with self._lock:
+            if self._state != "open":
+                return
+            self._state = "taken"
+        self._exit()
+
+    def _exit(self) -> None:
+        with self._lock:
+            if self._state == "closed":
+                return
+            self._state = "closed"
+        self._opening.__exit__(None, None, None)
+
+
+def refuse_unreadable(inputs: list[str], keep: bool = False) -> OpenedInputs | None:
     """Refuse, before anything is shown, what ``analyze`` refuses on reading: a binary file, a folder without logs,
     inputs that are all empty. ``tui`` calls it so a bad input is one line and exit 2 there too, not a screen of
-    empty panes (qa-report-9 L6). Flight-recorder dumps and stdin are left to the reading itself."""
+    empty panes (qa-report-9 L6). Flight-recorder dumps and stdin are left to the reading itself.
+
+    ``keep``: return the inputs opened (``OpenedInputs``, for ``AnalyzeOptions.opened``) instead of closing them,
+    when they are exactly the log inputs named (no dump, no stdin); the caller closes what no analysis took."""
     from diagnose.ingest import open_inputs
     from diagnose.ingest.flight_recorder import find_dumps
 
     found = find_dumps(list(inputs))
     logs = [p for p in found.log_inputs if p != "-"]
     if found.dumps or not logs:
-        return
-    with open_inputs(logs) as sources:
+        return None
+    opening = open_inputs(logs)
+    sources = opening.__enter__()
+    try:
         if len(sources) and all(s.size == 0 for s in sources):
             raise _empty_error([s.path for s in sources])
+    except BaseException:
+        opening.__exit__(*sys.exc_info())
+        raise
+    if keep and logs == list(inputs):
+        return OpenedInputs(logs, opening, sources)
+    opening.__exit__(None, None, None)
+    return None
 
 
 def _empty_error(paths: list[str]) -> Exception:

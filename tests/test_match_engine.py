@@ -302,8 +302,8 @@ def test_per_rank_files_date_a_failure_by_the_rank_that_logs_iterations(tmp_path
 
 
 def test_per_rank_hang_on_a_one_element_collective_is_during_training_when_a_file_trained(tmp_path):
-    """QA2 #8: the ranks that log no iterations got NC002 "timed out before training started" (a one-element
-    all-reduce at SeqNum 80231) while rank 63's file shows 299 iterations: one finding, during training."""
+    """QA2 #8: the ranks that log no iterations got NC002, the early collective's timeout read as set-up (a
+    one-element all-reduce at SeqNum 80231) while rank 63's file shows 299 iterations: one finding, during training."""
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     watchdog = ("[E1129 10:35:00.1 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Watchdog caught "

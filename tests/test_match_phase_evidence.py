@@ -1,8 +1,8 @@
 """The phase a failure is reported in follows the evidence of its own log, not the failure line's shape alone.
 
-- A one-element collective timing out reads "before training started" (NC002) only while the file shows no progress
-  of its own: after step bars or loss lines it is the training-time rule (NC007), in the phase the file's last
-  markers name (a save announced after fit ended is a checkpoint save).
+- A one-element collective timing out reads as an early timeout with no training step seen (NC002) only while the
+  file shows no progress of its own: after step bars or loss lines it is the training-time rule (NC007), in the
+  phase the file's last markers name (a save announced after fit ended is a checkpoint save).
 - An exception raised while another was being handled prints the inner frames first; the chain's last traceback
   has the outer frames (Trainer ``_save_checkpoint``) that say what the job was doing.
 """

@@ -22,7 +22,7 @@ from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
 from diagnose.ingest.slurm.owner import owner_from_name
-from diagnose.ingest.slurm.parse import parse_sacct, split_state
+from diagnose.ingest.slurm.parse import not_ended, parse_sacct, split_state
 from diagnose.ingest.slurm.usage import gpus_from_tres
 from diagnose.model import DiagnoseError
 
@@ -90,8 +90,7 @@ def list_ended_jobs(start: str, end: str, user: str | None = None, name: str | N
     rows = []
     for row in parse_sacct(result.stdout):
         job_id = row.fields.get("JobID", "")
-        state, _ = split_state(row.fields.get("State"))
-        if "[" in job_id or state in ("RUNNING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
+        if "[" in job_id or not_ended(row.fields.get("State")):
             continue  # a pending array's placeholder row, or not ended yet
         rows.append(SlurmRow(tuple(row.fields.items()), row.line, row.text))
     return rows

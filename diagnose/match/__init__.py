@@ -55,6 +55,7 @@ def scan_and_match(
     """
     from diagnose.match.attribution import attribute_ranks
     from diagnose.match.category_fix import give_category_fixes
+    from diagnose.match.cause_warning import add_cause_warning
     from diagnose.match.collective_skew import mark_collective_skew
     from diagnose.match.compiled import compile_catalogue
     from diagnose.match.engine import scan_deferring
@@ -80,6 +81,7 @@ def scan_and_match(
     mark_collective_skew(findings, root)  # desynced and straggling ranks
     pcie_p2p_hang(findings, root, blocks)  # an early hang over PCIe peer-to-peer only: the link
     node_confined_origin(findings, root)  # NCCL errors of a node's own on one host, consequences elsewhere
+    add_cause_warning(findings, root, hits)  # the failing rank's first NCCL WARN among a root NCCL error's evidence
     completes = frozenset(r.code for r in catalogue.rules if r.completes)
     hang_at_exit(findings, root, blocks, completes)  # killed at the time limit after the work was done: a hang
     give_category_fixes(findings, catalogue)  # an inferred generic finding: the next step its category calls for

@@ -246,5 +246,54 @@ def _tool_error(message: str) -> Exception:
 
 
 def serve() -> None:
-    """Run the server on stdio until the client closes the connection."""
-    build_server().run("stdio")
+    """Run the server on stdio until the client closes the connection.
+
+    A line that is not a JSON-RPC message gets JSON-RPC's error answer (id null): ``-32700 Parse error`` when it is
+    not JSON, ``-32600 Invalid Request`` when it is JSON of another shape; the server keeps serving. The SDK's stdio
+    transport hands such a line to the server as an exception, which it only logs, so the client waited for nothing.
+    """
+    server = build_server()
+    lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
+    if lowlevel is None or not hasattr(lowlevel, "create_initialization_options"):  # an SDK laid out otherwise
+        server.run("stdio")
+        return
+    import anyio
+
+    anyio.run(_serve_stdio, lowlevel)
+
+
+def rejection(error: Exception):
+    """The JSON-RPC error message (a ``SessionMessage``) answering a line the transport could not read as a message:
+    ``-32700 Parse error`` for text that is not JSON, ``-32600 Invalid Request`` for JSON that is no message."""
+    from mcp.shared.message import SessionMessage
+    from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+
+    errors = getattr(error, "errors", None)
+    kinds = {e.get("type") for e in errors()} if callable(errors) else set()
+    if "json_invalid" in kinds or not kinds:
+        data = ErrorData(code=PARSE_ERROR, message="Parse error")
+    else:
+        data = ErrorData(code=INVALID_REQUEST, message="Invalid Request")
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=data))
+
+
+async def _serve_stdio(lowlevel: Any) -> None:
+    """The SDK's ``run_stdio_async``, with the lines it could not read answered (``rejection``) instead of passed
+    to the server."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def relay() -> None:
+            async with send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(rejection(item))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay)
+            await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())

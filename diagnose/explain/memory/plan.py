@@ -128,12 +128,26 @@ _UPPER_ONLY = ("model.num_moe_experts", "model.moe_ffn_hidden_size")  # 0 may st
 MAX_SIZE = 2**31
 
 
+def written_as(view: Any, key: str, value: Any) -> str:
+    """``key=value`` as the user wrote it: a Megatron-LM argument list's flag (``--seq-length 0``) when the value
+    came from one (the list is read into Bridge keys, and ``--seq-length`` fills both ``model.seq_length`` and
+    ``dataset.seq_length``), else the Bridge key (a YAML config, a ``--set``)."""
+    from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM
+
+    origin = view.origin(key) if hasattr(view, "origin") else None
+    name = BRIDGE_TO_MLM.get(key) if getattr(view, "framework", None) == "megatron-lm" else None
+    if name is None or origin in (None, "override", "default"):
+        return f"{key}={value!r}"
+    return f"--{name.replace('_', '-')} {value!r}"
+
+
 def size_problems(view: Any, validated_below_one: Iterable[str] = ()) -> list[str]:
     """Each size the config gives as zero, negative or past ``MAX_SIZE`` (a fractional or non-number value is
-    the loader's to refuse). Keys in ``validated_below_one`` are left to the validator when below one: its
-    violation says where upstream divides by them, which a one-line refusal would hide."""
+    the loader's to refuse), named as the user wrote it (``written_as``), each once. Keys in ``validated_below_one``
+    are left to the validator when below one: its violation says where upstream divides by them, which a one-line
+    refusal would hide."""
     skip = set(validated_below_one)
-    bad = []
+    bad: list[str] = []
     for key in _SIZE_KEYS + _UPPER_ONLY:
         value = fc._get(view, key)
         if value is None or isinstance(value, bool):
@@ -147,9 +161,13 @@ def size_problems(view: Any, validated_below_one: Iterable[str] = ()) -> list[st
         if number < 1 and key not in _UPPER_ONLY:
             if key in skip:
                 continue
-            bad.append(f"{key}={value!r} is not a positive integer")
+            said = f"{written_as(view, key, value)} is not a positive integer"
         elif number > MAX_SIZE:
-            bad.append(f"{key}={value!r} is larger than any model uses (at most {MAX_SIZE:,})")
+            said = f"{written_as(view, key, value)} is larger than any model uses (at most {MAX_SIZE:,})"
+        else:
+            continue
+        if said not in bad:
+            bad.append(said)
     return bad
 
 
@@ -163,9 +181,10 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         for key in ("model.num_layers", "model.hidden_size", "model.num_attention_heads"):
             value = fc._get(view, key)
             if value is not None and (fc._int(value) or 0) < 1:
-                bad.append(f"{key}={value!r} is not a positive integer")
+                bad.append(f"{written_as(view, key, value)} is not a positive integer")
             elif key == "model.num_layers" and value is not None and (fc._int(value) or 0) > fc.MAX_LAYERS:
-                bad.append(f"{key}={value!r} is more layers than any model has (at most {fc.MAX_LAYERS:,})")
+                bad.append(f"{written_as(view, key, value)} is more layers than any model has "
+                           f"(at most {fc.MAX_LAYERS:,})")
         if bad:
             raise DiagnoseError("cannot plan memory: " + "; ".join(bad))
         named = getattr(view, "model_target", None)

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 
 from diagnose.ingest.slurm.commands import run_slurm
 from diagnose.ingest.slurm.job import Runner, _user_name
-from diagnose.ingest.slurm.parse import parse_duration, parse_exit_code, parse_sacct, signal_name, split_state
+from diagnose.ingest.slurm.parse import (
+    NOT_ENDED,
+    parse_duration,
+    parse_exit_code,
+    parse_sacct,
+    signal_name,
+    split_state,
+)
 from diagnose.ingest.slurm.usage import USAGE_FIELDS, Usage, usage_from_rows
 from diagnose.model import DiagnoseError
 
@@ -131,7 +138,7 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
                      if s.get("JobID", "").partition(".")[2].isdigit()), default=0)
         if not summary.derived_exit_code and worst:
             summary.derived_exit_code = worst
-        if summary.failed and state not in ("RUNNING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
+        if summary.failed and state not in NOT_ENDED:
             jobs.append(summary)
     jobs.sort(key=lambda j: j.end, reverse=True)
     return jobs

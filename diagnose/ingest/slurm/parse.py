@@ -158,6 +158,21 @@ def format_duration(seconds: int | None) -> str:
     return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else f"{h:02d}:{m:02d}:{s:02d}"
 
 
+# The job states (scontrol's JobState, sacct's State, first word) of a job that has not ended: its log is the log so
+# far, its record not final. Listed once, here: `diagnose slurm` says "not ended yet", `--failed` and the fleet's
+# sacct scan leave these jobs out (a later scan stores them once they end). COMPLETING is among them: slurmctld shows
+# a job COMPLETING until its epilogs are done, its final state (FAILED, TIMEOUT...) not yet recorded, so a scan that
+# stored it then would keep a wrong state for good. The fleet's EpilogSlurmctld sees every job COMPLETING and does not
+# skip it: it settles the final state from the exit code and reason itself (fleet/epilog.py settle_state).
+NOT_ENDED = frozenset({"RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING",
+                       "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+
+def not_ended(text: str | None) -> bool:
+    """The state (``RUNNING``, ``CANCELLED by 1000``, ``COMPLETING+``) is one of a job that has not ended."""
+    return split_state(text)[0] in NOT_ENDED
+
+
 def split_state(text: str | None) -> tuple[str, str | None]:
     """``CANCELLED by 1000`` -> (``CANCELLED``, ``1000``); ``FAILED`` -> (``FAILED``, None)."""
     parts = (text or "").split()

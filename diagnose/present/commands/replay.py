@@ -53,17 +53,25 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         console.print(head)
         console.print(_violations_text("as given", result.before.violations))
         given = [o for o in result.fix if not any(o is a for a in result.added)]
-        if result.fix:
-            label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if given else \
+        # an override Megatron-Bridge refuses (a key the config does not have) is no part of a fix: the violation
+        # and the verdict say it was refused, and neither the fix line nor its Python/YAML forms repeat it
+        refused = {k for v in result.after.violations if v.check == "override_unknown_key" for k in v.keys}
+        shown = [o for o in result.fix if o.key not in refused]
+        rendered = result.rendered if not refused else render_fix(shown, result.framework) if shown else {}
+        kept = [o for o in given if o.key not in refused]
+        if shown:
+            label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if kept else \
                 "fix (suggested by the validator): "
             fix = Text(label, style="bold")
-            for i, line in enumerate(fix_lines(result.rendered)):
+            for i, line in enumerate(fix_lines(rendered)):
                 fix.append(("\n" + " " * len(label) if i else "") + inert(line))
-            if result.added and given:
+            if result.added and kept:
                 extension = "; ".join(fix_lines(render_fix(result.added, result.framework)))
                 fix.append("  (extended with: " + inert(extension) + ")", style="yellow")
             console.print(fix, soft_wrap=True)  # command lines: never hard-wrapped (copy-paste)
-            console.print(_violations_text("with the fix", result.after.violations))
+        if result.fix:
+            console.print(_violations_text("with the fix" if shown else "with your overrides",
+                                            result.after.violations))
         for note in result.after.notes:
             console.print(Text("note: ", style="cyan") + Text(inert(note.message)))
         console.print(_verdict(result, given if user else []))
@@ -72,12 +80,11 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
                                                                   style="green" if result.fits else "red"))
         elif result.fit is not None and result.fit.notes:
             console.print(Text("memory: ", style="bold") + Text(inert(result.fit.notes[0]), style="yellow"))
-        if result.fix:
-            render = result.rendered
+        if shown:
             for key in ("python", "yaml", "env", "mlm"):
-                if render.get(key):
+                if rendered.get(key):
                     console.print(Text(f"{key}:", style="bold"))
-                    console.print(Text(inert_block(render[key]).rstrip("\n")), soft_wrap=True)  # code: never wrapped
+                    console.print(Text(inert_block(rendered[key]).rstrip("\n")), soft_wrap=True)  # code: never wrapped
 
 
 def fix_lines(render: dict[str, str]) -> list[str]:

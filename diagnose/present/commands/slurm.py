@@ -73,6 +73,7 @@ def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
     """What Slurm says about the job, as rich Text lines; every value is made inert."""
     from rich.text import Text
 
+    from diagnose.ingest.slurm.parse import not_ended
     from diagnose.present.safe import log_text
 
     if s is None:
@@ -96,16 +97,12 @@ def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
     tasks = task_outputs_line(s)
     if tasks:
         lines.append(log_text("  " + tasks))
-    if not failed and (s.state or "").split(" ")[0] in _NOT_ENDED:
+    if not failed and not_ended(s.state):
         # "No failure found." on a running job reads as a verdict: it is the log so far
         lines.append(log_text(f"  not ended yet ({s.state}): what follows is its log so far; 'diagnose slurm "
                               f"{s.job_id} --follow' reports the first failure the moment it appears",
                               style="yellow"))
     return lines
-
-
-_NOT_ENDED = {"RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING", "STOPPED",
-              "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"}
 
 
 def task_outputs_line(s: SlurmFacts) -> str:

@@ -126,10 +126,21 @@ def run(args) -> int:
         refused = follow_refusal(paths[0])
         if refused:
             raise DiagnoseError(refused)
+    opened = None
     if paths and not getattr(args, "slurm", False) and not getattr(args, "fleet", None):
         from diagnose.pipeline import refuse_unreadable
 
-        refuse_unreadable(paths)  # empty, binary, a folder without logs: one line before the screen, as `analyze`
+        # empty, binary, a folder without logs: one line before the screen, as `analyze`; what it opened is the
+        # first analysis's input (read once), closed below if the screen never got to analyse it
+        opened = refuse_unreadable(paths, keep=True)
+    try:
+        return _run_screen(args, paths, rules_dirs, follow, opened)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _run_screen(args, paths: list[str], rules_dirs: list[str], follow: bool, opened) -> int:
     if rules_dirs:  # a broken user rule is a usage error before the screen opens, as in `analyze`
         from diagnose.match.rules import load_catalogue
 
@@ -162,8 +173,8 @@ def run(args) -> int:
             app = DiagnoseApp([], slurm=(getattr(args, "since", None) or "1d", getattr(args, "user", None)),
                               rules_dirs=rules_dirs)
         else:
-            app = DiagnoseApp(paths, analyzer=pipeline_analyzer(rules_dirs), display_names=display, paste=not paths,
-                              rules_dirs=rules_dirs, follow=follow)
+            app = DiagnoseApp(paths, analyzer=pipeline_analyzer(rules_dirs, opened), display_names=display,
+                              paste=not paths, rules_dirs=rules_dirs, follow=follow)
         app.run()
     finally:
         for path in temp:

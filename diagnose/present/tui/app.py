@@ -12,7 +12,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -41,15 +41,17 @@ Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 EAGER_INDEX_FILES = 8  # logs indexed in the background at start; the others when the user opens them
 
 
-def pipeline_analyzer(rules_dirs: list[str]) -> Analyzer:
-    """The real engine: ``diagnose.pipeline.analyze`` with the user's rule folders and our progress callback."""
+def pipeline_analyzer(rules_dirs: list[str], opened: Any = None) -> Analyzer:
+    """The real engine: ``diagnose.pipeline.analyze`` with the user's rule folders and our progress callback;
+    ``opened``: the inputs ``refuse_unreadable`` already opened and checked (``OpenedInputs``), which the first
+    analysis reads instead of opening them again."""
 
     def run(inputs: list[str], progress: Callable[[int, int], None]) -> Report:
         from diagnose.pipeline import AnalyzeOptions, analyze
 
         # one report on one screen: logs of several jobs stay merged here, with the different-jobs warning
         return analyze(inputs, AnalyzeOptions(rules_dirs=list(rules_dirs), progress=progress,
-                                                  refuse_empty=True, split_jobs=False))
+                                                  refuse_empty=True, split_jobs=False, opened=opened))
 
     return run
 
