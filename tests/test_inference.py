@@ -467,3 +467,27 @@ def test_an_evaluation_loop_named_validate_is_not_a_configuration_check():
     got = infer(CATALOGUE.inferences, "PY002", "AssertionError: seq_length must be divisible by 2 * context_parallel_size",
                 config_check, "unknown")
     assert got is not None and got.inference.category == "config_validation"
+
+
+def test_raised_match_reads_the_innermost_frame_with_a_regex():
+    """``raised_match``: a regex searched in the innermost frame (its function and the source line the traceback
+    printed); another frame holding the same text does not count, and a table without a match does not decide."""
+    table = parse_inference({
+        "code": "IF999", "category": "config_validation", "why": "w", "exc_types": ["AssertionError"],
+        "raised_match": [r"\bin __init__\b.*?\bassert\s+[^,]*?%[^,]*?[=!]=\s*0\b"],
+        "examples": [{"line": "AssertionError", "category": "config_validation"}],
+    }, "t")
+    assert table.raised_match == [r"\bin __init__\b.*?\bassert\s+[^,]*?%[^,]*?[=!]=\s*0\b"]
+    ctor = ['File "/env/site-packages/mamba_ssm/modules/mamba2.py", line 77, in __init__ assert self.d_ssm % self.headdim == 0']
+    got = infer([table], "PY002", "AssertionError", ctor, "model_build")
+    assert got is not None and got.inference.code == "IF999" and "assert self.d_ssm" in got.detail
+    at_run_time = ['File "/x/verl/utils/seqlen_balancing.py", line 110, in karmarkar_karp assert len(xs) % k == 0']
+    assert infer([table], "PY002", "AssertionError", at_run_time, "training") is None
+    outer_only = ctor + ['File "/env/site-packages/torch/nn/modules/module.py", line 10, in forward return x']
+    assert infer([table], "PY002", "AssertionError", outer_only, "training") is None
+    try:
+        parse_inference({"code": "IF998", "category": "data", "why": "w", "raised_match": ["("]}, "t")
+    except ValueError as e:
+        assert "raised_match" in str(e)
+    else:
+        raise AssertionError("a raised_match regex that does not compile must be refused")

@@ -419,6 +419,12 @@ def infer(
             detail = head.group(0) if head else where.strip()
         if inf.raised_none and any(needle in innermost_frame(frames) for needle in inf.raised_none):
             continue
+        if inf.raised_match:
+            where = innermost_frame(frames)
+            found = next((m for t in inf.raised_match if (m := regex.search(t, where)) is not None), None)
+            if found is None:
+                continue
+            detail = f"{detail}; raised at {found.group(0)[:80]!r}" if detail else f"raised at {found.group(0)[:80]!r}"
         if inf.library_frame is not None:
             if library is None:
                 library = raised_in_library(frames)

@@ -197,6 +197,8 @@ class Inference:
     ``library_frame``: the last frame is in an installed package (site-packages/dist-packages), not the user's
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``raised_none``: it
     contains none of these (a call made by configuration-instantiating code, a package's ``__init__.py``);
+    ``raised_match``: a regex found in the innermost frame, its source line included (an assert that tests
+    divisibility, ``assert a % b == 0``);
     ``phases``: the finding's phase is one of these; ``rules``: the generic rule's code is one of these.
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
     it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
@@ -227,6 +229,7 @@ class Inference:
     library_frame: bool | None = None
     raised_in: list[str] = field(default_factory=list)
     raised_none: list[str] = field(default_factory=list)
+    raised_match: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
@@ -437,7 +440,9 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     library = _optional_bool(raw, "library_frame")
     text_any, text_none = str_list(raw, "text_any"), str_list(raw, "text_none")
     message_any = str_list(raw, "message_any")
-    for key, patterns in (("text_any", text_any), ("text_none", text_none), ("message_any", message_any)):
+    raised_match = str_list(raw, "raised_match")
+    for key, patterns in (("text_any", text_any), ("text_none", text_none), ("message_any", message_any),
+                          ("raised_match", raised_match)):
         for t in patterns:
             try:
                 if check_regex:
@@ -454,8 +459,8 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     unlike = _optional_bool(raw, "refused_unlike_listed")
     frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
     raised_in = str_list(raw, "raised_in")
-    if not (frames_any or text_any or exc_types or raised_in or library is not None):
-        raise ValueError("no condition: give frames_any, raised_in, text_any, exc_types or library_frame")
+    if not (frames_any or text_any or exc_types or raised_in or raised_match or library is not None):
+        raise ValueError("no condition: give frames_any, raised_in, raised_match, text_any, exc_types or library_frame")
     examples = raw.get("examples", [])
     if not isinstance(examples, list) or not all(isinstance(x, dict) for x in examples):
         raise ValueError("'examples' must be a list of tables")
@@ -472,6 +477,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         library_frame=library,
         raised_in=raised_in,
         raised_none=str_list(raw, "raised_none"),
+        raised_match=raised_match,
         phases=phases,
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
