@@ -488,8 +488,8 @@ def test_a_malformed_phase_file_is_one_clear_error(tmp_path, text, error):
 
 def test_frame_regex_lists_are_one_alternation():
     # a list of alternatives is the same regex as the alternatives joined by "|" (what the file used to spell out)
-    save = PHASE_FILE.frames[0]
-    assert save.phase == "checkpoint_save" and save.pattern.flags & re.M
+    save = next(frame for frame in PHASE_FILE.frames if frame.phase == "checkpoint_save")
+    assert save.pattern.flags & re.M
     assert save.pattern.pattern.startswith(r":_?(?:save_checkpoint\w*|") and "|dist_checkpointing/" in save.pattern.pattern
 
 
@@ -542,3 +542,17 @@ def test_a_scripts_epoch_bars_without_hf_loss_lines_are_training():
     epochs = "  0%|          | 0/1000 [00:00<?, ?it/s]\n 50%|█████     | 500/1000 [01:00<01:00,  8.3it/s]\n"
     assert _phase_after(epochs + epochs) == "training"
     assert _phase_after("  0%|          | 0/2439 [00:00<?, ?it/s]\n") == "first_iteration"
+
+
+def test_a_dataset_build_that_caches_with_torch_save_is_set_up_not_a_checkpoint_save():
+    # (tuner r33) DeepSpeed-Chat's create_prompt_dataset torch.saves the split it built: the dataset-building frame
+    # comes before the save frames in the phase file, so the failure is set-up; a plain torch.save is still a save
+    cache = [
+        'File "/w/DeepSpeed-Chat/training/utils/data/data_utils.py", line 328, in create_prompt_dataset',
+        'File "/env/lib/python3.8/site-packages/torch/serialization.py", line 422, in save',
+        'File "/env/lib/python3.8/site-packages/torch/serialization.py", line 309, in _open_zipfile_writer',
+    ]
+    assert phase_from_frames(cache) == "init"
+    assert phase_from_frames([cache[0].replace("create_prompt_dataset", "train")] + cache[1:]) == "checkpoint_save"
+    resume = ['File "/env/lib/python3.10/site-packages/nemo/utils/exp_manager.py", line 642, in check_resume']
+    assert phase_from_frames(resume) == "checkpoint_load"
