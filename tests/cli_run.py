@@ -3,6 +3,7 @@ no user config and no Slurm lookup, so each test reads what a user's terminal wo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,3 +25,16 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def root_finding(tmp_path: Path, text: str) -> dict:
+    """The root cause's finding of ``analyze --format json`` on ``text`` written as a log; a failure must have one."""
+    report = json.loads(run("analyze", "--format", "json", str(write(tmp_path, "job.log", text))).stdout)
+    assert report["root_cause"] is not None
+    return report["findings"][report["root_cause"]]
+
+
+def finding_words(finding: dict) -> str:
+    """Every word a user reads of a finding: title, explanation, the fix's summary and steps."""
+    fix = finding["fix"]
+    return " ".join([finding["title"], finding["explanation"], fix["summary"], *fix.get("steps", [])])

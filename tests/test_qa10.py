@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import ROOT, run, write
+from cli_run import ROOT, finding_words, root_finding, run, write
 
 EXAMPLE = ROOT / "examples" / "run_config.yaml"
 
@@ -77,30 +77,16 @@ def test_fleet_scan_into_a_store_that_cannot_be_written_is_one_line_before_the_s
             store.parent.chmod(0o755)
 
 
-def _root(tmp_path: Path, text: str) -> dict:
-    import json
-
-    path = write(tmp_path, "job.log", text)
-    report = json.loads(run("analyze", "--format", "json", str(path)).stdout)
-    assert report["root_cause"] is not None
-    return report["findings"][report["root_cause"]]
-
-
-def _words(finding: dict) -> str:
-    fix = finding["fix"]
-    return " ".join([finding["title"], finding["explanation"], fix["summary"], *fix.get("steps", [])])
-
-
 def test_a_checkpoint_sharding_validation_failure_on_save_is_not_told_the_checkpoint_does_not_fit(tmp_path: Path) -> None:
     """cf-mbridge-gpt-oss-tp2-pp2-ep1-dist-ckpt-save-flattened-ranges-exception: megatron-core's dist_checkpointing
     validation ('Flattened ranges dont cover the whole shard', validation.py) failed while SAVING. The answer was
     'Checkpoint tensor shapes do not match the model' with steps about the checkpoint on disk only."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "[rank0]:   File \"/opt/megatron-lm/megatron/core/dist_checkpointing/serialization.py\", line 386, in save\n"
         "[rank0]: megatron.core.dist_checkpointing.core.CheckpointingException: Flattened ranges dont cover the "
         "whole shard ShardedTensor(key='optimizer.state.exp_avg.decoder.layers.mlp.experts.experts.linear_fc2.bias',"
         " dtype=torch.float32, local_shape=(2880,)) of size 2880. Ranges: (array([0, 0]), array([2880, 2880]))\n"))
-    words = _words(finding)
+    words = finding_words(finding)
     assert "Flattened ranges" in words and "sharded state dict" in words
     assert any("saving" in s.lower() for s in finding["fix"]["steps"])
 
@@ -108,7 +94,7 @@ def test_a_checkpoint_sharding_validation_failure_on_save_is_not_told_the_checkp
 def test_a_port_in_use_reported_by_several_ranks_of_one_job_is_told_the_launcher_ran_per_task(tmp_path: Path) -> None:
     """ce-neox-*-address-in-use (3 dev logs): the DeepSpeed runner ran once per MPI/srun task, each copy binding the
     same port. The answer was only 'Use a free, job-specific MASTER_PORT', which cannot help."""
-    finding = _root(tmp_path, "".join(f"[1,{r}]<stderr>:RuntimeError: Address already in use\n" for r in (3, 5)))
+    finding = root_finding(tmp_path, "".join(f"[1,{r}]<stderr>:RuntimeError: Address already in use\n" for r in (3, 5)))
     assert finding["rule"] == "LA010"
     steps = " ".join(finding["fix"]["steps"])
     assert "--ntasks-per-node=1" in steps and "--force_multi" in steps
@@ -119,7 +105,7 @@ def test_a_nccl_remote_error_on_every_node_points_at_the_interface_nccl_chose(tm
     set NCCL_SOCKET_IFNAME. NC013's Fix was 'Find the rank that exited first' with no step."""
     line = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333,"
             " remote process exited or there was a network error, NCCL version 2.18.6\n")
-    finding = _root(tmp_path, f"server101: {line}server100: {line}")
+    finding = root_finding(tmp_path, f"server101: {line}server100: {line}")
     assert finding["rule"] == "NC013"
     steps = " ".join(finding["fix"]["steps"])
     assert "NCCL_SOCKET_IFNAME" in steps and "NCCL_DEBUG=INFO" in steps
@@ -129,7 +115,7 @@ def test_a_pinned_memory_oom_names_deepspeeds_offload_pin_memory(tmp_path: Path)
     """ce-deepspeed-cifar-zero3-offload-pin-memory-oom-small-container and ce-deepspeed-wsl2-zero2-cpu-offload-...:
     DeepSpeed's offload pinned its CPU buffers in a small container; the thread set pin_memory: false. OOM025's
     steps spoke of checkpoint saves only."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "Traceback (most recent call last):\n"
         "  File \"/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/zero/stage3.py\", line 400, in "
         "_setup_for_real_optimizer\n"
@@ -146,11 +132,11 @@ def test_a_dependency_pin_fix_has_no_placeholder_and_covers_upgrading_the_pinnin
     """cg-llamafactory-internvl3-transformers-dev-version-check-importerror: the user needed the newer transformers
     (InternVL3); the thread upgraded LLaMA-Factory or set DISABLE_VERSION_CHECK=1. IM054's only step was the literal
     placeholder pip install '<requirement from the message>', i.e. go back to the old version."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "ImportError: transformers>=4.45.0,<=4.51.3,!=4.48.0 is required for a normal functioning of this module, "
         "but found transformers==4.52.0.dev0.\n"))
     assert finding["rule"] == "IM054"
-    words = _words(finding)
+    words = finding_words(finding)
     assert "<" + "requirement" not in words and "upgrade the package" in words
 
 
@@ -158,7 +144,7 @@ def test_an_early_watchdog_timeout_of_an_idle_inference_server_is_told_to_raise_
     """ch-sglang-deepseek-r1-2node-tp16-idle-allgather-watchdog-timeout-default-dist-timeout: a TP all-gather of an
     idle sglang server hit the 600 s timeout (SeqNum 41). NC002 spoke of training set-up only; the thread raised
     sglang's --dist-timeout."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "[rank4]:[E304 10:56:40.122900448 ProcessGroupNCCL.cpp:616] [Rank 4] Watchdog caught collective operation "
         "timeout: WorkNCCL(SeqNum=41, OpType=_ALLGATHER_BASE, NumelIn=8080, NumelOut=129280, Timeout(ms)=600000) ran "
         "for 600013 milliseconds before timing out.\n"))
@@ -170,7 +156,7 @@ def test_a_state_dict_missing_only_frozen_keys_is_told_about_trainable_only_chec
     """ch-lavis-blip2-resume-*-missing-keys-strict-load (2 dev logs): LAVIS saved only the trainable parameters and
     the resume loaded strictly; the maintainers' fix was strict=False. CK009's steps covered prefixes, sizes and
     Megatron formats only."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "Traceback (most recent call last):\n"
         "  File \"/workspace/LAVIS/lavis/runners/runner_base.py\", line 640, in _load_checkpoint\n"
         "    self.unwrap_dist_model(self.model).load_state_dict(checkpoint[\"model\"])\n"
@@ -183,7 +169,7 @@ def test_a_state_dict_missing_only_frozen_keys_is_told_about_trainable_only_chec
 def test_an_oom_after_training_started_with_selective_recompute_is_offered_full_recompute(tmp_path: Path) -> None:
     """cf-mbridge-gemma4-vl-sft-selective-recompute-oom-iter7-8gpu: the recipe already recomputed selectively and the
     fix was full-layer recompute. OOM104's only step offered recompute_granularity=selective, which it had."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         " [2026-11-29 10:00:00] iteration      7/   10000 | consumed samples:        896 | lm loss: 2.404998E+00 |\n"
         "Traceback (most recent call last):\n"
         "  File \"/opt/megatron-lm/megatron/core/pipeline_parallel/schedules.py\", line 172, in forward_step\n"
@@ -212,7 +198,7 @@ def test_an_enroot_gpu_hook_failure_is_not_answered_with_disk_space_only(tmp_pat
     """cf-pyxis-enroot-gpu-container-start-file-lookup-denied-after-libnvidia-container-upgrade: 98-nvidia.sh
     (nvidia-container-cli) failed after a libnvidia-container upgrade. SL016's Fix was only free space and enroot's
     paths."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "slurmstepd: error: pyxis:     nvidia-container-cli: container error: file lookup failed: "
         "/proc/418833/root/etc/debian_version: permission denied\n"
         "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"))
@@ -228,7 +214,7 @@ def test_a_nan_loss_or_grad_norm_fix_names_fp16_overflow(tmp_path: Path, line: s
     """cg-hf-trainer-t5-large-fp16-amp-loss-nan (NU005), cf-swift-deepseek-vl-full-ft-fp16-zero2-grad-nan-... and
     ch-qwen2-7b-v100-fp16-sft-loss-zero-grad-norm-nan-... (NU010): fp16 training of a bf16-pretrained model; the
     threads' fix was bf16 or fp32. The Fix named lr, warm-up and 'precision' with no step."""
-    finding = _root(tmp_path, line * 4)
+    finding = root_finding(tmp_path, line * 4)
     assert finding["rule"] in ("NU005", "NU010")
     steps = " ".join(finding["fix"]["steps"])
     assert "fp16" in steps and "bf16" in steps
@@ -274,7 +260,7 @@ def test_an_illegal_memory_access_fix_covers_upgrading_the_package_whose_kernel_
     """ce-flashattn-0p2-illegal-memory-access-fwd-fixed-by-upgrade: the category line said 'a bug of that release,
     usually fixed by another' (IF911), but HW001's Fix spoke of locating the kernel and Xid errors only; the thread
     upgraded flash-attn."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "Traceback (most recent call last):\n"
         "  File \"/opt/conda/lib/python3.8/site-packages/flash_attn/flash_attn_interface.py\", line 21, in _flash_attn_forward\n"
         "    softmax_lse, *rest = flash_attn_cuda.fwd(\n"
@@ -287,7 +273,7 @@ def test_a_missing_fused_layer_norm_is_not_offered_only_gradient_accumulation_fu
     """cf-ernie-fp16-finetune-apex-reinstalled-without-cuda-ext-fused-layer-norm-missing: a plain pip install had
     replaced apex's extension build. IM020 offered 'or turn off gradient accumulation fusion', which does not touch
     fused_layer_norm_cuda, and nothing on how the build gets lost."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "Traceback (most recent call last):\n"
         "  File \"/usr/local/lib/python3.8/dist-packages/apex/normalization/fused_layer_norm.py\", line 30, in "
         "forward\n"
@@ -302,7 +288,7 @@ def test_a_host_oom_while_loading_names_every_rank_loading_the_full_model(tmp_pa
     """ce-deepspeed-zero3-bloom7b-8-ranks-host-ram-oom-killed: each of 8 ranks loaded the full model into CPU RAM
     before deepspeed.initialize; the thread's fix was zero.Init / low_cpu_mem_usage. OOM020's steps were data loader
     workers, CPU offload and --mem=0."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "[Thu Feb 16 09:43:38 2023] Out of memory: Killed process 72236 (python3) total-vm:118442096kB, "
         "anon-rss:98765432kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:200000kB oom_score_adj:0\n"))
     assert finding["rule"] == "OOM020"

@@ -5,7 +5,6 @@ Each test failed on the tree before its fix. Output tests run the real command l
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pty
 import select
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from diagnose.match import engine
 from diagnose.normalize import decode, normalize_line
-from tests.cli_run import ROOT, run, write
+from tests.cli_run import ROOT, finding_words, root_finding, run, write
 
 
 class _Recording(bytes):
@@ -81,28 +80,17 @@ def test_tui_on_a_pipe_that_has_not_ended_says_it_is_reading_standard_input(tmp_
     assert "standard input" in text and "--follow" in text, text
 
 
-def _root(tmp_path: Path, text: str) -> dict:
-    report = json.loads(run("analyze", "--format", "json", str(write(tmp_path, "job.log", text))).stdout)
-    assert report["root_cause"] is not None
-    return report["findings"][report["root_cause"]]
-
-
-def _words(finding: dict) -> str:
-    fix = finding["fix"]
-    return " ".join([finding["title"], finding["explanation"], fix["summary"], *fix.get("steps", [])])
-
-
 def test_a_missing_megatron_fused_softmax_kernel_is_not_told_to_install_apex(tmp_path: Path) -> None:
     """ci-gpt-neox-fused-kernels-configured-not-installed-exits-without-training: IM020 takes
     scaled_upper_triang_masked_softmax_cuda, a kernel of Megatron's own megatron/fused_kernels (GPT-NeoX builds it
     with megatron/fused_kernels/setup.py), not apex's. Every word said apex or gradient accumulation fusion; the
     thread: build the fused kernels, or turn the softmax / bias-gelu fusions off in the config."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/gpt-neox/megatron/model/fused_softmax.py", line 191, in forward_fused_softmax\n'
         "    import scaled_upper_triang_masked_softmax_cuda\n"
         "ModuleNotFoundError: No module named 'scaled_upper_triang_masked_softmax_cuda'\n"))
-    words = _words(finding)
+    words = finding_words(finding)
     assert "fused_kernels/setup.py" in words
     assert "scaled_upper_triang_masked_softmax_fusion" in words
     assert "fused kernels" in finding["title"] and "fused kernels" in finding["fix"]["summary"]
@@ -113,7 +101,7 @@ def test_an_early_timeout_with_one_silent_rank_names_main_process_set_up_work(tm
     (NC002): rank 0 tokenised the dataset (or cached embeddings) under main_process_first while the other ranks
     waited 30 minutes in the first collective. The steps named no such work and no Accelerate timeout; the
     threads: preprocess before the launch, or InitProcessGroupKwargs(timeout=...)."""
-    finding = _root(tmp_path, "".join(
+    finding = root_finding(tmp_path, "".join(
         f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
         "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800621 "
         "milliseconds before timing out.\n" for r in (1, 2, 3)))
@@ -126,7 +114,7 @@ def test_a_port_in_use_fix_covers_a_program_that_sets_the_port_itself(tmp_path: 
     """cn-mochi-xdit-3gpu-hardcoded-master-port-29500-eaddrinuse (LA010): the pipeline hard-codes port 29500 for
     the process group its Ray actors start, so "use a free MASTER_PORT" (every step) changed nothing; the thread:
     patch the port the program sets, or stop the process holding it."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "[W1205 18:20:49.511402170 socket.cpp:759] [c10d] The server socket has failed to bind to [::]:29500 "
         "(errno: 98 - Address already in use).\n"))
     assert finding["rule"] == "LA010"
@@ -139,7 +127,7 @@ def test_a_timeout_during_training_names_a_slow_save_and_a_group_without_the_set
     the ranks timed out after 'saving checkpoint', at Timeout(ms)=600000 though the job set 120 minutes (a
     new_group made without it). NC007 had no step at all past 'find the rank that stopped'; the threads: pass the
     timeout to every group, or make the save faster."""
-    finding = _root(tmp_path, (
+    finding = root_finding(tmp_path, (
         "  distributed_timeout_minutes ..................... 120\n"
         " [2025-03-18 10:46:20] iteration      500/   50000 | consumed samples:       512000 | elapsed time per "
         "iteration (ms): 9125.3 | learning rate: 1.500000E-04 | global batch size:  1024 | lm loss: 2.3600\n"
