@@ -212,6 +212,27 @@ async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
 
 
 @run_async
+async def test_go_to_line_says_when_the_input_is_not_a_line_number(oom_app: DiagnoseApp) -> None:
+    """qa-report-11 L6: ':' followed by 'abc' or '-5' did nothing and said nothing; now the status says so (the text
+    shown inert) and the cursor stays where it was."""
+    async with oom_app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        screen = oom_app.screen
+        assert isinstance(screen, LogScreen)
+        await pilot.press("colon", *"12", "enter")
+        await pilot.pause()
+        assert screen.view.cursor_line == 11
+        for typed in ("abc", "-5", "[b]x"):
+            await pilot.press("colon", *typed, "enter")
+            await pilot.pause()
+            status = shown(screen.query_one("#log-status"))
+            assert f"not a line number: {typed}" in status, status
+            assert screen.view.cursor_line == 11
+
+
+@run_async
 async def test_rank_facet_shows_one_rank(tmp_path: Path) -> None:
     log = copy_log("nccl_duplicate_gpu.log", tmp_path)
     report = Report(inputs=[InputInfo(str(log), log.stat().st_size, 0)])

@@ -185,6 +185,8 @@ class LogScreen(Screen):
                 self.message = f"not a rank: {inert(value)}"
         elif self.prompt_mode == "line" and value.isdigit():
             self.view.go_to_line(max(0, int(value) - 1))
+        elif self.prompt_mode == "line" and value:
+            self.message = f"not a line number: {inert(value)}"  # the cursor stays (qa-report-11 L6)
         self._update_status()
 
     def set_rank(self, rank: int | None) -> None:
