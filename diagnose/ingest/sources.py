@@ -198,6 +198,23 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
     return Source(path=display_path, size=len(data), buffer=data, **hints)
 
 
+def release_pages(buf: object, start: int, end: int) -> int:
+    """Hand the mapped pages lying wholly inside ``[start, end)`` back to the kernel (MADV_DONTNEED) once read, so
+    resident memory stays flat however large the log; they fault back in from the page cache if read again. Returns
+    the page-aligned offset released up to, or ``start`` when nothing was (not a mapping, no madvise, no whole page)."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return start
+    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = (end // mmap.PAGESIZE) * mmap.PAGESIZE
+    if hi <= lo:
+        return start
+    try:
+        buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    except (OSError, ValueError):
+        return start
+    return hi
+
+
 def raise_open_file_limit(needed: int) -> None:
     """Raise the soft limit on open files towards the hard limit when ``needed`` is more than the soft one (many
     large per-rank logs are each mapped, one descriptor apiece). Never lowers it; a failure is left to the open that

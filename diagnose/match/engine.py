@@ -18,6 +18,7 @@ from typing import Any
 import regex
 
 from diagnose.coerce import as_int
+from diagnose.ingest.sources import release_pages
 from diagnose.match import parallel
 from diagnose.match.anchors import MAX_LINE_BYTES, Phase1, phase1_for, resolve_backend, text_presence, windows
 from diagnose.match.captures import CHECKPOINT_BYTES, BlockCollector, LineIndex, MarkerTracker, WindowView, materialise
@@ -773,7 +774,7 @@ class DeferredCaptures:
 
     def blocks(self) -> dict[str, list[Block]]:
         def done_with(view: WindowView) -> None:
-            _release(view.buffer, view.offset - view.offset % mmap.PAGESIZE, view.offset + view.length)
+            release_pages(view.buffer, view.offset - view.offset % mmap.PAGESIZE, view.offset + view.length)
 
         self.collector.read_deferred(done_with)
         return materialise(self.collector, self.readers, deferred=True)
@@ -840,7 +841,7 @@ def scan_deferring(
                 collector.window(view, r.captures)
             lines_before += r.newlines
             done += r.length
-            released = _release(buf, released, window_end)
+            released = release_pages(buf, released, window_end)
             if progress is not None:
                 progress(done, total_bytes)
         size = len(buf)
@@ -942,16 +943,3 @@ def _on_stream(neighbours, stream: tuple) -> list[LogLine]:
     """The lines of ``stream`` among a reader's (start, line) neighbours: another rank's interleaved lines aside."""
     return [line for _start, line in neighbours if line.stream == stream]
 
-
-def _release(buf, released: int, upto: int) -> int:
-    """Tell the kernel we are done with the mapped pages before ``upto`` so resident memory stays flat."""
-    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-        return released
-    end = (upto // mmap.PAGESIZE) * mmap.PAGESIZE
-    if end > released:
-        try:
-            buf.madvise(mmap.MADV_DONTNEED, released, end - released)
-        except (OSError, ValueError):
-            return released
-        return end
-    return released

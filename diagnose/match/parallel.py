@@ -35,15 +35,16 @@ def chunks(buf, size: int | None = None) -> list[tuple[int, int]]:
 
 
 def _scan_chunk(bounds: tuple[int, int]):
+    from diagnose.ingest.sources import release_pages
     from diagnose.match.anchors import windows
-    from diagnose.match.engine import _bytes_count, _release, scan_window
+    from diagnose.match.engine import _bytes_count, scan_window
 
     start, end = bounds
     out = []
     released = start - start % mmap.PAGESIZE
     for offset, w in windows(_BUFFER, _WINDOW, start, end):
         out.append(scan_window(cast("Phase1", _PHASE1), offset, w, _COUNT or _bytes_count))  # set by the pool
-        released = _release(_BUFFER, released, offset + len(w))
+        released = release_pages(_BUFFER, released, offset + len(w))
     return out
 
 

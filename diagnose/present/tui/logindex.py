@@ -18,6 +18,7 @@ from collections.abc import Callable
 from itertools import accumulate
 
 from diagnose.ingest import open_inputs
+from diagnose.ingest.sources import release_pages
 from diagnose.model import DiagnoseError
 
 CHUNK_BYTES = 1 << 20
@@ -171,17 +172,9 @@ class LogIndex:
                 self._on_progress(self)
 
     def _release(self, start: int, end: int) -> None:
-        """Hand the pages of ``[start, end)`` back to the kernel once indexed (as analysis does per window): a
-        1.5 GB log otherwise stayed mapped in whole, 1.5 GB of resident memory for a screen of lines. The pages
-        drawn or searched later fault back in from the page cache."""
-        buf = self._buf
-        if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-        hi = (end // mmap.PAGESIZE) * mmap.PAGESIZE
-        if hi > lo:
-            with contextlib.suppress(OSError, ValueError):
-                buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        """Hand the pages of ``[start, end)`` back once indexed, searched or copied (as analysis does per window): a
+        1.5 GB log otherwise stayed mapped in whole, 1.5 GB of resident memory for a screen of lines."""
+        release_pages(self._buf, start, end)
 
     # ------------------------------------------------------------------------------------------- read
 
