@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -238,10 +237,10 @@ class OpenedInputs:
     them (``take``) and closes them when it is done, in its own thread; ``close`` closes them when no analysis took
     them. Any later analysis opens the inputs anew (a followed log has grown since)."""
 
-    def __init__(self, inputs: list[str], opening: Any, sources: list) -> None:
+    def __init__(self, inputs: list[str], opened: contextlib.ExitStack, sources: list) -> None:
         self.inputs = list(inputs)
         self.sources = sources
-        self._opening = opening  # the entered open_inputs context
+        self._opened = opened  # holds the entered open_inputs context
         self._state = "open"  # "open", "taken" (an analysis reads them and will close them), "closed"
         self._lock = threading.Lock()
 
@@ -259,22 +258,18 @@ class OpenedInputs:
         try:
             yield self.sources
         finally:
-            self._exit()
+            self._close_if("taken")
 
     def close(self) -> None:
         """Close the inputs unless an analysis took them (it closes them itself)."""
-        with self._lock:
-            if self._state != "open":
-                return
-            self._state = "taken"
-        self._exit()
+        self._close_if("open")
 
-    def _exit(self) -> None:
+    def _close_if(self, state: str) -> None:
         with self._lock:
-            if self._state == "closed":
+            if self._state != state:
                 return
             self._state = "closed"
-        self._opening.__exit__(None, None, None)
+        self._opened.close()
 
 
 def refuse_unreadable(inputs: list[str], keep: bool = False) -> OpenedInputs | None:
@@ -291,17 +286,12 @@ def refuse_unreadable(inputs: list[str], keep: bool = False) -> OpenedInputs | N
     logs = [p for p in found.log_inputs if p != "-"]
     if found.dumps or not logs:
         return None
-    opening = open_inputs(logs)
-    sources = opening.__enter__()
-    try:
+    with contextlib.ExitStack() as stack:
+        sources = stack.enter_context(open_inputs(logs))
         if len(sources) and all(s.size == 0 for s in sources):
             raise _empty_error([s.path for s in sources])
-    except BaseException:
-        opening.__exit__(*sys.exc_info())
-        raise
-    if keep and logs == list(inputs):
-        return OpenedInputs(logs, opening, sources)
-    opening.__exit__(None, None, None)
+        if keep and logs == list(inputs):
+            return OpenedInputs(logs, stack.pop_all(), sources)
     return None
 
 

@@ -12,7 +12,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -33,6 +33,7 @@ from diagnose.present.tui.logindex import LogIndex
 from diagnose.present.tui.screens import BaseApp, ConfirmScreen, ExportScreen, LogScreen, PasteScreen
 
 if TYPE_CHECKING:
+    from diagnose.pipeline import OpenedInputs
     from diagnose.present.tui.follow import FailureLines
 
 Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
@@ -41,7 +42,7 @@ Analyzer = Callable[[list[str], Callable[[int, int], None]], Report]
 EAGER_INDEX_FILES = 8  # logs indexed in the background at start; the others when the user opens them
 
 
-def pipeline_analyzer(rules_dirs: list[str], opened: Any = None) -> Analyzer:
+def pipeline_analyzer(rules_dirs: list[str], opened: OpenedInputs | None = None) -> Analyzer:
     """The real engine: ``diagnose.pipeline.analyze`` with the user's rule folders and our progress callback;
     ``opened``: the inputs ``refuse_unreadable`` already opened and checked (``OpenedInputs``), which the first
     analysis reads instead of opening them again."""
