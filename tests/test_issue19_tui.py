@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import settle
-from test_tui_app import SIZE, oom_app  # noqa: F401 - the fixture
+from test_tui_app import SIZE, oom_app, open_log_screen  # noqa: F401 - the fixture
 from test_tui_reports import run_async
 
 from diagnose.present.tui.app import DiagnoseApp, MainScreen
@@ -118,14 +118,10 @@ async def test_item10_p_without_a_plan_says_why(tmp_path: Path) -> None:
 
 @run_async
 async def test_item10_forward_search_wraps_to_the_top(oom_app: DiagnoseApp) -> None:  # noqa: F811
-    from diagnose.present.tui.screens import LogScreen
 
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("l")
-        await pilot.pause(0.2)
-        screen = oom_app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, oom_app, "l")
         screen.index.done.wait(10)
 
         async def press(*keys: str) -> None:
@@ -186,13 +182,9 @@ def _log_app(log: Path) -> DiagnoseApp:
 
 
 async def _open_log(app: DiagnoseApp, pilot):
-    from diagnose.present.tui.screens import LogScreen
 
     await pilot.pause()
-    await pilot.press("l")
-    await pilot.pause(0.2)
-    screen = app.screen
-    assert isinstance(screen, LogScreen)
+    screen = await open_log_screen(pilot, app, "l")
     assert screen.index.done.wait(10)
     await pilot.pause(0.2)
     return screen

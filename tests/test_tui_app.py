@@ -29,6 +29,16 @@ def view_text(view: LogView) -> list[str]:
     return [view.render_line(y).text for y in range(view.size.height)]
 
 
+async def open_log_screen(pilot, app: DiagnoseApp, key: str) -> LogScreen:
+    """Press ``key`` (``l``: the log at its top, ``enter``: at the selected finding's evidence) and return the log
+    screen it opened."""
+    await pilot.press(key)
+    await pilot.pause(0.2)
+    screen = app.screen
+    assert isinstance(screen, LogScreen)
+    return screen
+
+
 @pytest.fixture
 def oom_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DiagnoseApp:
     monkeypatch.chdir(tmp_path)
@@ -139,10 +149,7 @@ async def test_export_to_a_bad_path_says_so(oom_app: DiagnoseApp, tmp_path: Path
 async def test_enter_opens_the_log_at_the_evidence_and_escape_returns(oom_app: DiagnoseApp) -> None:
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause(0.2)
-        screen = oom_app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, oom_app, "enter")
         view = screen.view
         assert view.cursor_line == 33  # 0-based: line 34, the OOM message
         rows = view_text(view)
@@ -167,10 +174,7 @@ async def test_enter_opens_an_xz_log_at_the_evidence_as_text(tmp_path: Path, mon
     app = DiagnoseApp([str(packed)], report=report, display_names={})
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause(0.2)
-        screen = app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, app, "enter")
         assert screen.view.cursor_line == 33
         rows = view_text(screen.view)
         cursor_rows = [r for r in rows if "Tried to allocate 135.33 GiB" in r]
@@ -181,10 +185,7 @@ async def test_enter_opens_an_xz_log_at_the_evidence_as_text(tmp_path: Path, mon
 async def test_log_search_next_previous(oom_app: DiagnoseApp) -> None:
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("l")
-        await pilot.pause(0.2)
-        screen = oom_app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, oom_app, "l")
         assert screen.view.cursor_line == 0
 
         async def press(*keys: str) -> None:  # a search runs in a worker thread: wait for it
@@ -217,10 +218,7 @@ async def test_go_to_line_says_when_the_input_is_not_a_line_number(oom_app: Diag
     shown inert) and the cursor stays where it was."""
     async with oom_app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("l")
-        await pilot.pause(0.2)
-        screen = oom_app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, oom_app, "l")
         await pilot.press("colon", *"12", "enter")
         await pilot.pause()
         assert screen.view.cursor_line == 11
@@ -239,10 +237,7 @@ async def test_rank_facet_shows_one_rank(tmp_path: Path) -> None:
     app = DiagnoseApp([str(log)], report=report, display_names={str(log): "nccl_duplicate_gpu.log"})
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("l")
-        await pilot.pause(0.2)
-        screen = app.screen
-        assert isinstance(screen, LogScreen)
+        screen = await open_log_screen(pilot, app, "l")
         await pilot.press("r", "1", "enter")
         facet = screen.view.facet
         assert facet is not None and facet.done.wait(5)
