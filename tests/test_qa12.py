@@ -21,3 +21,35 @@ def test_a_config_key_that_is_not_a_field_name_is_refused_not_ignored(tmp_path: 
     assert "unknown key 'model.\\x1b]0;PWN\\x07[bold]hidden_sise'" in proc.stderr
     assert "\x1b" not in proc.stderr
 
+
+def test_a_pipeline_plan_holds_the_micro_batches_of_its_own_data_parallel_size(tmp_path: Path) -> None:
+    """Llama-3 70B at TP 4 on 512 GPUs, global batch 512, micro batch 1: as given DP is 128 (4 micro batches).
+    The 'PP 8' plan (DP 16: 32 micro batches) was sized with the given 4, so pipeline stage 0 held 4 micro batches'
+    activations instead of 8 (stages 0-4 equal), and check listed it as fitting at 44.7 GiB, below the same split
+    with sequence parallel on. A plan must be sized with its own DP's micro batches: the same as the config that
+    sets that split."""
+    from dataclasses import replace
+
+    from diagnose.explain.config.extract import load_config
+    from diagnose.explain.memory import options
+    from diagnose.explain.memory.from_config import layout_from_config, scenario, shape_from_config, \
+        workload_from_config
+
+    path = write(tmp_path, "llama70b.yaml", "\n".join([
+        "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
+        "  num_query_groups: 8", "  vocab_size: 128256", "  seq_length: 8192", "  gated_linear_unit: true",
+        "  bf16: true", "  tensor_model_parallel_size: 4",
+        "train:", "  micro_batch_size: 1", "  global_batch_size: 512",
+        "ddp:", "  use_megatron_fsdp: true", "  data_parallel_sharding_strategy: optim_grads_params", ""]))
+    view = load_config(str(path))
+    shape = shape_from_config(view)
+    layout = layout_from_config(view, 512)
+    work = workload_from_config(view, shape, layout)
+    scn = scenario(view, shape, layout, work, 80 * 2**30)
+    pp8 = replace(layout, pp=8)
+    assert work is not None and pp8.dp == 16
+    plan = options.evaluate(scn, "PP 8", [], pp8, work, "", 0.0)
+    expected = options.evaluate(scn, "PP 8", [], pp8, replace(work, num_microbatches=32), "", 0.0)
+    assert plan is not None and expected is not None
+    assert plan.stage_peaks == expected.stage_peaks
+    assert plan.stage_peaks[0] > plan.stage_peaks[4]  # stage 0 holds 8 micro batches, stage 4 holds 4
