@@ -32,8 +32,12 @@ def test_a_pipeline_plan_holds_the_micro_batches_of_its_own_data_parallel_size(t
 
     from diagnose.explain.config.extract import load_config
     from diagnose.explain.memory import options
-    from diagnose.explain.memory.from_config import layout_from_config, scenario, shape_from_config, \
-        workload_from_config
+    from diagnose.explain.memory.from_config import (
+        layout_from_config,
+        scenario,
+        shape_from_config,
+        workload_from_config,
+    )
 
     path = write(tmp_path, "llama70b.yaml", "\n".join([
         "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
@@ -53,3 +57,25 @@ def test_a_pipeline_plan_holds_the_micro_batches_of_its_own_data_parallel_size(t
     assert plan is not None and expected is not None
     assert plan.stage_peaks == expected.stage_peaks
     assert plan.stage_peaks[0] > plan.stage_peaks[4]  # stage 0 holds 8 micro batches, stage 4 holds 4
+
+
+def test_check_says_a_plan_that_does_not_fit_is_over_the_usable_memory_not_under_the_gpu(tmp_path: Path) -> None:
+    """Llama-3 70B, Megatron FSDP, TP 4 on 512 H100s: the peak, 78.55 GiB, is under the GPU's 79.11 GiB but over
+    what a plan may use (the GPU less a headroom for the CUDA context, NCCL and the allocator). check said 'does NOT
+    fit (peak 78.55 GiB of 79.11 GiB)': a verdict its own numbers contradict. It must compare the peak with the
+    usable memory, and say what the rest is kept for."""
+    import re
+
+    path = write(tmp_path, "llama70b.yaml", "\n".join([
+        "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
+        "  num_query_groups: 8", "  vocab_size: 128256", "  seq_length: 8192", "  gated_linear_unit: true",
+        "  bf16: true", "  tensor_model_parallel_size: 4",
+        "train:", "  micro_batch_size: 1", "  global_batch_size: 512",
+        "ddp:", "  use_megatron_fsdp: true", "  data_parallel_sharding_strategy: optim_grads_params", ""]))
+    out = " ".join(run("check", str(path), "--gpus", "512", "--gpu", "h100-80gb").stdout.split())
+    m = re.search(r"As given: (fits|does NOT fit) \(peak ([\d.]+) GiB of ([\d.]+) GiB usable: ([\d.]+) GiB less "
+                  r"([\d.]+) GiB for the CUDA context, NCCL and the allocator\)", out)
+    assert m is not None, out[-400:]
+    verdict, peak, usable, gpu, kept = m.group(1), *map(float, m.groups()[1:])
+    assert abs(usable + kept - gpu) < 0.02
+    assert (peak <= usable) == (verdict == "fits")
