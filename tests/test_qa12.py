@@ -79,3 +79,14 @@ def test_check_says_a_plan_that_does_not_fit_is_over_the_usable_memory_not_under
     verdict, peak, usable, gpu, kept = m.group(1), *map(float, m.groups()[1:])
     assert abs(usable + kept - gpu) < 0.02
     assert (peak <= usable) == (verdict == "fits")
+
+
+def test_bf16_grads_for_a_megatron_lm_job_are_the_flag_that_turns_them_on() -> None:
+    """examples/mlm_args.txt (--bf16, no --accumulate-allreduce-grads-in-fp32): check's 'bf16 grads' plan said
+    '(remove --accumulate-allreduce-grads-in-fp32)', a flag the job does not pass; Megatron-LM's arguments.py turns
+    it on for --bf16 unless --grad-reduce-in-bf16 is given. The plan must name that flag."""
+    out = run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "8", "--gpu", "h100-80gb").stdout
+    lines = out.splitlines()
+    plan = next(i for i, line in enumerate(lines) if "grads reduced in bf16" in line)
+    assert lines[plan - 1].split(None, 1)[1] == "--grad-reduce-in-bf16"
+    assert "remove --accumulate-allreduce-grads-in-fp32" not in out
