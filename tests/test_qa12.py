@@ -90,3 +90,19 @@ def test_bf16_grads_for_a_megatron_lm_job_are_the_flag_that_turns_them_on() -> N
     plan = next(i for i, line in enumerate(lines) if "grads reduced in bf16" in line)
     assert lines[plan - 1].split(None, 1)[1] == "--grad-reduce-in-bf16"
     assert "remove --accumulate-allreduce-grads-in-fp32" not in out
+
+
+def test_an_oom_fix_the_memory_model_could_not_size_is_not_called_one_that_does_not_fit() -> None:
+    """sample_logs/optimizer_step_oom.log has no parameter count and no config: the memory section says the state
+    cannot be modelled, yet replay said 'fix valid but does not fit: the memory model finds nothing that fits'
+    and JSON replay.fit.fits was false, with no peak. Without numbers the fit is unknown (null), and says why."""
+    import json
+
+    out = run("analyze", "--format", "json", str(ROOT / "sample_logs" / "optimizer_step_oom.log")).stdout
+    report = json.loads(out)
+    assert report["memory"]["params"] is None
+    fit = report["replay"]["fit"]
+    assert fit["peak_bytes"] is None
+    assert fit["fits"] is None
+    text = run("analyze", str(ROOT / "sample_logs" / "optimizer_step_oom.log")).stdout
+    assert "nothing that fits" not in text and "does not fit" not in " ".join(text.split())
