@@ -106,3 +106,17 @@ def test_an_oom_fix_the_memory_model_could_not_size_is_not_called_one_that_does_
     assert fit["fits"] is None
     text = run("analyze", str(ROOT / "sample_logs" / "optimizer_step_oom.log")).stdout
     assert "nothing that fits" not in text and "does not fit" not in " ".join(text.split())
+
+
+def test_replay_help_names_the_release_it_validates_as_by_default() -> None:
+    """'replay --help' said --bridge-version defaults to 'latest', but a config with no release is validated as
+    0.5.0-0.6.x (README; the output says 'release unknown'), not as the latest family (>= 0.7.0, where
+    dist.use_megatron_fsdp is gone). The help must name the family replay really uses."""
+    import re
+
+    out = run("replay", str(ROOT / "examples" / "run_config.yaml")).stdout
+    family = re.search(r"validated as: Megatron-Bridge (\S+) \(release unknown", out)
+    assert family is not None, out[:300]
+    help_text = " ".join(run("replay", "--help").stdout.split())
+    assert "default: latest" not in help_text
+    assert f"else {family.group(1)})" in help_text
