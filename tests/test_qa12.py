@@ -120,3 +120,23 @@ def test_replay_help_names_the_release_it_validates_as_by_default() -> None:
     help_text = " ".join(run("replay", "--help").stdout.split())
     assert "default: latest" not in help_text
     assert f"else {family.group(1)})" in help_text
+
+
+def test_sequence_parallel_with_tp_1_is_not_a_violation_for_megatron_lm(tmp_path: Path) -> None:
+    """A Megatron-LM argument list with --sequence-parallel and TP 1 (common in FSDP launch scripts): check said
+    'Validation: 1 violation(s) - Cannot use sequence parallelism without tensor parallelism' and 'As given:
+    INVALID'. Megatron-LM's validate_args turns sequence parallelism off when TP is 1, with a warning, before
+    megatron-core's config classes see it: the job runs. A Bridge config, which has no such step, still fails."""
+    args = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+            "--group-query-attention --num-query-groups 8 --seq-length 4096 --max-position-embeddings 4096 "
+            "--micro-batch-size 1 --global-batch-size 64 --bf16 --swiglu --vocab-size 128256 "
+            "--tensor-model-parallel-size 1 --sequence-parallel --use-distributed-optimizer\n")
+    out = run("check", str(write(tmp_path, "args.txt", args)), "--gpus", "8").stdout
+    assert "Validation: passes" in out
+    assert "INVALID" not in out
+    replay = run("replay", str(write(tmp_path, "args.txt", args)), "--gpus", "8").stdout
+    assert "Disabling sequence parallelism" in replay
+    bridge = (ROOT / "examples" / "run_config.yaml").read_text(encoding="utf-8").replace(
+        "  bf16: true\n", "  bf16: true\n  sequence_parallel: true\n")
+    out = run("check", str(write(tmp_path, "run.yaml", bridge)), "--gpus", "8").stdout
+    assert "Cannot use sequence parallelism without tensor parallelism" in out
