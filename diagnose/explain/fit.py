@@ -67,6 +67,10 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     if not own:
         return None
     peak = _peak_of(own, memory.options, job_gpus)
+    if peak is None and current is None and not memory.options:
+        # nothing was sized (no parameter count, no model shape): "nothing fits" would be a claim without numbers
+        return CapacityFit(root, own, None, job_gpus, None, job_gpus, None, capacity, usable, root.fix.summary, "",
+                           ["not sized: no parameter count in the log and no model shape in the config"])
     return CapacityFit(root, own, False, job_gpus, None, job_gpus, peak, capacity, usable,
                        root.fix.summary, "")
 

@@ -194,6 +194,9 @@ def overrides_yaml(fix: list[Override]) -> str:
 def mlm_flag(o: Override) -> str:
     """The Megatron-LM flag for one override; ``(remove --flag)`` when the fix turns a flag off; "" when no flag
     is known for the key."""
+    if o.key == "ddp.grad_reduce_in_fp32" and o.value is False:
+        # --bf16 turns --accumulate-allreduce-grads-in-fp32 on unless this flag is given (arguments.py)
+        return "--grad-reduce-in-bf16"
     inverted = next((flag for flag, key in INVERTED.items() if key == o.key), None)
     if inverted is not None and isinstance(o.value, bool):
         flag = "--" + inverted.replace("_", "-")

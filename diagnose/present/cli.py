@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", metavar="CONFIG", help="run_config.yaml, a Bridge YAML, a Megatron-LM args dump, or a log")
     _set_opt(p)
     p.add_argument("--bridge-version", type=_release, metavar="X.Y.Z",
-                   help="validate as this Megatron-Bridge release (default: latest)")
+                   help="validate as this Megatron-Bridge release (default: the one the config or log shows, "
+                        "else 0.5.0-0.6.x)")
     p.add_argument("--gpus", type=_gpu_count, metavar="N", help="world size (default: from the config or 1)")
     _format(p, ("text", "json"))
     _common(p)

@@ -116,3 +116,12 @@ def _option_lines(n: int, o: MemoryOption) -> list[str]:
     if o.cost:
         lines.append(f"     cost: {o.cost}")
     return lines
+
+
+def usable_words(capacity: int) -> str:
+    """``75.95 GiB usable: 79.11 GiB less 3.16 GiB for ...``: what a plan's peak is held to (options.headroom)."""
+    from diagnose.explain.memory.options import headroom
+
+    kept = headroom(capacity)
+    return (f"{fmt_gib(capacity - kept)} usable: {fmt_gib(capacity)} less {fmt_gib(kept)} for the CUDA context, "
+            "NCCL and the allocator")

@@ -134,6 +134,9 @@ def check_values(values: dict[str, Any], what: str, allow: Iterable[str] = ()) -
             hint = did_you_mean(key, (k for k in known if k.startswith(section)))
             if hint is not None:
                 raise DiagnoseError(f"{what}: unknown key '{key}' (did you mean {hint}?)")
+            if "." in key and not key.split(".")[1].isidentifier():
+                # a section's fields are dataclass fields: a key that is not a Python name is none of them
+                raise DiagnoseError(f"{what}: unknown key '{key}' (not a field name: Bridge's loader refuses it)")
             continue
         problem = type_problem(key, value, typed)
         if problem:

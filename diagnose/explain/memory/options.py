@@ -140,6 +140,9 @@ def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layou
     counts = scn.stages(layout)
     if counts is None:
         return None
+    if layout.dp != scn.layout.dp:
+        # the same global batch over another DP size is another number of micro batches (what a stage holds)
+        workload = _with_microbatches(scn, workload, layout)
     unit = layer_params_max(scn.shape, layout) if scn.shape is not None else None
     worst: tuple[int, StateBytes, int | None, Phases] | None = None
     peaks = []

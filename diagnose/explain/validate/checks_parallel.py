@@ -181,7 +181,12 @@ def _uneven_split(layers: int, pp: int) -> list[list]:
 
 simple_check("sequence_parallel_needs_tp", "megatron-core model_parallel_config.py __post_init__ (0.16.1 ~L404)",
              lambda ctx: ctx.flag("model.sequence_parallel") and ctx.tp <= 1, MSG_SP_WITHOUT_TP,
-             ["model.sequence_parallel", "model.tensor_model_parallel_size"], [[("model.sequence_parallel", False)]])
+             ["model.sequence_parallel", "model.tensor_model_parallel_size"], [[("model.sequence_parallel", False)]],
+             frameworks=("megatron-bridge",))
+simple_check("sequence_parallel_off_without_tp", "Megatron-LM arguments.py validate_args (auto-fix, warning)",
+             lambda ctx: ctx.flag("model.sequence_parallel") and ctx.tp <= 1,
+             "Disabling sequence parallelism because tensor model parallelism is disabled",
+             ["model.sequence_parallel"], frameworks=("megatron-lm",), kind="note")
 
 
 @check("seq_length_context_parallel", "Megatron-Bridge training/config.py validate() ~L1573", ("megatron-bridge",))

@@ -122,6 +122,8 @@ def _sections(view: ConfigView) -> dict[str, Any]:
     model_section = view.section("model")
     if view.framework != "megatron-lm":
         model_section.update(bridge_precision_overlay(view))  # Bridge's mixed-precision setup runs first
+    elif int(model_section.get("tensor_model_parallel_size") or 1) <= 1:
+        model_section["sequence_parallel"] = False  # Megatron-LM's validate_args turns it off before the classes
     if model_section.get("apply_rope_fusion") and view.get("launch.transformer_engine") is not False:
         # megatron-core checks the fused RoPE kernel against the Transformer Engine of the process that runs the
         # check: that is this machine, not the job's. Only a log saying the job had no TE makes it the job's error.

@@ -16,6 +16,7 @@ from diagnose.checking import CheckRequest, CheckResult, check, fix_text
 from diagnose.explain.memory.gpus import gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError
 from diagnose.present import json_text
+from diagnose.present.memory_text import usable_words
 from diagnose.units import fmt_gib, format_gib_short
 
 if TYPE_CHECKING:
@@ -121,10 +122,10 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
                 " No valid alternative at this GPU count fits.")
         console.print(Text(msg, style="bold red"))
     elif given.fits:
-        console.print(Text(f"\nAs given: fits (peak {fmt_gib(given.peak_bytes)} of {fmt_gib(cap)}).",
+        console.print(Text(f"\nAs given: fits (peak {fmt_gib(given.peak_bytes)} of {usable_words(cap)}).",
                            style="bold green"))
     else:
-        msg = f"\nAs given: does NOT fit (peak {fmt_gib(given.peak_bytes)} of {fmt_gib(cap)})."
+        msg = f"\nAs given: does NOT fit (peak {fmt_gib(given.peak_bytes)} of {usable_words(cap)})."
         msg += f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits."
         console.print(Text(msg, style="bold red"))
 

@@ -27,6 +27,7 @@ from diagnose.checking import plan as compute
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override
+from diagnose.present.memory_text import usable_words
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.screens import BaseApp, ExportScreen
@@ -158,9 +159,9 @@ def summary_text(memory: MemoryPlan) -> Text:
                     " No valid alternative at this GPU count fits.", "bold")
         return text
     if given.fits:
-        text.append(f"As given: fits (peak {peak} of {format_bytes(cap)}).", "bold green")
+        text.append(f"As given: fits (peak {peak} of {usable_words(cap)}).", "bold green")
         return text
-    text.append(f"As given: does NOT fit (peak {peak} of {format_bytes(cap)}).", "bold red")
+    text.append(f"As given: does NOT fit (peak {peak} of {usable_words(cap)}).", "bold red")
     text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.",
                 "bold")
     return text
