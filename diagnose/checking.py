@@ -6,6 +6,7 @@ and screens only parse arguments and render. Never prints; imports no presenter.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -135,7 +136,7 @@ def memory_accept(view: Any, gpus: int, capacity: int):
 def check(req: CheckRequest) -> CheckResult:
     """Validate the config (replay, every violation with the fix proven by replay), then plan memory per GPU for
     the config as given and the alternatives at the same GPU count."""
-    from diagnose.explain.memory.plan import memory_plan
+    from diagnose.explain.memory.plan import NoModelShape, memory_plan
     from diagnose.explain.memory.replay_check import prove
 
     view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version)
@@ -144,7 +145,13 @@ def check(req: CheckRequest) -> CheckResult:
     replay = replay_section(view, version, accept)
     if replay.result.fix:
         replay.result.fits = fits_of(replay.result.fix)
-    plan = memory_plan(view, req.gpus, req.capacity, prove=lambda ovs: prove(view, ovs, version))
+    try:
+        plan = memory_plan(view, req.gpus, req.capacity, prove=lambda ovs: prove(view, ovs, version))
+    except NoModelShape as e:
+        # an overrides-only YAML: say what can still be checked without a model (replay validates it alone)
+        command = f"diagnose replay {shlex.quote(req.config)} --gpus {req.gpus}"
+        raise DiagnoseError(f"{e}; give the model (its provider's _target_ or its shape), or validate the config "
+                            f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = getattr(view, "framework", None) == "megatron-lm"
     if not replay.passes:

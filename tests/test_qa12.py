@@ -140,3 +140,17 @@ def test_sequence_parallel_with_tp_1_is_not_a_violation_for_megatron_lm(tmp_path
         "  bf16: true\n", "  bf16: true\n  sequence_parallel: true\n")
     out = run("check", str(write(tmp_path, "run.yaml", bridge)), "--gpus", "8").stdout
     assert "Cannot use sequence parallelism without tensor parallelism" in out
+
+
+def test_check_on_an_overrides_only_yaml_names_the_command_that_still_validates_it(tmp_path: Path) -> None:
+    """qa-report-12 L4 (fixed after the round, lead): a YAML of train:/ddp: overrides names no model, so check
+    cannot plan memory and refused in one line that left the user nowhere. The line now says what to give or to
+    run, and the command it names validates the same file (the global-batch violation, exit 1)."""
+    config = write(tmp_path, "ovr.yaml", "train:\n  global_batch_size: 100\n  micro_batch_size: 3\n"
+                                         "ddp:\n  use_megatron_fsdp: true\n")
+    proc = run("check", str(config), "--gpus", "64", code=(2,))
+    assert proc.stderr.count("\n") == 1
+    assert "no model shape" in proc.stderr
+    assert f"diagnose replay {config} --gpus 64" in proc.stderr
+    named = run("replay", str(config), "--gpus", "64", code=(1,))
+    assert "global_batch_divisible" in named.stdout

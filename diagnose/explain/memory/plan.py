@@ -141,6 +141,10 @@ def written_as(view: Any, key: str, value: Any) -> str:
     return f"--{name.replace('_', '-')} {value!r}"
 
 
+class NoModelShape(DiagnoseError):
+    """The config names no model (an overrides-only YAML): memory cannot be planned, validation still can."""
+
+
 def size_problems(view: Any, validated_below_one: Iterable[str] = ()) -> list[str]:
     """Each size the config gives as zero, negative or past ``MAX_SIZE`` (a fractional or non-number value is
     the loader's to refuse), named as the user wrote it (``written_as``), each once. Keys in ``validated_below_one``
@@ -202,8 +206,8 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
                 f"Megatron-Bridge {releases[0] if releases else '?'}..{releases[-1] if releases else '?'} and "
                 "megatron-bridge is not installed here): give model.num_layers, model.hidden_size and "
                 "model.num_attention_heads (and its vocab, GLU and embedding settings), or install megatron-bridge")
-        raise DiagnoseError("the config has no model shape (model.num_layers, model.hidden_size, "
-                            "model.num_attention_heads): cannot plan memory")
+        raise NoModelShape("the config has no model shape (model.num_layers, model.hidden_size, "
+                           "model.num_attention_heads): cannot plan memory")
     layout = fc.layout_from_config(view, gpus)
     reconciled = _reconcile_with_log(view, shape)
     shape, reconcile_note = reconciled if reconciled is not None else (shape, None)
