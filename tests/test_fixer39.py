@@ -4,9 +4,16 @@ Each test failed on the tree before its fix."""
 
 from __future__ import annotations
 
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_file
 
 from diagnose.explain.memory.verdict import OomNumbers, allocator_is_a_step, cache_share, fragmented
 from diagnose.pipeline import AnalyzeOptions, analyze
@@ -78,3 +85,53 @@ def test_a_real_fragmentation_oom_still_leads_with_the_allocator():
     assert report.memory is not None and report.memory.verdict == "fragmentation"
     assert report.root is not None
     assert "expandable_segments:True" in report.root.shown_fix.summary
+
+
+# --- qa-report-11 L5 / L7: SIGTERM stops a run in one line, exit 143, and leaves no scratch folder ----------------
+
+def _read_all(fd: int) -> bytes:
+    out = b""
+    while select.select([fd], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the other end closed (EIO on a pty)
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervising fork is Linux/POSIX only")
+@pytest.mark.parametrize("command", ["analyze", "tui"])
+def test_sigterm_stops_a_run_reading_stdin_with_one_line(tmp_path, command):
+    """``timeout`` / ``kill`` of ``diagnose analyze -`` or ``tui -`` while it spools an open pipe: before, the worker
+    died of the signal with no word; now it cleans up, says so in one line and dies of SIGTERM (143 in a shell), and
+    the parent removes its scratch folder."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIAGNOSE_SKIP_SLURM": "1", "DIAGNOSE_NO_CONFIG": "1",
+           "DIAGNOSE_NO_CACHE": "1", "TMPDIR": str(tmpdir)}
+    master, slave = pty.openpty()  # the TUI wants a terminal for its output
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", command, "-"], cwd=ROOT, env=env, stdin=read_end,
+                            stdout=slave, stderr=slave)
+    os.close(read_end)
+    os.close(slave)
+    try:
+        os.write(write_end, (ROOT / "sample_logs" / "ddp_wrap_oom.log").read_bytes() * 800)  # 4.5 MB; stays open
+        wait_for_file(tmpdir)  # the worker is spooling stdin, inside the command
+        proc.send_signal(signal.SIGTERM)  # to the parent only, as timeout and kill do
+        rc = proc.wait(timeout=30)
+        text = _read_all(master).decode("utf-8", "replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(write_end)
+        os.close(master)
+    assert rc == -signal.SIGTERM, (rc, text)  # it dies the way it was told to: 143 in a shell
+    assert text.strip().splitlines()[-1] == "diagnose: terminated", text
+    assert "Traceback" not in text
+    assert list(tmpdir.iterdir()) == []
+
