@@ -135,3 +135,33 @@ def test_sigterm_stops_a_run_reading_stdin_with_one_line(tmp_path, command):
     assert "Traceback" not in text
     assert list(tmpdir.iterdir()) == []
 
+
+
+# --- qa-report-11 L2 / qa-report-10 L10: the fusion override only for the module it concerns ----------------------
+
+def _root_of(tmp_path: Path, text: str):
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    root = analyze([str(log)], AnalyzeOptions()).root
+    assert root is not None
+    return root
+
+
+@pytest.mark.parametrize("module", ["fused_layer_norm_cuda", "scaled_upper_triang_masked_softmax_cuda", "amp_C"])
+def test_a_missing_kernel_the_fusion_does_not_concern_gets_no_fusion_override(tmp_path, module):
+    root = _root_of(tmp_path, f"ModuleNotFoundError: No module named '{module}'\n")
+    assert root.rule == "IM020"
+    assert not any(o.key == "model.gradient_accumulation_fusion" for o in root.fix.overrides)
+
+
+def test_a_missing_fused_wgrad_extension_is_offered_the_fusion_override(tmp_path):
+    root = _root_of(tmp_path, "ModuleNotFoundError: No module named 'fused_weight_gradient_mlp_cuda'\n")
+    assert root.rule == "IM022" and root.category == "import_version"
+    assert [(o.key, o.value) for o in root.fix.overrides] == [("model.gradient_accumulation_fusion", False)]
+
+
+def test_the_gpt_neox_softmax_log_has_no_bridge_override():
+    root = _dev("ci-gpt-neox-fused-kernels-configured-not-installed-exits-without-training").root
+    assert root is not None and root.rule == "IM020"
+    assert not root.shown_fix.overrides
+
