@@ -165,3 +165,31 @@ def test_the_gpt_neox_softmax_log_has_no_bridge_override():
     assert root is not None and root.rule == "IM020"
     assert not root.shown_fix.overrides
 
+
+# --- qa-report-10 L6: a scan that lost the race to another writer says so -------------------------------------------
+
+def test_jobs_another_scan_stored_meanwhile_are_not_called_the_same_job_as_another_file(tmp_path):
+    from diagnose.fleet.scan import ScanOptions, list_files, scan
+    from diagnose.fleet.store import FleetStore
+    from diagnose.present.commands.fleet import scan_line
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    oom = (ROOT / "sample_logs" / "ddp_wrap_oom.log").read_text()
+    (logs / "a.log").write_text(oom)
+    (logs / "b.log").write_text(oom.replace("rank0", "rank1"))
+    (logs / "copy-of-a.log").write_text(oom)
+    db = str(tmp_path / "fleet.db")
+
+    def other_writer(records):  # another `fleet scan` stores two of these jobs between our listing and our write
+        with FleetStore(db) as other:
+            other.add([r for r in records if not r.source.endswith("copy-of-a.log")])
+
+    with FleetStore(db) as store:
+        summary = scan(store, list_files([str(logs)]), ScanOptions(before_write=other_writer))
+        total = store.count()
+    assert (summary.listed, summary.skipped, summary.added) == (3, 0, 0)
+    assert summary.duplicates == 1 and summary.stored_elsewhere == 2
+    line = scan_line(summary, total)
+    assert "(0 unreadable, 1 the same job as another file, 2 stored meanwhile by another scan)" in line, line
+    assert line.endswith("the store has 2 jobs")
