@@ -193,3 +193,32 @@ def test_jobs_another_scan_stored_meanwhile_are_not_called_the_same_job_as_anoth
     line = scan_line(summary, total)
     assert "(0 unreadable, 1 the same job as another file, 2 stored meanwhile by another scan)" in line, line
     assert line.endswith("the store has 2 jobs")
+
+
+# --- qa-report-11 L4: the job's own short collective timeout leads NC002's fix --------------------------------------
+
+@pytest.mark.parametrize("name", ["cj-mlm-dsv4-cp4-pp2-first-step-p2p-recv-timeout-5min",
+                                  "cj-mlm-dsv4-cp8-allgather-cp-skew-5min-timeout-node3"])
+def test_a_timeout_set_below_the_default_is_the_headline(name):
+    root = _dev(name).root
+    assert root is not None and root.rule == "NC002"
+    fix = root.shown_fix
+    assert fix.summary.startswith("Raise the collective timeout: this job set it to 5 minutes"), fix.summary
+    assert [(o.key, o.value) for o in fix.overrides] == [("dist.distributed_timeout_minutes", 10)]
+    assert fix.steps[0].startswith("If it still times out: find the rank")
+
+
+@pytest.mark.parametrize(("minutes", "headline"), [(10, "Find the rank"), (30, "Find the rank"),
+                                                   (3, "Raise the collective timeout: this job set it to 3 minutes")])
+def test_only_a_timeout_below_the_default_leads(tmp_path, minutes, headline):
+    line = ("[rank1]:[E810 03:04:11.061727749 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelIn=80, NumelOut=80, "
+            f"Timeout(ms)={minutes * 60000}) ran for {minutes * 60000 + 96} milliseconds before timing out.\n")
+    args = ("------------------------ arguments ------------------------\n"
+            "  context_parallel_size ........................... 1\n"
+            f"  distributed_timeout_minutes ..................... {minutes}\n"
+            "  pipeline_model_parallel_size .................... 1\n"
+            "-------------------- end of arguments ---------------------\n")
+    root = _root_of(tmp_path, args + line)
+    assert root.rule == "NC002"
+    assert root.shown_fix.summary.startswith(headline), root.shown_fix.summary

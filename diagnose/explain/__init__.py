@@ -23,6 +23,10 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
         report.warnings.append(f"config: {e}")
     except Exception as e:  # noqa: BLE001 - one part failing never breaks the report
         report.warnings.append(f"config extraction failed: {type(e).__name__}: {e}")
+    if view is not None:
+        from diagnose.explain.timeouts import short_timeout_first
+
+        short_timeout_first(report, view)  # before replay, which proves the fix it leads with
     # the memory model first: for a capacity OOM, replay proves the memory model's fitting option
     _run_memory(report, view, options)
     if view is not None:
