@@ -222,3 +222,14 @@ def test_only_a_timeout_below_the_default_leads(tmp_path, minutes, headline):
     root = _root_of(tmp_path, args + line)
     assert root.rule == "NC002"
     assert root.shown_fix.summary.startswith(headline), root.shown_fix.summary
+
+
+# --- qa-report-9 L2: NCCL on Docker's bridge network -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["cc-arcface-torch-master-node-hangs-broadcast-docker-bridge-ip",
+                                  "cc-arcface-torch-two-node-docker-bridge-net-nccl-unhandled-system-error"])
+def test_a_docker_bridge_address_is_named_beside_the_root(name):
+    report = _dev(name)
+    assert report.root is not None and report.root.rule != "NC030"  # context: on one node it is harmless
+    bridge = [f for f in report.findings if f.rule == "NC030"]
+    assert bridge and "--network=host" in bridge[0].fix.summary
