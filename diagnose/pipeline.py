@@ -109,7 +109,10 @@ def analyze(inputs: list[str], options: AnalyzeOptions | None = None) -> Report:
 
     fit_words(report)  # a fix step the log itself makes needless (rerun with NCCL_DEBUG when its WARN is there)
     if options.replay:
-        _enrich(report, result.blocks, options)
+        # the catalogue travels with the options: explain takes a category's fix from it (an allocator rule on
+        # numbers that are not fragmentation)
+        _enrich(report, result.blocks, options if options.catalogue is catalogue else
+                dataclasses.replace(options, catalogue=catalogue))
     return report
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from diagnose.configview import ConfigView
 from diagnose.explained import CONFIG_CATEGORIES, ReplayResult
-from diagnose.model import DiagnoseError, Finding, FindingReplay, Override, Report
+from diagnose.model import DiagnoseError, Finding, FindingReplay, Fix, Override, Report
 
 
 def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
@@ -23,6 +23,10 @@ def enrich(report: Report, blocks: dict | None, options: Any = None) -> None:
         report.warnings.append(f"config: {e}")
     except Exception as e:  # noqa: BLE001 - one part failing never breaks the report
         report.warnings.append(f"config extraction failed: {type(e).__name__}: {e}")
+    if view is not None:
+        from diagnose.explain.timeouts import short_timeout_first
+
+        short_timeout_first(report, view)  # before replay, which proves the fix it leads with
     # the memory model first: for a capacity OOM, replay proves the memory model's fitting option
     _run_memory(report, view, options)
     if view is not None:
@@ -133,12 +137,22 @@ def _run_memory(report: Report, view, options: Any) -> None:
     except Exception as e:  # noqa: BLE001
         report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")
         return
-    _allocator_as_a_step(report)
+    _allocator_as_a_step(report, getattr(getattr(options, "catalogue", None), "category_fixes", None) or {})
 
 
-def _allocator_as_a_step(report: Report) -> None:
-    """A nearly full GPU (the memory verdict is not fragmentation, yet cached and free memory exceeded the request):
-    the rule's memory lever stays the fix and the allocator setting becomes a step (qa-report-9 L1)."""
+def _allocator_only(fix: Fix) -> bool:
+    """A fix that is the allocator setting and nothing else, no memory lever among its steps (OOM190's, read from
+    the message's words alone; OOM104's names recompute and the micro batch as its next step, and keeps it)."""
+    allocator = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    return not fix.overrides and not fix.steps and any(e.name in allocator for e in fix.env)
+
+
+def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None:
+    """The numbers do not say fragmentation (a nearly full GPU, or a small unallocated share of what PyTorch
+    reserved), yet cached and free memory exceeded the request: the rule's memory lever stays the fix and the
+    allocator setting becomes a step (qa-report-9 L1). A rule whose fix is the allocator setting alone (its regex
+    reads the message's words, not the share) takes the cuda_oom category's fix, the memory lever, instead
+    (qa-report-11 L1)."""
     from diagnose.explain.memory.analysis import allocator_step
 
     root = report.root
@@ -148,6 +162,10 @@ def _allocator_as_a_step(report: Report) -> None:
     step = allocator_step(root)
     if step is None:
         return
+    lever = category_fixes.get("cuda_oom")
+    if lever is not None and _allocator_only(root.fix):
+        root.fix = Fix(lever.summary, lever.safety, list(lever.overrides), [], list(lever.steps),
+                       list(lever.other_stacks))
     # the steps, and the stack-neutral steps that stand in for them for a job of another stack (render.fix_words)
     for steps in (root.fix.steps, root.fix.other_stacks):
         if (steps or steps is root.fix.steps) and step not in steps:

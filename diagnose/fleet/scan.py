@@ -57,6 +57,13 @@ class ScanSummary:
     added: int = 0  # new rows
     unreadable: int = 0
     seconds: float = 0.0
+    duplicates: int = 0  # files whose job another file of this scan already is (a copy, a log named twice)
+
+    @property
+    def stored_elsewhere(self) -> int:
+        """Jobs not added because another writer (a scan running beside this one) stored them between this scan's
+        listing and its write."""
+        return max(0, self.listed - self.skipped - self.added - self.duplicates)
 
 
 @dataclass(slots=True)
@@ -67,6 +74,8 @@ class ScanOptions:
     rules_dirs: list[str] = field(default_factory=list)
     replay: bool = False  # config replay + memory model per job: ~6x slower, rarely what a fleet view needs
     progress: Callable[[int, int], None] | None = None  # (jobs done, jobs to do)
+    # called with each batch just before it is written: the seam where another writer's rows can land (tests)
+    before_write: Callable[[list[JobRecord]], None] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ listing
@@ -158,16 +167,24 @@ def scan(store: FleetStore, items: list[Item], options: ScanOptions) -> ScanSumm
     batch: list[tuple[JobRecord, SeenFile | None]] = []
     last_commit = time.monotonic()
 
+    keys: set[str] = set()
+
     def flush() -> None:
         nonlocal last_commit
         if batch:
-            summary.added += store.add([r for r, _ in batch], [s for _, s in batch if s is not None])
+            records = [r for r, _ in batch]
+            if options.before_write is not None:
+                options.before_write(records)
+            summary.added += store.add(records, [s for _, s in batch if s is not None])
             batch.clear()
         last_commit = time.monotonic()
 
     if options.progress:
         options.progress(0, len(todo))
     for done, (record, seen) in enumerate(_results(todo, options), 1):
+        if record.job_key in keys:
+            summary.duplicates += 1
+        keys.add(record.job_key)
         batch.append((record, seen))
         summary.unreadable += record.status == "unreadable"
         if len(batch) >= options.batch_size or time.monotonic() - last_commit >= options.commit_s:

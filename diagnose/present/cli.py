@@ -404,9 +404,10 @@ def main(argv: list[str] | None = None) -> int:
 
         with pipe_tolerant_stdout():
             return int(module.run(args))
-    except KeyboardInterrupt:
-        print("diagnose: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # ^C, or SIGTERM in the supervised worker (supervise.Terminated)
+        from diagnose.present.supervise import stopped
+
+        return stopped(e)
     except BrokenPipeError:
         # stdout closed early (e.g. `| head`): not an error of ours
         with contextlib.suppress(OSError):

@@ -12,6 +12,10 @@ The parent also owns the child's temporary folder. A child killed by a signal (`
 terminal's SIGHUP, the kernel's OOM killer) runs no ``finally``: ``yes | diagnose analyze -`` stopped by ``timeout``
 left its 12 GB spool in /tmp. The child's ``tempfile`` root is a folder the parent made and removes once the child
 has ended, however it ended.
+
+SIGTERM (``timeout``, a scheduler, ``kill``) stops the worker as SIGINT does: every clean-up that runs for ^C runs
+and one line says so ("diagnose: terminated"); then the worker, and the parent after it, die of SIGTERM as they were
+told to, so a shell sees 143 (128 + 15) and a caller's wait sees the signal.
 """
 
 from __future__ import annotations
@@ -29,6 +33,22 @@ TRUNCATED = ("diagnose: error: an input log was truncated or replaced while it w
              "still writing?): run again, or on a copy of the log")
 _RESET_TERMINAL = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h\x1b[0m"
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in the worker: a KeyboardInterrupt, so that whatever cleans up after ^C cleans up after it too."""
+
+
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + int(signal.SIGTERM)
+
+
+def stopped(error: KeyboardInterrupt) -> int:
+    """The one line and exit code of a command stopped by SIGINT (130) or SIGTERM (143)."""
+    terminated = isinstance(error, Terminated)
+    with contextlib.suppress(OSError, ValueError):
+        print("diagnose: terminated" if terminated else "diagnose: interrupted", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def supervised(main: Callable[[], int]) -> int:
@@ -57,6 +77,7 @@ def supervised(main: Callable[[], int]) -> int:
         _die_with(parent)
         if interruptible:
             signal.signal(signal.SIGINT, _interrupt_once)
+        _catch_sigterm()
         _hold_sigint(False)
         sys.exit(_interruptible(main))
     try:
@@ -66,23 +87,56 @@ def supervised(main: Callable[[], int]) -> int:
 
 
 def _hold_sigint(hold: bool) -> None:
+    """SIGINT and SIGTERM held back (``hold``) or let through: from before the fork until each side has its
+    handlers, so that neither ends the parent before it can remove the scratch folder (qa-report-11 L7)."""
     with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask: the window stays
-        signal.pthread_sigmask(signal.SIG_BLOCK if hold else signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK if hold else signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _interruptible(main: Callable[[], int]) -> int:
     """``main`` turns a KeyboardInterrupt into one line and 130 once a command runs; this covers what comes before
-    (argument parsing, the command's imports), where ^C printed a traceback."""
+    (argument parsing, the command's imports), where ^C printed a traceback. SIGTERM the same way, with 143."""
     try:
-        return main()
-    except KeyboardInterrupt:
-        return _interrupted()
+        _catch_sigterm()
+        code = main()
+    except KeyboardInterrupt as e:
+        code = stopped(e)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN and _TERMINATED:
+        _die_of_sigterm()
+    return code
 
 
 def _interrupted() -> int:
+    return stopped(KeyboardInterrupt())
+
+
+def _catch_sigterm() -> None:
+    """SIGTERM raises Terminated in this (the working) process, unless it was started ignoring SIGTERM or has a
+    handler of its own."""
+    with contextlib.suppress(OSError, ValueError):  # not the main thread: left as it is
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _terminate_once):
+            signal.signal(signal.SIGTERM, _terminate_once)
+
+
+_TERMINATED: list[bool] = []  # a SIGTERM was taken: the process dies of it once the command has cleaned up
+
+
+def _terminate_once(_signum, _frame) -> None:
+    """The first SIGTERM stops the command (Terminated); a second (a process group's, and the parent's forwarded
+    copy) is ignored, so that it cannot interrupt the clean-up of the first."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _TERMINATED.append(True)
+    raise Terminated
+
+
+def _die_of_sigterm() -> None:
+    """After the command's clean-up and its one line: end the way SIGTERM ends a process (the shell's 143)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
     with contextlib.suppress(OSError, ValueError):
-        print("diagnose: interrupted", file=sys.stderr)
-    return 130
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _scratch_folder() -> str | None:
@@ -101,15 +155,23 @@ def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None, f
     # SIGINT is forwarded too: ``kill -INT``, ``timeout -s INT`` or a notebook's interrupt reach this process only
     # (ignoring it left such a run going to the end). A terminal's ^C reaches the child as well; the child takes
     # only the first SIGINT (``_interrupt_once``), so it stops once and says so once.
-    previous = {sig: signal.signal(sig, lambda s, _f: _forward(pid, s)) for sig in _FORWARDED}
-    previous[signal.SIGINT] = signal.signal(
-        signal.SIGINT, (lambda s, _f: _forward(pid, s)) if forward_sigint else signal.SIG_IGN)
+    sent: set[int] = set()
+
+    def forward(sig: int, _frame) -> None:
+        sent.add(sig)
+        _forward(pid, sig)
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, forward if forward_sigint else signal.SIG_IGN)
     _hold_sigint(False)
     try:
         while True:
             try:
-                _, status = os.waitpid(pid, 0)
-                break
+                status = _wait_once(pid)
+                if status is not None:
+                    break
+                if signal.SIGTERM in sent:  # again: a first one that came just before a blocking read waits
+                    _forward(pid, signal.SIGTERM)  # in the worker until the read returns (it ignores repeats)
             except ChildProcessError:
                 return EXIT_USAGE
             except InterruptedError:
@@ -130,6 +192,27 @@ def _wait_for(pid: int, saved_tty, cleanup: Callable[[], None] = lambda: None, f
         signal.signal(sig, signal.SIG_DFL)  # die the way the child did, so the shell sees the same status
     os.kill(os.getpid(), sig)
     return 128 + sig
+
+
+_POLL_S = 1.0
+
+
+def _wait_once(pid: int) -> int | None:
+    """The worker's wait status, or None after _POLL_S without its end: a signal whose handler Python defers until
+    a blocking call returns (one that arrived just before it) then runs within _POLL_S. Without pidfd_open (not
+    Linux >= 5.3): a blocking wait."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return os.waitpid(pid, 0)[1]
+    try:
+        import select
+
+        select.select([fd], [], [], _POLL_S)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return status if done else None
+    finally:
+        os.close(fd)
 
 
 def _interrupt_once(_signum, _frame) -> None:

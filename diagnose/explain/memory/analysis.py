@@ -12,7 +12,15 @@ from diagnose.explain.memory.options import Plan, evaluate, headroom, option_of,
 from diagnose.explain.memory.replay_check import prove
 from diagnose.explain.memory.shape import reconcile
 from diagnose.explain.memory.state import Layout
-from diagnose.explain.memory.verdict import OomNumbers, buys_one_allocation, decide, from_facts, larger_than_gpu
+from diagnose.explain.memory.verdict import (
+    OomNumbers,
+    allocator_is_a_step,
+    buys_one_allocation,
+    cache_share,
+    decide,
+    from_facts,
+    larger_than_gpu,
+)
 from diagnose.explain.render import fix_style, inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
 from diagnose.model import Finding, Override, Report
@@ -311,11 +319,31 @@ def one_allocation_sentence(n: OomNumbers) -> str:
             "fails. Free memory first.")
 
 
+def small_share_sentence(n: OomNumbers) -> str:
+    """Cached and free memory exceeded the request, but the unallocated cache is a small share of what PyTorch
+    reserved (``small_cache_share``): the demand is the story, the allocator setting a step (qa-report-11 L1)."""
+    cached, allocated = n.reserved_unallocated or 0, n.allocated or 0
+    share = cache_share(n) or 0.0
+    return (f"Only {fmt_gib(cached)} of the {fmt_gib(cached + allocated)} PyTorch reserved ({100 * share:.1f} %) was "
+            f"cached but unallocated, against {fmt_gib(allocated)} allocated: not fragmentation but demand. "
+            "Lower memory per GPU first; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is a step.")
+
+
+def step_sentence(n: OomNumbers) -> str:
+    """What the numbers say when the allocator setting is a step, not the fix (``allocator_is_a_step``)."""
+    return one_allocation_sentence(n) if buys_one_allocation(n) else small_share_sentence(n)
+
+
 def allocator_step(finding: Finding) -> str | None:
-    """The allocator setting as a step of a nearly full GPU's fix (``buys_one_allocation``), else None."""
+    """The allocator setting as a step of the fix when the numbers do not say fragmentation
+    (``allocator_is_a_step``: a nearly full GPU, or a small unallocated share), else None."""
     n = from_facts(finding.facts or {}, _texts(finding))
-    if not buys_one_allocation(n):
+    if not allocator_is_a_step(n):
         return None
+    if not buys_one_allocation(n):
+        return (f"Then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (safe) against fragmentation: only "
+                f"{fmt_gib(n.reserved_unallocated or 0)} ({100 * (cache_share(n) or 0.0):.1f} % of what PyTorch "
+                "reserved) was cached but unallocated")
     _, _, req, left, share = _left_after(n)
     share = f", {share}" if share else ""
     return (f"Then PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (safe) against fragmentation: alone it would "
@@ -464,8 +492,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                                         megatron=fix_style(report.framework, report.stack) != "neutral")
         if out.verdict == "fragmentation":
             out.options = [_expandable_segments_option(n, layout)]
-        elif buys_one_allocation(n):
-            out.explanation = f"{out.explanation} {one_allocation_sentence(n)}".strip()
+        elif allocator_is_a_step(n):
+            out.explanation = f"{out.explanation} {step_sentence(n)}".strip()
         return out
     assert capacity is not None  # the plan above is evaluated only with a capacity
     params = log_params or current.state.params
@@ -513,8 +541,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                      f"data-parallel size {layout.dp}")
     elif not world_known:
         notes.append("the world size is not in the log: the data-parallel size is unknown (modelled as 1)")
-    if verdict != "fragmentation" and buys_one_allocation(n):
-        out.explanation = f"{out.explanation} {one_allocation_sentence(n)}".strip()
+    if verdict != "fragmentation" and allocator_is_a_step(n):
+        out.explanation = f"{out.explanation} {step_sentence(n)}".strip()
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
         change = inline_fix(best.overrides)

@@ -104,15 +104,22 @@ def _scan(args: Any) -> int:
     with FleetStore(args.store) as store:
         summary = scan(store, items, options)
         total = store.count()
-    # a file whose job is already stored under another path (a copy, a log named twice) adds no row: say so, or
-    # "56 listed, 0 already stored, 55 added" does not add up
-    same = summary.listed - summary.skipped - summary.added
-    same_note = f", {same} the same job as another file" if same > 0 else ""
-    jobs_stored = f"{total} job" + ("" if total == 1 else "s")
-    print(f"fleet scan: {summary.listed} jobs listed, {summary.skipped} already stored, {summary.added} added "
-          f"({summary.unreadable} unreadable{same_note}) in {summary.seconds:.1f} s; the store has {jobs_stored}",
-          file=sys.stderr)
+    print(scan_line(summary, total), file=sys.stderr)
     return 0
+
+
+def scan_line(summary: Any, total: int) -> str:
+    """The scan's one line. Every job listed is accounted for, or "56 listed, 0 already stored, 55 added" does not
+    add up: a file whose job another file of this scan is (a copy, a log named twice) adds no row, and neither does a
+    job another scan running beside this one stored first (qa-report-10 L6)."""
+    notes = [f"{summary.unreadable} unreadable"]
+    if summary.duplicates > 0:
+        notes.append(f"{summary.duplicates} the same job as another file")
+    if summary.stored_elsewhere > 0:
+        notes.append(f"{summary.stored_elsewhere} stored meanwhile by another scan")
+    jobs_stored = f"{total} job" + ("" if total == 1 else "s")
+    return (f"fleet scan: {summary.listed} jobs listed, {summary.skipped} already stored, {summary.added} added "
+            f"({', '.join(notes)}) in {summary.seconds:.1f} s; the store has {jobs_stored}")
 
 
 def _submit(args: Any) -> int:
