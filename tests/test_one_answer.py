@@ -26,13 +26,20 @@ def b062():
 
 def test_root_cause_fix_is_checked_against_memory(b062):
     """Full recompute is the rule's fix: it validates, and the memory model (the same one as the MEMORY section)
-    says whether it fits, instead of ``fits: null``."""
+    says it does not fit. A fix the tool's own model refutes does not lead (qa-report-12 L1): the cheapest option
+    that fits does, proven by replay, and a note names the rule's fix with the MEMORY section's peak for it."""
+    from diagnose.units import fmt_gib
+
     replay, memory = b062.replay, b062.memory
     assert replay.passes is True
-    assert replay.fits is False
     same = next(o for o in memory.options if o.label == "full recompute")
-    assert replay.fit.peak_bytes == same.peak_bytes and same.fits is False
-    assert "does not fit" in replay.summary
+    assert same.fits is False
+    assert replay.fits is True and replay.fit.fits is True
+    best = next(o for o in memory.options if o.fits)
+    assert replay.fit.label == best.label and replay.fit.peak_bytes == best.peak_bytes
+    assert "fits" in replay.summary and "does not fit" not in replay.summary
+    (note,) = [n for n in replay.fit.notes if "rule's own fix" in n]
+    assert "model.recompute_granularity=full" in note and fmt_gib(same.peak_bytes, 2) in note
 
 
 def test_replay_summary_does_not_deny_the_config_it_read(b062):
@@ -50,7 +57,8 @@ def test_tui_plan_counts_the_same_model_as_analyze(b062, monkeypatch):
     assert result.memory.params == b062.memory.params == 8_030_261_248
     assert result.memory.assumed == []  # the log's own parameter line confirms the count
     plan = next(p for p in result.memory.plans if p.label == "full recompute")
-    assert plan.fits is b062.to_dict()["replay"]["fits"] is False
+    same = next(o for o in b062.memory.options if o.label == "full recompute")
+    assert plan.fits is same.fits is False
 
 
 def test_replay_set_on_an_oom_log_is_checked_against_memory(tmp_path, capsys):

@@ -154,3 +154,15 @@ def test_check_on_an_overrides_only_yaml_names_the_command_that_still_validates_
     assert f"diagnose replay {config} --gpus 64" in proc.stderr
     named = run("replay", str(config), "--gpus", "64", code=(1,))
     assert "global_batch_divisible" in named.stdout
+
+
+def test_the_headline_fix_of_an_activation_oom_is_one_its_own_replay_says_fits() -> None:
+    """qa-report-12 L1 (fixed after the round, lead): README's -q example led with the rule's
+    train.micro_batch_size=1, which the REPLAY section then called 'valid but does not fit' (134.5 GiB of 134.2
+    usable). A fix the memory model refutes no longer leads when an option fits: the cheapest that does."""
+    proc = run("analyze", str(ROOT / "sample_logs" / "b042_first_iter_oom.log"), "-v", code=(1,))
+    assert "fix: train.micro_batch_size=2 model.recompute_granularity=selective" in run(
+        "analyze", "-q", str(ROOT / "sample_logs" / "b042_first_iter_oom.log"), code=(1,)).stdout
+    replay = proc.stdout.split("\nREPLAY\n", 1)[1].split("\nMEMORY\n", 1)[0]
+    assert "fix valid and fits" in replay and "does not fit: 134" not in replay
+    assert "the rule's own fix (train.micro_batch_size=1) does not fit" in " ".join(replay.split())

@@ -36,8 +36,11 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
         return None
     if memory.verdict == "fragmentation":
         return _fragmentation_fix(root, memory)
+    refuted = ""
     if memory.verdict != "capacity":
-        return None
+        refuted = _refuted_rule_fix(report, view, root)
+        if not refuted:
+            return None
     current = memory.current
     job_gpus = _positive(current.gpus) if current else None
     usable = _positive(current.usable_bytes) if current else None
@@ -54,6 +57,8 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
             # whether the job saves checkpoints is not in the log; Megatron FSDP saves only fsdp_dtensor
             overrides.append(Override("checkpoint.ckpt_format", "fsdp_dtensor"))
             notes.append("checkpoint.ckpt_format=fsdp_dtensor: Megatron FSDP saves and loads only that format")
+        if refuted:
+            notes.append(refuted)
         if best.activation_bytes is None:
             notes.append("activations not sized (no model shape in the config): the model state and its buffers "
                          "fit; the activations of a training step are not counted")
@@ -62,6 +67,8 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
             overrides.append(Override("launch.world_size", gpus))
         return CapacityFit(root, overrides, True, gpus, _positive(best.dp), job_gpus, _positive(best.peak_bytes),
                            capacity, usable, best.label, best.cost, notes, layout=_layout(best))
+    if refuted:
+        return None  # nothing fits either: the rule's fix stays, and its replay says it does not fit
     # nothing fits: keep the rule's fix, say how much it needs per GPU
     own = list(root.fix.overrides) + [Override(f"env.{e.name}", e.value) for e in root.fix.env]
     if not own:
@@ -93,6 +100,21 @@ def _fragmentation_fix(root: Finding, memory: MemoryAnalysis) -> CapacityFit | N
                        _positive(current.gpus) if current else None, None, _positive(memory.gpu_capacity_bytes),
                        _positive(current.usable_bytes) if current else None, option.label or "expandable segments",
                        option.cost, [f"fragmentation: {reason}"], fragmentation=True, reason=reason)
+
+
+def _refuted_rule_fix(report: Report, view: Any, root: Finding) -> str:
+    """Why the rule's own fix cannot lead when the memory model sizes it and finds it does not fit (an
+    ``activations`` OOM whose micro batch 1 still overflows): a note naming it, for the fitting option that leads
+    instead. "" when the rule has no fix to size, or its fix fits or cannot be sized (it then stays)."""
+    own = list(root.fix.overrides)
+    if not own:
+        return ""
+    verdict = memory_fit(report, view, own, root)
+    if verdict is None or verdict.fits is not False or not verdict.peak_bytes:
+        return ""
+    usable = f" of {fmt_gib(verdict.usable_bytes, 2)} usable" if verdict.usable_bytes else ""
+    return (f"the rule's own fix ({inline_fix(own)}) does not fit by the same memory model: predicted peak "
+            f"{fmt_gib(verdict.peak_bytes, 2)}{usable}")
 
 
 def _peak_of(fix: list[Override], options: list[MemoryOption], job_gpus: int | None) -> int | None:
