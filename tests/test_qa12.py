@@ -8,6 +8,14 @@ from pathlib import Path
 
 from tests.cli_run import ROOT, run, write
 
+# Llama-3 70B's shape at TP 4, Megatron FSDP sharding everything, micro batch 1 of a global 512
+LLAMA3_70B_TP4_MFSDP = "\n".join([
+    "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
+    "  num_query_groups: 8", "  vocab_size: 128256", "  seq_length: 8192", "  gated_linear_unit: true",
+    "  bf16: true", "  tensor_model_parallel_size: 4",
+    "train:", "  micro_batch_size: 1", "  global_batch_size: 512",
+    "ddp:", "  use_megatron_fsdp: true", "  data_parallel_sharding_strategy: optim_grads_params", ""])
+
 
 def test_a_config_key_that_is_not_a_field_name_is_refused_not_ignored(tmp_path: Path) -> None:
     """A key under model: holding markup and escape sequences ('[bold]hidden_sise', an OSC title) is no field of
@@ -39,12 +47,7 @@ def test_a_pipeline_plan_holds_the_micro_batches_of_its_own_data_parallel_size(t
         workload_from_config,
     )
 
-    path = write(tmp_path, "llama70b.yaml", "\n".join([
-        "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
-        "  num_query_groups: 8", "  vocab_size: 128256", "  seq_length: 8192", "  gated_linear_unit: true",
-        "  bf16: true", "  tensor_model_parallel_size: 4",
-        "train:", "  micro_batch_size: 1", "  global_batch_size: 512",
-        "ddp:", "  use_megatron_fsdp: true", "  data_parallel_sharding_strategy: optim_grads_params", ""]))
+    path = write(tmp_path, "llama70b.yaml", LLAMA3_70B_TP4_MFSDP)
     view = load_config(str(path))
     shape = shape_from_config(view)
     layout = layout_from_config(view, 512)
@@ -66,12 +69,7 @@ def test_check_says_a_plan_that_does_not_fit_is_over_the_usable_memory_not_under
     usable memory, and say what the rest is kept for."""
     import re
 
-    path = write(tmp_path, "llama70b.yaml", "\n".join([
-        "model:", "  num_layers: 80", "  hidden_size: 8192", "  ffn_hidden_size: 28672", "  num_attention_heads: 64",
-        "  num_query_groups: 8", "  vocab_size: 128256", "  seq_length: 8192", "  gated_linear_unit: true",
-        "  bf16: true", "  tensor_model_parallel_size: 4",
-        "train:", "  micro_batch_size: 1", "  global_batch_size: 512",
-        "ddp:", "  use_megatron_fsdp: true", "  data_parallel_sharding_strategy: optim_grads_params", ""]))
+    path = write(tmp_path, "llama70b.yaml", LLAMA3_70B_TP4_MFSDP)
     out = " ".join(run("check", str(path), "--gpus", "512", "--gpu", "h100-80gb").stdout.split())
     m = re.search(r"As given: (fits|does NOT fit) \(peak ([\d.]+) GiB of ([\d.]+) GiB usable: ([\d.]+) GiB less "
                   r"([\d.]+) GiB for the CUDA context, NCCL and the allocator\)", out)
