@@ -1,0 +1,68 @@
+"""fixer40: the leftovers of QA round 12 (docs/qa-report-12.md, "Left, and why") and of fixer39.
+
+Each test failed on the tree before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose.model import Finding, Override
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def mfsdp_buffer_oom():
+    from diagnose.pipeline import analyze
+
+    return analyze([str(SAMPLES / "mfsdp_optim_grads_buffer_oom.log")])
+
+
+def test_a_capacity_fix_without_activations_says_only_the_model_state_fits(mfsdp_buffer_oom):
+    """qa-12 L2: the log gives a parameter count, no model shape. The chosen option led with "fix valid and fits:
+    ... predicted peak 24.8 GiB" while a note said the activations were not counted. The verdict is capacity (the
+    model state did not fit), so the option may lead, but every 'fits' it shows must say the activations are not
+    counted."""
+    report = mfsdp_buffer_oom
+    assert report.memory.verdict == "capacity"
+    fit = report.replay.fit
+    assert fit.fits is True and fit.model_state_only is True
+    summary = report.replay.summary
+    assert "and fits" not in summary
+    assert "the model state fits" in summary and "activations not counted" in summary
+    assert "activations not counted" in report.root.proven_fix.summary
+    assert "activations not counted" in report.memory.explanation
+    assert report.to_dict()["replay"]["fit"]["model_state_only"] is True
+
+
+def test_memory_fit_of_the_same_option_gives_the_same_answer(mfsdp_buffer_oom):
+    """qa-12 L2, one rule for both paths: sizing the capacity fix's own overrides through memory_fit (as replay
+    --set and a validator's fix are) said 'not sized' where capacity_fix said 'fits'. Now both say the model state
+    fits, with the same peak."""
+    from diagnose.explain.fit import memory_fit
+
+    report = mfsdp_buffer_oom
+    chosen = report.replay.fit
+    option = next(o for o in report.memory.options if o.label == chosen.label)
+    again = memory_fit(report, None, list(option.overrides))
+    assert again is not None
+    assert (again.fits, again.model_state_only, again.peak_bytes) == (True, True, chosen.peak_bytes)
+
+
+def test_a_state_only_fit_is_not_a_fit_when_the_state_was_not_what_failed():
+    from diagnose.explain.fit import _from_prediction
+    from diagnose.memory_types import Breakdown, MemoryPrediction, PhasePeaks
+
+    root = Finding(rule="x", name="x", title="t", category="cuda_oom", phase="training", severity="error",
+                   role="root", confidence=1.0)
+    pred = MemoryPrediction("ddp", 8, True, 8, "fp32", 18.0, 10 * GIB, 0, Breakdown(), None,
+                            PhasePeaks(*(5 * [10 * GIB])), peak_bytes=10 * GIB, usable_bytes=70 * GIB)
+    fix = [Override("ddp.use_distributed_optimizer", True)]
+    for verdict in ("activations", "unknown", None):
+        fit = _from_prediction(root, fix, pred, 80 * GIB, 8, verdict)
+        assert fit.fits is None and not fit.model_state_only
+    fit = _from_prediction(root, fix, pred, 80 * GIB, 8, "capacity")
+    assert fit.fits is True and fit.model_state_only and "activations not counted" in fit.peak_text
