@@ -66,3 +66,38 @@ def test_a_state_only_fit_is_not_a_fit_when_the_state_was_not_what_failed():
         assert fit.fits is None and not fit.model_state_only
     fit = _from_prediction(root, fix, pred, 80 * GIB, 8, "capacity")
     assert fit.fits is True and fit.model_state_only and "activations not counted" in fit.peak_text
+
+
+def _notes(text: str) -> str:
+    """The check's notes, one line each (the terminal wraps them)."""
+    joined = " ".join(text.split())
+    return " ".join(part.split(" As given:")[0] for part in joined.split(" note: ")[1:])
+
+
+def test_check_notes_say_what_the_plans_are_when_none_is_listed():
+    """qa-12 L5: `check examples/mlm_args.txt --gpus 1` (TP 2): nothing fits on 1 GPU, the cheapest plan needs 4.
+    The notes said 'the plans below' with none below, and that the plans 'also need the validator's fix
+    (--tensor-model-parallel-size 1)', though TP 2 validates on the 4 GPUs the plan needs. The notes now come
+    from the plans: none below, and the config validated on the plan's GPUs."""
+    from tests.cli_run import ROOT, run
+
+    proc = run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "1", "--color", "never")
+    notes = _notes(proc.stdout)
+    assert "the cheapest that fits needs 4 GPUs" in notes
+    assert "below" not in notes
+    assert "--tensor-model-parallel-size 1" not in notes
+    assert "on the 4 GPUs the cheapest plan that fits needs, it passes validation with no validator's fix" in notes
+
+
+def test_check_json_notes_match_the_plans_listed():
+    """The same in JSON: a note naming 'each plan below' only when plans follow the config as given."""
+    import json
+
+    from tests.cli_run import ROOT, run
+
+    out = json.loads(run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "1", "--format",
+                         "json").stdout)
+    memory = out["memory"]
+    assert len(memory["plans"]) == 1  # the config as given: nothing on 1 GPU to list below it
+    assert not any("below" in n for n in memory["notes"])
+    assert any("passes validation with no validator's fix" in n for n in memory["notes"])
