@@ -101,3 +101,46 @@ def test_check_json_notes_match_the_plans_listed():
     assert len(memory["plans"]) == 1  # the config as given: nothing on 1 GPU to list below it
     assert not any("below" in n for n in memory["notes"])
     assert any("passes validation with no validator's fix" in n for n in memory["notes"])
+
+
+def _mlm_args(tmp_path: Path, precision: str) -> Path:
+    from tests.cli_run import ROOT
+
+    text = (ROOT / "examples" / "mlm_args.txt").read_text(encoding="utf-8").replace("--bf16", precision)
+    path = tmp_path / "args.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_half_grads_plan_of_an_fp16_megatron_lm_job_drops_the_fp32_flag(tmp_path: Path):
+    """qa-12 L8: an fp16 Megatron-LM job passing --accumulate-allreduce-grads-in-fp32 was told '--grad-reduce-in-bf16'
+    for its 'bf16 grads' plan: arguments.py reads that flag only under --bf16, so nothing changed. The plan now
+    says to drop the flag the job passed, and that the grads go to fp16."""
+    from tests.cli_run import run
+
+    path = _mlm_args(tmp_path, "--fp16 --accumulate-allreduce-grads-in-fp32")
+    out = run("check", str(path), "--gpus", "2", "--color", "never").stdout
+    assert "--grad-reduce-in-bf16" not in out
+    lines = out.splitlines()
+    half = [i for i, line in enumerate(lines) if line.split()[1:2] == ["(remove"]]
+    assert half, out
+    assert lines[half[0]].split(None, 1)[1] == "(remove --accumulate-allreduce-grads-in-fp32)"
+    assert "grads reduced in fp16" in lines[half[0] + 1]
+
+
+def test_a_bf16_megatron_lm_job_keeps_grad_reduce_in_bf16(tmp_path: Path):
+    from tests.cli_run import run
+
+    out = run("check", str(_mlm_args(tmp_path, "--bf16")), "--gpus", "2", "--color", "never").stdout
+    assert "--grad-reduce-in-bf16" in out and "accumulate-allreduce" not in out
+
+
+def test_a_worded_override_equals_the_plain_one():
+    from diagnose.explain.render import mlm_flag
+    from diagnose.model import WordedOverride
+
+    worded = WordedOverride("ddp.grad_reduce_in_fp32", False, "(remove --accumulate-allreduce-grads-in-fp32)")
+    plain = Override("ddp.grad_reduce_in_fp32", False)
+    assert worded == plain and plain == worded and plain in [worded]
+    assert mlm_flag(worded) == "(remove --accumulate-allreduce-grads-in-fp32)"
+    assert mlm_flag(plain) == "--grad-reduce-in-bf16"
