@@ -144,3 +144,26 @@ def test_a_worded_override_equals_the_plain_one():
     assert worded == plain and plain == worded and plain in [worded]
     assert mlm_flag(worded) == "(remove --accumulate-allreduce-grads-in-fp32)"
     assert mlm_flag(plain) == "--grad-reduce-in-bf16"
+
+
+def test_the_fragmentation_rule_on_a_nearly_full_gpu_says_demand_in_its_why_too():
+    """fixer39's leftover: OOM190 on a nearly full GPU (94.6 % allocated) took the memory lever as its fix and the
+    memory section said demand, but the Why (and the title) still said 'the memory is fragmented'."""
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    log = Path(__file__).resolve().parents[1] / "corpus" / "dev" / (
+        "ck-thunder-litgpt-fsdp-8gpu-activation-checkpointing-regression-oom-backward.log")
+    report = analyze([str(log)], AnalyzeOptions())
+    root = report.root
+    assert root is not None and root.rule == "OOM190" and report.memory.verdict != "fragmentation"
+    assert "fragmented" not in root.explanation
+    assert "2.11 GiB" in root.explanation and "Free memory first" in root.explanation
+    assert "not fragmentation" in root.title
+
+
+def test_a_real_fragmentation_oom_keeps_the_rules_why():
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    log = Path(__file__).resolve().parents[1] / "corpus" / "dev" / "bz-nemorl-sft-packed-seq-reserved-fragmentation-oom.log"
+    root = analyze([str(log)], AnalyzeOptions()).root
+    assert root is not None and root.rule == "OOM190" and "the memory is fragmented" in " ".join(root.explanation.split())

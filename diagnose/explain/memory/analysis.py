@@ -334,6 +334,11 @@ def step_sentence(n: OomNumbers) -> str:
     return one_allocation_sentence(n) if buys_one_allocation(n) else small_share_sentence(n)
 
 
+def numbers_of(finding: Finding) -> OomNumbers:
+    """The OOM numbers of a finding (its facts, else its evidence lines)."""
+    return from_facts(finding.facts or {}, _texts(finding))
+
+
 def allocator_step(finding: Finding) -> str | None:
     """The allocator setting as a step of the fix when the numbers do not say fragmentation
     (``allocator_is_a_step``: a nearly full GPU, or a small unallocated share), else None."""
