@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from diagnose.configview import ConfigView
     from diagnose.explain.memory.plan import MemoryPlan
     from diagnose.explained import ReplayResult, Violation
+    from diagnose.memory_types import MemoryOption
 
 CHECK_SCHEMA = "diagnose/check@1"
 REPLAY_SCHEMA = "diagnose/replay@1"
@@ -157,11 +158,33 @@ def check(req: CheckRequest) -> CheckResult:
     if not replay.passes:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
         fix = fix_text(replay.result.fix, mlm)
-        plan.notes.append(
-            "the config as given fails validation: each plan below changes only memory, so it also needs the "
-            + (f"validator's fix ({fix})" if fix else "violations above fixed")
-            + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
+        if len(plan.plans) > 1:
+            plan.notes.append(
+                "the config as given fails validation: each plan below changes only memory, so it also needs the "
+                + (f"validator's fix ({fix})" if fix else "violations above fixed")
+                + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
+        if plan.more_gpus is not None:
+            plan.notes.append(_wider_validation(view, plan.more_gpus, version, req.gpus, mlm))
     return CheckResult(replay, plan, mlm)
+
+
+def _wider_validation(view: Any, more: MemoryOption, version: str | None, gpus: int, mlm: bool) -> str:
+    """What the config needs to pass validation on the GPUs of the cheapest plan that fits (a note): validated
+    there, with that plan's changes, not assumed from the violations at the GPU count asked for."""
+    from diagnose.explain.config import apply_overrides
+    from diagnose.explain.replay import replay
+
+    changes = [o for o in more.overrides if not o.key.startswith(("env.", "launch."))]
+    wider = apply_overrides(view, [Override("launch.world_size", more.gpus), *changes])
+    result = replay(wider, [], version)
+    where = f"on the {more.gpus} GPUs the cheapest plan that fits needs"
+    if not result.before.violations:
+        return (f"the config as given fails validation on {gpus} GPU{'s' if gpus != 1 else ''} only: {where}, it "
+                f"passes validation with no validator's fix")
+    fix = fix_text(result.fix, mlm)
+    if result.passes and fix:
+        return f"{where}, the config also needs the validator's fix there ({fix})"
+    return f"{where}, the config still fails validation ({len(result.before.violations)} violation(s)): fix them too"
 
 
 def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigView) -> None:

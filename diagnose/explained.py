@@ -61,13 +61,23 @@ class CapacityFit:
     fragmentation: bool = False  # the allocator setting is the fix (memory verdict "fragmentation")
     layout: str = ""  # "TP 2 x DP 4": how the GPUs are split
     reason: str = ""  # fragmentation: why the allocator setting fits, as the OOM's numbers say (not in JSON)
+    # fits counts the model state and its buffers only: a capacity OOM (the state is what did not fit) whose config
+    # gives no model shape. Every "fits" it renders says the activations are not counted.
+    model_state_only: bool = False
+
+    @property
+    def fits_text(self) -> str:
+        """"fits", or what fits when the activations are not counted (``peak_text`` then says they are not)."""
+        return "the model state fits" if self.model_state_only else "fits"
 
     @property
     def peak_text(self) -> str:
         """What makes the fit fit: the predicted peak against the GPU, or (an allocator fix) why the cache would have
         served the request."""
         if self.peak_bytes:
-            return f"predicted peak {fmt_gib(self.peak_bytes, 1)} per GPU of {fmt_gib(self.capacity_bytes, 1)}"
+            what, tail = ("model-state peak", ", activations not counted") if self.model_state_only else ("peak", "")
+            return (f"predicted {what} {fmt_gib(self.peak_bytes, 1)} per GPU of {fmt_gib(self.capacity_bytes, 1)}"
+                    f"{tail}")
         return self.reason or "the reserved-but-unallocated memory would have served the request"
 
     @property
@@ -81,6 +91,8 @@ class CapacityFit:
                                "usable_bytes": self.usable_bytes, "label": self.label, "cost": self.cost}
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.model_state_only:
+            out["model_state_only"] = True
         return out
 
 
@@ -142,7 +154,8 @@ class ReplayResult:
         if self.fits is True and fit is not None:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
-            return f"{valid} and fits: {gpus}{fit.peak_text}"
+            return f"{valid}; {fit.fits_text}: {gpus}{fit.peak_text}" if fit.model_state_only else \
+                f"{valid} and fits: {gpus}{fit.peak_text}"
         if self.fits is False and fit is not None:
             need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
                     else "the memory model finds nothing that fits")

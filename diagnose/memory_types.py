@@ -77,7 +77,8 @@ class MemoryOption:
 
     def to_dict(self, keys: tuple[str, ...] = REPORT_OPTION_KEYS) -> dict[str, Any]:
         """The option in one schema's shape: ``REPORT_OPTION_KEYS`` (report) or ``CHECK_PLAN_KEYS`` (check)."""
-        values = {**asdict(self), "components": self.components.to_dict()}
+        values = {**asdict(self), "components": self.components.to_dict(),
+                  "overrides": [{"key": o.key, "value": o.value} for o in self.overrides]}  # no render hints
         return {key: values[key] for key in keys if key not in OPTIONAL or values[key] not in (None, [])}
 
 

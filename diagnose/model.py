@@ -152,6 +152,21 @@ class Override:
     value: Any
 
 
+@dataclass(slots=True, eq=False)
+class WordedOverride(Override):
+    """An override whose Megatron-LM words depend on the job, not on the key alone: ``ddp.grad_reduce_in_fp32=false``
+    is --grad-reduce-in-bf16 for a bf16 job but dropping --accumulate-allreduce-grads-in-fp32 for an fp16 one
+    (Megatron-LM's arguments.py reads --grad-reduce-in-bf16 only under --bf16). Equal to the plain override of the
+    same key and value."""
+
+    mlm: str = ""  # the Megatron-LM words for this job
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Override):
+            return NotImplemented
+        return (self.key, self.value) == (other.key, other.value)
+
+
 DELETE = object()  # the value of an override that removes its key (``~key`` / ``--set ~key``)
 
 

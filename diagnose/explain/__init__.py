@@ -153,7 +153,7 @@ def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None
     allocator setting becomes a step (qa-report-9 L1). A rule whose fix is the allocator setting alone (its regex
     reads the message's words, not the share) takes the cuda_oom category's fix, the memory lever, instead
     (qa-report-11 L1)."""
-    from diagnose.explain.memory.analysis import allocator_step
+    from diagnose.explain.memory.analysis import allocator_step, numbers_of, step_sentence
 
     root = report.root
     if report.memory is None or report.memory.verdict == "fragmentation" or root is None \
@@ -166,6 +166,10 @@ def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None
     if lever is not None and _allocator_only(root.fix):
         root.fix = Fix(lever.summary, lever.safety, list(lever.overrides), [], list(lever.steps),
                        list(lever.other_stacks))
+        # the rule's Why says "fragmented" from the message's words; its numbers say demand: the Why says what
+        # the fix and the memory section say (one verdict)
+        root.explanation = step_sentence(numbers_of(root))
+        root.title = "CUDA OOM with memory reserved but unallocated: the numbers say demand, not fragmentation"
     # the steps, and the stack-neutral steps that stand in for them for a job of another stack (render.fix_words)
     for steps in (root.fix.steps, root.fix.other_stacks):
         if (steps or steps is root.fix.steps) and step not in steps:

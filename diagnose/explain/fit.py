@@ -22,6 +22,13 @@ from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import EnvVar, Finding, Fix, Override, Report
 from diagnose.units import GIB, fmt_gib
 
+# STATE_ONLY_FIT, one rule for the fix chosen from the options (capacity_fix) and any fix sized by memory_fit: a
+# fit whose activations are not sized is a fit only when the memory verdict is ``capacity`` (the model state is
+# what did not fit, so a layout that holds it answers the OOM), and then every word that says "fits" says the
+# activations are not counted (CapacityFit.model_state_only). Under any other verdict it is not sized (fits None).
+STATE_ONLY_NOTE = ("activations not sized (no model shape in the config): the model state and its buffers fit; the "
+                   "activations of a training step are not counted")
+
 
 def _positive(v: int | None) -> int | None:
     return v if v is not None and v > 0 else None
@@ -45,7 +52,9 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
     job_gpus = _positive(current.gpus) if current else None
     usable = _positive(current.usable_bytes) if current else None
     capacity = _positive(memory.gpu_capacity_bytes)
+    state_only_ok = memory.verdict == "capacity"  # the model state is what did not fit (STATE_ONLY_FIT)
     best = next((o for o in memory.options if o.fits and o.valid is not False and o.overrides
+                 and (o.activation_bytes is not None or state_only_ok)
                  and not (capacity and (o.peak_bytes or 0) > capacity)), None)  # never a contradicted fit
     if best is not None:
         overrides = list(best.overrides)
@@ -59,14 +68,15 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
             notes.append("checkpoint.ckpt_format=fsdp_dtensor: Megatron FSDP saves and loads only that format")
         if refuted:
             notes.append(refuted)
-        if best.activation_bytes is None:
-            notes.append("activations not sized (no model shape in the config): the model state and its buffers "
-                         "fit; the activations of a training step are not counted")
+        state_only = best.activation_bytes is None
+        if state_only:
+            notes.append(STATE_ONLY_NOTE)
         gpus = _positive(best.gpus)
         if gpus and job_gpus and gpus > job_gpus:
             overrides.append(Override("launch.world_size", gpus))
         return CapacityFit(root, overrides, True, gpus, _positive(best.dp), job_gpus, _positive(best.peak_bytes),
-                           capacity, usable, best.label, best.cost, notes, layout=_layout(best))
+                           capacity, usable, best.label, best.cost, notes, layout=_layout(best),
+                           model_state_only=state_only)
     if refuted:
         return None  # nothing fits either: the rule's fix stays, and its replay says it does not fit
     # nothing fits: keep the rule's fix, say how much it needs per GPU
@@ -152,8 +162,7 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
     else:
         head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                 f"{fit.job_gpus}): " if fit.more_gpus else "")
-        peak = f"predicted peak {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
-        proven.summary = f"{head}{fit.label} ({peak})"
+        proven.summary = f"{head}{fit.label} ({fit.peak_text})"
         if fit.cost and f"cost: {fit.cost}" not in proven.steps:
             proven.steps.insert(0, f"cost: {fit.cost}")
     fit.finding.proven_fix = proven
@@ -184,7 +193,7 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     for option in memory.options:
         if option.overrides and {o.key: o.value for o in option.overrides} == {
                 k: v for k, v in pinned.items() if not k.startswith("env.")}:
-            return _from_prediction(root, overrides, option, capacity, job_gpus)
+            return _from_prediction(root, overrides, option, capacity, job_gpus, memory.verdict)
     if any(k in pinned for k in _LAYOUT_KEYS):
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
                            _positive(memory.current.usable_bytes) if memory.current else None,
@@ -195,13 +204,13 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     if redo is None or redo.current is None:
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])
-    return _from_prediction(root, overrides, redo.current, capacity, job_gpus)
+    return _from_prediction(root, overrides, redo.current, capacity, job_gpus, memory.verdict)
 
 
 def _from_prediction(root: Finding, overrides: list[Override], pred: MemoryOption | MemoryPrediction,
-                     capacity: int | None, job_gpus: int | None) -> CapacityFit:
+                     capacity: int | None, job_gpus: int | None, verdict: str | None = None) -> CapacityFit:
     """A listed option (its own ``fits``) or the job re-predicted with the fix (fits when its peak stays under
-    the usable memory)."""
+    the usable memory). Without activations, STATE_ONLY_FIT decides."""
     peak = _positive(pred.peak_bytes)
     usable = (None if isinstance(pred, MemoryOption) else _positive(pred.usable_bytes)) or (
         capacity - max(2 * GIB, capacity // 25) if capacity else None)
@@ -212,12 +221,15 @@ def _from_prediction(root: Finding, overrides: list[Override], pred: MemoryOptio
         fits = None if peak is None or usable is None else peak <= usable
         label, cost, layout = "", "", f"DP {pred.dp}" if pred.dp > 0 else ""
     notes: list[str] = []
-    if fits and not pred.activation_bytes:
-        fits = None  # the model state fits, but nothing says the activations do
+    state_only = bool(fits) and not pred.activation_bytes
+    if state_only and verdict == "capacity":
+        notes.append(STATE_ONLY_NOTE)
+    elif state_only:
+        fits, state_only = None, False  # the state fits, but the OOM was not the state: nothing says the rest does
         notes.append("activations unknown (the config gives no model shape or workload): only the model state was "
                      "sized, so this is not a fit")
     return CapacityFit(root, overrides, fits, _positive(pred.gpus) or job_gpus, _positive(pred.dp), job_gpus, peak,
-                       capacity, usable, label, cost, notes, layout=layout)
+                       capacity, usable, label, cost, notes, layout=layout, model_state_only=state_only)
 
 
 def apply_memory_fit(result: ReplayResult, fit: CapacityFit | None) -> None:

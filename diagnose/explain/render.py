@@ -43,7 +43,7 @@ from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
 from diagnose.explain.config.values import parse_scalar
-from diagnose.model import Fix, Override
+from diagnose.model import Fix, Override, WordedOverride
 
 # A string Hydra reads back as the same string without quotes; _HYDRA_TYPED words would read as bool/null/float.
 _HYDRA_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*(?::[A-Za-z0-9_./-]+)*", re.ASCII)
@@ -194,6 +194,8 @@ def overrides_yaml(fix: list[Override]) -> str:
 def mlm_flag(o: Override) -> str:
     """The Megatron-LM flag for one override; ``(remove --flag)`` when the fix turns a flag off; "" when no flag
     is known for the key."""
+    if isinstance(o, WordedOverride) and o.mlm:
+        return o.mlm  # words that depend on the job
     if o.key == "ddp.grad_reduce_in_fp32" and o.value is False:
         # --bf16 turns --accumulate-allreduce-grads-in-fp32 on unless this flag is given (arguments.py)
         return "--grad-reduce-in-bf16"

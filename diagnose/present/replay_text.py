@@ -64,7 +64,8 @@ def _fit_lines(fit: CapacityFit) -> list[str]:
     elif fit.fits:
         where = f" on {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'})" if fit.gpus else ""
         more = f", the job ran on {fit.job_gpus}" if fit.more_gpus else ""
-        head = f"Memory: fits{where}{more}."
+        unsized = " (activations not counted)" if fit.model_state_only else ""
+        head = f"Memory: {fit.fits_text}{where}{more}{unsized}."
     else:
         head = "Memory: does not fit."
     lines = [head]

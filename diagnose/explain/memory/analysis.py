@@ -334,6 +334,11 @@ def step_sentence(n: OomNumbers) -> str:
     return one_allocation_sentence(n) if buys_one_allocation(n) else small_share_sentence(n)
 
 
+def numbers_of(finding: Finding) -> OomNumbers:
+    """The OOM numbers of a finding (its facts, else its evidence lines)."""
+    return from_facts(finding.facts or {}, _texts(finding))
+
+
 def allocator_step(finding: Finding) -> str | None:
     """The allocator setting as a step of the fix when the numbers do not say fragmentation
     (``allocator_is_a_step``: a nearly full GPU, or a small unallocated share), else None."""
@@ -547,6 +552,8 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     if best is not None and verdict != "fragmentation":
         change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
-        out.explanation += (f" Cheapest change that fits{gpus}: {change or best.label} "
-                            f"(predicted peak {fmt_gib(best.peak)}).")
+        what = ("in which the model state fits", "model-state peak", "; activations not counted") \
+            if current.activations is None else ("that fits", "peak", "")
+        out.explanation += (f" Cheapest change {what[0]}{gpus}: {change or best.label} "
+                            f"(predicted {what[1]} {fmt_gib(best.peak)}{what[2]}).")
     return out

@@ -17,7 +17,7 @@ from diagnose.explain.memory.gpus import GIB
 from diagnose.explain.memory.shape import ModelShape, ParamCount, stage_counts
 from diagnose.explain.memory.state import Layout, Phases, StateBytes, layer_params_max, model_state, phases
 from diagnose.memory_types import Breakdown, MemoryOption
-from diagnose.model import Override
+from diagnose.model import Override, WordedOverride
 
 HEADROOM_FRACTION = 0.04  # CUDA context, NCCL buffers, cuBLAS workspaces, allocator rounding
 HEADROOM_MIN = 2 * GIB
@@ -185,7 +185,14 @@ def _current(scn: Scenario, key: str) -> Any:
 
 
 def _diff(scn: Scenario, pairs: list[tuple[str, Any]]) -> list[Override]:
-    return [Override(k, v) for k, v in pairs if _current(scn, k) != v or scn.view is None]
+    return [_override(scn, k, v) for k, v in pairs if _current(scn, k) != v or scn.view is None]
+
+
+def _override(scn: Scenario, key: str, value: Any) -> Override:
+    if key == "ddp.grad_reduce_in_fp32" and value is False and mlm_fp16_grads(scn):
+        # the flag the job passed is what turns fp32 grads on; --grad-reduce-in-bf16 is read only under --bf16
+        return WordedOverride(key, value, "(remove --accumulate-allreduce-grads-in-fp32)")
+    return Override(key, value)
 
 
 def strategy_overrides(scn: Scenario, strategy: str, meta_init: bool = False) -> list[tuple[str, Any]]:
@@ -205,6 +212,22 @@ def strategy_overrides(scn: Scenario, strategy: str, meta_init: bool = False) ->
     dist_opt = strategy == "distributed_optimizer"
     pairs += [("ddp.use_distributed_optimizer", dist_opt), ("optimizer.use_distributed_optimizer", dist_opt)]
     return pairs
+
+
+def mlm_fp16_grads(scn: Scenario) -> bool:
+    """A Megatron-LM fp16 job that passes --accumulate-allreduce-grads-in-fp32: its grads go to the param dtype
+    (fp16) only by dropping that flag. --grad-reduce-in-bf16 is read only under --bf16 (arguments.py), and
+    Megatron-LM turns the fp32 accumulation on by itself only for bf16."""
+    view = scn.view
+    if view is None or getattr(view, "framework", None) != "megatron-lm":
+        return False
+    fp16 = any(view.get(k) is True for k in ("model.fp16", "mlm.fp16"))
+    return fp16 and view.origin("ddp.grad_reduce_in_fp32") not in (None, "default")
+
+
+def half_grads(scn: Scenario) -> str:
+    """The dtype the grads take when no longer reduced in fp32: the param dtype (fp16 for an fp16 job)."""
+    return "fp16" if mlm_fp16_grads(scn) else "bf16"
 
 
 def bf16_grad_overrides(scn: Scenario) -> list[tuple[str, Any]]:
@@ -260,8 +283,9 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
                       work, "none: the model is materialised shard by shard", 0.3))
 
     if lay.grad_bytes == 4:
-        add(Candidate("bf16 grads", bf16_grad_overrides(scn), replace(lay, grad_bytes=2), work,
-                      "grads reduced in bf16: half the grad memory and traffic; a small numerics change", 1.5))
+        half = half_grads(scn)
+        add(Candidate(f"{half} grads", bf16_grad_overrides(scn), replace(lay, grad_bytes=2), work,
+                      f"grads reduced in {half}: half the grad memory and traffic; a small numerics change", 1.5))
 
     if work is not None and shape is not None:
         mbs = work.micro_batch_size
@@ -342,8 +366,8 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
     if lay.grad_bytes == 4:
         combo = replace(combo, grad_bytes=2)
         pairs = pairs + bf16_grad_overrides(scn)
-        add(Candidate("full sharding + bf16 grads", pairs, combo, work,
-                      STRATEGY_COST[strongest][1] + "; grads in bf16", 3.6))
+        add(Candidate(f"full sharding + {half_grads(scn)} grads", pairs, combo, work,
+                      STRATEGY_COST[strongest][1] + f"; grads in {half_grads(scn)}", 3.6))
     if work is not None and shape is not None and work.recompute != "full":
         add(Candidate("full sharding + full recompute",
                       pairs + FULL_RECOMPUTE, combo, replace(work, recompute="full", recompute_num_layers=1),
@@ -362,7 +386,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         bases.append((strongest, strategy_overrides(scn, strongest, True), full))
         if lay.grad_bytes == 4:
             bf16_pairs = strategy_overrides(scn, strongest, True) + bf16_grad_overrides(scn)
-            bases.append((strongest + " + bf16 grads", bf16_pairs, replace(full, grad_bytes=2)))
+            bases.append((strongest + f" + {half_grads(scn)} grads", bf16_pairs, replace(full, grad_bytes=2)))
         if lay.strategy != "fsdp:optim_grads":
             bases.append(("fsdp:optim_grads", strategy_overrides(scn, "fsdp:optim_grads"),
                           replace(lay, strategy="fsdp:optim_grads")))
@@ -375,7 +399,7 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
             while lay.gpus * factor <= max_gpus:
                 gpus = lay.gpus * factor
                 cand_layout = replace(base, gpus=gpus)
-                bf16 = "; grads in bf16" if base.grad_bytes != lay.grad_bytes else ""
+                bf16 = f"; grads in {half_grads(scn)}" if base.grad_bytes != lay.grad_bytes else ""
                 note = STRATEGY_COST[base.strategy][1] + bf16
                 cand = Candidate(f"{name} on {gpus} GPUs", spairs, cand_layout, work,
                                  f"{gpus} GPUs instead of {lay.gpus} (data parallel {cand_layout.dp}); " + note,

@@ -32,6 +32,7 @@ class MemoryPlan:
     plans: list[MemoryOption]
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
+    more_gpus: MemoryOption | None = None  # nothing fits at the GPU count: the cheapest plan on more GPUs (a note)
 
     @property
     def given(self) -> MemoryOption:
@@ -232,14 +233,15 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         # not a configuration that can run: its row is shown for reference only, the alternatives are valid splits
         given.valid = False
         given.violations = [layout_note]
-        notes.append("the config as given is invalid (its data-parallel size is not a whole number); the plans "
-                     "below use TP x PP splits that divide the GPU count")
     alternatives = search(
         scn, "unknown", same_gpus_only=True, prove=prove, keep_fitting=max_plans, keep_other=max_plans
     )
     fitting = [p for p in alternatives if p.fits]
     other = [p for p in alternatives if not p.fits]
     plans = [given] + (fitting + other)[: max_plans - 1]
+    if layout_note:
+        notes.append("the config as given is invalid (its data-parallel size is not a whole number)" + (
+            "; the plans below use TP x PP splits that divide the GPU count" if len(plans) > 1 else ""))
     notes += layout_notes(view, shape, layout.pp)
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
@@ -249,6 +251,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     note = stage_note(given)
     if note:
         notes.append("as given, " + note)
+    wider: MemoryOption | None = None
     if not given.fits and not fitting:
         more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
         if more is not None:
@@ -258,6 +261,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             node = view.get("launch.gpus_per_node")
             launch = launch_commands(more.layout.gpus, node if isinstance(node, int) else None)
             notes.append(f"launch on {more.layout.gpus} GPUs: {launch['torchrun']}; or {launch['srun']}")
+            wider = option_of(more)
     # a count the log confirms (its own parameter line, per rank) assumes nothing
     assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
     if assumed:
@@ -266,4 +270,4 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
                      + (": set them in the config for a true count (the provider named does not)" if named
                         else ": set them (or the model's provider _target_) for a true count"))
-    return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed)
+    return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed, wider)

@@ -75,7 +75,8 @@ def replay_verdict(replay: ReplayResult) -> str:
     if replay.fits is True:
         gpus, job = (fit.gpus, fit.job_gpus) if fit is not None else (None, None)
         more = f" on {gpus} GPUs (the job had {job})" if gpus and job and gpus != job else ""
-        head += f"; fits in memory{more}"
+        state = " (the model state; activations not counted)" if fit is not None and fit.model_state_only else ""
+        head += f"; fits in memory{more}{state}"
     elif replay.fits is False:
         head += "; but does NOT fit in GPU memory"
     launch = replay.rendered.get("launch")
