@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.model import Evidence, Finding, Override, is_delete
-from diagnose.units import fmt_gib
+from diagnose.units import GIB, fmt_gib
 
 # failures the validator can reproduce (a config check prints them); others (OOM, NCCL, ...) only get their fix proven
 CONFIG_CATEGORIES = {"config_validation", "fsdp_config", "checkpoint_format"}
@@ -74,6 +74,14 @@ class CapacityFit:
     def peak_text(self) -> str:
         """What makes the fit fit: the predicted peak against the GPU, or (an allocator fix) why the cache would have
         served the request."""
+        return self.peak_words()
+
+    def peak_words(self, after_fits_text: bool = False) -> str:
+        """``peak_text``; ``after_fits_text``: written after ``fits_text``, which already says the model state is
+        what fits, so the peak is not called the model state's twice."""
+        if self.peak_bytes and after_fits_text and self.model_state_only:
+            return (f"peak {self.peak_bytes / GIB:.1f} of {fmt_gib(self.capacity_bytes, 1)} per GPU, activations "
+                    "not counted")
         if self.peak_bytes:
             what, tail = ("model-state peak", ", activations not counted") if self.model_state_only else ("peak", "")
             return (f"predicted {what} {fmt_gib(self.peak_bytes, 1)} per GPU of {fmt_gib(self.capacity_bytes, 1)}"
@@ -154,8 +162,9 @@ class ReplayResult:
         if self.fits is True and fit is not None:
             gpus = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                     f"{fit.job_gpus}), " if fit.more_gpus else "")
-            return f"{valid}; {fit.fits_text}: {gpus}{fit.peak_text}" if fit.model_state_only else \
-                f"{valid} and fits: {gpus}{fit.peak_text}"
+            if fit.model_state_only:
+                return f"{valid}; {fit.fits_text}: {gpus}{fit.peak_words(after_fits_text=True)}"
+            return f"{valid} and fits: {gpus}{fit.peak_text}"
         if self.fits is False and fit is not None:
             need = (f"{fmt_gib(fit.peak_bytes, 1)} per GPU" if fit.peak_bytes
                     else "the memory model finds nothing that fits")

@@ -552,7 +552,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     if best is not None and verdict != "fragmentation":
         change = inline_fix(best.overrides)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
-        what = ("in which the model state fits", "model-state peak", "; activations not counted") \
+        what = ("in which the model state fits", "peak", "; activations not counted") \
             if current.activations is None else ("that fits", "peak", "")
         out.explanation += (f" Cheapest change {what[0]}{gpus}: {change or best.label} "
                             f"(predicted {what[1]} {fmt_gib(best.peak)}{what[2]}).")

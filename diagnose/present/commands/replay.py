@@ -103,7 +103,7 @@ def _fit_line(fit: Any) -> str:
     if fit.fits:
         need = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp}'}; the job ran on {fit.job_gpus}), "
                 if fit.more_gpus else "")
-        return f"{fit.fits_text}: {need}{fit.peak_text}"
+        return f"{fit.fits_text}: {need}{fit.peak_words(after_fits_text=True)}"
     if fit.peak_bytes:
         return f"does not fit: {fmt_gib(fit.peak_bytes, 1)} per GPU of {fmt_gib(fit.capacity_bytes, 1)}"
     return f"does not fit: the memory model finds nothing that fits in {fmt_gib(fit.capacity_bytes, 1)}"
