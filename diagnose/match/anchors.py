@@ -31,6 +31,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
@@ -161,7 +162,8 @@ class _HyperscanPresence:
 
     def present(self, window: bytes) -> list[int]:
         found: list[int] = []
-        self._db.scan(window, match_event_handler=lambda i, _f, _t, _fl, _c: found.append(i))
+        self._db.scan(window, match_event_handler=lambda i, _f, _t, _fl, _c: found.append(i),
+                      scratch=thread_scratch(self._db))
         return sorted(found)
 
 
@@ -206,7 +208,27 @@ class _Locator:
             starts.add(s)
             return
 
-        (self.plain if plain else self.mixed).scan(window, match_event_handler=on_match)
+        db = self.plain if plain else self.mixed
+        db.scan(window, match_event_handler=on_match, scratch=thread_scratch(db))
+
+
+_PER_THREAD = threading.local()
+
+
+def thread_scratch(db):
+    """This thread's Hyperscan scratch for ``db``. A scratch serves one scan at a time: two threads sharing the
+    database's own fail with HS_SCRATCH_IN_USE (error -10), and the TUI's workers (an analysis, a Slurm job's
+    diagnosis, a follow check) can scan at once. Each thread keeps one per database it scanned with (the database
+    held with it, so its id is not reused while the scratch lives)."""
+    import hyperscan
+
+    held = getattr(_PER_THREAD, "scratch", None)
+    if held is None:
+        held = _PER_THREAD.scratch = {}
+    entry = held.get(id(db))
+    if entry is None:
+        entry = held[id(db)] = (db, hyperscan.Scratch(db))
+    return entry[1]
 
 
 CACHE_KEEP = 48  # compiled databases kept (per catalogue, window kind and capture locator); the oldest go first
@@ -331,7 +353,7 @@ class _CombinedScanner:
                 others.append(i)
             return
 
-        db.scan(window, match_event_handler=on_match)
+        db.scan(window, match_event_handler=on_match, scratch=thread_scratch(db))
         return starts, others
 
 
