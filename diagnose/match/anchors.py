@@ -250,7 +250,6 @@ def _cached_database(hs, exprs: list[bytes], flags: list[int], ids: list[int] | 
                 blob = fh.read()
             if len(blob) > 32 and hashlib.sha256(blob[32:]).digest() == blob[:32]:
                 db = hs.loadb(blob[32:], hs.HS_MODE_BLOCK)
-                db.scratch = hs.Scratch(db)  # a loaded database has none; scanning without one fails
                 return db
         except Exception:  # noqa: BLE001 - missing, unreadable, torn or built for another CPU: compile instead
             pass
