@@ -68,3 +68,20 @@ def test_a_remembered_answer_never_hides_a_later_command_line():
     memo = {}
     assert [options_not_typed(typed_later, s, "sft.py", "--softmax-type learnable", memo)
             for s in (0, len(typed_later) - len(error))] == [False, False]
+
+
+def test_options_after_a_run_of_blanks_are_on_the_command_line():
+    # (t36b) a command pasted with its continuation lines joined keeps their indentation between the script and its
+    # options; torch >= 2.0's torch.distributed.launch then adds --local-rank=N, which the user never typed
+    pasted = (
+        b"$ python3 -m torch.distributed.launch --nproc_per_node=1 src/gpt2_ft.py     --train_data x.jsonl     --lr 2e-4\n"
+        b"gpt2_ft.py: error: unrecognized arguments: --local-rank=0\n"
+    )
+    start = _start_of_last_line(pasted)
+    assert command_line_before(pasted, start, "gpt2_ft.py").startswith("$ python3 -m torch.distributed.launch")
+    assert options_not_typed(pasted, start, "gpt2_ft.py", "--local-rank=0", {})
+    typed = pasted.replace(b"--lr 2e-4", b"--local-rank=0")
+    assert not options_not_typed(typed, _start_of_last_line(typed), "gpt2_ft.py", "--local-rank=0", {})
+    # a name followed by words, not options, is no command line (a sentence that mentions the script)
+    prose = b"running gpt2_ft.py     now\ngpt2_ft.py: error: unrecognized arguments: --local-rank=0\n"
+    assert command_line_before(prose, _start_of_last_line(prose), "gpt2_ft.py") is None

@@ -52,3 +52,24 @@ def test_stack_and_inference_read_a_frame_alike():
     assert stack_of_frames([python2, TORCH]) == ""  # no frame of the job's own code: not "pytorch"
     assert stack_of_frames(['  File "/home/u/x.py", line 3, in <module>', TORCH]) == "pytorch"
     assert package_of('  File "/workspace/Megatron-LM/megatron/core/parallel_state.py", line 3, in f') == "megatron"
+
+
+AXOLOTL = [
+    '  File "/home/u/.venv/bin/axolotl", line 8, in <module>',
+    '  File "/home/u/.venv/lib/python3.10/site-packages/click/core.py", line 788, in invoke',
+    '  File "/home/u/src/axolotl/src/axolotl/cli/train.py", line 48, in do_train',
+    '  File "/home/u/src/axolotl/src/axolotl/core/builders/causal.py", line 421, in build',
+]
+
+
+def test_a_console_scripts_own_package_is_library_code_where_an_editable_install_keeps_it():
+    # (t36b) pip's wrapper <env>/bin/axolotl started the traceback: axolotl's frames, run from a checkout by an
+    # editable install, are the package's code, not the user's script
+    from diagnose.match.frames import console_script_package
+    assert console_script_package(AXOLOTL) == "axolotl"
+    assert raised_in_library(AXOLOTL)
+    assert console_script_package(['  File "/usr/local/bin/llama-factory", line 8, in <module>']) == "llama_factory"
+    # a script run by path is no console script; another checkout under the same entry is not that package
+    assert console_script_package(['  File "/home/u/proj/bin/train.py", line 8, in <module>']) == ""
+    assert not raised_in_library([AXOLOTL[0], '  File "/home/u/proj/train.py", line 12, in main'])
+    assert not raised_in_library(['  File "/home/u/src/axolotl/src/axolotl/core/builders/causal.py", line 421, in build'])

@@ -36,7 +36,10 @@ def _latest_command(buf, start: int, prog: str, floor: int = 0) -> tuple[int, st
             return None
         line = _line_at(buf, at, start)
         after = line[line.find(prog) + len(prog):]
-        if after.startswith((" -", " \\")) and "error:" not in line and not line.lstrip().startswith("usage:"):
+        # the options follow after any run of blanks (a command pasted with its continuation lines joined keeps
+        # their indentation: ``src/train.py     --train_data x``)
+        typed = after[:1] in (" ", "\t") and after.lstrip(" \t").startswith(("-", "\\"))
+        if typed and "error:" not in line and not line.lstrip().startswith("usage:"):
             # unexpanded shell variables ($GPT_ARGS) hide options: such a line cannot say what was typed
             return None if "$" in after else (at, line)
         end = at

@@ -40,6 +40,21 @@ def is_library(path: str) -> bool:
     return path.startswith("<") or any(r in at for r in _INSTALLED) or any(d in at for d in LIBRARY_CHECKOUTS)
 
 
+# the outermost frame of a traceback that a package's console script started: pip's generated wrapper
+# (``<env>/bin/axolotl``, ``/usr/local/bin/vllm``: a file with no extension in a bin/ folder, run as ``<module>``)
+_CONSOLE_SCRIPT = re.compile(r'(?:^|\s)File "[^"]*/bin/([A-Za-z][\w-]*)", line \d+, in <module>')
+
+
+def console_script_package(frames: Iterable[str]) -> str:
+    """The package whose console script the traceback started from (``axolotl`` for ``<env>/bin/axolotl``, a dash
+    read as an underscore), or "": the outermost frame is pip's wrapper for an installed distribution's entry
+    point. Its frames are that package's code wherever its files live: an editable install (``pip install -e``)
+    runs them from a checkout (``~/src/axolotl/src/axolotl/...``), not from site-packages."""
+    outer = next((f for f in frames if FRAME_FILE.search(f)), "")
+    m = _CONSOLE_SCRIPT.search(outer)
+    return m.group(1).replace("-", "_") if m else ""
+
+
 def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
     """The frame lines of the traceback that ends at ``lines[-1]`` (``lines``: one stream, oldest first), with those
     of the exception groups it was raised inside (where it surfaced) and of its chained causes; [] when the line is

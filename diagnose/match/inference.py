@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import regex
 
-from diagnose.match.frames import FRAME_FILE, LIBRARY_CHECKOUTS, frame_file, is_library
+from diagnose.match.frames import FRAME_FILE, LIBRARY_CHECKOUTS, console_script_package, frame_file, is_library
 from diagnose.match.rules import Inference
 
 # pytest shows the exception on lines starting with "E   " (its failure report): the type follows that margin
@@ -341,11 +341,17 @@ def raised_in_library(frames: Sequence[str]) -> bool:
 
     A call that does not fit a signature raises at the caller: when the caller is Megatron calling Transformer
     Engine, two libraries disagree on a version; when it is the user's own script, the script is wrong, unless the
-    line it stopped on calls into a library (``deepspeed.zero.Init(...)``): then the library changed its API."""
+    line it stopped on calls into a library (``deepspeed.zero.Init(...)``): then the library changed its API. A
+    package's console script (``<env>/bin/axolotl``) that started the traceback makes that package's frames library
+    code where an editable install keeps them in a checkout (``~/src/axolotl/src/axolotl/core/...``)."""
     for text in reversed(frames):
         m = FRAME_FILE.search(text)
         if m:
-            if is_library(frame_file(text)):  # a Windows traceback too: C:\Users\u\...\site-packages\pkg
+            path = frame_file(text)
+            if is_library(path):  # a Windows traceback too: C:\Users\u\...\site-packages\pkg
+                return True
+            entry = console_script_package(frames)
+            if entry and f"/{entry}/" in "/" + path:
                 return True
             code = text[m.end():]  # the frame's source line, when the traceback printed it
             return _LIBRARY_CALL.search(code) is not None
