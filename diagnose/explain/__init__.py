@@ -137,7 +137,7 @@ def _run_memory(report: Report, view, options: Any) -> None:
     except Exception as e:  # noqa: BLE001
         report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")
         return
-    _allocator_as_a_step(report, getattr(getattr(options, "catalogue", None), "category_fixes", None) or {})
+    _allocator_as_a_step(report, getattr(options, "catalogue", None))
 
 
 def _allocator_only(fix: Fix) -> bool:
@@ -147,12 +147,12 @@ def _allocator_only(fix: Fix) -> bool:
     return not fix.overrides and not fix.steps and any(e.name in allocator for e in fix.env)
 
 
-def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None:
+def _allocator_as_a_step(report: Report, catalogue: Any) -> None:
     """The numbers do not say fragmentation (a nearly full GPU, or a small unallocated share of what PyTorch
     reserved), yet cached and free memory exceeded the request: the rule's memory lever stays the fix and the
     allocator setting becomes a step (qa-report-9 L1). A rule whose fix is the allocator setting alone (its regex
     reads the message's words, not the share) takes the cuda_oom category's fix, the memory lever, instead
-    (qa-report-11 L1)."""
+    (qa-report-11 L1), and its ``[rule.numbers_say_demand]`` title and Why, where it has them."""
     from diagnose.explain.memory.analysis import allocator_step, numbers_of, step_sentence
 
     root = report.root
@@ -162,14 +162,17 @@ def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None
     step = allocator_step(root)
     if step is None:
         return
-    lever = category_fixes.get("cuda_oom")
+    lever = (getattr(catalogue, "category_fixes", None) or {}).get("cuda_oom")
     if lever is not None and _allocator_only(root.fix):
         root.fix = Fix(lever.summary, lever.safety, list(lever.overrides), [], list(lever.steps),
                        list(lever.other_stacks))
         # the rule's Why says "fragmented" from the message's words; its numbers say demand: the Why says what
-        # the fix and the memory section say (one verdict)
-        root.explanation = step_sentence(numbers_of(root))
-        root.title = "CUDA OOM with memory reserved but unallocated: the numbers say demand, not fragmentation"
+        # the fix and the memory section say (one verdict), in the rule's words
+        rule = catalogue.by_code(root.rule) if catalogue is not None else None
+        reworded = rule.numbers_say_demand if rule is not None else None
+        if reworded is not None:
+            root.explanation = reworded.explanation.replace("{numbers}", step_sentence(numbers_of(root)))
+            root.title = reworded.title
     # the steps, and the stack-neutral steps that stand in for them for a job of another stack (render.fix_words)
     for steps in (root.fix.steps, root.fix.other_stacks):
         if (steps or steps is root.fix.steps) and step not in steps:
