@@ -31,3 +31,26 @@ def test_oom190s_words_for_a_demand_oom_are_the_rules_data_not_code():
     lead = why.split("{numbers}")[0].strip()
     assert " ".join(root.explanation.split()).startswith(" ".join(lead.split()))
     assert "Free memory first" in root.explanation
+
+
+def test_the_rules_oom_fix_is_sized_by_the_memory_model_once(monkeypatch):
+    """An activations OOM (GPT-2 large on a V100) whose rule fix is full recompute: capacity_fix sized that fix to
+    see whether it may lead (_refuted_rule_fix), and replay_findings sized the same fix again for its REPLAY fit.
+    It is sized once and the answer passed on; the replay's fit is the same answer."""
+    from diagnose.explain import fit
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    sized: list[tuple] = []
+    memory_fit = fit.memory_fit
+
+    def counted(report, view, overrides, finding=None):
+        sized.append(tuple((o.key, o.value) for o in overrides if not o.key.startswith("env.")))
+        return memory_fit(report, view, overrides, finding)
+
+    monkeypatch.setattr(fit, "memory_fit", counted)
+    report = analyze([str(ROOT / "corpus" / "dev" / "e-mlm-gpt2-large-v100-oom-core-attention.log")], AnalyzeOptions())
+    assert report.root is not None and report.memory is not None and report.memory.verdict == "activations"
+    own = tuple((o.key, o.value) for o in report.root.fix.overrides)
+    assert own and sized == [own]
+    again = memory_fit(report, report.config, report.replay.fit.overrides, report.root)
+    assert report.replay.fit == again

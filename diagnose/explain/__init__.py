@@ -90,10 +90,11 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
     Each replayed finding gets ``replay`` (proven, reproduced, what was added). With no fix to replay but a known
     config that fails validation, the validator's own suggested fix is replayed.
     """
-    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
+    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit_of, rule_fix_fit
     from diagnose.explain.replay import replay
 
-    fit = capacity_fix(report, view)
+    rule_fit = rule_fix_fit(report, view)  # the rule's fix sized once: whether it leads, and its replay's fit
+    fit = capacity_fix(report, view, rule_fit)
     chosen = None
     for index, finding in enumerate(report.findings):
         overrides = fit.overrides if fit is not None and finding is fit.finding else fix_overrides(finding)
@@ -104,7 +105,7 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
             apply_fit(result, fit)
         elif index == report.root_cause and finding.category == "cuda_oom":
             # any other fix for the OOM is checked against the same memory model (one answer)
-            apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
+            apply_memory_fit(result, memory_fit_of(report, view, result.fix, finding, rule_fit))
         finding.replay = FindingReplay(result.passes if result.reproduced is not None else None,
                                        result.reproduced, list(result.added))
         if chosen is None or index == report.root_cause:
