@@ -54,3 +54,22 @@ def test_the_rules_oom_fix_is_sized_by_the_memory_model_once(monkeypatch):
     assert own and sized == [own]
     again = memory_fit(report, report.config, report.replay.fit.overrides, report.root)
     assert report.replay.fit == again
+
+
+def test_a_worded_override_compares_as_its_plain_override_and_says_why_by_hand():
+    """WordedOverride's hand-written __eq__ stays (a generated one compares only instances of one class): its
+    docstring says exactly why, and the comparison is the plain override's, both ways, whatever the words."""
+    from dataclasses import asdict
+
+    from diagnose.model import Finding, Fix, Override, WordedOverride
+
+    reason = WordedOverride.__eq__.__doc__ or ""
+    assert "generated" in reason and "same class" in reason and "asdict" in reason
+    worded = WordedOverride("ddp.grad_reduce_in_fp32", False, "(remove --accumulate-allreduce-grads-in-fp32)")
+    plain = Override("ddp.grad_reduce_in_fp32", False)
+    assert worded == plain and plain == worded and (worded != plain) is False and plain in [worded]
+    assert worded == WordedOverride("ddp.grad_reduce_in_fp32", False, "other words")
+    assert worded != Override("ddp.grad_reduce_in_fp32", True) and worded != ("ddp.grad_reduce_in_fp32", False)
+    finding = Finding(rule="x", name="x", title="t", category="cuda_oom", phase="training", severity="error",
+                      role="root", confidence=1.0, fix=Fix(overrides=[plain]))
+    assert asdict(finding)["fix"]["overrides"] == [{"key": "ddp.grad_reduce_in_fp32", "value": False}]
