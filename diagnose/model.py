@@ -162,6 +162,13 @@ class WordedOverride(Override):
     mlm: str = ""  # the Megatron-LM words for this job
 
     def __eq__(self, other: object) -> bool:
+        """Equal to any ``Override`` of the same key and value, whatever its words. Written by hand because a
+        dataclass's generated ``__eq__`` compares only instances of the very same class: both ``Override.__eq__``
+        and a generated one here would return NotImplemented for the other class, so ``plain == worded`` and
+        ``plain in [worded]`` would fall back to identity and be False (``mlm = field(compare=False)`` does not
+        change that). Nor can ``mlm`` move onto ``Override`` itself, where the generated comparison would do:
+        ``Finding.fix`` is written to the report's JSON with ``asdict``, and every override there would gain an
+        ``mlm`` key the report schema refuses (``additionalProperties: false``)."""
         if not isinstance(other, Override):
             return NotImplemented
         return (self.key, self.value) == (other.key, other.value)

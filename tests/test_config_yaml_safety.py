@@ -22,8 +22,8 @@ def test_python_object_tags_are_loaded_as_plain_data_and_not_executed():
     assert not os.path.exists(PWNED)
     assert data["model"]["num_layers"] == [PWNED]  # the argument list, as data
     assert data["ddp"]["use_megatron_fsdp"] == "true"  # unknown tag: the scalar, untyped
-    # as a config, a list where Bridge wants an int is refused (issue 19 item 4), still without running anything
-    with pytest.raises(DiagnoseError, match="could not be converted to Integer"):
+    # as a config, the tag Bridge's loader would refuse is named (qa-report-12 L6), still without running anything
+    with pytest.raises(DiagnoseError, match=r"model\.num_layers: YAML tag '!!python/object/apply:os\.mkdir'"):
         load_config(str(DATA / "hostile_python_tag.yaml"))
     assert not os.path.exists(PWNED)
 

@@ -164,3 +164,23 @@ def test_the_headline_fix_of_an_activation_oom_is_one_its_own_replay_says_fits()
     replay = proc.stdout.split("\nREPLAY\n", 1)[1].split("\nMEMORY\n", 1)[0]
     assert "fix valid and fits" in replay and "does not fit: 134" not in replay
     assert "the rule's own fix (train.micro_batch_size=1) does not fit" in " ".join(replay.split())
+
+
+def test_a_yaml_tag_the_loader_does_not_honour_is_named_not_dropped(tmp_path: Path) -> None:
+    """qa-report-12 L6: 'num_layers: !custom 32' was loaded inert (the tag dropped, nothing run) and check then said
+    "value '32' of type 'str' could not be converted to Integer", which hid the tag. Megatron-Bridge's loader
+    (yaml.safe_load) refuses a tag it does not know, so check and replay must say which key holds which tag, in one
+    line, still running nothing the tag names. A log's task YAML stays inert and silent."""
+    from diagnose.explain.config.safe_yaml import safe_load
+
+    text = (ROOT / "examples" / "run_config.yaml").read_text(encoding="utf-8")
+    assert "  num_layers: 32\n" in text
+    for tag, shown in (("!custom", "!custom"), ("!!python/name:os.system", "!!python/name:os.system")):
+        config = write(tmp_path, "run.yaml", text.replace("  num_layers: 32\n", f"  num_layers: {tag} 32\n"))
+        for command in (("check", str(config), "--gpus", "8"), ("replay", str(config))):
+            proc = run(*command, code=(2,))
+            assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+            assert "could not be converted" not in proc.stderr
+            assert f"model.num_layers: YAML tag '{shown}'" in proc.stderr
+            assert "Megatron-Bridge's loader" in proc.stderr and "refuse" in proc.stderr
+    assert safe_load("model:\n  num_layers: !custom 32\n") == {"model": {"num_layers": "32"}}  # a log: silent

@@ -90,10 +90,11 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
     Each replayed finding gets ``replay`` (proven, reproduced, what was added). With no fix to replay but a known
     config that fails validation, the validator's own suggested fix is replayed.
     """
-    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
+    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit_of, rule_fix_fit
     from diagnose.explain.replay import replay
 
-    fit = capacity_fix(report, view)
+    rule_fit = rule_fix_fit(report, view)  # the rule's fix sized once: whether it leads, and its replay's fit
+    fit = capacity_fix(report, view, rule_fit)
     chosen = None
     for index, finding in enumerate(report.findings):
         overrides = fit.overrides if fit is not None and finding is fit.finding else fix_overrides(finding)
@@ -104,7 +105,7 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
             apply_fit(result, fit)
         elif index == report.root_cause and finding.category == "cuda_oom":
             # any other fix for the OOM is checked against the same memory model (one answer)
-            apply_memory_fit(result, memory_fit(report, view, result.fix, finding))
+            apply_memory_fit(result, memory_fit_of(report, view, result.fix, finding, rule_fit))
         finding.replay = FindingReplay(result.passes if result.reproduced is not None else None,
                                        result.reproduced, list(result.added))
         if chosen is None or index == report.root_cause:
@@ -137,7 +138,7 @@ def _run_memory(report: Report, view, options: Any) -> None:
     except Exception as e:  # noqa: BLE001
         report.warnings.append(f"memory model failed: {type(e).__name__}: {e}")
         return
-    _allocator_as_a_step(report, getattr(getattr(options, "catalogue", None), "category_fixes", None) or {})
+    _allocator_as_a_step(report, getattr(options, "catalogue", None))
 
 
 def _allocator_only(fix: Fix) -> bool:
@@ -147,12 +148,12 @@ def _allocator_only(fix: Fix) -> bool:
     return not fix.overrides and not fix.steps and any(e.name in allocator for e in fix.env)
 
 
-def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None:
+def _allocator_as_a_step(report: Report, catalogue: Any) -> None:
     """The numbers do not say fragmentation (a nearly full GPU, or a small unallocated share of what PyTorch
     reserved), yet cached and free memory exceeded the request: the rule's memory lever stays the fix and the
     allocator setting becomes a step (qa-report-9 L1). A rule whose fix is the allocator setting alone (its regex
     reads the message's words, not the share) takes the cuda_oom category's fix, the memory lever, instead
-    (qa-report-11 L1)."""
+    (qa-report-11 L1), and its ``[rule.numbers_say_demand]`` title and Why, where it has them."""
     from diagnose.explain.memory.analysis import allocator_step, numbers_of, step_sentence
 
     root = report.root
@@ -162,14 +163,17 @@ def _allocator_as_a_step(report: Report, category_fixes: dict[str, Fix]) -> None
     step = allocator_step(root)
     if step is None:
         return
-    lever = category_fixes.get("cuda_oom")
+    lever = (getattr(catalogue, "category_fixes", None) or {}).get("cuda_oom")
     if lever is not None and _allocator_only(root.fix):
         root.fix = Fix(lever.summary, lever.safety, list(lever.overrides), [], list(lever.steps),
                        list(lever.other_stacks))
         # the rule's Why says "fragmented" from the message's words; its numbers say demand: the Why says what
-        # the fix and the memory section say (one verdict)
-        root.explanation = step_sentence(numbers_of(root))
-        root.title = "CUDA OOM with memory reserved but unallocated: the numbers say demand, not fragmentation"
+        # the fix and the memory section say (one verdict), in the rule's words
+        rule = catalogue.by_code(root.rule) if catalogue is not None else None
+        reworded = rule.numbers_say_demand if rule is not None else None
+        if reworded is not None:
+            root.explanation = reworded.explanation.replace("{numbers}", step_sentence(numbers_of(root)))
+            root.title = reworded.title
     # the steps, and the stack-neutral steps that stand in for them for a job of another stack (render.fix_words)
     for steps in (root.fix.steps, root.fix.other_stacks):
         if (steps or steps is root.fix.steps) and step not in steps:

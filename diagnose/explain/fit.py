@@ -9,6 +9,7 @@ needs (``launch.world_size``, rendered as a comment, never as a Bridge override)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,9 +35,21 @@ def _positive(v: int | None) -> int | None:
     return v if v is not None and v > 0 else None
 
 
-def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
+def rule_fix_fit(report: Report, view: Any) -> CapacityFit | None:
+    """The memory model's answer for the root CUDA OOM's own rule fix, where ``capacity_fix`` asks for it (a verdict
+    other than ``capacity`` or ``fragmentation``: the rule's fix leads unless it is sized and does not fit); None
+    elsewhere. Sized once: ``capacity_fix`` reads it, and replay's memory check of the same fix reuses it
+    (``memory_fit_of``)."""
+    memory, root = report.memory, report.root
+    if memory is None or root is None or memory.verdict in ("capacity", "fragmentation"):
+        return None
+    return memory_fit(report, view, list(root.fix.overrides), root)
+
+
+def capacity_fix(report: Report, view: Any, rule_fit: CapacityFit | None = None) -> CapacityFit | None:
     """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity`` (or ``fragmentation``: the
-    allocator setting leads); None otherwise."""
+    allocator setting leads), or when the rule's own fix is sized and does not fit; None otherwise. ``rule_fit``:
+    ``rule_fix_fit``'s answer when the caller has it (sized here otherwise)."""
     memory = report.memory
     root = report.root
     if memory is None or root is None or root.category != "cuda_oom":
@@ -45,7 +58,7 @@ def capacity_fix(report: Report, view: Any) -> CapacityFit | None:
         return _fragmentation_fix(root, memory)
     refuted = ""
     if memory.verdict != "capacity":
-        refuted = _refuted_rule_fix(report, view, root)
+        refuted = _refuted_rule_fix(root, rule_fit or rule_fix_fit(report, view))
         if not refuted:
             return None
     current = memory.current
@@ -112,14 +125,12 @@ def _fragmentation_fix(root: Finding, memory: MemoryAnalysis) -> CapacityFit | N
                        option.cost, [f"fragmentation: {reason}"], fragmentation=True, reason=reason)
 
 
-def _refuted_rule_fix(report: Report, view: Any, root: Finding) -> str:
-    """Why the rule's own fix cannot lead when the memory model sizes it and finds it does not fit (an
-    ``activations`` OOM whose micro batch 1 still overflows): a note naming it, for the fitting option that leads
-    instead. "" when the rule has no fix to size, or its fix fits or cannot be sized (it then stays)."""
+def _refuted_rule_fix(root: Finding, verdict: CapacityFit | None) -> str:
+    """Why the rule's own fix cannot lead when the memory model sizes it (``verdict``, from ``rule_fix_fit``) and
+    finds it does not fit (an ``activations`` OOM whose micro batch 1 still overflows): a note naming it, for the
+    fitting option that leads instead. "" when the rule has no fix to size, or its fix fits or cannot be sized (it
+    then stays)."""
     own = list(root.fix.overrides)
-    if not own:
-        return ""
-    verdict = memory_fit(report, view, own, root)
     if verdict is None or verdict.fits is not False or not verdict.peak_bytes:
         return ""
     usable = f" of {fmt_gib(verdict.usable_bytes, 2)} usable" if verdict.usable_bytes else ""
@@ -205,6 +216,20 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])
     return _from_prediction(root, overrides, redo.current, capacity, job_gpus, memory.verdict)
+
+
+def memory_fit_of(report: Report, view: Any, fix: list[Override], finding: Finding,
+                  rule_fit: CapacityFit | None) -> CapacityFit | None:
+    """``memory_fit`` of a replayed ``fix``; ``rule_fit`` (``rule_fix_fit``'s answer) when ``fix`` sets the same
+    config keys to the same values as the rule's fix that was sized (its ``env.*`` are not sized): not sized twice."""
+    if rule_fit is not None and rule_fit.finding is finding and _config_part(fix) == _config_part(rule_fit.overrides):
+        return replace(rule_fit, overrides=list(fix))
+    return memory_fit(report, view, fix, finding)
+
+
+def _config_part(fix: list[Override]) -> list[tuple[str, type, Any]]:
+    """What ``memory_fit`` sizes of a fix: its config overrides in order (type included: 1 is not True)."""
+    return [(o.key, type(o.value), o.value) for o in fix if not o.key.startswith("env.")]
 
 
 def _from_prediction(root: Finding, overrides: list[Override], pred: MemoryOption | MemoryPrediction,

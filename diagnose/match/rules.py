@@ -115,6 +115,16 @@ class Context:
     traceback_ends_with: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Reworded:
+    """What a finding says instead of its rule's title and Why when the memory model's numbers contradict the
+    message's words (``[rule.numbers_say_demand]``); ``{numbers}`` in ``explanation`` is the memory model's sentence
+    on those numbers."""
+
+    title: str
+    explanation: str
+
+
 @dataclass(slots=True)
 class Rule:
     code: str
@@ -155,6 +165,8 @@ class Rule:
     # explanation and fix (accelerate's warning that the optimizer was made before FSDP wrapped the model explains
     # a loss that never moved); the line alone fails nothing
     explains: tuple[str, ...] = ()
+    # the title and Why when the message's words say fragmentation but the numbers say demand (OOM190)
+    numbers_say_demand: Reworded | None = None
 
     def fault_on_of(self, pattern: int) -> str:
         """Where the failure that the rule's ``pattern`` (1-based) matched is: the pattern's word, else the rule's."""
@@ -608,6 +620,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
+    numbers_say_demand = _reworded(raw.get("numbers_say_demand"))
 
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
@@ -650,7 +663,24 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         reports=reports,
         fault_on=fault_on,
         explains=tuple(explains),
+        numbers_say_demand=numbers_say_demand,
     )
+
+
+def _reworded(raw: Any) -> Reworded | None:
+    """``[rule.numbers_say_demand]``: a title and an explanation (read for a rule whose fix is the allocator setting
+    alone, the fix the memory model's numbers can contradict: ``explain._allocator_as_a_step``)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("'numbers_say_demand' must be a table")
+    unknown = sorted(set(raw) - {"title", "explanation"})
+    if unknown:
+        raise ValueError(f"numbers_say_demand: unknown key(s): {', '.join(unknown)}")
+    title, explanation = need(raw, "title", str).strip(), need(raw, "explanation", str).strip()
+    if not title or not explanation:
+        raise ValueError("numbers_say_demand needs a title and an explanation")
+    return Reworded(title, explanation)
 
 
 def _fault_on(raw: dict, name: str) -> str:

@@ -1,9 +1,10 @@
 """Safe YAML for configs from users and logs.
 
 A ``yaml.SafeLoader`` subclass that (1) never constructs Python objects: any tag it does not know
-(``!!python/object/apply:os.system``, custom ``!foo``) is loaded as the plain data under it, inert; (2) refuses
-alias bombs (billion laughs) by counting alias uses; (3) refuses documents over a size limit. Failures are a
-one-line ``DiagnoseError``.
+(``!!python/object/apply:os.system``, custom ``!foo``) is loaded as the plain data under it, inert, and remembered:
+a config a user hands us (``strict_keys``) is then refused in one line naming the key and the tag, as Bridge's
+``yaml.safe_load`` would refuse it, while a log's YAML stays silent; (2) refuses alias bombs (billion laughs) by
+counting alias uses; (3) refuses documents over a size limit. Failures are a one-line ``DiagnoseError``.
 
 When PyYAML has libyaml, a document is parsed in C (a 10 MB config: 14 s in the pure-Python parser): its events
 are counted first, one at a time and never kept, with the same limits (aliases, nodes) and a depth bound, then it
@@ -41,6 +42,7 @@ class _StrictKeys:
     last): shared by the pure-Python and the libyaml loader."""
 
     strict_keys = False
+    unhonoured: list[yaml.Node]  # the nodes whose tag was loaded inert (set per document by _load)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102 - duplicate check only
         if self.strict_keys and isinstance(node, yaml.MappingNode):
@@ -89,7 +91,8 @@ if _CLoader is not None:
 
 
 def _construct_inert(loader: InertSafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
-    """Unknown tag: keep the data, drop the tag (never import or call what it names)."""
+    """Unknown tag: keep the data, remember the node (``loader.unhonoured``), never import or call what it names."""
+    loader.unhonoured.append(node)
     if isinstance(node, yaml.MappingNode):
         return loader.construct_mapping(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
@@ -128,6 +131,7 @@ def _load(loader_class: Any, text: str, what: str, strict_keys: bool) -> Any:
     try:
         loader = loader_class(text)
         loader.strict_keys = strict_keys
+        loader.unhonoured = []
         node = loader.get_single_node()
         if node is None:
             return None
@@ -137,7 +141,10 @@ def _load(loader_class: Any, text: str, what: str, strict_keys: bool) -> Any:
         if chars > MAX_EXPANDED_CHARS:
             raise DiagnoseError(f"{what} refused: aliases expand to more than {MAX_EXPANDED_CHARS // (1 << 20)} MiB "
                                 "of text (an alias bomb?)")
-        return loader.construct_document(node)
+        data = loader.construct_document(node)
+        if strict_keys and loader.unhonoured:
+            raise DiagnoseError(_unhonoured_tag(what, node, loader.unhonoured))
+        return data
     except DiagnoseError as e:
         if strict_keys and str(e).startswith("duplicate key"):
             raise DiagnoseError(f"{what}: {e}") from None
@@ -151,6 +158,40 @@ def _load(loader_class: Any, text: str, what: str, strict_keys: bool) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _unhonoured_tag(what: str, root: yaml.Node, tagged: list[yaml.Node]) -> str:
+    """The one line for a config whose value carries a tag no safe loader knows: which key, which tag, where."""
+    node = tagged[0]
+    tag = str(node.tag)
+    shown = "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
+    key = _key_path(root, node)
+    more = f" (and {len(tagged) - 1} more)" if len(tagged) > 1 else ""
+    return (f"{what}: {_short(key) if key else 'the document'}: YAML tag '{_short(shown)}' at line "
+            f"{node.start_mark.line + 1}{more} is not honoured (read as plain data, nothing it names is run); "
+            "Megatron-Bridge's loader (yaml.safe_load) would refuse it")
+
+
+def _key_path(root: yaml.Node, target: yaml.Node) -> str:
+    """The dotted key (``model.num_layers``, ``data.blend[2]``) at which ``target`` sits in ``root``; each node
+    walked once."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                here = f"{path}.{name}" if path else str(name)
+                stack.extend(((value, here), (key, here)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(node.value))))
+    return ""
 
 
 def _not_valid(what: str, e: yaml.YAMLError) -> DiagnoseError:
