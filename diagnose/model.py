@@ -464,6 +464,8 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
         d.pop(name)
     if f.proven_fix is not None:
         d["fix"] = asdict(f.proven_fix)
+    # a WordedOverride's Megatron-LM words are for the presenters; the schema's override is its key and value
+    d["fix"]["overrides"] = [{"key": o["key"], "value": o["value"]} for o in d["fix"]["overrides"]]
     if not d["fix"]["other_stacks"]:  # only the rules that write them: the JSON of the others is unchanged
         del d["fix"]["other_stacks"]
     if f.replay is not None:

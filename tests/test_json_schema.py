@@ -322,3 +322,20 @@ def test_installed_layout_ships_the_schemas():
     assert schemas_dir().resolve() == SCHEMAS.resolve()
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"_schemas/*.json"' in pyproject
+
+
+def test_a_worded_override_in_a_proven_fix_is_written_as_key_and_value():
+    """An fp16 Megatron-LM job's "grads reduced in fp16" plan carries its own Megatron-LM words (WordedOverride.mlm);
+    chosen as a finding's proven fix, it is written as any override is: the schema's override has key and value."""
+    from diagnose.model import Fix, WordedOverride
+
+    report = analyze([str(SAMPLES / "ddp_wrap_oom.log")], AnalyzeOptions(replay=False))
+    root = report.root
+    assert root is not None
+    root.proven_fix = Fix(summary="reduce grads in fp16", safety="unsafe",
+                          overrides=[WordedOverride("ddp.grad_reduce_in_fp32", False,
+                                                    "(remove --accumulate-allreduce-grads-in-fp32)")])
+    doc = json.loads(render_json(report))
+    fix = doc["findings"][doc["root_cause"]]["fix"]
+    assert fix["overrides"] == [{"key": "ddp.grad_reduce_in_fp32", "value": False}]
+    assert _errors(REPORT, doc) == []
