@@ -364,8 +364,10 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     overrides = normalize_overrides(req.sets)
     check_overrides(overrides)
     finding = fit = report = None
+    if req.gpus is not None and req.gpus <= 0:
+        raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
     if looks_like_log_file(req.config):
-        view, report = _from_log(req.config)
+        view, report = _from_log(req.config, req.gpus)
         finding = report.root
         if not overrides and finding is not None:
             fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
@@ -375,8 +377,6 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     if req.bridge_version:
         view.version = req.bridge_version
     if req.gpus is not None:
-        if req.gpus <= 0:
-            raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
         view.set("launch.world_size", req.gpus, "override")
     if req.sets or report is None:  # the user's config or --set: a size of 0, below or past any model's is refused
         from diagnose.explain.config.overrides import apply_overrides
@@ -396,9 +396,10 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     return ReplayOutcome(view, result, report, user_sets=bool(req.sets))
 
 
-def _from_log(path: str) -> tuple[Any, Report]:
+def _from_log(path: str, gpus: int | None = None) -> tuple[Any, Report]:
     """A log: scan it with the engine for the config blocks and the root cause (whose failure replay should
-    reproduce); a log with neither is bad input."""
+    reproduce); a log with neither is bad input. ``gpus`` (``--gpus``) is the world size before the memory model
+    runs: validation and memory answer for the same GPU count (qa-report-13: memory was sized on the log's)."""
     from diagnose.explain import _run_memory, build_view
     from diagnose.ingest import open_inputs
     from diagnose.match import load_catalogue, scan_and_match
@@ -414,6 +415,8 @@ def _from_log(path: str) -> tuple[Any, Report]:
         raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
                             "or error message that states settings)")
     if oom:
+        if gpus is not None:
+            view.set("launch.world_size", gpus, "override")
         _run_memory(report, view, None)  # the memory verdict decides a CUDA OOM's fix, as in analyze
     return view, report
 
