@@ -35,3 +35,23 @@ def test_replay_of_a_log_sizes_memory_on_the_gpus_it_validates_on() -> None:
     assert "predicted peak 80.8 GiB per GPU" in on_eight, on_eight
     check = run("check", B042, "--gpus", "8", "--gpu", "h200").stdout
     assert "80.8G" in check
+
+
+def test_check_does_not_ask_for_the_validators_fix_where_a_plan_is_valid_by_its_own_change() -> None:
+    """check b042_first_iter_oom.log --gpus 8: "global batch size (256) is not divisible by micro batch size (256)
+    times data parallel size (8)", fix train.global_batch_size=2048. The note then said every plan "changes only
+    memory, so it also needs the validator's fix (train.global_batch_size=2048)", yet every plan lowers the micro
+    batch (or DP), which clears the violation: following the note multiplies the global batch by 8 for nothing."""
+    out = " ".join(run("check", B042, "--gpus", "8").stdout.split())
+    assert "also needs the validator's fix" not in out
+    assert "each plan below makes it valid by its own change" in out
+
+
+def test_check_names_the_plans_that_still_need_the_validators_fix() -> None:
+    """Llama-3 8B (examples/run_config.yaml) with micro batch 4 of a global 16 on 8 GPUs: the TP/PP plans lower DP
+    and are valid as they stand; the Megatron FSDP plan keeps DP 8 and micro batch 4, and still needs
+    train.global_batch_size=32. The note names that one plan, not all."""
+    out = " ".join(run("check", str(ROOT / "examples" / "run_config.yaml"), "--gpus", "8", "--gpu", "h100-80gb",
+                       "--set", "train.micro_batch_size=4", "--set", "train.global_batch_size=16").stdout.split())
+    assert "every plan but #10 makes it valid by its own change; plan #10 changes only memory, so it also needs " \
+           "the validator's fix (train.global_batch_size=32)" in out, out[-800:]
