@@ -55,3 +55,19 @@ def test_check_names_the_plans_that_still_need_the_validators_fix() -> None:
                        "--set", "train.micro_batch_size=4", "--set", "train.global_batch_size=16").stdout.split())
     assert "every plan but #10 makes it valid by its own change; plan #10 changes only memory, so it also needs " \
            "the validator's fix (train.global_batch_size=32)" in out, out[-800:]
+
+
+def test_a_transformer_config_field_the_summary_does_not_list_is_known_not_assumed() -> None:
+    """b042_first_iter_oom.log's "Configuration Summary (Non-Default Values vs Megatron Core)" lists every
+    TransformerConfig field that differs from megatron-core's default under [model]; gated_linear_unit,
+    normalization and add_bias_linear are not listed, so they are at megatron-core's default. check called the
+    count "with ASSUMED values" and told the user to set all five. Only GPTModel's own arguments (tied embeddings,
+    position embedding), which the summary never prints, are assumptions."""
+    out = " ".join(run("check", B042, "--gpus", "8").stdout.split())
+    warning = out[out.index("WARNING: the parameter count assumes"):]
+    warning = warning[:warning.index("true count")]
+    for known in ("gated_linear_unit", "normalization", "add_bias_linear"):
+        assert known not in warning, warning
+    assert "share_embeddings_and_output_weights" in warning
+    verbose = run("analyze", "-v", "--color", "never", "--no-progress", B042).stdout
+    assert "model.gated_linear_unit: false  (log:47 not listed: megatron-core's default)" in verbose
