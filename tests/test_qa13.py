@@ -5,7 +5,9 @@ Each test failed on the tree before its fix. Output tests run the real command l
 
 from __future__ import annotations
 
-from tests.cli_run import ROOT, run
+from pathlib import Path
+
+from tests.cli_run import ROOT, root_finding, run
 
 B042 = str(ROOT / "sample_logs" / "b042_first_iter_oom.log")
 
@@ -71,3 +73,21 @@ def test_a_transformer_config_field_the_summary_does_not_list_is_known_not_assum
     assert "share_embeddings_and_output_weights" in warning
     verbose = run("analyze", "-v", "--color", "never", "--no-progress", B042).stdout
     assert "model.gated_linear_unit: false  (log:47 not listed: megatron-core's default)" in verbose
+
+
+def test_a_queue_pair_nccl_could_not_create_is_the_memlock_limit_not_a_bad_link(tmp_path: Path) -> None:
+    """cx-tf-mirrored-pyxis-nccl-ibv-create-qp-memlock (and two older dev threads): "NCCL WARN Call to ibv_create_qp
+    failed" under pyxis/srun, then ncclCommInitRank's unhandled system error. NC011 called it "InfiniBand transfer
+    failed (NCCL NET/IB completion error)" with the fix "Check the named peer's node and its IB link; exclude a bad
+    node": no transfer had started, and every thread's fix was the locked-memory limit."""
+    log = "\n".join([
+        "gpu-a100-07:2614407:2615443 [4] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.7<0>",
+        "gpu-a100-07:2614407:2615443 [4] ibvwrap.c:130 NCCL WARN Call to ibv_create_qp failed",
+        "gpu-a100-07:2614407:2615443 [4] NCCL INFO ib_plugin.c:196 -> 2",
+        "W tensorflow/core/framework/op_kernel.cc:1692] OP_REQUIRES failed at nccl_ops.cc:104 : Unknown: "
+        "ncclCommInitRank failed: unhandled system error", ""])
+    root = root_finding(tmp_path, log)
+    assert root["rule"] == "NC521", root["rule"]
+    assert root["category"] == "nccl_error"
+    assert "locked-memory limit" in root["fix"]["summary"]
+    assert "exclude" not in root["fix"]["summary"]
