@@ -91,3 +91,17 @@ def test_a_queue_pair_nccl_could_not_create_is_the_memlock_limit_not_a_bad_link(
     assert root["category"] == "nccl_error"
     assert "locked-memory limit" in root["fix"]["summary"]
     assert "exclude" not in root["fix"]["summary"]
+
+
+def test_quiet_shows_the_line_the_rule_first_matched(tmp_path: Path) -> None:
+    """cv-nuplan-raster-fp16-amp-overflow-loss-nan: NU005 "11 lines, first at line 51" and -q printed line 53, the
+    third NaN-loss progress line; the first NaN (450/3125) is the one that tells when it started. -q's one evidence
+    line is the one at the finding's first line (the traceback frame shown before an OOM message stays out)."""
+    lines = [f"Epoch 0:  {p}%|#   | {s}/3125 [00:5{i}<05:32, 8.05it/s, loss={'nan' if s >= 450 else '2.31'}, v_num=0]"
+             for i, (p, s) in enumerate(((13, 400), (14, 450), (16, 500), (17, 550)))]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = run("analyze", "-q", "--color", "never", "--no-progress", str(log)).stdout
+    assert f"{log}:2: " in out.replace("\n", ""), out
+    oom = run("analyze", "-q", "--color", "never", "--no-progress", B042).stdout.replace("\n", "")
+    assert "b042_first_iter_oom.log:308: " in oom, oom
