@@ -159,13 +159,52 @@ def check(req: CheckRequest) -> CheckResult:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
         fix = fix_text(replay.result.fix, mlm)
         if len(plan.plans) > 1:
-            plan.notes.append(
-                "the config as given fails validation: each plan below changes only memory, so it also needs the "
-                + (f"validator's fix ({fix})" if fix else "violations above fixed")
-                + (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else ""))
+            plan.notes.append(_invalid_given_note(plan, view, version, fix))
         if plan.more_gpus is not None:
             plan.notes.append(_wider_validation(view, plan.more_gpus, version, req.gpus, mlm))
     return CheckResult(replay, plan, mlm)
+
+
+def _invalid_given_note(memory: MemoryPlan, view: Any, version: str | None, fix: str) -> str:
+    """What the plans need when the config as given fails validation: a plan whose own change clears every
+    violation (a smaller micro batch for "global batch size not divisible by micro batch x DP") needs nothing more;
+    the others change only memory and need the validator's fix too (qa-report-13: the note said every plan needed
+    train.global_batch_size=2048 where plan #1, micro batch 1, was valid as it stood)."""
+    from diagnose.explain.config import apply_overrides
+    from diagnose.explain.validate import validate
+
+    def valid_alone(option: MemoryOption) -> bool:
+        if not option.overrides:
+            return False
+        try:
+            return not validate(apply_overrides(view, list(option.overrides)), version)
+        except Exception:  # noqa: BLE001 - a validator failure leaves the plan with the validator's fix
+            return False
+
+    alone = [i for i, p in enumerate(memory.plans[1:], 1) if valid_alone(p)]
+    need = (f"validator's fix ({fix})" if fix else "violations above fixed") + \
+        (" or its own split (TP x PP) where it changes them" if fix and "parallel_size" in fix else "")
+    head = "the config as given fails validation: "
+    if not alone:
+        return head + "each plan below changes only memory, so it also needs the " + need
+    if len(alone) == len(memory.plans) - 1:
+        return head + "each plan below makes it valid by its own change (no validator's fix needed)"
+    rest = [i for i in range(1, len(memory.plans)) if i not in alone]
+
+    def numbers(ids: list[int]) -> str:
+        return ", ".join(f"#{i}" for i in ids)
+
+    def numbered(ids: list[int]) -> str:
+        return ("plans " if len(ids) > 1 else "plan ") + numbers(ids)
+
+    if len(rest) < len(alone):  # name the fewer: "every plan but #10 ..."
+        one = len(rest) == 1
+        return (head + f"every plan but {numbers(rest)} makes it valid by its own change; "
+                f"{numbered(rest)} change{'s' if one else ''} only memory, so {'it' if one else 'they'} also "
+                f"need{'s' if one else ''} the " + need)
+    return (head + f"{numbered(alone)} make{'s' if len(alone) == 1 else ''} it valid by "
+            f"{'its' if len(alone) == 1 else 'their'} own change; the others change only memory, so they also "
+            "need the " + need)
 
 
 def _wider_validation(view: Any, more: MemoryOption, version: str | None, gpus: int, mlm: bool) -> str:
@@ -364,8 +403,10 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     overrides = normalize_overrides(req.sets)
     check_overrides(overrides)
     finding = fit = report = None
+    if req.gpus is not None and req.gpus <= 0:
+        raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
     if looks_like_log_file(req.config):
-        view, report = _from_log(req.config)
+        view, report = _from_log(req.config, req.gpus)
         finding = report.root
         if not overrides and finding is not None:
             fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
@@ -375,8 +416,6 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     if req.bridge_version:
         view.version = req.bridge_version
     if req.gpus is not None:
-        if req.gpus <= 0:
-            raise DiagnoseError(f"--gpus {req.gpus}: must be at least 1")
         view.set("launch.world_size", req.gpus, "override")
     if req.sets or report is None:  # the user's config or --set: a size of 0, below or past any model's is refused
         from diagnose.explain.config.overrides import apply_overrides
@@ -396,9 +435,10 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     return ReplayOutcome(view, result, report, user_sets=bool(req.sets))
 
 
-def _from_log(path: str) -> tuple[Any, Report]:
+def _from_log(path: str, gpus: int | None = None) -> tuple[Any, Report]:
     """A log: scan it with the engine for the config blocks and the root cause (whose failure replay should
-    reproduce); a log with neither is bad input."""
+    reproduce); a log with neither is bad input. ``gpus`` (``--gpus``) is the world size before the memory model
+    runs: validation and memory answer for the same GPU count (qa-report-13: memory was sized on the log's)."""
     from diagnose.explain import _run_memory, build_view
     from diagnose.ingest import open_inputs
     from diagnose.match import load_catalogue, scan_and_match
@@ -414,6 +454,8 @@ def _from_log(path: str) -> tuple[Any, Report]:
         raise DiagnoseError(f"no configuration found in {path} (no config block, arguments dump, launch line, "
                             "or error message that states settings)")
     if oom:
+        if gpus is not None:
+            view.set("launch.world_size", gpus, "override")
         _run_memory(report, view, None)  # the memory verdict decides a CUDA OOM's fix, as in analyze
     return view, report
 

@@ -5,6 +5,7 @@ caller. Empty fields are left out at the top (JSON keeps them); values read ``tr
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from typing import Any
 
@@ -14,6 +15,8 @@ from diagnose.units import format_bytes
 
 # a view with this many values from release defaults counts them instead of listing them
 HIDE_DEFAULTS_FROM = 8
+# a list or mapping value longer than this is cut (with …): the JSON report keeps it whole
+SCALAR_WIDTH = 160
 
 
 def config_lines(view: ConfigView) -> list[str]:
@@ -70,6 +73,8 @@ def _scalar(v: Any) -> str:
         return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (dict, list, tuple)):  # as the JSON has it: a list or a mapping is not spelled out
-        return "{}" if isinstance(v, dict) else "[]"
+    if isinstance(v, (dict, list, tuple)):
+        # spelt out as the JSON has it ("['core_attn']" is not "[]": an empty recompute_modules recomputes nothing)
+        text = json.dumps(v, default=str, ensure_ascii=False)
+        return text if len(text) <= SCALAR_WIDTH else text[:SCALAR_WIDTH - 1] + "…"
     return str(v)

@@ -24,6 +24,10 @@ from diagnose.explain.config.values import parse_scalar
 from diagnose.model import LogLine
 
 _SECTION = re.compile(r"^\[(\w+)\](?::| Non-default values)")
+# TransformerConfig fields that move the parameter count, at megatron-core's default: the [model] list names every
+# TransformerConfig field that differs from it, so one it does not name is known to be this (not an assumption).
+# GPTModel's own arguments (tied embeddings, position embedding) are no TransformerConfig fields: never listed.
+_UNLISTED_IS_DEFAULT = {"gated_linear_unit": False, "normalization": "LayerNorm", "add_bias_linear": True}
 _ITEM = re.compile(r"^\s+(\w+): (.*?)(?:  \(Mcore default: .*\))?\s*$")
 
 
@@ -31,6 +35,7 @@ def parse_summary(lines: list[LogLine], view: ConfigView | None = None) -> Confi
     view = view or ConfigView()
     section: str | None = None
     started = False
+    model_header: int | None = None  # the line of "[model] Non-default values (vs Mcore TransformerConfig)"
     for line in lines[1:]:
         text = line.text.rstrip("\n")
         stripped = text.strip()
@@ -41,6 +46,8 @@ def parse_summary(lines: list[LogLine], view: ConfigView | None = None) -> Confi
         m = _SECTION.match(stripped)
         if m:
             section, started = m.group(1), True
+            if section == "model" and "Non-default values" in stripped:
+                model_header = line.lineno
             continue
         if section is None:
             continue
@@ -50,4 +57,8 @@ def parse_summary(lines: list[LogLine], view: ConfigView | None = None) -> Confi
         elif (stripped and not stripped.startswith("-") and stripped != "Other Configuration Values:"
               and not text.startswith(" ")):
             break  # a log line from something else: the block is over
+    if model_header is not None:
+        for key, value in _UNLISTED_IS_DEFAULT.items():
+            if view.get(f"model.{key}") is None:
+                view.set(f"model.{key}", value, f"log:{model_header} not listed: megatron-core's default")
     return view
