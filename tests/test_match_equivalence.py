@@ -206,6 +206,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                     continue
             if ctx.after_none and any(n.encode() in b for b in raw_lines[i + 1 :] for n in ctx.after_none):
                 continue
+            if ctx.after_any and not any(n.encode() in b for b in raw_lines[i + 1 :] for n in ctx.after_any):
+                continue
             if ctx.none_anywhere and any(n.encode() in b for b in raw_lines for n in ctx.none_anywhere):
                 continue
             if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":

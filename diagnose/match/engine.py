@@ -433,6 +433,8 @@ class Matcher:
                     continue
                 if ctx.after_none and self._after_any(reader, start, ctx.after_none):
                     continue
+                if ctx.after_any and not self._after_any(reader, start, ctx.after_any):
+                    continue
                 if ctx.none_anywhere and self._last_of(reader, ctx.none_anywhere) != -1:
                     continue
                 if ctx.after_progress and phase_here() != "training":  # "training": after progress

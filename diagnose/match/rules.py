@@ -104,6 +104,9 @@ class Context:
     # no later line of the same input contains one of these: what the line reports was overcome afterwards (a job
     # preempted, requeued and resumed from its checkpoint in the same output file)
     after_none: list[str] = field(default_factory=list)
+    # a later line of the same input contains one of these: what the line reports was the last thing the run did
+    # before it was stopped from outside (a caught error printed as a warning at every step, then the user's Ctrl-C)
+    after_any: list[str] = field(default_factory=list)
     # no line of the same input, before or after it, contains one of these: a line that reports either of two
     # things (ProcessGroupNCCL's "Some NCCL operations have failed or timed out") reads as the one whose own
     # message the program prints first when it is that one (a timeout: "Watchdog caught collective operation
@@ -615,6 +618,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_progress=optional(ctx_raw, "after_progress", bool, False),
         refused_unlike_listed=_optional_bool(ctx_raw, "refused_unlike_listed"),
         after_none=str_list(ctx_raw, "after_none"),
+        after_any=str_list(ctx_raw, "after_any"),
         none_anywhere=str_list(ctx_raw, "none_anywhere"),
         traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with"),
     )

@@ -43,6 +43,7 @@ CONTEXT_MEANING = {
     "after_progress": "only once the job showed training progress before the line",
     "refused_unlike_listed": "the name the line refused is unlike every name it lists (true), or is not (false)",
     "after_none": "no later line of the same input contains one of these",
+    "after_any": "a later line of the same input contains one of these",
     "none_anywhere": "no line of the same input, before or after it, contains one of these",
     "traceback_ends_with": "the finding is the line ending the traceback this header starts, when it matches this",
 }
