@@ -35,6 +35,34 @@ STRATEGY_COST = {
 }
 
 
+# A strategy name as a sentence says it: a plan's label starts with its short name (the table's, `check`'s column)
+STRATEGY_WORDS = {
+    "ddp": "plain DDP",
+    "distributed_optimizer": "the distributed optimizer",
+    "fsdp:no_shard": "Megatron FSDP without sharding",
+    "fsdp:optim": "Megatron FSDP, sharding optim",
+    "fsdp:optim_grads": "Megatron FSDP, sharding optim_grads",
+    "fsdp:optim_grads_params": "Megatron FSDP, sharding optim_grads_params",
+}
+
+
+def worded_label(label: str) -> str:
+    """A plan's label in words for a sentence: "fsdp:optim_grads_params + bf16 grads on 8 GPUs" reads "Megatron
+    FSDP, sharding optim_grads_params, with bf16 grads, on 8 GPUs" (the sharding value is the one its override
+    sets); a label that does not start with a strategy's name is already words ("micro batch 2", "TP 4")."""
+    for name in sorted(STRATEGY_WORDS, key=len, reverse=True):
+        if label != name and not label.startswith(name + " "):
+            continue
+        words, rest, gpus = STRATEGY_WORDS[name], label[len(name):].strip(), ""
+        if (rest.startswith("on ") or " on " in rest) and rest.endswith(" GPUs"):
+            rest, _, count = f" {rest}".rpartition(" on ")
+            rest, gpus = rest.strip(), f"on {count}"
+        parts = [words] + ([f"with {rest[1:].strip()}"] if rest.startswith("+") else [rest] if rest else [])
+        comma = "," if "," in words or len(parts) > 1 else ""
+        return f"{comma} ".join(parts) + (f"{comma} {gpus}" if gpus else "")
+    return label
+
+
 # What a change costs in speed, on one scale with STRATEGY_COST: TP inside a node with sequence parallel and a
 # short pipeline are the usual layouts of large models and cost less than recomputing every layer (~30 %).
 RECOMPUTE_COST = {"selective": 4.5, "full": 6.5}

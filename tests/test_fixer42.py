@@ -1,0 +1,31 @@
+"""fixer42: qa-report-13's leftovers L3, L6, L7, L4."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+
+
+def test_headline_fix_words_the_sharding_plan_in_a_sentence():
+    """L3: ddp_wrap_oom's headline fix put the plan table's short label ("fsdp:optim_grads_params on 8 GPUs")
+    inside a sentence; it reads in words, the sharding value being the one its override sets."""
+    from diagnose.pipeline import analyze
+
+    report = analyze([str(SAMPLES / "ddp_wrap_oom.log")])
+    summary = report.root.shown_fix.summary
+    assert "fsdp:" not in summary
+    assert "Megatron FSDP, sharding optim_grads_params, on 8 GPUs" in summary
+    assert summary.startswith("needs >= 8 GPUs")
+    # the label itself (the options list, the JSON, check's table) keeps its short name
+    assert report.replay.fit.label == "fsdp:optim_grads_params on 8 GPUs"
+
+
+def test_worded_label():
+    from diagnose.explain.memory.options import worded_label
+
+    assert worded_label("fsdp:optim_grads_params + bf16 grads on 16 GPUs") == \
+        "Megatron FSDP, sharding optim_grads_params, with bf16 grads, on 16 GPUs"
+    assert worded_label("distributed_optimizer on 4 GPUs") == "the distributed optimizer on 4 GPUs"
+    assert worded_label("fsdp:optim_grads") == "Megatron FSDP, sharding optim_grads"
+    assert worded_label("micro batch 2 + selective recompute") == "micro batch 2 + selective recompute"
