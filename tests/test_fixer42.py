@@ -29,3 +29,25 @@ def test_worded_label():
     assert worded_label("distributed_optimizer on 4 GPUs") == "the distributed optimizer on 4 GPUs"
     assert worded_label("fsdp:optim_grads") == "Megatron FSDP, sharding optim_grads"
     assert worded_label("micro batch 2 + selective recompute") == "micro batch 2 + selective recompute"
+
+
+THC_OOM = """\
+THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1532579245307/work/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory
+Traceback (most recent call last):
+  File "train_model.py", line 247, in train
+    outputs = model(inputs)
+  File "/opt/conda/lib/python3.6/site-packages/torch/nn/modules/conv.py", line 301, in forward
+    self.padding, self.dilation, self.groups)
+RuntimeError: cuda runtime error (2) : out of memory at /opt/conda/conda-bld/pytorch_1532579245307/work/aten/src/THC/generic/THCStorage.cu:58
+"""
+
+
+def test_thc_cuda_runtime_error_2_is_a_cuda_oom_rule():
+    """L6: PyTorch 0.4's THC wording of a CUDA OOM has its own rule (it was PY001, the category only inferred)."""
+    from diagnose.match import match_text
+    from diagnose.match.rules import load_catalogue
+
+    root = match_text(THC_OOM, load_catalogue()).root
+    assert root is not None and root.rule == "OOM004"
+    assert root.category == "cuda_oom" and root.basis == "rule"
+    assert "batch" in root.fix.summary
