@@ -51,3 +51,46 @@ def test_thc_cuda_runtime_error_2_is_a_cuda_oom_rule():
     assert root is not None and root.rule == "OOM004"
     assert root.category == "cuda_oom" and root.basis == "rule"
     assert "batch" in root.fix.summary
+
+
+DCP_SIZE_MISMATCH = """\
+Traceback (most recent call last): (RANK 0)
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/checkpoint/state_dict_loader.py", line 218, in local_step
+    local_plan = planner.create_local_plan()
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/checkpoint/default_planner.py", line 364, in create_default_local_load_plan
+    raise ValueError(
+ValueError: Size mismatch between saved torch.Size([257152, 2048]) and current: torch.Size([131661824]) for fsdp_checkpoint.model.embed_tokens.weight
+"""
+
+HYBRID_1D_MESH = """\
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.11/site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py", line 454, in __init__
+    _init_process_group_state(
+  File "/opt/conda/lib/python3.11/site-packages/torch/distributed/fsdp/_init_utils.py", line 175, in _init_process_group_state_for_hybrid_shard
+    raise ValueError(
+ValueError: Expected device_mesh to have ndim=2 but got 1
+"""
+
+
+def test_dcp_load_planner_size_mismatch_is_a_checkpoint_format_rule():
+    """L7: DCP's load planner refusing a tensor's size (it was PY001, the fix generic) is CK021, at load."""
+    from diagnose.match import match_text
+    from diagnose.match.rules import load_catalogue
+
+    root = match_text(DCP_SIZE_MISMATCH, load_catalogue()).root
+    assert root is not None and root.rule == "CK021"
+    assert (root.category, root.phase, root.basis) == ("checkpoint_format", "checkpoint_load", "rule")
+    assert root.facts.get("saved") == "torch.Size([257152, 2048])"
+    assert "use_orig_params=True" in " ".join(root.fix.steps)
+
+
+def test_fsdp_hybrid_shard_with_a_1d_mesh_is_an_fsdp_config_rule():
+    """L7: FSDP's hybrid sharding given a 1-D device mesh (it was PY001) is MB243, at DP wrap."""
+    from diagnose.match import match_text
+    from diagnose.match.rules import load_catalogue
+
+    root = match_text(HYBRID_1D_MESH, load_catalogue()).root
+    assert root is not None and root.rule == "MB243"
+    assert (root.category, root.phase, root.basis) == ("fsdp_config", "dp_wrap", "rule")
+    assert "2-D" in root.fix.summary and "full" in root.fix.summary
+
