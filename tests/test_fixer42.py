@@ -94,3 +94,23 @@ def test_fsdp_hybrid_shard_with_a_1d_mesh_is_an_fsdp_config_rule():
     assert (root.category, root.phase, root.basis) == ("fsdp_config", "dp_wrap", "rule")
     assert "2-D" in root.fix.summary and "full" in root.fix.summary
 
+
+def test_a_plan_that_changes_the_global_batch_carries_the_value() -> None:
+    """L4: check examples/run_config.yaml --gpus 8 with micro batch 4 of a global 16: the Megatron FSDP plan keeps
+    DP 8 and micro batch 4; its cost said it changes train.global_batch_size (16 is not divisible by 32) but its
+    overrides carried no value (replay extends a plan only for violations the plan itself causes)."""
+    from diagnose.checking import CheckRequest, check
+    from diagnose.explain.memory.gpus import GIB
+
+    root = Path(__file__).resolve().parents[1]
+    result = check(CheckRequest(str(root / "examples" / "run_config.yaml"), 8, 80 * GIB,
+                                ["train.micro_batch_size=4", "train.global_batch_size=16"]))
+    changing = [p for p in result.memory.plans[1:] if "changes train.global_batch_size" in p.cost]
+    assert changing
+    for p in changing:
+        values = [o.value for o in p.overrides if o.key == "train.global_batch_size"]
+        assert values and values[0] % (4 * p.dp) == 0, (p.label, p.cost, p.overrides)
+        assert p.valid is not False
+    fsdp = next(p for p in changing if p.strategy == "fsdp:optim_grads_params" and p.dp == 8)
+    assert any(o.key == "train.global_batch_size" and o.value == 32 for o in fsdp.overrides)
+    assert "16 -> 32" in fsdp.cost

@@ -16,6 +16,7 @@ from diagnose.explain.memory.activations import Workload, activation_bytes, cuda
 from diagnose.explain.memory.gpus import GIB
 from diagnose.explain.memory.shape import ModelShape, ParamCount, stage_counts
 from diagnose.explain.memory.state import Layout, Phases, StateBytes, layer_params_max, model_state, phases
+from diagnose.explain.validate.checks_parallel import divisible_global_batch
 from diagnose.memory_types import Breakdown, MemoryOption
 from diagnose.model import Override, WordedOverride
 
@@ -549,8 +550,22 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
 
 
 def _gbs_note(scn: Scenario, per: int) -> str:
-    return (f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = {per} "
-            "(a hyper-parameter: numerics and LR schedule)")
+    assert scn.global_batch_size  # only for a plan that cannot keep it
+    new = divisible_global_batch(scn.global_batch_size, per)
+    return (f"changes train.global_batch_size {scn.global_batch_size} -> {new}: {scn.global_batch_size} is not "
+            f"divisible by micro batch x DP = {per} (a hyper-parameter: numerics and LR schedule)")
+
+
+def _change_global_batch(scn: Scenario, plan: Plan, per: int) -> None:
+    """A plan whose micro batch x DP does not divide train.global_batch_size says so in its cost and carries the
+    value it needs (the validator's fix for that violation), also where the config as given already broke it: the
+    replay (``_prove``) extends a plan only with fixes for violations the plan itself causes (qa-report-13 L4)."""
+    if "global_batch_size" not in plan.cost:
+        plan.cost_rank += GBS_CHANGE_COST
+        plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(scn, per)
+    if scn.global_batch_size and not any(o.key == "train.global_batch_size" for o in plan.overrides):
+        plan.overrides = [*plan.overrides,
+                          Override("train.global_batch_size", divisible_global_batch(scn.global_batch_size, per))]
 
 
 def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False, prove=None,
@@ -564,11 +579,9 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         plan = evaluate(scn, c.label, _diff(scn, c.pairs), c.layout, c.workload, c.cost, c.cost_rank)
         if plan is None:
             continue
-        if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
-            plan.cost_rank += GBS_CHANGE_COST
+        if not keeps_global_batch(scn, c.layout, c.workload):
             assert c.workload is not None  # keeps_global_batch holds without a workload
-            plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(
-                scn, c.workload.micro_batch_size * c.layout.dp)
+            _change_global_batch(scn, plan, c.workload.micro_batch_size * c.layout.dp)
         if c.label == "expandable segments":
             # the OOM numbers showed the memory was there (free + cached), only not contiguous
             plan.fits = verdict == "fragmentation"
