@@ -17,6 +17,7 @@ from diagnose.explain.config.overrides import apply_overrides
 from diagnose.explain.memory import analyze_oom
 from diagnose.explain.memory.analysis import fragmentation_reason
 from diagnose.explain.memory.from_config import set_in_job
+from diagnose.explain.memory.options import worded_label
 from diagnose.explain.render import inline_fix
 from diagnose.explained import CapacityFit, ReplayResult
 from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
@@ -173,7 +174,7 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
     else:
         head = (f"needs >= {fit.gpus} GPUs ({fit.layout or f'DP {fit.dp or fit.gpus}'}; the job ran on "
                 f"{fit.job_gpus}): " if fit.more_gpus else "")
-        proven.summary = f"{head}{fit.label} ({fit.peak_text})"
+        proven.summary = f"{head}{worded_label(fit.label)} ({fit.peak_text})"
         if fit.cost and f"cost: {fit.cost}" not in proven.steps:
             proven.steps.insert(0, f"cost: {fit.cost}")
     fit.finding.proven_fix = proven

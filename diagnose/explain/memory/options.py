@@ -16,6 +16,7 @@ from diagnose.explain.memory.activations import Workload, activation_bytes, cuda
 from diagnose.explain.memory.gpus import GIB
 from diagnose.explain.memory.shape import ModelShape, ParamCount, stage_counts
 from diagnose.explain.memory.state import Layout, Phases, StateBytes, layer_params_max, model_state, phases
+from diagnose.explain.validate.checks_parallel import divisible_global_batch
 from diagnose.memory_types import Breakdown, MemoryOption
 from diagnose.model import Override, WordedOverride
 
@@ -33,6 +34,34 @@ STRATEGY_COST = {
     "fsdp:optim_grads_params": (3.0, "Megatron FSDP, everything sharded (ZeRO-3): weights all-gathered every "
                                       "forward and backward (more communication, overlapped)"),
 }
+
+
+# A strategy name as a sentence says it: a plan's label starts with its short name (the table's, `check`'s column)
+STRATEGY_WORDS = {
+    "ddp": "plain DDP",
+    "distributed_optimizer": "the distributed optimizer",
+    "fsdp:no_shard": "Megatron FSDP without sharding",
+    "fsdp:optim": "Megatron FSDP, sharding optim",
+    "fsdp:optim_grads": "Megatron FSDP, sharding optim_grads",
+    "fsdp:optim_grads_params": "Megatron FSDP, sharding optim_grads_params",
+}
+
+
+def worded_label(label: str) -> str:
+    """A plan's label in words for a sentence: "fsdp:optim_grads_params + bf16 grads on 8 GPUs" reads "Megatron
+    FSDP, sharding optim_grads_params, with bf16 grads, on 8 GPUs" (the sharding value is the one its override
+    sets); a label that does not start with a strategy's name is already words ("micro batch 2", "TP 4")."""
+    for name in sorted(STRATEGY_WORDS, key=len, reverse=True):
+        if label != name and not label.startswith(name + " "):
+            continue
+        words, rest, gpus = STRATEGY_WORDS[name], label[len(name):].strip(), ""
+        if (rest.startswith("on ") or " on " in rest) and rest.endswith(" GPUs"):
+            rest, _, count = f" {rest}".rpartition(" on ")
+            rest, gpus = rest.strip(), f"on {count}"
+        parts = [words] + ([f"with {rest[1:].strip()}"] if rest.startswith("+") else [rest] if rest else [])
+        comma = "," if "," in words or len(parts) > 1 else ""
+        return f"{comma} ".join(parts) + (f"{comma} {gpus}" if gpus else "")
+    return label
 
 
 # What a change costs in speed, on one scale with STRATEGY_COST: TP inside a node with sequence parallel and a
@@ -521,8 +550,22 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
 
 
 def _gbs_note(scn: Scenario, per: int) -> str:
-    return (f"changes train.global_batch_size: {scn.global_batch_size} is not divisible by micro batch x DP = {per} "
-            "(a hyper-parameter: numerics and LR schedule)")
+    assert scn.global_batch_size  # only for a plan that cannot keep it
+    new = divisible_global_batch(scn.global_batch_size, per)
+    return (f"changes train.global_batch_size {scn.global_batch_size} -> {new}: {scn.global_batch_size} is not "
+            f"divisible by micro batch x DP = {per} (a hyper-parameter: numerics and LR schedule)")
+
+
+def _change_global_batch(scn: Scenario, plan: Plan, per: int) -> None:
+    """A plan whose micro batch x DP does not divide train.global_batch_size says so in its cost and carries the
+    value it needs (the validator's fix for that violation), also where the config as given already broke it: the
+    replay (``_prove``) extends a plan only with fixes for violations the plan itself causes (qa-report-13 L4)."""
+    if "global_batch_size" not in plan.cost:
+        plan.cost_rank += GBS_CHANGE_COST
+        plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(scn, per)
+    if scn.global_batch_size and not any(o.key == "train.global_batch_size" for o in plan.overrides):
+        plan.overrides = [*plan.overrides,
+                          Override("train.global_batch_size", divisible_global_batch(scn.global_batch_size, per))]
 
 
 def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False, prove=None,
@@ -536,11 +579,9 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         plan = evaluate(scn, c.label, _diff(scn, c.pairs), c.layout, c.workload, c.cost, c.cost_rank)
         if plan is None:
             continue
-        if not keeps_global_batch(scn, c.layout, c.workload) and "global_batch_size" not in plan.cost:
-            plan.cost_rank += GBS_CHANGE_COST
+        if not keeps_global_batch(scn, c.layout, c.workload):
             assert c.workload is not None  # keeps_global_batch holds without a workload
-            plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(
-                scn, c.workload.micro_batch_size * c.layout.dp)
+            _change_global_batch(scn, plan, c.workload.micro_batch_size * c.layout.dp)
         if c.label == "expandable segments":
             # the OOM numbers showed the memory was there (free + cached), only not contiguous
             plan.fits = verdict == "fragmentation"

@@ -107,13 +107,18 @@ def world_size_divisible(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
+def divisible_global_batch(gbs: int, step: int) -> int:
+    """The global batch the fix for "not divisible by micro batch x DP" sets: the largest multiple of ``step`` (micro
+    batch x DP) not above ``gbs``, at least ``step`` (the memory plans that cannot keep a global batch set the same)."""
+    return max(step, (gbs // step) * step)
+
+
 @check("global_batch_divisible", "megatron-core num_microbatches_calculator.py ~L341")
 def global_batch_divisible(ctx: CheckContext) -> Iterable[Violation]:
     gbs, mbs, dp = ctx.number("train.global_batch_size"), ctx.number("train.micro_batch_size"), data_parallel_size(ctx)
     if not gbs or not mbs or not dp or gbs % (mbs * dp) == 0:
         return
-    step = mbs * dp
-    new_gbs = max(step, (gbs // step) * step)
+    new_gbs = divisible_global_batch(gbs, mbs * dp)
     yield Violation(
         "global_batch_divisible",
         f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) times data parallel size ({dp})",
