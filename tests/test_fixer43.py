@@ -34,3 +34,40 @@ def test_the_report_names_no_actor_class_as_a_host():
     report = analyze([str(log)], AnalyzeOptions(replay=False))
     assert report.root is not None and report.root.rule == "CK021"
     assert all(f.hosts == [] for f in report.findings)
+
+
+def _b042_and_wrap():
+    from diagnose.pipeline import analyze
+
+    return analyze([str(SAMPLES / "b042_first_iter_oom.log")]), analyze([str(SAMPLES / "ddp_wrap_oom.log")])
+
+
+def test_memory_now_before_the_model_build_claims_no_resident_state():
+    """qa-report-13 L2: b042's OOM is in the JIT warm-up at set-up (phase init), before the model is built; the
+    112 GiB in use were warm-up tensors. "Now" says what the log says (the allocation that failed, what was in use),
+    and the model's state is the prediction once it is built, labelled so, in the -v text and the TUI."""
+    from diagnose.present.memory_text import memory_lines
+    from diagnose.present.tui.memoryview import memory_text
+
+    b042, wrap = _b042_and_wrap()
+    assert b042.memory is not None and b042.memory.phase == "init" and not b042.memory.model_built
+    lines = [line for line, _ in memory_lines(b042.memory, b042.root)]
+    now = next(line for line in lines if line.startswith("Now"))
+    assert "before the model was built" in now and "none of the model's state" in now
+    assert "56.00 GiB" in now and "113.14 GiB" in now and "112.00 GiB allocated by PyTorch" in now
+    assert not any(line.startswith("As configured") for line in lines)
+    assert any(line.startswith("Predicted once the model is built, as configured") for line in lines)
+    assert "not built yet" in b042.memory.explanation and "predicted 27.52 GiB" in b042.memory.explanation
+
+    tui = memory_text(b042.memory, b042.root).plain
+    now_part, predicted = tui.split("Predicted once built:", 1)
+    now_part = now_part.split("Now:", 1)[1]
+    assert "before the model was built" in now_part and "113.14 GiB" in now_part
+    assert not any(name in now_part for name in ("params", "grads", "optimizer"))
+    assert "optimizer" in predicted and "27.52 GiB" in predicted
+
+    # a model that was built (DP wrap) keeps its "Now" bars and "As configured"
+    assert wrap.memory is not None and wrap.memory.model_built
+    assert any(line.startswith("As configured") for line, _ in memory_lines(wrap.memory, wrap.root))
+    wrap_tui = memory_text(wrap.memory, wrap.root).plain
+    assert "Predicted once built" not in wrap_tui and "\n  optimizer" in wrap_tui.split("Now:", 1)[1]
