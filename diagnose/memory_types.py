@@ -112,6 +112,10 @@ class MemoryPrediction:
         return out
 
 
+# Phases of a failure that come before the model is built: its state is not on the GPU yet (what "Now" may show).
+BEFORE_MODEL_BUILD = frozenset({"init"})
+
+
 @dataclass
 class MemoryAnalysis:
     """Why a CUDA OOM's allocation did not fit and which changes will (``Report.memory``)."""
@@ -127,6 +131,12 @@ class MemoryAnalysis:
     notes: list[str] = field(default_factory=list)
     explanation: str = ""
     request_is: str | None = None  # the buffer the failing request is (decided only with a prediction)
+
+    @property
+    def model_built(self) -> bool:
+        """Was the model built when the allocation failed? Not at ``init`` (a JIT warm-up, set-up before the model
+        build): then ``current`` is only the state predicted once it is, none of it resident at the failure."""
+        return self.phase not in BEFORE_MODEL_BUILD
 
     def to_dict(self) -> dict[str, Any]:
         out = {**asdict(self), "current": self.current and self.current.to_dict(),

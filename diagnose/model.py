@@ -83,11 +83,14 @@ class LogLine:
     timestamp: str | None = None
     level: str | None = None  # glog/logging level letter or word: "E", "W", "I", "ERROR"...
     group_depth: int = 0  # nesting in a Python 3.11+ exception group printout (the "  | " margin removed), 0 outside
+    pid: int | None = None  # the process id an actor runtime's tag names (Ray's "(Worker pid=12, ip=10.0.0.1) ")
 
     @property
     def stream(self) -> tuple:
         """Key of the process that wrote the line: lines of one stream belong to one traceback."""
-        where = self.path if self.host is None else self.host
+        where: object = self.path if self.host is None else self.host
+        if self.pid is not None:
+            where = (where, self.pid)  # one process of an actor runtime (its host is the ip, when the tag gives it)
         if self.rank is not None:
             return (where, "rank", self.rank)
         return (where, "main", None) if self.local_rank is None else (where, "local", self.local_rank)

@@ -136,7 +136,7 @@ _LAYER = re.compile(
       # (vLLM's multiproc workers: "(VllmWorker rank=7 pid=12) "; ROLL: "(ActorWorker(actor_train-1) pid=12) ")
     | \((?:(?P<ray_actor>[A-Za-z_][\w.:-]{0,127}(?:\[rank=(?P<ray_rank>\d{1,9})\]|\([\w.:-]{1,127}\))?
         (?:\ [A-Z]{1,4}\d{1,6})?)(?:,\ |\ ))?
-        (?:rank=(?P<ray_rank_kw>\d{1,9}),?\ )?pid=\d{1,9}
+        (?:rank=(?P<ray_rank_kw>\d{1,9}),?\ )?pid=(?P<ray_pid>\d{1,9})
         (?:,\ ip=(?P<ray_ip>[0-9A-Fa-f.:]{2,64}))?\)\ ?(?P<k_ray>)          # Ray "(Worker pid=12, ip=10.0.0.1) "
     | (?P<vlevel>INFO|WARNING|ERROR)\ (?P<vmo>\d\d)-(?P<vd>\d\d)\ (?P<vtime>\d\d:\d\d:\d\d)(?:\.\d+)?
         \ \[?[\w.-]{1,255}:\d{1,9}\]\ ?(?P<k_vllm>)                   # vLLM "ERROR 06-03 08:14:22 [worker.py:148] "
@@ -297,8 +297,11 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             line.timestamp = g("hvd_ts")
             saw_rank = True
         elif kind == "ray":
-            # Ray's log_to_driver (and launchers built on it) tag each actor's lines; the actor is the stream
-            line.host = g("ray_ip") or g("ray_actor") or line.host
+            # Ray's log_to_driver (and launchers built on it) tag each actor's lines: the process is the stream, the
+            # ip (when given) its host. The actor's name is its class ("EmbodiedFSDPActor", "VllmWorker TP0"), never
+            # a host: many actors of one class run on many hosts.
+            line.pid = int(g("ray_pid"))
+            line.host = g("ray_ip") or line.host
             ray_rank = g("ray_rank") or g("ray_rank_kw")
             if ray_rank:  # NeMo-RL names its actors with their rank: "(MegatronPolicyWorker[rank=3] pid=12) "
                 line.rank = int(ray_rank)
@@ -311,7 +314,8 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
             # Monarch (torchforge) and some trainers' loggers tag each rank's line with "[3] ". A bare "[3] " is
             # also message text ("[0] : new", a numbered list): only the outermost layer, and never before a
             # lower-case word or a colon (see the lookahead); four digits at most (line-numbered excerpts use more).
-            if saw_rank or saw_local or line.timestamp is not None or (pos != 0 and line.host is None):
+            if saw_rank or saw_local or line.timestamp is not None \
+                    or (pos != 0 and line.host is None and line.pid is None):
                 break
             line.rank = int(g("mrank"))
             saw_rank = True
@@ -328,7 +332,7 @@ def _peel_prefixes(line: LogLine, text: str) -> None:
                 break  # the outermost layer (or after a collector's time stamp): later, "x-1 | " is a table's cell
             line.host = g("kpod") or g("dcname")  # the pod, the container: the stream the lines come from
         elif kind == "syslog":
-            if line.host is not None:
+            if line.host is not None or line.pid is not None:
                 break
             line.host = g("sl_host") or g("sl_ihost")
             line.timestamp = g("sl_ts") or g("sl_iso")

@@ -5,8 +5,10 @@ caller (labels and notes may carry config values).
 
 from __future__ import annotations
 
+from diagnose.explain.memory.verdict import OomNumbers, from_facts
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction
+from diagnose.model import Finding
 from diagnose.units import fmt_gib
 
 VERDICTS = {
@@ -33,16 +35,43 @@ PARTS = (("params", "weights"), ("grads", "grads"), ("main_params", "fp32 main w
          ("optimizer", "optimizer state"), ("fp8", "FP8 weight copies"), ("cuda_graphs", "CUDA graph buffers"))
 
 
-def memory_lines(memory: MemoryAnalysis) -> list[tuple[str, bool]]:
+def memory_lines(memory: MemoryAnalysis, finding: Finding | None = None) -> list[tuple[str, bool]]:
     """The section after its lead sentence (``memory.explanation``): ``(line, is_command)`` pairs, nested lines
-    indented with spaces; a command line (a change to paste) is never wrapped."""
-    return [(line, line.startswith(COMMAND)) for line in _lines(memory)]
+    indented with spaces; a command line (a change to paste) is never wrapped. ``finding``: the OOM the analysis
+    explains, whose figures say what was in use when the model was not built yet."""
+    return [(line, line.startswith(COMMAND)) for line in _lines(memory, finding)]
 
 
 COMMAND = "     change: "
+BEFORE_BUILD = "at set-up, phase init, before the model was built"
 
 
-def _lines(memory: MemoryAnalysis) -> list[str]:
+def log_numbers(finding: Finding | None) -> OomNumbers:
+    """What the OOM message itself says (requested, in use, allocated by PyTorch), from the finding's facts and
+    evidence lines; empty without a finding."""
+    if finding is None:
+        return OomNumbers()
+    return from_facts(finding.facts or {}, [e.text for e in finding.evidence or []])
+
+
+def now_before_build(memory: MemoryAnalysis, finding: Finding | None) -> str:
+    """The "Now" sentence of an OOM before the model build: what is known, no model state claimed resident."""
+    n = log_numbers(finding)
+    requested = memory.requested_bytes or n.requested
+    bits = [f"Now ({BEFORE_BUILD}): none of the model's state is on the GPU yet"]
+    if requested:
+        bits.append(f"the allocation that failed: {fmt_gib(requested)}")
+    if n.in_use:
+        held = f"in use by the process, as the log says: {fmt_gib(n.in_use)}"
+        if n.allocated:
+            held += f" ({fmt_gib(n.allocated)} allocated by PyTorch)"
+        bits.append(held)
+    elif n.allocated:
+        bits.append(f"allocated by PyTorch, as the log says: {fmt_gib(n.allocated)}")
+    return "; ".join(bits) + "."
+
+
+def _lines(memory: MemoryAnalysis, finding: Finding | None = None) -> list[str]:
     lines = [f"Verdict: {VERDICTS.get(memory.verdict, memory.verdict)}."]
     gpu = _gpu_line(memory)
     if gpu:
@@ -50,8 +79,10 @@ def _lines(memory: MemoryAnalysis) -> list[str]:
     if memory.params:
         source = PARAMS_SOURCES.get(memory.params_source or "", "")
         lines.append(f"Model: {memory.params / 1e9:.2f}B parameters per GPU" + (f" ({source})." if source else "."))
+    if not memory.model_built:
+        lines.append(now_before_build(memory, finding))
     if memory.current is not None:
-        lines += _prediction_lines(memory.current)
+        lines += _prediction_lines(memory.current, memory.model_built)
     if memory.options:
         lines.append("Options, cheapest first:")
         for n, option in enumerate(memory.options, 1):
@@ -75,9 +106,10 @@ def _gpu_line(memory: MemoryAnalysis) -> str:
     return "; ".join(bits) + (f" {where}." if where and bits else "." if bits else "")
 
 
-def _prediction_lines(p: MemoryPrediction) -> list[str]:
+def _prediction_lines(p: MemoryPrediction, built: bool = True) -> list[str]:
     dp = f"data-parallel size {p.dp}" + ("" if p.dp_known else ", not stated by the log")
-    lines = [f"As configured: {STRATEGIES.get(p.strategy, p.strategy)}, {p.grad_dtype} grads, on {p.gpus} "
+    head = "As configured" if built else "Predicted once the model is built, as configured"
+    lines = [f"{head}: {STRATEGIES.get(p.strategy, p.strategy)}, {p.grad_dtype} grads, on {p.gpus} "
              f"GPU{'s' if p.gpus != 1 else ''} ({dp})."]
     if not p.sized:
         lines.append("  Not sized: the config read from the log predicts more than the GPU holds, yet the job "

@@ -455,7 +455,8 @@ def _sections(report: Report, width: int) -> list[Any]:
         lines = [(inert(ln), False) for ln in replay_lines(report.replay, style)]
         parts += _titled("replay", replay_summary(report.replay, style), lines, width)
     if report.memory is not None:
-        lines = [(inert(ln), cmd) for ln, cmd in memory_lines(report.memory)]
+        oom = next((f for f in [report.root, *report.findings] if f is not None and f.category == "cuda_oom"), None)
+        lines = [(inert(ln), cmd) for ln, cmd in memory_lines(report.memory, oom)]
         parts += _titled("memory", report.memory.explanation, lines, width)
     if report.slurm is not None:
         parts += _titled("slurm", "", [(inert_block(ln), False) for ln in slurm_lines(report.slurm)], width)

@@ -22,7 +22,14 @@ from diagnose.explain.memory.verdict import (
     larger_than_gpu,
 )
 from diagnose.explain.render import fix_style, inline_fix
-from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction, PhasePeaks
+from diagnose.memory_types import (
+    BEFORE_MODEL_BUILD,
+    Breakdown,
+    MemoryAnalysis,
+    MemoryOption,
+    MemoryPrediction,
+    PhasePeaks,
+)
 from diagnose.model import Finding, Override, Report
 from diagnose.units import fmt_gib
 
@@ -234,8 +241,10 @@ def _explain(
             f"Model state alone needs {fmt_gib(state.persistent)} per GPU with {plan.layout.strategy} on "
             f"{plan.layout.gpus} GPU(s) ({state.bytes_per_param:.1f} bytes/param): it cannot fit whatever the batch.")
     elif verdict == "activations":
-        lines.append(f"Model state ({fmt_gib(state.persistent)}) fits; the activations of the micro batch "
-                     f"(~{fmt_gib(plan.activations)}) do not.")
+        state_words = f"Model state ({fmt_gib(state.persistent)})" if phase not in BEFORE_MODEL_BUILD else \
+            f"The model was not built yet: its state once built (predicted {fmt_gib(state.persistent)})"
+        lines.append(f"{state_words} fits; the activations of the micro batch (~{fmt_gib(plan.activations)}) "
+                     "do not.")
     elif verdict == "transient_peak":
         lines.append(f"Steady model state ({fmt_gib(state.persistent)}) fits; a one-off peak {where} "
                      f"(predicted {fmt_gib(plan.phases.peak)}) does not.")

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import Finding, Override
-from diagnose.present.memory_text import VERDICTS
+from diagnose.present.memory_text import BEFORE_BUILD, VERDICTS, log_numbers
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 
@@ -54,6 +54,8 @@ def memory_text(memory: MemoryAnalysis | None, finding: Finding | None = None) -
     out.append("\nVerdict: ", "bold")
     out.append(f"{memory.verdict} — {VERDICTS.get(memory.verdict, '')}".rstrip(" —"))
     current = memory.current
+    if not memory.model_built:
+        _now_before_build(out, memory, finding, capacity)
     if current is not None:
         _current(out, memory, current, capacity)
     if memory.options:
@@ -63,8 +65,23 @@ def memory_text(memory: MemoryAnalysis | None, finding: Finding | None = None) -
     return out
 
 
-def _current(out: Text, memory: MemoryAnalysis, current: MemoryPrediction, capacity: int) -> None:
+def _now_before_build(out: Text, memory: MemoryAnalysis, finding: Finding | None, capacity: int) -> None:
+    """Before the model build (a JIT warm-up at set-up) none of its state is resident: "Now" is what the log says,
+    the allocation that failed and what the process held; the model's state is drawn after, as a prediction."""
+    n = log_numbers(finding)
     out.append("\n\nNow: ", "bold")
+    out.append(f"{BEFORE_BUILD}: none of the model's state is on the GPU yet; what the log says")
+    requested = memory.requested_bytes or n.requested
+    if requested:
+        _bar_row(out, "failed req", requested, capacity, "red")
+    if n.in_use:
+        _bar_row(out, "in use", n.in_use, capacity, "yellow")
+    if n.allocated and n.allocated != n.in_use:
+        _bar_row(out, "by PyTorch", n.allocated, capacity, "yellow")
+
+
+def _current(out: Text, memory: MemoryAnalysis, current: MemoryPrediction, capacity: int) -> None:
+    out.append("\n\nNow: " if memory.model_built else "\n\nPredicted once built: ", "bold")
     out.append(inert(current.strategy))
     out.append(f", DP={current.dp}")
     if memory.params:
