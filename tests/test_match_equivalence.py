@@ -431,3 +431,21 @@ def test_hyperscan_locators_equal_reference_matcher(catalogue, seed, monkeypatch
                             window_size=window)
         assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, window
     anchors._CACHE.clear()
+
+
+def test_a_colour_escape_inside_a_frame_line_keeps_the_frames(catalogue):
+    """The byte pre-check for a stream's earlier traceback looks for `File "`; an escape inside it ('Fil\\x1b[1me "')
+    is removed by normalising, so the pre-check must not conclude "no traceback here" (it did: the frame was lost
+    and the phase came from the markers instead of `torch/serialization.py in save`)."""
+    text = "\n".join([
+        "[rank3]: iteration 5 | loss 2.1",
+        '\x1b[31m[rank3]:   Fil\x1b[1me "/env/lib/python3.10/site-packages/torch/serialization.py", line 652, in save\x1b[0m',
+        "[rank3]:     with _open_zipfile_writer(f) as opened_zipfile:",
+        "[rank3]: OSError: [Errno 28] No space left on device",
+    ]) + "\n"
+    expected = reference_hits(text, catalogue, "gen.log")
+    assert any(phase == "checkpoint_save" for _c, _l, phase in expected)
+    compiled = compile_catalogue(catalogue, all_captures())
+    for backend in installed_backends():
+        hits, _b, _i = scan([TextSource("gen.log", text.encode())], compiled, [], backend=backend)
+        assert [(h.rule.rule.code, h.line.lineno, h.phase) for h in hits] == expected, backend

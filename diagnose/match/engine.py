@@ -220,6 +220,8 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
     """
     buf = reader.buffer
     floor = max(0, start - TRACEBACK_LOOKBACK_BYTES)
+    if buf.find(b"\x1b", floor, start) != -1:
+        return True  # a colour escape can split a marker ('Fil\x1b[1me "'), which normalising removes: walk back
     # the latest occurrence of each marker below ``pos``; each is searched again only once it is consumed
     latest = [p if p >= floor else -1 for p in _latest_markers(reader, start)]
     for _ in range(TRACEBACK_MARKER_LINES):
