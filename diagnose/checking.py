@@ -397,7 +397,7 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
     from diagnose.explain.config import apply_defaults, normalize_overrides
     from diagnose.explain.config.extract import load_config, looks_like_log_file
     from diagnose.explain.config.keycheck import check_overrides
-    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit
+    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit, rule_fix_fit
     from diagnose.explain.replay import replay
 
     overrides = normalize_overrides(req.sets)
@@ -409,7 +409,8 @@ def replay_config(req: ReplayRequest) -> ReplayOutcome:
         view, report = _from_log(req.config, req.gpus)
         finding = report.root
         if not overrides and finding is not None:
-            fit = capacity_fix(report, view)  # a capacity OOM: the memory model's fitting option, as in analyze
+            # a capacity OOM: the memory model's fitting option, as in analyze
+            fit = capacity_fix(report, view, rule_fix_fit(report, view))
             overrides = fit.overrides if fit is not None else fix_overrides(finding)  # the root cause's own fix
     else:
         view = load_config(req.config, defaults=False)

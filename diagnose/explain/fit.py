@@ -47,10 +47,10 @@ def rule_fix_fit(report: Report, view: Any) -> CapacityFit | None:
     return memory_fit(report, view, list(root.fix.overrides), root)
 
 
-def capacity_fix(report: Report, view: Any, rule_fit: CapacityFit | None = None) -> CapacityFit | None:
+def capacity_fix(report: Report, view: Any, rule_fit: CapacityFit | None) -> CapacityFit | None:
     """The fix to replay for the root CUDA OOM when the memory verdict is ``capacity`` (or ``fragmentation``: the
     allocator setting leads), or when the rule's own fix is sized and does not fit; None otherwise. ``rule_fit``:
-    ``rule_fix_fit``'s answer when the caller has it (sized here otherwise)."""
+    ``rule_fix_fit``'s answer (None is an answer too: the rule's fix was not sized, and is not sized again)."""
     memory = report.memory
     root = report.root
     if memory is None or root is None or root.category != "cuda_oom":
@@ -59,7 +59,7 @@ def capacity_fix(report: Report, view: Any, rule_fit: CapacityFit | None = None)
         return _fragmentation_fix(root, memory)
     refuted = ""
     if memory.verdict != "capacity":
-        refuted = _refuted_rule_fix(root, rule_fit or rule_fix_fit(report, view))
+        refuted = _refuted_rule_fix(root, rule_fit)
         if not refuted:
             return None
     current = memory.current
