@@ -48,6 +48,8 @@ class CompiledRule:
     disabled: bool = False  # set when a search timed out
     # context.traceback_ends_with: what the line ending a traceback whose header the rule matched must match
     traceback_end: CompiledPattern | None = None
+    # evidence.following: the lines after the matched one that join its evidence (rules.EvidenceSpec)
+    following: CompiledPattern | None = None
 
 
 @dataclass(slots=True)
@@ -111,6 +113,7 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             has_context=rule.context != NO_CONTEXT or any(rp.levels_any for rp in rule.patterns),
             traceback_end=(CompiledPattern("", rule.context.traceback_ends_with)
                            if rule.context.traceback_ends_with else None),
+            following=CompiledPattern("", rule.evidence.following) if rule.evidence.following else None,
         )
         compiled_rules.append(cr)
         for p in patterns:

@@ -36,6 +36,7 @@ from diagnose.match.frames import (
     gdb_backtrace_frames,
     ipython_frames,
     pytest_frames,
+    raising_code_line,
     traceback_frames,
     ucx_backtrace_frames,
 )
@@ -56,6 +57,8 @@ CHAIN_GAP_LINES = 64  # stray lines of the same stream tolerated between a chain
 CHAINED_AFTER_LINES = 800  # lines read after an exception that caused others, for the outer exceptions' frames
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
+FOLLOWING_KEPT = 2  # evidence.following: lines after the matched one shown in its evidence
+RAISING_CODE_LINES = 200  # evidence.raising_code: how far back the innermost frame of a traceback is looked for
 # a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
 # blob) took a minute and 620 MiB; no message a rule matches is that long
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
@@ -106,6 +109,7 @@ class Hit:
     # after it): the category is read from its own frames first, from all of them when those tell none (findings.py)
     outer_frames: int = 0
     stack: str = ""  # the software stack the frames of the traceback this line ends name (match/stack.py)
+    details: list[LogLine] = field(default_factory=list)  # evidence.following: lines after this one that say why
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -487,11 +491,19 @@ class Matcher:
                 if frames is None:
                     frames = frames_here()
                 stack = stack_of_frames(f.text for f in frames)
+            details: list[LogLine] = []
+            if seen < PARSED_HITS_PER_GROUP:
+                details = self._details(reader, start, ll, cr)
+                if rule.evidence.raising_code:
+                    code = self._raising_code(reader, start, ll)
+                    if code is not None and all(e.lineno != code.lineno for e in extra):
+                        extra.append(code)
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
-                                 pattern=number, release=release, outer_frames=outer_kept, stack=stack))
+                                 pattern=number, release=release, outer_frames=outer_kept, stack=stack,
+                                 details=details))
             return  # last match wins: one rule per line
 
     def _in_training_here(self, cr: CompiledRule, key: str, seen: str) -> tuple[CompiledRule, Any, str, str]:
@@ -505,6 +517,30 @@ class Matcher:
             return cr, cr.rule, key, cr.rule.phase
         phase = seen if seen in _AFTER_TRAINING_STARTED else "training"
         return new, new.rule, new.rule.code + key[len(cr.rule.code):], phase
+
+    def _details(self, reader: _LineReader, start: int, ll: LogLine, cr: CompiledRule) -> list[LogLine]:
+        """The lines after ``ll`` on its stream that its rule's ``evidence.following`` matches (at most
+        FOLLOWING_KEPT, within PARSER_CONTEXT_LINES): where the summary line's cause is spelt out."""
+        if cr.following is None:
+            return []
+        out: list[LogLine] = []
+        for nxt in self._following(reader, start, ll):
+            if self._search(cr, cr.following, nxt.text) is not None:
+                out.append(nxt)
+                if len(out) >= FOLLOWING_KEPT:
+                    break
+        return out
+
+    def _raising_code(self, reader: _LineReader, start: int, ll: LogLine) -> LogLine | None:
+        """The source line Python printed under the innermost frame of the traceback ``ll`` ends, if it did."""
+        if not _stream_has_traceback_before(reader, start, ll.stream):
+            return None
+        before = _on_stream(reader.backwards(start, ll.lineno, RAISING_CODE_LINES, PARSER_CONTEXT_BYTES), ll.stream)
+        before.reverse()
+        code = raising_code_line([*before, ll])
+        if code is None or code.text.lstrip().startswith("raise "):
+            return None  # a raise statement only repeats the message the exception line prints
+        return code
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), and

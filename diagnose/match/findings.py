@@ -99,6 +99,7 @@ def _new_finding(hit: Hit, inferences: list[Inference]) -> Finding:
     for extra in hit.extra_evidence:
         if extra.lineno > 0:
             evidence.insert(0, evidence_of(extra))
+    evidence.extend(evidence_of(d) for d in hit.details)  # where the line's cause is spelt out, under it
     implies = _implies_of(hit)
     finding = Finding(
         rule=rule.code,
@@ -164,7 +165,7 @@ def _implies_of(hit: Hit) -> Implies | None:
 def _add(g: Group, hit: Hit) -> None:
     f = g.finding
     f.count += 1
-    if len(f.evidence) < EVIDENCE_KEPT + len(g.first_hit.extra_evidence):
+    if len(f.evidence) < EVIDENCE_KEPT + len(g.first_hit.extra_evidence) + len(g.first_hit.details):
         f.evidence.append(evidence_of(hit.line))
         if f.implies is not None and _implies_of(hit) is f.implies:
             f.implied_lines.append(hit.line.lineno)

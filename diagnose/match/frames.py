@@ -63,6 +63,16 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
     return [] if tb is None else _frames_of(tb, lines[-1].path)
 
 
+def raising_code_line(lines: list[LogLine]) -> LogLine | None:
+    """The source line printed under the innermost Python frame of the traceback that ends at ``lines[-1]`` (the
+    ``assert`` statement above a bare ``AssertionError``); None when the line ends no traceback or the frame printed
+    no source."""
+    tb = traceback_ending_at(lines, len(lines) - 1)
+    if tb is None or not tb.frames:
+        return None
+    return tb.frames[-1].code_line
+
+
 def caused_frames(lines: list[LogLine], later: list[LogLine]) -> list[LogLine]:
     """The frames of the exceptions that the one ending at ``lines[-1]`` caused, outermost first; ``later``: the
     stream's lines after it. [] when it caused none.

@@ -119,6 +119,23 @@ class Context:
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceSpec:
+    """``[rule.evidence]``: which lines beside the matched one show the user why, in the finding's evidence. The
+    matched line is often a summary (``Error(s) in loading state_dict``, pyxis's ``failed to import docker image``, a
+    bare ``AssertionError``); the line that says which key, which registry error or which assert is near it."""
+
+    # a regex searched in the next FOLLOWING_WINDOW lines of the same stream: up to FOLLOWING_KEPT lines it
+    # matches join the evidence after the line (enroot's error printed under pyxis's, a state dict's size mismatches)
+    following: str = ""
+    # the source line Python printed under the innermost frame of the traceback the line ends joins the evidence
+    # before it (``assert len(self.ckpt_list) > 0`` above a bare ``AssertionError``)
+    raising_code: bool = False
+
+
+NO_EVIDENCE_SPEC = EvidenceSpec()
+
+
+@dataclass(frozen=True, slots=True)
 class Reworded:
     """What a finding says instead of its rule's title and Why when the memory model's numbers contradict the
     message's words (``[rule.numbers_say_demand]``); ``{numbers}`` in ``explanation`` is the memory model's sentence
@@ -170,6 +187,8 @@ class Rule:
     explains: tuple[str, ...] = ()
     # the title and Why when the message's words say fragmentation but the numbers say demand (OOM190)
     numbers_say_demand: Reworded | None = None
+    evidence: EvidenceSpec = NO_EVIDENCE_SPEC  # the lines beside the matched one that join its evidence
+
 
     def fault_on_of(self, pattern: int) -> str:
         """Where the failure that the rule's ``pattern`` (1-based) matched is: the pattern's word, else the rule's."""
@@ -625,6 +644,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
 
     implies = _implies(raw.get("implies"), len(patterns))
     numbers_say_demand = _reworded(raw.get("numbers_say_demand"))
+    evidence = _evidence_spec(raw.get("evidence"))
 
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
@@ -668,7 +688,26 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         fault_on=fault_on,
         explains=tuple(explains),
         numbers_say_demand=numbers_say_demand,
+        evidence=evidence,
     )
+
+
+def _evidence_spec(raw: Any) -> EvidenceSpec:
+    """``[rule.evidence]``: ``following`` (a regex) and ``raising_code`` (true/false)."""
+    if raw is None:
+        return NO_EVIDENCE_SPEC
+    if not isinstance(raw, dict):
+        raise ValueError("'evidence' must be a table")
+    unknown = sorted(set(raw) - {"following", "raising_code"})
+    if unknown:
+        raise ValueError(f"evidence: unknown key(s): {', '.join(unknown)}")
+    following = optional(raw, "following", str, "")
+    if following:
+        try:
+            regex.compile(following)
+        except regex.error as e:
+            raise ValueError(f"evidence.following does not compile: {e}") from None
+    return EvidenceSpec(following=following, raising_code=optional(raw, "raising_code", bool, False))
 
 
 def _reworded(raw: Any) -> Reworded | None:

@@ -101,6 +101,7 @@ class Frame:
     function: str
     log_line: LogLine  # the ``File "..."`` line in the log (its lineno is the evidence line)
     code: str = ""
+    code_line: LogLine | None = None  # the line that printed ``code`` (the source line under the frame)
 
     @property
     def text(self) -> str:
@@ -341,6 +342,7 @@ class _StreamParser:
         if text[:1] in (" ", "\t"):
             if self.state == _CODE and tb.frames and not tb.frames[-1].code:
                 tb.frames[-1].code = text.strip()
+                tb.frames[-1].code_line = line
             tb.lines.append(line)
             return
         if text.startswith(_HEADERS):
