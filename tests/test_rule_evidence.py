@@ -2,7 +2,7 @@
 
 A summary line (``Error(s) in loading state_dict``, pyxis's ``failed to import docker image``, a bare
 ``AssertionError``) names the failure; the line that says which key, which registry error or which assert is under
-or above it, and it is what the user must see first."""
+or above it, and the user must see it; the matched line stays first (one-line summaries read it)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ def test_a_bare_assertion_shows_the_assert_statement_above_it(tmp_path: Path) ->
     root = _root(tmp_path, BARE_ASSERT)
     assert root.rule == "PY002"
     lines = _lines(root)
-    assert lines[:2] == ["assert len(self.ckpt_list) > 0", "AssertionError"]
-    assert [e.line for e in root.evidence[:2]] == [6, 7]
+    # the matched line stays first (one-line summaries read evidence[0]); the statement that raised is under it
+    assert lines[:2] == ["AssertionError", "assert len(self.ckpt_list) > 0"]
+    assert [e.line for e in root.evidence[:2]] == [7, 6]
 
 
 def test_a_raise_statement_is_not_shown_it_only_repeats_the_message(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ Traceback (most recent call last):
 KeyError: 'fl_gamma'
 """
     root = _root(tmp_path, text)
-    assert _lines(root)[:2] == ["self.gamma = hyp['fl_gamma']", "KeyError: 'fl_gamma'"]
+    assert _lines(root)[:2] == ["KeyError: 'fl_gamma'", "self.gamma = hyp['fl_gamma']"]
 
 
 STATE_DICT = """\

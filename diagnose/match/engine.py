@@ -493,11 +493,12 @@ class Matcher:
                 stack = stack_of_frames(f.text for f in frames)
             details: list[LogLine] = []
             if seen < PARSED_HITS_PER_GROUP:
-                details = self._details(reader, start, ll, cr)
-                if rule.evidence.raising_code:
-                    code = self._raising_code(reader, start, ll)
-                    if code is not None and all(e.lineno != code.lineno for e in extra):
-                        extra.append(code)
+                # shown under the line, which stays the finding's first evidence (one-line summaries, fleet records
+                # and checks read evidence[0] as the line that failed)
+                code = self._raising_code(reader, start, ll) if rule.evidence.raising_code else None
+                if code is not None and all(e.lineno != code.lineno for e in extra):
+                    details.append(code)
+                details.extend(self._details(reader, start, ll, cr))
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)

@@ -128,7 +128,7 @@ class EvidenceSpec:
     # matches join the evidence after the line (enroot's error printed under pyxis's, a state dict's size mismatches)
     following: str = ""
     # the source line Python printed under the innermost frame of the traceback the line ends joins the evidence
-    # before it (``assert len(self.ckpt_list) > 0`` above a bare ``AssertionError``)
+    # under it (``assert len(self.ckpt_list) > 0``, the statement that raised a bare ``AssertionError``)
     raising_code: bool = False
 
 
