@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,87 @@ def test_a_training_step_under_the_same_loop_still_reads_training():
     frames = [_HF.format(n=n, fn=fn).splitlines()[0] for n, fn in (
         (1885, "train"), (2291, "_inner_training_loop"), (3000, "training_step"))]
     assert phase_from_frames(frames) == "training"
+
+
+# --------------------------------------------------------------------- Caffe and CNTK phase markers
+
+_GLOG = "I0420 17:{m:02d}:00.000000 46833 {src}] {text}\n"
+
+
+def _caffe(*lines: tuple[str, str]) -> str:
+    return "".join(_GLOG.format(m=i, src=src, text=text) for i, (src, text) in enumerate(lines))
+
+
+_CAFFE_SETUP = (
+    ("solver.cpp:48", "Initializing solver from parameters: "),
+    ("net.cpp:58", "Initializing net from parameters: "),
+    ("net.cpp:100", "Creating Layer conv1"),
+)
+_CAFFE_SOLVE = (
+    ("net.cpp:311", "Network initialization done."),
+    ("solver.cpp:363", "Solving LeNet"),
+    ("solver.cpp:364", "Learning Rate Policy: step"),
+)
+_CAFFE_OOM = "F0420 17:59:00.000000 46833 syncedmem.cpp:51] Check failed: error == cudaSuccess (2 vs. 0)  out of memory\n"
+
+
+@pytest.mark.parametrize(("body", "phase"), [
+    (_caffe(*_CAFFE_SETUP), "model_build"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE), "first_iteration"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE, ("solver.cpp:428", "Iteration 0, Testing net (#0)")), "eval"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE, ("solver.cpp:428", "Iteration 0, Testing net (#0)"),
+            ("solver.cpp:485", "    Test net output #0: accuracy = 0.0035")), "first_iteration"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE, ("solver.cpp:218", "Iteration 100, loss = 0.25"),
+            ("solver.cpp:428", "Iteration 500, Testing net (#0)"),
+            ("solver.cpp:485", "    Test net output #0: accuracy = 0.91")), "training"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE, ("solver.cpp:239", "Iteration 100 (12.4 iter/s, 8.06s/100 iters), loss = 0.2")),
+     "training"),
+    (_caffe(*_CAFFE_SETUP, *_CAFFE_SOLVE, ("solver.cpp:218", "Iteration 4900, loss = 0.01"),
+            ("solver.cpp:454", "Snapshotting to binary proto file lenet_iter_5000.caffemodel")), "checkpoint_save"),
+    (_caffe(*_CAFFE_SETUP, ("parallel.cpp:72", "Starting NCCL initialization on rank 0 of 2")), "init"),
+])
+def test_caffe_glog_markers_read_the_phase(tmp_path, body, phase):
+    assert _analyze_text(tmp_path, body + _CAFFE_OOM).phase == phase
+
+
+def test_conda_solving_is_not_caffe_solving(tmp_path):
+    text = _caffe(*_CAFFE_SETUP) + "Solving environment: done\nSolving environment\n" + _CAFFE_OOM
+    assert _analyze_text(tmp_path, text).phase == "model_build"
+
+
+_CNTK_OOM = ("CUDA failure 2: out of memory ; GPU=0 ; hostname=h ; expr=cudaMalloc((void**) &deviceBufferPtr, "
+             "sizeof(AllocatedElemType) * numElements)\n")
+
+
+@pytest.mark.parametrize(("body", "phase"), [
+    ("05/11/2016 14:02:07: Starting Epoch 1: learning rate per sample = 0.020000  effective momentum = 0.9\n"
+     "Starting minibatch loop.\n", "first_iteration"),
+    ("05/11/2016 14:02:07: Starting Epoch 1: learning rate per sample = 0.020000  effective momentum = 0.9\n"
+     "05/11/2016 14:02:08:  Epoch[ 1 of 130]-Minibatch[   1-  10]: CrossEntropyWithSoftmax = 6.9 * 2500\n",
+     "training"),
+    ("05/11/2016 14:02:10: Finished Epoch[  1 of 130]: [Training] CrossEntropyWithSoftmax = 6.57 * 52000\n"
+     "05/11/2016 14:02:10: SGD: Saving checkpoint model '/m/simple.dnn.1'\n", "checkpoint_save"),
+    ("05/11/2016 14:02:10: Finished Epoch[  1 of 130]: [Training] CrossEntropyWithSoftmax = 6.57 * 52000\n"
+     "05/11/2016 14:02:10: SGD: Saving checkpoint model '/m/simple.dnn.1'\n"
+     "05/11/2016 14:02:14: Starting Epoch 2: learning rate per sample = 0.020000  effective momentum = 0.9\n",
+     "training"),
+    ("05/11/2016 14:24:53: SGD: Saving checkpoint model '/m/simple.dnn'\n"
+     '05/11/2016 14:24:53: # Action "test"                    #\n', "eval"),
+])
+def test_cntk_markers_read_the_phase(tmp_path, body, phase):
+    assert _analyze_text(tmp_path, body + _CNTK_OOM).phase == phase
+
+
+@pytest.mark.parametrize(("case", "phase"), [
+    ("df-caffe-tsn-bn-inception-rgb-batch-syncedmem-cuda-oom", "first_iteration"),
+    ("df-digits-nvcaffe-alexnet-256px-940mx-1gb-out-of-memory-alloc", "model_build"),
+    ("bx-nvcaffe-2gpu-nccl-init-unhandled-cuda-error-libnccl-cuda-mismatch", "init"),
+    ("df-cntk-simple2d-130-epochs-test-action-no-minibatchsize-cuda-oom", "eval"),
+    ("df-dsod300-pascal-script-lmdb-paths-not-replaced-mdb-status", "init"),  # DA261: init, not the net marker's
+])
+def test_dev_caffe_and_cntk_cases(case, phase):
+    from diagnose.pipeline import AnalyzeOptions, analyze
+
+    report = analyze([str(Path(__file__).resolve().parents[1] / "corpus" / "dev" / f"{case}.log")],
+                     AnalyzeOptions(replay=False))
+    assert report.root is not None and report.root.phase == phase
