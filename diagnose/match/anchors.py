@@ -215,20 +215,31 @@ class _Locator:
 _PER_THREAD = threading.local()
 
 
+SCRATCH_KEEP = 64  # databases a thread keeps a scratch for (the least recently scanned with go first)
+
+
 def thread_scratch(db):
     """This thread's Hyperscan scratch for ``db``. A scratch serves one scan at a time: two threads sharing the
     database's own fail with HS_SCRATCH_IN_USE (error -10), and the TUI's workers (an analysis, a Slurm job's
-    diagnosis, a follow check) can scan at once. Each thread keeps one per database it scanned with (the database
-    held with it, so its id is not reused while the scratch lives)."""
+    diagnosis, a follow check) can scan at once. Each thread keeps a scratch for the SCRATCH_KEEP databases it
+    scanned with last (a run with one catalogue scans with a few dozen), so a long-lived thread does not keep
+    alive every database the compiled-database cache has let go. Each is held with its database: its id is not
+    reused while the entry lives, and an entry evicted goes with its database (hyperscan.Database takes no weak
+    reference)."""
     import hyperscan
 
-    held = getattr(_PER_THREAD, "scratch", None)
+    held: OrderedDict[int, tuple[object, object]] | None = getattr(_PER_THREAD, "scratch", None)
     if held is None:
-        held = _PER_THREAD.scratch = {}
+        held = _PER_THREAD.scratch = OrderedDict()
     entry = held.get(id(db))
-    if entry is None:
-        entry = held[id(db)] = (db, hyperscan.Scratch(db))
-    return entry[1]
+    if entry is not None and entry[0] is db:
+        held.move_to_end(id(db))
+        return entry[1]
+    held[id(db)] = (db, hyperscan.Scratch(db))
+    held.move_to_end(id(db))
+    while len(held) > SCRATCH_KEEP:
+        held.popitem(last=False)
+    return held[id(db)][1]
 
 
 CACHE_KEEP = 48  # compiled databases kept (per catalogue, window kind and capture locator); the oldest go first
