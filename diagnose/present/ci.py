@@ -42,10 +42,10 @@ def _message(f: Finding, is_root: bool, report: Report) -> str:
 
 
 def _where(f: Finding) -> tuple[str | None, int | None]:
-    if not f.evidence:
-        return None, None
-    e = f.evidence[-1]
-    return e.path, e.line
+    """Where the finding is: the line its rule first matched, as the text report's "first at line N" and -q say
+    (not the last evidence line: a third NaN-loss line, a frame shown after the message)."""
+    e = f.headline_evidence
+    return (None, None) if e is None else (e.path, e.line)
 
 
 def _gh_data(text: str) -> str:

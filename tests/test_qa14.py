@@ -1,0 +1,59 @@
+"""QA round 14 (docs/qa-report-14.md): a hostile new user: README's commands, hostile inputs, the CI formats.
+
+Each test failed on the tree before its fix. Output tests run the real command line (tests/cli_run.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli_run import run, write
+
+OOM = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+       "of 79.11 GiB of which 1.00 GiB is free.\n")
+
+
+def test_the_ci_formats_point_at_the_line_the_rule_first_matched(tmp_path: Path) -> None:
+    """A loss that turns NaN and stays NaN: the text report says "3 lines, first at line 2" and -q shows line 2, but
+    --format jsonl, github and sarif pointed at line 4 (the last evidence line): a CI annotation on the third NaN,
+    not the first."""
+    lines = [f"Epoch 0:  {i}%|#  | {10 * i}/3125 [00:0{i}<05:32, 8.05it/s, loss={loss}, v_num=0]"
+             for i, loss in enumerate(["2.31", "nan", "nan", "nan"], start=1)]
+    log = str(write(tmp_path, "job.log", "\n".join(lines) + "\n"))
+    quiet = run("analyze", "-q", "--color", "never", log).stdout
+    assert f"{log}:2:" in quiet, quiet
+    row = json.loads(run("analyze", "--format", "jsonl", log).stdout.splitlines()[0])
+    assert (row["rule"], row["line"]) == ("NU005", 2), row
+    assert ",line=2," in run("analyze", "--format", "github", log).stdout.splitlines()[0]
+    sarif = json.loads(run("analyze", "--format", "sarif", log).stdout)
+    assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 2}
+
+
+def test_a_log_that_starts_with_a_hole_of_nuls_is_read_after_the_hole(tmp_path: Path) -> None:
+    """A log truncated while the trainer kept writing at its offset (``> train.log``, logrotate's copytruncate)
+    starts with a run of NULs as long as the old log, then the new text. Its first 64 KiB are all NUL, so it was
+    refused: "binary data, not a text log (a core dump, a checkpoint, or compressed?)", exit 2. The text after the
+    hole is the log (written NULs here; a sparse hole, skipped without reading it, in the second file)."""
+    written = tmp_path / "written.log"
+    written.write_bytes(b"\x00" * (1 << 20) + OOM.encode())
+    sparse = tmp_path / "sparse.log"
+    with open(sparse, "wb") as fh:
+        fh.truncate(256 << 20)
+        fh.seek(256 << 20)
+        fh.write(OOM.encode())
+    for log in (written, sparse):
+        proc = run("analyze", "--format", "json", "--no-progress", str(log))
+        assert proc.returncode == 1, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["findings"][report["root_cause"]]["rule"].startswith("OOM"), report["findings"]
+
+
+def test_a_file_of_nuls_only_is_called_that_not_a_core_dump(tmp_path: Path) -> None:
+    """A file allocated and never written (``truncate -s``, ``fallocate``) holds only NULs: it was called "binary
+    data ... (a core dump, a checkpoint, or compressed?)". Still refused in one line, exit 2, saying what it holds."""
+    empty = tmp_path / "zeros.log"
+    with open(empty, "wb") as fh:
+        fh.truncate(8 << 20)
+    proc = run("analyze", "--no-progress", str(empty), code=(2,))
+    assert "only NUL bytes" in proc.stderr and "core dump" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
