@@ -57,3 +57,20 @@ def test_a_file_of_nuls_only_is_called_that_not_a_core_dump(tmp_path: Path) -> N
     proc = run("analyze", "--no-progress", str(empty), code=(2,))
     assert "only NUL bytes" in proc.stderr and "core dump" not in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_sarif_names_a_log_by_a_uri_not_by_a_raw_path(tmp_path: Path) -> None:
+    """SARIF 2.1.0's artifactLocation.uri is a URI reference. A log named "run 1%20#2.log" was written as the raw
+    path: a space (invalid), "%20" (decodes to a space: another file) and "#" (starts a fragment). Encoded, an
+    absolute path as a file:// URI; a relative one stays relative."""
+    from urllib.parse import unquote, urlsplit
+
+    log = write(tmp_path, "run 1%20#2.log", OOM)
+    sarif = json.loads(run("analyze", "--format", "sarif", str(log)).stdout)
+    uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    parts = urlsplit(uri)
+    assert (parts.scheme, parts.fragment, parts.query) == ("file", "", ""), uri
+    assert " " not in uri and unquote(parts.path) == str(log), uri
+    relative = json.loads(run("analyze", "--format", "sarif", log.name, cwd=tmp_path).stdout)
+    assert relative["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
+        "run%201%2520%232.log"
