@@ -74,3 +74,22 @@ def test_sarif_names_a_log_by_a_uri_not_by_a_raw_path(tmp_path: Path) -> None:
     relative = json.loads(run("analyze", "--format", "sarif", log.name, cwd=tmp_path).stdout)
     assert relative["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
         "run%201%2520%232.log"
+
+
+def test_standard_input_named_twice_is_read_once(tmp_path: Path) -> None:
+    """``cat job.log | diagnose analyze - -`` read the pipe for the first "-" and an empty second one: "warning: 1
+    of 2 inputs are empty (0 bytes), e.g. -: those ranks wrote nothing". Named twice, read once, as a file is."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli_run import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIAGNOSE_SKIP_SLURM": "1", "DIAGNOSE_NO_CONFIG": "1"}
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "--format", "json", "-", "-"], input=OOM,
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [i["path"] for i in report["inputs"]] == ["-"], report["inputs"]
+    assert not any("empty" in w for w in report["warnings"]), report["warnings"]
+    assert any("named twice, read once (e.g. standard input)" in w for w in report["warnings"]), report["warnings"]
