@@ -93,3 +93,22 @@ def test_standard_input_named_twice_is_read_once(tmp_path: Path) -> None:
     assert [i["path"] for i in report["inputs"]] == ["-"], report["inputs"]
     assert not any("empty" in w for w in report["warnings"]), report["warnings"]
     assert any("named twice, read once (e.g. standard input)" in w for w in report["warnings"]), report["warnings"]
+
+
+def test_a_log_line_cannot_issue_a_ci_workflow_command_through_the_report(tmp_path: Path) -> None:
+    """GitHub Actions reads a workflow command from any output line that starts, after white space, with "::", and
+    (legacy form) from "##[" anywhere. The text report wraps a long evidence line at its width, so a log line
+    carrying " ::error title=PWNED::..." printed a line "            ::error title=PWNED::fake1 ...": a forged
+    annotation (or ``::add-mask::``, ``::stop-commands::``) in the step that ran diagnose. Markdown showed a log
+    line starting with "::" as it was. Now shown as an escape (\\x3a:), as a control character is."""
+    import re
+
+    forged = " ".join(f"::error title=PWNED::fake{i}" for i in range(6))
+    log = str(write(tmp_path, "job.log", OOM.rstrip("\n") + " " + forged + " ##[error]legacy\n"
+                    "::warning::a line of its own\n"))
+    command = re.compile(r"^\s*(?:\x1b\[[0-9;]*m\s*)*::|##\[", re.MULTILINE)
+    for args in (("-v",), (), ("-q",), ("--color", "always"), ("--format", "markdown", "-v")):
+        out = run("analyze", *args, "--no-progress", log).stdout
+        assert not command.search(out), (args, [ln for ln in out.splitlines() if command.search(ln)])
+    text = run("analyze", "-v", "--no-progress", log).stdout
+    assert "\\x3a:error title=PWNED" in text
