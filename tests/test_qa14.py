@@ -112,3 +112,23 @@ def test_a_log_line_cannot_issue_a_ci_workflow_command_through_the_report(tmp_pa
         assert not command.search(out), (args, [ln for ln in out.splitlines() if command.search(ln)])
     text = run("analyze", "-v", "--no-progress", log).stdout
     assert "\\x3a:error title=PWNED" in text
+
+
+def test_a_typo_d_layer_count_is_not_built_layer_by_layer(monkeypatch) -> None:
+    """``check`` on a Megatron-LM args file with ``--num-layers 100000`` (a typo) sat silent past 2 minutes: the
+    meta-device child built 100,000 layers (about 10 ms each) until its timeout, since only layers x experts was
+    capped; then every plan sized every layer one by one. No real model has more than ~130 layers: the analytic
+    count stands at once, and a layer is sized once per kind (dense, MoE), not once per layer per plan."""
+    from diagnose.explain.memory import meta_count
+    from diagnose.explain.memory import shape as shape_mod
+    from diagnose.explain.memory.shape import ModelShape
+
+    typo = ModelShape(num_layers=100_000, hidden_size=1024, num_attention_heads=8)
+    assert not meta_count.buildable(typo)
+    assert meta_count.buildable(ModelShape(num_layers=126, hidden_size=16384, num_attention_heads=128))
+    calls = []
+    real = shape_mod._layer_at
+    monkeypatch.setattr(shape_mod, "_layer_at", lambda *a: calls.append(a) or real(*a))
+    moe = ModelShape(num_layers=48, hidden_size=1024, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=2)
+    shape_mod.stage_counts(moe, pp=4)
+    assert len(calls) == 2, len(calls)  # one dense layer, one MoE layer
