@@ -10,6 +10,8 @@ on top of it.
 
 from __future__ import annotations
 
+import re
+
 # Unicode characters that change how surrounding text is laid out or read: bidi embeddings/overrides/isolates,
 # direction marks, line/paragraph separators, and the BOM/zero-width no-break space in the middle of a line.
 # Zero-width and invisible characters (U+200B-U+200D, U+2060-U+2064, the soft hyphen U+00AD) too: they hide inside
@@ -56,3 +58,20 @@ def shorten(text: str, limit: int = 400) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1] + "…"
+
+
+# A CI runner reads its own commands out of a step's output: GitHub Actions a line that starts, after leading
+# white space, with "::" (``::error::``, ``::add-mask::``, ``::stop-commands::``), and "##[" anywhere in a line (its
+# legacy form; Azure Pipelines' "##vso["). A report printed in such a step shows log lines, and a line wrapped at
+# the report's width can start with a log's "::" even when the log line did not.
+_CI_LINE_COMMAND = re.compile(r"^([ \t]*(?:\x1b\[[0-9;]*m[ \t]*)*)::", re.MULTILINE)
+_CI_ANYWHERE_COMMAND = re.compile(r"##(?=\[|vso\[)")
+
+
+def no_ci_commands(text: str) -> str:
+    """``text`` (rendered report lines) with every CI workflow command defused, shown as an escape as :func:`inert`
+    shows a control character: a line's leading "::" as ``\\x3a:``, "##[" as ``#\\x23[``. Other text is unchanged."""
+    if "::" not in text and "##" not in text:
+        return text
+    text = _CI_LINE_COMMAND.sub(lambda m: m.group(1) + "\\x3a:", text)
+    return _CI_ANYWHERE_COMMAND.sub("#\\\\x23", text)

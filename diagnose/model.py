@@ -278,6 +278,14 @@ class Finding:
     proven_fix: Fix | None = None
 
     @property
+    def headline_evidence(self) -> Evidence | None:
+        """The evidence line a one-line answer points at: the line the rule first matched (a repeated NaN-loss
+        line's first, not its third; an OOM's message, not the traceback frame shown above it), else the last."""
+        if not self.evidence:
+            return None
+        return next((x for x in self.evidence if x.line == self.first_line), self.evidence[-1])
+
+    @property
     def shown_fix(self) -> Fix:
         """The fix to show: the one replay proved when it replaced the rule's, else the rule's."""
         return self.fix if self.proven_fix is None else self.proven_fix

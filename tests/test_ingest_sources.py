@@ -352,13 +352,14 @@ def test_bz2_and_xz_and_a_member_boundary_inside_a_read(tmp_path):
 
 
 def test_stdin_named_twice_keeps_the_first_copy_intact():
+    """Named twice, standard input is read once (as a file named twice is; qa14), and that copy is whole."""
     script = (
         "from diagnose.ingest import open_inputs\n"
-        "with open_inputs(['-', '-']) as (a, b):\n"
-        "    print(bytes(a.buffer[:]), b.size)\n"
+        "with open_inputs(['-', '-']) as sources:\n"
+        "    print(bytes(sources[0].buffer[:]), len(sources))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], input=b"x" * 5000, cwd=REPO, capture_output=True, timeout=60)
-    assert out.stdout.decode().strip() == repr(b"x" * 5000) + " 0"
+    assert out.stdout.decode().strip() == repr(b"x" * 5000) + " 1"
 
 
 def test_a_subfolder_removed_during_the_walk_is_skipped_not_an_error(tmp_path, monkeypatch):

@@ -152,12 +152,19 @@ def expand_inputs(inputs: list[str], notes: list[str] | None = None, include: li
 
 def _once_each(entries: list[InputEntry], notes: list[str] | None) -> list[InputEntry]:
     """Each file once: ``analyze job.log ./job.log`` or a folder and a file inside it used to read the file twice
-    (every finding counted twice, "2 inputs")."""
+    (every finding counted twice, "2 inputs"). Standard input too: ``analyze - -`` read the pipe once and then an
+    empty second "-" ("1 of 2 inputs are empty ... those ranks wrote nothing")."""
     seen: set[tuple[int, int]] = set()
     out: list[InputEntry] = []
     repeated: list[str] = []
+    stdin_seen = False
     for entry in entries:
-        if entry.path != "-":
+        if entry.path == "-":
+            if stdin_seen:
+                repeated.append(entry.path)
+                continue
+            stdin_seen = True
+        else:
             try:
                 st = os.stat(entry.path)
             except OSError:
@@ -171,5 +178,5 @@ def _once_each(entries: list[InputEntry], notes: list[str] | None) -> list[Input
         out.append(entry)
     if repeated and notes is not None:
         notes.append(f"{len(repeated)} input{'s' if len(repeated) != 1 else ''} named twice, read once (e.g. "
-                     f"{shown(repeated[0])})")
+                     f"{'standard input' if repeated[0] == '-' else shown(repeated[0])})")
     return out

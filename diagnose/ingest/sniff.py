@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 
@@ -44,6 +45,38 @@ def head(path: str, display: str, size: int = SAMPLE_BYTES) -> bytes:
     try:
         with open(path, "rb") as fh:
             return fh.read(size)
+    except OSError as e:
+        raise os_error(display, e, "read") from None
+
+
+def after_nul_hole(path: str, display: str, sample: bytes) -> bytes:
+    """The first ``SAMPLE_BYTES`` after a run of NULs the file starts with, when ``sample`` (its head) is only
+    NULs; else ``sample``. A log truncated while its writer kept its offset (``> train.log``, logrotate's
+    copytruncate, a nohup log emptied by hand) starts with a hole of NULs as long as the old log, then the text
+    written since: its head alone looked like binary data and the whole log was refused. Holes of a sparse file are
+    skipped without reading them (SEEK_DATA); a file of NULs only keeps its all-NUL sample."""
+    if not sample or sample.strip(b"\x00"):
+        return sample
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            pos = len(sample)
+            while True:
+                try:
+                    pos = os.lseek(fh.fileno(), pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:
+                        return sample  # no data after pos: NULs (holes) to the end
+                except AttributeError:
+                    pass  # no SEEK_DATA on this platform: read on
+                fh.seek(pos)
+                chunk = fh.read(1 << 20)
+                if not chunk:
+                    return sample
+                rest = chunk.lstrip(b"\x00")
+                if rest:
+                    fh.seek(pos + len(chunk) - len(rest))
+                    return fh.read(SAMPLE_BYTES)
+                pos += len(chunk)
     except OSError as e:
         raise os_error(display, e, "read") from None
 
@@ -96,6 +129,8 @@ def refuse_unreadable(sample: bytes, display: str) -> None:
     for magic, reason in REFUSED.items():
         if sample.startswith(magic):
             raise input_error(display, reason)
+    if sample and not sample.strip(b"\x00"):
+        raise input_error(display, "binary data: only NUL bytes, no text (a file allocated but never written?)")
     if looks_binary(sample):
         raise input_error(display, "binary data, not a text log (a core dump, a checkpoint, or compressed?)")
 

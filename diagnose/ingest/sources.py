@@ -147,6 +147,7 @@ def _decoded(real: str, display: str, tmp: str, limits: GzipLimits, compressed: 
         out = os.path.join(tmp, f"utf8-{len(os.listdir(tmp))}.log")
         sniff.transcode_to_utf8(real, out, encoding, display, limits.max_output_bytes)
         real, sample = out, sniff.head(out, display)
+    sample = sniff.after_nul_hole(real, display, sample)
     sniff.refuse_unreadable(sample, display)
     if sniff.cr_lines(sample):
         out = os.path.join(tmp, f"cr-{len(os.listdir(tmp))}.log")

@@ -8,6 +8,7 @@ command line, so a log cannot issue a workflow command of its own.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from diagnose import __version__
 from diagnose.explain.render import fix_one_line, fix_style
@@ -42,10 +43,10 @@ def _message(f: Finding, is_root: bool, report: Report) -> str:
 
 
 def _where(f: Finding) -> tuple[str | None, int | None]:
-    if not f.evidence:
-        return None, None
-    e = f.evidence[-1]
-    return e.path, e.line
+    """Where the finding is: the line its rule first matched, as the text report's "first at line N" and -q say
+    (not the last evidence line: a third NaN-loss line, a frame shown after the message)."""
+    e = f.headline_evidence
+    return (None, None) if e is None else (e.path, e.line)
 
 
 def _gh_data(text: str) -> str:
@@ -94,6 +95,15 @@ def render_jsonl(report: Report) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def _uri(path: str) -> str:
+    """SARIF's ``artifactLocation.uri`` is a URI reference (RFC 3986), not a path: a space, ``%``, ``#`` or ``?`` in
+    a log's name made it invalid or named another file (``a%20b.log`` read as ``a b.log``, ``run#2.log`` as
+    ``run`` and a fragment). Percent-encoded; an absolute path as a ``file://`` URI, a relative one stays relative
+    (code scanning resolves it against the checkout)."""
+    encoded = quote(path, safe="/", errors="surrogateescape")
+    return "file://" + encoded if path.startswith("/") else encoded
+
+
 def render_sarif(report: Report) -> str:
     """A SARIF 2.1.0 log: one run of the ``diagnose`` tool, a result per finding with its evidence location."""
     rules: dict[str, dict[str, Any]] = {}
@@ -110,7 +120,7 @@ def render_sarif(report: Report) -> str:
         path, line = _where(f)
         if path and path != "-":
             region = {"startLine": line} if line else {}
-            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": path}, **(
+            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": _uri(path)}, **(
                 {"region": region} if region else {})}}]
         results.append(result)
     log = {

@@ -142,3 +142,32 @@ def hint_if_stdin_is_a_terminal(paths: list[str]) -> None:
             sys.stderr.write("diagnose: reading a log from the terminal: paste it, then press Ctrl-D on an empty "
                              "line (Ctrl-C stops)\n")
             sys.stderr.flush()
+
+
+class NoCICommands:
+    """A text stream that writes whole lines through ``inert.no_ci_commands``: a report that shows log lines, read
+    in a CI step (``diagnose analyze job.log`` in GitHub Actions), cannot issue the runner a workflow command that
+    a log line carried (``::error::``, ``::add-mask::``, ``##[error]``). Everything else is the wrapped stream's."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        head, newline, self._pending = (self._pending + text).rpartition("\n")
+        if newline:
+            from diagnose.inert import no_ci_commands
+
+            self._out.write(no_ci_commands(head + newline))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            from diagnose.inert import no_ci_commands
+
+            self._out.write(no_ci_commands(self._pending))
+            self._pending = ""
+        self._out.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._out, name)

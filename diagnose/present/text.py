@@ -640,10 +640,7 @@ def _quiet(report: Report) -> list[Any]:
     if w:
         head.append(f"  ({inert(w)})", style="dim")
     out: list[Any] = [head]
-    if root.evidence:
-        # the line the rule first matched (a repeated NaN-loss line's first, not its third; an OOM's message, not
-        # the traceback frame shown above it); the last line when none is at first_line
-        e = next((x for x in root.evidence if x.line == root.first_line), root.evidence[-1])
+    if (e := root.headline_evidence) is not None:
         out.append(log_text(f"  {e.path}:{e.line}: {shorten(inert(e.text), 200)}"))
     fix = root.shown_fix
     words = fix_words(fix, fix_style(report.framework, report.stack))

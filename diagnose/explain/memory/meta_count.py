@@ -25,12 +25,16 @@ from diagnose.explain.memory.shape import ModelShape
 # Layers x experts the child may build: DeepSeek-V3 is 61 x 256. A typo'd ``num_moe_experts=1000000000`` made the
 # child build modules for minutes, GBs deep, before its timeout; beyond this the analytic count stands alone.
 MAX_BUILD_MODULES = 200_000
+# Layers the child may build, experts or not: the deepest real models have about 130 (Llama-3 405B 126). A typo'd
+# ``--num-layers 100000`` (under the cap above: no experts) built for the child's whole timeout (about 10 ms a layer),
+# and ``diagnose check`` sat silent for minutes before falling back to the analytic count it could have given at once.
+MAX_BUILD_LAYERS = 2_000
 
 
 def buildable(shape: ModelShape) -> bool:
     """Multi-latent attention, MTP and hybrid Mamba models are not built by the child (it builds the plain GPT
-    layer spec); nor is a model of more layer x expert modules than any real one."""
-    if shape.num_layers * max(1, shape.num_moe_experts or 0) > MAX_BUILD_MODULES:
+    layer spec); nor is a model of more layers, or more layer x expert modules, than any real one."""
+    if shape.num_layers > MAX_BUILD_LAYERS or shape.num_layers * max(1, shape.num_moe_experts or 0) > MAX_BUILD_MODULES:
         return False
     return not (shape.multi_latent_attention or shape.mtp_num_layers or shape.hybrid_pattern)
 

@@ -304,6 +304,13 @@ def hybrid_layer_params(s: ModelShape, symbol: str, tp: int = 1, ep: int = 1,
     return d - _attention(s, tp) - _norm(s), e
 
 
+def _layer_kind(s: ModelShape, index: int, flags: list[bool]) -> object:
+    """What decides a layer's count in ``_layer_at``: its hybrid symbol, else whether it is an MoE layer."""
+    if s.hybrid_pattern:
+        return s.hybrid_pattern[index] if index < len(s.hybrid_pattern) else "-"
+    return flags[index] if index < len(flags) else False
+
+
 def _layer_at(s: ModelShape, index: int, flags: list[bool], tp: int, ep: int, etp: int | None) -> tuple[int, int]:
     if s.hybrid_pattern:
         return hybrid_layer_params(s, s.hybrid_pattern[index] if index < len(s.hybrid_pattern) else "-", tp, ep, etp)
@@ -339,10 +346,16 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     md, me = mtp_params(s, tp, ep, etp)
     per_mtp = (md // s.mtp_num_layers, me // s.mtp_num_layers) if s.mtp_num_layers else (0, 0)
     stages = []
+    # A layer's count depends only on its kind (MoE or not; its hybrid symbol): sized once per kind, not per layer
+    # (a typo'd 100,000-layer config sized every layer of every plan: check ran for minutes).
+    per_kind: dict[object, tuple[int, int]] = {}
     for i, ids in enumerate(s.stage_layer_ids(pp)):
         dense = expert = 0
         for layer in ids:
-            d, e = _layer_at(s, layer, flags, tp, ep, etp)
+            kind = _layer_kind(s, layer, flags)
+            if kind not in per_kind:
+                per_kind[kind] = _layer_at(s, layer, flags, tp, ep, etp)
+            d, e = per_kind[kind]
             dense += d
             expert += e
         linear = dense + expert

@@ -52,14 +52,18 @@ def render(report: Report, fmt: str, out, color: str, detail: str = "default") -
 
         out.write({"jsonl": ci.render_jsonl, "sarif": ci.render_sarif, "github": ci.render_github}[fmt](report))
     elif fmt == "markdown":
+        from diagnose.inert import no_ci_commands
         from diagnose.present.markdown import render_markdown
 
-        out.write(render_markdown(report, verbose=detail == "verbose"))
+        out.write(no_ci_commands(render_markdown(report, verbose=detail == "verbose")))
     else:
+        from diagnose.present.output import NoCICommands
         from diagnose.present.text import make_console
         from diagnose.present.text import render as render_text
 
-        render_text(report, make_console(out, color), detail)
+        safe = NoCICommands(out)
+        render_text(report, make_console(safe, color), detail)
+        safe.flush()
 
 
 def _codes(values: list[str] | None) -> list[str]:

@@ -56,17 +56,21 @@ def _emit(report: Report, args: Any, out: TextIO) -> None:
 
         out.write(render_json(report))
     elif fmt == "markdown":
+        from diagnose.inert import no_ci_commands
         from diagnose.present.markdown import render_markdown
 
-        out.write(slurm_markdown(report.slurm) + "\n" + render_markdown(body))
+        out.write(no_ci_commands(slurm_markdown(report.slurm) + "\n" + render_markdown(body)))
     else:
+        from diagnose.present.output import NoCICommands
         from diagnose.present.text import render
 
-        console = make_console(out, getattr(args, "color", "auto"))
+        safe = NoCICommands(out)
+        console = make_console(safe, getattr(args, "color", "auto"))
         for line in slurm_header(report.slurm, failed=report.root_cause is not None):
             console.print(line, soft_wrap=True)  # paths stay on one line, copyable
         console.print()
         render(body, console)
+        safe.flush()
 
 
 def slurm_header(s: SlurmFacts | None, failed: bool) -> list[Any]:
