@@ -133,3 +133,18 @@ def _rule(evidence: dict) -> dict:
 def test_a_bad_evidence_table_is_refused_with_its_reason(evidence: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_rule(_rule(evidence), "user.toml")
+
+
+def test_one_line_answers_name_the_exception_not_the_statement_under_it(tmp_path: Path) -> None:
+    """The Slurm one-line diagnosis and the fleet's failure class read the line the rule matched."""
+    from diagnose.fleet.record import signature
+    from diagnose.present.commands.slurm import one_line_diagnosis
+
+    log = tmp_path / "job.log"
+    log.write_text("Traceback (most recent call last):\n  File \"/opt/app/step.py\", line 88, in run\n"
+                   "    total = combine(parts)\nValueError: something unexpected happened in my_module\n")
+    report = analyze([str(log)], AnalyzeOptions(replay=False))
+    assert report.root is not None and report.root.category == "other"
+    assert [e.text for e in report.root.evidence][1].strip() == "total = combine(parts)"
+    assert one_line_diagnosis(report).endswith("ValueError: something unexpected happened in my_module")
+    assert signature(report) == "PY001:ValueError"

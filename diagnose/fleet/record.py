@@ -52,7 +52,8 @@ def signature(report: Report) -> str | None:
     root = report.root
     if root is None:
         return None
-    if root.category == "other" and root.evidence and (m := _EXCEPTION.search(root.evidence[0].text)):
+    head = root.headline_evidence
+    if root.category == "other" and head is not None and (m := _EXCEPTION.search(head.text)):
         return f"{root.rule}:{m.group(1)}"
     return root.rule
 

@@ -403,8 +403,9 @@ def one_line_diagnosis(report: Report) -> str:
     if root is None:
         return "no failure found in the output" if not gone else "log not found: nothing to read"
     line = f"[{root.rule}] {root.title}"
-    if root.category == "other" and root.evidence:
-        text = " ".join(root.evidence[0].text.split())
+    head = root.headline_evidence
+    if root.category == "other" and head is not None:
+        text = " ".join(head.text.split())
         line += ": " + (text if len(text) <= 120 else text[:119] + "…")
     return line + (" (log not found: from Slurm's record only)" if gone else "")
 
