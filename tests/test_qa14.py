@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli_run import run, write
+from tests.cli_run import ROOT, run, write
 
 OOM = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
        "of 79.11 GiB of which 1.00 GiB is free.\n")
@@ -132,3 +132,26 @@ def test_a_typo_d_layer_count_is_not_built_layer_by_layer(monkeypatch) -> None:
     moe = ModelShape(num_layers=48, hidden_size=1024, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=2)
     shape_mod.stage_counts(moe, pp=4)
     assert len(calls) == 2, len(calls)  # one dense layer, one MoE layer
+
+
+# --- qa-report-14 L5, L6 (lead) ---------------------------------------------------------------------------------------
+
+def test_a_file_of_overrides_is_refused_with_the_way_to_give_them(tmp_path) -> None:
+    """qa-report-14 L5: `check` on a file of Hydra-style KEY=VALUE lines was refused as not a config without saying
+    that such lines are given with --set."""
+    f = tmp_path / "overrides.txt"
+    f.write_text("# my overrides\nmodel.tensor_model_parallel_size=2\ntrain.micro_batch_size=4\n")
+    r = run("check", str(f), "--gpus", "8", code=(2,))
+    assert "--set KEY=VALUE" in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "notes.txt"
+    other.write_text("hello: world\n")
+    assert "--set" not in run("check", str(other), "--gpus", "8", code=(2,)).stderr
+
+
+def test_the_check_table_shows_the_fsdp_buffers_and_says_what_peak_is() -> None:
+    """qa-report-14 L6: a Megatron FSDP plan's row showed state + activations well under its peak: the buffers in
+    flight were in no column, and nothing said the peak is a maximum over phases, not a sum."""
+    out = run("check", str(ROOT / "sample_logs" / "b042_first_iter_oom.log"), "--gpus", "8", "--color", "never").stdout
+    header = next(ln for ln in out.splitlines() if "strategy" in ln and "peak" in ln)
+    assert header.split()[:7] == ["#", "strategy", "dp/tp/pp/cp", "state", "bufs", "activ.", "peak"], header
+    assert "not the sum of the columns" in " ".join(out.split())

@@ -173,8 +173,11 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
     else:
         data = safe_load(text, what=name, strict_keys=True)
         if not looks_like_bridge(data):
+            hint = (": it holds KEY=VALUE overrides only; pass the job's config (run_config.yaml, a recipe dump) as "
+                    "CONFIG and each override with --set KEY=VALUE"
+                    if _overrides_only(text) else "")
             raise DiagnoseError(f"{name} is not a Megatron-Bridge config (no model:/ddp:/checkpoint: sections), an "
-                                "arguments dump or a log")
+                                f"arguments dump or a log{hint}")
         keycheck.check_bridge_mapping(data, name)
         view = flatten_bridge(data, f"file:{name}")
         keycheck.check_values({k: v.value for k, v in view.values.items()}, name)
@@ -371,3 +374,12 @@ def blocks_from_lines(lines: list[LogLine]) -> dict[str, list[Block]]:
             found = [found[0]] + ([found[-1]] if len(found) > 1 else [])
         out[spec.name] = found[: spec.max_blocks]
     return out
+
+
+_OVERRIDE_LINE = re.compile(r"^\s*[+~]?[A-Za-z_][\w.]*=\S")
+
+
+def _overrides_only(text: str) -> bool:
+    """Every line that is not blank or a comment is a Hydra-style ``key=value`` override (Bridge's CLI form)."""
+    lines = [ln for ln in text.splitlines()[:2000] if ln.strip() and not ln.lstrip().startswith("#")]
+    return bool(lines) and all(_OVERRIDE_LINE.match(ln) for ln in lines)

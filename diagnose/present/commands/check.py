@@ -27,6 +27,8 @@ EXIT_OK, EXIT_FAIL = 0, 1
 DEFAULT_GPU = "h100-80gb"
 SHORT = {"distributed_optimizer": "dist-opt", "fsdp:optim_grads_params": "fsdp:ogp", "fsdp:optim_grads": "fsdp:og",
          "fsdp:no_shard": "fsdp:none"}
+PEAK_WORDS = "peak = the largest of wrap, first optimizer step and steady state, not the sum of the columns"
+BUFFER_WORDS = "; bufs = Megatron FSDP buffers in flight (gathered parameters, unsharded gradients)"
 LEGEND = ("dist-opt = distributed_optimizer, fsdp:og = fsdp:optim_grads, fsdp:ogp = fsdp:optim_grads_params, "
           "fsdp:none = fsdp:no_shard")
 
@@ -86,9 +88,12 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
     console.print(Text(f"\nMemory per GPU (GiB): {mem.params / 1e9:.2f}B parameters ({source}), "
                        f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)
+    # Megatron FSDP's gathered parameters and unsharded gradients in flight: part of the peak, not model state
+    buffers = any(p.transient_bytes for p in plans)
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("#", "right"), ("strategy", "left"), ("dp/tp/pp/cp", "left"), ("state", "right"),
-        ("activ.", "right"), ("peak", "right"), ("", "left"), ("fits", "left"))
+        *((("bufs", "right"),) if buffers else ()), ("activ.", "right"), ("peak", "right"), ("", "left"),
+        ("fits", "left"))
     for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True, min_width=len(col) if col != "fits" else 7)
     for i, p in enumerate(plans):
@@ -96,12 +101,15 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
         bar = "█" * min(5, int(round(frac * 5))) + ("▶" if frac > 1 else "")
         table.add_row(
             "given" if i == 0 else str(i), SHORT.get(p.strategy, p.strategy), f"{p.dp}/{p.tp}/{p.pp}/{p.cp}",
-            format_gib_short(p.model_state_bytes), format_gib_short(p.activation_bytes),
+            format_gib_short(p.model_state_bytes),
+            *((format_gib_short(p.transient_bytes) if p.transient_bytes else "-",) if buffers else ()),
+            format_gib_short(p.activation_bytes),
             format_gib_short(p.peak_bytes), Text(bar, style="red" if frac > 1 else "green"),
             Text("invalid" if p.valid is False else "yes" if p.fits else "NO",
                  style="green" if p.fits and p.valid is not False else "bold red"),
         )
     console.print(table)
+    console.print(Text(PEAK_WORDS + (BUFFER_WORDS if buffers else ""), style="dim"))
     if any(p.strategy in SHORT for p in plans):
         console.print(Text(LEGEND, style="dim"))
     for i, p in enumerate(plans):
