@@ -215,3 +215,56 @@ slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/10-shadow.sh exited wi
     assert root.rule == "SL016"
     lines = _lines(root)
     assert not any("far away" in t or "No space left" in t or "[INFO]" in t for t in lines), lines
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("""\
+Traceback (most recent call last):
+  File "/app/train.py", line 9, in <module>
+    cfg = TrainerConfig(**raw)
+pydantic.error_wrappers.ValidationError: 1 validation error for TrainerConfig
+output_dir
+  field required (type=value_error.missing)
+""", "field required (type=value_error.missing)"),
+    ("""\
+Traceback (most recent call last):
+  File "/app/train.py", line 9, in <module>
+    cfg = AxolotlConfig(**raw)
+pydantic_core._pydantic_core.ValidationError: 1 validation error for AxolotlConfig
+pretraining_dataset
+  Input should be a valid list [type=list_type, input_value={'path': 'c4'}, input_type=dict]
+""", "Input should be a valid list [type=list_type, input_value={'path': 'c4'}, input_type=dict]"),
+    ("""\
+Traceback (most recent call last):
+  File "/app/train.py", line 9, in <module>
+    trainer.save_model()
+RuntimeError:
+            Some tensors share memory, this will lead to duplicate memory on disk: [{'lm_head.weight', 'embed.weight'}].
+""", "Some tensors share memory, this will lead to duplicate memory on disk: [{'lm_head.weight', 'embed.weight'}]."),
+    ("""\
+Traceback (most recent call last):
+  File "/app/train.py", line 9, in <module>
+    trainer.train()
+ValueError: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:
+- ds bf16.enabled=True vs hf bf16|bf16_full_eval=False
+""", "- ds bf16.enabled=True vs hf bf16|bf16_full_eval=False"),
+])
+def test_a_generic_exception_shows_the_message_it_prints_under_its_line(tmp_path: Path, text: str, shown: str) -> None:
+    root = _root(tmp_path, text)
+    assert root.rule == "PY001"
+    assert shown in _lines(root), _lines(root)
+
+
+def test_a_later_traceback_s_code_is_not_taken_for_the_message(tmp_path: Path) -> None:
+    text = """\
+Traceback (most recent call last):
+  File "/app/train.py", line 9, in <module>
+    trainer.save_model()
+RuntimeError: save failed
+Traceback (most recent call last):
+  File "/app/other.py", line 3, in <module>
+    check(x)  # (type=value_error.extra)
+"""
+    root = _root(tmp_path, text)
+    assert root.rule == "PY001"
+    assert not any("check(x)" in t for t in _lines(root)), _lines(root)
