@@ -50,6 +50,7 @@ class CompiledRule:
     traceback_end: CompiledPattern | None = None
     # evidence.following: the lines after the matched one that join its evidence (rules.EvidenceSpec)
     following: CompiledPattern | None = None
+    preceding: CompiledPattern | None = None  # evidence.preceding: the lines before it that join its evidence
 
 
 @dataclass(slots=True)
@@ -114,6 +115,7 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
             traceback_end=(CompiledPattern("", rule.context.traceback_ends_with)
                            if rule.context.traceback_ends_with else None),
             following=CompiledPattern("", rule.evidence.following) if rule.evidence.following else None,
+            preceding=CompiledPattern("", rule.evidence.preceding) if rule.evidence.preceding else None,
         )
         compiled_rules.append(cr)
         for p in patterns:

@@ -58,6 +58,7 @@ CHAINED_AFTER_LINES = 800  # lines read after an exception that caused others, f
 TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before walking back anyway
 PARSER_CONTEXT_LINES = 30
 FOLLOWING_KEPT = 2  # evidence.following: lines after the matched one shown in its evidence
+PRECEDING_KEPT = 2  # evidence.preceding: lines before the matched one shown in its evidence (the nearest)
 RAISING_CODE_LINES = 200  # evidence.raising_code: how far back the innermost frame of a traceback is looked for
 # a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
 # blob) took a minute and 620 MiB; no message a rule matches is that long
@@ -493,12 +494,15 @@ class Matcher:
                 stack = stack_of_frames(f.text for f in frames)
             details: list[LogLine] = []
             if seen < PARSED_HITS_PER_GROUP:
-                # shown under the line, which stays the finding's first evidence (one-line summaries, fleet records
-                # and checks read evidence[0] as the line that failed)
+                # raising_code and following lines are shown under the line, which stays the first of them; the
+                # preceding ones above it, in file order (one-line answers read Finding.headline_evidence)
                 code = self._raising_code(reader, start, ll) if rule.evidence.raising_code else None
                 if code is not None and all(e.lineno != code.lineno for e in extra):
                     details.append(code)
                 details.extend(self._details(reader, start, ll, cr))
+                for before in self._preceding_details(reader, start, ll, cr):  # nearest first: shown in file order
+                    if all(e.lineno != before.lineno for e in extra):
+                        extra.append(before)
             release = ""
             if kept and self.c.reads_releases:  # no [[infer]] table asks: no search back through the input
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
@@ -521,14 +525,34 @@ class Matcher:
 
     def _details(self, reader: _LineReader, start: int, ll: LogLine, cr: CompiledRule) -> list[LogLine]:
         """The lines after ``ll`` on its stream that its rule's ``evidence.following`` matches (at most
-        FOLLOWING_KEPT, within PARSER_CONTEXT_LINES): where the summary line's cause is spelt out."""
+        FOLLOWING_KEPT, within ``evidence.following_window`` lines): where the summary line's cause is spelt out."""
         if cr.following is None:
             return []
         out: list[LogLine] = []
-        for nxt in self._following(reader, start, ll):
+        for nxt in self._following(reader, start, ll, cr.rule.evidence.following_window):
             if self._search(cr, cr.following, nxt.text) is not None:
                 out.append(nxt)
                 if len(out) >= FOLLOWING_KEPT:
+                    break
+        return out
+
+    def _preceding_details(self, reader: _LineReader, start: int, ll: LogLine, cr: CompiledRule) -> list[LogLine]:
+        """The lines before ``ll`` on its stream that its rule's ``evidence.preceding`` matches, nearest first (at
+        most PRECEDING_KEPT, within ``evidence.preceding_window`` lines): a cause printed above its summary."""
+        if cr.preceding is None:
+            return []
+        window = cr.rule.evidence.preceding_window
+        out: list[LogLine] = []
+        seen = 0
+        for _s, prev in reader.backwards(start, ll.lineno, window * 8, PARSER_CONTEXT_BYTES):
+            if prev.stream != ll.stream:
+                continue
+            seen += 1
+            if seen > window:
+                break
+            if self._search(cr, cr.preceding, prev.text) is not None:
+                out.append(prev)
+                if len(out) >= PRECEDING_KEPT:
                     break
         return out
 
@@ -640,14 +664,14 @@ class Matcher:
         return out if chained else []
 
     @staticmethod
-    def _following(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
-        """Up to PARSER_CONTEXT_LINES lines of the same stream after ``ll`` (a summary block, an NCCL reason)."""
+    def _following(reader: _LineReader, start: int, ll: LogLine, lines: int = PARSER_CONTEXT_LINES) -> list[LogLine]:
+        """Up to ``lines`` lines of the same stream after ``ll`` (a summary block, an NCCL reason)."""
         stream = ll.stream
         out: list[LogLine] = []
-        for _s, nxt in reader.forwards(start, ll.lineno, PARSER_CONTEXT_LINES * 8, PARSER_CONTEXT_BYTES):
+        for _s, nxt in reader.forwards(start, ll.lineno, lines * 8, PARSER_CONTEXT_BYTES):
             if nxt.stream == stream:
                 out.append(nxt)
-                if len(out) >= PARSER_CONTEXT_LINES:
+                if len(out) >= lines:
                     break
         return out
 

@@ -127,12 +127,18 @@ class EvidenceSpec:
     # a regex searched in the next FOLLOWING_WINDOW lines of the same stream: up to FOLLOWING_KEPT lines it
     # matches join the evidence after the line (enroot's error printed under pyxis's, a state dict's size mismatches)
     following: str = ""
+    following_window: int = 30  # lines of the same stream searched by ``following`` (at most EVIDENCE_WINDOW_MAX)
+    # a regex searched in the previous ``preceding_window`` lines of the same stream: up to 2 lines it matches (the
+    # nearest) join the evidence before the line (enroot's hook output above ``hooks.d/... exited with return code``)
+    preceding: str = ""
+    preceding_window: int = 10
     # the source line Python printed under the innermost frame of the traceback the line ends joins the evidence
     # under it (``assert len(self.ckpt_list) > 0``, the statement that raised a bare ``AssertionError``)
     raising_code: bool = False
 
 
 NO_EVIDENCE_SPEC = EvidenceSpec()
+EVIDENCE_WINDOW_MAX = 100  # following_window / preceding_window: lines read beside a matched line, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -693,21 +699,37 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
 
 
 def _evidence_spec(raw: Any) -> EvidenceSpec:
-    """``[rule.evidence]``: ``following`` (a regex) and ``raising_code`` (true/false)."""
+    """``[rule.evidence]``: ``following`` and ``preceding`` (regexes), their windows (1..EVIDENCE_WINDOW_MAX lines)
+    and ``raising_code`` (true/false)."""
     if raw is None:
         return NO_EVIDENCE_SPEC
     if not isinstance(raw, dict):
         raise ValueError("'evidence' must be a table")
-    unknown = sorted(set(raw) - {"following", "raising_code"})
+    keys = {"following", "following_window", "preceding", "preceding_window", "raising_code"}
+    unknown = sorted(set(raw) - keys)
     if unknown:
         raise ValueError(f"evidence: unknown key(s): {', '.join(unknown)}")
-    following = optional(raw, "following", str, "")
-    if following:
-        try:
-            regex.compile(following)
-        except regex.error as e:
-            raise ValueError(f"evidence.following does not compile: {e}") from None
-    return EvidenceSpec(following=following, raising_code=optional(raw, "raising_code", bool, False))
+    regexes = {}
+    for name in ("following", "preceding"):
+        value = optional(raw, name, str, "")
+        if value:
+            try:
+                regex.compile(value)
+            except regex.error as e:
+                raise ValueError(f"evidence.{name} does not compile: {e}") from None
+        regexes[name] = value
+    windows = {}
+    for name, default in (("following_window", NO_EVIDENCE_SPEC.following_window),
+                          ("preceding_window", NO_EVIDENCE_SPEC.preceding_window)):
+        value = optional(raw, name, int, default)
+        if isinstance(value, bool) or not 1 <= value <= EVIDENCE_WINDOW_MAX:
+            raise ValueError(f"evidence.{name} must be an integer from 1 to {EVIDENCE_WINDOW_MAX}")
+        if name in raw and not regexes[name.removesuffix("_window")]:
+            raise ValueError(f"evidence.{name} without evidence.{name.removesuffix('_window')}")
+        windows[name] = value
+    return EvidenceSpec(following=regexes["following"], following_window=windows["following_window"],
+                        preceding=regexes["preceding"], preceding_window=windows["preceding_window"],
+                        raising_code=optional(raw, "raising_code", bool, False))
 
 
 def _reworded(raw: Any) -> Reworded | None:
