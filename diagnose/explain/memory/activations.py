@@ -50,6 +50,7 @@ Estimates, not calibrated on hardware:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from diagnose.explain.memory.shape import ModelShape
@@ -198,6 +199,29 @@ def in_flight(work: Workload, pp: int, stage: int, vpp: int | None = None) -> fl
     return n
 
 
+def _stage_kinds(shape: ModelShape, pp: int) -> list[tuple[int, int, bool]]:
+    """Per pipeline stage: its dense and MoE decoder layers, and whether an MTP layer is MoE (the model's last layer
+    is). Once per shape and pipeline size: every plan of a search asks again, and walking a typo'd 100,000-layer
+    model's layers for each of them made ``check`` take a minute (qa-report-14 L1)."""
+    try:
+        return _stage_kinds_cached(shape, pp)
+    except TypeError:  # a shape holding an unhashable value (a layout given as a list): computed each time
+        return _stage_kinds_uncached(shape, pp)
+
+
+def _stage_kinds_uncached(shape: ModelShape, pp: int) -> list[tuple[int, int, bool]]:
+    all_flags = shape.moe_layers()
+    mtp_moe = bool(all_flags[-1:] == [True])
+    out = []
+    for ids in shape.stage_layer_ids(pp):
+        moe = sum(1 for i in ids if i < len(all_flags) and all_flags[i])
+        out.append((sum(1 for i in ids if i < len(all_flags)) - moe, moe, mtp_moe))
+    return out
+
+
+_stage_kinds_cached = functools.lru_cache(maxsize=256)(_stage_kinds_uncached)
+
+
 def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1, cp: int = 1,
                      stage: int | None = None) -> int:
     """Peak activation bytes of pipeline stage ``stage``; ``None``: the largest over the stages."""
@@ -209,22 +233,21 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
     s_kv = float(work.seq_length)  # keys per query: with CP the ring passes every chunk's keys through
     sp = work.sequence_parallel and tp > 1
     h = shape.hidden_size
-    ids = shape.stage_layer_ids(pp)[stage]
-    all_flags = shape.moe_layers()
-    flags = [all_flags[i] for i in ids if i < len(all_flags)]
+    dense_n, moe_n, mtp_moe = _stage_kinds(shape, pp)[stage]
     mtp = shape.stage_mtp_layers(pp)[stage]
-    mtp_moe = bool(all_flags[-1:] == [True])  # an MTP layer is MoE when the model's last layer is
     kept_score, fwd_score, bwd_score = (0.0, 0.0, 0.0) if shape.multi_latent_attention else _score_bytes(work)
     scores = _scores(shape, tokens, tp, s_kv)
     whole = {m: layer_kept_bytes(shape, work, tokens, tp, sp, m, s_kv) for m in (False, True)}
     hidden = 2 * tokens * h / (tp if sp else 1)  # one bf16 hidden state of the micro batch
-    layers = list(flags) + [mtp_moe] * mtp
+    # how many layers of each kind (dense, MoE) the stage holds, its MTP layers counted as the model's last layer's
+    count = {False: dense_n + (0 if mtp_moe else mtp), True: moe_n + (mtp if mtp_moe else 0)}
+    total = count[False] + count[True]
     if work.recompute == "full":
         chunk = max(1, work.recompute_num_layers or 1)
-        kept = -(-len(layers) // chunk) * hidden  # the stored input of each recompute chunk
+        kept = -(-total // chunk) * hidden  # the stored input of each recompute chunk
         # backward: the chunk recomputed with grad, the running layer at its backward peak
-        worst = max((whole[m] for m in layers), default=0.0)
-        inside_bwd = kept + chunk * worst + (bwd_score - kept_score) * scores if layers else kept
+        worst = max((whole[m] for m in (False, True) if count[m]), default=0.0)
+        inside_bwd = kept + chunk * worst + (bwd_score - kept_score) * scores if total else kept
         inside_fwd = kept + fwd_score * scores  # no_grad forward: only the running attention's scores
     else:
         if work.recompute == "selective":
@@ -232,7 +255,7 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
             own = 0.0  # the checkpointed attention keeps no scores; recomputed in backward
         else:
             per, own = whole, kept_score * scores
-        kept = sum(per[m] for m in layers) + mtp * 2 * hidden  # + each MTP layer's concatenated input
+        kept = count[False] * per[False] + count[True] * per[True] + mtp * 2 * hidden  # + each MTP layer's input
         inside_fwd = kept - own + fwd_score * scores
         inside_bwd = kept - own + bwd_score * scores
     n = in_flight(work, pp, stage, shape.layout_vpp(pp)) if pp > 1 else 1.0

@@ -39,6 +39,7 @@ stages a rank holds the sum of its chunks.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -311,6 +312,31 @@ def _layer_kind(s: ModelShape, index: int, flags: list[bool]) -> object:
     return flags[index] if index < len(flags) else False
 
 
+def stage_layer_kinds(s: ModelShape, pp: int) -> list[dict[object, tuple[int, int]]]:
+    """Per pipeline stage: each kind of decoder layer it holds (``_layer_kind``) -> (how many, one layer's index).
+    Counted once per shape and pipeline size (every plan of a search asks again; qa-report-14 L1)."""
+    try:
+        return _stage_layer_kinds_cached(s, pp)
+    except TypeError:  # an unhashable field (a layout given as a list): counted each time
+        return _stage_layer_kinds(s, pp)
+
+
+def _stage_layer_kinds(s: ModelShape, pp: int) -> list[dict[object, tuple[int, int]]]:
+    flags = s.moe_layers()
+    out = []
+    for ids in s.stage_layer_ids(pp):
+        kinds: dict[object, tuple[int, int]] = {}
+        for layer in ids:
+            kind = _layer_kind(s, layer, flags)
+            count, first = kinds.get(kind, (0, layer))
+            kinds[kind] = (count + 1, first)
+        out.append(kinds)
+    return out
+
+
+_stage_layer_kinds_cached = functools.lru_cache(maxsize=256)(_stage_layer_kinds)
+
+
 def _layer_at(s: ModelShape, index: int, flags: list[bool], tp: int, ep: int, etp: int | None) -> tuple[int, int]:
     if s.hybrid_pattern:
         return hybrid_layer_params(s, s.hybrid_pattern[index] if index < len(s.hybrid_pattern) else "-", tp, ep, etp)
@@ -349,15 +375,14 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     # A layer's count depends only on its kind (MoE or not; its hybrid symbol): sized once per kind, not per layer
     # (a typo'd 100,000-layer config sized every layer of every plan: check ran for minutes).
     per_kind: dict[object, tuple[int, int]] = {}
-    for i, ids in enumerate(s.stage_layer_ids(pp)):
+    for i, kinds in enumerate(stage_layer_kinds(s, pp)):
         dense = expert = 0
-        for layer in ids:
-            kind = _layer_kind(s, layer, flags)
+        for kind, (count, layer) in kinds.items():
             if kind not in per_kind:
                 per_kind[kind] = _layer_at(s, layer, flags, tp, ep, etp)
             d, e = per_kind[kind]
-            dense += d
-            expert += e
+            dense += d * count
+            expert += e * count
         linear = dense + expert
         emb = 0
         mtp = mtp_per_rank[i]
@@ -379,8 +404,8 @@ def stage_counts(s: ModelShape, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
         elif mtp and (i > 0 or (s.layout_vpp(pp) or 1) > 1):
             dense += word  # a standalone MTP chunk (not the first stage's): its own word embedding, tied to it
             emb += word
-        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": len(ids), "mtp_layers": mtp},
-                                 linear=linear))
+        layers = sum(c for c, _ in kinds.values())
+        stages.append(ParamCount(dense, expert, emb, {"stage": i, "layers": layers, "mtp_layers": mtp}, linear=linear))
     return stages
 
 
