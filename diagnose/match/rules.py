@@ -451,14 +451,14 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
-def _regex_or_empty(raw: dict, key: str) -> str:
-    """A context key holding one regex ("" when absent); one that does not compile is refused here."""
+def _regex_or_empty(raw: dict, key: str, table: str = "context") -> str:
+    """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here."""
     value = optional(raw, key, str, "")
     if value:
         try:
             regex.compile(value)
         except regex.error as e:
-            raise ValueError(f"context.{key} does not compile: {e}") from None
+            raise ValueError(f"{table}.{key} does not compile: {e}") from None
     return value
 
 
@@ -709,15 +709,7 @@ def _evidence_spec(raw: Any) -> EvidenceSpec:
     unknown = sorted(set(raw) - keys)
     if unknown:
         raise ValueError(f"evidence: unknown key(s): {', '.join(unknown)}")
-    regexes = {}
-    for name in ("following", "preceding"):
-        value = optional(raw, name, str, "")
-        if value:
-            try:
-                regex.compile(value)
-            except regex.error as e:
-                raise ValueError(f"evidence.{name} does not compile: {e}") from None
-        regexes[name] = value
+    regexes = {name: _regex_or_empty(raw, name, "evidence") for name in ("following", "preceding")}
     windows = {}
     for name, default in (("following_window", NO_EVIDENCE_SPEC.following_window),
                           ("preceding_window", NO_EVIDENCE_SPEC.preceding_window)):
