@@ -110,7 +110,7 @@ class Hit:
     # after it): the category is read from its own frames first, from all of them when those tell none (findings.py)
     outer_frames: int = 0
     stack: str = ""  # the software stack the frames of the traceback this line ends name (match/stack.py)
-    details: list[LogLine] = field(default_factory=list)  # evidence.following: lines after this one that say why
+    details: list[LogLine] = field(default_factory=list)  # [rule.evidence]: shown under this line
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
