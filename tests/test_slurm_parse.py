@@ -826,6 +826,8 @@ def test_a_launch_failure_is_read_from_sacct_only_on_a_run_time_of_zero(tmp_path
     # output folder is missing is one; a run time Slurm did not give is no evidence of it
     out = [SlurmOutputFacts(str(tmp_path / "no-such-folder" / "out-77.txt"), "stdout")]
     assert _timed(0, outputs=out).launch_failed
+    assert _timed(2, outputs=out).launch_failed  # a launch attempt on a busy node, recorded as two seconds
+    assert not _timed(60, outputs=out).launch_failed  # it ran: the folder went away later
     assert not _timed(None, outputs=out).launch_failed
     assert not _job("FAILED", "1:0", outputs=out).launch_failed  # ran an hour: the program's own failure
     assert _timed(None, reason="JobLaunchFailure").launch_failed

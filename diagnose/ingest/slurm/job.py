@@ -63,6 +63,9 @@ BAD_END_STATES = frozenset(
 )
 
 
+LAUNCH_ATTEMPT_S = 5  # the longest run time sacct records for a batch step that never started (launch_failed)
+
+
 @dataclass(slots=True)
 class SlurmStep:
     step_id: str  # "123.batch", "123.0", "123_7.0"
@@ -148,9 +151,12 @@ class SlurmJob:
     @property
     def launch_failed(self) -> bool:
         """The batch step never started: scontrol's Reason=JobLaunchFailure, or (sacct records Reason=None for
-        it) a FAILED job that ran for no time while the folder of its output file is missing."""
+        it) a FAILED job that ran for no time while the folder of its output file is missing. "No time" is up to
+        LAUNCH_ATTEMPT_S: a launch attempt on a busy node is recorded as a second or two (a CI run's sacct route
+        read one as 'killed by signal 53'); an unknown run time is no evidence."""
         return self.state == "FAILED" and (self.reason == "JobLaunchFailure" or (
-            self.elapsed_s == 0 and self.missing_output_folder is not None))  # unknown run time: no inference
+            self.elapsed_s is not None and self.elapsed_s <= LAUNCH_ATTEMPT_S
+            and self.missing_output_folder is not None))
 
     @property
     def readable_outputs(self) -> list[str]:
