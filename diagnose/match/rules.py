@@ -195,7 +195,6 @@ class Rule:
     numbers_say_demand: Reworded | None = None
     evidence: EvidenceSpec = NO_EVIDENCE_SPEC  # the lines beside the matched one that join its evidence
 
-
     def fault_on_of(self, pattern: int) -> str:
         """Where the failure that the rule's ``pattern`` (1-based) matched is: the pattern's word, else the rule's."""
         own = self.patterns[pattern - 1].fault_on if 0 < pattern <= len(self.patterns) else ""

@@ -39,7 +39,6 @@ stages a rank holds the sum of its chunks.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -334,7 +333,7 @@ def _stage_layer_kinds(s: ModelShape, pp: int) -> list[dict[object, tuple[int, i
     return out
 
 
-_stage_layer_kinds_cached = functools.lru_cache(maxsize=256)(_stage_layer_kinds)
+_stage_layer_kinds_cached = lru_cache(maxsize=256)(_stage_layer_kinds)
 
 
 def _layer_at(s: ModelShape, index: int, flags: list[bool], tp: int, ep: int, etp: int | None) -> tuple[int, int]:
