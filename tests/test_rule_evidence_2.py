@@ -14,6 +14,7 @@ import pytest
 
 from diagnose.match.rules import parse_rule
 from diagnose.pipeline import AnalyzeOptions, analyze
+from tests.test_rule_evidence import _rule  # a minimal user rule around an [rule.evidence] table
 
 
 def _root(tmp_path: Path, text: str):
@@ -169,15 +170,6 @@ def test_a_refused_deepspeed_key_shows_the_config_section_pydantic_names_above_i
     assert root.rule == "IM094"
     lines = _lines(root)
     assert lines[0].endswith("ValidationError: 2 validation errors for DeepSpeedBF16Config"), lines
-
-
-def _rule(evidence: dict) -> dict:
-    return {
-        "code": "USR902", "slug": "x", "title": "x", "category": "data", "phase": "init", "severity": "error",
-        "role": "root", "confidence": 0.5, "explanation": "x",
-        "patterns": [{"anchor": "boom", "regex": "boom"}], "fix": {"summary": "x", "safety": "manual"},
-        "evidence": evidence,
-    }
 
 
 @pytest.mark.parametrize("evidence, message", [
