@@ -99,6 +99,8 @@ class Figures:
     evidence_hit: int = 0
     errors: int = 0
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+    # confidence band -> [failure logs with a root cause in it, right, sum of confidences]
+    reliability: dict[str, list[float]] = field(default_factory=dict)
 
     def pct(self, num: int, den: int) -> float:
         return round(100.0 * num / den, 1) if den else 0.0
@@ -124,6 +126,15 @@ class Figures:
         out.update(top1=self.top1, phase_accuracy=self.phase_acc, silent_rate=self.silent_rate,
                    evidence_rate=self.evidence_rate)
         return out
+
+
+# Bands of the root cause's confidence, for the reliability table: is a finding said at 0.8 right about 8 times
+# in 10? A band's label is its lower bound; the last band includes 1.0.
+CONFIDENCE_BANDS = (0.0, 0.4, 0.6, 0.8)
+
+
+def confidence_band(confidence: float) -> str:
+    return f"{max(b for b in CONFIDENCE_BANDS if confidence >= b):.1f}"
 
 
 # ----------------------------------------------------------------------------------------------- corpus
@@ -198,6 +209,11 @@ def figures(outcomes: list[Outcome], part: str) -> Figures:
             fig.silent += o.silent
             fig.evidence_hit += bool(o.evidence_hit)
             confusion[str(o.expected_category)][str(o.category)] += 1
+            if o.confidence is not None:
+                band = fig.reliability.setdefault(confidence_band(o.confidence), [0, 0, 0.0])
+                band[0] += 1
+                band[1] += o.category_right
+                band[2] = round(band[2] + o.confidence, 6)
             if o.expected_phase not in (None, "unknown"):
                 fig.phase_scored += 1
                 fig.phase_right += o.phase == o.expected_phase
@@ -205,6 +221,7 @@ def figures(outcomes: list[Outcome], part: str) -> Figures:
             fig.clean += 1
             fig.clean_right += not o.false_alarm
     fig.confusion = {k: dict(v) for k, v in sorted(confusion.items())}
+    fig.reliability = dict(sorted(fig.reliability.items()))
     return fig
 
 
@@ -229,6 +246,14 @@ def print_figures(fig: Figures, outcomes: list[Outcome], verbose: bool) -> None:
         for exp in sorted(fig.confusion):
             row = fig.confusion[exp]
             print("  " + f"{exp:<{width}} " + " ".join(f"{row.get(c, 0) or '.':>6}" for c in cats))
+    if fig.reliability:
+        print("  reliability (the root cause's confidence against how often its category is right)")
+        uppers = [*CONFIDENCE_BANDS[1:], 1.0]
+        for low, upper in zip(CONFIDENCE_BANDS, uppers):
+            n, right, total = fig.reliability.get(f"{low:.1f}", [0, 0, 0.0])
+            if n:
+                print(f"    confidence {low:.1f}-{upper:.1f}  {int(n):5} logs  mean said {total / n:4.2f}  "
+                      f"right {fig.pct(int(right), int(n)):5.1f} %")
     if verbose:
         for o in outcomes:
             if o.failed and not o.category_right:
