@@ -47,7 +47,7 @@ from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.learned import FATAL, FOLLOWING_LINES, HEADER, LearnedPrefixes
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
-from diagnose.normalize.phases import phase_of, progress_before
+from diagnose.normalize.phases import phase_from_frames, phase_of, progress_before
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -111,6 +111,7 @@ class Hit:
     outer_frames: int = 0
     stack: str = ""  # the software stack the frames of the traceback this line ends name (match/stack.py)
     details: list[LogLine] = field(default_factory=list)  # [rule.evidence]: shown under this line
+    phase_by_frames: bool = False  # the phase was read from the traceback's frames (rules of phase "auto")
 
 
 def line_bytes(buf, start: int, end: int) -> bytes:
@@ -397,6 +398,7 @@ class Matcher:
         frames: list[LogLine] | None = None
         outer_n = 0  # how many of ``frames`` are those of the exceptions this one caused (_frames)
         line_phase: str | None = None
+        by_frames = False  # line_phase came from the frames (a frame of the phase table), not the markers
 
         def frames_here() -> list[LogLine]:
             nonlocal outer_n
@@ -405,13 +407,14 @@ class Matcher:
 
         def phase_here() -> str:
             """The line's phase from its frames and the markers before it: one reading for all of its rules."""
-            nonlocal frames, line_phase
+            nonlocal frames, line_phase, by_frames
             if line_phase is None:
                 if frames is None:
                     frames = frames_here()
                 markers = self.markers.markers_before(pos_in_window)
                 texts = [f.text for f in frames]
                 line_phase = phase_of(line=ll, frames=texts, markers=markers) or "unknown"
+                by_frames = phase_from_frames(texts) is not None
             return line_phase
 
         for cr, facts, key, number in matches:
@@ -463,12 +466,14 @@ class Matcher:
                     reader.command_lines,
                 ):
                     continue
+            phase_by_frames = False
             if rule.phase != "auto":
                 phase = rule.phase
                 if rule.during_training and progress_before(ll, self.markers.markers_before(pos_in_window)):
                     cr, rule, key, phase = self._in_training_here(cr, key, phase_here())
             else:
                 phase = phase_here()
+                phase_by_frames = by_frames
                 if phase == "unknown" and rule.phase_when_unknown:
                     phase = rule.phase_when_unknown  # the rule knows when its failure usually happens
             all_facts = dict(facts)
@@ -508,7 +513,7 @@ class Matcher:
                 release = release_named_before(reader.buffer, start, raising_package(kept), reader.releases)
             self.hits.append(Hit(cr, ll, source_index, rank, all_facts, phase, key, extra, frames=kept,
                                  pattern=number, release=release, outer_frames=outer_kept, stack=stack,
-                                 details=details))
+                                 details=details, phase_by_frames=phase_by_frames))
             return  # last match wins: one rule per line
 
     def _in_training_here(self, cr: CompiledRule, key: str, seen: str) -> tuple[CompiledRule, Any, str, str]:

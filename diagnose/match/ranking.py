@@ -183,6 +183,27 @@ def _wrapper_detail(cascades: list[Group]) -> Group:
     return first
 
 
+
+# phases a communicator's first collective can be issued in, past the set-up the rule's own phase names
+_AFTER_SETUP = frozenset({"model_build", "dp_wrap", "checkpoint_load", "first_iteration", "training",
+                          "optimizer_step", "checkpoint_save", "eval"})
+
+
+def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
+    """The phase of the call that issued the failing communicator's first collective, for a root whose failure is
+    NCCL's communicator set-up (``phase_at_first_collective``: a socket, shm or transport error, a duplicate GPU).
+
+    NCCL builds a communicator lazily, at a process group's first collective: in a DDP or FSDP job that is the
+    wrapper's parameter broadcast, elsewhere the first step's all-reduce. The set-up line itself carries no frames;
+    the NCCL error that the collective then raises does (``DistBackendError: NCCL error in: ...``). The first NCCL
+    finding whose phase its traceback's frames told names the call; markers are not enough (a barrier after the
+    wrapper's marker is still the job's first collective, not the wrap)."""
+    for g in ordered:
+        if (g is not root and g.first_hit.phase_by_frames and g.finding.category in EXPLAINED_BY_KILLED_RANKS
+                and g.finding.phase in _AFTER_SETUP):
+            return g.finding.phase
+    return None
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
@@ -246,6 +267,8 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
                      and g.finding.phase != "unknown"), None)
         if seen is not None:
             root.finding.phase = seen.finding.phase
+    if root.first_hit.rule.rule.phase_at_first_collective:
+        root.finding.phase = _first_collective_phase(root, ordered) or root.finding.phase
     rest = [g for g in ordered if g is not root]
     secondary = [g for g in rest if g.first_hit.rule.rule.role != "cascade"]
     consequences = [g for g in rest if g.first_hit.rule.rule.role == "cascade"]

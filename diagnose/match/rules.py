@@ -181,6 +181,9 @@ class Rule:
     node_reason_any: tuple[str, ...] = ()
     launcher: str = ""  # "torchrun": only that launcher prints it (then srun tasks are launchers, not ranks)
     during_training: str = ""  # the rule that replaces this one on a line once another file shows training ran
+    # the failure happens when NCCL creates a communicator, which it does lazily, at a process group's first
+    # collective: the phase is that call's, as the NCCL error's own traceback tells it (match/ranking.py)
+    phase_at_first_collective: bool = False
     implies: Implies | None = None  # config facts the message states, and the validator check that prints it
     tier: str = "specific"  # "specific", "generic" (category inferred from evidence) or "catchall" (speaks last)
     phase_when_unknown: str = ""  # phase "auto" only: the phase when neither frames nor markers tell one
@@ -566,6 +569,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     during_training = raw.get("during_training", "")
     if not isinstance(during_training, str):
         raise ValueError("'during_training' must be a rule code")
+    at_first_collective = _optional_bool(raw, "phase_at_first_collective") or False
+    if at_first_collective and phase == "auto":
+        raise ValueError("'phase_at_first_collective' needs a phase of its own (the one when no traceback tells)")
     completes = raw.get("completes", False)
     if not isinstance(completes, bool) or (completes and (severity != "info" or role != "context")):
         raise ValueError("'completes' must be true or false, and true only with severity \"info\" and role \"context\"")
@@ -687,6 +693,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         node_reason_any=node_reasons,
         launcher=launcher,
         during_training=during_training,
+        phase_at_first_collective=at_first_collective,
         implies=implies,
         completes=completes,
         reports=reports,
