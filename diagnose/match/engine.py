@@ -36,8 +36,7 @@ from diagnose.match.frames import (
     gdb_backtrace_frames,
     ipython_frames,
     pytest_frames,
-    raising_code_line,
-    traceback_frames,
+    traceback_reading,
     ucx_backtrace_frames,
 )
 from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
@@ -59,7 +58,6 @@ TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before w
 PARSER_CONTEXT_LINES = 30
 FOLLOWING_KEPT = 2  # evidence.following: lines after the matched one shown in its evidence
 PRECEDING_KEPT = 2  # evidence.preceding: lines before the matched one shown in its evidence (the nearest)
-RAISING_CODE_LINES = 200  # evidence.raising_code: how far back the innermost frame of a traceback is looked for
 # a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
 # blob) took a minute and 620 MiB; no message a rule matches is that long
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
@@ -396,11 +394,12 @@ class Matcher:
         lineno = ll.lineno
         frames: list[LogLine] | None = None
         outer_n = 0  # how many of ``frames`` are those of the exceptions this one caused (_frames)
+        raising: LogLine | None = None  # the source line under the innermost frame (_frames), from the same reading
         line_phase: str | None = None
 
         def frames_here() -> list[LogLine]:
-            nonlocal outer_n
-            found, outer_n = self._frames(reader, start, ll)
+            nonlocal outer_n, raising
+            found, outer_n, raising = self._frames(reader, start, ll)
             return found
 
         def phase_here() -> str:
@@ -496,7 +495,8 @@ class Matcher:
             if seen < PARSED_HITS_PER_GROUP:
                 # raising_code and following lines are shown under the line, which stays the first of them; the
                 # preceding ones above it, in file order (one-line answers read Finding.headline_evidence)
-                code = self._raising_code(reader, start, ll) if rule.evidence.raising_code else None
+                # frames were read above (the stack): the traceback they came from gave the line that raised
+                code = _shown_raising_code(raising) if rule.evidence.raising_code else None
                 if code is not None and all(e.lineno != code.lineno for e in extra):
                     details.append(code)
                 details.extend(self._details(reader, start, ll, cr))
@@ -556,21 +556,11 @@ class Matcher:
                     break
         return out
 
-    def _raising_code(self, reader: _LineReader, start: int, ll: LogLine) -> LogLine | None:
-        """The source line Python printed under the innermost frame of the traceback ``ll`` ends, if it did."""
-        if not _stream_has_traceback_before(reader, start, ll.stream):
-            return None
-        before = _on_stream(reader.backwards(start, ll.lineno, RAISING_CODE_LINES, PARSER_CONTEXT_BYTES), ll.stream)
-        before.reverse()
-        code = raising_code_line([*before, ll])
-        if code is None or code.text.lstrip().startswith("raise "):
-            return None  # a raise statement only repeats the message the exception line prints
-        return code
-
-    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int]:
-        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), and
-        how many of them (at the start) are those of the exceptions it caused, printed after it (where the work
-        that failed was done: frames.caused_frames); for a ``Fatal Python error`` line, the Python stack
+    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int, LogLine | None]:
+        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), how
+        many of them (at the start) are those of the exceptions it caused, printed after it (where the work that
+        failed was done: frames.caused_frames), and the source line printed under its innermost frame (None: none
+        printed, or not a Python traceback); for a ``Fatal Python error`` line, the Python stack
         faulthandler prints after it (when it printed one); for UCX's ``Caught signal`` line, the native backtrace
         it prints after it; for gdb's ``received signal`` line, the stack it printed; for a pytest ``E   `` line,
         the call locations of its failure report."""
@@ -579,26 +569,26 @@ class Matcher:
             dumped = faulthandler_frames(_on_stream(reader.forwards(start, ll.lineno, FAULT_DUMP_LINES,
                                                                     PARSER_CONTEXT_BYTES), stream))
             if dumped:
-                return dumped, 0
+                return dumped, 0, None
         if UCX_SIGNAL.match(ll.text):
             native = ucx_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES,
                                                                      PARSER_CONTEXT_BYTES), stream))
             if native:
-                return native, 0
+                return native, 0, None
         if GDB_SIGNAL.match(ll.text):
             stopped = gdb_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, GDB_BACKTRACE_LINES,
                                                                       PARSER_CONTEXT_BYTES), stream))
             if stopped:
-                return stopped, 0
+                return stopped, 0, None
         if PYTEST_ERROR.match(ll.text):
             reported = pytest_frames(
                 _on_stream(reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
                 _on_stream(reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
             )
             if reported:
-                return reported, 0
+                return reported, 0, None
         if not _stream_has_traceback_before(reader, start, stream):
-            return [], 0
+            return [], 0, None
         same: list[LogLine] = []
         header_at: int | None = None  # index in ``same`` of the last header passed
         gap = 0  # other lines passed since that header, looking for a chain phrase above it
@@ -633,11 +623,11 @@ class Matcher:
             del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
-        own = traceback_frames(same)
+        own, code = traceback_reading(same)
         if not own:
-            return ipython_frames(same), 0  # a notebook's traceback (IPython's format has no `File "` lines)
+            return ipython_frames(same), 0, None  # a notebook's traceback (IPython's format has no `File "` lines)
         outer = caused_frames(same, self._chained_after(reader, start, ll))
-        return outer + own, len(outer)
+        return outer + own, len(outer), code
 
     @staticmethod
     def _chained_after(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
@@ -1002,6 +992,12 @@ def quoted_source_end(reader: _LineReader, start: int, source: LogLine) -> LogLi
     None when another header, a blank run or the bounds come first."""
     found = _past_frames(reader, start, source)
     return None if found is None or found[1].text.startswith((_HEADER, _GROUP_HEADER)) else found[1]
+
+
+def _shown_raising_code(code: LogLine | None) -> LogLine | None:
+    """The raising code line as evidence: None for a ``raise`` statement, which only repeats the message the
+    exception line prints."""
+    return None if code is None or code.text.lstrip().startswith("raise ") else code
 
 
 def _on_stream(neighbours, stream: tuple) -> list[LogLine]:

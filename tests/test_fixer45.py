@@ -1,0 +1,36 @@
+"""fixer45: one walk back over a traceback serves its frames and its raising code line; the rest of the lead's
+known-left list (stop 42)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnose.pipeline import AnalyzeOptions, analyze
+
+
+def _root(tmp_path: Path, text: str):
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    report = analyze([str(log)], AnalyzeOptions(replay=False))
+    assert report.root is not None
+    return report.root
+
+
+def test_the_assert_statement_is_found_past_other_ranks_output(tmp_path: Path) -> None:
+    # rank 1 prints 250 lines between rank 0's assert statement and its AssertionError: the raising code is read
+    # from the traceback the frames were read from, not from a fixed 200 lines of the whole input
+    noise = "".join(f"[rank1]: still waiting for peers ({i})\n" for i in range(250))
+    text = (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/opt/app/train.py", line 40, in <module>\n'
+        "[rank0]:     main()\n"
+        '[rank0]:   File "/opt/app/engine.py", line 1919, in _load_checkpoint\n'
+        "[rank0]:     assert len(self.ckpt_list) > 0\n"
+        + noise
+        + "[rank0]: AssertionError\n"
+    )
+    root = _root(tmp_path, text)
+    assert root.rule == "PY002"
+    lines = [e.text.strip() for e in root.evidence]
+    assert lines[:2] == ["[rank0]: AssertionError", "[rank0]:     assert len(self.ckpt_list) > 0"], lines
+    assert [e.line for e in root.evidence[:2]] == [256, 5]
