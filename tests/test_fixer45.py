@@ -34,3 +34,23 @@ def test_the_assert_statement_is_found_past_other_ranks_output(tmp_path: Path) -
     lines = [e.text.strip() for e in root.evidence]
     assert lines[:2] == ["[rank0]: AssertionError", "[rank0]:     assert len(self.ckpt_list) > 0"], lines
     assert [e.line for e in root.evidence[:2]] == [256, 5]
+
+
+def test_preceding_keeps_the_two_nearest_matches_in_file_order(tmp_path: Path) -> None:
+    # three of the hook's errors above its exit status, within the window: the two nearest are shown, above the
+    # matched line, in file order; a line of another stream in between does not count against the window
+    text = """\
+slurmstepd: error: pyxis:     mkdir: cannot create directory '/a': Permission denied
+slurmstepd: error: pyxis:     mkdir: cannot create directory '/b': Permission denied
+1: unrelated output of task 1
+slurmstepd: error: pyxis:     [INFO] retrying
+slurmstepd: error: pyxis:     mkdir: cannot create directory '/c': Permission denied
+slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/10-shadow.sh exited with return code 1
+"""
+    root = _root(tmp_path, text)
+    assert root.rule == "SL016"
+    shown = [e.text for e in root.evidence]
+    assert not any("'/a'" in t for t in shown), shown
+    b = next(i for i, t in enumerate(shown) if "'/b'" in t)
+    c = next(i for i, t in enumerate(shown) if "'/c'" in t)
+    assert b < c

@@ -542,19 +542,9 @@ class Matcher:
         if cr.preceding is None:
             return []
         window = cr.rule.evidence.preceding_window
-        out: list[LogLine] = []
-        seen = 0
-        for _s, prev in reader.backwards(start, ll.lineno, window * 8, PARSER_CONTEXT_BYTES):
-            if prev.stream != ll.stream:
-                continue
-            seen += 1
-            if seen > window:
-                break
-            if self._search(cr, cr.preceding, prev.text) is not None:
-                out.append(prev)
-                if len(out) >= PRECEDING_KEPT:
-                    break
-        return out
+        before = _on_stream(reader.backwards(start, ll.lineno, window * 8, PARSER_CONTEXT_BYTES), ll.stream)
+        return [prev for prev in before[:window] if self._search(cr, cr.preceding, prev.text) is not None][
+            :PRECEDING_KEPT]
 
     def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int, LogLine | None]:
         """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), how
