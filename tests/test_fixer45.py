@@ -54,3 +54,35 @@ slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/10-shadow.sh exited wi
     b = next(i for i, t in enumerate(shown) if "'/b'" in t)
     c = next(i for i, t in enumerate(shown) if "'/c'" in t)
     assert b < c
+
+
+def test_activations_and_parameters_count_the_same_layers_of_a_short_hybrid_pattern() -> None:
+    # a pattern shorter than num_layers (megatron-core refuses it: the validator's hybrid_pattern_length says so):
+    # the activations counted only the pattern's layers, the parameters every layer (those past it as MLP)
+    from diagnose.explain.memory.activations import _stage_kinds
+    from diagnose.explain.memory.shape import ModelShape, stage_layer_kinds
+
+    short = ModelShape(num_layers=6, hidden_size=1024, num_attention_heads=8, hybrid_pattern="M*ME")
+    for pp in (1, 2):
+        for stage in range(pp):
+            params = sum(n for n, _first in stage_layer_kinds(short, pp)[stage].values())
+            assert sum(_stage_kinds(short, pp, stage)) == params == 6 // pp
+    assert _stage_kinds(short, 1, 0) == (5, 1)  # the E layer is the MoE one; the two past the pattern are dense
+
+
+def test_the_last_layer_moe_reads_as_the_list_of_moe_layers() -> None:
+    from diagnose.explain.memory.shape import ModelShape
+
+    shapes = [
+        ModelShape(num_layers=6, hidden_size=64, num_attention_heads=8, hybrid_pattern="M*ME"),
+        ModelShape(num_layers=4, hidden_size=64, num_attention_heads=8, hybrid_pattern="M*ME"),
+        ModelShape(num_layers=3, hidden_size=64, num_attention_heads=8, hybrid_pattern="M*ME"),
+        ModelShape(num_layers=7, hidden_size=64, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=2),
+        ModelShape(num_layers=8, hidden_size=64, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=2),
+        ModelShape(num_layers=5, hidden_size=64, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=(0, 1)),
+        ModelShape(num_layers=2, hidden_size=64, num_attention_heads=8, num_moe_experts=8, moe_layer_freq=(0, 1)),
+        ModelShape(num_layers=4, hidden_size=64, num_attention_heads=8),
+    ]
+    # as the list of MoE layers reads it; past a short hybrid pattern (shapes[0]), as the layer counts read it (MLP)
+    assert [s.last_layer_moe() for s in shapes[1:]] == [bool(s.moe_layers()[-1:] == [True]) for s in shapes[1:]]
+    assert [s.last_layer_moe() for s in shapes] == [False, True, False, True, False, False, True, False]
