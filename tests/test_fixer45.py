@@ -86,3 +86,21 @@ def test_the_last_layer_moe_reads_as_the_list_of_moe_layers() -> None:
     # as the list of MoE layers reads it; past a short hybrid pattern (shapes[0]), as the layer counts read it (MLP)
     assert [s.last_layer_moe() for s in shapes[1:]] == [bool(s.moe_layers()[-1:] == [True]) for s in shapes[1:]]
     assert [s.last_layer_moe() for s in shapes] == [False, True, False, True, False, False, True, False]
+
+
+def test_a_workflow_command_in_the_input_s_file_name_is_not_issued_by_the_github_format(tmp_path: Path) -> None:
+    # qa-report-14 L4: the file= property carried "##[" from the file name unchanged (the runner reads its legacy
+    # commands anywhere in a line); a "::" there is escaped as a property's ":" is
+    import re
+
+    from tests.cli_run import run
+
+    log = tmp_path / "run ##[error]forged ::warning::x.log"
+    log.write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                   "total capacity of 79.11 GiB of which 1.00 GiB is free.\n")
+    lines = run("analyze", "--format", "github", str(log)).stdout.splitlines()
+    assert lines
+    for line in lines:
+        assert "##[" not in line, line
+        assert re.match(r"::(error|warning|notice) [^:]*::", line), line  # our command, its properties escaped
+        assert "file=" in line and "#\\x23[error]forged %3A%3Awarning%3A%3Ax.log" in line, line
