@@ -104,3 +104,67 @@ def test_a_workflow_command_in_the_input_s_file_name_is_not_issued_by_the_github
         assert "##[" not in line, line
         assert re.match(r"::(error|warning|notice) [^:]*::", line), line  # our command, its properties escaped
         assert "file=" in line and "#\\x23[error]forged %3A%3Awarning%3A%3Ax.log" in line, line
+
+
+HOLE_TEXT = ("[rank0]: iteration 1/10 | lm loss: 2.5\n"
+             "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+             "capacity of 79.11 GiB of which 1.00 GiB is free.\n")
+
+
+def _sparse_log(tmp_path: Path, hole: int) -> Path:
+    import os
+
+    import pytest
+
+    log = tmp_path / "hole.log"
+    with open(log, "wb") as fh:
+        fh.truncate(hole)  # a hole: no disk used, read as NULs
+        fh.seek(hole)
+        fh.write(HOLE_TEXT.encode())
+    with open(log, "rb") as fh:
+        try:
+            data = os.lseek(fh.fileno(), 0, os.SEEK_DATA)
+        except (AttributeError, OSError):
+            data = 0
+    if data == 0:
+        pytest.skip("this file system reports no holes (SEEK_DATA)")
+    return log
+
+
+def test_a_hole_at_a_log_s_head_is_skipped_not_read(tmp_path: Path, monkeypatch) -> None:
+    # qa-report-14 L2: a log truncated while its writer kept its offset (here a 4 GiB hole, then text): the scanner
+    # mapped and read every page of the hole (seconds, and the hole's size in resident memory); SEEK_DATA tells
+    # where the data starts, the scan starts there, and line numbers stay those of the file (the hole holds no
+    # newline: it is the head of line 1)
+    from diagnose.ingest.sources import open_inputs
+    from diagnose.match import engine
+
+    hole = 4 << 30
+    log = _sparse_log(tmp_path, hole)
+    with open_inputs([str(log)]) as sources:
+        assert 0 < sources[0].head_hole <= hole
+    starts = []
+    real = engine.windows
+    monkeypatch.setattr(engine, "windows", lambda buf, size, start=0, *a: starts.append(start) or real(buf, size,
+                                                                                                       start, *a))
+    report = analyze([str(log)], AnalyzeOptions(replay=False))
+    assert starts and min(starts) > 0
+    root = report.root
+    assert root is not None and root.rule == "OOM001"
+    assert root.headline_evidence is not None and root.headline_evidence.line == 2
+    assert report.inputs[0].lines == 2
+    # in worker processes (a buffer this large is scanned in chunks by -j): the chunks start after the hole too
+    from diagnose.match import parallel
+
+    assert parallel.chunks(b"\x00" * 10 + b"a\nb\n", 1, first=10) == [(10, 12), (12, 14)]
+    two = analyze([str(log)], AnalyzeOptions(replay=False, jobs=2))
+    assert two.root is not None and two.root.rule == "OOM001" and two.root.headline_evidence.line == 2
+
+
+def test_a_log_without_a_hole_is_read_from_its_first_byte(tmp_path: Path) -> None:
+    from diagnose.ingest.sources import open_inputs
+
+    log = tmp_path / "plain.log"
+    log.write_text(HOLE_TEXT * 20000)  # past the size that is mapped rather than read
+    with open_inputs([str(log)]) as sources:
+        assert sources[0].head_hole == 0

@@ -123,9 +123,10 @@ def line_bytes(buf, start: int, end: int) -> bytes:
 class _LineReader:
     """Reads and normalises lines of one source around a byte offset, with a bounded cache."""
 
-    def __init__(self, buffer, path: str):
+    def __init__(self, buffer, path: str, floor: int = 0):
         self.buffer = buffer
         self.path = path
+        self.floor = floor  # the input's head before this is a hole of NULs (Source.head_hole): never searched
         self.cache: dict[int, LogLine] = {}
         # before_any look-backs: (needles, window) -> (line start, its number, number of the line holding the
         # latest needle occurrence before it, or None when there is none within ``window`` lines)
@@ -662,7 +663,8 @@ class Matcher:
         key = tuple(needles)
         last = reader.after.get(key)
         if last is None:
-            last = max((reader.buffer.rfind(n.encode("utf-8")) for n in needles if "\n" not in n), default=-1)
+            last = max((reader.buffer.rfind(n.encode("utf-8"), reader.floor) for n in needles if "\n" not in n),
+                       default=-1)
             reader.after[key] = last
         return last
 
@@ -710,8 +712,8 @@ class Matcher:
         hi = start
         step = BEFORE_STEP_BYTES
         k = None  # newlines between the latest occurrence and ``start``
-        while hi > 0:
-            lo = max(0, hi - step)
+        while hi > reader.floor:
+            lo = max(reader.floor, hi - step)
             best = -1
             for n in encoded:
                 p = buf.rfind(n, lo, min(start, hi + len(n) - 1))  # occurrences straddling ``hi`` too
@@ -857,16 +859,19 @@ def scan_deferring(
     readers: list[_LineReader] = []
     for si, source in enumerate(sources):
         buf = source.buffer
-        reader = _LineReader(buf, source.path)
+        # a hole at the head (NULs, no newline) is part of line 1: the scan starts where the data does
+        first = getattr(source, "head_hole", 0)
+        reader = _LineReader(buf, source.path, first)
         readers.append(reader)
         index = LineIndex(buf)
         rank_hint = getattr(source, "rank_hint", None)
         lines_before = 0
-        released = 0
+        released = first - first % mmap.PAGESIZE
+        done += first
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
-            results = parallel.results(buf, phase1, window_size, jobs, count)
+            results = parallel.results(buf, phase1, window_size, jobs, count, first)
         else:
-            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size))
+            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size, first))
         for r in results:
             offset = r.offset
             for k, before in enumerate(r.checkpoints):
