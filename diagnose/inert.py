@@ -73,5 +73,11 @@ def no_ci_commands(text: str) -> str:
     shows a control character: a line's leading "::" as ``\\x3a:``, "##[" as ``#\\x23[``. Other text is unchanged."""
     if "::" not in text and "##" not in text:
         return text
-    text = _CI_LINE_COMMAND.sub(lambda m: m.group(1) + "\\x3a:", text)
-    return _CI_ANYWHERE_COMMAND.sub("#\\\\x23", text)
+    return no_ci_commands_inside(_CI_LINE_COMMAND.sub(lambda m: m.group(1) + "\\x3a:", text))
+
+
+def no_ci_commands_inside(text: str) -> str:
+    """``text`` with the commands a CI runner reads anywhere in a line ("##[", "##vso[") defused as
+    :func:`no_ci_commands` does; a line's leading "::" is left: for lines that are workflow commands of their own
+    (``-f github``), whose properties and message carry a file name or a job's label."""
+    return _CI_ANYWHERE_COMMAND.sub("#\\\\x23", text) if "##" in text else text

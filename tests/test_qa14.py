@@ -161,14 +161,14 @@ def test_activations_walk_a_model_s_layers_once_per_pipeline_size_not_once_per_p
     """qa-report-14 L1: after the build was capped, `check` on the 100,000-layer typo still took ~50 s: every plan's
     activation sizing walked every layer of every stage again. The layers of each kind per stage are counted once
     per shape and pipeline size."""
-    from diagnose.explain.memory import activations
+    from diagnose.explain.memory import shape as shape_mod
     from diagnose.explain.memory.activations import Workload, activation_bytes
     from diagnose.explain.memory.shape import ModelShape
 
     walks = []
     real = ModelShape.stage_layer_ids
     monkeypatch.setattr(ModelShape, "stage_layer_ids", lambda self, pp: walks.append(pp) or real(self, pp))
-    activations._stage_kinds_cached.cache_clear()
+    shape_mod._stage_layer_kinds_cached.cache_clear()  # the count activations share with the parameter count
     typo = ModelShape(num_layers=100_000, hidden_size=1024, num_attention_heads=8)
     work = Workload(micro_batch_size=1, seq_length=4096)
     sizes = {activation_bytes(typo, work, tp=1, pp=4) for _ in range(50)}

@@ -17,9 +17,12 @@ REPO = Path(__file__).resolve().parents[1]
 HINT = "is SLURM_CONF set / slurm.conf present? (scripts/slurm-local.sh up for a local cluster)"
 
 
-def _diagnose(conf: str, *args: str) -> subprocess.CompletedProcess:
+def _diagnose(conf: str, *args: str, stubs: Path | None = None) -> subprocess.CompletedProcess:
+    """``diagnose ARGS`` with SLURM_CONF=``conf``; with ``stubs``, Slurm's commands found there first on PATH."""
     env = dict(os.environ, SLURM_CONF=conf, PYTHONPATH=str(REPO), NO_COLOR="1")
     env.pop("DIAGNOSE_SKIP_SLURM", None)
+    if stubs is not None:
+        env["PATH"] = f"{stubs}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run([sys.executable, "-m", "diagnose", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=60)
 
@@ -31,11 +34,25 @@ def _one_line_exit_2(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def _slurm_stubs(tmp_path: Path) -> Path:
+    """A folder of stand-ins for Slurm's commands: the test reads the same whether or not Slurm's client is installed
+    here (scripts/slurm-local.sh installs it; without it, the line was "sacct not found on PATH", qa-report-14 L7).
+    They are never run: a SLURM_CONF naming no file is refused before any command starts (a run says so)."""
+    stubs = tmp_path / "stub-bin"
+    stubs.mkdir(exist_ok=True)
+    for program in ("sacct", "scontrol", "squeue", "sinfo"):
+        stub = stubs / program
+        stub.write_text(f"#!/bin/sh\necho '{program} stub ran' >&2\nexit 99\n")
+        stub.chmod(0o755)
+    return stubs
+
+
 @pytest.mark.parametrize("args", [("slurm", "123456"), ("slurm", "--failed"), ("fleet", "scan", "--sacct")])
 def test_a_slurm_conf_that_is_not_there(tmp_path, args):
     """SLURM_CONF naming no file: Slurm would retry for 60 s; the tool says so at once, for any Slurm command."""
     extra = ("--store", str(tmp_path / "f.db")) if args[0] == "fleet" else ()
-    line = _one_line_exit_2(_diagnose(str(tmp_path / "missing" / "slurm.conf"), *args, *extra))
+    line = _one_line_exit_2(_diagnose(str(tmp_path / "missing" / "slurm.conf"), *args, *extra,
+                                      stubs=_slurm_stubs(tmp_path)))
     assert line == (f"diagnose: error: cannot reach the Slurm controller: SLURM_CONF={tmp_path}/missing/slurm.conf "
                     f"is not a file; {HINT}")
 

@@ -51,6 +51,9 @@ class Source:
     attempt: int | None = None  # torchrun --log-dir attempt_N
     stream_name: str | None = None  # "stdout" / "stderr" for torchrun --log-dir files
     maps_input: bool = False  # ``buffer`` maps the user's file itself (not a copy): it can shrink under the map
+    # bytes at the head that are a hole of a sparse file (NULs the file system never stored: a log truncated while
+    # its writer kept its offset): the scan starts after them instead of reading gigabytes of zero pages
+    head_hole: int = 0
     _closers: list = field(default_factory=list, repr=False)
 
     def close(self) -> None:
@@ -190,13 +193,24 @@ def _map_file(real_path: str, display_path: str, **hints) -> Source:
                         raise os_error(display_path, e, "map") from None
                 else:
                     source = Source(path=display_path, size=size, buffer=mapped, maps_input=real_path == display_path,
-                                    **hints)
+                                    head_hole=_head_hole(fh.fileno(), size), **hints)
                     source._closers.append(mapped.close)
                     return source
             data = fh.read(size)  # at most its size at open, even if it grows meanwhile
         except OSError as e:
             raise os_error(display_path, e, "read") from None
     return Source(path=display_path, size=len(data), buffer=data, **hints)
+
+
+def _head_hole(fd: int, size: int) -> int:
+    """Where the first data of the file ``fd`` (``size`` bytes) starts when it starts with a hole (SEEK_DATA: the
+    bytes before read as NULs, and hold no newline); 0 when it starts with data, or where SEEK_DATA is missing or
+    refused (the file is then read from its first byte, as before)."""
+    try:
+        data = os.lseek(fd, 0, os.SEEK_DATA)
+    except (AttributeError, OSError):  # no SEEK_DATA here, or no data at all (ENXIO: sniff refused that file)
+        return 0
+    return data if 0 < data < size else 0
 
 
 def release_pages(buf: object, start: int, end: int) -> int:

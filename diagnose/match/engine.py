@@ -36,8 +36,7 @@ from diagnose.match.frames import (
     gdb_backtrace_frames,
     ipython_frames,
     pytest_frames,
-    raising_code_line,
-    traceback_frames,
+    traceback_reading,
     ucx_backtrace_frames,
 )
 from diagnose.match.inference import MAX_FRAMES, raising_package, refused_unlike_listed, release_named_before
@@ -59,7 +58,6 @@ TRACEBACK_MARKER_LINES = 2000  # marker lines of other streams examined before w
 PARSER_CONTEXT_LINES = 30
 FOLLOWING_KEPT = 2  # evidence.following: lines after the matched one shown in its evidence
 PRECEDING_KEPT = 2  # evidence.preceding: lines before the matched one shown in its evidence (the nearest)
-RAISING_CODE_LINES = 200  # evidence.raising_code: how far back the innermost frame of a traceback is looked for
 # a line is read, normalised and matched up to MAX_LINE_BYTES (anchors.py): a 300 MB line (a tensor dump, a binary
 # blob) took a minute and 620 MiB; no message a rule matches is that long
 PARSED_HITS_PER_GROUP = 3  # fact parsers run on the first hits of a group; later hits only count
@@ -126,9 +124,10 @@ def line_bytes(buf, start: int, end: int) -> bytes:
 class _LineReader:
     """Reads and normalises lines of one source around a byte offset, with a bounded cache."""
 
-    def __init__(self, buffer, path: str):
+    def __init__(self, buffer, path: str, floor: int = 0):
         self.buffer = buffer
         self.path = path
+        self.floor = floor  # the input's head before this is a hole of NULs (Source.head_hole): never searched
         self.cache: dict[int, LogLine] = {}
         # before_any look-backs: (needles, window) -> (line start, its number, number of the line holding the
         # latest needle occurrence before it, or None when there is none within ``window`` lines)
@@ -397,12 +396,13 @@ class Matcher:
         lineno = ll.lineno
         frames: list[LogLine] | None = None
         outer_n = 0  # how many of ``frames`` are those of the exceptions this one caused (_frames)
+        raising: LogLine | None = None  # the source line under the innermost frame (_frames), from the same reading
         line_phase: str | None = None
         by_frames = False  # line_phase came from the frames (a frame of the phase table), not the markers
 
         def frames_here() -> list[LogLine]:
-            nonlocal outer_n
-            found, outer_n = self._frames(reader, start, ll)
+            nonlocal outer_n, raising
+            found, outer_n, raising = self._frames(reader, start, ll)
             return found
 
         def phase_here() -> str:
@@ -501,7 +501,8 @@ class Matcher:
             if seen < PARSED_HITS_PER_GROUP:
                 # raising_code and following lines are shown under the line, which stays the first of them; the
                 # preceding ones above it, in file order (one-line answers read Finding.headline_evidence)
-                code = self._raising_code(reader, start, ll) if rule.evidence.raising_code else None
+                # frames were read above (the stack): the traceback they came from gave the line that raised
+                code = _shown_raising_code(raising) if rule.evidence.raising_code else None
                 if code is not None and all(e.lineno != code.lineno for e in extra):
                     details.append(code)
                 details.extend(self._details(reader, start, ll, cr))
@@ -547,35 +548,15 @@ class Matcher:
         if cr.preceding is None:
             return []
         window = cr.rule.evidence.preceding_window
-        out: list[LogLine] = []
-        seen = 0
-        for _s, prev in reader.backwards(start, ll.lineno, window * 8, PARSER_CONTEXT_BYTES):
-            if prev.stream != ll.stream:
-                continue
-            seen += 1
-            if seen > window:
-                break
-            if self._search(cr, cr.preceding, prev.text) is not None:
-                out.append(prev)
-                if len(out) >= PRECEDING_KEPT:
-                    break
-        return out
+        before = _on_stream(reader.backwards(start, ll.lineno, window * 8, PARSER_CONTEXT_BYTES), ll.stream)
+        return [prev for prev in before[:window] if self._search(cr, cr.preceding, prev.text) is not None][
+            :PRECEDING_KEPT]
 
-    def _raising_code(self, reader: _LineReader, start: int, ll: LogLine) -> LogLine | None:
-        """The source line Python printed under the innermost frame of the traceback ``ll`` ends, if it did."""
-        if not _stream_has_traceback_before(reader, start, ll.stream):
-            return None
-        before = _on_stream(reader.backwards(start, ll.lineno, RAISING_CODE_LINES, PARSER_CONTEXT_BYTES), ll.stream)
-        before.reverse()
-        code = raising_code_line([*before, ll])
-        if code is None or code.text.lstrip().startswith("raise "):
-            return None  # a raise statement only repeats the message the exception line prints
-        return code
-
-    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int]:
-        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), and
-        how many of them (at the start) are those of the exceptions it caused, printed after it (where the work
-        that failed was done: frames.caused_frames); for a ``Fatal Python error`` line, the Python stack
+    def _frames(self, reader: _LineReader, start: int, ll: LogLine) -> tuple[list[LogLine], int, LogLine | None]:
+        """Frames of the traceback ending at ``ll``, read back over the same stream (chained exceptions too), how
+        many of them (at the start) are those of the exceptions it caused, printed after it (where the work that
+        failed was done: frames.caused_frames), and the source line printed under its innermost frame (None: none
+        printed, or not a Python traceback); for a ``Fatal Python error`` line, the Python stack
         faulthandler prints after it (when it printed one); for UCX's ``Caught signal`` line, the native backtrace
         it prints after it; for gdb's ``received signal`` line, the stack it printed; for a pytest ``E   `` line,
         the call locations of its failure report."""
@@ -584,26 +565,26 @@ class Matcher:
             dumped = faulthandler_frames(_on_stream(reader.forwards(start, ll.lineno, FAULT_DUMP_LINES,
                                                                     PARSER_CONTEXT_BYTES), stream))
             if dumped:
-                return dumped, 0
+                return dumped, 0, None
         if UCX_SIGNAL.match(ll.text):
             native = ucx_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, UCX_BACKTRACE_LINES,
                                                                      PARSER_CONTEXT_BYTES), stream))
             if native:
-                return native, 0
+                return native, 0, None
         if GDB_SIGNAL.match(ll.text):
             stopped = gdb_backtrace_frames(_on_stream(reader.forwards(start, ll.lineno, GDB_BACKTRACE_LINES,
                                                                       PARSER_CONTEXT_BYTES), stream))
             if stopped:
-                return stopped, 0
+                return stopped, 0, None
         if PYTEST_ERROR.match(ll.text):
             reported = pytest_frames(
                 _on_stream(reader.backwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
                 _on_stream(reader.forwards(start, ll.lineno, PYTEST_REPORT_LINES, PARSER_CONTEXT_BYTES), stream),
             )
             if reported:
-                return reported, 0
+                return reported, 0, None
         if not _stream_has_traceback_before(reader, start, stream):
-            return [], 0
+            return [], 0, None
         same: list[LogLine] = []
         header_at: int | None = None  # index in ``same`` of the last header passed
         gap = 0  # other lines passed since that header, looking for a chain phrase above it
@@ -638,11 +619,11 @@ class Matcher:
             del same[header_at + 1 :]
         same.reverse()
         same.append(ll)
-        own = traceback_frames(same)
+        own, code = traceback_reading(same)
         if not own:
-            return ipython_frames(same), 0  # a notebook's traceback (IPython's format has no `File "` lines)
+            return ipython_frames(same), 0, None  # a notebook's traceback (IPython's format has no `File "` lines)
         outer = caused_frames(same, self._chained_after(reader, start, ll))
-        return outer + own, len(outer)
+        return outer + own, len(outer), code
 
     @staticmethod
     def _chained_after(reader: _LineReader, start: int, ll: LogLine) -> list[LogLine]:
@@ -687,7 +668,8 @@ class Matcher:
         key = tuple(needles)
         last = reader.after.get(key)
         if last is None:
-            last = max((reader.buffer.rfind(n.encode("utf-8")) for n in needles if "\n" not in n), default=-1)
+            last = max((reader.buffer.rfind(n.encode("utf-8"), reader.floor) for n in needles if "\n" not in n),
+                       default=-1)
             reader.after[key] = last
         return last
 
@@ -735,8 +717,8 @@ class Matcher:
         hi = start
         step = BEFORE_STEP_BYTES
         k = None  # newlines between the latest occurrence and ``start``
-        while hi > 0:
-            lo = max(0, hi - step)
+        while hi > reader.floor:
+            lo = max(reader.floor, hi - step)
             best = -1
             for n in encoded:
                 p = buf.rfind(n, lo, min(start, hi + len(n) - 1))  # occurrences straddling ``hi`` too
@@ -882,16 +864,19 @@ def scan_deferring(
     readers: list[_LineReader] = []
     for si, source in enumerate(sources):
         buf = source.buffer
-        reader = _LineReader(buf, source.path)
+        # a hole at the head (NULs, no newline) is part of line 1: the scan starts where the data does
+        first = getattr(source, "head_hole", 0)
+        reader = _LineReader(buf, source.path, first)
         readers.append(reader)
         index = LineIndex(buf)
         rank_hint = getattr(source, "rank_hint", None)
         lines_before = 0
-        released = 0
+        released = first - first % mmap.PAGESIZE
+        done += first
         if jobs > 1 and len(buf) >= PARALLEL_MIN_BYTES:
-            results = parallel.results(buf, phase1, window_size, jobs, count)
+            results = parallel.results(buf, phase1, window_size, jobs, count, first)
         else:
-            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size))
+            results = (scan_window(phase1, offset, w, count) for offset, w in windows(buf, window_size, first))
         for r in results:
             offset = r.offset
             for k, before in enumerate(r.checkpoints):
@@ -1007,6 +992,12 @@ def quoted_source_end(reader: _LineReader, start: int, source: LogLine) -> LogLi
     None when another header, a blank run or the bounds come first."""
     found = _past_frames(reader, start, source)
     return None if found is None or found[1].text.startswith((_HEADER, _GROUP_HEADER)) else found[1]
+
+
+def _shown_raising_code(code: LogLine | None) -> LogLine | None:
+    """The raising code line as evidence: None for a ``raise`` statement, which only repeats the message the
+    exception line prints."""
+    return None if code is None or code.text.lstrip().startswith("raise ") else code
 
 
 def _on_stream(neighbours, stream: tuple) -> list[LogLine]:

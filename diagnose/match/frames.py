@@ -59,18 +59,17 @@ def traceback_frames(lines: list[LogLine]) -> list[LogLine]:
     """The frame lines of the traceback that ends at ``lines[-1]`` (``lines``: one stream, oldest first), with those
     of the exception groups it was raised inside (where it surfaced) and of its chained causes; [] when the line is
     not part of a traceback."""
-    tb = traceback_ending_at(lines, len(lines) - 1)
-    return [] if tb is None else _frames_of(tb, lines[-1].path)
+    return traceback_reading(lines)[0]
 
 
-def raising_code_line(lines: list[LogLine]) -> LogLine | None:
-    """The source line printed under the innermost Python frame of the traceback that ends at ``lines[-1]`` (the
-    ``assert`` statement above a bare ``AssertionError``); None when the line ends no traceback or the frame printed
-    no source."""
+def traceback_reading(lines: list[LogLine]) -> tuple[list[LogLine], LogLine | None]:
+    """``traceback_frames`` of ``lines`` and, from the same reading, the source line printed under the innermost
+    Python frame of that traceback (the ``assert`` statement above a bare ``AssertionError``): None when the line
+    ends no traceback or the frame printed no source."""
     tb = traceback_ending_at(lines, len(lines) - 1)
-    if tb is None or not tb.frames:
-        return None
-    return tb.frames[-1].code_line
+    if tb is None:
+        return [], None
+    return _frames_of(tb, lines[-1].path), (tb.frames[-1].code_line if tb.frames else None)
 
 
 def caused_frames(lines: list[LogLine], later: list[LogLine]) -> list[LogLine]:

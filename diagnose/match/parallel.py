@@ -20,10 +20,10 @@ _WINDOW = 1 << 20
 _COUNT = None
 
 
-def chunks(buf, size: int | None = None) -> list[tuple[int, int]]:
+def chunks(buf, size: int | None = None, first: int = 0) -> list[tuple[int, int]]:
     size = size or CHUNK_BYTES  # read when called: a test's smaller CHUNK_BYTES must reach results()
     total = len(buf)
-    out, start = [], 0
+    out, start = [], first
     while start < total:
         end = min(start + size, total)
         if end < total:
@@ -48,10 +48,11 @@ def _scan_chunk(bounds: tuple[int, int]):
     return out
 
 
-def results(buf, phase1, window_size: int, jobs: int, count=None) -> Iterator:
-    """WindowResults of ``buf`` in order, computed by ``jobs`` forked workers (serially if fork is unavailable)."""
+def results(buf, phase1, window_size: int, jobs: int, count=None, first: int = 0) -> Iterator:
+    """WindowResults of ``buf`` from offset ``first`` (a line start, or the end of a hole at its head) in order,
+    computed by ``jobs`` forked workers (serially if fork is unavailable)."""
     global _BUFFER, _PHASE1, _WINDOW, _COUNT
-    parts = chunks(buf)
+    parts = chunks(buf, first=first)
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # pragma: no cover - no fork on this platform

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from diagnose import __version__
 from diagnose.explain.render import fix_one_line, fix_style
+from diagnose.inert import no_ci_commands_inside
 from diagnose.model import Finding, Report
 from diagnose.present import json_text
 from diagnose.present.safe import inert
@@ -73,7 +74,10 @@ def render_github(report: Report) -> str:
             lines.append(f"::{level} {','.join(props)}::{_gh_data(inert(prefix) + _message(f, is_root, one))}")
         if one.root is None:
             lines.append(f"::notice title=diagnose::{_gh_data(inert(prefix))}no failure found")
-    return "\n".join(lines) + "\n"
+    # each line is one command of ours: a "##[" in a file name or a job's label (the user's own) must not make it
+    # another (the runner reads the legacy form anywhere in a line); a "::" there is inside it, ":" escaped in a
+    # property
+    return no_ci_commands_inside("\n".join(lines)) + "\n"
 
 
 def render_jsonl(report: Report) -> str:

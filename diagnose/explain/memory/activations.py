@@ -50,10 +50,9 @@ Estimates, not calibrated on hardware:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-from diagnose.explain.memory.shape import ModelShape
+from diagnose.explain.memory.shape import ModelShape, stage_layer_kinds
 
 
 @dataclass(frozen=True)
@@ -199,27 +198,13 @@ def in_flight(work: Workload, pp: int, stage: int, vpp: int | None = None) -> fl
     return n
 
 
-def _stage_kinds(shape: ModelShape, pp: int) -> list[tuple[int, int, bool]]:
-    """Per pipeline stage: its dense and MoE decoder layers, and whether an MTP layer is MoE (the model's last layer
-    is). Once per shape and pipeline size: every plan of a search asks again, and walking a typo'd 100,000-layer
-    model's layers for each of them made ``check`` take a minute (qa-report-14 L1)."""
-    try:
-        return _stage_kinds_cached(shape, pp)
-    except TypeError:  # a shape holding an unhashable value (a layout given as a list): computed each time
-        return _stage_kinds_uncached(shape, pp)
-
-
-def _stage_kinds_uncached(shape: ModelShape, pp: int) -> list[tuple[int, int, bool]]:
-    all_flags = shape.moe_layers()
-    mtp_moe = bool(all_flags[-1:] == [True])
-    out = []
-    for ids in shape.stage_layer_ids(pp):
-        moe = sum(1 for i in ids if i < len(all_flags) and all_flags[i])
-        out.append((sum(1 for i in ids if i < len(all_flags)) - moe, moe, mtp_moe))
-    return out
-
-
-_stage_kinds_cached = functools.lru_cache(maxsize=256)(_stage_kinds_uncached)
+def _stage_kinds(shape: ModelShape, pp: int, stage: int) -> tuple[int, int]:
+    """The dense and MoE decoder layers of pipeline stage ``stage``: from the per-stage count of layers by kind that
+    the parameter count reads (shape.stage_layer_kinds, counted once per shape and pipeline size: qa-report-14 L1),
+    so both read the same layers. An MoE kind is an MoE layer (True) or a hybrid pattern's ``E``."""
+    kinds = stage_layer_kinds(shape, pp)[stage]
+    moe = sum(n for kind, (n, _first) in kinds.items() if kind is True or kind == "E")
+    return sum(n for n, _first in kinds.values()) - moe, moe
 
 
 def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1, cp: int = 1,
@@ -233,8 +218,9 @@ def activation_bytes(shape: ModelShape, work: Workload, tp: int = 1, pp: int = 1
     s_kv = float(work.seq_length)  # keys per query: with CP the ring passes every chunk's keys through
     sp = work.sequence_parallel and tp > 1
     h = shape.hidden_size
-    dense_n, moe_n, mtp_moe = _stage_kinds(shape, pp)[stage]
+    dense_n, moe_n = _stage_kinds(shape, pp, stage)
     mtp = shape.stage_mtp_layers(pp)[stage]
+    mtp_moe = bool(mtp) and shape.last_layer_moe()  # an MTP layer is built as the model's last layer
     kept_score, fwd_score, bwd_score = (0.0, 0.0, 0.0) if shape.multi_latent_attention else _score_bytes(work)
     scores = _scores(shape, tokens, tp, s_kv)
     whole = {m: layer_kept_bytes(shape, work, tokens, tp, sp, m, s_kv) for m in (False, True)}

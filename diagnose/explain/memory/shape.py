@@ -181,6 +181,20 @@ class ModelShape:
         extra = int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
         return (self.num_layers + extra) % pp == 0 and (pp > 1 or not extra)
 
+    def last_layer_moe(self) -> bool:
+        """Whether the last decoder layer is an MoE layer (``moe_layers()[-1]`` without building the list): what an
+        MTP layer is built as. A layer past a hybrid pattern shorter than the model (which megatron-core refuses) is
+        read as ``_layer_kind`` reads it, an MLP layer."""
+        last = self.num_layers - 1
+        if self.hybrid_pattern:
+            return 0 <= last < len(self.hybrid_pattern) and self.hybrid_pattern[last] == "E"
+        if not self.num_moe_experts or last < 0:
+            return False
+        freq = self.moe_layer_freq
+        if isinstance(freq, int):
+            return last % max(1, freq) == 0
+        return last < len(freq) and bool(freq[last])
+
     def moe_layers(self) -> list[bool]:
         if self.hybrid_pattern:
             return [c == "E" for c in self.hybrid_pattern][: self.num_layers]
@@ -346,8 +360,7 @@ def mtp_params(s: ModelShape, tp: int = 1, ep: int = 1, etp: int | None = None) 
     """(dense, expert) parameters of the MTP block on the last stage (without the word embedding it adds)."""
     if not s.mtp_num_layers:
         return 0, 0
-    flags = s.moe_layers()
-    d, e = layer_params(s, bool(flags and flags[-1]), tp, ep, etp)
+    d, e = layer_params(s, s.last_layer_moe(), tp, ep, etp)
     h = s.hidden_size
     per = d + 3 * _norm(s) + (h // tp) * 2 * h  # enorm, hnorm, final norm; eh_proj (column-parallel 2h -> h)
     return s.mtp_num_layers * per, s.mtp_num_layers * e

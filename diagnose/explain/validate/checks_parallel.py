@@ -169,6 +169,37 @@ def layers_divisible_by_pp(ctx: CheckContext) -> Iterable[Violation]:
     )
 
 
+_HYBRID_LAYERS = set("M*-E")
+
+
+@check("hybrid_pattern_length",
+       "megatron-core ssm/mamba_hybrid_layer_allocation.py _allocate_override (0.16.1 ~L75), at model build; "
+       "Megatron-Bridge's MambaModelProvider.finalize where the field is hybrid_layer_pattern")
+def hybrid_pattern_length(ctx: CheckContext) -> Iterable[Violation]:
+    """A hybrid (Mamba) model's layer pattern has one symbol per decoder layer: megatron-core refuses a pattern
+    whose length is not num_layers (it does not pad nor cut it), and newer Bridge releases assert the same when
+    they derive num_layers from ``hybrid_layer_pattern``. The memory model counts the pattern's layers."""
+    layers = ctx.number("model.num_layers")
+    if not layers:
+        return
+    for name in ("hybrid_override_pattern", "hybrid_layer_pattern"):
+        key = f"model.{name}" if ctx.get(f"model.{name}") is not None else f"mlm.{name}"
+        value = ctx.get(key)
+        if not isinstance(value, str):
+            continue
+        main = value.strip().split("/", 1)[0].replace("|", "")  # "/" starts the MTP part, "|" marks a stage
+        if not main or not set(main) <= _HYBRID_LAYERS:
+            continue  # empty, a false word ("None"), or symbols the memory model refuses on its own
+        if len(main) == layers:
+            return
+        message = (f"num_layers ({layers}) does not match the number of layers derived from hybrid_layer_pattern "
+                   f"({len(main)}). Please correct num_layers or the pattern." if name == "hybrid_layer_pattern"
+                   else f"The hybrid override pattern is the wrong length: got {len(main)}, expected {layers}")
+        yield Violation("hybrid_pattern_length", message, ["model.num_layers", key],
+                        fixes=[[ov("model.num_layers", len(main))]])
+        return
+
+
 def _uneven_split(layers: int, pp: int) -> list[list]:
     """Keep the pipeline size and give the first and last stages the remainder (megatron-core
     ``num_layers_in_first/last_pipeline_stage``: the middle stages must then divide evenly): 61 layers on PP 16
