@@ -1,0 +1,63 @@
+"""QA round 15 (helper qa15): a hostile new user on Slurm and the plain install. Each test failed before its fix."""
+
+from __future__ import annotations
+
+from diagnose.ingest.slurm.commands import CommandResult
+from diagnose.ingest.slurm.job import SACCT_FIELDS, lookup_job
+from diagnose.ingest.slurm.jobid import parse_job_id
+
+# scontrol lists an array's tasks newest first; tasks 1 and 3 failed, task 1 first (06:20:40 before 06:20:41)
+_ARRAY = "\n".join(
+    f"JobId={raw} JobName=arr ArrayJobId=7 ArrayTaskId={task} JobState={state} ExitCode={code} EndTime={end}"
+    for raw, task, state, code, end in [
+        (10, 3, "FAILED", "1:0", "2026-12-07T06:20:41"),
+        (9, 2, "COMPLETED", "0:0", "2026-12-07T06:20:40"),
+        (8, 1, "FAILED", "1:0", "2026-12-07T06:20:40"),
+        (7, 0, "COMPLETED", "0:0", "2026-12-07T06:20:39"),
+    ]
+) + "\n"
+
+
+def _sacct(rows: list[dict[str, str]]) -> str:
+    fields = [*SACCT_FIELDS, "SubmitLine"]
+    return "\n".join(["|".join(fields), *("|".join(r.get(f, "") for f in fields) for r in rows)]) + "\n"
+
+
+def test_an_array_asked_by_its_id_says_which_other_tasks_failed_and_reports_the_first():
+    """`diagnose slurm 7` on an array where tasks 1 and 3 failed: it reported 7_3 (scontrol's first line) and never
+    said 7_1 had failed too; a 100-task array with 5 failures showed one and hid four."""
+
+    def runner(argv):
+        if argv[0] == "scontrol":
+            return CommandResult(argv, 0, _ARRAY, "")
+        return CommandResult(argv, 1, "", "sacct: error: accounting storage is disabled")
+
+    job = lookup_job(parse_job_id("7"), runner, settle_s=0, sleep=lambda s: None)
+    assert job.job_id == "7_1"
+    notes = [n for n in job.notes if "ended badly" in n]
+    assert notes and "2 of the array's 4 tasks" in notes[0] and "diagnose slurm 7_3" in notes[0]
+    # a task asked for by its own id gets no such note
+    one = lookup_job(parse_job_id("7_3"), runner, settle_s=0, sleep=lambda s: None)
+    assert not [n for n in one.notes if "ended badly" in n]
+
+
+def test_an_array_slurmctld_forgot_says_the_same_through_sacct():
+    rows = [
+        {"JobID": f"7_{t}", "JobIDRaw": str(7 + t), "JobName": "arr", "State": st, "ExitCode": code, "End": end,
+         "WorkDir": "/tmp"}
+        for t, st, code, end in [(0, "COMPLETED", "0:0", "2026-12-07T06:20:39"), (1, "FAILED", "1:0",
+                                 "2026-12-07T06:20:42"), (2, "TIMEOUT", "0:0", "2026-12-07T06:20:40"),
+                                 (3, "COMPLETED", "0:0", "2026-12-07T06:20:40")]
+    ]
+
+    def runner(argv):
+        if argv[0] == "scontrol":
+            return CommandResult(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+        if "--helpformat" in argv:
+            return CommandResult(argv, 0, "JobID JobName State", "")
+        return CommandResult(argv, 0, _sacct(rows), "")
+
+    job = lookup_job(parse_job_id("7"), runner, settle_s=0, sleep=lambda s: None)
+    assert job.job_id == "7_2"  # the time limit came first
+    notes = [n for n in job.notes if "ended badly" in n]
+    assert notes and "2 of the array's 4 tasks" in notes[0] and "diagnose slurm 7_1" in notes[0]
