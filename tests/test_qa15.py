@@ -61,3 +61,14 @@ def test_an_array_slurmctld_forgot_says_the_same_through_sacct():
     assert job.job_id == "7_2"  # the time limit came first
     notes = [n for n in job.notes if "ended badly" in n]
     assert notes and "2 of the array's 4 tasks" in notes[0] and "diagnose slurm 7_1" in notes[0]
+
+
+def test_the_fleet_names_who_cancelled_a_job_as_the_job_view_does():
+    """`fleet report` titled a cancelled job "Slurm job state CANCELLED by 0" (sacct's uid) where `diagnose slurm`
+    and `--failed` say "by root"."""
+    from diagnose.fleet.slurm_source import SlurmRow, job_from_row
+
+    fields = {"JobID": "2720", "JobIDRaw": "2720", "JobName": "qa15-cancel", "User": "root", "State": "CANCELLED by 0",
+              "ExitCode": "0:15", "NodeList": "vm", "ElapsedRaw": "4", "WorkDir": "/tmp"}
+    job = job_from_row(SlurmRow(tuple(fields.items()), 1, "|".join(fields.values())))
+    assert job.state == "CANCELLED" and job.cancelled_by == "root"
