@@ -72,3 +72,12 @@ def test_the_fleet_names_who_cancelled_a_job_as_the_job_view_does():
               "ExitCode": "0:15", "NodeList": "vm", "ElapsedRaw": "4", "WorkDir": "/tmp"}
     job = job_from_row(SlurmRow(tuple(fields.items()), 1, "|".join(fields.values())))
     assert job.state == "CANCELLED" and job.cancelled_by == "root"
+
+
+def test_a_report_with_no_log_says_so_in_its_first_line():
+    """`diagnose slurm JOB` on a job whose output file was deleted printed a bare "diagnose" as its first line."""
+    from diagnose.model import Report
+    from diagnose.present.text import _header
+
+    line = _header(Report()).plain
+    assert line.startswith("diagnose · no log read") and "Slurm" in line

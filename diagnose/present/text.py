@@ -148,6 +148,8 @@ def _header(report: Report) -> Text:
     elif inputs:
         t.append(f" · {len(inputs)} inputs ({_size(sum(i.bytes for i in inputs))}, "
                  f"{sum(i.lines for i in inputs):,} lines)", style="dim")
+    else:  # `diagnose slurm` on a job whose output is gone: say so rather than print a bare "diagnose"
+        t.append(" · no log read (the findings come from Slurm's records)", style="dim")
     return t
 
 
