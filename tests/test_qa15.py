@@ -81,3 +81,49 @@ def test_a_report_with_no_log_says_so_in_its_first_line():
 
     line = _header(Report()).plain
     assert line.startswith("diagnose · no log read") and "Slurm" in line
+
+
+def test_a_why_paragraph_whose_toml_line_starts_with_inline_code_is_reflowed_not_printed_ragged():
+    """40 rules' explanations have a hard-wrapped TOML line that starts with an inline `code` span or a --flag; the
+    text report took such a paragraph for a list or code, kept its 115-column lines and let the terminal wrap each
+    again: "...(DA004), on the CPU or\\nunder\\n    `CUDA_LAUNCH_BLOCKING`: ..." at 100 columns."""
+    from diagnose.present.text import wrap_paragraphs
+
+    prose = ("The same bounds check as the GPU's assert, on the CPU or under\n`CUDA_LAUNCH_BLOCKING`: the index is"
+             " at or above the table's size\n--ntasks-per-node is larger than the GPUs visible.")
+    lines = wrap_paragraphs(prose, 60, "    ")
+    assert all(len(ln) <= 60 for ln in lines), lines
+    assert "    under `CUDA_LAUNCH_BLOCKING`: the index is" in lines or any("under `CUDA" in ln for ln in lines)
+    # real lists and code keep their lines
+    assert wrap_paragraphs("- one\n- two", 60, "  ") == ["  - one", "  - two"]
+    assert wrap_paragraphs("```\nexport A=1\n```", 60, "") == ["```", "export A=1", "```"]
+
+
+def test_the_why_of_an_embedding_index_error_is_reflowed_on_the_command_line(tmp_path):
+    from tests.cli_run import run, write
+
+    log = write(tmp_path, "train.log",
+                '  File "/venv/lib/python3.10/site-packages/torch/nn/functional.py", line 2264, in embedding\n'
+                "    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)\n"
+                "IndexError: index out of range in self\n")
+    out = run("analyze", str(log)).stdout  # 160 columns
+    why = out.split("  Why\n", 1)[1]
+    assert "DA240" in out and "on the CPU or under `CUDA_LAUNCH_BLOCKING`" in why, why
+
+
+def test_an_embedding_index_error_in_layoutlms_box_embedding_is_not_only_told_to_resize_the_vocabulary(tmp_path):
+    """dd-unilm-layoutlmv2-funsd-like-bad-bbox-hw-embedding-index-error: the lookup that failed was LayoutLMv2's
+    h_position_embeddings (word boxes not normalised); DA240 said "a token id at or above the vocabulary size" and
+    offered only resize_token_embeddings."""
+    from tests.cli_run import finding_words, root_finding
+
+    f = root_finding(tmp_path, (
+        '  File "/venv/lib/python3.8/site-packages/transformers/models/layoutlmv2/modeling_layoutlmv2.py", line 94, '
+        "in _calc_spatial_position_embeddings\n"
+        "    h_position_embeddings = self.h_position_embeddings(bbox[:, :, 3] - bbox[:, :, 1])\n"
+        '  File "/venv/lib/python3.8/site-packages/torch/nn/functional.py", line 2199, in embedding\n'
+        "    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)\n"
+        "IndexError: index out of range in self\n"))
+    words = finding_words(f)
+    assert f["rule"] == "DA240" and "token id at or above the vocabulary size" not in f["title"]
+    assert "0-1000" in words and "position_embeddings" in words
