@@ -127,3 +127,17 @@ def test_an_embedding_index_error_in_layoutlms_box_embedding_is_not_only_told_to
     words = finding_words(f)
     assert f["rule"] == "DA240" and "token id at or above the vocabulary size" not in f["title"]
     assert "0-1000" in words and "position_embeddings" in words
+
+
+def test_an_int_parse_of_slurms_compressed_task_count_is_named_with_its_fix(tmp_path):
+    """dd-dmlcloud-srun-two-nodes-step-tasks-per-node-1x2-parse: PY001 with the slurm category's fix ("Read Slurm's own
+    account of the step ... sacct"): Slurm did nothing wrong; the program's int() cannot read '1(x2)'."""
+    from tests.cli_run import finding_words, root_finding
+
+    f = root_finding(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/dml/dmlcloud/core/distributed.py", line 88, in _init_process_group_slurm\n'
+        "    _WorkerInfo.LOCAL_WORLD_SIZE = int(os.environ['SLURM_STEP_TASKS_PER_NODE'])\n"
+        "ValueError: invalid literal for int() with base 10: '1(x2)'\n"))
+    assert f["rule"] == "SL213" and f["category"] == "slurm"
+    assert "SLURM_NODEID" in finding_words(f) and "sacct" not in f["fix"]["summary"]
