@@ -141,3 +141,30 @@ def test_an_int_parse_of_slurms_compressed_task_count_is_named_with_its_fix(tmp_
         "ValueError: invalid literal for int() with base 10: '1(x2)'\n"))
     assert f["rule"] == "SL213" and f["category"] == "slurm"
     assert "SLURM_NODEID" in finding_words(f) and "sacct" not in f["fix"]["summary"]
+
+
+def test_a_port_in_use_after_deepspeeds_no_hostfile_warning_names_accelerates_standard_launcher(tmp_path):
+    """di-lf-accelerate-ds-multinode-pdsh-default-no-hostfile-addr-in-use: LA010 (confidence 0.95) said only "use a free
+    MASTER_PORT"; every node had run a one-node job (DeepSpeed: "Unable to find hostfile") because accelerate's
+    DeepSpeed launcher defaulted to pdsh. The thread: --deepspeed_multinode_launcher standard."""
+    from tests.cli_run import finding_words, root_finding
+
+    f = root_finding(tmp_path, (
+        "[worker-1] [2023-07-17 21:06:13,552] [WARNING] [runner.py:196:fetch_hostfile] Unable to find hostfile, will "
+        "proceed with training with local resources only.\n"
+        "[worker-1] RuntimeError: The server socket has failed to listen on any local network address. The server "
+        "socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).\n"))
+    assert f["rule"] == "LA010"
+    assert "--deepspeed_multinode_launcher standard" in finding_words(f)
+
+
+def test_a_missing_transformer_engine_extra_state_key_is_told_to_relax_the_load_strictness(tmp_path):
+    """dh-nemo-export-legacy-nemotron-ckpt-te-extra-state-missing-key: CK009's steps were about prefixes, sizes and
+    frozen weights; a missing `..._extra_state` key is a checkpoint of an older Transformer Engine, loaded with
+    dist-ckpt strictness log_all (the documented known issue)."""
+    from tests.cli_run import finding_words, root_finding
+
+    f = root_finding(tmp_path, "RuntimeError: Missing key in checkpoint state_dict: "
+                               "module.decoder.layers.self_attention.core_attention._extra_state/shard_0_32.\n")
+    words = finding_words(f)
+    assert f["rule"] == "CK009" and "_extra_state" in words and "dist_ckpt_strictness=log_all" in words
