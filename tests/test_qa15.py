@@ -168,3 +168,18 @@ def test_a_missing_transformer_engine_extra_state_key_is_told_to_relax_the_load_
                                "module.decoder.layers.self_attention.core_attention._extra_state/shard_0_32.\n")
     words = finding_words(f)
     assert f["rule"] == "CK009" and "_extra_state" in words and "dist_ckpt_strictness=log_all" in words
+
+
+def test_fsdp2s_uniform_dtype_assertion_is_named_with_the_cast_before_fully_shard(tmp_path):
+    """dg-accelerate-fsdp2-bf16-model-with-fp32-params-uniform-orig-dtype-assert (and four other dev threads):
+    PY002 "Assertion failed" with generic FSDP steps, phase unknown on four of them; the one fix is one storage dtype
+    per fully_shard group."""
+    from tests.cli_run import finding_words, root_finding
+
+    f = root_finding(tmp_path, (
+        '[rank0]:   File "/venv/lib/python3.12/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py",'
+        " line 234, in _init_mp_dtypes\n"
+        "[rank0]:     raise AssertionError(\n"
+        "[rank0]: AssertionError: FSDP expects uniform original parameter dtype but got {torch.bfloat16, torch.float32}\n"))
+    assert f["rule"] == "MB251" and f["category"] == "fsdp_config" and f["phase"] == "first_iteration"
+    assert "before fully_shard" in finding_words(f)
