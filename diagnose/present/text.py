@@ -110,12 +110,20 @@ def collapsed_line(f: Finding, root: Finding | None) -> str:
     return f"{f.title}{spread}{cause}"
 
 
+def _keeps_its_lines(line: str) -> bool:
+    """A list item ("- ", "* ", "• "), a code fence or an indented code line: its paragraph keeps its lines. A line
+    that merely starts with an inline `code` span or "--flag" is prose the TOML wrapped there (qa15: 40 rules' Why
+    was printed ragged, each TOML line wrapped again at the terminal's width)."""
+    stripped = line.lstrip()
+    return stripped[:2] in ("- ", "* ", "• ") or stripped.startswith("```") or line.startswith("    ")
+
+
 def wrap_paragraphs(text: str, width: int, indent: str) -> list[str]:
     """Reflow hard-wrapped paragraphs (rule explanations are wrapped in TOML) to the terminal width."""
     out: list[str] = []
     for para in text.split("\n\n"):
         lines = para.splitlines()
-        if any(ln.lstrip().startswith(("-", "*", "`")) for ln in lines):  # a list or code: keep its lines
+        if any(_keeps_its_lines(ln) for ln in lines):  # a list or code: keep its lines
             out.extend(indent + ln for ln in lines)
         else:
             out.extend(textwrap.wrap(" ".join(ln.strip() for ln in lines), max(40, width - 1),
@@ -148,6 +156,8 @@ def _header(report: Report) -> Text:
     elif inputs:
         t.append(f" · {len(inputs)} inputs ({_size(sum(i.bytes for i in inputs))}, "
                  f"{sum(i.lines for i in inputs):,} lines)", style="dim")
+    else:  # `diagnose slurm` on a job whose output is gone: say so rather than print a bare "diagnose"
+        t.append(" · no log read (the findings come from Slurm's records)", style="dim")
     return t
 
 

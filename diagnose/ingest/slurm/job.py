@@ -211,6 +211,12 @@ def lookup_job(
         job.notes.append(
             "sacct's record of the job is still incomplete (no WorkDir yet); output location may be a guess"
         )
+    if ref.array_task is None:  # an array asked by its id: say so when more tasks than the one reported failed
+        listed = ([(_record_id(r), split_state(r.fields.get("JobState"))[0]) for r in records] if len(records) > 1
+                  else [(r.fields.get("JobID", ""), split_state(r.fields.get("State"))[0]) for r in job_rows])
+        note = array_note(job.job_id, list(dict(listed).items()))
+        if note:
+            job.notes.append(note)
     script_cache: dict[str, str | None] = {}
     _find_outputs(job, record, chosen_row, sacct_fields, runner, script_cache)
     _find_task_outputs(job, record, chosen_row, runner, script_cache, max_task_files)
@@ -244,6 +250,14 @@ def _array_still_ending(records: list[ScontrolRecord]) -> bool:
     return not any(st in BAD_END_STATES for st in states) and any(st not in ENDED_STATES for st in states)
 
 
+def _record_id(rec: ScontrolRecord) -> str:
+    """A scontrol record's id as Slurm prints it (``7_2`` for an array task)."""
+    f = rec.fields
+    if f.get("ArrayJobId") and as_int(f.get("ArrayTaskId")) is not None:
+        return f"{f['ArrayJobId']}_{f['ArrayTaskId']}"
+    return f.get("JobId", "")
+
+
 def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
     """scontrol's records for the job (one per task for an array asked by its id); [] once it is forgotten."""
     result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
@@ -256,11 +270,36 @@ def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
 
 
 def _pick_record(records: list[ScontrolRecord]) -> ScontrolRecord | None:
-    """The job's record; for an array asked by its array id, the first task that ended badly."""
+    """The job's record; for an array asked by its array id, the task that ended badly first (scontrol lists
+    the tasks newest first: the earliest EndTime, then the lowest task id)."""
     if not records:
         return None
     failing = [r for r in records if split_state(r.fields.get("JobState"))[0] in BAD_END_STATES]
-    return (failing or records)[0]
+    if not failing:
+        return records[0]
+    return min(failing, key=lambda r: _first_ended_key(r.fields.get("EndTime"), r.fields.get("ArrayTaskId")))
+
+
+def _first_ended_key(end: str | None, task: str | None) -> tuple[str, int]:
+    """Sort key of a task that ended badly: its end time (ISO text; unknown last), then its task id."""
+    stamp = end if end and end[:1].isdigit() else "~"
+    number = as_int(task)
+    return stamp, number if number is not None else 1 << 62
+
+
+def array_note(chosen: str, tasks: list[tuple[str, str]]) -> str | None:
+    """For an array asked by its array id: which other tasks ended badly, when more than the one reported did.
+
+    ``tasks`` is (task id as Slurm prints it, state) for each task Slurm listed."""
+    bad = sorted({t for t, st in tasks if st in BAD_END_STATES and "_" in t},
+                 key=lambda t: as_int(t.split("_", 1)[1]) or 0)
+    if len(bad) < 2:
+        return None
+    others = [t for t in bad if t != chosen]
+    shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+    return (f"{len(bad)} of the array's {len(tasks)} tasks ended badly: this report is {chosen}'s; the others "
+            f"({shown}) may have failed differently: 'diagnose slurm {others[0]}' reports one, "
+            f"'diagnose slurm --failed' lists them all")
 
 
 def fill_from_scontrol(job: SlurmJob, rec: ScontrolRecord) -> None:
@@ -336,8 +375,10 @@ def _fill_from_sacct(
             return None
         chosen = job.job_id
     else:
-        failing = [r.fields["JobID"] for r in job_rows if split_state(r.fields.get("State"))[0] in BAD_END_STATES]
-        chosen = ref.slurm_id if ref.slurm_id in ids else (failing or ids)[0]
+        failing = [r for r in job_rows if split_state(r.fields.get("State"))[0] in BAD_END_STATES]
+        first = min(failing, key=lambda r: _first_ended_key(r.fields.get("End"), r.fields["JobID"].partition("_")[2]),
+                    default=None)
+        chosen = ref.slurm_id if ref.slurm_id in ids else (first.fields["JobID"] if first is not None else ids[0])
     runs = [r for r in job_rows if r.fields["JobID"] == chosen]
     row = runs[-1]  # with -D, earlier (requeued) runs come first
     f = row.fields
