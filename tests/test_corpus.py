@@ -107,6 +107,8 @@ def test_accuracy_holds_its_recorded_figures(scored, recorded, part):
     assert now.top1 >= then["top1"], f"{part} top-1 category fell: {now.top1} < {then['top1']}"
     assert now.phase_acc >= then["phase_accuracy"], f"{part} phase accuracy fell"
     assert now.silent <= then["silent"]
+    # the reliability table README shows: a changed confidence must be re-recorded, or README would drift
+    assert now.reliability == then["reliability"], f"{part} reliability table changed; re-record it"
 
 
 def test_every_case_keeps_its_recorded_answer(scored, recorded):

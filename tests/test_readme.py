@@ -78,3 +78,18 @@ def test_accuracy_table_is_the_recorded_one() -> None:
             f"{f['phase_accuracy']:.1f} % | {f['evidence_rate']:.1f} % |"
         )
         assert row in README, row
+
+
+def test_reliability_table_is_the_recorded_one() -> None:
+    """README's reliability rows (confidence band: logs and right, dev then test) are corpus/accuracy.json's."""
+    import json
+
+    figures = json.loads((ROOT / "corpus" / "accuracy.json").read_text(encoding="utf-8"))["figures"]
+    bands = {"0.0": "0.0-0.4", "0.4": "0.4-0.6", "0.6": "0.6-0.8", "0.8": "0.8-1.0"}
+    for low, label in bands.items():
+        cells = []
+        for part in ("dev", "test"):
+            n, right, said = figures[part]["reliability"].get(low, [0, 0, 0.0])
+            cells += [f"{int(n)}", f"{said / n:.2f}" if n else "-", f"{100.0 * right / n:.1f} %" if n else "-"]
+        row = f"| {label} | " + " | ".join(cells) + " |"
+        assert row in README, row
