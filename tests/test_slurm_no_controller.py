@@ -14,7 +14,7 @@ import pytest
 from diagnose.ingest.slurm.commands import CommandResult
 
 REPO = Path(__file__).resolve().parents[1]
-HINT = "is SLURM_CONF set / slurm.conf present? (scripts/slurm-local.sh up for a local cluster)"
+HINT = "is SLURM_CONF set / slurm.conf present? (for a local test cluster: scripts/slurm-local.sh up, in a diagnose checkout)"
 
 
 def _diagnose(conf: str, *args: str, stubs: Path | None = None) -> subprocess.CompletedProcess:

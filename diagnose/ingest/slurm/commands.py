@@ -51,7 +51,7 @@ _NO_CONTROLLER = ("resolve_ctls_from_dns_srv", "Could not establish a configurat
 
 def no_controller(slurm_line: str) -> SlurmUnavailable:
     return SlurmUnavailable(f"cannot reach the Slurm controller: {slurm_line}; is SLURM_CONF set / slurm.conf "
-                            "present? (scripts/slurm-local.sh up for a local cluster)")
+                            "present? (for a local test cluster: scripts/slurm-local.sh up, in a diagnose checkout)")
 
 
 def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandResult:
@@ -63,8 +63,8 @@ def run_slurm(argv: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> CommandRes
     program = shutil.which(argv[0])
     if program is None:
         raise SlurmUnavailable(
-            f"{argv[0]} not found on PATH: run this on a Slurm login node (or start a local cluster with "
-            "scripts/slurm-local.sh up and source its slurm.env)"
+            f"{argv[0]} not found on PATH: run this on a Slurm login node (or, in a diagnose checkout, start a local "
+            "test cluster with scripts/slurm-local.sh up and source its slurm.env)"
         )
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):  # Slurm itself would retry for 60 s before saying so
