@@ -73,6 +73,7 @@ def lines_after(texts: list[str]) -> list[LogLine]:
 
 def make_rule(code: str, anchor: str, regex: str, **fields):
     """A rule built through the real schema parser (so tests exercise the same validation as TOML files)."""
+    source = fields.pop("source", "test")
     raw = {
         "code": code,
         "slug": code.lower(),
@@ -85,7 +86,7 @@ def make_rule(code: str, anchor: str, regex: str, **fields):
         "patterns": [{"anchor": anchor, "regex": regex}],
     }
     raw.update(fields)
-    return parse_rule(raw, fields.get("source", "test"))
+    return parse_rule(raw, source)
 
 
 def make_catalogue(*rules) -> Catalogue:

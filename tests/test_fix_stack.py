@@ -184,3 +184,15 @@ def test_a_bridge_export_oom_is_shown_bridge_words(builtin_catalogue):
     assert report.stack == "megatron-bridge"
     assert fix_style(report.framework, report.stack) == "bridge"
     assert "--use-megatron-fsdp" not in render_text(report)
+
+
+def test_a_misspelt_rule_or_examples_key_is_refused_with_the_key_it_meant():
+    """``confidnce = 0.9`` in a [[rule]] table left the rule at the default confidence in silence, and
+    ``[rule.examples] matches = [...]`` left it untested; each is now refused by name, with the nearest key."""
+    from conftest import make_rule
+
+    with pytest.raises(ValueError, match=r"unknown rule key\(s\): 'confidnce' \(did you mean 'confidence'\?\)"):
+        make_rule("ZZ933", "boom", r"boom", confidnce=0.9)
+    with pytest.raises(ValueError, match=r"unknown examples key\(s\): 'matches' \(did you mean 'match'\?\)"):
+        make_rule("ZZ934", "boom", r"boom", examples={"matches": ["boom"]})
+    assert make_rule("ZZ935", "boom", r"boom", confidence=0.9, examples={"match": ["boom"]}).confidence == 0.9

@@ -53,8 +53,8 @@ def test_a_marker_alone_does_not_move_it(tmp_path):
 
 def test_the_flag_needs_a_phase_of_its_own():
     raw = {"code": "XX001", "slug": "x", "title": "x", "category": "nccl_error", "phase": "auto",
-           "phase_at_first_collective": True, "severity": "error", "summary": "x",
-           "patterns": [{"anchor": "x", "regex": "x"}], "steps": ["x"]}
+           "phase_at_first_collective": True, "severity": "error", "explanation": "x",
+           "patterns": [{"anchor": "x", "regex": "x"}], "fix": {"summary": "x", "steps": ["x"]}}
     with pytest.raises(ValueError, match="phase_at_first_collective"):
         parse_rule(raw, "t.toml")
 

@@ -18,6 +18,7 @@ while the steps advanced), and their examples are logs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -534,10 +535,33 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
     )
 
 
+# the keys a [[rule]] table may have (rules/README.md): any other is a misspelling whose setting would otherwise be
+# dropped in silence (``confidnce = 0.9`` left the rule at the default confidence)
+RULE_KEYS = frozenset({
+    "code", "slug", "title", "category", "severity", "role", "phase", "phase_when_unknown", "confidence", "tier",
+    "input", "slurm_outcome", "node_states_any", "node_reason_any", "patterns", "context", "parser", "launcher",
+    "during_training", "phase_at_first_collective", "implies", "completes", "reports", "fault_on", "explains",
+    "numbers_say_demand", "evidence", "explanation", "doc", "versions", "links", "fix", "examples",
+})
+EXAMPLE_KEYS = frozenset({"match", "no_match"})
+
+
+def _unknown_keys(raw: dict, known: frozenset[str], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if not unknown:
+        return
+    said = []
+    for key in unknown:
+        near = difflib.get_close_matches(key, sorted(known), n=1)
+        said.append(f"{key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    raise ValueError(f"unknown {where} key(s): {', '.join(said)}")
+
+
 def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError("a rule must be a table")
     code = _code(raw)
+    _unknown_keys(raw, RULE_KEYS, "rule")
     category = need(raw, "category", str)
     if category not in CATEGORIES:
         raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
@@ -660,6 +684,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
         raise ValueError("'examples' must be a table")
+    _unknown_keys(ex, EXAMPLE_KEYS, "examples")
     parser = raw.get("parser")
     if parser is not None and not isinstance(parser, str):
         raise ValueError("'parser' must be a string")
