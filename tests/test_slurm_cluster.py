@@ -475,7 +475,11 @@ def test_requeued_job_counts_restarts_and_reports_the_last_run(slurm_env, workdi
     assert code == 1 and s["restarts"] == 1 and s["exit_code"] == 2
     assert [st["id"] for st in s["steps"]] == [f"{job}.batch"]  # the last run's step, not the cancelled one
     assert s["steps"][0]["state"] == "FAILED"
-    assert finding(report, "SJ011")["severity"] == "info" and root(report)["rule"] == "SJ006"
+    # SJ006 is the root unless a node finding leads (tests/test_slurm_nodes_cluster.py drains the cluster's one node
+    # for a "GPU fault"; a clean-clone CI run once saw it here, as test_missing_output_folder... allows)
+    assert finding(report, "SJ011")["severity"] == "info"
+    assert root(report)["rule"] == "SJ006" or root(report)["rule"].startswith("SN")
+    finding(report, "SJ006")  # present either way (asserted inside)
 
 
 def test_unknown_job_is_a_one_line_error(slurm_env):
