@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import analyzed_root as _root
+
 from diagnose.pipeline import AnalyzeOptions, analyze
-
-
-def _root(tmp_path: Path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    report = analyze([str(log)], AnalyzeOptions(replay=False))
-    assert report.root is not None
-    return report.root
 
 
 def test_the_assert_statement_is_found_past_other_ranks_output(tmp_path: Path) -> None:

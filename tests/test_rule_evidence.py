@@ -9,17 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import analyzed_root as _root
 
 from diagnose.match.rules import parse_rule
 from diagnose.pipeline import AnalyzeOptions, analyze
-
-
-def _root(tmp_path: Path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    report = analyze([str(log)], AnalyzeOptions(replay=False))
-    assert report.root is not None
-    return report.root
 
 
 def _lines(finding) -> list[str]:

@@ -11,18 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import analyzed_root as _root  # the root cause analyze reports for a log of this text
 
 from diagnose.match.rules import parse_rule
-from diagnose.pipeline import AnalyzeOptions, analyze
 from tests.test_rule_evidence import _rule  # a minimal user rule around an [rule.evidence] table
-
-
-def _root(tmp_path: Path, text: str):
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    report = analyze([str(log)], AnalyzeOptions(replay=False))
-    assert report.root is not None
-    return report.root
 
 
 def _lines(finding) -> list[str]:
