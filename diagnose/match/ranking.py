@@ -183,7 +183,6 @@ def _wrapper_detail(cascades: list[Group]) -> Group:
     return first
 
 
-
 # phases a communicator's first collective can be issued in, past the set-up the rule's own phase names
 _AFTER_SETUP = frozenset({"model_build", "dp_wrap", "checkpoint_load", "first_iteration", "training",
                           "optimizer_step", "checkpoint_save", "eval"})
@@ -203,6 +202,7 @@ def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
                 and g.finding.phase in _AFTER_SETUP):
             return g.finding.phase
     return None
+
 
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
