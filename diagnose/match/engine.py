@@ -46,7 +46,7 @@ from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.learned import FATAL, FOLLOWING_LINES, HEADER, LearnedPrefixes
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
-from diagnose.normalize.phases import phase_from_frames, phase_of, progress_before
+from diagnose.normalize.phases import phase_reading, progress_before
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -413,8 +413,8 @@ class Matcher:
                     frames = frames_here()
                 markers = self.markers.markers_before(pos_in_window)
                 texts = [f.text for f in frames]
-                line_phase = phase_of(line=ll, frames=texts, markers=markers) or "unknown"
-                by_frames = phase_from_frames(texts) is not None
+                read, by_frames = phase_reading(line=ll, frames=texts, markers=markers)
+                line_phase = read or "unknown"
             return line_phase
 
         for cr, facts, key, number in matches:

@@ -114,6 +114,19 @@ def phase_of(
     line: LogLine | None = None,
 ) -> str:
     """Phase of a failure at ``line_no`` of ``path`` (or at ``line``). Never raises; "unknown" when unsure.
+    ``phase_reading`` says besides whether the traceback's frames told it."""
+    return phase_reading(line_no, path, markers, frames, line=line)[0]
+
+
+def phase_reading(
+    line_no: int | None = None,
+    path: str | None = None,
+    markers: Iterable[tuple[str, LogLine]] | None = None,
+    frames: Iterable[str] | None = None,
+    *,
+    line: LogLine | None = None,
+) -> tuple[str, bool]:
+    """``phase_of``'s phase, and whether a frame of the traceback named it (not the markers before the line).
 
     ``markers``: ``(capture name, LogLine)`` of the ``CAPTURES`` the scanner met, in any order (those of other
     files and at or after the failure line are left out). ``frames``: the failure's traceback frames, outermost
@@ -136,19 +149,19 @@ def phase_of(
         events = [event for event in events if event[1] not in BACKGROUND_PROGRESS]
         from_frames = phase_from_frames(frames or ())
         if from_frames == "training":
-            return "training" if seen_progress else "first_iteration"
+            return ("training" if seen_progress else "first_iteration"), True
         if from_frames is not None:
-            return from_frames
+            return from_frames, True
         if not events:
-            return "training" if seen_progress else "unknown"
+            return ("training" if seen_progress else "unknown"), False
         last = events[-1][1]
         if last in (_BAR_START, _BAR_STEP) and _hf_eval_bar(events, dict(kept)):
-            return "eval"
+            return "eval", False
         if last in _WEAK_AFTER_PROGRESS and seen_progress:
-            return "training"
-        return _PHASE_AFTER_MARKER[last]
+            return "training", False
+        return _PHASE_AFTER_MARKER[last], False
     except Exception:  # noqa: BLE001 - a phase is a hint; never break the report
-        return "unknown"
+        return "unknown", False
 
 
 # ---------------------------------------------------------------------------------------------- facts
