@@ -185,27 +185,23 @@ class ModelShape:
         """Whether the last decoder layer is an MoE layer (``moe_layers()[-1]`` without building the list): what an
         MTP layer is built as. A layer past a hybrid pattern shorter than the model (which megatron-core refuses) is
         read as ``_layer_kind`` reads it, an MLP layer."""
-        last = self.num_layers - 1
+        return self.num_layers > 0 and self.is_moe_layer(self.num_layers - 1)
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` is an MoE layer: its hybrid symbol is ``E``, else the MoE layer frequency
+        (every Nth layer, or a per-layer list; layers past the list are dense)."""
         if self.hybrid_pattern:
-            return 0 <= last < len(self.hybrid_pattern) and self.hybrid_pattern[last] == "E"
-        if not self.num_moe_experts or last < 0:
+            return index < len(self.hybrid_pattern) and self.hybrid_pattern[index] == "E"
+        if not self.num_moe_experts:
             return False
         freq = self.moe_layer_freq
         if isinstance(freq, int):
-            return last % max(1, freq) == 0
-        return last < len(freq) and bool(freq[last])
+            return index % max(1, freq) == 0
+        return index < len(freq) and bool(freq[index])
 
     def moe_layers(self) -> list[bool]:
-        if self.hybrid_pattern:
-            return [c == "E" for c in self.hybrid_pattern][: self.num_layers]
-        if not self.num_moe_experts:
-            return [False] * self.num_layers
-        freq = self.moe_layer_freq
-        if isinstance(freq, int):
-            return [i % max(1, freq) == 0 for i in range(self.num_layers)]
-        pattern = [bool(x) for x in freq]
-        return (pattern + [False] * self.num_layers)[: self.num_layers]
-
+        n = min(self.num_layers, len(self.hybrid_pattern)) if self.hybrid_pattern else self.num_layers
+        return [self.is_moe_layer(i) for i in range(n)]
 
 @lru_cache(maxsize=256)
 def _layout_ok(stages: tuple[str, ...], pp: int, num_layers: int, mtp_num_layers: int) -> bool:
