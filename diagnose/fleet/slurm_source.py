@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from diagnose.coerce import as_int
 from diagnose.ingest.slurm.commands import CommandResult, run_slurm
 from diagnose.ingest.slurm.hostlist import expand_hostlist
-from diagnose.ingest.slurm.job import SlurmJob, _user_name, fill_shared, pattern_fields, probe_outputs
+from diagnose.ingest.slurm.job import SlurmJob, fill_shared, pattern_fields, probe_outputs, user_name
 from diagnose.ingest.slurm.jobid import parse_job_id
 from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
@@ -127,7 +127,7 @@ def job_from_row(row: SlurmRow) -> SlurmJob:
     job.array_job_id = ref.job if ref.array_task is not None else None
     job.array_task_id = ref.array_task
     # sacct says "CANCELLED by 0": the name, as 'diagnose slurm' and '--failed' show it ("by root")
-    job.user, job.state, job.cancelled_by = row.get("User"), state, _user_name(cancelled_by) if cancelled_by else None
+    job.user, job.state, job.cancelled_by = row.get("User"), state, user_name(cancelled_by) if cancelled_by else None
     job.owner = owner_from_name(job.user)
     job.elapsed_s = as_int(row.get("ElapsedRaw"))
     job.work_dir = row.get("WorkDir")

@@ -386,7 +386,7 @@ def _fill_from_sacct(
     state, by = split_state(f.get("State"))
     job.state_record = Evidence(f"sacct:{chosen}", row.line, row.text)
     if by is not None:
-        job.cancelled_by = _user_name(by)
+        job.cancelled_by = user_name(by)
     if not scontrol_known:
         job.source = "sacct"
         job.raw_id = as_int(f.get("JobIDRaw"))
@@ -650,7 +650,9 @@ def _none_to_empty(text: str | None) -> str:
     return "" if text in (None, "(null)", "None", "None assigned") else text
 
 
-def _user_name(uid_text: str) -> str:
+def user_name(uid_text: str) -> str:
+    """The user name of a uid as Slurm prints it ("CANCELLED by 0" -> "root"); the text itself when it is no uid
+    this host knows (already a name, or a uid of another host)."""
     try:
         return pwd.getpwuid(int(uid_text)).pw_name
     except (ValueError, KeyError):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from diagnose.ingest.slurm.commands import run_slurm
-from diagnose.ingest.slurm.job import Runner, _user_name
+from diagnose.ingest.slurm.job import Runner, user_name
 from diagnose.ingest.slurm.parse import (
     NOT_ENDED,
     parse_duration,
@@ -121,7 +121,7 @@ def list_failed_jobs(since: str = "1d", user: str | None = None, runner: Runner 
             name=f.get("JobName", ""),
             user=f.get("User", ""),
             state=state,
-            cancelled_by=_user_name(by) if by else by,  # the same name the job view shows ("by root", not "by 0")
+            cancelled_by=user_name(by) if by else by,  # the same name the job view shows ("by root", not "by 0")
             exit_code=exit_status.code,
             signal=signal_name(exit_status.signal),
             derived_exit_code=parse_exit_code(f.get("DerivedExitCode")).code,
