@@ -17,3 +17,19 @@ def test_a_megatron_lm_plan_back_to_plain_ddp_removes_the_distributed_optimizer_
     assert text == "(remove --use-megatron-fsdp) (remove --use-distributed-optimizer)"
     # the Bridge words keep both keys: they are two fields there
     assert fix_text(plan).count("use_distributed_optimizer=false") == 2
+
+
+def test_replay_does_not_quote_the_memory_prediction_the_memory_section_calls_unsizable():
+    """`analyze -v sample_logs/cascade_512_ranks_oom.log`: MEMORY said the config read "predicts more than the GPU
+    holds, yet the job trained" (not sized), while REPLAY, from the same prediction, said "fix valid but does not
+    fit: 164.5 GiB per GPU" of the expandable-segments fix. One report, two answers."""
+    from pathlib import Path
+
+    from diagnose.pipeline import analyze
+
+    report = analyze([str(Path(__file__).resolve().parents[1] / "sample_logs" / "cascade_512_ranks_oom.log")])
+    assert report.memory is not None and report.memory.current is not None
+    assert report.memory.current.sized is False
+    fit = report.replay.fit
+    assert fit is not None and fit.fits is None and fit.peak_bytes is None
+    assert any("yet the job trained" in n for n in fit.notes)

@@ -216,6 +216,13 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     if redo is None or redo.current is None:
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])
+    if not redo.current.sized:
+        # the job trained, yet the config read predicts more than the GPU holds: the memory section says "not
+        # sized", so replay must not quote that prediction as "does not fit: N GiB" (qa-report-16)
+        return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
+                           _positive(redo.current.usable_bytes),
+                           notes=["not sized: the config read from the log predicts more memory than the GPU holds, "
+                                  "yet the job trained (part of its config is not in the log)"])
     return _from_prediction(root, overrides, redo.current, capacity, job_gpus, memory.verdict)
 
 
