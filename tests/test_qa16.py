@@ -33,3 +33,16 @@ def test_replay_does_not_quote_the_memory_prediction_the_memory_section_calls_un
     fit = report.replay.fit
     assert fit is not None and fit.fits is None and fit.peak_bytes is None
     assert any("yet the job trained" in n for n in fit.notes)
+
+
+def test_megatron_lms_nccl_user_buffer_flag_is_use_nccl_ub_both_ways():
+    """MB134's fix (ddp.nccl_ub=false) on a Megatron-LM job read "(remove --nccl-ub)": Megatron-LM has no such flag,
+    its flag is --use-nccl-ub (dest nccl_ub); and an argument list with --use-nccl-ub was not read as ddp.nccl_ub,
+    so replay never saw the expandable_segments conflict."""
+    from diagnose.explain.config.mlm_args import parse_arg_list
+    from diagnose.explain.render import mlm_flag
+
+    assert mlm_flag(Override("ddp.nccl_ub", False)) == "(remove --use-nccl-ub)"
+    assert mlm_flag(Override("ddp.nccl_ub", True)) == "--use-nccl-ub"
+    view = parse_arg_list(["--use-megatron-fsdp", "--use-nccl-ub"], "test")
+    assert view.get("ddp.nccl_ub") is True
