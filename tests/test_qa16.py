@@ -46,3 +46,21 @@ def test_megatron_lms_nccl_user_buffer_flag_is_use_nccl_ub_both_ways():
     assert mlm_flag(Override("ddp.nccl_ub", True)) == "--use-nccl-ub"
     view = parse_arg_list(["--use-megatron-fsdp", "--use-nccl-ub"], "test")
     assert view.get("ddp.nccl_ub") is True
+
+
+def test_the_json_carries_the_megatron_lm_flags_the_text_report_shows():
+    """`analyze sample_logs/mfsdp_optim_grads_buffer_oom.log`: a Megatron-LM job (its traceback through
+    megatron/training) whose log printed only the DDP config: the text's fix is "Megatron-LM --data-parallel-sharding-
+    strategy optim_grads_params --init-model-with-meta-device", but `-f json`'s replay.render had no "mlm" form, only
+    the Bridge words the job cannot use."""
+    import json
+
+    from tests.cli_run import ROOT, run
+
+    out = run("analyze", "-f", "json", str(ROOT / "sample_logs" / "mfsdp_optim_grads_buffer_oom.log")).stdout
+    report = json.loads(out)
+    assert report["stack"] == "megatron-lm"
+    assert report["replay"]["render"]["mlm"] == \
+        "--data-parallel-sharding-strategy optim_grads_params --init-model-with-meta-device"
+    text = run("analyze", str(ROOT / "sample_logs" / "mfsdp_optim_grads_buffer_oom.log")).stdout
+    assert report["replay"]["render"]["mlm"] in text
