@@ -64,3 +64,24 @@ def test_the_json_carries_the_megatron_lm_flags_the_text_report_shows():
         "--data-parallel-sharding-strategy optim_grads_params --init-model-with-meta-device"
     text = run("analyze", str(ROOT / "sample_logs" / "mfsdp_optim_grads_buffer_oom.log")).stdout
     assert report["replay"]["render"]["mlm"] in text
+
+
+def test_a_recompute_plan_on_a_fully_sharded_job_names_what_it_changes():
+    """`check examples/run_config.yaml --gpus 8 --set <Megatron FSDP, optim_grads_params>`: the plan
+    ddp.grad_reduce_in_fp32=false + full recompute was costed "Megatron FSDP, everything sharded (ZeRO-3) ...;
+    recompute every layer": the sharding was already the job's, and the bf16 grads it turns on went unnamed."""
+    import json
+
+    from tests.cli_run import ROOT, run
+
+    sets = ["ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params",
+            "checkpoint.ckpt_format=fsdp_dtensor", "model.init_model_with_meta_device=true"]
+    args = [a for s in sets for a in ("--set", s)]
+    out = run("check", str(ROOT / "examples" / "run_config.yaml"), "--gpus", "8", "--gpu", "h100-80gb", *args,
+              "-f", "json").stdout
+    plans = json.loads(out)["memory"]["plans"]
+    plan = next(p for p in plans if {o["key"] for o in p["overrides"]} ==
+                {"ddp.grad_reduce_in_fp32", "model.recompute_granularity", "model.recompute_method",
+                 "model.recompute_num_layers"})
+    assert "Megatron FSDP" not in plan["cost"] and "sharding" not in plan["label"]
+    assert "grads in bf16" in plan["cost"] and "recompute every layer" in plan["cost"]
