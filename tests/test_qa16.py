@@ -85,3 +85,17 @@ def test_a_recompute_plan_on_a_fully_sharded_job_names_what_it_changes():
                  "model.recompute_num_layers"})
     assert "Megatron FSDP" not in plan["cost"] and "sharding" not in plan["label"]
     assert "grads in bf16" in plan["cost"] and "recompute every layer" in plan["cost"]
+
+
+def test_the_big_log_generator_takes_a_size_as_head_and_dd_write_it(tmp_path):
+    """`python benchmarks/gen_log.py --size 500M OUT` ended in a ValueError traceback; only 500MiB/500MB worked."""
+    import subprocess
+    import sys
+
+    from tests.cli_run import ROOT
+
+    out = tmp_path / "big.log"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_log.py"), "--size", "1M", "--ranks", "16",
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert abs(out.stat().st_size - (1 << 20)) < (1 << 16)
