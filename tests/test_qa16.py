@@ -99,3 +99,30 @@ def test_the_big_log_generator_takes_a_size_as_head_and_dd_write_it(tmp_path):
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert abs(out.stat().st_size - (1 << 20)) < (1 << 16)
+
+
+def test_replay_of_the_fix_analyze_proposed_sizes_it_as_analyze_did():
+    """`analyze -v sample_logs/ddp_wrap_oom.log`: the fix (Megatron FSDP optim_grads_params, meta init,
+    ckpt_format=fsdp_dtensor) on 8 GPUs, predicted peak 93.0 GiB. `replay LOG --gpus 8 --set` of exactly that fix
+    said 84.6 GiB (the number of the bf16-grads option: the re-prediction lost the fp32 grads inferred from the
+    request, and ckpt_format kept it from matching the option), and 84.6 again without meta init."""
+    import json
+
+    from tests.cli_run import ROOT, run
+
+    log = str(ROOT / "sample_logs" / "ddp_wrap_oom.log")
+    report = json.loads(run("analyze", "-f", "json", log).stdout)
+    fit = report["replay"]["fit"]
+    keys = [o for o in report["replay"]["fix"] if not o["key"].startswith("launch.")]
+    assert fit["fits"] is True and fit["gpus"] == 8
+    def sets(overrides):
+        return [a for o in overrides for a in ("--set", f"{o['key']}={json.dumps(o['value']).strip(chr(34))}")]
+
+    again = json.loads(run("replay", log, "--gpus", "8", *sets(keys), "-f", "json").stdout)["replay"]["fit"]
+    assert again["fits"] is True and again["peak_bytes"] == fit["peak_bytes"]
+    # a re-predicted variant keeps the job's fp32 grads: above the bf16-grads option's peak
+    bf16 = next(o for o in report["memory"]["options"] if o["gpus"] == 8 and
+                any(x["key"] == "ddp.grad_reduce_in_fp32" for x in o["overrides"]))
+    no_meta = sets([o for o in keys if o["key"] != "model.init_model_with_meta_device"])
+    other = json.loads(run("replay", log, "--gpus", "8", *no_meta, "-f", "json").stdout)["replay"]["fit"]
+    assert other["peak_bytes"] > bf16["peak_bytes"]
