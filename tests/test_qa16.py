@@ -126,3 +126,21 @@ def test_replay_of_the_fix_analyze_proposed_sizes_it_as_analyze_did():
     no_meta = sets([o for o in keys if o["key"] != "model.init_model_with_meta_device"])
     other = json.loads(run("replay", log, "--gpus", "8", *no_meta, "-f", "json").stdout)["replay"]["fit"]
     assert other["peak_bytes"] > bf16["peak_bytes"]
+
+
+def test_replay_set_of_the_allocator_fix_of_a_fragmentation_oom_fits_as_analyze_said():
+    """`analyze sample_logs/oom_fragmentation.log` and `replay LOG`: "fits: reserved-but-unallocated memory would
+    have served the request"; `replay LOG --set env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, the same
+    fix typed by hand: "activations unknown ... only the model state was sized, so this is not a fit"."""
+    import json
+
+    from tests.cli_run import ROOT, run
+
+    log = str(ROOT / "sample_logs" / "oom_fragmentation.log")
+    proposed = json.loads(run("replay", log, "-f", "json").stdout)["replay"]["fit"]
+    typed = json.loads(run("replay", log, "--set", "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                           "-f", "json").stdout)["replay"]["fit"]
+    assert proposed["fits"] is True
+    assert typed["fits"] is True and typed["notes"] == proposed["notes"]
+    other = json.loads(run("replay", log, "--set", "env.NCCL_DEBUG=INFO", "-f", "json").stdout)["replay"]["fit"]
+    assert other["fits"] is not True  # another env line is not the allocator fix

@@ -208,9 +208,17 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     job_gpus = _positive(memory.current.gpus) if memory.current else None
     pinned = {o.key: o.value for o in overrides}
     sized = {k: v for k, v in pinned.items() if not k.startswith(_UNSIZED)}
+    whole = {k: v for k, v in pinned.items() if not k.startswith("checkpoint.")}
+    if memory.verdict == "fragmentation":
+        # the allocator setting analyze proves for a fragmentation OOM: `replay --set` of it said "activations
+        # unknown ... not a fit" where analyze and `replay LOG` said it fits (the same fit, one answer)
+        frag = _fragmentation_fix(root, memory)
+        if frag is not None and {o.key: o.value for o in frag.overrides} == whole:
+            return replace(frag, overrides=list(overrides))
     for option in memory.options:
-        if option.overrides and {o.key: o.value for o in option.overrides
-                                 if not o.key.startswith(_UNSIZED)} == sized:
+        listed = {o.key: o.value for o in option.overrides if not o.key.startswith("checkpoint.")}
+        # the option's config keys (the fix may add env lines), or the whole option
+        if option.overrides and listed in (sized, whole):
             return _from_prediction(root, overrides, option, capacity, job_gpus, memory.verdict)
     if any(k in pinned for k in _LAYOUT_KEYS):
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
