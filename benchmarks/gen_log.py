@@ -30,7 +30,9 @@ WARNINGS = [
 
 
 def _size(text: str) -> int:
-    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "": 1}
+    # a bare K/M/G is binary, as head -c, dd and truncate read it ("--size 500M" was a ValueError traceback)
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+             "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "": 1}
     t = text.strip().upper()
     for u in sorted(units, key=len, reverse=True):
         if u and t.endswith(u):

@@ -242,7 +242,8 @@ def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigV
 def fix_text(overrides: list[Override], mlm: bool = False) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
     With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
-    for the keys that have no flag. A field the release removed is deleted (``~key``)."""
+    for the keys that have no flag. A field the release removed is deleted (``~key``). Each flag once: the two
+    distributed-optimizer keys are one flag (``(remove --use-distributed-optimizer)`` once, as mlm_fix_line)."""
     from diagnose.explain.render import inline_fix, mlm_flag
 
     if not mlm:
@@ -251,7 +252,7 @@ def fix_text(overrides: list[Override], mlm: bool = False) -> str:
     for o in overrides:
         flag = "" if o.key.startswith(("env.", "launch.")) or o.key.startswith("~") else mlm_flag(o)
         words.append(flag or inline_fix([o]))
-    return " ".join(w for w in words if w)
+    return " ".join(dict.fromkeys(w for w in words if w))
 
 
 def _prefetch_param_count(view: Any) -> None:

@@ -115,7 +115,21 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
             return None
         root = report.root
         chosen = replay(view, [], bridge_version, finding=root, real_mcore=_wants_mcore(root))
+    _megatron_lm_words(report, chosen)
     return chosen
+
+
+def _megatron_lm_words(report: Report, result: ReplayResult) -> None:
+    """The JSON's ``replay.render.mlm`` for every job the text shows Megatron-LM flags (``fix_style``): replay
+    renders from the config's framework only, so a Megatron-LM job whose log printed no argument dump (its stack
+    read from the traceback) had the flags in the text report and none in the JSON (qa-report-16)."""
+    from diagnose.explain.render import fix_style, mlm_fix_line
+
+    if "mlm" in result.rendered or fix_style(report.framework, report.stack) != "megatron-lm":
+        return
+    config = [o for o in result.fix if not o.key.startswith(("env.", "launch."))]
+    if config:
+        result.rendered["mlm"] = mlm_fix_line(config)[0]
 
 
 # Failures whose cause is the config: worth importing megatron-core (seconds) to run its own checks too.

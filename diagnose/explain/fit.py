@@ -180,6 +180,11 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
     fit.finding.proven_fix = proven
 
 
+# what the memory model does not read: a fix's env.* lines, and the checkpoint keys Megatron FSDP adds
+# (checkpoint.ckpt_format=fsdp_dtensor); a fix with them is the memory option without them (one answer: analyze's
+# option sized ddp_wrap_oom's fix at 93.0 GiB on 8 GPUs, replay --gpus 8 of it with ckpt_format re-predicted 84.6)
+_UNSIZED = ("env.", "checkpoint.")
+
 # keys that change how the model is split: the log's per-rank parameter count no longer applies to the new layout
 _LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
                 "model.context_parallel_size", "model.expert_model_parallel_size",
@@ -202,9 +207,18 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
     capacity = _positive(memory.gpu_capacity_bytes)
     job_gpus = _positive(memory.current.gpus) if memory.current else None
     pinned = {o.key: o.value for o in overrides}
+    sized = {k: v for k, v in pinned.items() if not k.startswith(_UNSIZED)}
+    whole = {k: v for k, v in pinned.items() if not k.startswith("checkpoint.")}
+    if memory.verdict == "fragmentation":
+        # the allocator setting analyze proves for a fragmentation OOM: `replay --set` of it said "activations
+        # unknown ... not a fit" where analyze and `replay LOG` said it fits (the same fit, one answer)
+        frag = _fragmentation_fix(root, memory)
+        if frag is not None and {o.key: o.value for o in frag.overrides} == whole:
+            return replace(frag, overrides=list(overrides))
     for option in memory.options:
-        if option.overrides and {o.key: o.value for o in option.overrides} == {
-                k: v for k, v in pinned.items() if not k.startswith("env.")}:
+        listed = {o.key: o.value for o in option.overrides if not o.key.startswith("checkpoint.")}
+        # the option's config keys (the fix may add env lines), or the whole option
+        if option.overrides and listed in (sized, whole):
             return _from_prediction(root, overrides, option, capacity, job_gpus, memory.verdict)
     if any(k in pinned for k in _LAYOUT_KEYS):
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
@@ -212,10 +226,24 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
                            notes=["not sized: the fix changes the parallel layout and the memory model lists no "
                                   "option with it (see the memory options)"])
     changed = apply_overrides(view, [o for o in overrides if not o.key.startswith("env.")])
+    current = memory.current
+    if current is not None and "ddp.grad_reduce_in_fp32" not in pinned and not set_in_job(
+            view, "ddp.grad_reduce_in_fp32"):
+        # the grads' precision the memory section found (inferred from the request where the log did not say it):
+        # re-predicting from the config alone fell back to the release default (ddp_wrap_oom: fp32 grads inferred,
+        # analyze sized the fix at 93.0 GiB, replay --set of the same fix at 84.6 GiB, the bf16-grad number)
+        changed.set("ddp.grad_reduce_in_fp32", current.grad_dtype == "fp32", "inferred")
     redo = analyze_oom(report, changed, SimpleNamespace(gpu_memory_bytes=capacity), search_options=False)
     if redo is None or redo.current is None:
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity, None,
                            notes=["not sized: the memory model has no prediction for this config"])
+    if not redo.current.sized:
+        # the job trained, yet the config read predicts more than the GPU holds: the memory section says "not
+        # sized", so replay must not quote that prediction as "does not fit: N GiB" (qa-report-16)
+        return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
+                           _positive(redo.current.usable_bytes),
+                           notes=["not sized: the config read from the log predicts more memory than the GPU holds, "
+                                  "yet the job trained (part of its config is not in the log)"])
     return _from_prediction(root, overrides, redo.current, capacity, job_gpus, memory.verdict)
 
 

@@ -41,6 +41,8 @@ MLM_TO_BRIDGE: dict[str, tuple[str, ...]] = {
     "mock_data": ("dataset.mock",),
     "fp8_format": ("model.fp8",),  # --fp8-format is stored as args.fp8 (dest='fp8')
     "te_rng_tracker": ("model.use_te_rng_tracker",),  # --te-rng-tracker, dest use_te_rng_tracker
+    # the flag is --use-nccl-ub (dest nccl_ub, the name an argument dump prints, in _SAME_NAME): a fix says the flag
+    "use_nccl_ub": ("ddp.nccl_ub",),
 }
 _SAME_NAME: dict[str, tuple[str, ...]] = {
     "model": (

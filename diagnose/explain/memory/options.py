@@ -398,9 +398,17 @@ def candidates(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = F
         add(Candidate(f"full sharding + {half_grads(scn)} grads", pairs, combo, work,
                       STRATEGY_COST[strongest][1] + f"; grads in {half_grads(scn)}", 3.6))
     if work is not None and shape is not None and work.recompute != "full":
-        add(Candidate("full sharding + full recompute",
+        # the words name what the plan changes: a job already fully sharded is told of no sharding cost, and bf16
+        # grads, when the plan turns them on, are named (qa-report-16: "Megatron FSDP, everything sharded" for a
+        # plan of ddp.grad_reduce_in_fp32=false + recompute on a job already on optim_grads_params)
+        label = ["full sharding"] if lay.strategy != strongest else []
+        words = [STRATEGY_COST[strongest][1]] if lay.strategy != strongest else []
+        if combo.grad_bytes != lay.grad_bytes:
+            label.append(f"{half_grads(scn)} grads")
+            words.append(f"grads in {half_grads(scn)}")
+        add(Candidate(" + ".join(label + ["full recompute"]),
                       pairs + FULL_RECOMPUTE, combo, replace(work, recompute="full", recompute_num_layers=1),
-                      STRATEGY_COST[strongest][1] + "; recompute every layer (about 30 % slower)",
+                      "; ".join(words + ["recompute every layer (about 30 % slower)"]),
                       combined_cost([STRATEGY_COST[strongest][0], RECOMPUTE_COST["full"]])))
 
     if shape is not None:
