@@ -1,0 +1,74 @@
+"""qa-report-15's "Left" list (helper fixer46): L4, L1, L3, L5, L7. Each test failed before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import root_finding, run, write
+
+# L4: seml's `start` relays sbatch's refusal as a CalledProcessError; the user's rerun by hand shows sbatch's reason
+_SEML = """\
+$ seml mllab_gnn start
+Starting 12 experiments in 12 Slurm jobs in 1 Slurm job array.
+Traceback (most recent call last):
+  File "/home/u/env/lib/python3.8/site-packages/seml/start.py", line 216, in start_sbatch_job
+    output = subprocess.run(f'sbatch {path}', shell=True, check=True, capture_output=True).stdout
+  File "/home/u/env/lib/python3.8/subprocess.py", line 512, in run
+    raise CalledProcessError(retcode, process.args,
+subprocess.CalledProcessError: Command 'sbatch /tmp/414481.sh' returned non-zero exit status 1.
+$ sbatch /tmp/414481.sh
+sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified
+"""
+
+
+def test_sbatch_own_error_leads_the_evidence_of_its_wrappers_called_process_error(tmp_path: Path):
+    root = root_finding(tmp_path, _SEML)
+    assert root["rule"] == "SL043"
+    first = root["evidence"][0]
+    assert first["line"] == 10 and "Invalid account or account/partition combination" in first["text"]
+    # the wrapper's line is still shown, after it; one finding, not a second SL043 as context
+    assert [e["line"] for e in root["evidence"]] == [10, 8]
+    assert "Invalid account" in root["facts"]["reason"]
+    text = run("analyze", str(write(tmp_path, "seml.log", _SEML))).stdout
+    assert "line 10  sbatch: error: Batch job submission failed" in text
+    assert "CONTEXT  SL043" not in text
+
+
+def test_sbatch_error_printed_before_the_traceback_leads_too(tmp_path: Path):
+    """A job manager that prints sbatch's stderr and then raises: the error leads, the finding's place stays."""
+    log = _SEML.splitlines()
+    text = "\n".join([log[0], log[9], *log[1:8]]) + "\n"
+    root = root_finding(tmp_path, text)
+    assert root["rule"] == "SL043" and root["evidence"][0]["line"] == 2
+
+
+def test_a_called_process_error_alone_is_still_sl043(tmp_path: Path):
+    root = root_finding(tmp_path, "\n".join(_SEML.splitlines()[:8]) + "\n")
+    assert root["rule"] == "SL043" and root["confidence"] == pytest.approx(0.85)
+    assert root["evidence"][0]["text"].startswith("subprocess.CalledProcessError: Command 'sbatch")
+
+
+def test_a_rule_whose_every_pattern_relays_is_refused(tmp_path: Path):
+    rules = write(tmp_path, "mine.toml", """\
+[[rule]]
+code = "USR001"
+slug = "only-relay"
+title = "only a relay"
+category = "slurm"
+phase = "init"
+severity = "error"
+role = "root"
+confidence = 0.5
+patterns = [{ anchor = "CalledProcessError", regex = 'CalledProcessError: Command .sbatch', relays = true }]
+explanation = "x"
+[rule.fix]
+summary = "x"
+[rule.examples]
+match = ["subprocess.CalledProcessError: Command 'sbatch a.sh' returned non-zero exit status 1."]
+no_match = ["x"]
+""")
+    proc = run("rules", "lint", "--rules", str(rules), code=(0, 1, 2))
+    assert "every pattern relays" in proc.stdout + proc.stderr
+
