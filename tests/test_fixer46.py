@@ -72,3 +72,36 @@ no_match = ["x"]
     proc = run("rules", "lint", "--rules", str(rules), code=(0, 1, 2))
     assert "every pattern relays" in proc.stdout + proc.stderr
 
+
+# L1: accelerate + DeepSpeed on two nodes, each node running the same launch with no hostfile
+_NO_HOSTFILE = """\
+[worker-0] + accelerate launch --config_file ds.yaml --num_processes 16 --num_machines 2 --machine_rank 0 --main_process_ip 10.0.0.1 --main_process_port 29500 train.py
+[worker-0] [2023-07-17 21:06:13,552] [WARNING] [runner.py:196:fetch_hostfile] Unable to find hostfile, will proceed with training with local resources only.
+[worker-0] [2023-07-17 21:06:15,870] [INFO] [launch.py:151:main] nnodes=1, num_local_procs=8, node_rank=0
+[worker-1] + accelerate launch --config_file ds.yaml --num_processes 16 --num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.1 --main_process_port 29500 train.py
+[worker-1] [2023-07-17 21:06:13,552] [WARNING] [runner.py:196:fetch_hostfile] Unable to find hostfile, will proceed with training with local resources only.
+[worker-1] [2023-07-17 21:06:15,870] [INFO] [launch.py:151:main] nnodes=1, num_local_procs=8, node_rank=0
+[worker-1] RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).
+"""
+
+
+def test_a_multinode_deepspeed_launch_without_hostfile_leads_with_the_launcher_not_the_port(tmp_path: Path):
+    root = root_finding(tmp_path, _NO_HOSTFILE)
+    assert root["rule"] == "LA298" and root["category"] == "launcher" and root["phase"] == "init"
+    assert "--deepspeed_multinode_launcher standard" in root["fix"]["summary"]
+    assert "MASTER_PORT" not in root["fix"]["summary"]
+    # the runner's warning is in the evidence, above the bind error
+    texts = [e["text"] for e in root["evidence"]]
+    assert "Unable to find hostfile" in texts[0] and "Address already in use" in texts[-1]
+    out = run("analyze", str(write(tmp_path, "two.log", _NO_HOSTFILE))).stdout
+    assert "ROOT CAUSE  LA298" in out
+
+
+def test_a_plain_port_clash_stays_la010(tmp_path: Path):
+    lines = _NO_HOSTFILE.splitlines()
+    # no hostfile warning: a port another process holds
+    assert root_finding(tmp_path, "\n".join(lines[:1] + lines[2:4] + lines[5:]) + "\n")["rule"] == "LA010"
+    # the warning on a one-node launch (DeepSpeed's normal start): still the port
+    one = "\n".join(line for line in lines if "accelerate launch" not in line) + "\n"
+    assert root_finding(tmp_path, one)["rule"] == "LA010"
+
