@@ -105,3 +105,42 @@ def test_a_plain_port_clash_stays_la010(tmp_path: Path):
     one = "\n".join(line for line in lines if "accelerate launch" not in line) + "\n"
     assert root_finding(tmp_path, one)["rule"] == "LA010"
 
+
+# L3: a verl worker's OOM in the actor's old log-prob pass, entropy over the full vocabulary
+_VERL = """\
+(TaskRunner pid=20117) step:1 - timing_s/gen:412.381 - timing_s/old_log_prob:148.204 - actor/entropy:0.412
+(WorkerDict pid=21003) Traceback (most recent call last):
+(WorkerDict pid=21003)   File "/verl/verl/single_controller/base/decorator.py", line 540, in inner
+(WorkerDict pid=21003)     return func(*args, **kwargs)
+(WorkerDict pid=21003)   File "/verl/verl/workers/fsdp_workers.py", line 782, in compute_log_prob
+(WorkerDict pid=21003)     output, entropys = self.actor.compute_log_prob(data=data, calculate_entropy=True)
+(WorkerDict pid=21003)   File "/verl/verl/workers/actor/dp_actor.py", line 266, in _forward_micro_batch
+(WorkerDict pid=21003)     entropy = verl_F.entropy_from_logits(logits)  # (bsz, response_length)
+(WorkerDict pid=21003)   File "/verl/verl/utils/torch_functional.py", line 148, in entropy_from_logits
+(WorkerDict pid=21003)     entropy = torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)
+(WorkerDict pid=21003) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 13.91 GiB. GPU 0 has a total capacity of 79.11 GiB of which 8.85 GiB is free. Process 23444 has 70.25 GiB memory in use. Of the allocated memory 60.49 GiB is allocated by PyTorch, and 6.77 GiB is reserved by PyTorch but unallocated.
+"""
+
+_BRIDGE_WORDS = ("train.micro_batch_size", "ddp.", "model.recompute_granularity", "Megatron")
+
+
+def test_a_verl_oom_names_verls_own_knobs_not_bridge_keys(tmp_path: Path):
+    root = root_finding(tmp_path, _VERL)
+    assert root["rule"] == "OOM112" and root["category"] == "cuda_oom" and root["phase"] == "training"
+    steps = " ".join(root["fix"]["steps"])
+    for key in ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "use_dynamic_bsz",
+                "ppo_max_token_len_per_gpu", "entropy_from_logits_with_chunking",
+                "actor_rollout_ref.model.enable_gradient_checkpointing"):
+        assert key in steps, key
+    assert not [w for w in _BRIDGE_WORDS if w in steps + root["fix"]["summary"]]
+    assert not root["fix"].get("overrides")
+    out = run("analyze", str(write(tmp_path, "verl.log", _VERL))).stdout
+    fix = out[out.index("  Fix"):out.index("  Why")]
+    assert "log_prob_micro_batch_size_per_gpu" in fix
+    assert not [w for w in _BRIDGE_WORDS if w in fix]
+
+
+def test_an_oom_without_verl_frames_keeps_oom001(tmp_path: Path):
+    plain = _VERL.replace("/verl/verl/workers/", "/home/u/mytrainer/")
+    assert root_finding(tmp_path, plain)["rule"] == "OOM001"
