@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,49 @@ def test_a_verl_oom_names_verls_own_knobs_not_bridge_keys(tmp_path: Path):
 def test_an_oom_without_verl_frames_keeps_oom001(tmp_path: Path):
     plain = _VERL.replace("/verl/verl/workers/", "/home/u/mytrainer/")
     assert root_finding(tmp_path, plain)["rule"] == "OOM001"
+
+
+# L5 and L7: `slurm --failed` and the fleet against a fake sacct/scontrol on PATH (rows as sacct --parsable2 prints)
+def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, str]]) -> None:
+    import json
+    import sys
+
+    from test_issue19_slurm_fields import FAKE_SACCT, FAKE_SCONTROL
+
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(FAKE_SACCT.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    for tool in ("sacct", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def _job(tmp_path: Path, job_id: str, name: str, **extra: str) -> dict[str, str]:
+    import pwd
+
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / f"slurm-{job_id}.out").write_text("step 10 loss 2.1\nRuntimeError: boom\n")
+    return {"JobID": job_id, "JobIDRaw": job_id, "JobName": name, "User": pwd.getpwuid(os.geteuid()).pw_name,
+            "WorkDir": str(work), "State": "FAILED", "ExitCode": "1:0", "DerivedExitCode": "1:0",
+            "Start": "2026-12-01T07:30:00", "End": "2026-12-01T09:00:00", "Elapsed": "01:30:00",
+            "Timelimit": "04:00:00", "NodeList": "gpu-node-01", "NNodes": "1", "AllocCPUS": "8", **extra}
+
+
+def test_failed_text_caps_a_long_job_name_and_keeps_it_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    long_name = "\x1b]8;;https://evil.example/\x07click-here\x1b]8;;\x07" + "x" * 60
+    _fake_slurm(tmp_path, monkeypatch, [_job(tmp_path, "601", long_name), _job(tmp_path, "602", "short")])
+    out = run("slurm", "--failed").stdout
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("JOBID"))
+    row = next(line for line in lines if line.startswith("601"))
+    assert "\x1b" not in out and "\x07" not in out
+    name = row[header.index("NAME"):header.index("STATE")].rstrip()
+    assert len(name) == 32 and name.endswith("…") and name.startswith("\\x1b]8;;")
+    assert header.index("STATE") - header.index("NAME") == 34  # 32 and the two spaces between columns
+    # the whole (escaped) name stays where a program reads it
+    parsable = run("slurm", "--failed", "--fields", "JobID,JobName", "--parsable").stdout
+    assert "x" * 60 in parsable and "\x1b" not in parsable
