@@ -191,3 +191,47 @@ def test_failed_text_caps_a_long_job_name_and_keeps_it_inert(tmp_path: Path, mon
     # the whole (escaped) name stays where a program reads it
     parsable = run("slurm", "--failed", "--fields", "JobID,JobName", "--parsable").stdout
     assert "x" * 60 in parsable and "\x1b" not in parsable
+
+
+def test_fleet_and_failed_count_a_jobs_gpus_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A job whose TRES name no GPU was NNodes x 8 GPUs in the fleet and 0 in `--failed` (qa-report-15 L7): both read
+    AllocTRES, else ReqTRES; NNodes x --gpus-per-node only where sacct gave no TRES list at all."""
+    import json
+    import sqlite3
+
+    rows = [
+        _job(tmp_path, "701", "cpu-prep", NNodes="2", ElapsedRaw="82", AllocTRES="billing=8,cpu=8,mem=64G,node=2",
+             ReqTRES="billing=8,cpu=8,mem=64G,node=2"),
+        _job(tmp_path, "702", "train", ElapsedRaw="3600", AllocTRES="billing=8,cpu=8,gres/gpu=4,node=1",
+             ReqTRES="billing=8,cpu=8,gres/gpu=4,node=1"),
+        # never allocated: AllocTRES empty, the request names its GPUs
+        _job(tmp_path, "703", "queued", ElapsedRaw="0", AllocTRES="", ReqTRES="cpu=16,gres/gpu=8,node=1"),
+        # no TRES list from sacct at all: the --gpus-per-node fallback
+        _job(tmp_path, "704", "old", NNodes="2", ElapsedRaw="60"),
+    ]
+    _fake_slurm(tmp_path, monkeypatch, rows)
+    failed = json.loads(run("slurm", "--failed", "--format", "json").stdout)
+    listed = {j["job_id"]: j["gpus"] for j in failed["jobs"]}
+    store = tmp_path / "fleet.db"
+    run("fleet", "scan", "--sacct", "--since", "30d", "--store", str(store), "--jobs", "1", "--no-progress",
+        code=(0, 1))
+    with sqlite3.connect(store) as db:
+        fleet = {key.rsplit(":", 1)[1]: gpus for key, gpus in db.execute("SELECT job_key, gpus FROM jobs")}
+    assert listed["701"] == 0 and fleet["701"] == 0  # was 2 x 8 = 16 in the fleet
+    assert listed["702"] == fleet["702"] == 4
+    assert listed["703"] == fleet["703"] == 8
+    assert listed["704"] is None and fleet["704"] == 16  # no TRES: the fleet's documented fallback
+
+
+def test_the_epilog_counts_gpus_from_sacct_as_the_others_do():
+    from diagnose.fleet.epilog import _gpus
+    from diagnose.ingest.slurm.job import SlurmJob
+    from diagnose.ingest.slurm.jobid import parse_job_id
+    from diagnose.ingest.slurm.usage import Usage
+
+    job = SlurmJob(ref=parse_job_id("7"), job_id="7", state="FAILED")
+    assert _gpus(job, ["n1", "n2"], 8) == 16  # no sacct: node count x --gpus-per-node
+    job.usage = Usage(nnodes=2, gpus=0)
+    assert _gpus(job, ["n1", "n2"], 8) == 0  # sacct's TRES named no GPU
+    job.usage = Usage(nnodes=2, gpus=None)
+    assert _gpus(job, ["n1", "n2"], 8) == 16
