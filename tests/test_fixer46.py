@@ -142,6 +142,16 @@ def test_a_verl_oom_names_verls_own_knobs_not_bridge_keys(tmp_path: Path):
     assert not [w for w in _BRIDGE_WORDS if w in fix]
 
 
+def test_a_verl_rollout_oom_names_the_rollout_engines_share(tmp_path: Path):
+    rollout = _VERL.replace("/verl/verl/workers/actor/dp_actor.py\", line 266, in _forward_micro_batch",
+                            "/verl/verl/workers/rollout/vllm_rollout/vllm_rollout.py\", line 288, in generate_sequences")
+    assert "generate_sequences" in rollout
+    root = root_finding(tmp_path, rollout)
+    assert root["rule"] == "OOM112"
+    steps = " ".join(root["fix"]["steps"])
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in steps and "max_num_seqs" in steps
+
+
 def test_an_oom_without_verl_frames_keeps_oom001(tmp_path: Path):
     plain = _VERL.replace("/verl/verl/workers/", "/home/u/mytrainer/")
     assert root_finding(tmp_path, plain)["rule"] == "OOM001"
