@@ -432,10 +432,11 @@ def test_bulk_sacct_rows_place_outputs_and_count_gpus(tmp_path):
     lines = [
         header,
         f"41_3|44|prod|train-7b|alice|FAILED|1:0|0:0|2026-12-01T10:00:00|2026-12-01T12:00:00|7200|2|gpu[01-02]|"
-        f"billing=16,cpu=16,gres/gpu=16,node=2|{tmp_path}|sbatch -o %x-%A_%a.out --array=0-9 train.sh --lr 1",
+        f"billing=16,cpu=16,gres/gpu=16,node=2|billing=16,cpu=16,gres/gpu=16,node=2|{tmp_path}|"
+        "sbatch -o %x-%A_%a.out --array=0-9 train.sh --lr 1",
         f"45|45|prod|eval|bob|CANCELLED by 0|0:15|0:0|2026-12-01T10:00:00|2026-12-01T10:05:00|300|1|gpu03|"
-        f"billing=8,cpu=8,node=1|{tmp_path}|sbatch eval.sh",
-        f"46_[5-9]|46|prod|train|alice|CANCELLED by 0|0:0|0:0|None|2026-12-01T10:00:00|0|0|None assigned||{tmp_path}|",
+        f"billing=8,cpu=8,node=1|billing=8,cpu=8,node=1|{tmp_path}|sbatch eval.sh",
+        f"46_[5-9]|46|prod|train|alice|CANCELLED by 0|0:0|0:0|None|2026-12-01T10:00:00|0|0|None assigned|||{tmp_path}|",
     ]
     seen: list[list[str]] = []
 
@@ -450,7 +451,8 @@ def test_bulk_sacct_rows_place_outputs_and_count_gpus(tmp_path):
     job = job_from_row(rows[0])
     assert (job.state, job.exit.code, job.elapsed_s, job.array_task_id) == ("FAILED", 1, 7200, 3)
     assert job.outputs[0].path == str(tmp_path / "train-7b-41_3.out") and placed(job)
-    assert gpus_of(rows[0], 8) == 16 and gpus_of(rows[1], 8) == 8  # AllocTRES, else NNodes x gpus-per-node
+    # AllocTRES's GPUs; a TRES list naming no GPU is a CPU job, 0 as in `slurm --failed` (qa-report-15 L7)
+    assert gpus_of(rows[0], 8) == 16 and gpus_of(rows[1], 8) == 0
     other = job_from_row(rows[1])  # no -o: the default name, not there, so the worker would ask Slurm
     assert other.state == "CANCELLED" and other.outputs[0].path == str(tmp_path / "slurm-45.out")
     assert not placed(other)

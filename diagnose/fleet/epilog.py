@@ -61,6 +61,14 @@ def safe_comment(text: str) -> str:
     return _UNSAFE.sub("?", " ".join(text.split()))[:COMMENT_LIMIT]
 
 
+def _gpus(job: SlurmJob, nodes: list[str], gpus_per_node: int) -> int | None:
+    """The job's GPUs as sacct's TRES tell them (``slurm --failed`` and the fleet's sacct source read the same:
+    0 for a job whose TRES name no GPU), else its node count x ``gpus_per_node``."""
+    if job.usage is not None and job.usage.gpus is not None:
+        return job.usage.gpus
+    return len(nodes) * gpus_per_node if nodes else None
+
+
 def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, gpus_per_node: int = 8,
                runner: Runner = run_slurm) -> EpilogResult:
     from diagnose.ingest.slurm import lookup_job
@@ -76,7 +84,7 @@ def run_epilog(store_path: str, env: Mapping[str, str], comment: bool = False, g
         job_key=f"slurm:{env.get('SLURM_CLUSTER_NAME') or 'cluster'}:{job.job_id}", via="epilog",
         cluster=env.get("SLURM_CLUSTER_NAME", ""), job_id=job.job_id, name=job.name, user=job.user, state=job.state,
         exit_code=job.exit.code, derived_exit_code=job.derived_exit.code, nodes=nodes,
-        gpus=len(nodes) * gpus_per_node if nodes else None, elapsed_s=job.elapsed_s, start_ts=epoch(job.start),
+        gpus=_gpus(job, nodes, gpus_per_node), elapsed_s=job.elapsed_s, start_ts=epoch(job.start),
         end_ts=epoch(job.end) or time.time(), source="\n".join(p for p, _ in job.analysis_inputs),
     )
     inputs = job.analysis_inputs

@@ -23,14 +23,14 @@ from diagnose.ingest.slurm.listing import sacct_since
 from diagnose.ingest.slurm.output_path import default_output, expand_pattern, parse_sbatch_options, resolve
 from diagnose.ingest.slurm.owner import owner_from_name
 from diagnose.ingest.slurm.parse import not_ended, parse_sacct, split_state
-from diagnose.ingest.slurm.usage import gpus_from_tres
+from diagnose.ingest.slurm.usage import gpus_from_fields
 from diagnose.model import DiagnoseError
 
 ENDED = "CD,CA,F,TO,OOM,NF,PR,BF,DL"  # every state a job can end in: successes are the rates' denominator
 # SubmitLine last: it may contain '|' (parse_sacct joins the surplus back into it)
 FIELDS = (
     "JobID,JobIDRaw,Cluster,JobName,User,State,ExitCode,DerivedExitCode,Start,End,ElapsedRaw,NNodes,NodeList,"
-    "AllocTRES,WorkDir,SubmitLine"
+    "AllocTRES,ReqTRES,WorkDir,SubmitLine"
 )
 
 
@@ -102,7 +102,10 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def gpus_of(row: SlurmRow, gpus_per_node: int) -> int | None:
-    if gpus := gpus_from_tres(row.get("AllocTRES")):
+    """The job's GPUs as ``slurm --failed`` counts them (AllocTRES, else ReqTRES; 0 when they name no GPU); NNodes x
+    ``gpus_per_node`` only when sacct gave no TRES list at all."""
+    gpus = gpus_from_fields(row.get)
+    if gpus is not None:
         return gpus
     nodes = as_int(row.get("NNodes"))
     return nodes * gpus_per_node if nodes else None

@@ -28,6 +28,7 @@ MERGED_KEPT = 2
 EVIDENCE_CHARS = 500
 MAX_GROUPS = 500  # distinct findings; beyond it, hits join their rule's first finding
 MAX_TASK_NODES = 1_000_000  # srun task ids remembered per finding (expand_task_list's own bound)
+RELAY_WINDOW = 200  # merge_relays: how many lines from a wrapper's report of a command's failure its own error may be
 
 
 @dataclass
@@ -72,7 +73,7 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
             if g.collective is None:
                 g.collective = collective_skew.CollectiveSummary()
             collective_skew.note_hit(g.collective, hit.facts, hit.line.text, hit.rank)
-    out = merge_adjacent(list(groups.values()))
+    out = merge_relays(merge_adjacent(list(groups.values())))
     for g in out:
         g.finding.ranks = sorted(g.ranks)
         g.finding.hosts = sorted(g.hosts)
@@ -197,6 +198,54 @@ def merge_adjacent(groups: list[Group]) -> list[Group]:
             line = nxt.first_hit.line
             nxt = by_start.get((line.path, line.lineno + 1))
     return [g for g in groups if id(g) not in absorbed]
+
+
+def by_position(g: Group) -> tuple[int, int]:
+    return g.first_hit.source_index, g.first_hit.line.lineno
+
+
+def _relays(g: Group) -> bool:
+    patterns = g.first_hit.rule.rule.patterns
+    n = g.first_hit.pattern
+    return 0 < n <= len(patterns) and patterns[n - 1].relays
+
+
+def merge_relays(groups: list[Group]) -> list[Group]:
+    """One finding for a command's failure told twice: a wrapper's report that the command failed, without its reason
+    (a pattern with ``relays = true``: ``CalledProcessError: Command 'sbatch ...' returned non-zero exit status 1``),
+    and the command's own error that another pattern of the same rule reads in the same input within RELAY_WINDOW
+    lines, before it (the stderr a job manager printed) or after it (the user's rerun by hand): ``sbatch: error:
+    ... Invalid account or account/partition combination specified``. The nearest such line's finding absorbs the
+    wrapper's: its line leads the evidence (the headline's line) and its facts (the reason) are the finding's; the
+    merged finding keeps the earlier line's place in time, so its ranking against other findings does not move."""
+    relayed = [g for g in groups if _relays(g)]
+    if not relayed:
+        return groups
+    own = [g for g in groups if not _relays(g)]
+    gone: set[int] = set()
+    for w in relayed:
+        wl = w.first_hit.line
+        near = [g for g in own
+                if g.finding.rule == w.finding.rule and g.first_hit.source_index == w.first_hit.source_index
+                and abs(g.first_hit.line.lineno - wl.lineno) <= RELAY_WINDOW]
+        if not near:
+            continue
+        r = min(near, key=lambda g: (abs(g.first_hit.line.lineno - wl.lineno), g.first_hit.line.lineno))
+        f, o = r.finding, w.finding
+        seen = {(e.path, e.line) for e in f.evidence}
+        f.evidence.extend(e for e in o.evidence if (e.path, e.line) not in seen)
+        f.count += o.count
+        for k, v in o.facts.items():
+            if f.facts.get(k) is None:
+                f.facts[k] = v
+        for t, node in o.task_nodes.items():
+            f.task_nodes.setdefault(t, node)
+        if by_position(w) < by_position(r):
+            r.first_hit = w.first_hit  # the wrapper's line came first: the failure's place in time is its line's
+        r.ranks |= w.ranks
+        r.hosts |= w.hosts
+        gone.add(id(w))
+    return [g for g in groups if id(g) not in gone]
 
 
 def _same_meaning(a: Group, b: Group) -> bool:

@@ -71,6 +71,10 @@ class Pattern:
     # where the fault this wording reports is, when it differs from the rule's ``fault_on`` (one of FAULT_ON, or ""):
     # a rule that quotes any NCCL error string (nccl-tests' ``Test NCCL failure``) reads some as its node's own
     fault_on: str = ""
+    # the wording is a wrapper's report that a command failed, without the command's own reason (Python's
+    # ``CalledProcessError: Command 'sbatch ...' returned non-zero exit status 1``): when a line of another of the
+    # rule's patterns (the command's own error) is in the same input, that line leads the finding (findings.py)
+    relays: bool = False
 
 
 @dataclass(slots=True)
@@ -620,9 +624,14 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
             raise ValueError(f"pattern {len(patterns) + 1}: levels_any must be a list of level names")
         where = _fault_on(p, f"pattern {len(patterns) + 1}: fault_on")
-        patterns.append(Pattern(p["anchor"], p["regex"], tuple(v.upper() for v in levels), where))
+        relays = p.get("relays", False)
+        if not isinstance(relays, bool):
+            raise ValueError(f"pattern {len(patterns) + 1}: relays must be true or false")
+        patterns.append(Pattern(p["anchor"], p["regex"], tuple(v.upper() for v in levels), where, relays))
     if not patterns and kind == "log":
         raise ValueError("no patterns")
+    if patterns and all(p.relays for p in patterns):
+        raise ValueError("every pattern relays: a relaying pattern needs another pattern for the command's own error")
 
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):

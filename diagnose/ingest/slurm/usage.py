@@ -3,18 +3,21 @@ GPU-hours a failed job spent (GPUs x elapsed: what the failure cost).
 
 sacct gives MaxRSS per step (the job line is empty; jobacct_gather samples it every JobAcctGatherFrequency, so a
 step shorter than that has none), TotalCPU on the job line (the sum of its steps), the GPUs in AllocTRES
-(``gres/gpu=8``, sometimes also typed ``gres/gpu:h100=8``). Anything missing stays None: never a made-up zero.
+(``gres/gpu=8``, sometimes also typed ``gres/gpu:h100=8``), else in ReqTRES (a job that was never allocated). Anything
+missing stays None: never a made-up zero. A TRES list that names no GPU is a job without GPUs: 0, not missing.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.coerce import as_int
 from diagnose.ingest.slurm.parse import parse_seconds
 
-USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "TotalCPU", "MaxRSS"]
+USAGE_FIELDS = ["NNodes", "AllocCPUS", "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS"]
+TRES_FIELDS = ("AllocTRES", "ReqTRES")  # where a job's GPUs are read, in this order (gpus_from_fields)
 
 _RSS = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.IGNORECASE)
 _RSS_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -66,12 +69,23 @@ def gpus_from_tres(text: str | None) -> int | None:
     return plain if plain is not None else typed
 
 
+def gpus_from_fields(get: Callable[[str], str | None]) -> int | None:
+    """A job's GPUs from its sacct fields (``get``: a field's value by name): AllocTRES's, else ReqTRES's; 0 when the
+    list names no GPU (a CPU job); None when sacct gave neither list. The one reading for the job view, ``slurm
+    --failed`` and the fleet, so that they count a job's GPUs alike (qa-report-15 L7)."""
+    for name in TRES_FIELDS:
+        gpus = gpus_from_tres(get(name))
+        if gpus is not None:
+            return gpus
+    return None
+
+
 def usage_from_rows(job_fields: dict[str, str], step_fields: list[dict[str, str]]) -> Usage:
     """The job's usage from its sacct line and its steps' lines (MaxRSS: the largest step's)."""
     rss = [r for r in (parse_rss(f.get("MaxRSS")) for f in [job_fields, *step_fields]) if r is not None]
     return Usage(
         nnodes=as_int(job_fields.get("NNodes"), negative=False),
-        gpus=gpus_from_tres(job_fields.get("AllocTRES")),
+        gpus=gpus_from_fields(job_fields.get),
         cpus=as_int(job_fields.get("AllocCPUS"), negative=False),
         total_cpu_s=parse_seconds(job_fields.get("TotalCPU")),
         max_rss_bytes=max(rss) if rss else None,

@@ -50,6 +50,7 @@ CONTEXT_MEANING = {
 PATTERN_MEANING = {
     "levels_any": CONTEXT_MEANING["levels_any"],
     "fault_on": "where the failure this wording reports is, over the rule's fault_on",
+    "relays": "a wrapper's report of the command's failure: the command's own error (another pattern) leads it",
 }
 REPORTS_MEANING = {
     "own_death": "the line is the process's own fatal signal, caught by a library: the launcher's report of it is "

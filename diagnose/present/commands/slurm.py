@@ -16,6 +16,9 @@ from diagnose.present.text import make_console
 from diagnose.units import format_bytes
 
 MAX_LISTED = 50  # --failed diagnoses at most this many jobs (newest first)
+# --failed's text table: a job name is cut to this many characters (its escaped form, ending in "…") so that a long
+# name does not push the other columns right; --parsable, --fields, JSON and markdown keep the whole name
+NAME_WIDTH = 32
 
 
 def run(args: Any) -> int:
@@ -335,7 +338,7 @@ def _list_failed(args: Any, options: Any) -> int:
 
     from diagnose.ingest.slurm import list_failed_jobs
     from diagnose.pipeline import AnalyzeOptions
-    from diagnose.present.safe import inert, log_text
+    from diagnose.present.safe import inert, log_text, shorten
 
     fields = parse_fields(args.fields) if getattr(args, "fields", None) else None  # before asking sacct
     _refuse_fields_as_output(getattr(args, "output", None))
@@ -363,6 +366,8 @@ def _list_failed(args: Any, options: Any) -> int:
             else:  # one line per job, never wrapped: columns padded to the widest value
                 cols = ("job_id", "name", "state", "end", "diagnosis")
                 table = [[inert(str(r[k])) for k in cols] for r in rows]
+                for c in table:
+                    c[1] = shorten(c[1], NAME_WIDTH)  # cut after escaping: the cut never makes a control byte
                 widths = [max(len(c[i]) for c in table + [["JOBID", "NAME", "STATE", "END", ""]]) for i in range(4)]
                 header = "  ".join(h.ljust(w) for h, w in zip(("JOBID", "NAME", "STATE", "END"), widths))
                 console.print(Text(header + "  DIAGNOSIS", style="bold"), soft_wrap=True)
