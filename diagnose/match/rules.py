@@ -454,10 +454,11 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
-def _regex_or_empty(raw: dict, key: str, table: str = "context") -> str:
-    """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here."""
+def _regex_or_empty(raw: dict, key: str, table: str = "context", check_regex: bool = True) -> str:
+    """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here
+    (unless ``check_regex`` is off: a file cached after this very check, rule_cache)."""
     value = optional(raw, key, str, "")
-    if value:
+    if value and check_regex:
         try:
             regex.compile(value)
         except regex.error as e:
@@ -674,12 +675,12 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_none=str_list(ctx_raw, "after_none"),
         after_any=str_list(ctx_raw, "after_any"),
         none_anywhere=str_list(ctx_raw, "none_anywhere"),
-        traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with"),
+        traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with", check_regex=check_regex),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
     numbers_say_demand = _reworded(raw.get("numbers_say_demand"))
-    evidence = _evidence_spec(raw.get("evidence"))
+    evidence = _evidence_spec(raw.get("evidence"), check_regex)
 
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
@@ -729,7 +730,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     )
 
 
-def _evidence_spec(raw: Any) -> EvidenceSpec:
+def _evidence_spec(raw: Any, check_regex: bool = True) -> EvidenceSpec:
     """``[rule.evidence]``: ``following`` and ``preceding`` (regexes), their windows (1..EVIDENCE_WINDOW_MAX lines)
     and ``raising_code`` (true/false)."""
     if raw is None:
@@ -740,7 +741,7 @@ def _evidence_spec(raw: Any) -> EvidenceSpec:
     unknown = sorted(set(raw) - keys)
     if unknown:
         raise ValueError(f"evidence: unknown key(s): {', '.join(unknown)}")
-    regexes = {name: _regex_or_empty(raw, name, "evidence") for name in ("following", "preceding")}
+    regexes = {name: _regex_or_empty(raw, name, "evidence", check_regex) for name in ("following", "preceding")}
     windows = {}
     for name, default in (("following_window", NO_EVIDENCE_SPEC.following_window),
                           ("preceding_window", NO_EVIDENCE_SPEC.preceding_window)):
