@@ -545,6 +545,8 @@ RULE_KEYS = frozenset({
     "numbers_say_demand", "evidence", "explanation", "doc", "versions", "links", "fix", "examples",
 })
 EXAMPLE_KEYS = frozenset({"match", "no_match"})
+_FIX_FIELDS = frozenset(f.name for f in fields(Fix))  # the keys a [rule.fix] table may have
+_CONTEXT_FIELDS = frozenset(f.name for f in fields(Context))  # ... and a [rule.context] table
 
 
 def _unknown_keys(raw: dict, known: frozenset[str], where: str) -> None:
@@ -628,7 +630,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):
         raise ValueError("'fix' must be a table")
-    unknown = sorted(set(fix_raw) - {f.name for f in fields(Fix)})
+    unknown = sorted(set(fix_raw) - _FIX_FIELDS)
     if unknown:  # a misspelt field (other_stack) would otherwise be dropped in silence and its words never shown
         raise ValueError(f"unknown fix field(s): {', '.join(unknown)}")
     safety = one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
@@ -654,7 +656,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     ctx_raw = raw.get("context", {})
     if not isinstance(ctx_raw, dict):
         raise ValueError("'context' must be a table")
-    unknown = sorted(set(ctx_raw) - {f.name for f in fields(Context)})
+    unknown = sorted(set(ctx_raw) - _CONTEXT_FIELDS)
     if unknown:  # a misspelt condition would otherwise be dropped in silence and the rule fire without it
         raise ValueError(f"unknown context condition(s): {', '.join(unknown)}")
     window = ctx_raw.get("before_window", 200)
