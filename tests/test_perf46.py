@@ -19,7 +19,7 @@ import regex
 
 from diagnose.match import all_captures, load_catalogue
 from diagnose.match.anchors import loosen
-from diagnose.match.compiled import compile_catalogue
+from diagnose.match.compiled import FILTER_AFTER, compile_catalogue
 from diagnose.model import CaptureSpec
 from diagnose.normalize import phase_file as pf
 
@@ -103,6 +103,26 @@ def test_captures_read_the_same_lines_compiled_lazily():
         line = spec.anchor + " 12"
         want = spec.anchor in line and (not spec.regex or regex.search(spec.regex, line) is not None)
         assert cc.accepts(line) == want, spec.name
+
+
+def test_a_captures_loosened_filters_come_after_some_lines_and_change_no_answer():
+    """The loosened filters only reject early: before they are compiled every line goes on to ``accepts``, and the
+    answer for a line is the same before and after."""
+    compiled = compile_catalogue(load_catalogue(), all_captures())
+    rejected_once_built = 0
+    for cc in compiled.captures:
+        if not cc.spec.regex or loosen(cc.spec.regex) is None:
+            continue
+        line = f"{cc.spec.anchor} zz"
+        answers, early = [], []
+        for _ in range(FILTER_AFTER + 3):
+            early.append(cc.may_accept_raw(line))
+            answers.append(early[-1] and cc.accepts(line))
+        assert len(set(answers)) == 1, cc.spec.name
+        assert all(early[:FILTER_AFTER]), cc.spec.name  # no filter yet: nothing rejected early
+        assert cc.window_rx is not None or cc.loose is not None, cc.spec.name  # built by now
+        rejected_once_built += not early[-1]
+    assert rejected_once_built > 10  # the filters do reject lines once built
 
 
 def test_the_phase_file_read_from_the_cache_is_the_file_checked(tmp_path, monkeypatch):

@@ -53,15 +53,24 @@ class CompiledRule:
     preceding: CompiledPattern | None = None  # evidence.preceding: the lines before it that join its evidence
 
 
+FILTER_AFTER = 16  # lines a capture checks before its loosened filters are compiled (see CompiledCapture)
+
+
 @dataclass(slots=True)
 class CompiledCapture:
     """A capture spec and its regexes, compiled on first use: a capture's literal is searched first, and a small log
-    holds few of the 140 literals (compiling all three regexes of every capture cost ~0.1 s per start)."""
+    holds few of the 140 literals (compiling all three regexes of every capture cost ~0.1 s per start).
+
+    The two loosened forms of the regex (``loose``, ``window_rx``) only reject lines early: a line they let through is
+    still judged by ``accepts``. A capture whose literal is on a few lines checks them faster than it compiles
+    them, so they are compiled once it has checked ``FILTER_AFTER`` lines (the answers are the same either way)."""
 
     spec: CaptureSpec
     literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
     _built: bool = False
     _regex: RegexPattern | None = None
+    _checked: int = 0  # lines may_accept_raw was asked about
+    _filters_built: bool = False
     _loose: RegexPattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
     _window_rx: re.Pattern[bytes] | None = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
     broken: str = ""  # why the spec's regex does not compile (the capture then accepts no line)
@@ -75,8 +84,12 @@ class CompiledCapture:
             self._regex = regex.compile(spec.regex)
         except (regex.error, TypeError, ValueError) as e:
             self.broken = str(e) or type(e).__name__
+
+    def _build_filters(self) -> None:
+        self._filters_built = True
+        if self.regex is None:  # no regex, or one that does not compile: nothing to loosen
             return
-        loosened = loosen(spec.regex)
+        loosened = loosen(self.spec.regex or "")
         if loosened is not None:
             with contextlib.suppress(regex.error, TypeError, ValueError):
                 self._loose = regex.compile(loosened)
@@ -91,14 +104,20 @@ class CompiledCapture:
 
     @property
     def loose(self) -> RegexPattern | None:
-        if not self._built:
-            self._build()
+        """The loosened regex, once the capture has checked ``FILTER_AFTER`` lines (None before: no early reject)."""
+        if not self._filters_built:
+            if self._checked < FILTER_AFTER:
+                return None
+            self._build_filters()
         return self._loose
 
     @property
     def window_rx(self) -> re.Pattern[bytes] | None:
-        if not self._built:
-            self._build()
+        """The loosened regex on bytes, once the capture has checked ``FILTER_AFTER`` lines (None before)."""
+        if not self._filters_built:
+            if self._checked < FILTER_AFTER:
+                return None
+            self._build_filters()
         return self._window_rx
 
     def accepts(self, text: str) -> bool:
@@ -113,6 +132,7 @@ class CompiledCapture:
     def may_accept_raw(self, raw: str) -> bool:
         """False only when the line cannot qualify: the loosened regex fails on the raw line (no ANSI/CR in it)."""
         loose = self.loose
+        self._checked += 1
         if loose is None or "\x1b" in raw or "\r" in raw or "\x9b" in raw:
             return True
         return loose.search(raw) is not None
