@@ -90,11 +90,14 @@ def replay_findings(report: Report, view: ConfigView, bridge_version: str | None
     Each replayed finding gets ``replay`` (proven, reproduced, what was added). With no fix to replay but a known
     config that fails validation, the validator's own suggested fix is replayed.
     """
-    from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit_of, rule_fix_fit
     from diagnose.explain.replay import replay
 
-    rule_fit = rule_fix_fit(report, view)  # the rule's fix sized once: whether it leads, and its replay's fit
-    fit = capacity_fix(report, view, rule_fit)
+    rule_fit = fit = None
+    if report.findings:  # (without a finding there is nothing to fit: the memory model is not imported)
+        from diagnose.explain.fit import apply_fit, apply_memory_fit, capacity_fix, memory_fit_of, rule_fix_fit
+
+        rule_fit = rule_fix_fit(report, view)  # the rule's fix sized once: whether it leads, and its replay's fit
+        fit = capacity_fix(report, view, rule_fit)
     chosen = None
     for index, finding in enumerate(report.findings):
         overrides = fit.overrides if fit is not None and finding is fit.finding else fix_overrides(finding)
@@ -168,12 +171,12 @@ def _allocator_as_a_step(report: Report, catalogue: Any) -> None:
     allocator setting becomes a step (qa-report-9 L1). A rule whose fix is the allocator setting alone (its regex
     reads the message's words, not the share) takes the cuda_oom category's fix, the memory lever, instead
     (qa-report-11 L1), and its ``[rule.numbers_say_demand]`` title and Why, where it has them."""
-    from diagnose.explain.memory.analysis import allocator_step, numbers_of, step_sentence
-
     root = report.root
     if report.memory is None or report.memory.verdict == "fragmentation" or root is None \
             or root.category != "cuda_oom":
         return
+    from diagnose.explain.memory.analysis import allocator_step, numbers_of, step_sentence
+
     step = allocator_step(root)
     if step is None:
         return

@@ -36,8 +36,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from diagnose.configview import _jsonable
 from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
 from diagnose.explain.config.overrides import is_delete
@@ -185,6 +183,8 @@ def overrides_yaml(fix: list[Override]) -> str:
     # width: a long path stays on one line (a folded scalar reads back the same, but is awkward to copy).
     # allow_unicode keeps "ü" readable, but PyYAML then writes some line separators (U+0085, U+2028) raw, which a
     # reader folds; when the text does not read back, every non-ASCII character is escaped instead.
+    import yaml  # here: only a fix written as YAML needs it (start-up time)
+
     text = yaml.safe_dump(tree, default_flow_style=False, sort_keys=False, allow_unicode=True, width=1 << 30)
     if text.isascii() or yaml.safe_load(text) == tree:
         return text

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.explain.memory.from_config import set_in_job
 from diagnose.model import Fix, Override, Report
 
 KEY = "dist.distributed_timeout_minutes"
@@ -30,7 +29,11 @@ def short_timeout_first(report: Report, view: Any) -> None:
     """Make raising the job's own short collective timeout the headline of NC002's fix; the rule's advice stays as
     the next steps."""
     root = report.root
-    if root is None or root.rule not in _RULES or view is None or not set_in_job(view, KEY):
+    if root is None or root.rule not in _RULES or view is None:
+        return
+    from diagnose.explain.memory.from_config import set_in_job  # here: a log without NC002 never needs the model
+
+    if not set_in_job(view, KEY):
         return
     minutes = _minutes(view.get(KEY))
     if minutes is None or minutes >= DEFAULT_MINUTES:

@@ -75,6 +75,9 @@ def scan_and_match(
     warnings = list(compiled.warnings)
     hits, blocks, infos, deferred = scan_deferring(sources, compiled, warnings, progress=progress, backend=backend,
                                                   jobs=jobs)
+    # a capture's regex is compiled when its literal is first found: one that did not compile accepted no line
+    warnings.extend(f"capture {cc.spec.name}: regex does not compile ({cc.broken}); ignored"
+                    for cc in compiled.captures if cc.broken)
     findings, root = rank(group_hits(unwrap(hits), catalogue.inferences))
     attribute_ranks(findings, root, frozenset(r.code for r in catalogue.rules if r.launcher == "torchrun"))
     mark_silent_ranks(findings, root)  # NCCL ranks that never reported (QA #13)

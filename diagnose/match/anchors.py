@@ -67,8 +67,12 @@ def loosen(pattern: str) -> str | None:
     return _LOOSEN.sub(lambda m: "" if m.group("drop") else m.group(0), pattern)
 
 
+_HEX_ESCAPES = [b"\\x%02x" % b for b in range(256)]
+
+
 def _hs_literal(lit: bytes) -> bytes:
-    return b"".join(b"\\x%02x" % b for b in lit)
+    """``lit`` as a Hyperscan expression: every byte escaped (``\\xNN``); ~1,000 literals at each start, so a table."""
+    return b"".join(map(_HEX_ESCAPES.__getitem__, lit))
 
 
 def _near_special(lit: bytes) -> list[bytes]:

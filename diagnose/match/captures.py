@@ -136,6 +136,8 @@ class WindowView:
                 yield pos - base
             if nl == -1:
                 return
+            if rx is None and self.ascii_only:
+                rx = cc.window_rx  # compiled once the capture has checked enough lines (CompiledCapture)
             pos = buf.find(lit, nl, end)
 
     def first(self, cc: CompiledCapture, lo: int = 0, hi: int | None = None) -> tuple[int, Occurrence] | None:

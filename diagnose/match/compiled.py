@@ -53,23 +53,89 @@ class CompiledRule:
     preceding: CompiledPattern | None = None  # evidence.preceding: the lines before it that join its evidence
 
 
+FILTER_AFTER = 16  # lines a capture checks before its loosened filters are compiled (see CompiledCapture)
+
+
 @dataclass(slots=True)
 class CompiledCapture:
+    """A capture spec and its regexes, compiled on first use: a capture's literal is searched first, and a small log
+    holds few of the 140 literals (compiling all three regexes of every capture cost ~0.1 s per start).
+
+    The two loosened forms of the regex (``loose``, ``window_rx``) only reject lines early: a line they let through is
+    still judged by ``accepts``. A capture whose literal is on a few lines checks them faster than it compiles
+    them, so they are compiled once it has checked ``FILTER_AFTER`` lines (the answers are the same either way)."""
+
     spec: CaptureSpec
-    regex: RegexPattern | None
     literal: bytes  # the anchor as UTF-8: captures are found by byte search, not in phase 1
-    loose: RegexPattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
-    window_rx: re.Pattern[bytes] | None = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
+    _built: bool = False
+    _regex: RegexPattern | None = None
+    _checked: int = 0  # lines may_accept_raw was asked about
+    _filters_built: bool = False
+    _loose: RegexPattern | None = None  # the regex loosened for the raw line (a cheap necessary condition)
+    _window_rx: re.Pattern[bytes] | None = None  # loosened, on one line's bytes, in ASCII windows: a cheap reject
+    broken: str = ""  # why the spec's regex does not compile (the capture then accepts no line)
+
+    def _build(self) -> None:
+        self._built = True
+        spec = self.spec
+        if not spec.regex:
+            return
+        try:
+            self._regex = regex.compile(spec.regex)
+        except (regex.error, TypeError, ValueError) as e:
+            self.broken = str(e) or type(e).__name__
+
+    def _build_filters(self) -> None:
+        self._filters_built = True
+        if self.regex is None:  # no regex, or one that does not compile: nothing to loosen
+            return
+        loosened = loosen(self.spec.regex or "")
+        if loosened is not None:
+            with contextlib.suppress(regex.error, TypeError, ValueError):
+                self._loose = regex.compile(loosened)
+            with contextlib.suppress(re.error, ValueError):
+                self._window_rx = re.compile(loosened.encode("ascii"))
+
+    @property
+    def regex(self) -> RegexPattern | None:
+        if not self._built:
+            self._build()
+        return self._regex
+
+    @property
+    def loose(self) -> RegexPattern | None:
+        """The loosened regex, once the capture has checked ``FILTER_AFTER`` lines (None before: no early reject)."""
+        if not self._filters_built:
+            if self._checked < FILTER_AFTER:
+                return None
+            self._build_filters()
+        return self._loose
+
+    @property
+    def window_rx(self) -> re.Pattern[bytes] | None:
+        """The loosened regex on bytes, once the capture has checked ``FILTER_AFTER`` lines (None before)."""
+        if not self._filters_built:
+            if self._checked < FILTER_AFTER:
+                return None
+            self._build_filters()
+        return self._window_rx
 
     def accepts(self, text: str) -> bool:
         """Does a normalised line qualify (anchor present, regex matches if any)?"""
-        return self.spec.anchor in text and (self.regex is None or self.regex.search(text) is not None)
+        if self.spec.anchor not in text:
+            return False
+        rx = self.regex
+        if self.broken:
+            return False
+        return rx is None or rx.search(text) is not None
 
     def may_accept_raw(self, raw: str) -> bool:
         """False only when the line cannot qualify: the loosened regex fails on the raw line (no ANSI/CR in it)."""
-        if self.loose is None or "\x1b" in raw or "\r" in raw or "\x9b" in raw:
+        loose = self.loose
+        self._checked += 1
+        if loose is None or "\x1b" in raw or "\r" in raw or "\x9b" in raw:
             return True
-        return self.loose.search(raw) is not None
+        return loose.search(raw) is not None
 
 
 @dataclass
@@ -130,21 +196,9 @@ def compile_catalogue(catalogue: Catalogue, captures: list[CaptureSpec] | None =
         if not spec.anchor:
             warnings.append(f"capture {spec.name}: empty anchor; ignored")
             continue
-        rx = None
-        if spec.regex:
-            try:
-                rx = regex.compile(spec.regex)
-            except (regex.error, TypeError, ValueError) as e:
-                warnings.append(f"capture {spec.name}: regex does not compile ({e}); ignored")
-                continue
-        loose = window_rx = None
-        loosened = loosen(spec.regex) if spec.regex else None
-        if loosened is not None:
-            with contextlib.suppress(regex.error, TypeError, ValueError):
-                loose = regex.compile(loosened)
-            with contextlib.suppress(re.error, ValueError):
-                window_rx = re.compile(loosened.encode("ascii"))
-        compiled_captures.append(CompiledCapture(spec, rx, spec.anchor.encode("utf-8"), loose, window_rx))
+        # compiled on first use (CompiledCapture); the built-in captures' regexes are checked by ``rules lint``
+        # and tests/test_perf46.py
+        compiled_captures.append(CompiledCapture(spec, spec.anchor.encode("utf-8")))
 
     anchors = list(anchor_index)
     return Compiled(

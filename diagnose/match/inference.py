@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import regex
 
+from diagnose.lazy_re import LazyPattern
 from diagnose.match.frames import FRAME_FILE, LIBRARY_CHECKOUTS, console_script_package, frame_file, is_library
 from diagnose.match.rules import Inference
 
@@ -25,11 +26,11 @@ _MARGIN = r"^(?:E {2,})?"
 # At most 16 dotted segments before the class name, as in the rules that read the same name (PY001, PY010...): an
 # unbounded (?:name\.)* retried every segment of a long dotted line (2 s at the 256 KiB the engine reads); real names
 # have at most 5 or 6 (torch.distributed.elastic.multiprocessing.errors.ChildFailedError)
-_EXC_TYPE = regex.compile(
+_EXC_TYPE = LazyPattern(
     _MARGIN + r"((?:[A-Za-z_]\w*\.){0,16}[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
 )
-_AFTER_MARGIN = regex.compile(_MARGIN)
-_FRAME_HEAD = regex.compile(r'File "[^"]*", line \d+, in \S+')
+_AFTER_MARGIN = LazyPattern(_MARGIN)
+_FRAME_HEAD = LazyPattern(r'File "[^"]*", line \d+, in \S+')
 MAX_FRAMES = 32  # the innermost frames kept on a generic hit; where it was raised is at the end
 
 
@@ -63,7 +64,7 @@ def exception_type(text: str, captured: str = "") -> str:
 
 # Python's own TypeError for a call that does not fit its callee's signature ("f() missing 1 required positional
 # argument: 'x'"): the function's name, "()", then one of the interpreter's wordings
-_SIGNATURE_MISMATCH = regex.compile(
+_SIGNATURE_MISMATCH = LazyPattern(
     r"\b\w+\(\) (?:got an unexpected keyword argument '\w+'|got multiple values for argument '\w+'"
     r"|missing \d+ required (?:positional|keyword-only) arguments?: "
     r"|takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given)"
@@ -83,21 +84,21 @@ def carried_type(text: str, exc: str) -> str:
     return "TypeError" if _SIGNATURE_MISMATCH.search(text) else ""
 
 
-_LIBRARY_CALL = regex.compile(
+_LIBRARY_CALL = LazyPattern(
     r"\b(?:deepspeed|torch|transformer_engine|te|apex|megatron|nemo|transformers|accelerate|flash_attn|vllm)\.\w"
 )
 
 
-_REFUSED_LEADING = regex.compile(
+_REFUSED_LEADING = LazyPattern(
     r"""^[\w.]*(?:Error|Exception):\s*['"`]?([^\s'"`]{1,80})['"`]?\s+is not (?:a )?valid\b"""
 )
-_QUOTED = regex.compile(r"""['"`]([^'"`\n]{1,80})['"`]""")
+_QUOTED = LazyPattern(r"""['"`]([^'"`\n]{1,80})['"`]""")
 # an unquoted refused value: "got fp8 - supported types are [...]", "Unknown quantization method: fp8. Must be one of"
-_NAMED_VALUE = regex.compile(
+_NAMED_VALUE = LazyPattern(
     r"""\b(?:got|type|method|name|value|mode|choice):?\s+['"`]?([\w.\-/]{1,80}?)['"`]?(?:[\s.,;]|$)"""
 )
 # the message's last list of names: [...] (Python reprs) or argparse's "(choose from ...)"
-_LISTED = regex.compile(r"(?:\[([^\[\]]{0,4000})\]|\(choose from ([^()]{0,4000})\))[^\[\]()]*$")
+_LISTED = LazyPattern(r"(?:\[([^\[\]]{0,4000})\]|\(choose from ([^()]{0,4000})\))[^\[\]()]*$")
 TYPO_EDITS = 2  # a refused name this close to a listed one is a typo of it, not a name of another release ...
 SHORT_NAME = 4  # ... one edit only where either name is this short ("grpo" is no typo of "dpo")
 
@@ -146,7 +147,7 @@ def refused_unlike_listed(text: str) -> bool:
     return True
 
 
-_PACKAGE_DIR = regex.compile(r"(?:site|dist)-packages/([A-Za-z_]\w{1,60})/")
+_PACKAGE_DIR = LazyPattern(r"(?:site|dist)-packages/([A-Za-z_]\w{1,60})/")
 RELEASE_LOOKBACK_BYTES = 1 << 20  # how far before the error a release of the raising package is looked for
 
 
@@ -187,7 +188,7 @@ def release_named_before(buffer, start: int, package: str, cache: dict | None = 
 # the name a refusal names: a keyword, key, field, attribute or option the raising code did not accept. IF261's
 # text_any (rules/05_inference.toml) lists refusal wordings too: tests/test_refused_name_origin.py names, for every
 # wording of either, which of the two reads it, so one added to one side only is a decision, not an oversight
-_REFUSED_NAME = regex.compile(
+_REFUSED_NAME = LazyPattern(
     r"""unexpected keyword argument '(\w+)'|doesn't have an? '(\w+)' (?:key|field|attribute|argument)"""
     r"""|has no (?:key|field|argument|parameter|option) '(\w+)'|^[\w.]*KeyError: '(\w+)'$"""
     r"""|(?i:unknown|unrecogni[sz]ed|unsupported|unexpected) """
@@ -238,18 +239,18 @@ def name_written_by_other_package(text: str, frames: Sequence[str]) -> str:
 # only an option's name is; a phrase, "set the device to", is not one). A name's parts are possessive (``*+``, ``++``):
 # what follows a name ("=", a quote, " to") is none of its characters, and a backtracking name cost seconds on a
 # 100 KB message of "a_a_a_..." (every way to end it tried again at each failure)
-_SETTING_IN_MESSAGE = regex.compile(
+_SETTING_IN_MESSAGE = LazyPattern(
     r"""(?i:\benvironment variables?\b)|\b[A-Z][A-Z0-9]*+(?:_[A-Z0-9]++)++=\S"""
     r"""|['"`][a-z]\w*(?:[:=]| ?= |: )(?:True|False|true|false|\d[\w.]*)['"`]"""
     r"""|(?<![\w.])[a-z][a-z0-9]*+(?:_[a-z0-9]++)++\s?=\s?(?:True|False|true|false|None|\d|['"])"""
     r"""|(?<![\w-])--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+\b"""
     r"""|\b[Ss]et ['"`]?[a-z][a-z0-9]*+(?:_[a-z0-9]++)++['"`]? to\b"""
 )
-_SETTING_IN_CODE = regex.compile(
+_SETTING_IN_CODE = LazyPattern(
     r"""\bos\.environ\b|\bgetenv\(|\benviron\.get\("""
     r"""|['"`][a-z]\w*[:=](?:True|False|true|false|\d[\w.]*)['"`]"""
 )
-_ASSERT_STATEMENT = regex.compile(r"^\s*assert\b")
+_ASSERT_STATEMENT = LazyPattern(r"^\s*assert\b")
 
 
 def names_setting(text: str, frames: Sequence[str]) -> bool:
@@ -274,11 +275,11 @@ def names_setting(text: str, frames: Sequence[str]) -> bool:
 # assignment (`msg = f"..."`), or a literal formatted with str.format / %. Only the opening is a regex; the literal's
 # end is found with str.find, so a 100 KB source line costs one pass (one regex over the whole literal backtracked
 # once per placeholder: 200 s for a line of "{}{}{}...).
-_MESSAGE_OPENING = regex.compile(
+_MESSAGE_OPENING = LazyPattern(
     r"""\s*(?:raise\s+(?P<raised>[\w.]+)\(\s*|[\w.]+\s*\+?=\s*)?(?P<f>[rR]?[fF]|[fF][rR])?(?P<q>["'])"""
 )
-_PLACEHOLDER = regex.compile(r"\{\w*\}|%[sdr]")
-_FORMATTED = regex.compile(r"\s*(?:\.format\(|%)")
+_PLACEHOLDER = LazyPattern(r"\{\w*\}|%[sdr]")
+_FORMATTED = LazyPattern(r"\s*(?:\.format\(|%)")
 
 
 def _literal_end(code: str, start: int, quote: str) -> int:
@@ -358,7 +359,7 @@ def raised_in_library(frames: Sequence[str]) -> bool:
     return False
 
 
-_MODULE_FRAME = regex.compile(r'File "[^"]*", line \d+, in <module>')
+_MODULE_FRAME = LazyPattern(r'File "[^"]*", line \d+, in <module>')
 
 
 def imported_package(frames: Sequence[str]) -> str:

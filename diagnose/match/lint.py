@@ -197,7 +197,7 @@ def lint_phase_file(path: Path | None = None) -> list[LintProblem]:
     from diagnose.normalize.phases import phase_from_frames
 
     try:
-        phase_file = load_phase_file(path)
+        phase_file = load_phase_file(path, check=True)  # every regex compiled, cached or not
     except DiagnoseError as e:
         return [LintProblem("error", str(path or "rules/phases/phases.toml"), None, str(e))]
     out: list[LintProblem] = []

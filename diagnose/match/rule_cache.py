@@ -4,6 +4,7 @@ Reading the 13 built-in files costs ~0.45 s per run (TOML parsing, and compiling
 them), most of a small log's analysis. A file whose content hash is cached was parsed and every regex in it
 compiled when it was stored, so a hit skips both; the engine then compiles a regex only when a line needs it.
 Only files that loaded without a single error are stored. Any doubt (missing, damaged, another version) is a miss.
+The phase markers file (``normalize/phase_file``) is cached the same way.
 """
 
 from __future__ import annotations

@@ -458,10 +458,11 @@ def _code_for_error(raw: Any, index: int) -> str:
     return raw.get("code", f"#{index + 1}") if isinstance(raw, dict) else f"#{index + 1}"
 
 
-def _regex_or_empty(raw: dict, key: str, table: str = "context") -> str:
-    """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here."""
+def _regex_or_empty(raw: dict, key: str, table: str = "context", check_regex: bool = True) -> str:
+    """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here
+    (unless ``check_regex`` is off: a file cached after this very check, rule_cache)."""
     value = optional(raw, key, str, "")
-    if value:
+    if value and check_regex:
         try:
             regex.compile(value)
         except regex.error as e:
@@ -548,6 +549,8 @@ RULE_KEYS = frozenset({
     "numbers_say_demand", "evidence", "explanation", "doc", "versions", "links", "fix", "examples",
 })
 EXAMPLE_KEYS = frozenset({"match", "no_match"})
+_FIX_FIELDS = frozenset(f.name for f in fields(Fix))  # the keys a [rule.fix] table may have
+_CONTEXT_FIELDS = frozenset(f.name for f in fields(Context))  # ... and a [rule.context] table
 
 
 def _unknown_keys(raw: dict, known: frozenset[str], where: str) -> None:
@@ -636,7 +639,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     fix_raw = raw.get("fix", {})
     if not isinstance(fix_raw, dict):
         raise ValueError("'fix' must be a table")
-    unknown = sorted(set(fix_raw) - {f.name for f in fields(Fix)})
+    unknown = sorted(set(fix_raw) - _FIX_FIELDS)
     if unknown:  # a misspelt field (other_stack) would otherwise be dropped in silence and its words never shown
         raise ValueError(f"unknown fix field(s): {', '.join(unknown)}")
     safety = one_of(fix_raw, "safety", "manual", SAFETIES, "fix.safety")
@@ -662,7 +665,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     ctx_raw = raw.get("context", {})
     if not isinstance(ctx_raw, dict):
         raise ValueError("'context' must be a table")
-    unknown = sorted(set(ctx_raw) - {f.name for f in fields(Context)})
+    unknown = sorted(set(ctx_raw) - _CONTEXT_FIELDS)
     if unknown:  # a misspelt condition would otherwise be dropped in silence and the rule fire without it
         raise ValueError(f"unknown context condition(s): {', '.join(unknown)}")
     window = ctx_raw.get("before_window", 200)
@@ -683,12 +686,12 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_none=str_list(ctx_raw, "after_none"),
         after_any=str_list(ctx_raw, "after_any"),
         none_anywhere=str_list(ctx_raw, "none_anywhere"),
-        traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with"),
+        traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with", check_regex=check_regex),
     )
 
     implies = _implies(raw.get("implies"), len(patterns))
     numbers_say_demand = _reworded(raw.get("numbers_say_demand"))
-    evidence = _evidence_spec(raw.get("evidence"))
+    evidence = _evidence_spec(raw.get("evidence"), check_regex)
 
     ex = raw.get("examples", {})
     if not isinstance(ex, dict):
@@ -738,7 +741,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     )
 
 
-def _evidence_spec(raw: Any) -> EvidenceSpec:
+def _evidence_spec(raw: Any, check_regex: bool = True) -> EvidenceSpec:
     """``[rule.evidence]``: ``following`` and ``preceding`` (regexes), their windows (1..EVIDENCE_WINDOW_MAX lines)
     and ``raising_code`` (true/false)."""
     if raw is None:
@@ -749,7 +752,7 @@ def _evidence_spec(raw: Any) -> EvidenceSpec:
     unknown = sorted(set(raw) - keys)
     if unknown:
         raise ValueError(f"evidence: unknown key(s): {', '.join(unknown)}")
-    regexes = {name: _regex_or_empty(raw, name, "evidence") for name in ("following", "preceding")}
+    regexes = {name: _regex_or_empty(raw, name, "evidence", check_regex) for name in ("following", "preceding")}
     windows = {}
     for name, default in (("following_window", NO_EVIDENCE_SPEC.following_window),
                           ("preceding_window", NO_EVIDENCE_SPEC.preceding_window)):

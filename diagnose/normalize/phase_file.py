@@ -2,7 +2,9 @@
 
 The knowledge is data (a message is taught once, in rules/); this module only reads and checks it. The file is
 read once per process (the scanner's captures are built from it at import). A malformed file is one
-``DiagnoseError`` naming the file and the entry.
+``DiagnoseError`` naming the file and the entry. A file read and checked once is cached as JSON by its text
+(``match/rule_cache``, as the rules files are): a hit skips the TOML parse and compiling every regex to check it,
+and a frame pattern is compiled when a traceback is first read against it (``rules lint`` checks every one).
 """
 
 from __future__ import annotations
@@ -41,9 +43,18 @@ class Marker:
 @dataclass(frozen=True, slots=True)
 class FramePattern:
     phase: str
-    pattern: re.Pattern[str]  # searched in the frame keys, one per line
+    regex: str  # searched (re.M) in the frame keys, one per line
     note: str
     examples: Examples
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return _frame_pattern(self.regex)
+
+
+@functools.cache
+def _frame_pattern(regex: str) -> re.Pattern[str]:
+    return re.compile(regex, re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +74,28 @@ def phase_file_path() -> Path:
 
 
 @functools.cache
-def load_phase_file(path: Path | None = None) -> PhaseFile:
-    """The markers and frame patterns of ``path`` (the built-in file by default), checked."""
+def load_phase_file(path: Path | None = None, check: bool = False) -> PhaseFile:
+    """The markers and frame patterns of ``path`` (the built-in file by default), checked.
+
+    ``check``: compile every regex even when the file's text was cached after that check (``rules lint``)."""
+    from diagnose.match import rule_cache
+
     path = path or phase_file_path()
-    data = parse(read_text(path, "phase markers file"), path, "phase markers file")
+    text = read_text(path, "phase markers file")
+    cached = None if check else rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
+    data = cached if cached is not None else parse(text, path, "phase markers file")
+    compile_all = cached is None
     try:
-        markers, frames = tuple(_entries(data, "marker", _marker)), tuple(_entries(data, "frame", _frame))
+        markers = tuple(_entries(data, "marker", functools.partial(_marker, check=compile_all)))
+        frames = tuple(_entries(data, "frame", functools.partial(_frame, check=compile_all)))
     except ValueError as e:
         raise DiagnoseError(f"phase markers file {path}: {e}") from None
     names = [m.spec.name for m in markers]
     if len(set(names)) < len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise DiagnoseError(f"phase markers file {path}: marker {', '.join(twice)} is defined twice")
+    if cached is None:
+        rule_cache.put(text, data)
     return PhaseFile(path, markers, frames)
 
 
@@ -89,14 +110,14 @@ def _entries(data: dict, kind: str, parse: Callable[[dict], T]) -> Iterator[T]:
             raise ValueError(f"{kind} {i}{label}: {e}") from None
 
 
-def _marker(raw: dict) -> Marker:
+def _marker(raw: dict, check: bool = True) -> Marker:
     known_keys(raw, {"name", "anchor", "regex", "keep", "phase", "progress", "weak", "background", "note", "examples"})
     regex = _regex(raw) if "regex" in raw else None
     keep = one_of(raw, "keep", "first", KEEPS)
     spec = CaptureSpec(need(raw, "name", str), anchor=need(raw, "anchor", str), regex=regex, keep=keep)
     if not spec.name or not spec.anchor:
         raise ValueError("empty name or anchor")
-    if regex is not None:
+    if regex is not None and check:
         re.compile(regex)
     flags = optional(raw, "progress", bool, False), optional(raw, "weak", bool, False)
     background = optional(raw, "background", bool, False)
@@ -105,10 +126,12 @@ def _marker(raw: dict) -> Marker:
     return Marker(spec, _phase(raw), *flags, background, optional(raw, "note", str, "").strip(), _examples(raw))
 
 
-def _frame(raw: dict) -> FramePattern:
+def _frame(raw: dict, check: bool = True) -> FramePattern:
     known_keys(raw, {"phase", "regex", "note", "examples"})
-    pattern = re.compile(_regex(raw), re.M)
-    return FramePattern(_phase(raw), pattern, optional(raw, "note", str, "").strip(), _examples(raw))
+    regex = _regex(raw)
+    if check:
+        _frame_pattern(regex)
+    return FramePattern(_phase(raw), regex, optional(raw, "note", str, "").strip(), _examples(raw))
 
 
 def _phase(raw: dict) -> str:

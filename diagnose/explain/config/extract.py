@@ -22,7 +22,6 @@ from diagnose.explain.config.defaults import apply_defaults
 from diagnose.explain.config.loglines import parse_ddp_repr, parse_env_line, parse_num_parameters, parse_world_size
 from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
 from diagnose.explain.config.providers import apply_provider
-from diagnose.explain.config.safe_yaml import safe_load
 from diagnose.explain.config.summary import parse_summary
 from diagnose.explain.config.tokenizers import apply_tokenizer_vocab
 from diagnose.explain.config.version import infer_version
@@ -103,6 +102,8 @@ def _parse_task_yaml(block: Block, view: ConfigView) -> None:
         if line.text.strip().startswith(C.TASK_CONFIG_END):
             break
         body.append(line.text)
+    from diagnose.explain.config.safe_yaml import safe_load  # here: a log without a YAML block never imports yaml
+
     data = safe_load("\n".join(body), what="Task Configuration block")
     if looks_like_bridge(data):
         part = flatten_bridge(data, f"log:{block.start_line}")
@@ -171,6 +172,8 @@ def load_config(path: str, defaults: bool = True) -> ConfigView:
         for key, item in list(view.values.items()):
             view.set(key, item.value, f"file:{name}")
     else:
+        from diagnose.explain.config.safe_yaml import safe_load
+
         data = safe_load(text, what=name, strict_keys=True)
         if not looks_like_bridge(data):
             hint = (": it holds KEY=VALUE overrides only; pass the job's config (run_config.yaml, a recipe dump) as "
