@@ -46,3 +46,30 @@ def test_the_traceback_code_line_decides_the_fsdp_buffer_through_the_pipeline(tm
     assert abs(memory["params"] - params) / params < 0.01, memory["params"]
     assert buffer in memory["explanation"]
     assert "named by the traceback" in " ".join(memory["notes"])
+
+
+B042 = str(ROOT / "sample_logs" / "b042_first_iter_oom.log")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_analyze_and_check_say_the_same_of_a_count_that_assumed_values():
+    """qa-16 L4: `check` of b042's config called its 1.64B count "with ASSUMED values" and warned which (tied
+    embeddings, learned position embeddings); `analyze -v` of the same log said only "counted from the config's
+    shape". Both now say it with the same words and the same warning."""
+    check = _flat(run("check", B042, "--gpus", "8").stdout)
+    analyze = _flat(run("analyze", "-v", "--color", "never", "--no-progress", B042).stdout)
+    said = "with ASSUMED values: see the WARNING below"
+    assert f"1.64B parameters (built by megatron-core on the meta device from the config, {said})" in check
+    assert f"Model: 1.64B parameters per GPU (counted from the config's shape, {said})." in analyze
+    start = check.index("WARNING: the parameter count assumes")
+    warning = check[start:check.index("true count", start)]
+    assert "share_embeddings_and_output_weights" in warning and "position_embedding_type" in warning
+    assert warning in analyze
+    memory = _memory(Path(B042))
+    assert memory["params_source"] == "config"
+    assert [a.split(" ")[0] for a in memory["params_assumed"]] == ["share_embeddings_and_output_weights",
+                                                                    "position_embedding_type"]
+
