@@ -73,3 +73,18 @@ def test_analyze_and_check_say_the_same_of_a_count_that_assumed_values():
     assert [a.split(" ")[0] for a in memory["params_assumed"]] == ["share_embeddings_and_output_weights",
                                                                     "position_embedding_type"]
 
+
+def test_replay_of_megatron_lm_arguments_writes_their_flags_not_bridge_forms():
+    """qa-16 L5: `replay examples/mlm_args.txt --set ...` printed `python:` and `yaml:` (Megatron-Bridge forms)
+    before `mlm:` and a fix line of Bridge overrides, while `check` of the same list writes its flags. The same
+    decision as check's (the config is a Megatron-LM argument list) now gives the flags only."""
+    out = run("replay", str(ROOT / "examples" / "mlm_args.txt"), "--set", "ddp.use_megatron_fsdp=true").stdout
+    lines = out.splitlines()
+    assert "python:" not in lines and "yaml:" not in lines, out
+    fix = next(line for line in lines if line.startswith("fix"))
+    assert fix.startswith("fix: --use-megatron-fsdp --ckpt-format fsdp_dtensor"), fix
+    assert "ddp.use_megatron_fsdp=true" not in out and "cfg." not in out
+    assert lines[lines.index("mlm:") + 1] == "--use-megatron-fsdp --ckpt-format fsdp_dtensor"
+    # a Megatron-Bridge config keeps its forms
+    bridge = run("replay", str(ROOT / "examples" / "run_config.yaml"), "--set", "ddp.use_megatron_fsdp=true").stdout
+    assert "python:" in bridge.splitlines() and "yaml:" in bridge.splitlines(), bridge
