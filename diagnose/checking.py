@@ -154,7 +154,7 @@ def check(req: CheckRequest) -> CheckResult:
         raise DiagnoseError(f"{e}; give the model (its provider's _target_ or its shape), or validate the config "
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
-    mlm = getattr(view, "framework", None) == "megatron-lm"
+    mlm = mlm_input(view)
     if not replay.passes:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
         fix = fix_text(replay.result.fix, mlm)
@@ -237,6 +237,12 @@ def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigV
             memory.given.valid = False
         elif memory.given.valid is None:
             memory.given.valid = True
+
+
+def mlm_input(view: Any) -> bool:
+    """Was the config a Megatron-LM argument list (or dump)? Then ``check`` and ``replay`` write its fixes as
+    Megatron-LM flags (``fix_text``), not as Bridge overrides."""
+    return getattr(view, "framework", None) == "megatron-lm"
 
 
 def fix_text(overrides: list[Override], mlm: bool = False) -> str:

@@ -131,6 +131,7 @@ class MemoryAnalysis:
     notes: list[str] = field(default_factory=list)
     explanation: str = ""
     request_is: str | None = None  # the buffer the failing request is (decided only with a prediction)
+    params_assumed: list[str] = field(default_factory=list)  # values a count from the config assumed (not said)
 
     @property
     def model_built(self) -> bool:

@@ -30,7 +30,17 @@ PHASES = {"dp_wrap": "at DP wrap time", "model_build": "while building the model
           "optimizer_step": "at the first optimizer step", "first_iteration": "in the first iteration",
           "training": "during training", "eval": "during evaluation", "checkpoint_save": "while saving a checkpoint",
           "checkpoint_load": "while loading a checkpoint"}
-PARAMS_SOURCES = {"log": "as the log states", "config": "counted from the config's shape"}
+PARAMS_SOURCES = {"log": "as the log states", "config": "counted from the config's shape",
+                  "meta": "built by megatron-core on the meta device from the config"}
+
+
+def count_words(source: str | None, assumed: list[str]) -> str:
+    """How a parameter count was had, as ``analyze`` and ``check`` both say it ("" when unknown); a count that
+    assumed values the config does not give says so (the WARNING note names them)."""
+    words = PARAMS_SOURCES.get(source or "", source or "")
+    return words + (", with ASSUMED values: see the WARNING below" if words and assumed else "")
+
+
 PARTS = (("params", "weights"), ("grads", "grads"), ("main_params", "fp32 main weights"),
          ("optimizer", "optimizer state"), ("fp8", "FP8 weight copies"), ("cuda_graphs", "CUDA graph buffers"))
 
@@ -77,7 +87,7 @@ def _lines(memory: MemoryAnalysis, finding: Finding | None = None) -> list[str]:
     if gpu:
         lines.append(gpu)
     if memory.params:
-        source = PARAMS_SOURCES.get(memory.params_source or "", "")
+        source = count_words(memory.params_source, memory.params_assumed)
         lines.append(f"Model: {memory.params / 1e9:.2f}B parameters per GPU" + (f" ({source})." if source else "."))
     if not memory.model_built:
         lines.append(now_before_build(memory, finding))

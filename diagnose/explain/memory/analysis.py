@@ -488,9 +488,14 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     if (attention := fc.attention_note(view, work)) is not None:
         notes.append(attention)
     params_source = "log" if log_params else "config"
+    # a count from the shape assumes what the config does not say, as check's of the same config does
+    assumed = fc.count_assumptions(view) if shape is not None and not log_params else []
+    if assumed:
+        notes.insert(0, fc.assumption_warning(assumed, getattr(view, "model_target", None) is not None))
     scn = fc.scenario(view, shape, layout, work, capacity or 0, log_params=log_params)
     out = MemoryAnalysis(capacity, n.requested, "unknown", log_params,
-                         params_source if (log_params or shape) else None, phase, notes=notes)
+                         params_source if (log_params or shape) else None, phase, notes=notes,
+                         params_assumed=assumed)
     if shape is not None and log_params:
         from_shape = scn.count(layout)
         if from_shape is not None and abs(from_shape.total - log_params) > 0.01 * log_params:

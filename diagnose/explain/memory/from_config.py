@@ -167,6 +167,14 @@ def count_assumptions(view: View) -> list[str]:
                   for key, default, name in _COUNT_KEYS if _origin(view, key) in (None, "default")]
 
 
+def assumption_warning(assumed: list[str], provider_named: bool) -> str:
+    """The note that says what a parameter count assumed (``count_assumptions``): one wording for ``check`` and
+    ``analyze``."""
+    return ("WARNING: the parameter count assumes " + "; ".join(assumed)
+            + (": set them in the config for a true count (the provider named does not)" if provider_named
+               else ": set them (or the model's provider _target_) for a true count"))
+
+
 _HYBRID_SYMBOLS = set("M*-E")
 
 

@@ -266,8 +266,5 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
     assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
     if assumed:
         # a provider already named has given what it sets: what is left is the config's to give
-        named = getattr(view, "model_target", None) is not None
-        notes.insert(0, "WARNING: the parameter count assumes " + "; ".join(assumed)
-                     + (": set them in the config for a true count (the provider named does not)" if named
-                        else ": set them (or the model's provider _target_) for a true count"))
+        notes.insert(0, fc.assumption_warning(assumed, getattr(view, "model_target", None) is not None))
     return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed, wider)

@@ -16,7 +16,7 @@ from diagnose.checking import CheckRequest, CheckResult, check, fix_text
 from diagnose.explain.memory.gpus import gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError
 from diagnose.present import json_text
-from diagnose.present.memory_text import usable_words
+from diagnose.present.memory_text import count_words, usable_words
 from diagnose.units import fmt_gib, format_gib_short
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
     mem = result.memory
     cap = mem.capacity
     plans = mem.plans
-    source = mem.params_source + (", with ASSUMED values" if mem.assumed else "")
+    source = count_words(mem.params_source, mem.assumed)
     console.print(Text(f"\nMemory per GPU (GiB): {mem.params / 1e9:.2f}B parameters ({source}), "
                        f"GPU {fmt_gib(cap)} ({inert(where)})", style="bold"))
     table = Table(show_lines=False, pad_edge=False, box=None)

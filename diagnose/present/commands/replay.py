@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.checking import ReplayRequest, replay_config
+from diagnose.checking import ReplayRequest, fix_text, mlm_input, replay_config
 from diagnose.explain.render import render_fix
 from diagnose.present import json_text
 from diagnose.present.output import output_stream, write_output
@@ -59,14 +59,16 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         shown = [o for o in result.fix if o.key not in refused]
         rendered = result.rendered if not refused else render_fix(shown, result.framework) if shown else {}
         kept = [o for o in given if o.key not in refused]
+        mlm = mlm_input(view)  # a Megatron-LM argument list: its flags, as check writes them, not Bridge forms
         if shown:
             label = ("fix: " if user else f"fix (the root cause {result.rule}'s): ") if kept else \
                 "fix (suggested by the validator): "
             fix = Text(label, style="bold")
-            for i, line in enumerate(fix_lines(rendered)):
+            for i, line in enumerate([fix_text(shown, True)] if mlm else fix_lines(rendered)):
                 fix.append(("\n" + " " * len(label) if i else "") + inert(line))
             if result.added and kept:
-                extension = "; ".join(fix_lines(render_fix(result.added, result.framework)))
+                extension = fix_text(result.added, True) if mlm else "; ".join(
+                    fix_lines(render_fix(result.added, result.framework)))
                 fix.append("  (extended with: " + inert(extension) + ")", style="yellow")
             console.print(fix, soft_wrap=True)  # command lines: never hard-wrapped (copy-paste)
         if result.fix:
@@ -81,7 +83,7 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         elif result.fit is not None and result.fit.notes:
             console.print(Text("memory: ", style="bold") + Text(inert(result.fit.notes[0]), style="yellow"))
         if shown:
-            for key in ("python", "yaml", "env", "mlm"):
+            for key in ("mlm", "env") if mlm else ("python", "yaml", "env", "mlm"):
                 if rendered.get(key):
                     console.print(Text(f"{key}:", style="bold"))
                     console.print(Text(inert_block(rendered[key]).rstrip("\n")), soft_wrap=True)  # code: never wrapped
