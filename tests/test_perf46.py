@@ -2,7 +2,7 @@
 
 A clean log's ``analyze`` no longer imports the memory model, the fitter or yaml, no longer compiles the capture
 regexes whose literal is not in the log, the phase file's frame patterns or inference's patterns, and reads the phase
-file from the JSON cache (``match/rule_cache``) once it was checked. ``rules lint`` still compiles every pattern.
+file from the JSON cache (``diagnose/toml_cache``) once it was checked. ``rules lint`` still compiles every pattern.
 No timings here: what is asserted is which work is skipped, and that the answers are the same.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.match import rule_cache
+from diagnose import toml_cache as rule_cache
 from diagnose.match.rules import default_rules_dir, load_catalogue, load_rule_file
 
 RULE = """

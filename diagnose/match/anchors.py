@@ -39,7 +39,7 @@ from typing import cast
 import regex
 
 from diagnose.cache import cache_dir
-from diagnose.match.rule_cache import write_file
+from diagnose.toml_cache import write_file
 
 ESCAPE = b"\x1b"
 _CR_REWRITE = re.compile(rb"\r[^\n]")

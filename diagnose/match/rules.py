@@ -383,7 +383,7 @@ class RuleFile:
 
 def load_rule_file(path: Path) -> RuleFile:
     """The rules, ``[[infer]]`` tables and category fixes of one catalogue file, and the problems found."""
-    from diagnose.match import rule_cache
+    from diagnose import toml_cache as rule_cache
 
     text = read_text(path, "rules file")
     cached = rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile

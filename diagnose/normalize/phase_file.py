@@ -3,7 +3,7 @@
 The knowledge is data (a message is taught once, in rules/); this module only reads and checks it. The file is
 read once per process (the scanner's captures are built from it at import). A malformed file is one
 ``DiagnoseError`` naming the file and the entry. A file read and checked once is cached as JSON by its text
-(``match/rule_cache``, as the rules files are): a hit skips the TOML parse and compiling every regex to check it,
+(``toml_cache``, as the rules files are): a hit skips the TOML parse and compiling every regex to check it,
 and a frame pattern is compiled when a traceback is first read against it (``rules lint`` checks every one).
 """
 
@@ -78,7 +78,7 @@ def load_phase_file(path: Path | None = None, check: bool = False) -> PhaseFile:
     """The markers and frame patterns of ``path`` (the built-in file by default), checked.
 
     ``check``: compile every regex even when the file's text was cached after that check (``rules lint``)."""
-    from diagnose.match import rule_cache
+    from diagnose import toml_cache as rule_cache
 
     path = path or phase_file_path()
     text = read_text(path, "phase markers file")

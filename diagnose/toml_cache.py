@@ -1,4 +1,5 @@
-"""Rule files already read once: their TOML as JSON, in diagnose's cache folder, keyed by the file's bytes.
+"""TOML files already read once (the rules files, the phase file): their data as JSON, in diagnose's cache
+folder, keyed by the file's bytes. Shared by match (rules) and normalize (phases), so it sits beside ``cache``.
 
 Reading the 13 built-in files costs ~0.45 s per run (TOML parsing, and compiling every rule's regexes to check
 them), most of a small log's analysis. A file whose content hash is cached was parsed and every regex in it
