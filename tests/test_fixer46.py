@@ -159,18 +159,9 @@ def test_an_oom_without_verl_frames_keeps_oom001(tmp_path: Path):
 
 # L5 and L7: `slurm --failed` and the fleet against a fake sacct/scontrol on PATH (rows as sacct --parsable2 prints)
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, str]]) -> None:
-    import json
-    import sys
+    from test_issue19_slurm_fields import install_fake_slurm
 
-    from test_issue19_slurm_fields import FAKE_SACCT, FAKE_SCONTROL
-
-    (tmp_path / "rows.json").write_text(json.dumps(rows))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sacct").write_text(FAKE_SACCT.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
-    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
-    for tool in ("sacct", "scontrol"):
-        (bin_dir / tool).chmod(0o755)
+    bin_dir = install_fake_slurm(tmp_path, rows)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("NO_COLOR", "1")
 

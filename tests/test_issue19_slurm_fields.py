@@ -50,6 +50,18 @@ exit 1
 """
 
 
+def install_fake_slurm(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
+    """A bin folder with a fake ``sacct`` printing ``rows`` (as ``--parsable2`` would) and a fake ``scontrol``."""
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(FAKE_SACCT.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    for tool in ("sacct", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
 @pytest.fixture
 def fake_slurm(tmp_path: Path) -> dict[str, str]:
     work = tmp_path / "work"
@@ -70,13 +82,7 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
          "DerivedExitCode": "0:0", "End": "2026-12-01T08:00:00", "Elapsed": "00:30:00", "Timelimit": "00:30:00",
          "NodeList": "gpu-node-03", "NNodes": "1", "AllocCPUS": "8", "AllocTRES": "cpu=8,mem=64G,node=1"},
     ]
-    (tmp_path / "rows.json").write_text(json.dumps(rows))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sacct").write_text(FAKE_SACCT.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
-    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
-    for tool in ("sacct", "scontrol"):
-        (bin_dir / tool).chmod(0o755)
+    bin_dir = install_fake_slurm(tmp_path, rows)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NO_COLOR": "1", "PYTHONPATH": str(ROOT),
             "COLUMNS": "200"}
 
