@@ -402,7 +402,9 @@ def test_item6_logs_of_different_jobs_are_not_merged_silently(tmp_path: Path) ->
 def test_item8_default_report_is_short_with_the_fix_on_the_first_screen() -> None:
     res = cli("analyze", str(SAMPLE.relative_to(ROOT)), env_extra={"COLUMNS": "100"})
     lines = res.stdout.decode().splitlines()
-    assert res.returncode == 1 and len(lines) <= 60, len(lines)
+    # 62: the evidence now carries the allocating code line (`self.grad_data = torch.zeros(`), which the memory
+    # model reads to name the buffer (fixer47); the fix itself must stay within the first 24 lines (below)
+    assert res.returncode == 1 and len(lines) <= 62, len(lines)
     first = "\n".join(lines[:24])
     assert "ROOT CAUSE  OOM" in first and "line 34" in first and "Bridge CLI  ddp.use_megatron_fsdp=true" in first
     assert "Launch      torchrun --nnodes=1 --nproc-per-node=8" in first  # conventions: the launch line
