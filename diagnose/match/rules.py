@@ -383,10 +383,10 @@ class RuleFile:
 
 def load_rule_file(path: Path) -> RuleFile:
     """The rules, ``[[infer]]`` tables and category fixes of one catalogue file, and the problems found."""
-    from diagnose import toml_cache as rule_cache
+    from diagnose import toml_cache
 
     text = read_text(path, "rules file")
-    cached = rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
+    cached = toml_cache.get(text)  # read and checked before: no TOML parse, no regex compile
     data = cached if cached is not None else parse(text, path, "rules file")
     rules, errors = [], []
     for i, raw in enumerate(data.get("rule", [])):
@@ -402,7 +402,7 @@ def load_rule_file(path: Path) -> RuleFile:
             errors.append(f"{path}: infer {_code_for_error(raw, i)}: {e}")
     fixes, replaced = _category_fixes(data, path, errors)
     if cached is None and not errors:
-        rule_cache.put(text, data)
+        toml_cache.put(text, data)
     return RuleFile(rules, errors, inferences, fixes, replaced)
 
 
@@ -460,7 +460,7 @@ def _code_for_error(raw: Any, index: int) -> str:
 
 def _regex_or_empty(raw: dict, key: str, table: str = "context", check_regex: bool = True) -> str:
     """A key of ``[rule.<table>]`` holding one regex ("" when absent); one that does not compile is refused here
-    (unless ``check_regex`` is off: a file cached after this very check, rule_cache)."""
+    (unless ``check_regex`` is off: a file cached after this very check, toml_cache)."""
     value = optional(raw, key, str, "")
     if value and check_regex:
         try:
@@ -619,7 +619,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         if len(p["anchor"]) < 3 and p["anchor"] not in SHORT_ANCHORS:
             raise ValueError(f"anchor {p['anchor']!r} is shorter than 3 characters")
         try:
-            if check_regex:  # off only for a file cached after this very check passed (rule_cache)
+            if check_regex:  # off only for a file cached after this very check passed (toml_cache)
                 regex.compile(p["regex"])  # compiled again (from regex's cache) by the engine
         except regex.error as e:
             raise ValueError(f"pattern {len(patterns) + 1}: regex does not compile: {e}") from None

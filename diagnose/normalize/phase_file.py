@@ -78,11 +78,11 @@ def load_phase_file(path: Path | None = None, check: bool = False) -> PhaseFile:
     """The markers and frame patterns of ``path`` (the built-in file by default), checked.
 
     ``check``: compile every regex even when the file's text was cached after that check (``rules lint``)."""
-    from diagnose import toml_cache as rule_cache
+    from diagnose import toml_cache
 
     path = path or phase_file_path()
     text = read_text(path, "phase markers file")
-    cached = None if check else rule_cache.get(text)  # read and checked before: no TOML parse, no regex compile
+    cached = None if check else toml_cache.get(text)  # read and checked before: no TOML parse, no regex compile
     data = cached if cached is not None else parse(text, path, "phase markers file")
     compile_all = cached is None
     try:
@@ -95,7 +95,7 @@ def load_phase_file(path: Path | None = None, check: bool = False) -> PhaseFile:
         twice = sorted({n for n in names if names.count(n) > 1})
         raise DiagnoseError(f"phase markers file {path}: marker {', '.join(twice)} is defined twice")
     if cached is None:
-        rule_cache.put(text, data)
+        toml_cache.put(text, data)
     return PhaseFile(path, markers, frames)
 
 
