@@ -105,3 +105,36 @@ def test_two_files_of_one_folder_for_one_category_is_a_load_problem(tmp_path):
         (tmp_path / name).write_text('[[category_fix]]\ncategory = "data"\nsummary = "x"\nsteps = ["Open the evidence line"]\n')
     errors = load_catalogue([tmp_path], include_default=False).errors
     assert any("b.toml" in e and "second entry" in e for e in errors), errors
+
+
+def test_the_first_step_names_the_frame_that_raised_and_the_package(tmp_path):
+    root = analyzed_root(tmp_path, REFUSED)
+    assert root.facts["raised_at"] == "somelib/trainer.py:212 in setup"
+    assert root.facts["raising_package"] == "somelib"
+    assert root.fix.steps[0].startswith("Open the evidence line and the frame that raised it "
+                                        "(somelib/trainer.py:212 in setup): ")
+
+
+SKEWED = """Traceback (most recent call last):
+  File "/workspace/app/train.py", line 9, in <module>
+    build()
+  File "/usr/local/lib/python3.12/dist-packages/otherlib/core/util.py", line 83, in build_model
+    if kind == Kind.encoder_and_decoder:
+AttributeError: type object 'Kind' has no attribute 'encoder_and_decoder'
+"""
+
+
+def test_a_version_skew_step_says_which_package_to_look_up(tmp_path):
+    root = analyzed_root(tmp_path, SKEWED)
+    assert (root.category, root.basis) == ("import_version", "inferred")
+    assert any("`pip show otherlib`" in s for s in root.fix.steps), root.fix.steps
+    assert not any("PACKAGE" in s for s in root.fix.steps)
+    # the catalogue's own entry is untouched: the next finding gets the words, not this one's package
+    assert any("PACKAGE" in s for s in load_catalogue().category_fixes["import_version"].steps)
+
+
+def test_without_a_python_frame_the_step_keeps_the_categorys_words(tmp_path):
+    root = analyzed_root(tmp_path, "ValueError: `pack_sequences=True` is not compatible with `attention_impl=eager`\n")
+    assert (root.basis, root.category) == ("inferred", "config_validation")
+    assert "raised_at" not in root.facts
+    assert root.fix.steps[0].startswith("Open the evidence line and the frames above it")

@@ -10,6 +10,11 @@ to each such finding that still carries its generic rule's fix, for the generic 
 
 A named rule's environment variables stay with the category's fix: a setting that makes any such failure readable
 holds whatever the category turns out to be.
+
+The category's words hold for any stack; the traceback names the one place to start. When it showed where the
+exception was raised, "the frames above it" in a step becomes that frame (``mbridge/core/util.py:83 in
+build_model``) and ``PACKAGE`` the package whose code raised (``pip show mbridge``): the step the user reads is the
+step they run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ import copy
 
 from diagnose.match.rules import Catalogue
 from diagnose.model import Finding
+
+RAISED_AT = "raised_at"  # fact: where the exception was raised (inference.raised_at), set on inferred findings
+RAISING_PACKAGE = "raising_package"  # fact: the package whose code raised (inference.package_of its frame)
+FRAMES_WORDS = "the frames above it"
+PACKAGE_WORD = "PACKAGE"
 
 
 def give_category_fixes(findings: list[Finding], catalogue: Catalogue) -> None:
@@ -34,3 +44,14 @@ def give_category_fixes(findings: list[Finding], catalogue: Catalogue) -> None:
         if fix is not None:
             f.fix = copy.deepcopy(fix)
             f.fix.env = copy.deepcopy(rule.fix.env)
+            f.fix.steps = [_named(step, f.facts) for step in f.fix.steps]
+
+
+def _named(step: str, facts: dict) -> str:
+    """A category step with the traceback's own place and package in it, where the finding knows them."""
+    where, package = str(facts.get(RAISED_AT) or ""), str(facts.get(RAISING_PACKAGE) or "")
+    if where and FRAMES_WORDS in step:
+        step = step.replace(FRAMES_WORDS, f"the frame that raised it ({where})", 1)
+    if package and PACKAGE_WORD in step:
+        step = step.replace(PACKAGE_WORD, package)
+    return step

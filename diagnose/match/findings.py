@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from diagnose.inert import inert, shorten
 from diagnose.match import collective_skew
 from diagnose.match.attribution import task_ids
+from diagnose.match.category_fix import RAISED_AT, RAISING_PACKAGE
 from diagnose.match.engine import Hit
-from diagnose.match.inference import infer
+from diagnose.match.inference import infer, innermost_frame, package_of, raised_at
 from diagnose.match.rules import Inference
 from diagnose.model import Evidence, Finding, Implies, LogLine
 from diagnose.normalize import collapse_carriage_returns
@@ -142,6 +143,11 @@ def _infer_category(finding: Finding, hit: Hit, inferences: list[Inference]) -> 
         finding.confidence = max(finding.confidence, inferred.inference.confidence)
         finding.basis = "inferred"
         finding.basis_detail = inferred.basis
+        frames = own if innermost_frame(own) else hit.frames
+        if where := raised_at(frames):  # the category's fix names it (match/category_fix.py)
+            finding.facts.setdefault(RAISED_AT, where)
+            if package := package_of(innermost_frame(frames)):
+                finding.facts.setdefault(RAISING_PACKAGE, package)
         if finding.phase == "unknown" and inferred.inference.phase_when_unknown:
             finding.phase = inferred.inference.phase_when_unknown
 

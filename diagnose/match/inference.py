@@ -336,6 +336,22 @@ def innermost_frame(frames: Sequence[str]) -> str:
     return next((text for text in reversed(frames) if FRAME_FILE.search(text)), "")
 
 
+_FRAME_WHERE = LazyPattern(r'File "([^"]*)", line (\d+), in (\S+)')
+
+
+def raised_at(frames: Sequence[str]) -> str:
+    """Where the exception was raised, as a reader names it: the innermost frame's file (from the package's own
+    folder for an installed package: ``mbridge/core/util.py``; else the last three parts of the path), line and
+    function (``mbridge/core/util.py:83 in build_model``); "" when the traceback shows no Python frame."""
+    m = _FRAME_WHERE.search(innermost_frame(frames).replace("\\", "/"))
+    if m is None:
+        return ""
+    path, line, function = m.group(1), m.group(2), m.group(3)
+    installed = _PACKAGE_DIR.search(path)
+    shown = path[installed.start(1):] if installed else "/".join(path.split("/")[-3:])
+    return f"{shown}:{line} in {function}"
+
+
 def raised_in_library(frames: Sequence[str]) -> bool:
     """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
     (frames.is_library: the one reading of a frame's file that the stack's reading shares.)
