@@ -89,3 +89,38 @@ def test_the_activations_verdict_of_a_job_that_trained_does_not_name_the_first_i
     first = MemoryAnalysis(80 << 30, 1 << 30, "activations", 8_000_000_000, "log", "first_iteration")
     assert "first iterations" not in verdict_words(trained) and "after iterations that did" in verdict_words(trained)
     assert verdict_words(first) == "activations of the first iterations did not fit"
+
+
+def _check_plans(out: str) -> tuple[dict[int, bool], dict[int, bool]]:
+    """``check``'s table (plan number -> fits and valid) and its change lines (plan number -> sets the global
+    batch size)."""
+    import re
+
+    fits = {int(m[1]): m[2] == "yes" for m in re.finditer(r"^\s+(\d+)\s+\S+\s+\d+/\d+/\d+/\d+\s.*?(yes|NO|invalid)\s*$",
+                                                        out, re.M)}
+    gbs = {int(m[1]): "--global-batch-size" in m[2] for m in re.finditer(r"^\s?(\d+)  ([-(].*)$", out, re.M)}
+    return fits, gbs
+
+
+def test_check_ranks_a_global_batch_change_after_every_plan_that_fits_and_keeps_it():
+    """qa-report-16 L3: `check examples/mlm_args.txt --gpus 1024 --gpu h200` named "--global-batch-size 512"
+    (128 -> 512, a tuned hyper-parameter) the cheapest plan that fits, above PP / TP x PP plans that keep 128."""
+    out = run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "1024", "--gpu", "h200").stdout
+    fits, gbs = _check_plans(out)
+    assert set(fits) == set(gbs) and any(gbs.values()) and not all(gbs.values())
+    keepers = [i for i in fits if fits[i] and not gbs[i]]
+    changers = [i for i in fits if gbs[i]]
+    assert keepers and max(keepers) < min(changers)
+    assert f"Cheapest valid plan that fits: #{min(keepers)}." in " ".join(out.split())
+    assert "It changes the global batch size" not in out
+
+
+def test_check_says_plainly_when_only_plans_that_change_the_global_batch_size_fit(tmp_path):
+    """Global batch 2 on 1024 GPUs: keeping it needs TP x PP >= 512, more pipeline stages than the 32 layers; every
+    plan changes it, and the answer says so."""
+    args = (ROOT / "examples" / "mlm_args.txt").read_text(encoding="utf-8")
+    assert "--global-batch-size 128" in args
+    path = write(tmp_path, "gbs2.txt", args.replace("--global-batch-size 128", "--global-batch-size 2"))
+    out = " ".join(run("check", str(path), "--gpus", "1024", "--gpu", "h200").stdout.split())
+    assert ("Cheapest valid plan that fits: #1. It changes the global batch size to 512, a tuned hyper-parameter "
+            "(numerics, LR schedule): no valid plan that keeps it fits on this GPU count.") in out

@@ -53,6 +53,14 @@ def verdict_words(memory: MemoryAnalysis) -> str:
     return words
 
 
+def batch_change_words(plan: MemoryOption) -> str:
+    """What ``check`` and the TUI add after naming the cheapest plan that fits when it changes the global batch
+    size: plans that change it rank after every plan that keeps it, so none that keeps it fits ("" otherwise)."""
+    new = next((o.value for o in plan.overrides if o.key == "train.global_batch_size"), None)
+    return "" if new is None else (f" It changes the global batch size to {new}, a tuned hyper-parameter (numerics, "
+                                   "LR schedule): no valid plan that keeps it fits on this GPU count.")
+
+
 def count_words(source: str | None, assumed: list[str]) -> str:
     """How a parameter count was had, as ``analyze`` and ``check`` both say it ("" when unknown); a count that
     assumed values the config does not give says so (the WARNING note names them)."""
