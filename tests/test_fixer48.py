@@ -124,3 +124,37 @@ def test_check_says_plainly_when_only_plans_that_change_the_global_batch_size_fi
     out = " ".join(run("check", str(path), "--gpus", "1024", "--gpu", "h200").stdout.split())
     assert ("Cheapest valid plan that fits: #1. It changes the global batch size to 512, a tuned hyper-parameter "
             "(numerics, LR schedule): no valid plan that keeps it fits on this GPU count.") in out
+
+
+def test_the_tui_memory_view_says_how_the_count_was_had_and_warns_of_assumed_values_as_analyze_does():
+    """The TUI's memory view said "parameters (config)" where `analyze -v` says "counted from the config's shape,
+    with ASSUMED values: see the WARNING below" and prints the WARNING; one wording (count_words, the analysis's
+    assumption_warning note), both places."""
+    from diagnose.pipeline import analyze
+    from diagnose.present.memory_text import count_words
+    from diagnose.present.tui.memoryview import memory_text
+
+    report = analyze([str(ROOT / "sample_logs" / "b042_first_iter_oom.log")])
+    memory = report.memory
+    assert memory is not None and memory.params_assumed and memory.params_source == "config"
+    finding = next(f for f in report.findings if f.category == "cuda_oom")
+    tui = memory_text(memory, finding)
+    assert tui is not None
+    words = count_words(memory.params_source, memory.params_assumed)
+    assert f"parameters ({words})" in tui.plain and "parameters (config)" not in tui.plain
+    warning = next(n for n in memory.notes if n.startswith("WARNING: the parameter count assumes"))
+    assert warning in tui.plain
+    cli = " ".join(run("analyze", "-v", str(ROOT / "sample_logs" / "b042_first_iter_oom.log")).stdout.split())
+    assert words in cli and " ".join(warning.split()) in cli
+
+
+def test_the_tui_memory_view_of_a_job_that_trained_says_the_verdict_and_not_drawn_in_analyzes_words():
+    from diagnose.memory_types import TRAINED_LATER, TRAINED_OVER
+    from diagnose.pipeline import analyze
+    from diagnose.present.tui.memoryview import memory_text
+
+    report = analyze([str(ROOT / "sample_logs" / "cascade_512_ranks_oom.log")])
+    tui = memory_text(report.memory, next(f for f in report.findings if f.category == "cuda_oom"))
+    assert tui is not None
+    assert f"not drawn: {TRAINED_OVER}" in tui.plain and TRAINED_LATER in tui.plain
+    assert "parameters (as the log states)" in tui.plain
