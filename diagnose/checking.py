@@ -281,6 +281,7 @@ def _prefetch_param_count(view: Any) -> None:
 def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: ReplayResult, gpus: int, capacity: int) -> None:
     """When the validator's fix alone makes the config valid and it then fits, that is the first plan (one answer:
     no layout or sharding change is needed), ahead of the memory alternatives."""
+    from diagnose.explain.memory.options import changes_global_batch
     from diagnose.explain.memory.plan import fix_plan, option_of
 
     fix = replay.fix
@@ -301,7 +302,16 @@ def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: ReplayResult, gpus
     if "train.global_batch_size" in pinned or (gbs and gbs % (mbs * max(1, plan.layout.dp))):
         plan.cost += "; changes train.global_batch_size (a hyper-parameter)"
     plan.valid = True
-    memory.plans[:] = [memory.plans[0], option_of(plan)] + [p for p in memory.plans[1:] if p.overrides != fix]
+    rest = [p for p in memory.plans[1:] if p.overrides != fix]
+    at = 0
+    if changes_global_batch(fix, view.get("train.global_batch_size")):
+        # a fix that changes the global batch size (a tuned hyper-parameter) comes after every plan that fits and
+        # keeps it (qa-report-16 L3), as the memory plans among themselves are ranked
+        given = view.get("train.global_batch_size")
+        while at < len(rest) and rest[at].fits and rest[at].valid is not False and not changes_global_batch(
+                rest[at].overrides, given):
+            at += 1
+    memory.plans[:] = [memory.plans[0], *rest[:at], option_of(plan), *rest[at:]]
 
 
 # ------------------------------------------------------------------------------------------ the TUI's what-ifs

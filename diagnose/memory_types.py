@@ -112,6 +112,15 @@ class MemoryPrediction:
         return out
 
 
+# One wording, in one place, for a job whose log shows completed iterations while the config read from it predicts
+# more than the GPU holds (its model state, or a step's peak): the memory section (analysis),
+# replay's fit, the text report and the TUI say it.
+TRAINED_OVER = ("the config read from the log predicts more memory than the GPU holds, yet the job trained (the "
+                "log shows completed iterations): the model's inputs are incomplete or wrong")
+TRAINED_LATER = ("the job's first iterations fitted (the log shows them completed), so this OOM came later: a longer "
+                 "or larger batch, fragmentation, evaluation or a checkpoint save")
+
+
 # Phases of a failure that come before the model is built: its state is not on the GPU yet (what "Now" may show).
 BEFORE_MODEL_BUILD = frozenset({"init"})
 

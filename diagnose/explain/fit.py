@@ -20,7 +20,7 @@ from diagnose.explain.memory.from_config import set_in_job
 from diagnose.explain.memory.options import worded_label
 from diagnose.explain.render import inline_fix
 from diagnose.explained import CapacityFit, ReplayResult
-from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
+from diagnose.memory_types import TRAINED_OVER, MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import EnvVar, Finding, Fix, Override, Report
 from diagnose.units import GIB, fmt_gib
 
@@ -242,8 +242,7 @@ def memory_fit(report: Report, view: Any, overrides: list[Override], finding: Fi
         # sized", so replay must not quote that prediction as "does not fit: N GiB" (qa-report-16)
         return CapacityFit(root, overrides, None, job_gpus, None, job_gpus, None, capacity,
                            _positive(redo.current.usable_bytes),
-                           notes=["not sized: the config read from the log predicts more memory than the GPU holds, "
-                                  "yet the job trained (part of its config is not in the log)"])
+                           notes=[f"not sized: {TRAINED_OVER}"])
     return _from_prediction(root, overrides, redo.current, capacity, job_gpus, memory.verdict)
 
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from diagnose.explain.memory.verdict import OomNumbers, from_facts
 from diagnose.explain.render import inline_fix
-from diagnose.memory_types import Breakdown, MemoryAnalysis, MemoryOption, MemoryPrediction
+from diagnose.memory_types import (
+    TRAINED_LATER,
+    TRAINED_OVER,
+    Breakdown,
+    MemoryAnalysis,
+    MemoryOption,
+    MemoryPrediction,
+)
 from diagnose.model import Finding
 from diagnose.units import fmt_gib
 
@@ -32,6 +39,26 @@ PHASES = {"dp_wrap": "at DP wrap time", "model_build": "while building the model
           "checkpoint_load": "while loading a checkpoint"}
 PARAMS_SOURCES = {"log": "as the log states", "config": "counted from the config's shape",
                   "meta": "built by megatron-core on the meta device from the config"}
+
+
+def verdict_words(memory: MemoryAnalysis) -> str:
+    """The verdict in words, as ``analyze -v`` and the TUI both say it. A job that trained although the config read
+    predicts more than the GPU holds (``current`` not sized) fitted its first iterations: the OOM came later, and
+    the numbers' own verdict follows where they give one."""
+    words = VERDICTS.get(memory.verdict, memory.verdict)
+    if memory.current is not None and not memory.current.sized:
+        return TRAINED_LATER + ("" if memory.verdict == "unknown" else f"; from the OOM's numbers: {words}")
+    if memory.verdict == "activations" and memory.phase in ("training", "eval"):
+        return "activations did not fit after iterations that did (a longer or larger batch, or evaluation)"
+    return words
+
+
+def batch_change_words(plan: MemoryOption) -> str:
+    """What ``check`` and the TUI add after naming the cheapest plan that fits when it changes the global batch
+    size: plans that change it rank after every plan that keeps it, so none that keeps it fits ("" otherwise)."""
+    new = next((o.value for o in plan.overrides if o.key == "train.global_batch_size"), None)
+    return "" if new is None else (f" It changes the global batch size to {new}, a tuned hyper-parameter (numerics, "
+                                   "LR schedule): no valid plan that keeps it fits on this GPU count.")
 
 
 def count_words(source: str | None, assumed: list[str]) -> str:
@@ -82,7 +109,7 @@ def now_before_build(memory: MemoryAnalysis, finding: Finding | None) -> str:
 
 
 def _lines(memory: MemoryAnalysis, finding: Finding | None = None) -> list[str]:
-    lines = [f"Verdict: {VERDICTS.get(memory.verdict, memory.verdict)}."]
+    lines = [f"Verdict: {verdict_words(memory)}."]
     gpu = _gpu_line(memory)
     if gpu:
         lines.append(gpu)
@@ -122,8 +149,7 @@ def _prediction_lines(p: MemoryPrediction, built: bool = True) -> list[str]:
     lines = [f"{head}: {STRATEGIES.get(p.strategy, p.strategy)}, {p.grad_dtype} grads, on {p.gpus} "
              f"GPU{'s' if p.gpus != 1 else ''} ({dp})."]
     if not p.sized:
-        lines.append("  Not sized: the config read from the log predicts more than the GPU holds, yet the job "
-                     "trained; part of its config is not in the log.")
+        lines.append(f"  Not sized: {TRAINED_OVER}.")
         return lines
     lines.append(f"  Model state per GPU: {fmt_gib(p.model_state_bytes)} ({p.bytes_per_param:g} bytes per "
                  f"parameter): {_parts(p.components)}.")

@@ -24,6 +24,8 @@ from diagnose.explain.memory.verdict import (
 from diagnose.explain.render import fix_style, inline_fix
 from diagnose.memory_types import (
     BEFORE_MODEL_BUILD,
+    TRAINED_LATER,
+    TRAINED_OVER,
     Breakdown,
     MemoryAnalysis,
     MemoryOption,
@@ -260,19 +262,56 @@ def _too_big(n: OomNumbers, capacity: int) -> str:
             "max_position_embeddings, micro batch, vocabulary or a shape read from the wrong field.")
 
 
-def _explain_trained(verdict: str, phase: str, n: OomNumbers, params: int, capacity: int,
-                     world_known: bool) -> str:
-    """The job trained (or reached a checkpoint save), so its model state fitted, although the config read from
-    the log predicts more than the GPU: say what the numbers show without presenting the assumed layout as fact."""
+def _over_capacity(current: Plan, capacity: int) -> str | None:
+    """What the model predicts above the GPU of a job that trained: "state" (the persistent model state), "peak"
+    (a step's peak: wrap, first optimizer step or training), or None."""
+    if current.state.persistent > capacity:
+        return "state"
+    return "peak" if current.peak > capacity else None
+
+
+def _likely_inputs(over: str, view: View, work: Any, world_known: bool, assumed: list[str]) -> list[str]:
+    """The model's inputs the log does not give and that size what it over-predicts (one phrase each), most likely
+    first. A Megatron-LM argument list is complete by itself: an absent flag is what ran."""
+    out = [] if world_known else ["the data-parallel size (the world size is not in the log; modelled as 1)"]
+    complete = view is not None and getattr(view, "framework", None) == "megatron-lm"
+    if over == "state":
+        out.append("sharding and parallel sizes (not all in the log)")
+    elif work is not None:
+        if not complete and not any(fc.set_in_job(view, k) for k in ("model.seq_length", "dataset.seq_length",
+                                                                      "mlm.seq_length")):
+            out.append(f"the sequence length (not in the log; {work.seq_length:,} assumed)")
+        if not complete and not fc.set_in_job(view, "model.recompute_granularity"):
+            out.append("activation recompute (not in the log; none assumed)")
+        if not complete and not fc.set_in_job(view, "train.micro_batch_size"):
+            out.append(f"the micro batch size (not in the log; {work.micro_batch_size} assumed)")
+        if work.attention != "flash":
+            out.append("the attention implementation (sized keeping the a*s^2 scores)")
+    if assumed:
+        out.append("the parameter count's assumed values (see the WARNING)")
+    return out
+
+
+def _explain_trained(verdict: str, phase: str, n: OomNumbers, params: int, capacity: int, world_known: bool,
+                     over: str = "state", predicted: int = 0, likely: Sequence[str] = ()) -> str:
+    """The job trained (or reached a checkpoint save), so its model state and its first steps fitted, although the
+    config read from the log predicts more than the GPU (``over``: its "state" or a step's "peak" of ``predicted``
+    bytes): say what the numbers show without presenting the assumed layout as fact."""
     where = {"checkpoint_save": "while saving a checkpoint", "training": "during training",
              "eval": "during evaluation"}.get(phase, "")
     req = fmt_gib(n.requested) if n.requested else "?"
     text = f"A {req} allocation did not fit in {fmt_gib(capacity)} {where}".rstrip() + "."
     if n.allocated:
         text += f" Already allocated by PyTorch: {fmt_gib(n.allocated)}{_pct(n.allocated, capacity)}."
-    dp = "" if world_known else " (the data-parallel size is not in the log)"
-    text += (f" The job had trained, so its model state ({params / 1e9:.1f}B parameters) fitted{dp}; the state "
-             "cannot be sized from the log alone.")
+    if over == "peak":
+        text += (f" The config read from the log predicts a peak of {fmt_gib(predicted)} per GPU ({params / 1e9:.1f}B "
+                 f"parameters), yet the job trained: the model's inputs are incomplete or wrong"
+                 + (f" (likely: {'; '.join(likely)})" if likely else "") + f". {TRAINED_LATER[0].upper()}"
+                 f"{TRAINED_LATER[1:]}.")
+    else:
+        dp = "" if world_known else " (the data-parallel size is not in the log)"
+        text += (f" The job had trained, so its model state ({params / 1e9:.1f}B parameters) fitted{dp}; the state "
+                 "cannot be sized from the log alone.")
     if verdict == "transient_peak" and phase == "checkpoint_save":
         text += (" Saving stages copies of the local optimizer / main-param shards on the GPU before they go to the "
                  "host: a one-off peak. Leave headroom for it (a little more sharding or a smaller micro batch), set "
@@ -525,14 +564,18 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
     # allocated and fitting: a model that says otherwise is missing part of the config (sharding, DP size)
     trained = phase in ("training", "eval", "checkpoint_save")
     world_known = fc.set_in_job(view, "launch.world_size") or world_from_ranks is not None
-    state_unexplained = trained and current.state.persistent > capacity
-    # the job ran iterations, so its state did fit: the config we read is incomplete; judge by the numbers
+    # the job ran iterations, so its state and its first steps did fit: a model that predicts more than the GPU
+    # (state or step peak) read an incomplete or wrong config; judge by the numbers alone
+    over = _over_capacity(current, capacity) if trained else None
+    state_unexplained = over is not None
     state_for_verdict = None if state_unexplained else current.state.persistent
     verdict = decide(n, phase, state_for_verdict, phase_peak, current.activations, capacity)
     out.verdict = verdict
     buffer = _which_buffer(n, current, texts)
-    if state_unexplained:
-        out.explanation = _explain_trained(verdict, phase, n, params, capacity, world_known)
+    likely = _likely_inputs(over, view, work, bool(world_known), assumed) if over else []
+    if over is not None:
+        out.explanation = _explain_trained(verdict, phase, n, params, capacity, bool(world_known), over,
+                                           current.peak, likely)
     else:
         out.explanation = _explain(verdict, phase, n, current, params, capacity, buffer)
     out.request_is = buffer
@@ -547,8 +590,9 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
         # options sized from a state the job demonstrably did not have would be guesses presented as predictions
         if verdict == "fragmentation":
             out.options = [_expandable_segments_option(n, layout)]
-        notes.append("the config read from the log predicts more memory than the GPU holds, yet the job "
-                     "trained: part of its config (sharding, parallel sizes) was probably not in the log")
+        over_what, size = ("model state", current.state.persistent) if over == "state" else ("peak", current.peak)
+        notes.append(f"{TRAINED_OVER} (predicted {over_what} {fmt_gib(size)} per GPU, the GPU holds "
+                     f"{fmt_gib(capacity)})" + (f"; likely: {'; '.join(likely)}" if likely else ""))
     elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
         out.options = [option_of(p) for p in plans]

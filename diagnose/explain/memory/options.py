@@ -9,6 +9,7 @@ then changes that cost speed (recompute, smaller micro batches, model parallelis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -67,7 +68,9 @@ def worded_label(label: str) -> str:
 # What a change costs in speed, on one scale with STRATEGY_COST: TP inside a node with sequence parallel and a
 # short pipeline are the usual layouts of large models and cost less than recomputing every layer (~30 %).
 RECOMPUTE_COST = {"selective": 4.5, "full": 6.5}
-GBS_CHANGE_COST = 1.0  # added when a plan cannot keep train.global_batch_size (micro batch x DP must divide it)
+# A plan that cannot keep train.global_batch_size (micro batch x DP must divide it) changes a hyper-parameter the
+# user tuned (numerics, LR schedule): it ranks after every plan that keeps it, whatever its speed cost
+# (``changes_global_batch``; qa-report-16 L3: "--global-batch-size 512" was ranked above PP plans keeping 128).
 FULL_RECOMPUTE: list[tuple[str, Any]] = [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
                                          ("model.recompute_num_layers", 1)]
 
@@ -510,9 +513,9 @@ def split_combinations(scn: Scenario) -> list[Candidate]:
                          STRATEGY_COST[strategy][0] if strategy != lay.strategy else 0.0,
                          RECOMPUTE_COST.get(cast(str, rc), 0.0)
                          if w is not None and work is not None and rc != work.recompute else 0.0]
-                rank = combined_cost(parts) + (0.0 if keeps else GBS_CHANGE_COST)
+                rank = combined_cost(parts)
                 options.append((rank, strategy, rc, layout, w, keeps))
-        options.sort(key=lambda o: o[0])
+        options.sort(key=lambda o: (not o[5], o[0]))  # keeping the global batch first
         chosen, smallest = None, None
         for option in options:
             plan = evaluate(scn, "", [], option[3], option[4], "", option[0])
@@ -569,7 +572,6 @@ def _change_global_batch(scn: Scenario, plan: Plan, per: int) -> None:
     value it needs (the validator's fix for that violation), also where the config as given already broke it: the
     replay (``_prove``) extends a plan only with fixes for violations the plan itself causes (qa-report-13 L4)."""
     if "global_batch_size" not in plan.cost:
-        plan.cost_rank += GBS_CHANGE_COST
         plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(scn, per)
     if scn.global_batch_size and not any(o.key == "train.global_batch_size" for o in plan.overrides):
         plan.overrides = [*plan.overrides,
@@ -598,7 +600,8 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
             continue
         seen.add(key)
         plans.append(plan)
-    fitting = sorted((p for p in plans if p.fits), key=lambda p: (p.cost_rank, p.peak))
+    fitting = sorted((p for p in plans if p.fits),
+                     key=lambda p: (changes_global_batch(p.overrides, scn.global_batch_size), p.cost_rank, p.peak))
     baseline = evaluate(scn, "as configured", [], scn.layout, scn.workload, "", 0.0)
     other = sorted((p for p in plans if not p.fits and (baseline is None or p.peak < baseline.peak)),
                    key=lambda p: (p.peak, p.cost_rank))
@@ -615,7 +618,15 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         if prove is not None:
             _prove(scn, plan, prove)
         kept.append(plan)
+    # the replay may have added a global batch change (its fix for a violation): such a plan moves after the
+    # fitting ones that keep it (a stable sort: the order is otherwise the cost's)
+    kept.sort(key=lambda p: (not p.fits, p.fits and changes_global_batch(p.overrides, scn.global_batch_size)))
     return kept
+
+
+def changes_global_batch(overrides: Sequence[Override], given: Any) -> bool:
+    """Does the plan set train.global_batch_size to another value than the config's ``given`` one?"""
+    return any(o.key == "train.global_batch_size" and str(o.value) != str(given) for o in overrides)
 
 
 def _prove(scn: Scenario, plan: Plan, prove) -> None:

@@ -16,7 +16,7 @@ from diagnose.checking import CheckRequest, CheckResult, check, fix_text
 from diagnose.explain.memory.gpus import gpu_by_name, parse_gpu_memory
 from diagnose.model import DiagnoseError
 from diagnose.present import json_text
-from diagnose.present.memory_text import count_words, usable_words
+from diagnose.present.memory_text import batch_change_words, count_words, usable_words
 from diagnose.units import fmt_gib, format_gib_short
 
 if TYPE_CHECKING:
@@ -126,15 +126,16 @@ def _render_text(result: CheckResult, where: str, console_file=None, color: str 
     cheapest = next((i for i, p in enumerate(plans) if i and p.fits and p.valid is not False), None)
     if given.valid is False:
         msg = "\nAs given: INVALID (fails validation above), so it cannot run whatever its memory."
-        msg += (f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
-                " No valid alternative at this GPU count fits.")
+        msg += (f" Cheapest valid plan that fits: #{cheapest}.{batch_change_words(plans[cheapest])}" if cheapest
+                else " No valid alternative at this GPU count fits.")
         console.print(Text(msg, style="bold red"))
     elif given.fits:
         console.print(Text(f"\nAs given: fits (peak {fmt_gib(given.peak_bytes)} of {usable_words(cap)}).",
                            style="bold green"))
     else:
         msg = f"\nAs given: does NOT fit (peak {fmt_gib(given.peak_bytes)} of {usable_words(cap)})."
-        msg += f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits."
+        msg += (f" Cheapest working change: #{cheapest}.{batch_change_words(plans[cheapest])}" if cheapest
+                else " No alternative at this GPU count fits.")
         console.print(Text(msg, style="bold red"))
 
 

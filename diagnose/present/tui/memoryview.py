@@ -10,9 +10,9 @@ from typing import Any
 
 from rich.text import Text
 
-from diagnose.memory_types import MemoryAnalysis, MemoryOption, MemoryPrediction
+from diagnose.memory_types import TRAINED_OVER, MemoryAnalysis, MemoryOption, MemoryPrediction
 from diagnose.model import Finding, Override
-from diagnose.present.memory_text import BEFORE_BUILD, VERDICTS, log_numbers
+from diagnose.present.memory_text import BEFORE_BUILD, count_words, log_numbers, verdict_words
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 
@@ -52,7 +52,7 @@ def memory_text(memory: MemoryAnalysis | None, finding: Finding | None = None) -
     if memory is None:
         return out
     out.append("\nVerdict: ", "bold")
-    out.append(f"{memory.verdict} — {VERDICTS.get(memory.verdict, '')}".rstrip(" —"))
+    out.append(f"{memory.verdict} — {verdict_words(memory)}")
     current = memory.current
     if not memory.model_built:
         _now_before_build(out, memory, finding, capacity)
@@ -85,12 +85,17 @@ def _current(out: Text, memory: MemoryAnalysis, current: MemoryPrediction, capac
     out.append(inert(current.strategy))
     out.append(f", DP={current.dp}")
     if memory.params:
-        out.append(f", {memory.params / 1e9:.1f}B parameters ({inert(str(memory.params_source or '?'))})")
+        # how the count was had, in analyze's words (count_words); a count that assumed defaults says so, and the
+        # WARNING (fc.assumption_warning's note, built once by the analysis) follows
+        source = count_words(memory.params_source, memory.params_assumed)
+        out.append(f", {memory.params / 1e9:.1f}B parameters" + (f" ({inert(source)})" if source else ""))
     if current.bytes_per_param:
         out.append(f", {current.bytes_per_param:g} bytes/param")
+    for note in memory.notes:
+        if memory.params_assumed and note.startswith("WARNING"):
+            out.append(f"\n  {inert(note)}", "bold yellow")
     if not current.sized:
-        out.append("\n  not drawn: the config read from the log predicts more than the GPU holds, yet the job "
-                   "trained; part of its config is not in the log", "yellow")
+        out.append(f"\n  not drawn: {TRAINED_OVER}", "yellow")
         return
     for name in COMPONENTS:
         _bar_row(out, name, getattr(current.components, name), capacity, "magenta")

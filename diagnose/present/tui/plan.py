@@ -27,7 +27,7 @@ from diagnose.checking import plan as compute
 from diagnose.explain.render import inline_fix
 from diagnose.memory_types import MemoryOption
 from diagnose.model import DiagnoseError, Override
-from diagnose.present.memory_text import usable_words
+from diagnose.present.memory_text import batch_change_words, usable_words
 from diagnose.present.safe import inert
 from diagnose.present.tui.fmt import format_bytes
 from diagnose.present.tui.screens import BaseApp, ExportScreen
@@ -155,15 +155,15 @@ def summary_text(memory: MemoryPlan) -> Text:
     cheapest = next((i for i, p in enumerate(plans) if i and p.fits and p.valid is not False), None)
     if given.valid is False:
         text.append("As given: INVALID (fails validation), so it cannot run whatever its memory.", "bold red")
-        text.append(f" Cheapest valid plan that fits: #{cheapest}." if cheapest else
-                    " No valid alternative at this GPU count fits.", "bold")
+        text.append(f" Cheapest valid plan that fits: #{cheapest}.{batch_change_words(plans[cheapest])}" if cheapest
+                    else " No valid alternative at this GPU count fits.", "bold")
         return text
     if given.fits:
         text.append(f"As given: fits (peak {peak} of {usable_words(cap)}).", "bold green")
         return text
     text.append(f"As given: does NOT fit (peak {peak} of {usable_words(cap)}).", "bold red")
-    text.append(f" Cheapest working change: #{cheapest}." if cheapest else " No alternative at this GPU count fits.",
-                "bold")
+    text.append(f" Cheapest working change: #{cheapest}.{batch_change_words(plans[cheapest])}" if cheapest
+                else " No alternative at this GPU count fits.", "bold")
     return text
 
 
