@@ -52,3 +52,15 @@ def test_the_table_is_printed_band_by_band(capsys) -> None:
     assert "confidence 0.0-0.4      1 logs  mean said 0.30  right   0.0 %" in out
     assert "confidence 0.8-1.0      1 logs  mean said 0.90  right 100.0 %" in out
     assert "confidence 0.4-0.6" not in out  # an empty band is not printed
+
+
+def test_a_parts_top1_comes_with_its_95_percent_interval(capsys) -> None:
+    # reference values of the Wilson score interval (z = 1.96)
+    assert accuracy.wilson_interval(46, 49) == (83.5, 97.9)
+    assert accuracy.wilson_interval(0, 10) == (0.0, 27.8)
+    assert accuracy.wilson_interval(5, 5) == (56.6, 100.0)
+    assert accuracy.wilson_interval(0, 0) == (0.0, 0.0)
+    fig = accuracy.Figures(part="test", failures=49, category_right=46)
+    assert fig.summary()["top1_interval"] == [83.5, 97.9]
+    accuracy.print_figures(fig, [], verbose=False)
+    assert "(46/49; 95 % interval 83.5-97.9 %)" in capsys.readouterr().out

@@ -80,6 +80,19 @@ def test_accuracy_table_is_the_recorded_one() -> None:
         assert row in README, row
 
 
+def test_the_test_parts_interval_is_the_recorded_ones() -> None:
+    """README's sentence on how far the frozen part's top-1 could be is computed from corpus/accuracy.json."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from accuracy import wilson_interval
+
+    f = json.loads((ROOT / "corpus" / "accuracy.json").read_text(encoding="utf-8"))["figures"]["test"]
+    low, high = wilson_interval(f["category_right"], f["failures"])
+    assert f"**{f['category_right']}/{f['failures']} is {low}-{high} %**" in README
+
+
 def test_reliability_table_is_the_recorded_one() -> None:
     """README's reliability rows (confidence band: logs and right, dev then test) are corpus/accuracy.json's."""
     import json
