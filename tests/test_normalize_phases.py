@@ -556,3 +556,12 @@ def test_a_dataset_build_that_caches_with_torch_save_is_set_up_not_a_checkpoint_
     assert phase_from_frames([cache[0].replace("create_prompt_dataset", "train")] + cache[1:]) == "checkpoint_save"
     resume = ['File "/env/lib/python3.10/site-packages/nemo/utils/exp_manager.py", line 642, in check_resume']
     assert phase_from_frames(resume) == "checkpoint_load"
+
+
+def test_a_marker_anchored_on_a_launchers_line_prefix_is_a_lint_error(tmp_path):
+    """An anchor inside torchrun's `[rank0]: ` prefix prefilters nothing on such a log: every line is a candidate."""
+    broad = tmp_path / "phases.toml"
+    broad.write_text('[[marker]]\nname = "x"\nanchor = "]:"\nregex = \'^\\[batch=\\d+\\]:$\'\nphase = "training"\n'
+                     'examples.match = ["[batch=3]:"]\n', encoding="utf-8")
+    messages = [p.message for p in lint_phase_file(broad)]
+    assert "marker x: anchor ']:' is in the prefix '[rank0]: ' that every line of some logs carries" in messages

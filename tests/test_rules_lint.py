@@ -187,3 +187,11 @@ settings = [ { key = "data.shard", fact = "nope" }, { key = "flat", value = 1 } 
     assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
     out = capsys.readouterr().out
     assert "implies: no 'check'" in out and "fact 'nope'" in out and "key 'flat' is not a config path" in out
+
+
+def test_an_anchor_inside_a_launchers_line_prefix_is_an_error(tmp_path, capsys):
+    _write(tmp_path, "50_mine.toml", _rule(regex=r"\[rank\d+\]: MyLoaderError: (?P<shard>\S+)",
+                                           match="[rank3]: MyLoaderError: shard-7").replace(
+        'anchor = "MyLoaderError"', 'anchor = "]: "'))
+    assert main(["rules", "lint", "--rules", str(tmp_path), "--only-user"]) == 1
+    assert "anchor ']: ' is in the prefix '[rank0]: ' that every line of some logs carries" in capsys.readouterr().out
