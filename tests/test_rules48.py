@@ -1,0 +1,51 @@
+"""rules48: old NCCL and nccl-tests wordings, enroot's runtime directory, coreutils errors, CUDA in a forked child.
+
+Logs are synthetic, in the formats of the messages they quote (hosts, pids, paths invented)."""
+
+from __future__ import annotations
+
+from conftest import root_finding
+
+from diagnose.normalize.facts.nccl import is_nccl_warn, parse_nccl_warn
+
+# ------------------------------------------------------------ NCCL <= 2.2: `WARN` without the `NCCL` word
+
+
+def test_old_nccl_warn_header_is_parsed():
+    f = parse_nccl_warn("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : "
+                        "Address family not supported by protocol")
+    assert f is not None
+    assert (f["host"], f["pid"], f["device"], f["file"], f["line"]) == ("e66aa18dc444", 3171, 0, "include/socket.h", 311)
+    assert f["message"] == "Socket creation failed : Address family not supported by protocol"
+
+
+def test_warn_alone_needs_nccls_whole_header():
+    assert not is_nccl_warn("2024-05-01 10:00:00 WARN Socket creation failed")
+    assert not is_nccl_warn("[0] include/socket.h:311 WARN Socket creation failed")
+    assert parse_nccl_warn("node1 WARN something") is None
+    assert is_nccl_warn("node01:1:2 [0] misc/socket.cc:49 NCCL WARN socketProgress: x")
+
+
+_OLD_NCCL_TESTS = [
+    "# nThread 1 nGpus 2 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1",
+    "",
+    "node1:11:11 [0] misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]",
+    "",
+    "node1:11:11 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol",
+    "NCCL failure common.cu:874 'unhandled system error'",
+]
+
+
+def test_old_nccl_tests_failure_is_the_root_with_the_old_warn_as_its_cause(builtin_catalogue):
+    """nccl-tests before 2019 printed `NCCL failure file:line 'error'` (no host, no `Test `): NC022 reads it, and
+    the NCCL 2.2 WARN before it (not the InfiniBand probe, which PY009 keeps as harmless) joins its evidence."""
+    f = root_finding(builtin_catalogue, _OLD_NCCL_TESTS)
+    assert f.rule == "NC022" and f.category == "nccl_error"
+    texts = [e.text for e in f.evidence]
+    assert "Socket creation failed" in texts[0] and "NCCL failure common.cu:874" in texts[1]
+    assert not any("libibverbs" in t for t in texts)
+
+
+def test_old_nccl_warn_alone_is_the_catch_all(builtin_catalogue):
+    f = root_finding(builtin_catalogue, _OLD_NCCL_TESTS[:5])
+    assert f.rule == "PY007" and "Socket creation failed" in f.evidence[0].text
