@@ -16,9 +16,7 @@ import dataclasses
 import re
 
 from diagnose.model import Evidence, Finding, Report
-
-NCCL_WARN = "NCCL WARN"
-
+from diagnose.normalize.facts.nccl import is_nccl_warn
 
 # NCCL's own probe for InfiniBand: ibvwrap.cc dlopen()s libibverbs and, on a host without it, warns and goes on
 # over sockets ("NET/Socket : Using ..."). Printed at every start on such a host, it names no failure.
@@ -32,7 +30,7 @@ def is_probe_warn(text: str) -> bool:
 def _first_warn(report: Report, near: Finding) -> Evidence | None:
     """The earliest ``NCCL WARN`` evidence line of any finding, in the file of ``near``'s first evidence if it has
     one there (the same rank's output), else anywhere; NCCL's InfiniBand probe only when no other warning is there."""
-    warns = [e for f in report.findings for e in (f.evidence or []) if NCCL_WARN in e.text]
+    warns = [e for f in report.findings for e in (f.evidence or []) if is_nccl_warn(e.text)]
     if not warns:
         return None
     warns = [e for e in warns if not is_probe_warn(e.text)] or warns

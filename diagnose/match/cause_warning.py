@@ -11,7 +11,8 @@ root's own first line (the lines stay in the order the log printed them).
 The failing rank is where the root's first line came from: the same input file and, when both lines tell them, the
 same rank and the same host (one file of two nodes' interleaved output holds both nodes' warnings). Lines a rule
 reads as harmless (PY009, severity info) are not warnings here. Runs after ranking, on the chosen root only, and only
-when the root's line is an NCCL error that is not itself a WARN line.
+when the root's line is an NCCL error that is not itself a WARN line. NCCL 2.2 and earlier printed ``WARN`` without
+the ``NCCL`` word (``host:pid:tid [dev] file:line WARN message``): those lines are warnings here too.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 from diagnose.match.engine import Hit
 from diagnose.match.findings import evidence_of
 from diagnose.model import Finding
+from diagnose.normalize.facts.nccl import is_nccl_warn
 
-WARN = "NCCL WARN "
 FACT = "nccl_warning_line"  # the line number of the warning added to the evidence
 
 
@@ -35,11 +36,11 @@ def add_cause_warning(findings: list[Finding], root_index: int | None, hits: lis
     root = findings[root_index]
     first = next((h for h in hits if h.rule.rule.code == root.rule and h.line.lineno == root.first_line
                   and any(e.path == h.line.path and e.line == h.line.lineno for e in root.evidence)), None)
-    if first is None or WARN in first.line.text or not _names_nccl(first.line.text):
+    if first is None or is_nccl_warn(first.line.text) or not _names_nccl(first.line.text):
         return
     line = first.line
     warnings = [h.line for h in hits if h.line.path == line.path and h.line.lineno < line.lineno
-                and WARN in h.line.text and h.rule.rule.severity != "info"
+                and is_nccl_warn(h.line.text) and h.rule.rule.severity != "info"
                 and (h.rank is None or first.rank is None or h.rank == first.rank)
                 and (not h.line.host or not line.host or h.line.host == line.host)]
     if not warnings:

@@ -8,7 +8,8 @@ Formats (../shared/knowledge/megatron-core.md section 6):
   repr also appears in ``Process group watchdog thread terminated with exception: ...`` and follow-ups.
 * ``NCCL error in: <file>:<line>, <reason>, NCCL version <v>`` then ``ncclXxx: <detail>`` and optionally
   ``Last error:`` and the line NCCL gave.
-* ``<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>``.
+* ``<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>`` (NCCL 2.3 and later); NCCL 2.2 and earlier printed
+  the same header with ``WARN`` alone: ``<host>:<pid>:<tid> [<dev>] <file>:<line> WARN <message>``.
 """
 
 from __future__ import annotations
@@ -113,13 +114,35 @@ _WARN_FILE = re.compile(r"(?P<file>[\w./-]{1,1024}):(?P<line>\d{1,9})")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?P<code>\d+) '(?P<what>[^']*)'")
 
 
-def parse_nccl_warn(text: str) -> dict[str, Any] | None:
+# NCCL 2.2 and earlier (binary releases) printed the WARN header without the ``NCCL`` word; the whole header is
+# required there, since ``WARN`` alone is any logger's level.
+_OLD_WARN = re.compile(r"^[\w.-]{1,255}:\d{1,12}:\d{1,12} \[\d{1,6}\] [\w./-]{1,512}:\d{1,9} WARN ")
+
+
+def nccl_warn_span(text: str) -> tuple[int, int] | None:
+    """Where NCCL's WARN marker starts in a line and where the message after it starts, or None: ``NCCL WARN `` (NCCL
+    2.3 and later) anywhere, or ``WARN `` right after a full ``host:pid:tid [dev] file:line`` header (NCCL <= 2.2)."""
     at = text.find("NCCL WARN ")
-    if at < 0:
+    if at >= 0:
+        return at, at + len("NCCL WARN ")
+    if " WARN " in text and (m := _OLD_WARN.match(text)) is not None:
+        return m.end() - len("WARN "), m.end()
+    return None
+
+
+def is_nccl_warn(text: str) -> bool:
+    """The line is one of NCCL's WARN lines, in either release's form."""
+    return nccl_warn_span(text) is not None
+
+
+def parse_nccl_warn(text: str) -> dict[str, Any] | None:
+    span = nccl_warn_span(text)
+    if span is None:
         return None
+    at, message_at = span
     out: dict[str, Any] = {
         "host": None, "pid": None, "tid": None, "device": None, "file": None, "line": None,
-        "message": text[at + len("NCCL WARN ") :].rstrip(), "cuda_error": None,
+        "message": text[message_at:].rstrip(), "cuda_error": None,
     }
     # The header before "NCCL WARN" is "host:pid:tid [dev] file:line " (each part optional), read right to left.
     tokens = text[:at].split()[-3:]
