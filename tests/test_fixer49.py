@@ -1,0 +1,72 @@
+"""fixer49: qa-report-17's left items L5 (score one corpus case), L2 (replay JSON carries the migrated key),
+L7 (stack and config.framework agree), L6 (fleet report folds hex suffixes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy  # noqa: E402
+
+# ------------------------------------------------------------------------------------------ L5: --only
+
+ONE = "a-automodel-qwen3-32b-ce-fp32-upcast-oom"
+TWO = "a-bridge-etp-defaults-to-tp-expert-grid-too-big"
+
+
+def test_only_scores_just_the_cases_asked_and_prints_each_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (ROOT / "corpus" / "dev" / f"{ONE}.case.json").exists()
+    assert accuracy.main(["--only", ONE, "--only", TWO[:30]]) == 0
+    out = capsys.readouterr().out
+    assert "== dev: 2 failure logs, 0 clean logs" in out
+    assert "2 cases in" in out
+    answers = [line for line in out.splitlines() if line.startswith(("  RIGHT ", "  MISS "))]
+    assert len(answers) == 2
+    assert answers[0].startswith(f"  RIGHT dev/{ONE}: expected cuda_oom/training, got cuda_oom/training, rule ")
+    assert "confidence 0." in answers[0] and "evidence hit yes" in answers[0]
+    assert answers[1].startswith(f"  RIGHT dev/{TWO}: expected config_validation/init")
+
+
+def test_only_reads_dev_unless_the_part_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+    def fake_run(parts, replay=False, only=()):  # never loads a case: test/ is not read here
+        seen.append((parts, only))
+        return {p: accuracy.figures([], p) for p in parts}, []
+
+    monkeypatch.setattr(accuracy, "run", fake_run)
+    assert accuracy.main(["--only", "x-"]) == 2  # nothing matched: refused, not an empty table
+    assert seen[-1] == (("dev",), ("x-",))
+    accuracy.main(["--only", "x-", "--part", "test"])
+    assert seen[-1] == (("test",), ("x-",))
+    accuracy.main([])  # without --only the default stays both parts
+    assert seen[-1] == (accuracy.PARTS, ())
+
+
+def test_load_cases_filters_by_prefix_before_scoring() -> None:
+    cases = accuracy.load_cases(("dev",), (ONE, TWO))
+    assert [c.id for c in cases] == [ONE, TWO]
+    assert all(c.part == "dev" for c in cases)
+
+
+def test_only_refuses_record_and_writes_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    record = ROOT / "corpus" / "accuracy.json"
+    before = record.read_bytes() if record.exists() else None
+    monkeypatch.setattr(accuracy, "run", lambda *a, **k: pytest.fail("a refused run must score nothing"))
+    with pytest.raises(SystemExit) as exc:
+        accuracy.main(["--only", ONE, "--record"])
+    assert exc.value.code == 2
+    assert "never recorded" in capsys.readouterr().err
+    assert (record.read_bytes() if record.exists() else None) == before
+
+
+def test_corpus_readme_step_three_uses_only() -> None:
+    text = (ROOT / "corpus" / "README.md").read_text(encoding="utf-8")
+    step = text.split("## Adding a case", 1)[1].split("\n3. ", 1)[1].split("\n4. ", 1)[0]
+    assert "accuracy.py --only <id>" in step
