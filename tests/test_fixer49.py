@@ -70,3 +70,48 @@ def test_corpus_readme_step_three_uses_only() -> None:
     text = (ROOT / "corpus" / "README.md").read_text(encoding="utf-8")
     step = text.split("## Adding a case", 1)[1].split("\n3. ", 1)[1].split("\n4. ", 1)[0]
     assert "accuracy.py --only <id>" in step
+
+
+# ------------------------------------------------------------------------------------------ L2: replay JSON migration
+
+
+def _replay_json(*sets: str) -> dict:
+    import json
+
+    from cli_run import run
+
+    args = [a for s in sets for a in ("--set", s)]
+    proc = run("replay", "examples/run_config.yaml", "--bridge-version", "0.7.0", *args, "-f", "json", code=(0, 1))
+    return json.loads(proc.stdout)
+
+
+def test_replay_json_carries_the_migration_not_the_refused_moved_key() -> None:
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    data = _replay_json("dist.use_megatron_fsdp=true")
+    Draft202012Validator(json.loads((ROOT / "schemas" / "replay-1.schema.json").read_text())).validate(data)
+    replay = data["replay"]
+    assert replay["fix"] == [{"key": "ddp.use_megatron_fsdp", "value": True}]
+    assert replay["render"]["cli"] == "ddp.use_megatron_fsdp=true"
+    assert replay["render"]["python"] == "cfg.ddp.use_megatron_fsdp = True"
+    assert "dist." not in replay["render"]["yaml"]
+    assert replay["replaced"] == [{"key": "dist.use_megatron_fsdp", "value": True, "check": "stale_moved_field",
+                                   "by": [{"key": "ddp.use_megatron_fsdp", "value": True}]}]
+    assert "dist.use_megatron_fsdp is refused" in replay["summary"]
+    assert "use ddp.use_megatron_fsdp=true instead" in replay["summary"]
+    assert replay["after_fix"]["passes"] is False and data["requested_passes"] is False  # as replayed: unchanged
+    # the key it names is what to replay next (replay then extends it until it passes), and nothing is replaced
+    again = _replay_json("ddp.use_megatron_fsdp=true")
+    assert "replaced" not in again["replay"] and again["replay"]["after_fix"]["passes"] is True
+    assert again["replay"]["fix"][0] == {"key": "ddp.use_megatron_fsdp", "value": True}
+
+
+def test_replaced_is_in_every_schema_that_holds_a_replay_section() -> None:
+    import json
+
+    for name in ("replay", "report", "check"):
+        schema = json.loads((ROOT / "schemas" / f"{name}-1.schema.json").read_text())
+        props = schema["$defs"]["replay"]["properties"]
+        assert props["replaced"]["items"]["required"] == ["key", "value", "check", "by"], name
