@@ -115,3 +115,48 @@ def test_replaced_is_in_every_schema_that_holds_a_replay_section() -> None:
         schema = json.loads((ROOT / "schemas" / f"{name}-1.schema.json").read_text())
         props = schema["$defs"]["replay"]["properties"]
         assert props["replaced"]["items"]["required"] == ["key", "value", "check", "by"], name
+
+
+# ------------------------------------------------------------------------------------------ L7: stack vs framework
+
+
+def test_cascade_sample_stack_and_config_framework_agree() -> None:
+    """The log's traceback runs megatron/bridge/training/train.py (`pretrain(config=cfg, ...)`, Bridge's API) under
+    `python pretrain_gpt.py --config llama3_70b.yaml`: a Megatron-Bridge job. The script's name alone made the
+    config read as Megatron-LM (with `mlm.config: llama3_70b.yaml`) beside stack megatron-bridge."""
+    import json
+
+    from cli_run import run
+
+    data = json.loads(run("analyze", "-f", "json", "sample_logs/cascade_512_ranks_oom.log").stdout)
+    assert data["stack"] == "megatron-bridge"
+    assert data["config"]["framework"] == "megatron-bridge"
+    assert "mlm.config" not in data["config"]["values"]
+    text = run("analyze", "-v", "sample_logs/cascade_512_ranks_oom.log").stdout
+    assert "framework: megatron-lm" not in text and "Release checked: Megatron-LM" not in text
+
+
+def test_a_config_file_argument_is_bridge_and_megatron_lm_flags_stay_megatron_lm() -> None:
+    from diagnose.explain.config.cmdline import parse_command
+
+    for cmd in ("python pretrain_gpt.py --config llama3_70b.yaml",
+                "torchrun --nproc-per-node 8 examples/recipes/llama/pretrain_llama3_8b.py --config-file conf/x.yml",
+                "python pretrain_gpt.py --config=llama.yaml"):
+        assert parse_command(cmd, "log:1").framework == "megatron-bridge", cmd
+    for cmd in ("python pretrain_gpt.py --micro-batch-size 2 --seq-length 4096",
+                "python pretrain_gpt.py --yaml-cfg gpt.yaml --micro-batch-size 2",
+                "python pretrain_gpt.py --config notes.txt --micro-batch-size 2"):
+        assert parse_command(cmd, "log:1").framework == "megatron-lm", cmd
+
+
+def test_config_section_names_a_stack_that_differs_from_the_framework() -> None:
+    from diagnose.configview import ConfigView
+    from diagnose.present.section_lines import config_lines
+
+    view = ConfigView()
+    view.framework = "megatron-lm"
+    view.sources.append("log:3 Megatron-LM arguments")
+    lines = config_lines(view, "megatron-bridge")
+    assert lines[lines.index("framework: megatron-lm") + 1].startswith("stack: megatron-bridge  (")
+    assert not any(line.startswith("stack:") for line in config_lines(view, "megatron-lm"))
+    assert not any(line.startswith("stack:") for line in config_lines(view, None))
