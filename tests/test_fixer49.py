@@ -160,3 +160,51 @@ def test_config_section_names_a_stack_that_differs_from_the_framework() -> None:
     assert lines[lines.index("framework: megatron-lm") + 1].startswith("stack: megatron-bridge  (")
     assert not any(line.startswith("stack:") for line in config_lines(view, "megatron-lm"))
     assert not any(line.startswith("stack:") for line in config_lines(view, None))
+
+
+# ------------------------------------------------------------------------------------------ L6: fleet CONFIGS folding
+
+
+def test_config_key_folds_hex_ids_and_keeps_words() -> None:
+    from diagnose.fleet.record import config_key
+
+    assert config_key("fleet-mix-3-9a4bb") == config_key("fleet-mix-12-1cdf2") == "fleet-mix-#-#"
+    assert config_key("job_1f3c2d7") == "job_#"
+    assert config_key("train-7b-12") == "train-#b-#"  # digits only, as before
+    assert config_key("deadbeef-run-3") == "deadbeef-run-#"  # an all-letter hex word stays a word
+    assert config_key("cafe") == "cafe" and config_key("added-12") == "added-#"
+    assert config_key("llama-bf16-a100") == "llama-bf#-a#"  # a word with a number keeps its word
+    assert config_key("a1b2") == "#" and config_key("abc1") == "abc#"  # interleaved: an id; letters, digits: a word
+    assert config_key("fleet-mix-#-#a#bb") == "fleet-mix-#-#"  # a key stored before folds the same again
+
+
+def _job(key: str, name: str, sig: str | None, config: str | None = None, end: float = 1_800_000_000.0 - 60):
+    from diagnose.fleet.record import config_key
+    from diagnose.fleet.store import JobRecord
+
+    return JobRecord(job_key=key, failed=sig is not None, status="diagnosed", via="sacct", signature=sig,
+                     root_rule=sig, root_category="x" if sig else None, root_title=f"title of {sig}" if sig else None,
+                     nodes=["n1"], blamed_nodes=["n1"] if sig else [], end_ts=end, user="alice", name=name,
+                     config=config if config is not None else config_key(name), gpu_hours=1.0,
+                     job_id=key.split(":")[-1])
+
+
+def test_fleet_report_gives_one_config_row_for_hex_suffixed_names(tmp_path: Path) -> None:
+    from diagnose.fleet.report import build_report
+    from diagnose.fleet.store import FleetStore
+    from diagnose.present.fleet_render import render_text
+
+    records = [_job(f"k:{i}", f"fleet-mix-3-{suffix}", "OOM102" if i % 2 else None)
+               for i, suffix in enumerate(["9a4bb", "1cdf2", "77e0a", "b3c4d"])]
+    # rows a store written before hex folding holds (digits folded only): they join the same row
+    records += [_job("k:old1", "fleet-mix-3-4fa2c", "OOM102", config="fleet-mix-#-#fa#c"),
+                _job("k:old2", "fleet-mix-3-e5e5e", "NC001", config="fleet-mix-#-e#e#e")]
+    records.append(_job("k:w", "deadbeef-eval-1", None))
+    with FleetStore(str(tmp_path / "f.db")) as store:
+        store.add(records)
+        report = build_report(store, since="7d", now=1_800_000_000.0)
+    rows = {g.key: g for g in report.configs}
+    assert set(rows) == {"fleet-mix-#-#", "deadbeef-eval-#"}
+    mix = rows["fleet-mix-#-#"]
+    assert (mix.jobs, mix.failed, mix.top_signature, mix.top_count) == (6, 4, "OOM102", 3)
+    assert "digits and hex ids folded" in render_text(report).lower()
