@@ -3,6 +3,7 @@
     python3 benchmarks/accuracy.py                     # dev and test parts, tables on stdout
     python3 benchmarks/accuracy.py --part dev -v       # every miss of the dev part, one line each
     python3 benchmarks/accuracy.py --json out.json     # the figures and every case's answer, as JSON
+    python3 benchmarks/accuracy.py --only a-bridge-    # just the dev cases whose id starts so, one line each
     python3 benchmarks/accuracy.py --record            # write corpus/accuracy.json (the floors CI holds)
     python3 benchmarks/accuracy.py --freeze            # once: split corpus/cases/ into dev/ and test/
 
@@ -156,7 +157,8 @@ def confidence_band(confidence: float) -> str:
 # ----------------------------------------------------------------------------------------------- corpus
 
 
-def load_cases(parts: tuple[str, ...]) -> list[Case]:
+def load_cases(parts: tuple[str, ...], only: tuple[str, ...] = ()) -> list[Case]:
+    """The cases of ``parts``; with ``only``, just those whose id starts with one of its prefixes."""
     cases: list[Case] = []
     for part in parts:
         folder = CORPUS / part
@@ -164,6 +166,8 @@ def load_cases(parts: tuple[str, ...]) -> list[Case]:
             continue
         for sidecar in sorted(folder.glob("*.case.json")):
             case_id = sidecar.name[: -len(".case.json")]
+            if only and not case_id.startswith(only):
+                continue
             meta = json.loads(sidecar.read_text(encoding="utf-8"))
             log = folder / f"{case_id}.log"
             if not log.exists():
@@ -280,8 +284,25 @@ def print_figures(fig: Figures, outcomes: list[Outcome], verbose: bool) -> None:
                 print(f"  FALSE ALARM {o.id}: {o.category} ({o.rule})")
 
 
-def run(parts: tuple[str, ...], replay: bool = False) -> tuple[dict[str, Figures], list[Outcome]]:
-    outcomes = [score_case(c, replay) for c in load_cases(parts)]
+def print_answers(outcomes: list[Outcome]) -> None:
+    """One line per case: what the tool answered against what the case expects (``--only``)."""
+    for o in outcomes:
+        exp = f"{o.expected_category}/{o.expected_phase}" if o.failed else "clean"
+        got = f"{o.category}/{o.phase}" if o.category is not None else "none"
+        right = o.category_right if o.failed else not o.false_alarm
+        verdict = "RIGHT" if right else ("MISS" if o.failed else "FALSE ALARM")
+        conf = f"{o.confidence:.2f}" if o.confidence is not None else "-"
+        hit = {True: "yes", False: "no", None: "-"}[o.evidence_hit]
+        line = (f"  {verdict} {o.part}/{o.id}: expected {exp}, got {got}, rule {o.rule or '-'}, "
+                f"confidence {conf}, evidence hit {hit}")
+        if o.error:
+            line += f", error: {o.error}"
+        print(line)
+
+
+def run(parts: tuple[str, ...], replay: bool = False,
+        only: tuple[str, ...] = ()) -> tuple[dict[str, Figures], list[Outcome]]:
+    outcomes = [score_case(c, replay) for c in load_cases(parts, only)]
     by_part = {p: figures([o for o in outcomes if o.part == p], p) for p in parts}
     return by_part, outcomes
 
@@ -352,7 +373,11 @@ def freeze() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=[*PARTS, "all"], default="all")
+    ap.add_argument("--part", choices=[*PARTS, "all"], default=None,
+                    help="the parts to score (default: all; with --only, dev)")
+    ap.add_argument("--only", metavar="PREFIX", action="append", default=[],
+                    help="score just the cases whose id starts with PREFIX (repeatable), of the parts asked "
+                         "(dev unless --part says otherwise); prints each case's answer; never with --record")
     ap.add_argument("--replay", action="store_true", help="run config replay and the memory model too (slower)")
     ap.add_argument("--json", metavar="FILE", help="write figures and every case's answer as JSON")
     ap.add_argument("--record", action="store_true", help="write corpus/accuracy.json, the figures CI holds")
@@ -362,10 +387,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.freeze:
         freeze()
         return 0
-    parts = PARTS if args.part == "all" else (args.part,)
-    by_part, outcomes = run(parts, replay=args.replay)
+    only = tuple(args.only)
+    if only and args.record:
+        ap.error("--only scores part of the corpus; a partial run is never recorded: drop --record")
+    if only and any(not prefix.strip() for prefix in only):
+        ap.error("--only needs a non-empty case id prefix")
+    part = args.part or ("dev" if only else "all")
+    parts = PARTS if part == "all" else (part,)
+    by_part, outcomes = run(parts, replay=args.replay, only=only)
+    if only and not outcomes:
+        print(f"accuracy.py: no case of {'/'.join(parts)} has an id starting with "
+              f"{' or '.join(repr(p) for p in only)}", file=sys.stderr)
+        return 2
     for part in parts:
         print_figures(by_part[part], [o for o in outcomes if o.part == part], args.verbose)
+    if only:
+        print("\n== answers")
+        print_answers(outcomes)
     total = sum(o.seconds for o in outcomes)
     print(f"\n{len(outcomes)} cases in {total:.1f} s")
     data = {

@@ -179,15 +179,52 @@ class ReplayResult:
             cli = self.rendered["mlm"]  # a Megatron-LM job's own flags (the Fix above keeps Bridge words for the rest)
         return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
 
+    def migrations(self) -> list[tuple[list[Override], list[Override]]]:
+        """The requested overrides the release refuses because it moved their field (``stale_moved_field``: Bridge
+        >= 0.7 fails at start-up on ``dist.use_megatron_fsdp``), each as (the overrides refused, the migration the
+        validator suggests instead). The replay never undoes a requested key itself, so such an override is no part
+        of a fix: the text shows the migration in its place, and JSON's ``fix`` holds the migration with the
+        refused key in ``replaced`` (qa-report-17 L2)."""
+        given = [o for o in self.fix if not any(o is a for a in self.added)]
+        given_keys = {o.key for o in given}
+        out: list[tuple[list[Override], list[Override]]] = []
+        for v in self.after.violations:
+            if v.check != "stale_moved_field":
+                continue
+            for alternative in v.fixes:
+                dropped = [o.key for o in alternative if is_delete(o) and o.key in given_keys]
+                if dropped:
+                    out.append(([o for o in given if o.key in dropped],
+                                [o for o in alternative if o.key not in dropped]))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``)."""
+        """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``;
+        ``replaced`` when a requested override is refused for a moved field and the migration is the fix)."""
+        fix, rendered = list(self.fix), dict(self.rendered)
+        replaced: list[dict[str, Any]] = []
+        refused_keys: list[str] = []
+        if moves := self.migrations():
+            from diagnose.explain.render import render_fix
+
+            refused = {o.key for move, _ in moves for o in move}
+            refused_keys = [o.key for move, _ in moves for o in move]
+            fix = [o for o in self.fix if o.key not in refused]
+            for move, instead in moves:
+                fix += [o for o in instead if o.key not in {f.key for f in fix}]
+                replaced += [{"key": o.key, "value": None if is_delete(o) else o.value, "check": "stale_moved_field",
+                              "by": [{"key": b.key, "value": None if is_delete(b) else b.value} for b in instead]}
+                             for o in move]
+            rendered = render_fix(fix, self.framework)
         out: dict[str, Any] = {
             "reproduced": self.reproduced,
             "violations": [v.to_dict() for v in self.before.violations],
-            "fix": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in self.fix],
+            "fix": [{"key": o.key, "value": None if is_delete(o) else o.value} for o in fix],
             "after_fix": {"violations": [v.to_dict() for v in self.after.violations], "passes": self.passes},
-            "render": dict(self.rendered),
+            "render": rendered,
         }
+        if replaced:
+            out["replaced"] = replaced
         if self.before.assumed_release:
             out["assumed_release"] = self.before.assumed_release
         if self.rule:
@@ -206,6 +243,12 @@ class ReplayResult:
         if notes := [v.message for v in self.after.notes]:
             out["notes"] = notes
         out["summary"] = self.summary
+        if replaced:  # the summary names the migration, not the refused key (which was all it replayed)
+            words = " ".join(x for x in (rendered.get("cli") or "", (rendered.get("env") or "").replace("\n", "; "))
+                             if x)
+            refused_words = ", ".join(dict.fromkeys(refused_keys))
+            out["summary"] = (f"{self._reproduction()}; your override {refused_words} is refused (stale_moved_field)"
+                              + (f": use {words} instead (suggested by the validator)" if words else ""))
         return out
 
 

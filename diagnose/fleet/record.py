@@ -15,7 +15,10 @@ BAD_STATES = frozenset(
     {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"}
 )
 _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Exit))\b")
-_DIGITS = re.compile(r"\d+")
+_DIGITS = re.compile(r"[\d#]+")  # '#': a digit folded already (config keys stored by an earlier release)
+_PARTS = re.compile(r"([-_])")  # a job name's parts; the separators are kept
+_HEXISH = re.compile(r"(?=[0-9a-fA-F#]*[\d#])[0-9a-fA-F#]{4,}")  # >= 4 hex characters, one of them a digit
+_WORD_NUMBER = re.compile(r"[a-fA-F]+[\d#]+")  # letters then digits: a word with a number (bf16, a100)
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 HOST_SCAN_LINES = 200  # hosts are read from the first lines of a log (launcher prefixes), not from all of it
 
@@ -59,8 +62,19 @@ def signature(report: Report) -> str | None:
 
 
 def config_key(name: str) -> str:
-    """Jobs of one configuration share a name up to numbers (run-17, run-18): digits are folded to '#'."""
-    return _DIGITS.sub("#", name)[:200]
+    """Jobs of one configuration share a name up to numbers (run-17, run-18) and generated ids (a hex suffix:
+    fleet-mix-3-9a4bb, job-1f3c2d7): digits are folded to '#', and so is a whole dash/underscore-separated part that
+    looks like hex: at least 4 hex characters with at least one digit (qa-report-17 L6). Words stay: a part with no
+    digit (``deadbeef``, ``cafe``, ``added``: an all-letter hex word is never folded, at the cost of an id that
+    happens to have no digit), and a word with a number, letters then digits (``bf16``, ``a100``), has only its
+    digits folded (``bf#``). '#' counts as a digit, so a key folded before (digits only) folds the same again."""
+    return "".join(_fold_part(part) for part in _PARTS.split(name))[:200]
+
+
+def _fold_part(part: str) -> str:
+    if _HEXISH.fullmatch(part) and not _WORD_NUMBER.fullmatch(part):
+        return "#"
+    return _DIGITS.sub("#", part)
 
 
 def clean_hosts(names: list[str]) -> list[str]:

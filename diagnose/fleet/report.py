@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from diagnose.fleet.record import config_key
 from diagnose.fleet.stats import TEST_NAME, flag
 from diagnose.fleet.store import FleetStore
 from diagnose.model import DiagnoseError
@@ -133,7 +135,7 @@ def build_report(store: FleetStore, since: str = "7d", now: float | None = None,
     report.classes = _classes(db, start, end)
     report.nodes, report.fleet_rate = _nodes(db, start, end, alpha, min_failures)
     report.users = _groups(db, "user", start, end)
-    report.configs = _groups(db, "config", start, end)
+    report.configs = _groups(db, "config", start, end, fold=config_key)  # a store written before hex folding too
     report.unreadable_jobs = [
         UnreadableJob(k, j, s, p or "")
         for k, j, s, p in db.execute(
@@ -206,14 +208,29 @@ def drain_command(node: str, failed: int, jobs: int, signature: str | None, p_va
     return f"scontrol update nodename={node} state=drain reason={shlex.quote(reason)}"
 
 
-def _groups(db, column: str, start: float, end: float) -> list[GroupRow]:
-    rows = db.execute(
+def _groups(db, column: str, start: float, end: float, fold: Callable[[str], str] | None = None) -> list[GroupRow]:
+    """Jobs, failures and the most common failure class per value of ``column``; ``fold`` maps stored values onto
+    one group each (config keys stored before a fold rule existed join the rows of keys stored after it)."""
+    same: Callable[[str], str] = fold or (lambda key: key)
+    counts: dict[str, list[int]] = {}
+    for key, n, k in db.execute(
         f"SELECT {column}, count(*), sum(failed) FROM jobs WHERE {column} != '' AND end_ts >= ? AND end_ts <= ? "
         f"GROUP BY {column}", (start, end),
-    ).fetchall()
-    top = _top_by(db, f"SELECT {column}, signature, count(*) FROM jobs WHERE failed = 1 AND signature IS NOT NULL "
-                      f"AND {column} != '' AND end_ts >= ? AND end_ts <= ? GROUP BY {column}, signature", start, end)
-    out = [GroupRow(key, n, k, k / n if n else 0.0, *top.get(key, (None, 0))) for key, n, k in rows]
+    ):
+        row = counts.setdefault(same(key), [0, 0])
+        row[0] += n
+        row[1] += k or 0
+    per_sig: dict[tuple[str, str], int] = {}
+    for key, sig, count in db.execute(
+        f"SELECT {column}, signature, count(*) FROM jobs WHERE failed = 1 AND signature IS NOT NULL "
+        f"AND {column} != '' AND end_ts >= ? AND end_ts <= ? GROUP BY {column}, signature", (start, end),
+    ):
+        per_sig[(same(key), sig)] = per_sig.get((same(key), sig), 0) + count
+    top: dict[str, tuple[str, int]] = {}
+    for (key, sig), count in per_sig.items():
+        if key not in top or (count, sig) > (top[key][1], top[key][0]):
+            top[key] = (sig, count)
+    out = [GroupRow(key, n, k, k / n if n else 0.0, *top.get(key, (None, 0))) for key, (n, k) in counts.items()]
     out.sort(key=lambda g: (-g.failed, -g.jobs, g.key))
     return out
 

@@ -48,7 +48,8 @@ def _sections(r: FleetReport) -> list[tuple[str, list[str], list[list[str]]]]:
         ("Root causes", ["CLASS", "JOBS", "GPU-H LOST", "FIRST SEEN (UTC)", "LAST SEEN", "TREND", "TITLE"], classes),
         ("Nodes", ["NODE", "JOBS", "FAILED", "RATE", "P-VALUE", "FLAG", "MOST COMMON"], nodes),
         ("Users", ["USER", "JOBS", "FAILED", "RATE", "MOST COMMON"], users),
-        ("Configs (job names, digits folded)", ["CONFIG", "JOBS", "FAILED", "RATE", "MOST COMMON"], configs),
+        ("Configs (job names, digits and hex ids folded)", ["CONFIG", "JOBS", "FAILED", "RATE", "MOST COMMON"],
+         configs),
         ("Unreadable logs", ["JOB", "SOURCE", "PROBLEM"], unreadable),
     ]
 

@@ -207,7 +207,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     if report.hang is not None:
         out += _hang(report.hang)
     if report.config is not None:
-        out += _section("Config", config_lines(report.config), lang="yaml")
+        out += _section("Config", config_lines(report.config, report.stack), lang="yaml")
     style = fix_style(report.framework, report.stack)
     if report.replay is not None and replay_speaks_to(style):
         out += _section("Replay", replay_lines(report.replay, style), replay_summary(report.replay, style))

@@ -19,12 +19,19 @@ HIDE_DEFAULTS_FROM = 8
 SCALAR_WIDTH = 160
 
 
-def config_lines(view: ConfigView) -> list[str]:
+def config_lines(view: ConfigView, stack: str | None = None) -> list[str]:
     """Where the values were read, framework and release, then each value with its origin (``key: v  (log:12)``);
-    a view that has nothing from the job lists no values (release defaults alone say nothing about it)."""
+    a view that has nothing from the job lists no values (release defaults alone say nothing about it).
+
+    ``stack`` (the report's: the packages its tracebacks name) answers another question than ``framework`` (how
+    the printed config reads); where both are known and differ, the section says both, so that a config read as
+    Megatron-LM beside a fix in Megatron-Bridge words (render.fix_style: Bridge's frames decide) is explained, not a
+    contradiction (qa-report-17 L7)."""
     lines = _list_lines("source", view.sources, "")
     for name, text in (("framework", view.framework), ("version", view.version)):
         lines += _field_lines(name, text, "") if text else []
+        if name == "framework" and text and stack and stack != text:
+            lines.append(f"stack: {stack}  (the packages its tracebacks ran; framework is how the config reads)")
     shown = sorted(view.values.items()) if view.known() else []
     if shown:
         lines.append("values:")

@@ -459,7 +459,8 @@ def _sections(report: Report, width: int) -> list[Any]:
     notes) in words under their one sentence. The fix itself is the finding's fix block, not repeated."""
     parts: list[Any] = []
     if report.config is not None:
-        parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config)], width)
+        parts += _titled("config", "", [(inert_block(ln), False) for ln in config_lines(report.config, report.stack)],
+                         width)
     style = fix_style(report.framework, report.stack)
     if report.replay is not None and replay_speaks_to(style):
         lines = [(inert(ln), False) for ln in replay_lines(report.replay, style)]

@@ -170,11 +170,32 @@ def _megatron_lm_flag(flag: str) -> bool:
     return name in MLM_TO_BRIDGE and name not in _SHARED_FLAGS
 
 
+_CONFIG_FILE_FLAGS = ("--config", "--config-file", "--config_file")
+
+
+def _config_file_arg(flags: list[str]) -> bool:
+    """The script's arguments name a YAML config file with ``--config`` / ``--config-file`` (either spelling of the
+    value: ``--config x.yaml``, ``--config=x.yaml``)."""
+    for i, tok in enumerate(flags):
+        key, _, value = tok.partition("=")
+        if key not in _CONFIG_FILE_FLAGS:
+            continue
+        if not value and i + 1 < len(flags):
+            value = flags[i + 1]
+        if value.lower().endswith((".yaml", ".yml")):
+            return True
+    return False
+
+
 def _parse_script_args(script: str, args: list[str], origin: str, view: ConfigView) -> None:
     hydra = [a for a in args if "=" in a and not a.startswith("-") and KEY_RE.fullmatch(a.split("=", 1)[0].lstrip("+"))]
     flags = [a for a in args if a not in hydra]
     name = script.rsplit("/", 1)[-1]
-    bridge_like = bool(hydra) or "recipe" in name or any(f in RECIPE_FLAGS for f in flags)
+    # a YAML config file as the script's argument (``pretrain_llama3_8b.py --config-file x.yaml``) is how Bridge's
+    # example and user scripts take their config; Megatron-LM's argument list has no such flag (its YAML option is
+    # ``--yaml-cfg``), so ``pretrain_gpt.py --config llama3_70b.yaml`` is no Megatron-LM job (qa-report-17 L7:
+    # config.framework said megatron-lm beside a traceback through megatron/bridge/training/train.py)
+    bridge_like = bool(hydra) or "recipe" in name or any(f in RECIPE_FLAGS for f in flags) or _config_file_arg(flags)
     if bridge_like:
         view.framework = view.framework or "megatron-bridge"
         i = 0

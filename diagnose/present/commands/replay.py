@@ -15,7 +15,6 @@ from typing import Any
 
 from diagnose.checking import ReplayRequest, fix_text, mlm_input, replay_config
 from diagnose.explain.render import render_fix
-from diagnose.model import DELETE
 from diagnose.present import json_text
 from diagnose.present.output import output_stream, write_output
 
@@ -60,10 +59,8 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         # a field the release moved, set by your override, is refused too (Bridge >= 0.7 fails at start-up on it):
         # it is no fix either, and the migration the validator suggests is shown instead (the replay never undoes
         # a requested key itself)
-        given_keys = {o.key for o in given}
-        moves = [f for v in result.after.violations if v.check == "stale_moved_field" for f in v.fixes
-                 if any(o.value is DELETE and o.key in given_keys for o in f)]
-        refused |= {o.key for f in moves for o in f if o.value is DELETE}
+        moves = result.migrations()  # JSON says the same: the migration is its fix, the key in "replaced"
+        refused |= {o.key for move, _ in moves for o in move}
         shown = [o for o in result.fix if o.key not in refused]
         rendered = result.rendered if not refused else render_fix(shown, result.framework) if shown else {}
         kept = [o for o in given if o.key not in refused]
@@ -82,11 +79,9 @@ def _print_text(args: Any, view: Any, result: Any, user: bool = True) -> None:
         if result.fix:
             console.print(_violations_text("with the fix" if shown else "with your overrides",
                                             result.after.violations))
-        for move in moves:  # your override is dropped, not deleted from a config that never had it
-            dropped = [o.key for o in move if o.value is DELETE and o.key in given_keys]
-            rest = [o for o in move if o.key not in dropped]
+        for move, rest in moves:  # your override is dropped, not deleted from a config that never had it
             if rest:
-                console.print(Text(f"instead of {inert(', '.join(dropped))} (suggested by the validator): ",
+                console.print(Text(f"instead of {inert(', '.join(o.key for o in move))} (suggested by the validator): ",
                                    style="bold")
                               + Text(inert(fix_text(rest, True) if mlm else
                                            "; ".join(fix_lines(render_fix(rest, result.framework))))))
