@@ -120,6 +120,9 @@ class ReplayResult:
     fit: CapacityFit | None = None  # when the fix is checked against the memory model (diagnose.explain.fit)
     config_known: bool = False  # the job's own settings were read (a dump, arguments, a file), not just defaults
     rendered: dict[str, str] = field(default_factory=dict)  # the fix in every form (diagnose.explain.render)
+    # the fix with a refused moved key replaced by its migration, in every form (set by explain.replay when
+    # ``migrations`` finds one; JSON's ``fix`` and ``render`` then say what the text shows)
+    migrated_rendered: dict[str, str] = field(default_factory=dict)
 
     @property
     def passes(self) -> bool:
@@ -198,24 +201,27 @@ class ReplayResult:
                                 [o for o in alternative if o.key not in dropped]))
         return out
 
+    def migrated_fix(self) -> tuple[list[Override], list[dict[str, Any]], list[str]]:
+        """The fix with each refused moved key replaced by its migration (``migrations``), the JSON ``replaced``
+        entries, and the refused keys; the fix itself, [] and [] when nothing was refused."""
+        moves = self.migrations()
+        if not moves:
+            return list(self.fix), [], []
+        refused = {o.key for move, _ in moves for o in move}
+        fix = [o for o in self.fix if o.key not in refused]
+        replaced: list[dict[str, Any]] = []
+        for move, instead in moves:
+            fix += [o for o in instead if o.key not in {f.key for f in fix}]
+            replaced += [{"key": o.key, "value": None if is_delete(o) else o.value, "check": "stale_moved_field",
+                          "by": [{"key": b.key, "value": None if is_delete(b) else b.value} for b in instead]}
+                         for o in move]
+        return fix, replaced, [o.key for move, _ in moves for o in move]
+
     def to_dict(self) -> dict[str, Any]:
         """The report's ``replay`` section (issue 3 schema, plus ``rule``, ``extended``, ``notes``, ``proven``;
         ``replaced`` when a requested override is refused for a moved field and the migration is the fix)."""
-        fix, rendered = list(self.fix), dict(self.rendered)
-        replaced: list[dict[str, Any]] = []
-        refused_keys: list[str] = []
-        if moves := self.migrations():
-            from diagnose.explain.render import render_fix
-
-            refused = {o.key for move, _ in moves for o in move}
-            refused_keys = [o.key for move, _ in moves for o in move]
-            fix = [o for o in self.fix if o.key not in refused]
-            for move, instead in moves:
-                fix += [o for o in instead if o.key not in {f.key for f in fix}]
-                replaced += [{"key": o.key, "value": None if is_delete(o) else o.value, "check": "stale_moved_field",
-                              "by": [{"key": b.key, "value": None if is_delete(b) else b.value} for b in instead]}
-                             for o in move]
-            rendered = render_fix(fix, self.framework)
+        fix, replaced, refused_keys = self.migrated_fix()
+        rendered = dict(self.migrated_rendered or self.rendered) if replaced else dict(self.rendered)
         out: dict[str, Any] = {
             "reproduced": self.reproduced,
             "violations": [v.to_dict() for v in self.before.violations],

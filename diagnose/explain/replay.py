@@ -67,7 +67,7 @@ def replay(
                            max_candidates=max_rounds * 8)
         added = found.fix[len(fix):]
         fix, after = found.fix, found.result
-    return ReplayResult(
+    result = ReplayResult(
         reproduced=_reproduced(view, before, finding),
         before=before,
         fix=fix,
@@ -81,6 +81,10 @@ def replay(
         config_known=view.config_known,
         rendered=render_fix(fix, view.framework, _node_size(view)),
     )
+    migrated, replaced, _ = result.migrated_fix()
+    if replaced:
+        result.migrated_rendered = render_fix(migrated, view.framework, _node_size(view))
+    return result
 
 
 def _node_size(view: ConfigView) -> int | None:
