@@ -26,6 +26,7 @@ from diagnose.fleet.slurm_source import SlurmRow, epoch, gpus_of, in_shard, job_
 from diagnose.fleet.store import FleetStore, JobRecord, SeenFile, pack_report
 from diagnose.ingest.slurm.parse import split_state
 from diagnose.model import DiagnoseError, Report
+from diagnose.pool_worker import quiet_worker_signals
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".out.gz", ".err.gz", ".txt.gz")
 MAX_TASKS_PER_CHILD = 500
@@ -205,8 +206,10 @@ def _results(todo: list[Item], options: ScanOptions) -> Iterator[tuple[JobRecord
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
     one = functools.partial(diagnose_item, rules_dirs=options.rules_dirs, replay=options.replay)
-    with ctx.Pool(workers, maxtasksperchild=MAX_TASKS_PER_CHILD) as pool:
+    with ctx.Pool(workers, initializer=quiet_worker_signals, maxtasksperchild=MAX_TASKS_PER_CHILD) as pool:
         yield from pool.imap_unordered(one, todo, chunksize=1)
+        pool.close()  # every result is in: let the workers finish, rather than the SIGTERM that ``with`` ends with
+        pool.join()
 
 
 # ------------------------------------------------------------------------------------------ one job (worker)

@@ -8,6 +8,8 @@ import multiprocessing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
+from diagnose.pool_worker import quiet_worker_signals
+
 if TYPE_CHECKING:
     from diagnose.match.anchors import Phase1
 
@@ -63,8 +65,11 @@ def results(buf, phase1, window_size: int, jobs: int, count=None, first: int = 0
             for p in parts:
                 yield from _scan_chunk(p)
             return
-        with ctx.Pool(min(jobs, len(parts))) as pool:  # -j 100000 forked 100,000 workers for 2 chunks
+        # -j 100000 forked 100,000 workers for 2 chunks
+        with ctx.Pool(min(jobs, len(parts)), initializer=quiet_worker_signals) as pool:
             for chunk_results in pool.imap(_scan_chunk, parts):
                 yield from chunk_results
+            pool.close()  # every chunk is in: let the workers end, rather than the SIGTERM ``with`` ends with
+            pool.join()
     finally:
         _BUFFER = _PHASE1 = _COUNT = None
