@@ -304,10 +304,10 @@ def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: ReplayResult, gpus
     plan.valid = True
     rest = [p for p in memory.plans[1:] if p.overrides != fix]
     at = 0
-    if changes_global_batch(fix, view.get("train.global_batch_size")):
+    given = view.get("train.global_batch_size")
+    if changes_global_batch(fix, given):
         # a fix that changes the global batch size (a tuned hyper-parameter) comes after every plan that fits and
         # keeps it (qa-report-16 L3), as the memory plans among themselves are ranked
-        given = view.get("train.global_batch_size")
         while at < len(rest) and rest[at].fits and rest[at].valid is not False and not changes_global_batch(
                 rest[at].overrides, given):
             at += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -226,18 +226,20 @@ def _groups(db, column: str, start: float, end: float, fold: Callable[[str], str
         f"AND {column} != '' AND end_ts >= ? AND end_ts <= ? GROUP BY {column}, signature", (start, end),
     ):
         per_sig[(same(key), sig)] = per_sig.get((same(key), sig), 0) + count
-    top: dict[str, tuple[str, int]] = {}
-    for (key, sig), count in per_sig.items():
-        if key not in top or (count, sig) > (top[key][1], top[key][0]):
-            top[key] = (sig, count)
+    top = _top_of((key, sig, count) for (key, sig), count in per_sig.items())
     out = [GroupRow(key, n, k, k / n if n else 0.0, *top.get(key, (None, 0))) for key, (n, k) in counts.items()]
     out.sort(key=lambda g: (-g.failed, -g.jobs, g.key))
     return out
 
 
 def _top_by(db, sql: str, start: float, end: float) -> dict[str, tuple[str, int]]:
+    return _top_of(db.execute(sql, (start, end)))
+
+
+def _top_of(rows: Iterable[tuple[str, str, int]]) -> dict[str, tuple[str, int]]:
+    """The most common signature per key of ``(key, signature, count)`` rows (ties: the greater signature)."""
     best: dict[str, tuple[str, int]] = {}
-    for key, sig, count in db.execute(sql, (start, end)):
+    for key, sig, count in rows:
         if key not in best or (count, sig) > (best[key][1], best[key][0]):
             best[key] = (sig, count)
     return best

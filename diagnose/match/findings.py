@@ -143,10 +143,10 @@ def _infer_category(finding: Finding, hit: Hit, inferences: list[Inference]) -> 
         finding.confidence = max(finding.confidence, inferred.inference.confidence)
         finding.basis = "inferred"
         finding.basis_detail = inferred.basis
-        frames = own if innermost_frame(own) else hit.frames
-        if where := raised_at(frames):  # the category's fix names it (match/category_fix.py)
+        frame = innermost_frame(own) or innermost_frame(hit.frames)
+        if where := raised_at(frame):  # the category's fix names it (match/category_fix.py)
             finding.facts.setdefault(RAISED_AT, where)
-            if package := package_of(innermost_frame(frames)):
+            if package := package_of(frame):
                 finding.facts.setdefault(RAISING_PACKAGE, package)
         if finding.phase == "unknown" and inferred.inference.phase_when_unknown:
             finding.phase = inferred.inference.phase_when_unknown

@@ -339,11 +339,12 @@ def innermost_frame(frames: Sequence[str]) -> str:
 _FRAME_WHERE = LazyPattern(r'File "([^"]*)", line (\d+), in (\S+)')
 
 
-def raised_at(frames: Sequence[str]) -> str:
-    """Where the exception was raised, as a reader names it: the innermost frame's file (from the package's own
-    folder for an installed package: ``mbridge/core/util.py``; else the last three parts of the path), line and
-    function (``mbridge/core/util.py:83 in build_model``); "" when the traceback shows no Python frame."""
-    m = _FRAME_WHERE.search(innermost_frame(frames).replace("\\", "/"))
+def raised_at(frame: str) -> str:
+    """Where the exception was raised, as a reader names it, from the traceback's innermost frame
+    (``innermost_frame``): its file (from the package's own folder for an installed package:
+    ``mbridge/core/util.py``; else the last three parts of the path), line and function
+    (``mbridge/core/util.py:83 in build_model``); "" when it is no Python frame."""
+    m = _FRAME_WHERE.search(frame.replace("\\", "/"))
     if m is None:
         return ""
     path, line, function = m.group(1), m.group(2), m.group(3)
