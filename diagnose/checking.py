@@ -311,7 +311,7 @@ def _lead_with_the_fix(memory: MemoryPlan, view: Any, replay: ReplayResult, gpus
         while at < len(rest) and rest[at].fits and rest[at].valid is not False and not changes_global_batch(
                 rest[at].overrides, given):
             at += 1
-    memory.plans[:] = [memory.plans[0], *rest[:at], option_of(plan), *rest[at:]]
+    memory.plans[:] = [memory.plans[0], *rest[:at], option_of(plan, given), *rest[at:]]
 
 
 # ------------------------------------------------------------------------------------------ the TUI's what-ifs

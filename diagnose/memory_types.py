@@ -74,6 +74,8 @@ class MemoryOption:
     components: Breakdown = field(default_factory=Breakdown)
     worst_stage: int | None = None  # with pipeline parallelism: the stage that peaks
     stage_peak_bytes: list[int] = field(default_factory=list)
+    # the global batch size the plan sets where it differs from the config's (a tuned hyper-parameter); None: kept
+    new_global_batch: Any = None
 
     def to_dict(self, keys: tuple[str, ...] = REPORT_OPTION_KEYS) -> dict[str, Any]:
         """The option in one schema's shape: ``REPORT_OPTION_KEYS`` (report) or ``CHECK_PLAN_KEYS`` (check)."""

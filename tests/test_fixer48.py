@@ -158,3 +158,22 @@ def test_the_tui_memory_view_of_a_job_that_trained_says_the_verdict_and_not_draw
     assert tui is not None
     assert f"not drawn: {TRAINED_OVER}" in tui.plain and TRAINED_LATER in tui.plain
     assert "parameters (as the log states)" in tui.plain
+
+
+def test_a_plan_that_restates_the_configs_global_batch_size_is_not_said_to_change_it():
+    """batch_change_words read any train.global_batch_size override as a change; the option now carries the new
+    value only when it differs from the config's (changes_global_batch, the ranking's own test)."""
+    from diagnose.explain.memory.options import Plan, option_of
+    from diagnose.explain.memory.state import Layout, Phases, StateBytes
+    from diagnose.model import Override
+    from diagnose.present.memory_text import batch_change_words
+
+    plan = Plan("pp 2", [Override("model.pipeline_model_parallel_size", 2), Override("train.global_batch_size", 256)],
+                Layout(gpus=8, pp=2), None, StateBytes({"params": 2 << 30}, 1 << 30, 1), None,
+                Phases(1 << 30, 1 << 30, 1 << 30, 1 << 30, 0), True, "", 0.0)
+    assert batch_change_words(option_of(plan, 256)) == ""
+    assert batch_change_words(option_of(plan, "256")) == ""
+    assert "changes the global batch size to 256" in batch_change_words(option_of(plan, 128))
+    assert batch_change_words(option_of(Plan("tp 2", [Override("model.tensor_model_parallel_size", 2)],
+                                             *([plan.layout, None, plan.state, None, plan.phases, True, "", 0.0])),
+                                        128)) == ""

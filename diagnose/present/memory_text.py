@@ -55,8 +55,9 @@ def verdict_words(memory: MemoryAnalysis) -> str:
 
 def batch_change_words(plan: MemoryOption) -> str:
     """What ``check`` and the TUI add after naming the cheapest plan that fits when it changes the global batch
-    size: plans that change it rank after every plan that keeps it, so none that keeps it fits ("" otherwise)."""
-    new = next((o.value for o in plan.overrides if o.key == "train.global_batch_size"), None)
+    size (sets it to another value than the config's): plans that change it rank after every plan that keeps it,
+    so none that keeps it fits ("" otherwise, and for a plan that restates the config's value)."""
+    new = plan.new_global_batch
     return "" if new is None else (f" It changes the global batch size to {new}, a tuned hyper-parameter (numerics, "
                                    "LR schedule): no valid plan that keeps it fits on this GPU count.")
 

@@ -595,7 +595,7 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
                      f"{fmt_gib(capacity)})" + (f"; likely: {'; '.join(likely)}" if likely else ""))
     elif search_options:
         plans = search(scn, verdict, prove=lambda ovs: prove(replay_view, ovs, bridge_version))
-        out.options = [option_of(p) for p in plans]
+        out.options = [option_of(p, scn.global_batch_size) for p in plans]
     if current.activations is None:
         notes.append("activations not sized (the log gives the parameter count, not the model's shape): "
                      "'fits' below means the model state and its buffers fit, not yet a training step")

@@ -153,16 +153,19 @@ class Plan:
         return len(set(self.stage_peaks)) > 1
 
 
-def option_of(p: Plan) -> MemoryOption:
+def option_of(p: Plan, given_global_batch: Any = None) -> MemoryOption:
     """The plan as data (one type for the report's options and check's plans; with pipeline parallelism, the
-    stage that peaks and every stage's peak)."""
+    stage that peaks and every stage's peak; the global batch size it sets when that is not the config's
+    ``given_global_batch``)."""
     staged = p.layout.pp > 1 and bool(p.stage_peaks)
+    new_gbs = next((o.value for o in p.overrides if o.key == "train.global_batch_size"), None)
     return MemoryOption(
         overrides=list(p.overrides), label=p.label, cost=p.cost, strategy=p.layout.strategy, gpus=p.layout.gpus,
         dp=p.layout.dp, tp=p.layout.tp, pp=p.layout.pp, cp=p.layout.cp, model_state_bytes=p.state.persistent,
         transient_bytes=p.state.transient, activation_bytes=p.activations, peak_bytes=p.peak, fits=p.fits,
         valid=p.valid, bytes_per_param=round(p.state.bytes_per_param, 3), components=Breakdown(**p.state.components),
-        worst_stage=p.stage if staged else None, stage_peak_bytes=list(p.stage_peaks) if staged else [])
+        worst_stage=p.stage if staged else None, stage_peak_bytes=list(p.stage_peaks) if staged else [],
+        new_global_batch=new_gbs if changes_global_batch(p.overrides, given_global_batch) else None)
 
 
 def evaluate(scn: Scenario, label: str, overrides: list[Override], layout: Layout, workload: Workload | None,

@@ -261,10 +261,11 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             node = view.get("launch.gpus_per_node")
             launch = launch_commands(more.layout.gpus, node if isinstance(node, int) else None)
             notes.append(f"launch on {more.layout.gpus} GPUs: {launch['torchrun']}; or {launch['srun']}")
-            wider = option_of(more)
+            wider = option_of(more, scn.global_batch_size)
     # a count the log confirms (its own parameter line, per rank) assumes nothing
     assumed = [] if reconciled is not None and _log_confirms(view, shape) else fc.count_assumptions(view)
     if assumed:
         # a provider already named has given what it sets: what is left is the config's to give
         notes.insert(0, fc.assumption_warning(assumed, getattr(view, "model_target", None) is not None))
-    return MemoryPlan(capacity, params, source, [option_of(p) for p in plans], notes, assumed, wider)
+    options = [option_of(p, scn.global_batch_size) for p in plans]
+    return MemoryPlan(capacity, params, source, options, notes, assumed, wider)
