@@ -238,30 +238,32 @@ def test_a_line_longer_than_a_window_is_matched_once():
     assert len(f.evidence[0].text) <= 500  # evidence of a huge line is cut
 
 
-def test_single_pass_database_cache_survives_a_torn_file(tmp_path, monkeypatch):
-    """The compiled Hyperscan database is cached on disk; a damaged copy is recompiled, never trusted."""
+def test_hyperscan_database_cache_survives_a_torn_file(tmp_path, monkeypatch):
+    """Compiled Hyperscan databases (the literal pass, each anchor's locator) are cached on disk; a damaged copy is
+    recompiled, never trusted."""
     pytest.importorskip("hyperscan")
+    from diagnose.match import anchors
     from diagnose.match.anchors import Phase1
 
     monkeypatch.setenv("DIAGNOSE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("DIAGNOSE_NO_CACHE", raising=False)
+    monkeypatch.setattr(anchors, "LOCATOR_MIN_BYTES", 0)
     args = ([b"CUDA out of memory", b"Error: "], [[r"CUDA out of memory"], [r"(?P<exc>\w+Error): "]], [b"iteration "])
     window = b"x\n[rank1]: CUDA out of memory. Tried\nValueError: boom\n iteration 3\nok\n"
-    fresh = Phase1(*args, combined=True)
-    assert fresh.combined is not None
-    expected = fresh.scan(window)
+    expected = Phase1(*args, backend="hyperscan").scan(window)
     assert expected == ([2, 37], [0])
-    (cached,) = list(tmp_path.iterdir())
-    assert Phase1(*args, combined=True).scan(window) == expected  # loaded from the cache
-    cached.write_bytes(cached.read_bytes()[:100])
-    assert Phase1(*args, combined=True).scan(window) == expected  # torn: compiled again
-    cached.write_bytes(b"\0" * 32 + b"junk")
-    assert Phase1(*args, combined=True).scan(window) == expected
-    from diagnose.match import anchors
-
+    cached = sorted(tmp_path.glob("hs-*.db"))
+    assert len(cached) == 5  # the literal pass; each anchor's locator, plain and with special bytes
+    assert Phase1(*args, backend="hyperscan").scan(window) == expected  # loaded from the cache
+    for db in cached:
+        db.write_bytes(db.read_bytes()[:100])
+    assert Phase1(*args, backend="hyperscan").scan(window) == expected  # torn: compiled again
+    for db in cached:
+        db.write_bytes(b"\0" * 32 + b"junk")
+    assert Phase1(*args, backend="hyperscan").scan(window) == expected
     monkeypatch.setattr(anchors, "CACHE_KEEP", 2)
     for extra in (b"a1", b"a2", b"a3"):  # other catalogues: the oldest databases are removed, the newest kept
-        Phase1([*args[0], extra], [*args[1], [extra.decode()]], args[2], combined=True)
+        Phase1([*args[0], extra], [*args[1], [extra.decode()]], args[2], backend="hyperscan")
     assert len(list(tmp_path.glob("hs-*.db"))) == 2
 
 

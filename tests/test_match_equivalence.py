@@ -324,13 +324,17 @@ def test_fast_scan_equals_reference_matcher(catalogue, seed):
 
 
 @pytest.mark.parametrize("seed", [1, 5])
-def test_single_pass_hyperscan_equals_reference_matcher(catalogue, seed, monkeypatch):
-    """Large inputs use one combined Hyperscan pass per window (plain, and with non-ASCII/NUL bytes: mixed)."""
+def test_hyperscan_locators_of_large_inputs_equal_reference_matcher(catalogue, seed, monkeypatch):
+    """Large inputs: the literal pass, then Hyperscan locators for the anchors present (plain, and with
+    non-ASCII/NUL bytes: the "anchor and special byte" variant), Hyperscan's text presence in phase 2 and numpy's
+    newline counting, all forced on a small generated log."""
     pytest.importorskip("hyperscan")
-    from diagnose.match import engine
+    from diagnose.match import anchors, engine
 
-    monkeypatch.setattr(engine, "COMBINED_MIN_BYTES", 0)
+    monkeypatch.setattr(anchors, "LOCATOR_MIN_BYTES", 0)
+    monkeypatch.setattr(engine, "TEXT_PRESENCE_MIN_BYTES", 0)
     monkeypatch.setattr(engine, "NUMPY_MIN_BYTES", 0)  # numpy newline counting too, where installed
+    anchors._CACHE.clear()
     # \w matches "é" in the text but not in the raw bytes: only the "anchor and special byte" patterns find it
     catalogue = make_catalogue(*catalogue.rules, make_rule("ZZ904", "mixed byte", r"mixed byte \w+ end"))
     rng = random.Random(seed)

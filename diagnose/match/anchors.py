@@ -11,13 +11,10 @@ lines of the anchors that occur are located:
   every iteration line) then costs one C pass per window instead of one Python step per line;
 * otherwise by a ``bytes.find`` loop per anchor, one step per hit line.
 
-For large inputs (``combined=True``) Hyperscan does both steps in ONE pass: a database of every anchor's loosened
-regexes (PREFILTER; the bare literal, SINGLEMATCH, for an anchor whose regexes it refuses) plus the escape byte and
-the capture literals (SINGLEMATCH). The candidate lines are the same as with the two passes; only the second pass
-over each window is saved. Compiling it costs ~0.15 s, so small inputs (rule examples, tests) keep the two passes,
-and the compiled database is kept in a cache folder (``$DIAGNOSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/diagnose``,
-else ``~/.cache/diagnose``; ``DIAGNOSE_NO_CACHE=1`` switches it off), keyed by the hash of everything compiled into
-it, checked by a content hash when read, and recompiled on any doubt.
+The literal pass comes first and locators run only for the anchors it found. (One combined Hyperscan pass of every
+anchor's loosened regexes, used for inputs of 16 MiB and more until stop 45, grew slower with the catalogue: at 508
+rules it took 5.4-7.3 s of CPU on benchmarks/gen_log.py's 1 GiB log where the two passes take 3.7 s, and no less on
+a dense log; it was removed.)
 
 Lines with an ANSI escape (which can split an anchor) or a ``\\r`` rewrite (which can assemble one) are always
 candidates. Phase 2 decides exactly on every candidate, so every backend gives IDENTICAL answers; only speed
@@ -26,7 +23,6 @@ differs.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
@@ -288,111 +284,19 @@ def capture_locator(literal: bytes, pattern: str) -> _Locator | None:
         return None
 
 
-class _CombinedScanner:
-    """One Hyperscan pass per window that answers presence and locates lines (see the module docstring)."""
-
-    name = "hyperscan"
-
-    def __init__(self, anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes]):
-        import hyperscan
-
-        self._hs = hyperscan
-        self.anchors = anchors
-        self.n = len(anchors)
-        self.capture_literals = capture_literals
-        loose: list[list[bytes] | None] = []
-        for pats in anchor_patterns:
-            lp = [loosen(p) for p in pats]
-            loose.append(None if not lp or any(x is None for x in lp) else [x.encode("ascii") for x in lp if x])
-        self.loose = loose
-        try:
-            self.plain = self._build(mixed=False)
-        except Exception:  # noqa: BLE001 - one regex Hyperscan refuses: find which, locate that anchor by literal
-            self.loose = [lp if lp is not None and self._compiles(lp) else None for lp in loose]
-            self.plain = self._build(mixed=False)
-        self._mixed = None
-        self.located = [lp is not None for lp in self.loose]
-        self.fired: set[int] = set()  # located anchors whose regexes matched in the last window scanned
-
-    def _compiles(self, exprs: list[bytes]) -> bool:
-        hs = self._hs
-        try:
-            db = hs.Database(mode=hs.HS_MODE_BLOCK)
-            db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                       flags=[hs.HS_FLAG_PREFILTER] * len(exprs))
-        except Exception:  # noqa: BLE001
-            return False
-        return True
-
-    def _build(self, mixed: bool):
-        hs = self._hs
-        entries: list[tuple[bytes, int, int]] = []  # (expression, id, flags)
-        for i, (lit, lp) in enumerate(zip(self.anchors, self.loose)):
-            if lp is None:
-                entries.append((_hs_literal(lit), i, hs.HS_FLAG_SINGLEMATCH))
-                continue
-            entries += [(x, i, hs.HS_FLAG_PREFILTER) for x in lp]
-            if mixed:
-                entries += [(x, i, 0) for x in _near_special(lit)]
-        for j, lit in enumerate([ESCAPE, *self.capture_literals]):
-            entries.append((_hs_literal(lit), self.n + j, hs.HS_FLAG_SINGLEMATCH))
-        return _cached_database(hs, [e[0] for e in entries], [e[2] for e in entries], [e[1] for e in entries])
-
-    def scan(self, window: bytes, plain: bool) -> tuple[set[int], list[int]]:
-        """(start offsets of located candidate lines, other ids present: unlocated anchors, escape, captures)."""
-        if plain:
-            db = self.plain
-        else:
-            if self._mixed is None:
-                self._mixed = self._build(mixed=True)
-            db = self._mixed
-        starts: set[int] = set()
-        others: list[int] = []
-        fired = self.fired = set()
-        located, n = self.located, self.n
-        rfind, find, size = window.rfind, window.find, len(window)
-        last = [1, 0]  # start and end of the last line reported: later matches on it are skipped
-
-        def on_match(i, _f, to, _fl, _c):
-            if i < n and located[i]:
-                fired.add(i)
-                if last[0] <= to <= last[1]:
-                    return
-                s = rfind(b"\n", 0, to) + 1
-                e = find(b"\n", s)
-                last[0] = s
-                last[1] = e if e != -1 else size
-                starts.add(s)
-            else:
-                others.append(i)
-            return
-
-        db.scan(window, match_event_handler=on_match, scratch=thread_scratch(db))
-        return starts, others
-
-
 class Phase1:
     """Candidate lines of a window for a set of anchors (each with its rules' regexes) and capture literals."""
 
     def __init__(self, anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
-                 backend: str = "auto", combined: bool = False):
+                 backend: str = "auto"):
         self.anchors = anchors
         self.anchor_patterns = anchor_patterns
         self.n_anchors = len(anchors)
         self._locators: dict[tuple[int, ...], _Locator] = {}
         self._singles: dict[int, _Locator | None] = {}
         self._seen: dict[tuple[int, ...], int] = {}
-        self.combined: _CombinedScanner | None = None
-        backend = resolve_backend(backend)
-        if combined and backend in ("auto", "hyperscan"):
-            with contextlib.suppress(Exception):  # no Hyperscan, or it refused the database: the two passes
-                self.combined = _CombinedScanner(anchors, anchor_patterns, capture_literals)
-        if self.combined is not None:
-            self.engine = None
-            self.name = self.combined.name
-        else:
-            self.engine = _make_engine(anchors + [ESCAPE] + capture_literals, backend)
-            self.name = self.engine.name
+        self.engine = _make_engine(anchors + [ESCAPE] + capture_literals, resolve_backend(backend))
+        self.name = self.engine.name
         self.ascii = False  # is the window last scanned pure ASCII? (known whenever capture literals were present)
         self.present_anchors: tuple[int, ...] = ()
         self._filters: dict[int, list | None] = {}
@@ -403,23 +307,13 @@ class Phase1:
         Also sets ``present_anchors``: the anchors that can match on a line of this window whose text is a part of
         its bytes (no ANSI escape, ``\\r`` rewrite, NUL or invalid UTF-8): phase 2 looks only for those there."""
         n = self.n_anchors
-        if self.combined is not None:
-            self.ascii = window.isascii()
-            starts, others = self.combined.scan(window, self.ascii and b"\x00" not in window)
-            present = sorted(set(others))
-            for i in present:
-                if i < n:  # an anchor the database has as a bare literal
-                    _find_lines(window, self.anchors[i], starts)
-            self.present_anchors = tuple(sorted(self.combined.fired.union(i for i in present if i < n)))
-        else:
-            assert self.engine is not None  # set whenever there is no combined scanner
-            present = self.engine.present(window)
-            starts = set()
-            anchors_present = [i for i in present if i < n]
-            self.present_anchors = tuple(anchors_present)
-            self.ascii = bool(present) and window.isascii()
-            if anchors_present:
-                self._locate(anchors_present, window, self.ascii and b"\x00" not in window, starts)
+        present = self.engine.present(window)
+        starts: set[int] = set()
+        anchors_present = [i for i in present if i < n]
+        self.present_anchors = tuple(anchors_present)
+        self.ascii = bool(present) and window.isascii()
+        if anchors_present:
+            self._locate(anchors_present, window, self.ascii and b"\x00" not in window, starts)
         if n in present:
             _find_lines(window, ESCAPE, starts)
         if b"\r" in window:
@@ -560,16 +454,14 @@ def text_presence(literals: tuple[bytes, ...]) -> Callable[[bytes], list[int]] |
 
 
 def phase1_for(anchors: list[bytes], anchor_patterns: list[list[str]], capture_literals: list[bytes],
-               backend: str = "auto", combined: bool = False) -> Phase1:
-    """A Phase1, cached: compiling the databases costs more than scanning a small text (rule examples, tests).
-
-    ``combined``: one Hyperscan pass per window (for large inputs; see the module docstring)."""
-    key = (backend, combined, tuple(anchors), tuple(tuple(p) for p in anchor_patterns), tuple(capture_literals))
+               backend: str = "auto") -> Phase1:
+    """A Phase1, cached: compiling the databases costs more than scanning a small text (rule examples, tests)."""
+    key = (backend, tuple(anchors), tuple(tuple(p) for p in anchor_patterns), tuple(capture_literals))
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    made = Phase1(anchors, anchor_patterns, capture_literals, backend, combined)
+    made = Phase1(anchors, anchor_patterns, capture_literals, backend)
     _CACHE[key] = made
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -66,7 +66,7 @@ PARALLEL_MIN_BYTES = 64 << 20
 NUMPY_MIN_BYTES = 128 << 20  # from here on newlines are counted with numpy when importable (its import: ~0.07 s)
 # phases a failure can be in once the job trained: a "before training" rule yields to the file's own reading of them
 _AFTER_TRAINING_STARTED = frozenset({"training", "eval", "checkpoint_save", "optimizer_step", "shutdown"})
-COMBINED_MIN_BYTES = 16 << 20  # from here on phase 1 is one Hyperscan pass per window (compiling it: ~0.15 s)
+TEXT_PRESENCE_MIN_BYTES = 16 << 20  # from here on phase 2 asks a Hyperscan literal database which anchors a text has
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
@@ -850,8 +850,8 @@ def scan_deferring(
     capture_literals = [cc.literal for cc in compiled.captures]
     total_bytes = sum(len(s.buffer) for s in sources)
     backend = resolve_backend(backend)
-    big = total_bytes >= COMBINED_MIN_BYTES
-    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend, combined=big)
+    big = total_bytes >= TEXT_PRESENCE_MIN_BYTES
+    phase1 = phase1_for(compiled.literals, compiled.anchor_patterns, capture_literals, backend)
     phase_names = {spec.name for spec in PHASE_CAPTURES}
     phase_ids = [i for i, cc in enumerate(compiled.captures) if cc.spec.name in phase_names]
     markers = MarkerTracker(compiled.captures, phase_ids)
