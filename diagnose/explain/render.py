@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.configview import _jsonable
-from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
+from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED, MLM_REMOVE
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
 from diagnose.explain.config.values import parse_scalar
@@ -203,6 +203,8 @@ def mlm_flag(o: Override) -> str:
     if inverted is not None and isinstance(o.value, bool):
         flag = "--" + inverted.replace("_", "-")
         return flag if o.value is False else f"(remove {flag})"
+    if o.key in MLM_REMOVE and (o.value is False or o.value is None or is_delete(o)):
+        return f"(remove {MLM_REMOVE[o.key]})"
     name = BRIDGE_TO_MLM.get(o.key)
     if name is None:
         return ""

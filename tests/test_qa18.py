@@ -1,0 +1,61 @@
+"""QA round 18 (helper qa18): every override diagnose prints, checked against Megatron-LM's argparse
+(megatron/training/arguments.py) and Megatron-Bridge's config dataclasses. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+from cli_run import run, write
+
+from diagnose.explain.render import mlm_flag
+from diagnose.model import Override
+
+# A Megatron-LM job (pretrain_gpt.py) that turned activation offloading on with the only flag that does it,
+# --cpu-offloading-num-layers, together with pipeline parallelism: TransformerConfig refuses the pair.
+MLM_CPU_OFFLOAD_PP = """\
++ torchrun --nproc_per_node=2 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 8 \
+--pipeline-model-parallel-size 2 --cpu-offloading-num-layers 1 --bf16
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workspace/megatron-lm/pretrain_gpt.py", line 300, in <module>
+[rank0]:     pretrain(
+[rank0]:   File "/workspace/megatron-lm/megatron/training/training.py", line 600, in pretrain
+[rank0]:     model, optimizer, opt_param_scheduler = setup_model_and_optimizer(
+[rank0]:   File "/workspace/megatron-lm/megatron/training/arguments.py", line 1500, in core_transformer_config_from_args
+[rank0]:     config = config_class(**kw_args)
+[rank0]:   File "/usr/lib/python3.12/site-packages/megatron/core/transformer/transformer_config.py", line 1200, in \
+__post_init__
+[rank0]:     raise ValueError(
+[rank0]: ValueError: Currently there is no support for Pipeline parallelism with CPU offloading
+"""
+
+
+def test_megatron_lm_job_is_told_to_remove_the_cpu_offloading_flag_it_passed(tmp_path):
+    """The fix said "Megatron-LM (remove --cpu-offloading)": Megatron-LM has no such flag (cpu_offloading is set by
+    validate_args when --cpu-offloading-num-layers is above 0), so the user had nothing to remove."""
+    log = write(tmp_path, "mlm_cpu_offload_pp.log", MLM_CPU_OFFLOAD_PP)
+    out = run("analyze", str(log)).stdout
+    assert "Megatron-LM (remove --cpu-offloading-num-layers)" in out, out
+    assert "--cpu-offloading)" not in out
+
+
+@pytest.mark.parametrize(("key", "value", "flag"), [
+    # each flag below is one argparse accepts in Megatron-LM's arguments.py; before, the dump's name was printed
+    ("checkpoint.fully_parallel_load", True, "--ckpt-fully-parallel-load"),  # was --fully-parallel-load
+    ("model.fp4", "e2m1", "--fp4-format e2m1"),  # was --fp4
+    ("model.num_layers_in_first_pipeline_stage", 3, "--decoder-first-pipeline-num-layers 3"),
+    ("model.num_layers_in_last_pipeline_stage", 2, "--decoder-last-pipeline-num-layers 2"),
+    ("model.virtual_pipeline_model_parallel_size", 2, "--num-virtual-stages-per-pipeline-rank 2"),
+    ("model.virtual_pipeline_model_parallel_size", None,
+     "(remove --num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank)"),
+    ("model.cpu_offloading", False, "(remove --cpu-offloading-num-layers)"),
+    ("model.cpu_offloading", True, ""),  # no flag turns it on alone: the Bridge words stay
+    ("model.params_dtype", "bf16", ""),  # set by --bf16/--fp16, there is no --params-dtype
+    ("model.apply_rope_fusion", None, ""),  # only --no-rope-fusion exists
+    # Bridge keys a rule's fix names whose flag exists but was not in the table (the Bridge words stood alone)
+    ("model.fp8_param", False, "(remove --fp8-param-gather)"),
+    ("model.defer_embedding_wgrad_compute", False, "(remove --defer-embedding-wgrad-compute)"),
+    ("optimizer.overlap_param_gather_with_optimizer_step", False,
+     "(remove --overlap-param-gather-with-optimizer-step)"),
+    ("comm_overlap.overlap_moe_expert_parallel_comm", False, "(remove --overlap-moe-expert-parallel-comm)"),
+])
+def test_megatron_lm_flag_of_each_override_is_one_arguments_py_defines(key, value, flag):
+    assert mlm_flag(Override(key, value)) == flag
