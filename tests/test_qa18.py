@@ -59,3 +59,39 @@ def test_megatron_lm_job_is_told_to_remove_the_cpu_offloading_flag_it_passed(tmp
 ])
 def test_megatron_lm_flag_of_each_override_is_one_arguments_py_defines(key, value, flag):
     assert mlm_flag(Override(key, value)) == flag
+
+
+def _mlm_tp2_job_with_max_connections_1(tmp_path):
+    """The sample Megatron-LM DDP-wrap OOM as a TP 2 job whose launch script exported CUDA_DEVICE_MAX_CONNECTIONS=1
+    (what Megatron-LM asks of TP > 1 on Hopper without FSDP)."""
+    from cli_run import ROOT
+
+    text = (ROOT / "sample_logs" / "mlm_ddp_wrap_oom_torch20.log").read_text(encoding="utf-8")
+    text = (text.replace("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 2")
+            .replace("tensor_model_parallel_size ...................... 1",
+                     "tensor_model_parallel_size ...................... 2")
+            .replace("data_parallel_size .............................. 8",
+                     "data_parallel_size .............................. 4"))
+    return write(tmp_path, "mlm_tp2.log", "+ export CUDA_DEVICE_MAX_CONNECTIONS=1\n" + text)
+
+
+def test_fsdp_fix_shows_the_environment_replay_needed_for_it_to_pass(tmp_path):
+    """Replay extended the Megatron FSDP fix with CUDA_DEVICE_MAX_CONNECTIONS=32 (Megatron-LM's validate_args and
+    Bridge's assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."), but the Fix block and -q showed only
+    the flags: pasted as shown, the job fails that assert before training."""
+    log = _mlm_tp2_job_with_max_connections_1(tmp_path)
+    quiet = run("analyze", "-q", str(log)).stdout
+    assert "fix: --use-megatron-fsdp" in quiet, quiet
+    assert "fix: export CUDA_DEVICE_MAX_CONNECTIONS=32" in quiet, quiet
+    full = run("analyze", str(log)).stdout
+    assert "Env         export CUDA_DEVICE_MAX_CONNECTIONS=32" in full, full
+
+
+def test_replay_sentence_separates_the_exports_from_the_flags(tmp_path):
+    """The replay sentence read "... --ckpt-format fsdp_dtensor export CUDA_DEVICE_MAX_CONNECTIONS=32": one command
+    line in which `export` is an argument of the training script."""
+    import json
+
+    report = json.loads(run("analyze", "-f", "json", str(_mlm_tp2_job_with_max_connections_1(tmp_path))).stdout)
+    summary = report["replay"]["summary"]
+    assert "--ckpt-format fsdp_dtensor; export CUDA_DEVICE_MAX_CONNECTIONS=32" in summary, summary
