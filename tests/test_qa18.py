@@ -95,3 +95,14 @@ def test_replay_sentence_separates_the_exports_from_the_flags(tmp_path):
     report = json.loads(run("analyze", "-f", "json", str(_mlm_tp2_job_with_max_connections_1(tmp_path))).stdout)
     summary = report["replay"]["summary"]
     assert "--ckpt-format fsdp_dtensor; export CUDA_DEVICE_MAX_CONNECTIONS=32" in summary, summary
+
+
+def test_memory_sentence_names_a_megatron_lm_job_s_flags_like_its_fix():
+    """MEMORY's "Cheapest change" gave a Megatron-LM job Bridge keys (ddp.use_megatron_fsdp=true ...) beside a Fix
+    of flags: not something pretrain_gpt.py takes."""
+    import json
+
+    report = json.loads(run("analyze", "-f", "json", "sample_logs/mlm_ddp_wrap_oom_torch20.log").stdout)
+    said = report["memory"]["explanation"]
+    assert "Cheapest change" in said and "--use-megatron-fsdp --data-parallel-sharding-strategy" in said, said
+    assert "ddp.use_megatron_fsdp=true" not in said, said
