@@ -106,3 +106,21 @@ def test_memory_sentence_names_a_megatron_lm_job_s_flags_like_its_fix():
     said = report["memory"]["explanation"]
     assert "Cheapest change" in said and "--use-megatron-fsdp --data-parallel-sharding-strategy" in said, said
     assert "ddp.use_megatron_fsdp=true" not in said, said
+
+
+def test_check_s_wider_plan_for_a_megatron_lm_argument_list_is_flags_that_pass_validate_args():
+    """`check examples/mlm_args.txt --gpus 2`: "the cheapest that fits needs 16 GPUs: ddp.use_megatron_fsdp=true
+    ddp.data_parallel_sharding_strategy=optim_grads_params model.init_model_with_meta_device=true": Bridge keys for
+    a Megatron-LM argument list, and without --ckpt-format fsdp_dtensor, which Megatron-LM's validate_args demands
+    of every Megatron FSDP run (the table's plans, proven by replay, had it)."""
+    out = " ".join(run("check", "examples/mlm_args.txt", "--gpus", "2", "--gpu", "a100-40gb").stdout.split())
+    said = out[out.index("the cheapest that fits needs"):].split("(peak")[0]
+    assert "--use-megatron-fsdp" in said and "--ckpt-format fsdp_dtensor" in said, said
+    assert "ddp.use_megatron_fsdp" not in said, said
+
+
+def test_check_s_wider_plan_is_proven_on_its_own_gpu_count():
+    """Proving the wider plan on the GPUs the config is checked on would refuse every split that needs more GPUs
+    (TP 8 on 1 GPU): the plan stays the one the memory model found."""
+    out = " ".join(run("check", "examples/run_config.yaml", "--gpus", "1", "--gpu", "a100-40gb").stdout.split())
+    assert "the cheapest that fits needs 8 GPUs: model.tensor_model_parallel_size=8" in out, out
