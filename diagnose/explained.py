@@ -180,7 +180,7 @@ class ReplayResult:
         cli, env = self.rendered.get("cli") or "", self.rendered.get("env") or ""
         if self.framework == "megatron-lm" and self.rendered.get("mlm"):
             cli = self.rendered["mlm"]  # a Megatron-LM job's own flags (the Fix above keeps Bridge words for the rest)
-        return " ".join(x for x in (cli, env.replace("\n", "; ")) if x)
+        return "; ".join(x for x in (cli, env.replace("\n", "; ")) if x)  # as render.overrides_in_style
 
     def migrations(self) -> list[tuple[list[Override], list[Override]]]:
         """The requested overrides the release refuses because it moved their field (``stale_moved_field``: Bridge

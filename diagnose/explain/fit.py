@@ -21,7 +21,7 @@ from diagnose.explain.memory.options import worded_label
 from diagnose.explain.render import inline_fix
 from diagnose.explained import CapacityFit, ReplayResult
 from diagnose.memory_types import TRAINED_OVER, MemoryAnalysis, MemoryOption, MemoryPrediction
-from diagnose.model import EnvVar, Finding, Fix, Override, Report
+from diagnose.model import DELETE, EnvVar, Finding, Fix, Override, Report
 from diagnose.units import GIB, fmt_gib
 
 # STATE_ONLY_FIT, one rule for the fix chosen from the options (capacity_fix) and any fix sized by memory_fit: a
@@ -159,8 +159,13 @@ def apply_fit(result: ReplayResult, fit: CapacityFit) -> None:
     if not fit.fits:
         return
     rule = fit.finding.fix
+    # the environment replay needed for the fix to pass (an FSDP fix for a job that exported
+    # CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron-LM's and Bridge's validation refuse it) is part of what was proven
+    env = list(rule.env) + [EnvVar(o.key[4:], str(o.value)) for o in result.fix
+                            if o.key.startswith("env.") and o.value is not DELETE and o.value is not None
+                            and all(e.name != o.key[4:] for e in rule.env)]
     proven = Fix(rule.summary, rule.safety, [o for o in result.fix if not o.key.startswith(("env.", "launch."))],
-                 list(rule.env), list(rule.steps), list(rule.other_stacks))
+                 env, list(rule.steps), list(rule.other_stacks))
     if fit.fragmentation:
         rule_fix = inline_fix(rule.overrides)
         if rule_fix:

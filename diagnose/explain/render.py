@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.configview import _jsonable
-from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED
+from diagnose.explain.config.mlm_args import BRIDGE_TO_MLM, INVERTED, MLM_REMOVE
 from diagnose.explain.config.overrides import is_delete
 from diagnose.explain.config.releases import FIELD_MOVES
 from diagnose.explain.config.values import parse_scalar
@@ -203,6 +203,8 @@ def mlm_flag(o: Override) -> str:
     if inverted is not None and isinstance(o.value, bool):
         flag = "--" + inverted.replace("_", "-")
         return flag if o.value is False else f"(remove {flag})"
+    if o.key in MLM_REMOVE and (o.value is False or o.value is None or is_delete(o)):
+        return f"(remove {MLM_REMOVE[o.key]})"
     name = BRIDGE_TO_MLM.get(o.key)
     if name is None:
         return ""
@@ -325,16 +327,17 @@ def fix_words(fix: Fix, style: str) -> FixWords:
 
 def overrides_in_style(overrides: list[Override], style: str) -> str:
     """Overrides as one line in the job's words (``style``: fix_style), as a summary quotes them: a Megatron-LM
-    job's flags (Bridge words for what has no flag), else the Bridge CLI words; ``env.*`` as export lines joined by
-    "; ", ``launch.*`` left out (not a setting). For "neutral" the Bridge words too: the caller decides whether a
-    job of another stack is shown them at all (replay_speaks_to)."""
+    job's flags (Bridge words for what has no flag), else the Bridge CLI words; ``env.*`` as export lines after
+    them, each after "; "; ``launch.*`` left out (not a setting). For "neutral" the Bridge words too: the caller
+    decides whether a job of another stack is shown them at all (replay_speaks_to)."""
     config = [o for o in overrides if not o.key.startswith(("env.", "launch."))]
     env = "; ".join(_env_override_line(o) for o in overrides if o.key.startswith("env."))
     if style == "megatron-lm":
         words = [mlm_fix_line(config)[0], cli_line([o for o in config if not mlm_flag(o)])]
     else:
         words = [cli_line(config)]
-    return " ".join(w for w in (*words, env) if w)
+    # "; " before the exports: a space made "--ckpt-format fsdp_dtensor export X=32" one command line
+    return "; ".join(w for w in (" ".join(w for w in words if w), env) if w)
 
 
 def fix_one_line(fix: Fix, style: str) -> str | None:

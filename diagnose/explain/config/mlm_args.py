@@ -95,6 +95,34 @@ BRIDGE_TO_MLM: dict[str, str] = {}
 for _name, _paths in MLM_TO_BRIDGE.items():
     for _p in _paths:
         BRIDGE_TO_MLM.setdefault(_p, _name)
+# Fix rendering: paths whose flag is not the name the argument dump prints (the dump shows argparse's dest, or what
+# validate_args computes from other flags; megatron/training/arguments.py). --ckpt-fully-parallel-load (there is no
+# --fully-parallel-load), --fp4-format (dest fp4), --decoder-first/last-pipeline-num-layers (Megatron-LM's names of
+# the uneven first/last stage), --num-virtual-stages-per-pipeline-rank (the dump's virtual_pipeline_model_parallel_size
+# is computed from it or from --num-layers-per-virtual-pipeline-stage); Bridge's fp8_param is --fp8-param-gather; the
+# last three are store_true flags no argument dump is read into (a fix naming them kept the Bridge words).
+BRIDGE_TO_MLM.update({
+    "checkpoint.fully_parallel_load": "ckpt_fully_parallel_load",
+    "model.fp4": "fp4_format",
+    "model.num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+    "model.num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
+    "model.virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
+    "model.fp8_param": "fp8_param_gather",
+    "model.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
+    "optimizer.overlap_param_gather_with_optimizer_step": "overlap_param_gather_with_optimizer_step",
+    "comm_overlap.overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+})
+# No flag of these names: params_dtype follows --bf16/--fp16, cpu_offloading is on when --cpu-offloading-num-layers is
+# above 0 (a fix turning either on keeps the Bridge words); the three fusions have only a --no-... flag (INVERTED).
+for _p in ("model.params_dtype", "model.cpu_offloading", "model.bias_activation_fusion",
+           "model.gradient_accumulation_fusion", "model.apply_rope_fusion"):
+    BRIDGE_TO_MLM.pop(_p, None)
+# What a fix that clears one of these paths tells a Megatron-LM job to remove: every flag that can have set it.
+MLM_REMOVE: dict[str, str] = {
+    "model.cpu_offloading": "--cpu-offloading-num-layers",
+    "model.virtual_pipeline_model_parallel_size":
+        "--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank",
+}
 
 _DUMP_LINE = re.compile(r"^\s*([A-Za-z_]\w*) \.{2,} (.*)$")
 _DUMP_LONG = re.compile(r"^\s*([A-Za-z_]\w{47,})\s+(.*)$")

@@ -21,7 +21,7 @@ from diagnose.explain.memory.verdict import (
     from_facts,
     larger_than_gpu,
 )
-from diagnose.explain.render import fix_style, inline_fix
+from diagnose.explain.render import fix_style, inline_fix, overrides_in_style
 from diagnose.memory_types import (
     BEFORE_MODEL_BUILD,
     TRAINED_LATER,
@@ -608,7 +608,9 @@ def analyze_oom(report: Report, view: View = None, options: Any = None,
         out.explanation = f"{out.explanation} {step_sentence(n)}".strip()
     best = next((p for p in plans if p.fits and p.valid is not False), None)
     if best is not None and verdict != "fragmentation":
-        change = inline_fix(best.overrides)
+        # in the job's words, as its Fix and replay's sentence (a Megatron-LM job's flags; qa-report-8 L8)
+        style = fix_style(report.framework, report.stack)
+        change = inline_fix(best.overrides) if style != "megatron-lm" else overrides_in_style(best.overrides, style)
         gpus = "" if best.layout.gpus == layout.gpus else f" on {best.layout.gpus} GPUs"
         what = ("in which the model state fits", "peak", "; activations not counted") \
             if current.activations is None else ("that fits", "peak", "")

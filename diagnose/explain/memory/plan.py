@@ -15,11 +15,11 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, evaluate, option_of, search
+from diagnose.explain.memory.options import Plan, _prove, evaluate, option_of, search
 from diagnose.explain.memory.shape import count_params, reconcile
-from diagnose.explain.render import inline_fix, launch_commands
+from diagnose.explain.render import inline_fix, launch_commands, overrides_in_style
 from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
-from diagnose.model import DiagnoseError
+from diagnose.model import DiagnoseError, Override
 
 
 @dataclass
@@ -176,6 +176,16 @@ def size_problems(view: Any, validated_below_one: Iterable[str] = ()) -> list[st
     return bad
 
 
+def _on_gpus(prove: Any, gpus: int) -> Any:
+    """``prove`` of a plan on ``gpus`` GPUs rather than the count the config is checked on (a TP 8 plan is no
+    violation on 8 GPUs); the world size is the plan's, not an override of its own."""
+    def proved(overrides: list[Override]) -> Any:
+        proof = prove([*overrides, Override("launch.world_size", gpus)])
+        proof.overrides = [o for o in proof.overrides if o.key != "launch.world_size"]
+        return proof
+    return proved
+
+
 def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int = 14) -> MemoryPlan:
     sizes = size_problems(view)
     if sizes:
@@ -253,9 +263,19 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         notes.append("as given, " + note)
     wider: MemoryOption | None = None
     if not given.fits and not fitting:
-        more = next((p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus), None)
+        more: Plan | None = None
+        for candidate in [p for p in search(scn, "unknown", prove=None) if p.fits and p.layout.gpus > gpus][:5]:
+            if prove is not None:
+                # extended and checked as the table's plans are, on its own GPU count (Megatron FSDP's --ckpt-format
+                # fsdp_dtensor: a Megatron-LM job fails validate_args without it); one refused is passed over
+                _prove(scn, candidate, _on_gpus(prove, candidate.layout.gpus))
+            if candidate.valid is not False:
+                more = candidate
+                break
         if more is not None:
-            change = inline_fix(more.overrides)
+            # in the config's words: a Megatron-LM argument list's flags
+            change = (overrides_in_style(more.overrides, "megatron-lm")
+                      if getattr(view, "framework", None) == "megatron-lm" else inline_fix(more.overrides))
             notes.append(f"nothing fits on {gpus} GPUs; the cheapest that fits needs {more.layout.gpus} GPUs: "
                          f"{change or more.label} (peak {more.peak / 2**30:.1f} GiB)")
             node = view.get("launch.gpus_per_node")
