@@ -573,7 +573,7 @@ def _gbs_note(scn: Scenario, per: int) -> str:
 def _change_global_batch(scn: Scenario, plan: Plan, per: int) -> None:
     """A plan whose micro batch x DP does not divide train.global_batch_size says so in its cost and carries the
     value it needs (the validator's fix for that violation), also where the config as given already broke it: the
-    replay (``_prove``) extends a plan only with fixes for violations the plan itself causes (qa-report-13 L4)."""
+    replay (``prove_plan``) extends a plan only with fixes for violations the plan itself causes (qa-report-13 L4)."""
     if "global_batch_size" not in plan.cost:
         plan.cost = (plan.cost + "; " if plan.cost else "") + _gbs_note(scn, per)
     if scn.global_batch_size and not any(o.key == "train.global_batch_size" for o in plan.overrides):
@@ -613,13 +613,13 @@ def search(scn: Scenario, verdict: str = "unknown", same_gpus_only: bool = False
         if len([p for p in kept if p.fits]) >= keep_fitting:
             break
         if prove is not None:
-            _prove(scn, plan, prove)
+            prove_plan(scn, plan, prove)
             if plan.valid is False:
                 continue
         kept.append(plan)
     for plan in other[:keep_other]:
         if prove is not None:
-            _prove(scn, plan, prove)
+            prove_plan(scn, plan, prove)
         kept.append(plan)
     # the replay may have added a global batch change (its fix for a violation): such a plan moves after the
     # fitting ones that keep it (a stable sort: the order is otherwise the cost's)
@@ -632,7 +632,7 @@ def changes_global_batch(overrides: Sequence[Override], given: Any) -> bool:
     return any(o.key == "train.global_batch_size" and str(o.value) != str(given) for o in overrides)
 
 
-def _prove(scn: Scenario, plan: Plan, prove) -> None:
+def prove_plan(scn: Scenario, plan: Plan, prove) -> None:
     before = {o.key for o in plan.overrides}
     proof = prove(plan.overrides)
     plan.overrides, plan.valid, plan.violations = proof.overrides, proof.valid, proof.violations

@@ -15,7 +15,7 @@ from diagnose.explain.memory import from_config as fc
 from diagnose.explain.memory import pp_layout
 from diagnose.explain.memory.meta_count import available as meta_available
 from diagnose.explain.memory.meta_count import exact_count
-from diagnose.explain.memory.options import Plan, _prove, evaluate, option_of, search
+from diagnose.explain.memory.options import Plan, evaluate, option_of, prove_plan, search
 from diagnose.explain.memory.shape import count_params, reconcile
 from diagnose.explain.render import inline_fix, launch_commands, overrides_in_style
 from diagnose.memory_types import CHECK_PLAN_KEYS, MemoryOption
@@ -268,7 +268,7 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
             if prove is not None:
                 # extended and checked as the table's plans are, on its own GPU count (Megatron FSDP's --ckpt-format
                 # fsdp_dtensor: a Megatron-LM job fails validate_args without it); one refused is passed over
-                _prove(scn, candidate, _on_gpus(prove, candidate.layout.gpus))
+                prove_plan(scn, candidate, _on_gpus(prove, candidate.layout.gpus))
             if candidate.valid is not False:
                 more = candidate
                 break
