@@ -124,3 +124,26 @@ def test_check_s_wider_plan_is_proven_on_its_own_gpu_count():
     (TP 8 on 1 GPU): the plan stays the one the memory model found."""
     out = " ".join(run("check", "examples/run_config.yaml", "--gpus", "1", "--gpu", "a100-40gb").stdout.split())
     assert "the cheapest that fits needs 8 GPUs: model.tensor_model_parallel_size=8" in out, out
+
+
+def test_an_argument_list_with_the_flags_fixes_print_is_read_into_the_same_bridge_keys():
+    """qa-report-18 L3: the flags a fix prints for fp4, the uneven first/last stage and VPP were not read back from
+    an argument list (they became mlm.* keys), so `check` on such a list did not see the job's own values."""
+    from diagnose.explain.config.mlm_args import parse_arg_list, parse_args_dump
+    from diagnose.model import LogLine
+
+    view = parse_arg_list(["--fp4-format", "e2m1", "--decoder-first-pipeline-num-layers", "3",
+                           "--decoder-last-pipeline-num-layers", "5", "--num-virtual-stages-per-pipeline-rank", "2"],
+                          "args")
+    assert view.get("model.fp4") == "e2m1"
+    assert view.get("model.num_layers_in_first_pipeline_stage") == 3
+    assert view.get("model.num_layers_in_last_pipeline_stage") == 5
+    assert view.get("model.virtual_pipeline_model_parallel_size") == 2
+    assert not any(k.startswith("mlm.") for k in view.values)
+    # a dump prints the flag's dest and the value validate_args computed; the computed one stands
+    dump = ["------------------------ arguments ------------------------",
+            "  num_virtual_stages_per_pipeline_rank ............ None",
+            "  virtual_pipeline_model_parallel_size ............ 4",
+            "-------------------- end of arguments ---------------------"]
+    lines = [LogLine(path="x.log", lineno=i + 1, raw=t, text=t) for i, t in enumerate(dump)]
+    assert parse_args_dump(lines).get("model.virtual_pipeline_model_parallel_size") == 4

@@ -40,6 +40,13 @@ MLM_TO_BRIDGE: dict[str, tuple[str, ...]] = {
     "ckpt_fully_parallel_load": ("checkpoint.fully_parallel_load",),
     "mock_data": ("dataset.mock",),
     "fp8_format": ("model.fp8",),  # --fp8-format is stored as args.fp8 (dest='fp8')
+    "fp4_format": ("model.fp4",),  # --fp4-format is stored as args.fp4 (dest='fp4')
+    # Megatron-LM's names of the uneven first/last pipeline stage (core_transformer_config_from_args maps them)
+    "decoder_first_pipeline_num_layers": ("model.num_layers_in_first_pipeline_stage",),
+    "decoder_last_pipeline_num_layers": ("model.num_layers_in_last_pipeline_stage",),
+    # an argument list's VPP flag; a dump also prints the virtual_pipeline_model_parallel_size validate_args computed
+    # from it, after it (the dump is sorted), which then stands
+    "num_virtual_stages_per_pipeline_rank": ("model.virtual_pipeline_model_parallel_size",),
     "te_rng_tracker": ("model.use_te_rng_tracker",),  # --te-rng-tracker, dest use_te_rng_tracker
     # the flag is --use-nccl-ub (dest nccl_ub, the name an argument dump prints, in _SAME_NAME): a fix says the flag
     "use_nccl_ub": ("ddp.nccl_ub",),
