@@ -155,6 +155,8 @@ def check(req: CheckRequest) -> CheckResult:
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = mlm_input(view)
+    if note := _max_connections_note(plan, view, mlm):
+        plan.notes.append(note)
     if not replay.passes:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
         fix = fix_text(replay.result.fix, mlm)
@@ -226,6 +228,26 @@ def _wider_validation(view: Any, more: MemoryOption, version: str | None, gpus: 
     return f"{where}, the config still fails validation ({len(result.before.violations)} violation(s)): fix them too"
 
 
+def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | None:
+    """A Megatron-LM job with TP or CP > 1 and no Megatron FSDP starts only with CUDA_DEVICE_MAX_CONNECTIONS=1 before
+    Blackwell, and Megatron FSDP refuses 1 (megatron/training/arguments.py, both asserts): a plan that turns FSDP on
+    needs the launch script's export changed too. ``check`` reads no environment, so this is said, not replayed
+    (with the variable given, ``--set CUDA_DEVICE_MAX_CONNECTIONS=1``, replay extends each such plan itself)."""
+    if not mlm or view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") or view.get("ddp.use_megatron_fsdp") is True:
+        return None
+    tp, cp = (view.get(k) for k in ("model.tensor_model_parallel_size", "model.context_parallel_size"))
+    if not any(isinstance(v, int) and v > 1 for v in (tp, cp)):
+        return None
+    fsdp = [i for i, p in enumerate(memory.plans) if any(
+        o.key == "ddp.use_megatron_fsdp" and o.value is True for o in p.overrides)]
+    if not fsdp:
+        return None
+    return ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP, and this TP/CP > 1 "
+            "job, without FSDP, must export 1 on GPUs before Blackwell; change the launch script's export with the "
+            "plan")
+
+
 def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigView) -> None:
     """A config that fails validation is never a working plan (its given row is for reference: ``valid=False``),
     and a validator fix that changes train.global_batch_size, a training hyper-parameter, says so."""
@@ -256,9 +278,13 @@ def fix_text(overrides: list[Override], mlm: bool = False) -> str:
         return inline_fix(overrides)
     words = []
     for o in overrides:
-        flag = "" if o.key.startswith(("env.", "launch.")) or o.key.startswith("~") else mlm_flag(o)
+        if o.key.startswith("env."):
+            continue
+        flag = "" if o.key.startswith("launch.") or o.key.startswith("~") else mlm_flag(o)
         words.append(flag or inline_fix([o]))
-    return " ".join(dict.fromkeys(w for w in words if w))
+    # the exports after the flags, each its own command (``; ``), as inline_fix writes them for Bridge words
+    exports = inline_fix([o for o in overrides if o.key.startswith("env.")])
+    return "; ".join(part for part in (" ".join(dict.fromkeys(w for w in words if w)), exports) if part)
 
 
 def _prefetch_param_count(view: Any) -> None:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from cli_run import run, write
+from cli_run import ROOT, run, write
 
 from diagnose.explain.render import mlm_flag
 from diagnose.model import Override
@@ -147,3 +149,21 @@ def test_an_argument_list_with_the_flags_fixes_print_is_read_into_the_same_bridg
             "-------------------- end of arguments ---------------------"]
     lines = [LogLine(path="x.log", lineno=i + 1, raw=t, text=t) for i, t in enumerate(dump)]
     assert parse_args_dump(lines).get("model.virtual_pipeline_model_parallel_size") == 4
+
+
+def test_check_says_fsdp_plans_of_a_tp_job_need_the_max_connections_export_changed():
+    """qa-report-18 L2: `check` of a TP 2 Megatron-LM argument list offered Megatron FSDP plans that pass
+    validate_args only with CUDA_DEVICE_MAX_CONNECTIONS unset or > 1, while that job (TP 2, no FSDP) must export 1
+    before Blackwell; nothing said so. A note names exactly the FSDP plans; with the variable given, replay extends
+    each such plan with the export instead (`; export ...`, not run into the flags), and the note is not needed."""
+    out = " ".join(run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "8").stdout.split())
+    rows = re.findall(r"(?:^| )(\d+) (fsdp:\w+|dist-opt|ddp) \d+/\d+/\d+/\d+ ", out)
+    fsdp = [n for n, strategy in rows if strategy.startswith("fsdp:")]
+    assert fsdp and len(fsdp) < len(rows)
+    assert (f"plans that turn Megatron FSDP on ({', '.join('#' + n for n in fsdp)}) also need "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1") in out
+    given = run("check", str(ROOT / "examples" / "mlm_args.txt"), "--gpus", "8",
+                "--set", "CUDA_DEVICE_MAX_CONNECTIONS=1").stdout
+    assert "also need CUDA_DEVICE_MAX_CONNECTIONS" not in given
+    assert "--ckpt-format fsdp_dtensor; export CUDA_DEVICE_MAX_CONNECTIONS=32" in given
+    assert "fsdp_dtensor export" not in given
