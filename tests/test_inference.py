@@ -491,3 +491,27 @@ def test_raised_match_reads_the_innermost_frame_with_a_regex():
         assert "raised_match" in str(e)
     else:
         raise AssertionError("a raised_match regex that does not compile must be refused")
+
+
+def test_raising_frames_any_reads_only_the_frames_of_the_package_that_raised():
+    """``raising_frames_any``: a needle counts in the innermost frame and the frames of the same package right above
+    it, not in an outer frame of another package that called the code that raised (IF520: transformers'
+    from_pretrained running DeepSpeed's zero.Init)."""
+    table = parse_inference({
+        "code": "IF999", "category": "checkpoint_format", "why": "w", "raising_frames_any": ["from_pretrained"],
+        "examples": [{"line": "KeyError: 'x'", "category": "checkpoint_format"}],
+    }, "t")
+    assert table.raising_frames_any == ["from_pretrained"]
+    line = "TypeError: '>' not supported between instances of 'str' and 'int'"
+    hf = 'File "/env/lib/python3.11/site-packages/transformers/modeling_utils.py", line 4986, in from_pretrained'
+    hf_inner = 'File "/env/lib/python3.11/site-packages/transformers/modeling_utils.py", line 5300, in _load_pretrained_model'
+    ds = ['File "/env/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 1013, in __init__',
+          'File "/env/lib/python3.11/site-packages/deepspeed/runtime/config.py", line 855, in _batch_assertion']
+    user = 'File "/home/u/train.py", line 40, in main'
+    assert infer([table], "PY001", line, [user, hf, *ds], "unknown") is None
+    got = infer([table], "PY001", line, [user, hf, hf_inner], "unknown")
+    assert got is not None and got.inference.code == "IF999" and "from_pretrained" in got.detail
+    # the user's own files are one package: a script's from_pretrained that raised itself counts
+    own = 'File "/home/u/model.py", line 9, in from_pretrained'
+    assert infer([table], "PY001", line, [user, own], "unknown") is not None
+    assert infer([table], "PY001", line, [], "unknown") is None

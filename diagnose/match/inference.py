@@ -336,6 +336,23 @@ def innermost_frame(frames: Sequence[str]) -> str:
     return next((text for text in reversed(frames) if FRAME_FILE.search(text)), "")
 
 
+def raising_frames(frames: Sequence[str]) -> list[str]:
+    """The frames of the code that raised, innermost first: the innermost ``File "..."`` frame and the frames right
+    above it that belong to the same package (``package_of``; the user's own files count as one), up to the first
+    frame of another package. An outer entry point (transformers' ``from_pretrained``, which also parses configs,
+    builds the model and runs DeepSpeed's ``zero.Init``) is not among them when another package raised below it."""
+    files = [text for text in frames if FRAME_FILE.search(text)]
+    if not files:
+        return []
+    package = package_of(files[-1])
+    run: list[str] = []
+    for text in reversed(files):
+        if package_of(text) != package:
+            break
+        run.append(text)
+    return run
+
+
 _FRAME_WHERE = LazyPattern(r'File "([^"]*)", line (\d+), in (\S+)')
 
 
@@ -449,6 +466,13 @@ def infer(
             if found is None:
                 continue
             detail = f"{detail}; raised at {found.group(0)[:80]!r}" if detail else f"raised at {found.group(0)[:80]!r}"
+        if inf.raising_frames_any:
+            frame = next((f for f in raising_frames(frames) for needle in inf.raising_frames_any if needle in f), None)
+            if frame is None:
+                continue
+            head = _FRAME_HEAD.search(frame)
+            raiser = head.group(0) if head else frame.strip()
+            detail = f"{detail}; {raiser}" if detail and detail != raiser else raiser
         if inf.library_frame is not None:
             if library is None:
                 library = raised_in_library(frames)

@@ -245,7 +245,10 @@ class Inference:
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``raised_none``: it
     contains none of these (a call made by configuration-instantiating code, a package's ``__init__.py``);
     ``raised_match``: a regex found in the innermost frame, its source line included (an assert that tests
-    divisibility, ``assert a % b == 0``);
+    divisibility, ``assert a % b == 0``); ``raising_frames_any``: a frame of the code that raised contains one: the
+    innermost frame and the frames of the same package right above it (inference.raising_frames), not an outer
+    entry point of another package that called it (transformers' ``from_pretrained`` counts when transformers
+    raised, not when DeepSpeed's ``zero.Init``, which it called, did);
     ``phases``: the finding's phase is one of these; ``rules``: the generic rule's code is one of these.
     ``refused_unlike_listed``: the name the message says was refused is (true) or is not (false) unlike every name
     it lists as accepted or similar, i.e. not a typo of one (inference.refused_unlike_listed). ``release_named``: the
@@ -277,6 +280,7 @@ class Inference:
     raised_in: list[str] = field(default_factory=list)
     raised_none: list[str] = field(default_factory=list)
     raised_match: list[str] = field(default_factory=list)
+    raising_frames_any: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
     phase_when_unknown: str = ""
@@ -506,9 +510,11 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         raise ValueError(f"phase_when_unknown {fallback!r} must be one of {', '.join(PHASES)} but 'unknown'")
     unlike = _optional_bool(raw, "refused_unlike_listed")
     frames_any, exc_types = str_list(raw, "frames_any"), str_list(raw, "exc_types")
-    raised_in = str_list(raw, "raised_in")
-    if not (frames_any or text_any or exc_types or raised_in or raised_match or library is not None):
-        raise ValueError("no condition: give frames_any, raised_in, raised_match, text_any, exc_types or library_frame")
+    raised_in, raising_frames_any = str_list(raw, "raised_in"), str_list(raw, "raising_frames_any")
+    if not (frames_any or text_any or exc_types or raised_in or raised_match or raising_frames_any
+            or library is not None):
+        raise ValueError("no condition: give frames_any, raised_in, raised_match, raising_frames_any, text_any, "
+                         "exc_types or library_frame")
     examples = raw.get("examples", [])
     if not isinstance(examples, list) or not all(isinstance(x, dict) for x in examples):
         raise ValueError("'examples' must be a list of tables")
@@ -526,6 +532,7 @@ def parse_inference(raw: Any, source: str, check_regex: bool = True) -> Inferenc
         raised_in=raised_in,
         raised_none=str_list(raw, "raised_none"),
         raised_match=raised_match,
+        raising_frames_any=raising_frames_any,
         phases=phases,
         rules=str_list(raw, "rules"),
         phase_when_unknown=fallback,
