@@ -269,22 +269,11 @@ def mlm_input(view: Any) -> bool:
 
 def fix_text(overrides: list[Override], mlm: bool = False) -> str:
     """Overrides as the reports print them (one renderer): Bridge CLI words, then ``export`` lines for env.* keys.
-    With ``mlm`` (the input was a Megatron-LM argument list) in its dialect: Megatron-LM flags, Bridge words only
-    for the keys that have no flag. A field the release removed is deleted (``~key``). Each flag once: the two
-    distributed-optimizer keys are one flag (``(remove --use-distributed-optimizer)`` once, as mlm_fix_line)."""
-    from diagnose.explain.render import inline_fix, mlm_flag
+    With ``mlm`` (the input was a Megatron-LM argument list) in its dialect (``render.overrides_in_style``):
+    Megatron-LM flags, Bridge words only for the keys that have no flag, each flag once, the exports after them."""
+    from diagnose.explain.render import inline_fix, overrides_in_style
 
-    if not mlm:
-        return inline_fix(overrides)
-    words = []
-    for o in overrides:
-        if o.key.startswith("env."):
-            continue
-        flag = "" if o.key.startswith("launch.") or o.key.startswith("~") else mlm_flag(o)
-        words.append(flag or inline_fix([o]))
-    # the exports after the flags, each its own command (``; ``), as inline_fix writes them for Bridge words
-    exports = inline_fix([o for o in overrides if o.key.startswith("env.")])
-    return "; ".join(part for part in (" ".join(dict.fromkeys(w for w in words if w)), exports) if part)
+    return overrides_in_style(overrides, "megatron-lm") if mlm else inline_fix(overrides)
 
 
 def _prefetch_param_count(view: Any) -> None:

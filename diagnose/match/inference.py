@@ -331,6 +331,12 @@ def package_of(frame: str) -> str:
     return at[1].strip("/") if at else ""
 
 
+def _frame_words(frame: str) -> str:
+    """A frame as a finding's basis quotes it: ``File "...", line N, in f`` without what precedes it."""
+    head = _FRAME_HEAD.search(frame)
+    return head.group(0) if head else frame.strip()
+
+
 def innermost_frame(frames: Sequence[str]) -> str:
     """The innermost ``File "..."`` frame of a traceback (where the exception was raised), or ""."""
     return next((text for text in reversed(frames) if FRAME_FILE.search(text)), "")
@@ -448,16 +454,14 @@ def infer(
             frame = next((f for f in reversed(frames) for needle in inf.frames_any if needle in f), None)
             if frame is None:
                 continue
-            head = _FRAME_HEAD.search(frame)
-            detail = head.group(0) if head else frame.strip()
+            detail = _frame_words(frame)
         if inf.frames_none and any(needle in f for f in frames for needle in inf.frames_none):
             continue
         if inf.raised_in:
             where = innermost_frame(frames)
             if not any(needle in where for needle in inf.raised_in):
                 continue
-            head = _FRAME_HEAD.search(where)
-            detail = head.group(0) if head else where.strip()
+            detail = _frame_words(where)
         if inf.raised_none and any(needle in innermost_frame(frames) for needle in inf.raised_none):
             continue
         if inf.raised_match:
@@ -470,8 +474,7 @@ def infer(
             frame = next((f for f in raising_frames(frames) for needle in inf.raising_frames_any if needle in f), None)
             if frame is None:
                 continue
-            head = _FRAME_HEAD.search(frame)
-            raiser = head.group(0) if head else frame.strip()
+            raiser = _frame_words(frame)
             detail = f"{detail}; {raiser}" if detail and detail != raiser else raiser
         if inf.library_frame is not None:
             if library is None:
