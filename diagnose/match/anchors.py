@@ -11,7 +11,10 @@ lines of the anchors that occur are located:
   every iteration line) then costs one C pass per window instead of one Python step per line;
 * otherwise by a ``bytes.find`` loop per anchor, one step per hit line.
 
-The literal pass comes first and locators run only for the anchors it found. (One combined Hyperscan pass of every
+The literal pass comes first and locators run only for the anchors it found. Compiled databases (the literal pass,
+each locator) are kept in a cache folder (``$DIAGNOSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/diagnose``, else
+``~/.cache/diagnose``; ``DIAGNOSE_NO_CACHE=1`` switches it off), keyed by the hash of everything compiled into them,
+checked by a content hash when read, and recompiled on any doubt. (One combined Hyperscan pass of every
 anchor's loosened regexes, used for inputs of 16 MiB and more until stop 45, grew slower with the catalogue: at 508
 rules it took 5.4-7.3 s of CPU on benchmarks/gen_log.py's 1 GiB log where the two passes take 3.7 s, and no less on
 a dense log; it was removed.)

@@ -102,18 +102,13 @@ BRIDGE_TO_MLM: dict[str, str] = {}
 for _name, _paths in MLM_TO_BRIDGE.items():
     for _p in _paths:
         BRIDGE_TO_MLM.setdefault(_p, _name)
-# Fix rendering: paths whose flag is not the name the argument dump prints (the dump shows argparse's dest, or what
-# validate_args computes from other flags; megatron/training/arguments.py). --ckpt-fully-parallel-load (there is no
-# --fully-parallel-load), --fp4-format (dest fp4), --decoder-first/last-pipeline-num-layers (Megatron-LM's names of
-# the uneven first/last stage), --num-virtual-stages-per-pipeline-rank (the dump's virtual_pipeline_model_parallel_size
-# is computed from it or from --num-layers-per-virtual-pipeline-stage); Bridge's fp8_param is --fp8-param-gather; the
-# last three are store_true flags no argument dump is read into (a fix naming them kept the Bridge words).
+# Fix rendering: paths whose flag is not the first name above that reads into them (megatron/training/arguments.py).
+# --ckpt-fully-parallel-load (there is no --fully-parallel-load, the older dump's name); Bridge's fp8_param is
+# --fp8-param-gather; the last three are store_true flags no argument dump is read into (a fix naming them kept the
+# Bridge words). --fp4-format, --decoder-first/last-pipeline-num-layers and --num-virtual-stages-per-pipeline-rank
+# come from MLM_TO_BRIDGE itself: an argument list is read with the flags a fix prints.
 BRIDGE_TO_MLM.update({
     "checkpoint.fully_parallel_load": "ckpt_fully_parallel_load",
-    "model.fp4": "fp4_format",
-    "model.num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
-    "model.num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
-    "model.virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
     "model.fp8_param": "fp8_param_gather",
     "model.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
     "optimizer.overlap_param_gather_with_optimizer_step": "overlap_param_gather_with_optimizer_step",
