@@ -73,6 +73,7 @@ class Outcome:
     evidence_hit: bool | None  # the thread's signal line is among the root cause's evidence (failures only)
     seconds: float
     error: str | None = None
+    inferred_by: str | None = None  # the [[infer]] table that gave a generic finding its category (IF040...)
 
     @property
     def silent(self) -> bool:
@@ -215,6 +216,7 @@ def score_case(case: Case, replay: bool) -> Outcome:
         findings=len(report.findings),
         evidence_hit=hit,
         seconds=time.perf_counter() - started,
+        inferred_by=root.basis_detail.split(":", 1)[0] if root and root.basis == "inferred" else None,
     )
 
 

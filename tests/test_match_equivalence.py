@@ -210,6 +210,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                 continue
             if ctx.none_anywhere and any(n.encode() in b for b in raw_lines for n in ctx.none_anywhere):
                 continue
+            if ctx.near_end and len(raw_lines) - 1 - i - (raw_lines[-1] == b"") > ctx.near_end:
+                continue
             if ctx.after_progress and phases.phase_of(line=ll, frames=frames, markers=markers) != "training":
                 continue
             if ctx.refused_unlike_listed is not None and refused_unlike_listed(text_i) != ctx.refused_unlike_listed:

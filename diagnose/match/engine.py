@@ -69,6 +69,7 @@ _AFTER_TRAINING_STARTED = frozenset({"training", "eval", "checkpoint_save", "opt
 TEXT_PRESENCE_MIN_BYTES = 16 << 20  # from here on phase 2 asks a Hyperscan literal database which anchors a text has
 PARSER_CONTEXT_BYTES = 256 << 10
 BEFORE_STEP_BYTES = 16 << 10  # first chunk read back by a before_any check (doubles up to 4 MiB)
+NEAR_END_LINE_BYTES = 4096  # [rule.context] near_end: bytes per line counted at most (see Matcher._near_end)
 BEFORE_INCREMENTAL_BYTES = 4 << 20  # a before_any check this close after the previous one searches only the gap
 
 _HEADER = "Traceback (most recent call last)"
@@ -447,6 +448,8 @@ class Matcher:
                     continue
                 if ctx.none_anywhere and self._last_of(reader, ctx.none_anywhere) != -1:
                     continue
+                if ctx.near_end and not self._near_end(reader, start, ctx.near_end):
+                    continue
                 if ctx.after_progress and phase_here() != "training":  # "training": after progress
                     continue
                 unlike = ctx.refused_unlike_listed
@@ -680,6 +683,21 @@ class Matcher:
         last = Matcher._last_of(reader, needles)
         end = reader.buffer.find(b"\n", start)
         return end != -1 and last > end
+
+    @staticmethod
+    def _near_end(reader: _LineReader, start: int, lines: int) -> bool:
+        """Do at most ``lines`` lines of the input follow the line at ``start``? Counted in C over at most
+        ``lines * NEAR_END_LINE_BYTES`` bytes: a longer tail is taken as more lines (a line that long is a dump, not
+        the retry a near_end rule reads), so each call costs one bounded count, however often the line repeats."""
+        buf = reader.buffer
+        end = buf.find(b"\n", start)
+        if end == -1:
+            return True
+        rest = len(buf) - (end + 1)
+        if rest > lines * NEAR_END_LINE_BYTES:
+            return False
+        after = buf.count(b"\n", end + 1) + (1 if rest and buf[-1:] != b"\n" else 0)
+        return after <= lines
 
     @staticmethod
     def _before_any(reader: _LineReader, start: int, needles: list[str], window: int,

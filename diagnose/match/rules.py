@@ -58,6 +58,7 @@ LAUNCHERS = ("torchrun",)
 # Anchors are at least 3 characters (a shorter literal is on most lines and defeats the fast scan), except the
 # terminal's echo of Ctrl-C, which is on a line only where someone interrupted the run.
 SHORT_ANCHORS = frozenset({"^C"})
+NEAR_END_MAX = 1000  # [rule.context] near_end: lines from the end of the input, at most
 
 
 @dataclass(slots=True)
@@ -117,6 +118,9 @@ class Context:
     # message the program prints first when it is that one (a timeout: "Watchdog caught collective operation
     # timeout") is absent from the whole input
     none_anywhere: list[str] = field(default_factory=list)
+    # the line is among the last ``near_end`` lines of its input (0: anywhere): what it reports was still going on
+    # when the output stopped (a rank retrying a host name it cannot resolve, with nothing after: the job hung there)
+    near_end: int = 0
     # the rule's pattern matches a traceback's header; the finding is the line that ENDS that traceback (read forwards
     # on the header's stream), when this regex matches it and no other rule matches it (an exception whose class name
     # no rule's anchor holds: huggingface_hub's OfflineModeIsEnabled, a library's ...Failure or ...Timeout)
@@ -675,6 +679,9 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
     unknown = sorted(set(ctx_raw) - _CONTEXT_FIELDS)
     if unknown:  # a misspelt condition would otherwise be dropped in silence and the rule fire without it
         raise ValueError(f"unknown context condition(s): {', '.join(unknown)}")
+    near_end = ctx_raw.get("near_end", 0)
+    if not isinstance(near_end, int) or isinstance(near_end, bool) or not 0 <= near_end <= NEAR_END_MAX:
+        raise ValueError(f"context.near_end must be an integer in [0, {NEAR_END_MAX}]")
     window = ctx_raw.get("before_window", 200)
     if not isinstance(window, int) or not 1 <= window <= 5000:
         raise ValueError("context.before_window must be an integer in [1, 5000]")
@@ -693,6 +700,7 @@ def parse_rule(raw: Any, source: str, check_regex: bool = True) -> Rule:
         after_none=str_list(ctx_raw, "after_none"),
         after_any=str_list(ctx_raw, "after_any"),
         none_anywhere=str_list(ctx_raw, "none_anywhere"),
+        near_end=near_end,
         traceback_ends_with=_regex_or_empty(ctx_raw, "traceback_ends_with", check_regex=check_regex),
     )
 

@@ -45,6 +45,7 @@ CONTEXT_MEANING = {
     "after_none": "no later line of the same input contains one of these",
     "after_any": "a later line of the same input contains one of these",
     "none_anywhere": "no line of the same input, before or after it, contains one of these",
+    "near_end": "the line is among the last N lines of its input: still going on when the output stopped",
     "traceback_ends_with": "the finding is the line ending the traceback this header starts, when it matches this",
 }
 PATTERN_MEANING = {
