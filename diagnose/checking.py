@@ -86,8 +86,11 @@ def load_view(path: str) -> ConfigView:
     return load_config(path)
 
 
-def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None) -> ConfigView:
-    """The config as loaded, with the ``--set`` overrides, the GPU count and the release's defaults."""
+def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None,
+                 gpu: str = "") -> ConfigView:
+    """The config as loaded, with the ``--set`` overrides, the GPU count (and the ``--gpu`` model, ``launch.gpu``,
+    which some checks read: Megatron-LM asks TP/CP > 1 for CUDA_DEVICE_MAX_CONNECTIONS=1 only before Blackwell)
+    and the release's defaults."""
     from diagnose.explain.config import apply_defaults, apply_overrides, parse_set
     from diagnose.explain.config.keycheck import check_overrides
 
@@ -97,6 +100,8 @@ def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | No
     if overrides:
         view = apply_overrides(view, overrides)
     view.set("launch.world_size", int(gpus), "override")
+    if gpu:
+        view.set("launch.gpu", gpu, "override")
     apply_defaults(view, bridge_version)
     return view
 
@@ -141,7 +146,7 @@ def check(req: CheckRequest) -> CheckResult:
     from diagnose.explain.memory.plan import NoModelShape, memory_plan
     from diagnose.explain.memory.replay_check import prove
 
-    view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version)
+    view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version, req.gpu)
     _prefetch_param_count(view)
     accept, fits_of = memory_accept(view, req.gpus, req.capacity)
     replay = replay_section(view, version, accept)
