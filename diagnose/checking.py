@@ -35,6 +35,7 @@ class CheckRequest:
     capacity: int
     sets: list[str] = field(default_factory=list)
     bridge_version: str | None = None
+    gpu: str = ""  # the --gpu model's name (explain.memory.gpus); "" when only a size was given
 
 
 @dataclass
@@ -85,8 +86,11 @@ def load_view(path: str) -> ConfigView:
     return load_config(path)
 
 
-def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None) -> ConfigView:
-    """The config as loaded, with the ``--set`` overrides, the GPU count and the release's defaults."""
+def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | None = None,
+                 gpu: str = "") -> ConfigView:
+    """The config as loaded, with the ``--set`` overrides, the GPU count (and the ``--gpu`` model, ``launch.gpu``,
+    which some checks read: Megatron-LM asks TP/CP > 1 for CUDA_DEVICE_MAX_CONNECTIONS=1 only before Blackwell)
+    and the release's defaults."""
     from diagnose.explain.config import apply_defaults, apply_overrides, parse_set
     from diagnose.explain.config.keycheck import check_overrides
 
@@ -96,6 +100,8 @@ def prepare_view(path: str, gpus: int, sets: list[str], bridge_version: str | No
     if overrides:
         view = apply_overrides(view, overrides)
     view.set("launch.world_size", int(gpus), "override")
+    if gpu:
+        view.set("launch.gpu", gpu, "override")
     apply_defaults(view, bridge_version)
     return view
 
@@ -140,7 +146,7 @@ def check(req: CheckRequest) -> CheckResult:
     from diagnose.explain.memory.plan import NoModelShape, memory_plan
     from diagnose.explain.memory.replay_check import prove
 
-    view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version)
+    view = prepare_view(req.config, req.gpus, req.sets, version := req.bridge_version, req.gpu)
     _prefetch_param_count(view)
     accept, fits_of = memory_accept(view, req.gpus, req.capacity)
     replay = replay_section(view, version, accept)
@@ -155,7 +161,7 @@ def check(req: CheckRequest) -> CheckResult:
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = mlm_input(view)
-    if note := _max_connections_note(plan, view, mlm):
+    if note := _max_connections_note(plan, view, mlm, req.gpu):
         plan.notes.append(note)
     if not replay.passes:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
@@ -228,11 +234,15 @@ def _wider_validation(view: Any, more: MemoryOption, version: str | None, gpus: 
     return f"{where}, the config still fails validation ({len(result.before.violations)} violation(s)): fix them too"
 
 
-def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | None:
+def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool, gpu: str = "") -> str | None:
     """A Megatron-LM job with TP or CP > 1 and no Megatron FSDP starts only with CUDA_DEVICE_MAX_CONNECTIONS=1 before
     Blackwell, and Megatron FSDP refuses 1 (megatron/training/arguments.py, both asserts): a plan that turns FSDP on
     needs the launch script's export changed too. ``check`` reads no environment, so this is said, not replayed
-    (with the variable given, ``--set CUDA_DEVICE_MAX_CONNECTIONS=1``, replay extends each such plan itself)."""
+    (with the variable given, ``--set CUDA_DEVICE_MAX_CONNECTIONS=1``, replay extends each such plan itself). On a
+    Blackwell ``gpu`` the TP/CP assert does not apply (``get_device_arch_version() < 10``): only an export of 1 the
+    script may still carry is in the way, so the note says that instead of the Hopper requirement."""
+    from diagnose.explain.memory.gpus import BLACKWELL
+
     if not mlm or view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") or view.get("ddp.use_megatron_fsdp") is True:
         return None
     tp, cp = (view.get(k) for k in ("model.tensor_model_parallel_size", "model.context_parallel_size"))
@@ -242,10 +252,13 @@ def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | Non
         o.key == "ddp.use_megatron_fsdp" and o.value is True for o in p.overrides)]
     if not fsdp:
         return None
-    return ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
-            "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP, and this TP/CP > 1 "
-            "job, without FSDP, must export 1 on GPUs before Blackwell; change the launch script's export with the "
-            "plan")
+    head = ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP")
+    if gpu in BLACKWELL:
+        return (head + f"; on {gpu} (Blackwell) this TP/CP > 1 job does not need 1, so only a launch script that "
+                "still exports 1 changes that export with the plan")
+    return (head + ", and this TP/CP > 1 job, without FSDP, must export 1 on GPUs before Blackwell; change the "
+            "launch script's export with the plan")
 
 
 def mark_validation(replay: Validation, memory: MemoryPlan | None, view: ConfigView) -> None:

@@ -8,6 +8,7 @@ validation or memory:
   ``env_vars`` are applied with ``os.environ.setdefault``, so a value printed by the job or exported by the shell
   wins over the recipe; both end up here.
 - ``launch.world_size``, ``launch.nproc_per_node``, ``launch.nnodes``: from torchrun / Slurm / ``using world size``.
+- ``launch.gpu``: the GPU model ``check --gpu`` named (``b200``; explain.memory.gpus), absent otherwise.
 - ``launch.num_parameters``: from `` > number of parameters on ... rank (...): N`` (per model-parallel rank).
 - ``mlm.<arg>``: a Megatron-LM argument with no Bridge equivalent (kept so it is visible, never validated).
 

@@ -46,6 +46,10 @@ GPUS: dict[str, GpuModel] = {
         GpuModel("mi300x", _gib(191.98), "192 GB HBM3 (ROCm)"),
     )
 }
+# Blackwell (compute capability 10.x): Megatron-LM's TP/CP > 1 requirement of CUDA_DEVICE_MAX_CONNECTIONS=1 is for
+# older GPUs only (megatron/training/arguments.py, ``get_device_arch_version() < 10``)
+BLACKWELL = frozenset({"b200", "gb200", "b300", "gb300"})
+
 ALIASES = {
     "h200-141gb": "h200",
     "h100": "h100-80gb",

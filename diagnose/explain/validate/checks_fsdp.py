@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
+from diagnose.explain.memory.gpus import BLACKWELL
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
 from diagnose.model import DELETE, Override
 
@@ -106,11 +107,23 @@ simple_check("fsdp_cuda_device_max_connections",
              lambda ctx: MSG_MAX_CONN_MLM_FSDP if ctx.mlm and ctx.family == "old" else MSG_MAX_CONN_BRIDGE,
              ["env.CUDA_DEVICE_MAX_CONNECTIONS", "ddp.use_megatron_fsdp"],
              [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]])
+
+
+def _tp_cp_must_export_one(ctx: CheckContext) -> bool:
+    """Megatron-LM's assert that TP or CP > 1 without FSDP runs with CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py
+    ~L1453-1479): only before Blackwell (``get_device_arch_version() < 10``; the GPU ``check --gpu`` named, as
+    ``launch.gpu``), and not with overlap_moe_expert_parallel_comm (its ``elif`` before the assert only warns)."""
+    if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2") or not (ctx.tp > 1 or ctx.cp > 1):
+        return False
+    if ctx.get("launch.gpu") in BLACKWELL or any(
+            ctx.flag(f"{section}.overlap_moe_expert_parallel_comm") for section in ("comm_overlap", "model")):
+        return False
+    return ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
+
+
 simple_check("mlm_tp_cp_cuda_device_max_connections",
              "Megatron-LM arguments.py ~L928-953 (TP>1 or CP>1 without FSDP, before Blackwell)",
-             lambda ctx: (not (ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2")) and (ctx.tp > 1 or ctx.cp > 1)
-                          and ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS")
-                          and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1"),
+             _tp_cp_must_export_one,
              MSG_MAX_CONN_MLM_TP,
              ["env.CUDA_DEVICE_MAX_CONNECTIONS", "model.tensor_model_parallel_size", "model.context_parallel_size"],
              [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "1")]], ("megatron-lm",))

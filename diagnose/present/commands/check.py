@@ -145,8 +145,9 @@ def run(args: Any) -> int:
     if args.gpus is None or int(args.gpus) < 1:
         raise DiagnoseError("--gpus must be at least 1")
     capacity, where = capacity_from_args(args)
+    gpu = gpu_by_name(args.gpu).name if getattr(args, "gpu", None) and not getattr(args, "gpu_memory", None) else ""
     result = check(CheckRequest(args.config, int(args.gpus), capacity, list(getattr(args, "sets", None) or []),
-                                getattr(args, "bridge_version", None)))
+                                getattr(args, "bridge_version", None), gpu))
     if result.mlm:
         where += "; changes as Megatron-LM flags"
     dest = getattr(args, "output", None)
