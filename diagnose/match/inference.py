@@ -359,6 +359,15 @@ def raising_frames(frames: Sequence[str]) -> list[str]:
     return run
 
 
+def frame_head(frame: str) -> str:
+    """A frame's location, ``File "...", line N, in function``, without the source line the traceback printed under
+    it (which the frame's text carries after the function): a needle naming a function is looked for where the code
+    ran, not in what a line of it called (``model = X.from_pretrained(cfg["path"])`` raising the user's own KeyError
+    is no from_pretrained frame; qa-report-19 L1)."""
+    m = _FRAME_HEAD.search(frame)
+    return m.group(0) if m else frame
+
+
 _FRAME_WHERE = LazyPattern(r'File "([^"]*)", line (\d+), in (\S+)')
 
 
@@ -471,7 +480,8 @@ def infer(
                 continue
             detail = f"{detail}; raised at {found.group(0)[:80]!r}" if detail else f"raised at {found.group(0)[:80]!r}"
         if inf.raising_frames_any:
-            frame = next((f for f in raising_frames(frames) for needle in inf.raising_frames_any if needle in f), None)
+            frame = next((f for f in raising_frames(frames) for needle in inf.raising_frames_any
+                          if needle in frame_head(f)), None)
             if frame is None:
                 continue
             raiser = _frame_words(frame)

@@ -249,8 +249,9 @@ class Inference:
     script; ``raised_in``: the innermost frame (where the exception was raised) contains one; ``raised_none``: it
     contains none of these (a call made by configuration-instantiating code, a package's ``__init__.py``);
     ``raised_match``: a regex found in the innermost frame, its source line included (an assert that tests
-    divisibility, ``assert a % b == 0``); ``raising_frames_any``: a frame of the code that raised contains one: the
-    innermost frame and the frames of the same package right above it (inference.raising_frames), not an outer
+    divisibility, ``assert a % b == 0``); ``raising_frames_any``: the location (path and function, not the source
+    line under it: inference.frame_head) of a frame of the code that raised contains one: the innermost frame
+    and the frames of the same package right above it (inference.raising_frames), not an outer
     entry point of another package that called it (transformers' ``from_pretrained`` counts when transformers
     raised, not when DeepSpeed's ``zero.Init``, which it called, did);
     ``phases``: the finding's phase is one of these; ``rules``: the generic rule's code is one of these.
