@@ -54,3 +54,22 @@ def test_tp_job_with_moe_a2a_overlap_is_not_told_to_export_one(tmp_path):
     out = _words(run("check", str(path), "--gpus", "8", "--set", "CUDA_DEVICE_MAX_CONNECTIONS=32").stdout)
     assert "require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" not in out
     assert "overlap_moe_expert_parallel_comm is only supported" in out
+
+
+def test_check_json_gives_a_megatron_lm_config_its_flags_per_plan():
+    """qa-report-19 L10: `check examples/mlm_args.txt --gpus 8 --format json` carried only Bridge keys per plan,
+    while the text printed Megatron-LM flags. Each plan now has ``mlm``, the same words the text prints; a Bridge
+    config's plans have none."""
+    import json
+
+    doc = json.loads(run("check", MLM_ARGS, "--gpus", "8", "--format", "json").stdout)
+    plans = doc["memory"]["plans"]
+    assert plans[0]["mlm"] == ""  # the config as given changes nothing
+    flags = [p["mlm"] for p in plans[1:]]
+    assert flags and all(f.startswith("--") for f in flags)
+    assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor" in flags
+    text = run("check", MLM_ARGS, "--gpus", "8").stdout
+    assert all(f in text for f in flags)
+    bridge = json.loads(run("check", str(ROOT / "examples" / "run_config.yaml"), "--gpus", "8",
+                            "--format", "json").stdout)
+    assert all("mlm" not in p for p in bridge["memory"]["plans"])

@@ -33,6 +33,7 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)  # values the count assumed (the config does not say)
     more_gpus: MemoryOption | None = None  # nothing fits at the GPU count: the cheapest plan on more GPUs (a note)
+    framework: str | None = None  # the config's ("megatron-lm": each plan also carries its flags, ``mlm``)
 
     @property
     def given(self) -> MemoryOption:
@@ -44,9 +45,18 @@ class MemoryPlan:
             "params": self.params,
             "params_source": self.params_source,
             "params_assumed": list(self.assumed),
-            "plans": [p.to_dict(CHECK_PLAN_KEYS) for p in self.plans],
+            "plans": [self._plan_dict(p) for p in self.plans],
             "notes": list(self.notes),
         }
+
+
+    def _plan_dict(self, p: MemoryOption) -> dict[str, Any]:
+        """One plan in check's JSON; for a Megatron-LM config also its change as that job's flags (``mlm``, as the
+        text output prints it: Bridge words stay for what has no flag, env.* keys as exports; qa-report-19 L10)."""
+        out = p.to_dict(CHECK_PLAN_KEYS)
+        if self.framework == "megatron-lm":
+            out["mlm"] = overrides_in_style(p.overrides, "megatron-lm")
+        return out
 
 
 def stage_note(p: Plan) -> str | None:
@@ -288,4 +298,5 @@ def memory_plan(view: Any, gpus: int, capacity: int, prove=None, max_plans: int 
         # a provider already named has given what it sets: what is left is the config's to give
         notes.insert(0, fc.assumption_warning(assumed, getattr(view, "model_target", None) is not None))
     options = [option_of(p, scn.global_batch_size) for p in plans]
-    return MemoryPlan(capacity, params, source, options, notes, assumed, wider)
+    return MemoryPlan(capacity, params, source, options, notes, assumed, wider,
+                      framework=getattr(view, "framework", None))
