@@ -156,6 +156,7 @@ class _LineReader:
         # per stream) and the next line start to read
         self.blocks: dict[int, tuple[list[int], list[int], dict[tuple, list[int]], int]] = {}
         self.block_bytes = STREAM_BLOCK_BYTES
+        self.streams: dict[int, tuple] = {}  # stream_of: line start -> its stream
 
     def line_at(self, start: int, end: int, lineno: int) -> LogLine:
         ll = self.cache.get(start)
@@ -165,6 +166,26 @@ class _LineReader:
             ll = normalize_line(decode(line_bytes(self.buffer, start, end)), self.path, lineno, self.learned)
             self.cache[start] = ll
         return ll
+
+    def stream_of(self, start: int, end: int, limit: int, whole: bool) -> tuple:
+        """The stream of the text from ``start`` to ``end`` (-1: to ``limit``); of a whole line (``whole``: ``start``
+        begins a line) normalised once per reader: _stream_has_traceback_before asks it of the same marker lines of
+        other ranks from hit after hit (a log dense with distinct failures normalised each again for every hit)."""
+        cut = end == -1 or not whole
+        if not cut:
+            ll = self.cache.get(start)
+            if ll is not None and end - start <= MAX_LINE_BYTES:  # read whole, as below
+                return ll.stream
+            stream = self.streams.get(start)
+            if stream is not None:
+                return stream
+        stream = normalize_line(decode(self.buffer[start : limit if end == -1 else end]), self.path, 0,
+                                self.learned).stream
+        if not cut:
+            if len(self.streams) >= LINE_CACHE_MAX:
+                self.streams.clear()
+            self.streams[start] = stream
+        return stream
 
     def learn_prefix(self, start: int, ll: LogLine, raw: bytes) -> LogLine:
         """A traceback starts inside the line ``ll`` at ``start``, behind text no known layer peeled: learn that text
@@ -176,6 +197,7 @@ class _LineReader:
             return ll
         self.cache.clear()  # lines read before were normalised without the new prefix
         self.blocks.clear()  # and their streams with them
+        self.streams.clear()
         return normalize_line(decode(raw), self.path, ll.lineno, self.learned)
 
     def backwards(self, start: int, lineno: int, max_lines: int, max_bytes: int):
@@ -307,10 +329,9 @@ def _stream_has_traceback_before(reader: _LineReader, start: int, stream: tuple)
         p = max(latest)
         if p == -1:
             return False
-        ls = max(buf.rfind(b"\n", floor, p) + 1, floor)
-        le = buf.find(b"\n", p, start)
-        line = normalize_line(decode(buf[ls : le if le != -1 else start]), reader.path, 0, reader.learned)
-        if line.stream == stream:
+        nl = buf.rfind(b"\n", floor, p)
+        ls = max(nl + 1, floor)
+        if reader.stream_of(ls, buf.find(b"\n", p, start), start, nl != -1 or floor == 0) == stream:
             return True
         if ls <= floor:
             return False
