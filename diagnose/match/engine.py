@@ -86,6 +86,7 @@ _FATAL_PYTHON = "Fatal Python error: "
 FAULT_DUMP_LINES = 120  # faulthandler prints at most 100 frames per thread
 _GROUP_HEADER = "Exception Group Traceback (most recent call last)"
 _CHAIN_PHRASES = ("During handling of the above exception", "The above exception was the direct cause")
+_CHAIN_BYTES = tuple(p.encode() for p in _CHAIN_PHRASES)
 _MASK = regex.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
@@ -724,6 +725,14 @@ class Matcher:
         """The stream's lines after ``ll`` when a chain phrase follows it within CHAIN_GAP_LINES of the stream
         (its exception caused another: the outer frames are printed there), up to CHAINED_AFTER_LINES; else []. The
         phrase is looked for over at most CHAIN_GAP_LINES * 4 lines of the input (other streams interleave)."""
+        buf = reader.buffer
+        limit = min(len(buf), start + PARSER_CONTEXT_BYTES)  # what forwards reads below
+        if buf.find(b"\x1b", start, limit) == -1:  # no escape that could split a phrase: its bytes are in the line
+            found = [p for p in (buf.find(c, start, limit) for c in _CHAIN_BYTES) if p != -1]
+            # a phrase on none of the CHAIN_GAP_LINES * 4 lines read before giving up: no chain (the common case, a
+            # forward read of 256 lines per traceback saved)
+            if not found or bytes(buf[start:min(found)]).count(b"\n") > CHAIN_GAP_LINES * 4:
+                return []
         out: list[LogLine] = []
         chained = False
         for read, (_s, nxt) in enumerate(reader.forwards(start, ll.lineno, CHAINED_AFTER_LINES * 4,
