@@ -73,16 +73,20 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--size", default="100MiB")
     ap.add_argument("--measure", action="store_true", help="time the tool on it")
-    ap.add_argument("--json", metavar="FILE", help="with --measure: write the figures as JSON")
+    ap.add_argument("--json", metavar="FILE", help="with --measure: add the figures to this JSON file")
+    ap.add_argument("--label", default="", help="with --json: what the row measured (a tree, a load)")
+    ap.add_argument("--reuse", action="store_true", help="measure OUT as it is when it exists")
     a = ap.parse_args()
     out = Path(a.out)
-    n = build(out, _size(a.size))
+    n = out.stat().st_size if a.reuse and out.exists() else build(out, _size(a.size))
     print(f"{out}: {n} bytes")
     if a.measure:
-        row = measure(out)
+        row = {"label": a.label, **measure(out)}
         print(json.dumps(row))
         if a.json:
-            Path(a.json).write_text(json.dumps({"dense": [row]}, indent=1) + "\n")
+            path = Path(a.json)
+            rows = json.loads(path.read_text())["dense"] if path.exists() else []
+            path.write_text(json.dumps({"dense": [*rows, row]}, indent=1) + "\n")
     return 0
 
 

@@ -48,11 +48,6 @@ _SHAPE = bytes.maketrans(b"0123456789abcdef", b"0" * 16)  # what varies between 
 MAX_LINE_BYTES = 256 << 10  # what phase 1 scans of one line; the engine reads no more of it either
 LOCATOR_MIN_BYTES = 1 << 20  # smaller windows locate lines without compiling a Hyperscan locator
 COMBINE_AFTER = 3  # windows with the same set of anchors before their locators are merged into one database
-# an anchor met fewer times than this in a window whose locator is not compiled yet is found by a find loop and its
-# regexes' line filter, as in a small window: compiling its locator (two Hyperscan databases, ~10 ms each) cost a log
-# with hundreds of distinct failures (every dev log end to end: ~500 anchors) a fifth of its run; an anchor that
-# fires on thousands of lines (a noisy one of a big log) still gets its locator in its first window
-LOCATOR_MIN_HITS = 64
 
 
 # an assertion to drop (outside a class), else an escape or a whole character class (kept as they are)
@@ -351,11 +346,6 @@ class Phase1:
         noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses, a small window:
         compiling a locator costs more than finding a few lines) by find loops and the anchor's regexes."""
         if self.name == "hyperscan" and len(window) >= LOCATOR_MIN_BYTES:
-            few = [i for i in ids if i not in self._singles and _fewer_than(window, self.anchors[i], LOCATOR_MIN_HITS)]
-            for i in few:  # rare in this window: a few finds cost less than compiling its locator
-                _find_lines(window, self.anchors[i], starts, self._filter(i))
-            if few:
-                ids = [i for i in ids if i not in few]
             usable = [i for i in ids if self._single(i, plain) is not None]
             for i in ids:
                 if i not in usable:
@@ -397,17 +387,6 @@ class Phase1:
             except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
                 self._singles[i] = None
         return self._singles[i]
-
-
-def _fewer_than(window: bytes, lit: bytes, n: int) -> bool:
-    """Does ``lit`` occur fewer than ``n`` times in ``window``? (stops at the ``n``-th)"""
-    find = window.find
-    pos = find(lit)
-    for _ in range(n):
-        if pos == -1:
-            return True
-        pos = find(lit, pos + 1)
-    return False
 
 
 def _find_lines(window: bytes, lit: bytes, starts: set[int], filters: list | None = None) -> None:
