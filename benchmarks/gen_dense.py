@@ -60,8 +60,9 @@ def measure(path: Path) -> dict:
     wall_s = sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
     root = ""
     try:
-        root = (json.loads(r.stdout).get("root_cause") or {}).get("rule", "")
-    except (ValueError, AttributeError):
+        report = json.loads(r.stdout)
+        root = report["findings"][report["root_cause"]]["rule"]  # root_cause: the index of its finding
+    except (ValueError, KeyError, IndexError, TypeError):
         pass
     return {"log": str(path), "bytes": path.stat().st_size, "exit": r.returncode, "cpu_s": round(user + sys_, 2),
             "wall_s": round(wall_s, 2), "peak_rss_mib": round(int(field("Maximum resident set size (kbytes)")) / 1024),
