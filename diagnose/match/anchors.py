@@ -180,23 +180,35 @@ class _Locator:
     semantics agree, and ``mixed`` (plus "anchor and a special byte on one line") for the others.
     """
 
-    def __init__(self, anchors: Sequence[tuple[bytes, list[str]]]):
-        """``anchors``: each anchor with its rules' regexes."""
+    def __init__(self, anchors: Sequence[tuple[bytes, list[str]]], plain: bool = True):
+        """``anchors``: each anchor with its rules' regexes; ``plain``: the variant compiled now (the other is
+        compiled when a window first needs it: a log with hundreds of distinct anchors, every dev log end to end,
+        compiled ~1,000 databases, 17 % of its run, half of them never scanned with)."""
         import hyperscan
 
-        loose: list[bytes] = []
-        mixed: list[bytes] = []
+        self._hs = hyperscan
+        self.literals = [lit for lit, _ in anchors]
+        self._loose: list[bytes] = []
+        self._mixed: list[bytes] = []
         for lit_bytes, pats in anchors:
             for p in pats:
                 lp = loosen(p)
                 if lp is None:
                     raise ValueError("pattern cannot be loosened")
-                loose.append(lp.encode("ascii"))
-            mixed += _near_special(lit_bytes)
-        # from the cache folder like the main database: compiling a locator costs ~10 ms, every run
-        self.plain = _cached_database(hyperscan, loose, [hyperscan.HS_FLAG_PREFILTER] * len(loose))
-        self.mixed = _cached_database(hyperscan, mixed + loose,
-                                      [0] * len(mixed) + [hyperscan.HS_FLAG_PREFILTER] * len(loose))
+                self._loose.append(lp.encode("ascii"))
+            self._mixed += _near_special(lit_bytes)
+        self._dbs: dict[bool, object] = {}
+        self._db(plain)  # a regex Hyperscan refuses raises here, as when both variants were compiled at once
+
+    def _db(self, plain: bool):
+        db = self._dbs.get(plain)
+        if db is None:
+            hs, loose = self._hs, self._loose
+            flags = [hs.HS_FLAG_PREFILTER] * len(loose)
+            # from the cache folder like the main database: compiling a locator costs ~10 ms, every run
+            db = self._dbs[plain] = (_cached_database(hs, loose, flags) if plain else
+                                     _cached_database(hs, self._mixed + loose, [0] * len(self._mixed) + flags))
+        return db
 
     def lines(self, window: bytes, plain: bool, starts: set[int]) -> None:
         rfind, find = window.rfind, window.find
@@ -211,7 +223,12 @@ class _Locator:
             starts.add(s)
             return
 
-        db = self.plain if plain else self.mixed
+        try:
+            db = self._db(plain)
+        except Exception:  # noqa: BLE001 - the variant compiled late refused (the loosened regexes did not): the
+            for lit in self.literals:  # anchors' lines by their literal, a superset phase 2 reads exactly
+                _find_lines(window, lit, starts)
+            return
         db.scan(window, match_event_handler=on_match, scratch=thread_scratch(db))
 
 
@@ -329,7 +346,7 @@ class Phase1:
         noisy anchors fire window after window), the others (no Hyperscan, a regex it refuses, a small window:
         compiling a locator costs more than finding a few lines) by find loops and the anchor's regexes."""
         if self.name == "hyperscan" and len(window) >= LOCATOR_MIN_BYTES:
-            usable = [i for i in ids if self._single(i) is not None]
+            usable = [i for i in ids if self._single(i, plain) is not None]
             for i in ids:
                 if i not in usable:
                     _find_lines(window, self.anchors[i], starts)
@@ -345,8 +362,8 @@ class Phase1:
                     cast(_Locator, self._single(i)).lines(window, plain, starts)  # usable: has a locator
                 return
             if locator is None:
-                locator = (cast(_Locator, self._single(usable[0])) if len(usable) == 1
-                           else _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable]))
+                locator = (cast(_Locator, self._single(usable[0], plain)) if len(usable) == 1
+                           else _Locator([(self.anchors[i], self.anchor_patterns[i]) for i in usable], plain))
                 if len(self._locators) > 256:
                     self._locators.clear()
                     self._seen.clear()
@@ -362,11 +379,11 @@ class Phase1:
             self._filters[i] = line_filter(self.anchor_patterns[i])
         return self._filters[i]
 
-    def _single(self, i: int) -> _Locator | None:
+    def _single(self, i: int, plain: bool = True) -> _Locator | None:
         """The locator of one anchor (None when its regexes cannot be loosened or compiled)."""
         if i not in self._singles:
             try:
-                self._singles[i] = _Locator([(self.anchors[i], self.anchor_patterns[i])])
+                self._singles[i] = _Locator([(self.anchors[i], self.anchor_patterns[i])], plain)
             except Exception:  # noqa: BLE001 - a regex Hyperscan cannot take: locate by the literal instead
                 self._singles[i] = None
         return self._singles[i]
