@@ -30,6 +30,15 @@ def test_a_log_that_ends_retrying_the_lookup_is_the_failure(tmp_path, final_newl
     assert root is not None and (root.rule, root.category, root.phase) == ("LA530", "launcher", "init")
 
 
+def test_a_mapped_input_is_read_the_same(tmp_path):
+    """Inputs over 1 MiB are memory-mapped (ingest/sources.py), and an mmap has no count(): the first version of
+    near_end raised AttributeError there, an internal error on any big log that ends in the retries."""
+    filler = [f"I1207 10:00:00.000000 1 train.py:10] loading shard {i} of 40000 from /data/shards" for i in range(40000)]
+    root = _root(tmp_path, [LAUNCH] + filler + [GAI] * 30)
+    assert root is not None and root.rule == "LA530"
+    assert _root(tmp_path, [LAUNCH] + [GAI] * 3 + filler) is None
+
+
 def test_the_same_warning_before_training_went_on_is_not_a_failure(tmp_path):
     lines = [LAUNCH] + [GAI] * 3 + [STEP.format(n=i, s=64 * i) for i in range(1, 40)]
     assert _root(tmp_path, lines) is None

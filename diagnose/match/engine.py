@@ -799,7 +799,8 @@ class Matcher:
         rest = len(buf) - (end + 1)
         if rest > lines * NEAR_END_LINE_BYTES:
             return False
-        after = buf.count(b"\n", end + 1) + (1 if rest and buf[-1:] != b"\n" else 0)
+        tail = buf[end + 1 :]  # bytes, bounded above (a mapped input has no count method)
+        after = tail.count(b"\n") + (1 if tail and not tail.endswith(b"\n") else 0)
         return after <= lines
 
     @staticmethod
