@@ -562,3 +562,16 @@ def test_absl_short_glog_prefix_gives_its_level_and_time():
     assert line.text == "iris.job: task j/train/0 exited with signal 15 (SIGTERM)"
     for raw in ("E0803 is an error code", "W0803 23:08:13 no fraction", "E0803 23:08:13.511x"):
         assert normalize_line(raw).text == raw
+
+
+def test_an_exception_line_a_progress_bar_redrew_is_kept():
+    """qa-report-19 L9: another thread's tqdm redrew its bar over a traceback's last line before the newline; the
+    screen shows the bar, but the line is the exception that ended the run (the log read "No failure found")."""
+    bar = " 45%|####      | 45/100 [00:10<00:12,  4.4it/s]"
+    line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert collapse_carriage_returns(line + "\r" + bar) == line
+    assert collapse_carriage_returns("torch.OutOfMemoryError: CUDA out of memory.\r\x1b[K" + bar) == (
+        "torch.OutOfMemoryError: CUDA out of memory.")
+    # a bar's own description is no exception line: the terminal's view stands
+    assert collapse_carriage_returns("eval loss: 0.31\r" + bar) == bar
+    assert collapse_carriage_returns(bar + "\r" + line) == line

@@ -74,14 +74,24 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+# the start of an exception line ("RuntimeError: ...", "torch.OutOfMemoryError: ..."), as PY001 reads one
+_EXCEPTION_START = re.compile(r"(?:[A-Za-z_]\w*\.){0,16}[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit): ")
+
+
 def collapse_carriage_returns(text: str) -> str:
     """What a terminal shows after printing ``text``: each ``\\r`` returns to column 0 and overwrites.
 
-    A trailing ``\\r`` (CRLF files, tqdm's last refresh) changes nothing on screen and is ignored.
+    A trailing ``\\r`` (CRLF files, tqdm's last refresh) changes nothing on screen and is ignored. One exception: a
+    line that starts with an exception's own line (``RuntimeError: CUDA error: ...``) before its first ``\\r`` is
+    that exception, whatever a progress bar redrew over it before the newline came (another thread's tqdm on the
+    same stream): the screen would show the bar, and the log would read as no failure (qa-report-19 L9).
     """
     text = text.rstrip("\r")
     if "\r" not in text:
         return strip_ansi(text)
+    first = text[: text.index("\r")]
+    if _EXCEPTION_START.match(first):
+        return strip_ansi(first)
     # Walk the segments from the last one back: each shows its own text and, beyond its length, what earlier
     # (longer) segments left on screen, unless it erased the rest of the line. Linear in the line length.
     pieces: list[str] = []
