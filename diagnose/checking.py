@@ -161,7 +161,7 @@ def check(req: CheckRequest) -> CheckResult:
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = mlm_input(view)
-    if note := _max_connections_note(plan, view, mlm, req.gpu):
+    if note := _max_connections_note(plan, view, mlm):
         plan.notes.append(note)
     if not replay.passes:
         _lead_with_the_fix(plan, view, replay.result, req.gpus, req.capacity)
@@ -234,13 +234,14 @@ def _wider_validation(view: Any, more: MemoryOption, version: str | None, gpus: 
     return f"{where}, the config still fails validation ({len(result.before.violations)} violation(s)): fix them too"
 
 
-def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool, gpu: str = "") -> str | None:
+def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | None:
     """A Megatron-LM job with TP or CP > 1 and no Megatron FSDP starts only with CUDA_DEVICE_MAX_CONNECTIONS=1 before
     Blackwell, and Megatron FSDP refuses 1 (megatron/training/arguments.py, both asserts): a plan that turns FSDP on
     needs the launch script's export changed too. ``check`` reads no environment, so this is said, not replayed
     (with the variable given, ``--set CUDA_DEVICE_MAX_CONNECTIONS=1``, replay extends each such plan itself). On a
-    Blackwell ``gpu`` the TP/CP assert does not apply (``get_device_arch_version() < 10``): only an export of 1 the
-    script may still carry is in the way, so the note says that instead of the Hopper requirement."""
+    Blackwell GPU (``launch.gpu``, the one ``check --gpu`` named) the TP/CP assert does not apply
+    (``get_device_arch_version() < 10``): only an export of 1 the script may still carry is in the way, so the note
+    says that instead of the Hopper requirement."""
     from diagnose.explain.memory.gpus import BLACKWELL
 
     if not mlm or view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") or view.get("ddp.use_megatron_fsdp") is True:
@@ -254,7 +255,7 @@ def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool, gpu: str = "
         return None
     head = ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
             "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP")
-    if gpu in BLACKWELL:
+    if (gpu := view.get("launch.gpu")) in BLACKWELL:
         return (head + f"; on {gpu} (Blackwell) this TP/CP > 1 job does not need 1, so only a launch script that "
                 "still exports 1 changes that export with the plan")
     return (head + ", and this TP/CP > 1 job, without FSDP, must export 1 on GPUs before Blackwell; change the "

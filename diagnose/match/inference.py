@@ -331,8 +331,12 @@ def package_of(frame: str) -> str:
     return at[1].strip("/") if at else ""
 
 
-def _frame_words(frame: str) -> str:
-    """A frame as a finding's basis quotes it: ``File "...", line N, in f`` without what precedes it."""
+def frame_head(frame: str) -> str:
+    """A frame's location, ``File "...", line N, in function``, without what precedes it nor the source line the
+    traceback printed under it (which the frame's text carries after the function): what a finding's basis quotes,
+    and where a ``raising_frames_any`` needle naming a function is looked for: where the code ran, not what a line
+    of it called (``model = X.from_pretrained(cfg["path"])`` raising the user's own KeyError is no from_pretrained
+    frame; qa-report-19 L1)."""
     head = _FRAME_HEAD.search(frame)
     return head.group(0) if head else frame.strip()
 
@@ -357,15 +361,6 @@ def raising_frames(frames: Sequence[str]) -> list[str]:
             break
         run.append(text)
     return run
-
-
-def frame_head(frame: str) -> str:
-    """A frame's location, ``File "...", line N, in function``, without the source line the traceback printed under
-    it (which the frame's text carries after the function): a needle naming a function is looked for where the code
-    ran, not in what a line of it called (``model = X.from_pretrained(cfg["path"])`` raising the user's own KeyError
-    is no from_pretrained frame; qa-report-19 L1)."""
-    m = _FRAME_HEAD.search(frame)
-    return m.group(0) if m else frame
 
 
 _FRAME_WHERE = LazyPattern(r'File "([^"]*)", line (\d+), in (\S+)')
@@ -463,14 +458,14 @@ def infer(
             frame = next((f for f in reversed(frames) for needle in inf.frames_any if needle in f), None)
             if frame is None:
                 continue
-            detail = _frame_words(frame)
+            detail = frame_head(frame)
         if inf.frames_none and any(needle in f for f in frames for needle in inf.frames_none):
             continue
         if inf.raised_in:
             where = innermost_frame(frames)
             if not any(needle in where for needle in inf.raised_in):
                 continue
-            detail = _frame_words(where)
+            detail = frame_head(where)
         if inf.raised_none and any(needle in innermost_frame(frames) for needle in inf.raised_none):
             continue
         if inf.raised_match:
@@ -484,7 +479,7 @@ def infer(
                           if needle in frame_head(f)), None)
             if frame is None:
                 continue
-            raiser = _frame_words(frame)
+            raiser = frame_head(frame)
             detail = f"{detail}; {raiser}" if detail and detail != raiser else raiser
         if inf.library_frame is not None:
             if library is None:

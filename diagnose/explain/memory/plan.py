@@ -49,7 +49,6 @@ class MemoryPlan:
             "notes": list(self.notes),
         }
 
-
     def _plan_dict(self, p: MemoryOption) -> dict[str, Any]:
         """One plan in check's JSON; for a Megatron-LM config also its change as that job's flags (``mlm``, as the
         text output prints it: Bridge words stay for what has no flag, env.* keys as exports; qa-report-19 L10)."""
