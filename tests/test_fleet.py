@@ -94,6 +94,16 @@ def test_a_job_added_twice_is_stored_once(tmp_path):
         assert store.db.execute("SELECT node, blamed FROM job_nodes ORDER BY node").fetchall() == [("a", 0), ("b", 1)]
 
 
+def test_a_row_the_schema_refuses_is_an_error_not_already_stored(tmp_path):
+    """Only the job's key already there makes a job "already stored"; a row that breaks the schema (a NOT NULL
+    column left None) raises and stores nothing, where INSERT OR IGNORE used to drop it silently."""
+    with FleetStore(str(tmp_path / "f.db")) as store:
+        bad = JobRecord(job_key="slurm:c:2", failed=True, status=None, via="epilog")  # type: ignore[arg-type]
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            store.add([JobRecord(job_key="slurm:c:1", failed=False, status="diagnosed", via="epilog"), bad])
+        assert store.count() == 0  # the transaction: all or nothing
+
+
 # ------------------------------------------------------------------------------------------------- scan
 
 

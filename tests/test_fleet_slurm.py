@@ -195,7 +195,8 @@ def epilog_tasks(fleet: dict) -> list[int]:
 
 def test_epilog_then_sacct_scan_store_every_job_once(slurm_env, fleet):
     tasks = epilog_tasks(fleet)
-    assert len(stored(fleet["store"], fleet["array"])) == len(tasks)
+    rows = stored(fleet["store"], fleet["array"])
+    assert len(rows) == len(tasks), (sorted(r[1] for r in rows), fleet["epilog_log"].read_text())
     done = diagnose(slurm_env, "scan", "--sacct", "--name", NAME, "--start", fleet["start"], "--store",
                     str(fleet["store"]), "--jobs", "2")
     assert f"{len(fleet['jobs'])} jobs listed, {len(tasks)} already stored, " in done.stderr, done.stderr
@@ -221,6 +222,7 @@ def test_epilog_verdicts_and_the_comment_attempt(slurm_env, fleet):
     failed = 0
     for i in tasks:
         job, line = fleet["jobs"][i], lines[f"{fleet['array']}_{i}"]
+        assert "(already stored)" not in line, line  # each task's one epilog run stored it
         comment = comments.get(f"{fleet['array']}_{i}", "")
         if job["rule"] is None:
             assert "diagnose: no failure found" in line and "comment" not in line and comment == "", line

@@ -491,6 +491,24 @@ def test_unknown_job_is_a_one_line_error(slurm_env):
     assert done.stderr == "diagnose: error: Slurm does not know job 987654321 (not in scontrol, not in sacct)\n"
 
 
+def test_a_task_slurmctld_does_not_hold_while_its_array_lives_is_asked_of_sacct(slurm_env, workdir):
+    """While an array is in slurmctld's memory, scontrol answers a task it does not hold (one past MinJobAge, as the
+    fleet epilog met under CI load, or one the array never had) with "Job 7_2 not found", not "Invalid job id":
+    that is an answer, sacct is asked next, and an unknown task is the usual one-line error, not "Slurm
+    unavailable"."""
+    array = sbatch(slurm_env, "--array=0-1", "-o", "/dev/null", "--wrap", "sleep 60", cwd=workdir)
+    try:
+        said = subprocess.run(["scontrol", "show", "job", f"{array}_7"], env=slurm_env, capture_output=True,
+                              text=True, timeout=60)
+        assert said.returncode != 0 and f"Job {array}_7 not found" in said.stdout + said.stderr  # Slurm's own words
+        done = subprocess.run([sys.executable, "-m", "diagnose", "slurm", f"{array}_7"], env=slurm_env, cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["scancel", array], env=slurm_env, capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == f"diagnose: error: Slurm does not know job {array}_7 (not in scontrol, not in sacct)\n"
+
+
 # --------------------------------------------------------------------------------- srun per-task files
 
 

@@ -233,8 +233,11 @@ class FleetStore:
             for r in records:
                 values = [",".join(r.nodes) if c == "nodes" else getattr(r, c) for c in _JOB_COLUMNS]
                 values[_JOB_COLUMNS.index("failed")] = int(r.failed)
+                # only an already stored job is skipped: OR IGNORE would also drop a row that breaks NOT NULL,
+                # silently, and the caller would report it "already stored"
                 cur = db.execute(
-                    f"INSERT OR IGNORE INTO jobs ({','.join(_JOB_COLUMNS)}) VALUES ({placeholders})", values
+                    f"INSERT INTO jobs ({','.join(_JOB_COLUMNS)}) VALUES ({placeholders}) "
+                    "ON CONFLICT(job_key) DO NOTHING", values
                 )
                 if cur.rowcount:
                     added += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -258,12 +259,17 @@ def _record_id(rec: ScontrolRecord) -> str:
     return f.get("JobId", "")
 
 
+_TASK_NOT_FOUND = re.compile(r"\bJob \S+ not found\b")
+
+
 def _scontrol_records(ref: JobRef, runner: Runner) -> list[ScontrolRecord]:
     """scontrol's records for the job (one per task for an array asked by its id); [] once it is forgotten."""
     result = runner(["scontrol", "-d", "show", "job", "-o", ref.slurm_id])
     if not result.ok:
         message = result.first_error_line()
-        if "Invalid job id" in message:
+        # "Invalid job id specified" for a plain job slurmctld has forgotten; "Job 7_2 not found" (22.05) for an
+        # array task past MinJobAge while other tasks of its array are still in memory: sacct has it
+        if "Invalid job id" in message or _TASK_NOT_FOUND.search(message):
             return []
         raise result.failure(f"scontrol show job {ref.slurm_id}")
     return parse_scontrol_jobs(result.stdout)
