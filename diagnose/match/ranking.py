@@ -18,7 +18,9 @@
   timeout cascade failed, a warning that a rank's data stream stalled (a streamed dataset retrying its host) leads.
 * Catch-all rules (``tier = "catchall"``: an NCCL WARN, an ``srun: error:``, a non-zero exit...) speak last, only
   when nothing above did: a failed log is never silent, and its finding says it was a catch-all. A catch-all printed
-  before a line that says the program completed its work (a ``completes = true`` rule) does not speak.
+  before a line that says the program completed its work (a ``completes = true`` rule) does not speak. One
+  exception: when the only cascades are exit reports (Slurm's or a launcher's: srun's ``Exited with exit code``), a
+  catch-all of the program's own output printed before them leads them (a CUDA check's ``Failed: Cuda error``).
 * The chosen root gets role ``root``; cascade findings get role ``cascade`` and ``cause_of`` = the root's index;
   everything else is ``context``. Findings are ordered root first, then the rest by time, then cascades.
 """
@@ -204,6 +206,21 @@ def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
     return None
 
 
+# cascades that only report that the program's tasks ended (srun's per-task exit, torchrun's summary): they carry
+# no cause of their own, so a catch-all of the program's own output printed before them explains them
+EXIT_REPORT_CATEGORIES = frozenset({"slurm", "launcher"})
+
+
+def _own_catchall_before_exit_reports(catchall: list[Group], cascades: list[Group]) -> Group | None:
+    """The first catch-all of the program's own output (not Slurm's or a launcher's: their `srun: error:` lines
+    are reports too) printed before every cascade, when every cascade is an exit report; else None."""
+    if any(g.finding.category not in EXIT_REPORT_CATEGORIES for g in cascades):
+        return None
+    first_cascade = min(by_time(g) for g in cascades)
+    own = [g for g in catchall if g.finding.category not in EXIT_REPORT_CATEGORIES and by_time(g) < first_cascade]
+    return own[0] if own else None
+
+
 def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
     """Order the findings and choose the root cause; returns (findings, index of the root or None)."""
     ordered = sorted(groups, key=by_time)
@@ -239,6 +256,12 @@ def rank(groups: list[Group]) -> tuple[list[Finding], int | None]:
         confidence = root.finding.confidence
         if len({g.first_hit.rule.rule.code for g in pool}) > 1:
             confidence *= CONTESTED_FACTOR
+    elif cascades and (own := _own_catchall_before_exit_reports(catchall, cascades)) is not None:
+        # the only cascades are a launcher's or Slurm's report that tasks exited (srun's `Exited with exit code`):
+        # the program's own words before it (a CUDA check's `Failed: Cuda error`), though a catch-all, say why
+        root = own
+        confidence = root.finding.confidence
+        root.finding.severity = "error"
     elif cascades and (stalled := _stalled_rank(ordered, cascades)) is not None:
         # nothing but the timeout cascade failed: a rank's stalled data stream (a warning while it retried) is why
         root = stalled
