@@ -3,6 +3,11 @@ The Slurm tests run on the REAL local cluster (scripts/slurm-local.sh), marked l
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
+import pytest
 from cli_run import ROOT, run
 
 
@@ -27,3 +32,50 @@ def test_tp_job_with_moe_a2a_overlap_is_not_told_by_the_note_it_must_export_one(
     plain.write_text(args.strip() + moe + "\n", encoding="utf-8")
     assert "must export 1 on GPUs before Blackwell" in _words(run("check", str(plain), "--gpus", "8", "--gpu",
                                                                   "h100-80gb").stdout)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder this process cannot write: a read-only bind mount for root (who ignores modes), else mode 555.
+    Yields (folder, make_read_only); the test fills the folder first, then calls make_read_only()."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = []
+
+    def make_read_only() -> None:
+        if os.geteuid() != 0:
+            for p in folder.iterdir():
+                p.chmod(0o444)
+            folder.chmod(0o555)
+            return
+        for cmd in (["mount", "--bind", str(folder), str(folder)], ["mount", "-o", "remount,bind,ro", str(folder)]):
+            if subprocess.run(cmd, capture_output=True).returncode != 0:
+                if mounted:
+                    subprocess.run(["umount", str(folder)], capture_output=True)
+                pytest.skip("root here cannot make a read-only bind mount")
+            mounted.append(cmd)
+
+    yield folder, make_read_only
+    if mounted:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+    folder.chmod(0o755)
+
+
+def test_fleet_report_reads_a_store_it_cannot_write_and_scan_says_why_it_cannot(read_only_folder):
+    """A fleet store on a read-only mount (or root's epilog store read by a user): `fleet report` said "is not a
+    usable fleet store: unable to open database file" (SQLite cannot create the -shm a WAL reader needs), and `fleet
+    scan` said the same, not the words the store had for it ("cannot be written ... 'diagnose fleet report' can read
+    it"). A store in a read-only folder that does not exist yet: "cannot create ...: folder ... is not writable"."""
+    folder, make_read_only = read_only_folder
+    log = folder.parent / "job.log"
+    log.write_text((ROOT / "sample_logs" / "b042_first_iter_oom.log").read_text(encoding="utf-8"), encoding="utf-8")
+    store = folder / "fleet.db"
+    run("fleet", "scan", "--no-progress", "--jobs", "1", "--store", str(store), str(log))
+    make_read_only()
+    report = run("fleet", "report", "--store", str(store), "--format", "json")
+    assert json.loads(report.stdout)["jobs"] == 1, report.stderr
+    scan = run("fleet", "scan", "--no-progress", "--jobs", "1", "--store", str(store), str(log), code=(2,))
+    assert "cannot be written (a read-only file, folder or mount)" in scan.stderr
+    assert "unable to open database file" not in scan.stderr
+    new = run("fleet", "scan", "--no-progress", "--store", str(folder / "new.db"), str(log), code=(2,))
+    assert f"cannot create the fleet store {folder / 'new.db'}: folder {folder} is not writable" in new.stderr
