@@ -79,3 +79,18 @@ def test_fleet_report_reads_a_store_it_cannot_write_and_scan_says_why_it_cannot(
     assert "unable to open database file" not in scan.stderr
     new = run("fleet", "scan", "--no-progress", "--store", str(folder / "new.db"), str(log), code=(2,))
     assert f"cannot create the fleet store {folder / 'new.db'}: folder {folder} is not writable" in new.stderr
+
+
+def test_fleet_submit_into_a_read_only_run_folder_is_one_line_not_an_internal_error(read_only_folder, tmp_path):
+    """`fleet submit ... --run-dir` on a read-only mount said "internal error: OSError: [Errno 30] Read-only file
+    system" (a file where the folder should be: the same with Errno 17)."""
+    folder, make_read_only = read_only_folder
+    log = tmp_path / "job.log"
+    log.write_text("hello\n", encoding="utf-8")
+    make_read_only()
+    for run_dir in (folder / "run", log):
+        done = run("fleet", "submit", str(log), "--tasks", "2", "--store", str(tmp_path / "f.db"), "--run-dir",
+                   str(run_dir), "--dry-run", code=(2,))
+        assert done.stderr.startswith(f"diagnose: error: cannot write the run folder: {run_dir}: "), done.stderr
+        assert "internal error" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+

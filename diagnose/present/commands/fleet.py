@@ -131,8 +131,12 @@ def _submit(args: Any) -> int:
         raise DiagnoseError("give log files or folders, or --sacct")
     source = ({"window": _window(args), "user": args.user, "name": args.name} if args.sacct
               else {"files": scan.list_files(args.paths)})
-    plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
-                              gpus_per_node=args.gpus_per_node, **source)
+    try:
+        plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
+                                  gpus_per_node=args.gpus_per_node, **source)
+    except OSError as e:  # a read-only or full file system, a file where the folder should be
+        where = e.filename or args.run_dir
+        raise DiagnoseError(f"cannot write the run folder: {where}: {e.strerror or e}") from None
     print(f"wrote {plan.array_script} ({plan.tasks} tasks) and {plan.merge_script}")
     if args.dry_run:
         return 0
