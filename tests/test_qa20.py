@@ -94,3 +94,14 @@ def test_fleet_submit_into_a_read_only_run_folder_is_one_line_not_an_internal_er
         assert done.stderr.startswith(f"diagnose: error: cannot write the run folder: {run_dir}: "), done.stderr
         assert "internal error" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
+
+def test_fleet_epilog_failure_line_names_the_job_not_a_python_class(tmp_path):
+    """The epilog's log line for a job it could not store read `diagnose fleet epilog: DiagnoseError: ...`: a Python
+    class name, and no job id when the message had none (a store it cannot write). An operator reads that log per
+    job: the line now names the job (array task as A_T) and keeps a class name only for an unexpected error."""
+    env = {"SLURM_JOB_ID": "18206", "SLURM_ARRAY_JOB_ID": "18205", "SLURM_ARRAY_TASK_ID": "1",
+           "SLURM_CLUSTER_NAME": "localcluster", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+    done = run("fleet", "epilog", "--store", str(tmp_path / "no" / "such" / "fleet.db"), env=env, code=(0,))
+    line = done.stderr.strip()
+    assert line.startswith("diagnose fleet epilog: job 18205_1: "), line
+    assert "DiagnoseError" not in line and len(line.splitlines()) == 1

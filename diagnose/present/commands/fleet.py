@@ -183,7 +183,12 @@ def _epilog(args: Any) -> int:
     try:
         result = run_epilog(args.store, os.environ, comment=args.comment, gpus_per_node=args.gpus_per_node)
     except Exception as e:  # noqa: BLE001 - an epilog must never fail the job's node; say why and exit 0
-        print(f"diagnose fleet epilog: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
+        # the job's id on every line (an epilog log is read per job); the class name only for an unexpected error
+        env = os.environ
+        job = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+               if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID") else env.get("SLURM_JOB_ID", "?"))
+        kind = "" if isinstance(e, DiagnoseError) else f"{type(e).__name__}: "
+        print(f"diagnose fleet epilog: job {job}: {kind}{' '.join(str(e).split())[:300]}", file=sys.stderr)
         return 0
     for note in result.skipped:  # the epilog's own log only: the job's comment never names a refused file
         print(f"diagnose fleet epilog: job {result.job_id}: skipped {note}", file=sys.stderr)
