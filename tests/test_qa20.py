@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from cli_run import ROOT, run
@@ -105,3 +106,26 @@ def test_fleet_epilog_failure_line_names_the_job_not_a_python_class(tmp_path):
     line = done.stderr.strip()
     assert line.startswith("diagnose fleet epilog: job 18205_1: "), line
     assert "DiagnoseError" not in line and len(line.splitlines()) == 1
+
+
+@pytest.mark.slurm
+def test_slurm_job_cancelled_before_it_ran_says_its_output_was_never_written(tmp_path):
+    """A job cancelled while pending (here held by --begin) never had a node, so Slurm never opened its output:
+    `diagnose slurm JOB` said the file "does not exist (deleted, or on a file system this machine does not mount)",
+    sending an operator to look for who deleted it. Real cluster; job name qa20-*."""
+    from conftest import local_slurm_env
+
+    env = local_slurm_env(honour_skip=False)
+    tmp_path.chmod(0o755)
+    sub = subprocess.run(["sbatch", "--parsable", "--job-name=qa20-never-ran", "--begin=now+3600",
+                          "-o", str(tmp_path / "never-%j.out"), "--wrap", "echo hi"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "diagnose", "slurm", job], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    words = _words(done.stdout)
+    assert "never written: the job ended (CANCELLED) before it ran on any node" in words, done.stdout[:800]
+    assert "deleted, or on a file system" not in words
