@@ -129,3 +129,31 @@ def test_slurm_job_cancelled_before_it_ran_says_its_output_was_never_written(tmp
     words = _words(done.stdout)
     assert "never written: the job ended (CANCELLED) before it ran on any node" in words, done.stdout[:800]
     assert "deleted, or on a file system" not in words
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the guard is root's: another user cannot read the file anyway")
+def test_fleet_file_scan_as_root_does_not_follow_a_users_symlink_to_roots_file(tmp_path):
+    """`fleet scan /archive/logs` as root read `job.log -> /root/secret.log` that a user planted (the link owned by
+    the user, the file by root, mode 600) and stored its matched line (the exception message) in the store's report,
+    a file other users read (`fleet report`). Now such a link is an unreadable row that says why; a link to the
+    user's own file, and a link root made, are still read."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    secret = tmp_path / "secret.log"
+    secret.write_text('Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+                      "RuntimeError: secret-words-only-root-may-read\n", encoding="utf-8")
+    secret.chmod(0o600)
+    own = tmp_path / "own.log"
+    own.write_text("RuntimeError: the user's own words\n", encoding="utf-8")
+    os.chown(own, 65534, 65534)
+    for name, target in (("planted.log", secret), ("mine.log", own)):
+        (logs / name).symlink_to(target)
+        os.lchown(logs / name, 65534, 65534)
+    (logs / "roots.log").symlink_to(secret)  # root's own link: followed
+    store = tmp_path / "fleet.db"
+    run("fleet", "scan", "--no-progress", "--jobs", "1", "--store", str(store), str(logs))
+    report = json.loads(run("fleet", "report", "--store", str(store), "--format", "json").stdout)
+    unreadable = {u["source"]: u["problem"] for u in report["unreadable_jobs"]}
+    assert list(unreadable) == [str(logs / "planted.log")], unreadable
+    assert "not read: a symlink owned by uid 65534 to a file owned by uid 0" in unreadable[str(logs / "planted.log")]
+    assert report["jobs"] == 3
