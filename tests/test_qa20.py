@@ -157,3 +157,14 @@ def test_fleet_file_scan_as_root_does_not_follow_a_users_symlink_to_roots_file(t
     assert list(unreadable) == [str(logs / "planted.log")], unreadable
     assert "not read: a symlink owned by uid 65534 to a file owned by uid 0" in unreadable[str(logs / "planted.log")]
     assert report["jobs"] == 3
+
+
+def test_slurm_job_id_pasted_from_squeue_as_a_task_range_gets_a_hint():
+    """squeue shows an array's pending tasks as `123_[2-3]` (also `123_[1,4-7%2]`): pasted into `diagnose slurm`, the
+    answer was the generic "not a Slurm job id ... (expected e.g. 123456, 123456_7 ...)". It now says what the text
+    is and which ids to give instead. Anything else in brackets keeps the generic words."""
+    done = run("slurm", "123_[2-3]", code=(2,))
+    assert done.stderr.strip() == ("diagnose: error: '123_[2-3]' is a range of array tasks (as squeue shows them): "
+                                   "name one task, e.g. 123_2, or the array, 123 (its first task that ended badly)")
+    assert "name one task, e.g. 7_1," in run("slurm", "7_[1,4-7%2]", code=(2,)).stderr
+    assert "not a Slurm job id: '7_[a]'" in run("slurm", "7_[a]", code=(2,)).stderr
