@@ -164,7 +164,8 @@ def test_slurm_job_id_pasted_from_squeue_as_a_task_range_gets_a_hint():
     answer was the generic "not a Slurm job id ... (expected e.g. 123456, 123456_7 ...)". It now says what the text
     is and which ids to give instead. Anything else in brackets keeps the generic words."""
     done = run("slurm", "123_[2-3]", code=(2,))
-    assert done.stderr.strip() == ("diagnose: error: '123_[2-3]' is a range of array tasks (as squeue shows them): "
-                                   "name one task, e.g. 123_2, or the array, 123 (its first task that ended badly)")
+    assert done.stderr.strip() == ("diagnose: error: not a Slurm job id: '123_[2-3]' is a range of array tasks (as "
+                                   "squeue shows them): name one task, e.g. 123_2, or the array, 123 (its first "
+                                   "task that ended badly)")
     assert "name one task, e.g. 7_1," in run("slurm", "7_[1,4-7%2]", code=(2,)).stderr
     assert "not a Slurm job id: '7_[a]'" in run("slurm", "7_[a]", code=(2,)).stderr

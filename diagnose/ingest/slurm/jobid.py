@@ -50,7 +50,7 @@ def parse_job_id(text: str, step: str | None = None) -> JobRef:
     if match is None and isinstance(text, str) and (squeue := _TASK_RANGE.fullmatch(text.strip())):
         first = re.match(r"\d+", squeue.group(2)).group(0)  # type: ignore[union-attr]
         raise DiagnoseError(  # squeue's form for an array's tasks, e.g. 123_[1-3%2] (pending ones), pasted as is
-            f"{shown!r} is a range of array tasks (as squeue shows them): name one task, e.g. "
+            f"not a Slurm job id: {shown!r} is a range of array tasks (as squeue shows them): name one task, e.g. "
             f"{squeue.group(1)}_{first}, or the array, {squeue.group(1)} (its first task that ended badly)")
     if match is None:
         raise DiagnoseError(
