@@ -159,6 +159,35 @@ def test_fleet_file_scan_as_root_does_not_follow_a_users_symlink_to_roots_file(t
     assert report["jobs"] == 3
 
 
+@pytest.mark.slurm
+def test_slurm_follow_says_what_it_follows_and_why_a_fifo_output_shows_nothing(tmp_path):
+    """`diagnose slurm JOB --follow` on a job whose --output is a FIFO printed nothing at all until the job ended
+    (days, for a job Slurm blocks opening the FIFO): a silent hang. It now says first, on stderr, which job and file
+    it follows, and that this file is not a regular file, so nothing is shown until the report. The job is held
+    (never started, so Slurm never opens the FIFO). Real cluster; job name qa20-*."""
+    from conftest import local_slurm_env
+
+    env = local_slurm_env(honour_skip=False)
+    tmp_path.chmod(0o755)
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    sub = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=qa20-follow-fifo", "-o", str(fifo), "--wrap",
+                          "echo hi"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    try:
+        done = subprocess.run([sys.executable, "-m", "diagnose", "slurm", job, "--follow", "--color", "never"],
+                              env={**env, "DIAGNOSE_FOLLOW_MAX_S": "3"}, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"--- following job {job} (PENDING): {fifo} ---", done.stderr
+    assert lines[1] == f"--- {fifo} is not a regular file: not shown; the report comes when the job ends ---"
+    assert "stopped following: time bound" in done.stderr
+
+
 def test_slurm_job_id_pasted_from_squeue_as_a_task_range_gets_a_hint():
     """squeue shows an array's pending tasks as `123_[2-3]` (also `123_[1,4-7%2]`): pasted into `diagnose slurm`, the
     answer was the generic "not a Slurm job id ... (expected e.g. 123456, 123456_7 ...)". It now says what the text
