@@ -161,6 +161,11 @@ def check(req: CheckRequest) -> CheckResult:
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = mlm_input(view)
+    if not mlm and view.get("train.micro_batch_size") is None:
+        # a partial YAML (no train section): the activations were planned for 1 sample per micro batch, unsaid
+        plan.notes.append("train.micro_batch_size is not in the config: every plan's activations assume a micro "
+                          "batch of 1 sample (they grow with it); set it (--set train.micro_batch_size=N) for a "
+                          "true peak")
     if note := _max_connections_note(plan, view, mlm):
         plan.notes.append(note)
     if not replay.passes:

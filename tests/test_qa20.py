@@ -198,3 +198,18 @@ def test_slurm_job_id_pasted_from_squeue_as_a_task_range_gets_a_hint():
                                    "task that ended badly)")
     assert "name one task, e.g. 7_1," in run("slurm", "7_[1,4-7%2]", code=(2,)).stderr
     assert "not a Slurm job id: '7_[a]'" in run("slurm", "7_[a]", code=(2,)).stderr
+
+
+def test_check_of_a_partial_yaml_says_the_micro_batch_it_assumed(tmp_path):
+    """`check` of a recipe YAML cut before its `train:` section planned every row's activations for a micro batch of
+    1 and said nothing ("As given: does NOT fit (peak 162.19 GiB ...)"), while analyze's memory model names that
+    assumption. A micro batch of 4 is four times the activations. The note goes once the value is given."""
+    lines = (ROOT / "examples" / "run_config.yaml").read_text(encoding="utf-8").splitlines()
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("\n".join(lines[: lines.index("train:")]) + "\n", encoding="utf-8")
+    said = "train.micro_batch_size is not in the config: every plan's activations assume a micro batch of 1 sample"
+    assert said in _words(run("check", str(partial), "--gpus", "8", "--gpu", "h100-80gb").stdout)
+    given = run("check", str(partial), "--gpus", "8", "--gpu", "h100-80gb", "--set", "train.micro_batch_size=4")
+    assert "micro_batch_size is not in the config" not in given.stdout
+    whole = run("check", str(ROOT / "examples" / "run_config.yaml"), "--gpus", "8", "--gpu", "h100-80gb")
+    assert "micro_batch_size is not in the config" not in whole.stdout
