@@ -161,6 +161,11 @@ def check(req: CheckRequest) -> CheckResult:
                             f"without a memory plan: {command}") from None
     mark_validation(replay, plan, view)
     mlm = mlm_input(view)
+    if not mlm and view.get("train.micro_batch_size") is None:
+        # a partial YAML (no train section): the activations were planned for 1 sample per micro batch, unsaid
+        plan.notes.append("train.micro_batch_size is not in the config: every plan's activations assume a micro "
+                          "batch of 1 sample (they grow with it); set it (--set train.micro_batch_size=N) for a "
+                          "true peak")
     if note := _max_connections_note(plan, view, mlm):
         plan.notes.append(note)
     if not replay.passes:
@@ -255,6 +260,10 @@ def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | Non
         return None
     head = ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
             "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP")
+    if any(view.get(f"{section}.overlap_moe_expert_parallel_comm") is True for section in ("comm_overlap", "model")):
+        # Megatron-LM's elif for the MoE A2A overlap only warns: it does not assert 1 (as the validator's check)
+        return (head + "; with --overlap-moe-expert-parallel-comm this TP/CP > 1 job does not need 1, so only a "
+                "launch script that still exports 1 changes that export with the plan")
     if (gpu := view.get("launch.gpu")) in BLACKWELL:
         return (head + f"; on {gpu} (Blackwell) this TP/CP > 1 job does not need 1, so only a launch script that "
                 "still exports 1 changes that export with the plan")

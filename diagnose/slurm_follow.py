@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.ingest.slurm.commands import run_slurm
-from diagnose.ingest.slurm.job import ENDED_STATES, Runner, lookup_job, scontrol_state
+from diagnose.ingest.slurm.job import ENDED_STATES, Runner, SlurmJob, lookup_job, scontrol_state
 from diagnose.ingest.slurm.jobid import JobRef
 from diagnose.model import DiagnoseError
 from diagnose.slurm_diagnosis import SlurmDiagnosis, diagnose_job
@@ -40,8 +40,10 @@ def follow_job(
     runner: Runner = run_slurm,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    on_start: Callable[[SlurmJob], None] | None = None,
 ) -> FollowResult:
-    """Follow ``ref`` until a root-cause failure appears in its output or it ends; ``on_text`` gets new output."""
+    """Follow ``ref`` until a root-cause failure appears in its output or it ends; ``on_text`` gets new output,
+    ``on_start`` the job as first looked up (what is followed, and an output that cannot be, before any wait)."""
     from diagnose.pipeline import AnalyzeOptions, analyze
 
     if max_s is None:
@@ -56,6 +58,9 @@ def follow_job(
     while True:
         if not paths:
             job = lookup_job(ref, runner=runner, settle_s=0)
+            if on_start is not None:
+                on_start(job)
+                on_start = None
             state = job.state
             paths = list(dict.fromkeys(o.path for o in job.outputs))
             if not paths and (job.ended or not job.batch):

@@ -12,9 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*args: str, code: tuple[int, ...] = (0, 1), cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def run(*args: str, code: tuple[int, ...] = (0, 1), cwd: Path = ROOT,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``env``: variables added for this run (e.g. the ones Slurm gives an epilog)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160", "DIAGNOSE_SKIP_SLURM": "1",
-           "DIAGNOSE_NO_CONFIG": "1"}
+           "DIAGNOSE_NO_CONFIG": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=180)
     assert proc.returncode in code, proc.stderr

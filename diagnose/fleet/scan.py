@@ -247,6 +247,8 @@ def _diagnose_file(item: FileItem, options) -> tuple[JobRecord, SeenFile | None]
     try:
         if not stat.S_ISREG(os.stat(item.path).st_mode):  # a FIFO or device would block or never end
             raise OSError(0, "not a regular file")
+        if (why := _foreign_link(item.path)) is not None:
+            raise OSError(0, why)
         digest = _sha256(item.path)
     except OSError as e:
         facts.job_key = f"unreadable:{item.path}"
@@ -258,6 +260,23 @@ def _diagnose_file(item: FileItem, options) -> tuple[JobRecord, SeenFile | None]
         return _unreadable(facts, str(e)), None
     record = build_record(report, facts, log_hosts(item.path))
     return record, SeenFile(item.path, item.size, item.mtime_ns, facts.job_key)
+
+
+def _foreign_link(path: str) -> str | None:
+    """As root, a log that is a symlink is read only when the link's owner owns the file it points to (or the link
+    is root's): a user's ``job.log -> /etc/shadow`` in a scanned folder would otherwise put lines root alone may
+    read into the store, which other users read (the rule of the kernel's protected_symlinks, and of
+    ingest/slurm/owner.py for a job's output)."""
+    if os.geteuid() != 0:
+        return None
+    link = os.lstat(path)
+    if not stat.S_ISLNK(link.st_mode) or link.st_uid == 0:
+        return None
+    target = os.stat(path)
+    if target.st_uid == link.st_uid:
+        return None
+    return (f"not read: a symlink owned by uid {link.st_uid} to a file owned by uid {target.st_uid} (as root, a link "
+            "is followed only to its owner's own file)")
 
 
 def _diagnose_slurm(item: SlurmItem, options) -> JobRecord:

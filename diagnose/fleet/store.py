@@ -128,6 +128,16 @@ def pack_report(report_json: str) -> bytes:
     return zlib.compress(report_json.encode("utf-8"), 6)
 
 
+def _writable(path: str, folder: str) -> bool:
+    """Can we write the store: its folder (SQLite's -wal/-shm files live there) and the file when it exists."""
+    return os.access(folder, os.W_OK) and (not os.path.exists(path) or os.access(path, os.W_OK))
+
+
+def _checkpointed(path: str) -> bool:
+    """No -wal or -shm beside the store: the last writer closed it, so every committed row is in the file."""
+    return not os.path.exists(path + "-wal") and not os.path.exists(path + "-shm")
+
+
 class FleetStore:
     """A fleet store file. ``FleetStore(path)`` creates it (and its schema) when missing."""
 
@@ -142,12 +152,31 @@ class FleetStore:
         if not os.path.isdir(folder):
             raise DiagnoseError(f"cannot create the fleet store {path}: folder {folder} does not exist")
         try:
-            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro" if readonly else path
-            self.db = sqlite3.connect(target, uri=readonly, timeout=timeout_s, isolation_level=None)
-            self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._setup(readonly, timeout_s)
+            self._connect(readonly, timeout_s)
         except sqlite3.DatabaseError as e:
-            raise DiagnoseError(f"{path} is not a usable fleet store: {e}") from None
+            if not readonly and not _writable(path, folder):
+                raise DiagnoseError(
+                    (f"{path} cannot be written (a read-only file, folder or mount): 'diagnose fleet report' can "
+                     "read it; scan into a store you can write") if os.path.exists(path)
+                    else f"cannot create the fleet store {path}: folder {folder} is not writable (a read-only "
+                         "folder or mount)") from None
+            if not (readonly and _checkpointed(path) and not _writable(path, folder)):
+                raise DiagnoseError(f"{path} is not a usable fleet store: {e}") from None
+            # A WAL store whose folder we cannot write (a read-only mount, root's store read by a user) and which
+            # has no -wal/-shm beside it (closed cleanly: every row is in the file): SQLite cannot create the -shm
+            # a WAL reader needs, but the file alone is the whole store, so it is read as immutable.
+            try:
+                self._connect(readonly, timeout_s, immutable=True)
+            except sqlite3.DatabaseError as e2:
+                raise DiagnoseError(f"{path} is not a usable fleet store: {e2}") from None
+
+    def _connect(self, readonly: bool, timeout_s: float, immutable: bool = False) -> None:
+        target = self.path
+        if readonly:
+            target = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro" + ("&immutable=1" * immutable)
+        self.db = sqlite3.connect(target, uri=readonly, timeout=timeout_s, isolation_level=None)
+        self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        self._setup(readonly, timeout_s)
 
     def _setup(self, readonly: bool, timeout_s: float) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]

@@ -478,6 +478,10 @@ def _find_outputs(
     for o in job.outputs:
         if not o.exists and job.state and not job.ended:
             o.problem = f"not written yet (the job is {job.state})"
+        elif not o.exists and job.ended and not job.nodes and not job.batch_host:
+            # no node was ever allocated (cancelled while pending, a dependency never satisfied): Slurm never
+            # opened the file, so it was not deleted
+            o.problem = f"never written: the job ended ({job.state}) before it ran on any node"
         if o.problem:
             job.notes.append(f"{o.stream} file {o.path}: {o.problem}")
 

@@ -40,10 +40,18 @@ class JobRef:
         return self.slurm_id if self.step is None else f"{self.slurm_id}.{self.step}"
 
 
+_TASK_RANGE = re.compile(r"(\d{1,10})_\[(\d[\d,\-:%]*)\]")
+
+
 def parse_job_id(text: str, step: str | None = None) -> JobRef:
     """Validate ``text`` (and an explicit ``--step``) strictly; raise DiagnoseError on anything else."""
     shown = text if len(text) <= 40 else text[:40] + "..."
     match = _JOB_ID.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None and isinstance(text, str) and (squeue := _TASK_RANGE.fullmatch(text.strip())):
+        first = re.match(r"\d+", squeue.group(2)).group(0)  # type: ignore[union-attr]
+        raise DiagnoseError(  # squeue's form for an array's tasks, e.g. 123_[1-3%2] (pending ones), pasted as is
+            f"not a Slurm job id: {shown!r} is a range of array tasks (as squeue shows them): name one task, e.g. "
+            f"{squeue.group(1)}_{first}, or the array, {squeue.group(1)} (its first task that ended badly)")
     if match is None:
         raise DiagnoseError(
             f"not a Slurm job id: {shown!r} (expected e.g. 123456, 123456_7 for an array task, 123456+1 for a het "

@@ -131,8 +131,12 @@ def _submit(args: Any) -> int:
         raise DiagnoseError("give log files or folders, or --sacct")
     source = ({"window": _window(args), "user": args.user, "name": args.name} if args.sacct
               else {"files": scan.list_files(args.paths)})
-    plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
-                              gpus_per_node=args.gpus_per_node, **source)
+    try:
+        plan = submit.write_array(args.run_dir, args.store, args.tasks, sbatch_args=args.sbatch_arg,
+                                  gpus_per_node=args.gpus_per_node, **source)
+    except OSError as e:  # a read-only or full file system, a file where the folder should be
+        where = e.filename or args.run_dir
+        raise DiagnoseError(f"cannot write the run folder: {where}: {e.strerror or e}") from None
     print(f"wrote {plan.array_script} ({plan.tasks} tasks) and {plan.merge_script}")
     if args.dry_run:
         return 0
@@ -179,7 +183,12 @@ def _epilog(args: Any) -> int:
     try:
         result = run_epilog(args.store, os.environ, comment=args.comment, gpus_per_node=args.gpus_per_node)
     except Exception as e:  # noqa: BLE001 - an epilog must never fail the job's node; say why and exit 0
-        print(f"diagnose fleet epilog: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
+        # the job's id on every line (an epilog log is read per job); the class name only for an unexpected error
+        env = os.environ
+        job = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+               if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID") else env.get("SLURM_JOB_ID", "?"))
+        kind = "" if isinstance(e, DiagnoseError) else f"{type(e).__name__}: "
+        print(f"diagnose fleet epilog: job {job}: {kind}{' '.join(str(e).split())[:300]}", file=sys.stderr)
         return 0
     for note in result.skipped:  # the epilog's own log only: the job's comment never names a refused file
         print(f"diagnose fleet epilog: job {result.job_id}: skipped {note}", file=sys.stderr)

@@ -431,7 +431,18 @@ def _follow(ref: Any, args: Any, options: Any) -> int:
             live.write(inert_block(chunk))
             live.flush()
 
-    result = follow_job(ref, options, on_text=show)
+    def started(job: Any) -> None:
+        # before the first wait: what is followed, and why nothing may show (a FIFO, a refused or unreadable file)
+        if live is None:
+            return
+        what = ", ".join(o.path for o in job.outputs) or "no output file"
+        print(inert_block(f"--- following job {job.job_id} ({job.state or '?'}): {what} ---"), file=live, flush=True)
+        for o in job.outputs:
+            if o.problem and o.exists:
+                print(inert_block(f"--- {o.path} {o.problem}: not shown; the report comes when the job ends ---"),
+                      file=live, flush=True)
+
+    result = follow_job(ref, options, on_text=show, on_start=started)
     if live is not None:
         print(f"\n--- stopped following: {result.stopped_because} after {result.seconds:.0f} s ---", file=live,
               flush=True)
