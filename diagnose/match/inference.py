@@ -380,6 +380,10 @@ def raised_at(frame: str) -> str:
     return f"{shown}:{line} in {function}"
 
 
+# the one frame of a program given on the command line (``python -c``) or on stdin: no file, yet the user's code
+_PROGRAM_ON_COMMAND_LINE = LazyPattern(r'File "<(?:string|stdin)>", line \d+, in <module>')
+
+
 def raised_in_library(frames: Sequence[str]) -> bool:
     """Was the innermost Python frame in a package (installed, or a framework's checkout), not the user's script?
     (frames.is_library: the one reading of a frame's file that the stack's reading shares.)
@@ -389,10 +393,14 @@ def raised_in_library(frames: Sequence[str]) -> bool:
     line it stopped on calls into a library (``deepspeed.zero.Init(...)``): then the library changed its API. A
     package's console script (``<env>/bin/axolotl``) that started the traceback makes that package's frames library
     code where an editable install keeps them in a checkout (``~/src/axolotl/src/axolotl/core/...``)."""
-    for text in reversed(frames):
+    outermost = next((i for i, f in enumerate(frames) if FRAME_FILE.search(f)), None)
+    for i in reversed(range(len(frames))):
+        text = frames[i]
         m = FRAME_FILE.search(text)
         if m:
             path = frame_file(text)
+            if i == outermost and _PROGRAM_ON_COMMAND_LINE.search(text):
+                return False  # `python -c '...'` (or a script on stdin) raised in its own top level: the user's code
             if is_library(path):  # a Windows traceback too: C:\Users\u\...\site-packages\pkg
                 return True
             entry = console_script_package(frames)
