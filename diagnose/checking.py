@@ -247,7 +247,7 @@ def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | Non
     Blackwell GPU (``launch.gpu``, the one ``check --gpu`` named) the TP/CP assert does not apply
     (``get_device_arch_version() < 10``): only an export of 1 the script may still carry is in the way, so the note
     says that instead of the Hopper requirement."""
-    from diagnose.explain.memory.gpus import BLACKWELL
+    from diagnose.explain.validate.checks_fsdp import tp_cp_export_waiver
 
     if not mlm or view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") or view.get("ddp.use_megatron_fsdp") is True:
         return None
@@ -260,13 +260,12 @@ def _max_connections_note(memory: MemoryPlan, view: Any, mlm: bool) -> str | Non
         return None
     head = ("plans that turn Megatron FSDP on (" + ", ".join(f"#{i}" for i in fsdp) + ") also need "
             "CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (e.g. 32): Megatron-LM refuses 1 with FSDP")
-    if any(view.get(f"{section}.overlap_moe_expert_parallel_comm") is True for section in ("comm_overlap", "model")):
-        # Megatron-LM's elif for the MoE A2A overlap only warns: it does not assert 1 (as the validator's check)
-        return (head + "; with --overlap-moe-expert-parallel-comm this TP/CP > 1 job does not need 1, so only a "
-                "launch script that still exports 1 changes that export with the plan")
-    if (gpu := view.get("launch.gpu")) in BLACKWELL:
-        return (head + f"; on {gpu} (Blackwell) this TP/CP > 1 job does not need 1, so only a launch script that "
-                "still exports 1 changes that export with the plan")
+    waiver = tp_cp_export_waiver(view)  # the validator's own reading of Megatron-LM's assert
+    if waiver is not None:
+        why = ("with --overlap-moe-expert-parallel-comm" if waiver == "overlap_moe_expert_parallel_comm"
+               else f"on {waiver} (Blackwell)")
+        return (head + f"; {why} this TP/CP > 1 job does not need 1, so only a launch script that still exports 1 "
+                "changes that export with the plan")
     return (head + ", and this TP/CP > 1 job, without FSDP, must export 1 on GPUs before Blackwell; change the "
             "launch script's export with the plan")
 

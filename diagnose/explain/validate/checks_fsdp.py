@@ -10,8 +10,10 @@ Sources: Megatron-Bridge ``src/megatron/bridge/training/config.py`` (``ConfigCon
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from diagnose.explain.config.releases import FAMILY_LABELS, FIELD_MOVES, field_exists
+from diagnose.explain.config.values import as_bool
 from diagnose.explain.memory.gpus import BLACKWELL
 from diagnose.explain.validate.registry import CheckContext, Violation, check, ov, simple_check
 from diagnose.model import DELETE, Override
@@ -109,14 +111,24 @@ simple_check("fsdp_cuda_device_max_connections",
              [[("env.CUDA_DEVICE_MAX_CONNECTIONS", "32")]])
 
 
+A2A_OVERLAP_KEYS = ("comm_overlap.overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm")
+
+
+def tp_cp_export_waiver(view: Any) -> str | None:
+    """Why Megatron-LM's assert that TP or CP > 1 without FSDP runs with CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py
+    ~L1453-1479) does not apply to this config, or None: ``overlap_moe_expert_parallel_comm`` (its ``elif`` before
+    the assert only warns), or the Blackwell GPU named (``launch.gpu``, the one ``check --gpu`` named: the assert runs
+    only when ``get_device_arch_version() < 10``). The validator and ``check``'s note read it here."""
+    if any(as_bool(view.get(key, False)) for key in A2A_OVERLAP_KEYS):
+        return "overlap_moe_expert_parallel_comm"
+    gpu = view.get("launch.gpu")
+    return str(gpu) if gpu in BLACKWELL else None
+
+
 def _tp_cp_must_export_one(ctx: CheckContext) -> bool:
-    """Megatron-LM's assert that TP or CP > 1 without FSDP runs with CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py
-    ~L1453-1479): only before Blackwell (``get_device_arch_version() < 10``; the GPU ``check --gpu`` named, as
-    ``launch.gpu``), and not with overlap_moe_expert_parallel_comm (its ``elif`` before the assert only warns)."""
     if ctx.megatron_fsdp or ctx.flag("dist.use_torch_fsdp2") or not (ctx.tp > 1 or ctx.cp > 1):
         return False
-    if ctx.get("launch.gpu") in BLACKWELL or any(
-            ctx.flag(f"{section}.overlap_moe_expert_parallel_comm") for section in ("comm_overlap", "model")):
+    if tp_cp_export_waiver(ctx.view) is not None:
         return False
     return ctx.view.has("env.CUDA_DEVICE_MAX_CONNECTIONS") and ctx.env("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
 
