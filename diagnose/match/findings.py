@@ -30,6 +30,8 @@ EVIDENCE_CHARS = 500
 MAX_GROUPS = 500  # distinct findings; beyond it, hits join their rule's first finding
 MAX_TASK_NODES = 1_000_000  # srun task ids remembered per finding (expand_task_list's own bound)
 RELAY_WINDOW = 200  # merge_relays: how many lines from a wrapper's report of a command's failure its own error may be
+RERAISE_WINDOW = 400  # merge_reraised: how many lines after an exception its re-raise with more words may be
+RERAISE_MIN_CHARS = 12  # merge_reraised: a shorter message ("", "0", "boom") proves no relation by being a prefix
 
 
 @dataclass
@@ -74,7 +76,7 @@ def group_hits(hits: list[Hit], inferences: list[Inference] | None = None) -> li
             if g.collective is None:
                 g.collective = collective_skew.CollectiveSummary()
             collective_skew.note_hit(g.collective, hit.facts, hit.line.text, hit.rank)
-    out = merge_relays(merge_adjacent(list(groups.values())))
+    out = merge_reraised(merge_relays(merge_adjacent(list(groups.values()))))
     for g in out:
         g.finding.ranks = sorted(g.ranks)
         g.finding.hosts = sorted(g.hosts)
@@ -251,6 +253,49 @@ def merge_relays(groups: list[Group]) -> list[Group]:
         r.ranks |= w.ranks
         r.hosts |= w.hosts
         gone.add(id(w))
+    return [g for g in groups if id(g) not in gone]
+
+
+def _message(g: Group) -> str:
+    m = g.finding.facts.get("message")
+    return m.strip() if isinstance(m, str) else ""
+
+
+def _reraise_of(a: Group, b: Group) -> bool:
+    """``b`` is ``a`` raised again with words added: the same rule, process and count, later in the same input, and
+    its message is ``a``'s with more after it (megatron-core's ``build_module`` re-raises ``type(e)(f"{e} when
+    instantiating {name}")`` at every level of a model's spec, so one failed assert prints four tracebacks)."""
+    fa, fb = a.finding, b.finding
+    ma, mb = _message(a), _message(b)
+    la, lb = a.first_hit.line, b.first_hit.line
+    return (fa.rule == fb.rule and fa.count == fb.count and a.ranks == b.ranks and a.hosts == b.hosts
+            and a.first_hit.source_index == b.first_hit.source_index and la.stream == lb.stream
+            and 0 < lb.lineno - la.lineno <= RERAISE_WINDOW
+            and len(ma) >= RERAISE_MIN_CHARS and len(mb) > len(ma) and mb.startswith(ma))
+
+
+def merge_reraised(groups: list[Group]) -> list[Group]:
+    """One finding for one exception re-raised with context appended to its message (see ``_reraise_of``): the
+    first keeps its place, line and count; the last re-raise's line is shown beside it and fills the facts the first
+    lacked (the outermost traceback's ``raised_at``); when only a re-raise's frames told its category, the finding
+    takes that reading. A chain of re-raises is absorbed into its first exception."""
+    ordered = sorted(groups, key=by_position)
+    gone: set[int] = set()
+    for i, a in enumerate(ordered):
+        if id(a) in gone:
+            continue
+        chain = [b for b in ordered[i + 1:] if id(b) not in gone and _reraise_of(a, b)]
+        for b in chain:
+            if a.finding.basis != "inferred" and b.finding.basis == "inferred":
+                fa, fb = a.finding, b.finding
+                fa.category, fa.basis, fa.basis_detail = fb.category, fb.basis, fb.basis_detail
+                fa.confidence = max(fa.confidence, fb.confidence)
+            gone.add(id(b))
+        if chain:
+            _absorb(a, chain[-1])
+            for b in chain[:-1]:
+                for k, v in b.finding.facts.items():
+                    a.finding.facts.setdefault(k, v)
     return [g for g in groups if id(g) not in gone]
 
 
