@@ -47,3 +47,23 @@ def test_a_catch_all_after_the_exit_report_does_not_lead(tmp_path):
     text = "\n".join([SRUN_EXIT, UB_FAIL.format(t=0)]) + "\n"
     report = analyzed(tmp_path, text)
     assert report.root is not None and report.root.rule == "SL010"
+
+
+def test_nccl_tests_failure_summary_is_the_same_finding_as_its_check_line(tmp_path):
+    """testResult's `` .. <host> pid <pid>: Test failure <file>:<line>`` summarises the check line above it: one
+    finding with both lines, not a second CONTEXT of the same rule (qa-report-19 L7, second half)."""
+    lines = ["#  nccl-tests version 2.13.9 nccl-headers=22105 nccl-library=22105"]
+    for host, pid in (("hgx-c08", 188410), ("hgx-c09", 190122)):
+        lines += [f"{host}: Test CUDA failure common.cu:733 'operation not supported'",
+                  f" .. {host} pid {pid}: Test failure common.cu:1046"]
+    lines.append("srun: error: hgx-c08: task 8: Exited with exit code 2")
+    report = analyzed(tmp_path, "\n".join(lines) + "\n")
+    assert report.root is not None and report.root.rule == "CA510"
+    assert [f.rule for f in report.findings].count("CA510") == 1
+    assert any("pid 188410: Test failure" in e.text for e in report.root.evidence)
+
+
+def test_a_failure_summary_alone_is_still_a_finding(tmp_path):
+    text = " .. hgx-c08 pid 188410: Test failure common.cu:1046\nsrun: error: hgx-c08: task 8: Exited with exit code 2\n"
+    report = analyzed(tmp_path, text)
+    assert report.root is not None and report.root.rule == "CA510"
