@@ -46,8 +46,8 @@ from diagnose.model import Block, InputInfo, LogLine
 from diagnose.normalize import decode, normalize_line
 from diagnose.normalize.facts import PARSERS
 from diagnose.normalize.learned import FATAL, FOLLOWING_LINES, HEADER, LearnedPrefixes
+from diagnose.normalize.phases import AFTER_SETUP, phase_reading, progress_before
 from diagnose.normalize.phases import CAPTURES as PHASE_CAPTURES
-from diagnose.normalize.phases import phase_reading, progress_before
 
 MEMO_MAX = 8192  # distinct normalised texts remembered
 LINE_CACHE_MAX = 65536  # normalised lines kept for backward reads
@@ -568,6 +568,10 @@ class Matcher:
             phase_by_frames = False
             if rule.phase != "auto":
                 phase = rule.phase
+                if rule.phase_at_first_collective and phase_here() in AFTER_SETUP and by_frames:
+                    # the collective's own traceback (torch's `NCCL error in: ..., invalid usage`) names the call
+                    # that issued the communicator's first collective: the DDP wrap, the first step
+                    phase, phase_by_frames = line_phase or phase, True
                 if rule.during_training and progress_before(ll, self.markers.markers_before(pos_in_window)):
                     cr, rule, key, phase = self._in_training_here(cr, key, phase_here())
             else:

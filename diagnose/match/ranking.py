@@ -33,6 +33,7 @@ import regex
 
 from diagnose.match.findings import Group
 from diagnose.model import Finding
+from diagnose.normalize.phases import AFTER_SETUP
 
 CASCADE_ROOT_CONFIDENCE = 0.6  # a cascade chosen as root only because nothing else matched
 CONTESTED_FACTOR = 0.9  # another distinct specific error came later: slightly less sure
@@ -185,9 +186,6 @@ def _wrapper_detail(cascades: list[Group]) -> Group:
     return first
 
 
-# phases a communicator's first collective can be issued in, past the set-up the rule's own phase names
-_AFTER_SETUP = frozenset({"model_build", "dp_wrap", "checkpoint_load", "first_iteration", "training",
-                          "optimizer_step", "checkpoint_save", "eval"})
 
 
 def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
@@ -201,7 +199,7 @@ def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
     wrapper's marker is still the job's first collective, not the wrap)."""
     for g in ordered:
         if (g is not root and g.first_hit.phase_by_frames and g.finding.category in EXPLAINED_BY_KILLED_RANKS
-                and g.finding.phase in _AFTER_SETUP):
+                and g.finding.phase in AFTER_SETUP):
             return g.finding.phase
     return None
 
