@@ -31,6 +31,11 @@ def _build_table(keep_newlines: bool) -> dict[int, str]:
         del table[0x0A]
     for ch in _INVISIBLE_LAYOUT:
         table[ord(ch)] = f"\\u{ord(ch):04x}"
+    # lone surrogates (a file name's undecodable bytes under surrogateescape): no terminal can show one; the TUI
+    # measured it as one cell while its driver wrote the six characters of "\udcff", so the words that the extra
+    # cells pushed past the pane's edge were lost (qa-report-21)
+    for code in range(0xD800, 0xE000):
+        table[code] = f"\\u{code:04x}"
     return table
 
 

@@ -458,6 +458,9 @@ class DiagnoseApp(BaseApp):
         if index.truncations != self._follow_truncations:  # cut shorter and read again: every line is new
             self._follow_truncations = index.truncations
             self._follow_seen = self._follow_size = 0
+            # the report is of lines no longer there: diagnose what the file holds now, failure lines or not
+            # (a job restarted into the file would otherwise keep the old run's root cause; qa-report-21)
+            self._failure_seen()
         if count > self._follow_seen or index.size > self._follow_size:  # new lines, or the last one completed
             start = max(0, self._follow_seen - 1)  # the last line again: it may have been cut mid-write
             self._follow_growth = now
