@@ -123,3 +123,28 @@ def test_the_loss_series_is_read_only_when_nothing_else_is_the_root_cause():
     failed = scan_and_match([TextSource("a.log", steps + oom)], catalogue)
     assert failed.report.root_cause is not None
     assert not any(name.startswith("loss_series.") for name in failed.blocks)
+
+
+def test_a_line_two_captures_verify_is_normalised_once_per_window(monkeypatch):
+    """A tqdm bar is a candidate of every bar marker: normalising it is most of a verification's cost, so the window
+    normalises each line once for all its captures (qa-report-21 L1), and forgets them when it is done."""
+    from diagnose.match import captures as captures_module
+
+    calls: list[str] = []
+    real = captures_module.normalize_line
+
+    def counting(raw, path, lineno):
+        calls.append(raw)
+        return real(raw, path, lineno)
+
+    monkeypatch.setattr(captures_module, "normalize_line", counting)
+    bars = b"".join(b"Loading shards: %3d%%|###   | %d/100 [00:01<00:09]\n" % (p, p) for p in range(0, 100, 10))
+    specs = [CaptureSpec("bar.a", "%|", regex=r"^\s*\d+%\|", keep="last"),
+             CaptureSpec("bar.b", "%|", regex=r"^\s*0%\|", keep="first")]
+    compiled = compile_catalogue(Catalogue(rules=[]), specs)
+    view = WindowView(0, "log", bars, 0, len(bars), _index(bars, 1024), ascii_only=False)
+    collector = BlockCollector(compiled.captures)
+    collector.window(view, [0, 1])
+    assert collector.occurrences(0) == [] and collector.occurrences(1) == []  # no bare bar: every line verified
+    assert len(calls) == len(set(calls)) == 10
+    assert view._lines == {}  # forgotten once the window is done: memory stays flat

@@ -51,6 +51,9 @@ class LineIndex:
         return before + 1
 
 
+VERIFIED_LINES_KEPT = 4096  # per window: lines whose normalised form later captures reuse (memory stays bounded)
+
+
 @dataclass(slots=True)
 class Occurrence:
     source_index: int
@@ -82,7 +85,8 @@ class WindowView:
     source's buffer (an mmap or bytes) in place, so the window is never copied again.
     """
 
-    __slots__ = ("ascii_only", "buffer", "index", "length", "offset", "path", "source_index")  # noted by the hundred
+    # noted by the hundred
+    __slots__ = ("_lines", "ascii_only", "buffer", "index", "length", "offset", "path", "source_index")
 
     def __init__(self, source_index: int, path: str, buffer, offset: int, length: int, index: LineIndex,
                  ascii_only: bool = False):
@@ -93,6 +97,14 @@ class WindowView:
         self.offset = offset
         self.length = length
         self.index = index
+        # line start -> [raw text, normalised line or None]: the captures whose anchors a line holds each verify it
+        # (a tqdm bar is a candidate of every bar marker), and normalising it is most of a verification's cost
+        self._lines: dict[int, list] = {}
+
+    def forget_lines(self) -> None:
+        """Drop the lines kept for the captures' verifications: done with this window for now (a deferred capture's
+        windows are kept to the end of the scan; their lines must not be)."""
+        self._lines = {}
 
     def _bounds(self, pos: int) -> tuple[int, int]:
         base, buf = self.offset, self.buffer
@@ -104,10 +116,17 @@ class WindowView:
     def verify(self, cc: CompiledCapture, pos: int) -> tuple[int, int, Occurrence | None]:
         """(line start, line end, the occurrence if the line at ``pos`` qualifies), relative to the window."""
         s, e = self._bounds(pos)
-        raw = decode(self.buffer[self.offset + s : self.offset + e])
+        seen = self._lines.get(s)
+        if seen is None:
+            seen = [decode(self.buffer[self.offset + s : self.offset + e]), None]
+            if len(self._lines) < VERIFIED_LINES_KEPT:
+                self._lines[s] = seen
+        raw = seen[0]
         if not cc.may_accept_raw(raw):
             return s, e, None
-        ll = normalize_line(raw, self.path, 0)
+        ll = seen[1]
+        if ll is None:
+            ll = seen[1] = normalize_line(raw, self.path, 0)
         if not cc.accepts(ll.text):
             return s, e, None
         return s, e, Occurrence(self.source_index, self.offset + s, ll, self.index)
@@ -206,6 +225,7 @@ class BlockCollector:
                     self.last[ci] = occ
             if cc.spec.keep != "last":
                 self._earliest(ci, view)
+        view.forget_lines()
 
     def _earliest(self, ci: int, view: WindowView) -> bool:
         """Keep the window's occurrences that the earliest ones still lack; True once no more are wanted."""
@@ -233,12 +253,14 @@ class BlockCollector:
                     occ = view.last(cc)
                     if occ is not None:
                         self.last[ci] = occ.count_line()
+                    view.forget_lines()
                     done_with(view)
                     if occ is not None:
                         break
             if cc.spec.keep != "last":
                 for view in views:
                     enough = self._earliest(ci, view)
+                    view.forget_lines()
                     done_with(view)
                     if enough:
                         break
