@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import os
 import time
 from pathlib import Path
 
@@ -333,3 +334,23 @@ def test_rank_of_bytes_on_nested_torch_prefixes(line: bytes) -> None:
     from diagnose.present.tui.rankfacet import rank_of_bytes
 
     assert rank_of_bytes(line) == rank_of_line(decode(line))
+
+
+def test_a_followed_file_that_is_deleted_is_said_gone_until_it_comes_back(tmp_path: Path) -> None:
+    """qa-report-21 L5: ``rm job.log`` under ``tui --follow`` said nothing; the status kept "following"."""
+    path = tmp_path / "live.log"
+    path.write_bytes(b"one\ntwo\n")
+    index = LogIndex(str(path)).start()
+    try:
+        assert index.done.wait(10) and index.start_following(poll_s=0.01) is None
+        assert not index.gone
+        path.unlink()
+        assert _wait_for(lambda: index.gone) and index.following
+        path.write_bytes(b"new run\n")
+        assert _wait_for(lambda: not index.gone and index.line_text(0) == "new run")
+        other = tmp_path / "rotated.log"
+        other.write_bytes(b"run 3!\n\n")  # the same size, moved over the name: another file, read from its start
+        os.replace(other, path)
+        assert _wait_for(lambda: index.line_text(0) == "run 3!")
+    finally:
+        index.close()

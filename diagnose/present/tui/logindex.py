@@ -78,6 +78,7 @@ class LogIndex:
         self.following = False  # start_following(): lines appended to the file are indexed as they come
         self.follow_note: str | None = None  # why following stopped
         self.truncations = 0  # times the file was cut shorter (its lines past the cut are dropped, it is read again)
+        self.gone = False  # followed, and the path names no file now (deleted, or moved away by a rotation)
         self._follow_thread: threading.Thread | None = None
         # a descriptor of the mapped log when the map is of the user's file (not ingest's copy): its size is checked
         # before the map is read, so a file cut shorter is read again instead of a SIGBUS (qa-report-5 L1)
@@ -377,13 +378,21 @@ class LogIndex:
 
     def _follow(self, poll_s: float) -> None:
         self.done.wait()
+        file_id: tuple[int, int] | None = None
         while not self._closed and self.following and self.error is None:
             time.sleep(poll_s)
             try:
-                size = os.path.getsize(self.path)
+                st = os.stat(self.path)
             except OSError:
-                continue  # moved away for a moment (log rotation): try again
-            if size < self.size:  # copytruncate, ``: > job.log``, a job restarted into the same file
+                self.gone = True  # deleted, or moved away by a rotation: said on the status line, tried again
+                continue
+            came_back, self.gone = self.gone, False
+            size, was = st.st_size, file_id
+            file_id = (st.st_dev, st.st_ino)
+            # copytruncate, ``: > job.log``, a job restarted into the same file; or another file under the name (a
+            # rotation, a job that deleted and wrote it again: a file system may give it the old inode number),
+            # whatever its size: read from its start (tail -F)
+            if size < self.size or came_back or (was is not None and was != file_id):
                 try:
                     with self._remap:
                         self._shrink_to(size)

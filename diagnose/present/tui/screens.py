@@ -96,7 +96,9 @@ class LogScreen(Screen):
         text.append(f" · line {self.view.cursor_line + 1:,}")
         if index.following:
             text.append(" · following" if self.view.tail else " · following (f: back to the end)", "green")
-            if getattr(index, "truncations", 0):
+            if getattr(index, "gone", False):
+                text.append(" · the file is gone (deleted or moved): waiting for it to come back", "yellow")
+            elif getattr(index, "truncations", 0):
                 text.append(" · the file was truncated: read again from its start", "yellow")
         elif index.follow_note:
             text.append(f" · {inert(index.follow_note)}", "yellow")
