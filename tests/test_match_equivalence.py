@@ -163,7 +163,8 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
             if levels and (ll.level or "").upper() not in levels:
                 continue
             frames: list[str] | None = None
-            if ctx.frames_any or ctx.frames_none or ctx.after_progress or rule.phase == "auto":
+            if (ctx.frames_any or ctx.frames_none or ctx.after_progress or rule.phase == "auto"
+                    or rule.phase_at_first_collective):
                 same = [lines[j] for j in by_stream[ll.stream]]
                 tb = traceback_ending_at(same, len(same) - 1)
                 frames = []
@@ -232,6 +233,11 @@ def reference_hits(text: str, catalogue: Catalogue, path: str) -> list[tuple[str
                                          {}):
                     continue
             phase = rule.phase if rule.phase != "auto" else phases.phase_of(line=ll, frames=frames, markers=markers)
+            if rule.phase != "auto" and rule.phase_at_first_collective:
+                # the collective's own traceback, when the line carries one, names the call that issued it
+                read, by_frames = phases.phase_reading(line=ll, frames=frames, markers=markers)
+                if by_frames and read in phases.AFTER_SETUP:
+                    phase = read
             if phase in (None, "unknown") and rule.phase_when_unknown:
                 phase = rule.phase_when_unknown
             hits.append((rule.code, ll.lineno, phase))
