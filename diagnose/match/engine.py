@@ -568,10 +568,10 @@ class Matcher:
             phase_by_frames = False
             if rule.phase != "auto":
                 phase = rule.phase
-                if rule.phase_at_first_collective and phase_here() in AFTER_SETUP and by_frames:
+                if rule.phase_at_first_collective and (here := phase_here()) in AFTER_SETUP and by_frames:
                     # the collective's own traceback (torch's `NCCL error in: ..., invalid usage`) names the call
                     # that issued the communicator's first collective: the DDP wrap, the first step
-                    phase, phase_by_frames = line_phase or phase, True
+                    phase, phase_by_frames = here, True
                 if rule.during_training and progress_before(ll, self.markers.markers_before(pos_in_window)):
                     cr, rule, key, phase = self._in_training_here(cr, key, phase_here())
             else:

@@ -186,8 +186,6 @@ def _wrapper_detail(cascades: list[Group]) -> Group:
     return first
 
 
-
-
 def _first_collective_phase(root: Group, ordered: list[Group]) -> str | None:
     """The phase of the call that issued the failing communicator's first collective, for a root whose failure is
     NCCL's communicator set-up (``phase_at_first_collective``: a socket, shm or transport error, a duplicate GPU).

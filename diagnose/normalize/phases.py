@@ -18,10 +18,10 @@ from diagnose.normalize.phase_file import PhaseFile, load_phase_file
 
 _PHASE_FILE = load_phase_file()
 CAPTURES: list[CaptureSpec] = [marker.spec for marker in _PHASE_FILE.markers]
-# What a failure right after each marker is in the middle of.
 # phases a communicator's first collective can be issued in, past the set-up (init) an NCCL set-up rule names
 AFTER_SETUP = frozenset({"model_build", "dp_wrap", "checkpoint_load", "first_iteration", "training",
                          "optimizer_step", "checkpoint_save", "eval"})
+# What a failure right after each marker is in the middle of.
 _PHASE_AFTER_MARKER = {marker.spec.name: marker.phase for marker in _PHASE_FILE.markers}
 # markers that show the job got past its first iteration
 TRAINING_PROGRESS = frozenset(marker.spec.name for marker in _PHASE_FILE.markers if marker.progress)
